@@ -1,0 +1,81 @@
+#pragma once
+// Mutable usage and health of a cluster over a fixed Topology.
+//
+// Dense per-node bit masks (busy, failed, degraded GPUs) and per-domain
+// counters, so a copy is a few flat vectors: a placement try can be made on a
+// copy and thrown away. Not thread-safe; one owner mutates it.
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "topo/core/status.hpp"
+#include "topo/core/topology.hpp"
+
+namespace topo::core {
+
+enum class NodeState : uint8_t { kUp, kDraining, kDrained, kDown, kSuspect };
+enum class GpuHealth : uint8_t { kHealthy, kDegraded, kFailed };
+
+std::string_view NodeStateName(NodeState s);
+std::string_view GpuHealthName(GpuHealth h);
+
+struct GpuSlot {
+  NodeId node = 0;
+  int gpu = 0;
+  friend bool operator==(const GpuSlot&, const GpuSlot&) = default;
+};
+
+class ClusterState {
+ public:
+  // Every node up, every GPU healthy and free.
+  // REQUIRES: topology outlives this state.
+  explicit ClusterState(const Topology& topology);
+
+  const Topology& topology() const { return *topology_; }
+
+  NodeState node_state(NodeId n) const { return node_state_[n]; }
+  void SetNodeState(NodeId n, NodeState s);
+  // Only kUp nodes take new work.
+  bool NodeAcceptsWork(NodeId n) const { return node_state_[n] == NodeState::kUp; }
+
+  GpuHealth gpu_health(NodeId n, int gpu) const;
+  // REQUIRES: 0 <= gpu < topology().node(n).gpus
+  void SetGpuHealth(NodeId n, int gpu, GpuHealth h);
+
+  uint64_t busy_mask(NodeId n) const { return busy_[n]; }
+  uint64_t failed_mask(NodeId n) const { return failed_[n]; }
+  uint64_t degraded_mask(NodeId n) const { return degraded_[n]; }
+  uint64_t all_mask(NodeId n) const;
+  // GPUs of node n that a new job may take: not busy, not failed, node up.
+  // Degraded GPUs are included; placers decide whether to use them.
+  uint64_t usable_free_mask(NodeId n) const;
+
+  // Marks the slots busy. Fails, changing nothing, if a slot is out of range,
+  // already busy, or listed twice.
+  Status Allocate(std::span<const GpuSlot> slots);
+  // Marks the slots free. Fails, changing nothing, if a slot is not busy.
+  Status Release(std::span<const GpuSlot> slots);
+
+  // Per-domain counters, any tier (tier-0 domain id == node id).
+  int busy_gpus(DomainId d) const { return busy_gpus_[d]; }
+  // GPUs that could take new work now (usable_free_mask summed).
+  int free_gpus(DomainId d) const { return free_gpus_[d]; }
+  int failed_gpus(DomainId d) const { return failed_gpus_[d]; }
+  int total_busy_gpus() const { return busy_gpus_.back(); }
+
+ private:
+  void Recount(NodeId n);  // refreshes node n's counters and its ancestors'
+
+  const Topology* topology_;
+  std::vector<NodeState> node_state_;
+  std::vector<uint64_t> busy_;
+  std::vector<uint64_t> failed_;
+  std::vector<uint64_t> degraded_;
+  std::vector<int32_t> busy_gpus_;
+  std::vector<int32_t> free_gpus_;
+  std::vector<int32_t> failed_gpus_;
+};
+
+}  // namespace topo::core

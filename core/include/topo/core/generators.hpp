@@ -1,0 +1,17 @@
+#pragma once
+// Reference topologies of ../shared/BENCHMARKS.md, by name.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topo/core/topology.hpp"
+
+namespace topo::core {
+
+// "tiny", "meta-24k", "nvl72-64k", "cm384-166k". (crux-847 is real data and
+// is read from its CSV by common/.) gpus_per_node > 0 overrides the node size.
+Result<Topology> GenerateTopology(std::string_view name, int gpus_per_node = 0);
+std::vector<std::string> GeneratorNames();
+
+}  // namespace topo::core

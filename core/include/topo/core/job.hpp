@@ -1,0 +1,115 @@
+#pragma once
+// Job spec v1 as the core sees it (the wire format lives in common/), and the
+// rank layout that turns a parallelism layout into communication groups.
+//
+// Layout: gpus == tp * cp * pp * dp; ep divides dp (experts are sharded over
+// the data-parallel ranks, as Megatron-Core does). The rank order lists the
+// dimensions fastest first; the default "tp-cp-ep-dp-pp" makes TP vary
+// fastest. In an order, "ep" is the inner factor of DP (size ep) and "dp" the
+// outer one (size dp / ep); "ep" may be left out when ep == 1.
+//
+// Groups of each kind (ranks that share every coordinate but the kind's):
+//   tp: the tp ranks of one tensor-parallel group
+//   cp: the cp ranks of one context-parallel group
+//   ep: the EP block, tp x cp x ep ranks that do one expert all-to-all
+//   pp: the pp stages of one pipeline
+//   dp: the dp ranks that all-reduce gradients (ep inner x dp/ep outer)
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topo/core/status.hpp"
+
+namespace topo::core {
+
+enum class GroupKind : uint8_t { kTp = 0, kCp = 1, kEp = 2, kPp = 3, kDp = 4 };
+inline constexpr int kGroupKindCount = 5;
+inline constexpr std::array<GroupKind, kGroupKindCount> kAllGroupKinds = {
+    GroupKind::kTp, GroupKind::kCp, GroupKind::kEp, GroupKind::kPp, GroupKind::kDp};
+std::string_view GroupKindName(GroupKind k);
+std::optional<GroupKind> ParseGroupKind(std::string_view name);
+// Weights of ../shared/BENCHMARKS.md: tp 16, ep 8, cp 4, pp 2, dp 1.
+double GroupKindWeight(GroupKind k);
+
+// Dimensions of the rank order. kDp here is the outer DP factor (dp / ep).
+enum class Dim : uint8_t { kTp = 0, kCp = 1, kEp = 2, kDp = 3, kPp = 4 };
+inline constexpr int kDimCount = 5;
+
+// Megatron's default, tp-cp-ep-dp-pp.
+std::vector<Dim> DefaultRankOrder();
+
+struct Parallelism {
+  int tp = 1, cp = 1, ep = 1, pp = 1, dp = 1;
+  std::vector<Dim> order = DefaultRankOrder();
+};
+// "tp-cp-ep-dp-pp" <-> dims. Parse errors name the bad token.
+Result<std::vector<Dim>> ParseRankOrder(std::string_view text);
+std::string FormatRankOrder(const std::vector<Dim>& order);
+
+enum class Strength : uint8_t { kNone, kPreferred, kRequired };
+
+// Every group of a kind must (required) or should (preferred) sit inside one
+// domain of the named tier. The tier is a name or role alias resolved against
+// the topology at placement time (Topology::FindTier).
+struct TierConstraint {
+  Strength strength = Strength::kNone;
+  std::string tier;
+};
+
+struct JobSpec {
+  std::string name;
+  int gpus = 0;
+  // GPUs the job takes on each node it uses; 0 = whole nodes for jobs of at
+  // least a node, one node otherwise.
+  int gpus_per_node = 0;
+  Parallelism parallelism;
+  // Indexed by GroupKind. Defaults: tp and ep required in the HBD, pp
+  // preferred in a leaf.
+  std::array<TierConstraint, kGroupKindCount> constraints = DefaultConstraints();
+  // Extra whole nodes held next to the job's domains for fast recovery.
+  int spares = 0;
+
+  const TierConstraint& constraint(GroupKind k) const {
+    return constraints[static_cast<int>(k)];
+  }
+  static std::array<TierConstraint, kGroupKindCount> DefaultConstraints();
+};
+
+// Checks the layout arithmetic and ranges. Errors name the field and the fix.
+Status ValidateJobSpec(const JobSpec& job);
+
+// Rank coordinates and group membership for a validated layout.
+class RankLayout {
+ public:
+  // REQUIRES: ValidateJobSpec(job).ok()
+  explicit RankLayout(const Parallelism& p);
+
+  int world_size() const { return world_; }
+  int dim_size(Dim d) const { return size_[static_cast<int>(d)]; }
+  int dim_stride(Dim d) const { return stride_[static_cast<int>(d)]; }
+  // Whether dimension d varies within a group of kind k.
+  static bool InGroup(GroupKind k, Dim d);
+  // A kind has groups to keep together only when its own degree is > 1
+  // (an ep constraint means nothing without experts).
+  static bool KindActive(GroupKind k, const Parallelism& p);
+  int Coord(int rank, Dim d) const {
+    return (rank / stride_[static_cast<int>(d)]) % size_[static_cast<int>(d)];
+  }
+  int GroupSize(GroupKind k) const;
+  int GroupCount(GroupKind k) const { return world_ / GroupSize(k); }
+  // Dense id in [0, GroupCount(k)) of the group of kind k that holds rank.
+  int GroupOf(GroupKind k, int rank) const;
+  // Ranks of one group, ascending.
+  std::vector<int> GroupMembers(GroupKind k, int group) const;
+
+ private:
+  int world_ = 1;
+  std::array<int, kDimCount> size_{};
+  std::array<int, kDimCount> stride_{};
+};
+
+}  // namespace topo::core

@@ -1,0 +1,58 @@
+#pragma once
+// Placement of one gang job on a cluster snapshot.
+//
+// A placer answers with the full rank -> (node, GPU) map. Outcomes:
+//   kPlaced     every rank has one free usable GPU; ranks[r] is rank r's GPU.
+//   kBusy       the job fits the cluster as built, not its free capacity now:
+//               wait. reason says what is short.
+//   kInfeasible the job can never fit as asked (a group larger than any
+//               domain of its required tier, more GPUs than the cluster has,
+//               an unknown tier): reject. reason says why and what to change.
+//
+// Placers are policies behind one interface, created by name in MakePlacer;
+// algorithms never switch on a policy name. They are pure and deterministic:
+// the same job on the same state gives the same answer. Place() never
+// mutates the state; apply a placement with ClusterState::Allocate.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topo/core/cluster_state.hpp"
+#include "topo/core/job.hpp"
+
+namespace topo::core {
+
+enum class PlaceOutcome : uint8_t { kPlaced, kBusy, kInfeasible };
+std::string_view PlaceOutcomeName(PlaceOutcome o);
+
+struct Placement {
+  PlaceOutcome outcome = PlaceOutcome::kInfeasible;
+  std::string reason;
+  std::vector<GpuSlot> ranks;   // rank r -> GPU, when placed
+  std::vector<NodeId> spares;   // whole free nodes held for recovery
+
+  bool placed() const { return outcome == PlaceOutcome::kPlaced; }
+};
+
+struct PlacerOptions {
+  // Degraded GPUs are used only by jobs of at most this many GPUs; larger
+  // gangs avoid them (one slow GPU stalls every collective of a gang).
+  int degraded_max_job_gpus = 8;
+};
+
+class Placer {
+ public:
+  virtual ~Placer() = default;
+  virtual std::string_view name() const = 0;
+  // REQUIRES: ValidateJobSpec(job).ok()
+  virtual Placement Place(const JobSpec& job, const ClusterState& state) const = 0;
+};
+
+// Policies: "toposched" (default), "slurm-tree", "first-fit".
+// Returns nullptr for an unknown name.
+std::unique_ptr<Placer> MakePlacer(std::string_view name, const PlacerOptions& options = {});
+std::vector<std::string> PlacerNames();
+
+}  // namespace topo::core

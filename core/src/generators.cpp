@@ -1,0 +1,100 @@
+#include "topo/core/generators.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace topo::core {
+
+namespace {
+
+// A regular tree: `fanout[i]` children per domain of tier i+1 (fanout[0] is
+// nodes per tier-1 domain), `top` domains at the top tier.
+struct Regular {
+  const char* name;
+  std::vector<std::string> tiers;
+  int hbd_tier;
+  std::vector<int> fanout;
+  int top;
+  int gpus;
+  const char* model;
+};
+
+std::string Label(const std::string& prefix, int index, int width) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%0*d", width, index);
+  return prefix + buf;
+}
+
+int Digits(int n) {
+  int d = 1;
+  while (n >= 10) {
+    n /= 10;
+    ++d;
+  }
+  return d;
+}
+
+Result<Topology> BuildRegular(const Regular& r, int gpus_override) {
+  const int gpus = gpus_override > 0 ? gpus_override : r.gpus;
+  TopologyBuilder b(r.name, r.tiers, r.hbd_tier);
+  const int tiers = static_cast<int>(r.tiers.size());
+  // Totals per tier for zero-padded names.
+  std::vector<int> total(tiers, 0);
+  total[tiers - 1] = r.top;
+  for (int t = tiers - 2; t >= 0; --t) total[t] = total[t + 1] * r.fanout[t];
+  std::vector<int> counter(tiers, 0);
+  // Depth-first construction keeps node numbering in topology order.
+  auto build = [&](auto&& self, int parent, int tier) -> void {
+    const int n = tier == tiers - 1 ? r.top : r.fanout[tier];
+    for (int i = 0; i < n; ++i) {
+      const int index = counter[tier]++;
+      if (tier == 0) {
+        b.AddNode(Label("n", index, Digits(total[0] - 1)), parent, gpus, r.model);
+      } else {
+        int h = b.AddDomain(Label(r.tiers[tier], index, Digits(total[tier] - 1)), tier, parent);
+        self(self, h, tier - 1);
+      }
+    }
+  };
+  build(build, TopologyBuilder::kTop, tiers - 1);
+  return std::move(b).Build();
+}
+
+const std::vector<Regular>& Catalog() {
+  static const std::vector<Regular> kCatalog = {
+      // 64 GPUs: nodes of 8, 2 nodes per leaf, 2 leaves per spine, 2 spines.
+      {"tiny", {"node", "leaf", "spine"}, 0, {2, 2}, 2, 8, "H100"},
+      // Llama 3 cluster: racks of 2 nodes (16 GPUs per ToR), pods of 192
+      // racks (3,072 GPUs), 8 pods.
+      {"meta-24k", {"node", "leaf", "pod"}, 0, {2, 192}, 8, 8, "H100"},
+      // GB200 NVL72: racks of 18 x 4, leaves of 8 racks, spines of 16 leaves.
+      {"nvl72-64k", {"node", "hbd", "leaf", "spine"}, 1, {18, 8, 16}, 7, 4, "GB200"},
+      // CloudMatrix384: supernodes of 48 x 8, leaves of 4, pods of 12 leaves.
+      {"cm384-166k", {"node", "hbd", "leaf", "pod"}, 1, {48, 4, 12}, 9, 8, "Ascend 910C"},
+  };
+  return kCatalog;
+}
+
+}  // namespace
+
+Result<Topology> GenerateTopology(std::string_view name, int gpus_per_node) {
+  if (gpus_per_node < 0 || gpus_per_node > kMaxGpusPerNode) {
+    return Status::Error("--gpus-per-node " + std::to_string(gpus_per_node) + " is outside 1.." +
+                         std::to_string(kMaxGpusPerNode));
+  }
+  for (const Regular& r : Catalog()) {
+    if (r.name == name) return BuildRegular(r, gpus_per_node);
+  }
+  std::string known;
+  for (const std::string& n : GeneratorNames()) known += (known.empty() ? "" : ", ") + n;
+  return Status::Error("no generator named '" + std::string(name) + "'; known: " + known +
+                       " (crux-847 is read from its CSV)");
+}
+
+std::vector<std::string> GeneratorNames() {
+  std::vector<std::string> names;
+  for (const Regular& r : Catalog()) names.push_back(r.name);
+  return names;
+}
+
+}  // namespace topo::core

@@ -1,0 +1,257 @@
+// The toposched placer.
+//
+// Algorithm overview
+//
+// Phase 1, shape. The job's required constraints become nested blocks: at
+// tier T the ranks that must share one tier-T domain (a TP group, an EP block
+// of tp x cp x ep ranks, ...). Every domain's capacity is counted in whole
+// blocks of its tier (placer_internal.hpp), from the GPUs the job may use:
+// whole free nodes for jobs of a node or more (or gpus_per_node per node),
+// healthy GPUs only for gangs larger than PlacerOptions::degraded_max_job_gpus.
+// If the root cannot hold the job the answer is Busy, or Infeasible when even
+// the empty cluster could not.
+//
+// Phase 2, choose domains top-down from the root. Above the leaf tier the
+// objective is lexicographic: fewest leaves, then fewest children (pods,
+// spines), then the fullest domains (best fit, to limit fragmentation):
+//   a. L* = the fewest leaves under the domain that hold the job (largest
+//      leaves first);
+//   b. if one child holds the job within L* leaves, descend into the fullest
+//      such child;
+//   c. otherwise build a pool of children, most valuable first (the sum of
+//      their L* largest leaves), until the pool's L* largest leaves hold the
+//      job; take the L*-1 largest fully and the best-fitting leaf for the
+//      rest.
+// At and below the leaf (leaf -> HBD -> node): one child if one holds the
+// rest (best fit), else the largest children first and a best fit for the
+// remainder, which uses the fewest HBDs and nodes.
+// Where a required constraint sits above the leaf (pp required in a pod, say)
+// the tiers below it use the same largest-first/best-fit rule per child.
+//
+// Phase 3, map ranks. Chosen GPUs are taken in node order, which is
+// depth-first topology order, and filled by a rank sequence in which the
+// required blocks are contiguous, then preferred groups (pipelines), then
+// the heaviest remaining traffic: so blocks never straddle a domain of their
+// tier and pipelines stay under as few leaves as the allocation allows.
+// Spares are whole healthy free nodes nearest the job (same HBD, leaf, ...).
+
+#include <algorithm>
+#include <numeric>
+
+#include "placer_internal.hpp"
+
+namespace topo::core {
+namespace {
+
+using internal::JobShape;
+
+class Selector {
+ public:
+  Selector(const Topology& topo, const JobShape& shape, const ClusterState& state,
+           const std::vector<int>& cap)
+      : topo_(topo), shape_(shape), state_(state), cap_(cap) {}
+
+  // Allocates k units (of tier(d)'s block) inside d.
+  void Choose(DomainId d, int k) {
+    if (k <= 0) return;
+    const int t = topo_.domain(d).tier;
+    if (t == 0) {
+      picks_.push_back({d, k * shape_.unit[0]});
+      return;
+    }
+    const int kc = static_cast<int>(static_cast<int64_t>(k) * shape_.unit[t] / shape_.unit[t - 1]);
+    const int leaf = topo_.leaf_tier();
+    if (t > leaf && shape_.unit[t - 1] == shape_.unit[leaf]) {
+      ChooseAboveLeaf(d, kc);
+    } else {
+      ChooseByChildren(d, kc);
+    }
+  }
+
+  std::vector<std::pair<NodeId, int>> TakePicks() { return std::move(picks_); }
+
+ private:
+  // Best fit: the smallest capacity that holds k, then the fewest free GPUs.
+  bool BetterFit(DomainId a, DomainId b) const {
+    if (cap_[a] != cap_[b]) return cap_[a] < cap_[b];
+    if (state_.free_gpus(a) != state_.free_gpus(b)) return state_.free_gpus(a) < state_.free_gpus(b);
+    return a < b;
+  }
+
+  void ChooseByChildren(DomainId d, int kc) {
+    auto kids = topo_.children(d);
+    DomainId best = kNoDomain;
+    for (DomainId c : kids) {
+      if (cap_[c] >= kc && (best == kNoDomain || BetterFit(c, best))) best = c;
+    }
+    if (best != kNoDomain) {
+      Choose(best, kc);
+      return;
+    }
+    std::vector<DomainId> order;
+    for (DomainId c : kids) {
+      if (cap_[c] > 0) order.push_back(c);
+    }
+    std::sort(order.begin(), order.end(), [&](DomainId a, DomainId b) {
+      if (cap_[a] != cap_[b]) return cap_[a] > cap_[b];
+      return a < b;
+    });
+    int rem = kc;
+    for (size_t i = 0; i < order.size() && rem > 0; ++i) {
+      if (cap_[order[i]] >= rem) {
+        DomainId fit = order[i];
+        for (size_t j = i + 1; j < order.size() && cap_[order[j]] >= rem; ++j) {
+          if (BetterFit(order[j], fit)) fit = order[j];
+        }
+        Choose(fit, rem);
+        return;
+      }
+      Choose(order[i], cap_[order[i]]);
+      rem -= cap_[order[i]];
+    }
+  }
+
+  // Leaves under d: a contiguous id range at the leaf tier.
+  std::pair<DomainId, DomainId> LeafRange(DomainId d) const {
+    const Domain& dom = topo_.domain(d);
+    const int leaf = topo_.leaf_tier();
+    return {topo_.Ancestor(dom.node_begin, leaf), topo_.Ancestor(dom.node_end - 1, leaf) + 1};
+  }
+
+  // Fewest leaves under d holding k leaf units (INT_MAX if they cannot).
+  int MinLeaves(DomainId d, int k) {
+    auto [lo, hi] = LeafRange(d);
+    int best = 0;
+    for (DomainId l = lo; l < hi; ++l) best = std::max(best, cap_[l]);
+    if (best >= k) return 1;
+    scratch_.clear();
+    for (DomainId l = lo; l < hi; ++l) {
+      if (cap_[l] > 0) scratch_.push_back(cap_[l]);
+    }
+    std::sort(scratch_.begin(), scratch_.end(), std::greater<>());
+    int64_t sum = 0;
+    for (size_t i = 0; i < scratch_.size(); ++i) {
+      sum += scratch_[i];
+      if (sum >= k) return static_cast<int>(i + 1);
+    }
+    return std::numeric_limits<int>::max();
+  }
+
+  // Sum of the n largest leaf capacities under d.
+  int64_t TopLeavesSum(DomainId d, int n) {
+    auto [lo, hi] = LeafRange(d);
+    scratch_.assign(cap_.begin() + lo, cap_.begin() + hi);
+    int m = std::min<int>(n, static_cast<int>(scratch_.size()));
+    std::partial_sort(scratch_.begin(), scratch_.begin() + m, scratch_.end(), std::greater<>());
+    return std::accumulate(scratch_.begin(), scratch_.begin() + m, int64_t{0});
+  }
+
+  void ChooseAboveLeaf(DomainId d, int kc) {
+    const int leaves_needed = MinLeaves(d, kc);
+    DomainId best = kNoDomain;
+    for (DomainId c : topo_.children(d)) {
+      if (cap_[c] < kc) continue;
+      if (MinLeaves(c, kc) != leaves_needed) continue;
+      if (best == kNoDomain || BetterFit(c, best)) best = c;
+    }
+    if (best != kNoDomain) {
+      Choose(best, kc);
+      return;
+    }
+    // Pool the most valuable children until their best leaves hold the job.
+    struct Child {
+      DomainId id;
+      int64_t value;
+    };
+    std::vector<Child> kids;
+    for (DomainId c : topo_.children(d)) {
+      if (cap_[c] > 0) kids.push_back({c, TopLeavesSum(c, leaves_needed)});
+    }
+    std::sort(kids.begin(), kids.end(), [&](const Child& a, const Child& b) {
+      if (a.value != b.value) return a.value > b.value;
+      if (cap_[a.id] != cap_[b.id]) return cap_[a.id] > cap_[b.id];
+      return a.id < b.id;
+    });
+    struct Leaf {
+      DomainId id;
+      int pool_order;
+    };
+    std::vector<Leaf> pool;
+    std::vector<int> caps;
+    for (size_t i = 0; i < kids.size(); ++i) {
+      auto [lo, hi] = LeafRange(kids[i].id);
+      for (DomainId l = lo; l < hi; ++l) {
+        if (cap_[l] > 0) pool.push_back({l, static_cast<int>(i)});
+      }
+      caps.clear();
+      for (const Leaf& l : pool) caps.push_back(cap_[l.id]);
+      int m = std::min<int>(leaves_needed, static_cast<int>(caps.size()));
+      std::partial_sort(caps.begin(), caps.begin() + m, caps.end(), std::greater<>());
+      if (std::accumulate(caps.begin(), caps.begin() + m, int64_t{0}) >= kc) break;
+    }
+    std::sort(pool.begin(), pool.end(), [&](const Leaf& a, const Leaf& b) {
+      if (cap_[a.id] != cap_[b.id]) return cap_[a.id] > cap_[b.id];
+      if (a.pool_order != b.pool_order) return a.pool_order < b.pool_order;
+      return a.id < b.id;
+    });
+    int rem = kc;
+    const size_t full = static_cast<size_t>(leaves_needed) - 1;
+    for (size_t i = 0; i < full && i < pool.size(); ++i) {
+      Choose(pool[i].id, cap_[pool[i].id]);
+      rem -= cap_[pool[i].id];
+    }
+    if (rem <= 0) return;
+    size_t fit = pool.size();
+    for (size_t j = full; j < pool.size(); ++j) {
+      if (cap_[pool[j].id] < rem) continue;
+      if (fit == pool.size()) {
+        fit = j;
+        continue;
+      }
+      const Leaf& a = pool[j];
+      const Leaf& b = pool[fit];
+      bool better = cap_[a.id] != cap_[b.id] ? cap_[a.id] < cap_[b.id]
+                    : a.pool_order != b.pool_order ? a.pool_order < b.pool_order
+                                                   : BetterFit(a.id, b.id);
+      if (better) fit = j;
+    }
+    if (fit < pool.size()) Choose(pool[fit].id, rem);
+  }
+
+  const Topology& topo_;
+  const JobShape& shape_;
+  const ClusterState& state_;
+  const std::vector<int>& cap_;
+  std::vector<std::pair<NodeId, int>> picks_;
+  std::vector<int> scratch_;
+};
+
+class TopoSchedPlacer final : public Placer {
+ public:
+  explicit TopoSchedPlacer(PlacerOptions options) : options_(options) {}
+  std::string_view name() const override { return "toposched"; }
+
+  Placement Place(const JobSpec& job, const ClusterState& state) const override {
+    const Topology& topo = state.topology();
+    Result<JobShape> shape_or = internal::MakeJobShape(job, topo, options_);
+    if (!shape_or.ok()) return Placement{PlaceOutcome::kInfeasible, shape_or.message(), {}, {}};
+    const JobShape& shape = shape_or.value();
+    std::vector<int> cap = internal::ComputeCapacity(shape, state);
+    const int need = internal::NeedAt(shape, topo.root_tier());
+    if (cap[topo.root()] < need) return internal::ExplainShortfall(job, shape, state, cap);
+    Selector selector(topo, shape, state, cap);
+    selector.Choose(topo.root(), need);
+    return internal::BuildPlacement(job, shape, state, selector.TakePicks());
+  }
+
+ private:
+  PlacerOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Placer> MakeTopoSchedPlacer(const PlacerOptions& options) {
+  return std::make_unique<TopoSchedPlacer>(options);
+}
+
+}  // namespace topo::core

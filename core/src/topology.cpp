@@ -1,0 +1,285 @@
+#include "topo/core/topology.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace topo::core {
+
+double DefaultTierCost(int tier, int hbd_tier) {
+  if (tier <= hbd_tier) return 1.0;
+  if (tier == hbd_tier + 1) return 4.0;
+  if (tier == hbd_tier + 2) return 16.0;
+  return 64.0;
+}
+
+Result<int> Topology::FindTier(std::string_view name) const {
+  for (int t = 0; t < tier_count(); ++t) {
+    if (tiers_[t].name == name) return t;
+  }
+  if (name == "node") return 0;
+  if (name == "hbd") return hbd_tier_;
+  if (name == "leaf") return leaf_tier();
+  if (name == "pod") return pod_tier();
+  if (name == "cluster" || name == root_tier_.name) return root_tier();
+  std::string known;
+  for (const Tier& t : tiers_) known += (known.empty() ? "" : ", ") + t.name;
+  return Status::Error("unknown tier '" + std::string(name) + "'; this topology has tiers " + known +
+                       " (aliases: node, hbd, leaf, pod, cluster)");
+}
+
+DomainId Topology::FindDomain(std::string_view name) const {
+  auto it = domain_index_.find(std::string(name));
+  return it == domain_index_.end() ? kNoDomain : it->second;
+}
+
+NodeId Topology::FindNode(std::string_view name) const {
+  auto it = node_index_.find(std::string(name));
+  return it == node_index_.end() ? -1 : it->second;
+}
+
+TopologyBuilder::TopologyBuilder(std::string name, std::vector<std::string> tier_names,
+                                 int hbd_tier)
+    : name_(std::move(name)), hbd_tier_(hbd_tier) {
+  for (size_t t = 0; t < tier_names.size(); ++t) {
+    tiers_.push_back(Tier{std::move(tier_names[t]), DefaultTierCost(static_cast<int>(t), hbd_tier)});
+  }
+}
+
+void TopologyBuilder::SetTierCost(int tier, double cost) {
+  if (tier >= 0 && tier < static_cast<int>(tiers_.size())) tiers_[tier].cost = cost;
+}
+
+int TopologyBuilder::AddDomain(std::string name, int tier, int parent) {
+  domains_.push_back(PendingDomain{std::move(name), tier, parent});
+  return static_cast<int>(domains_.size()) - 1;
+}
+
+int TopologyBuilder::AddNode(std::string name, int parent, int gpus, std::string gpu_model,
+                             std::vector<std::string> features) {
+  nodes_.push_back(
+      PendingNode{Node{std::move(name), gpus, std::move(gpu_model), std::move(features)}, parent});
+  return static_cast<int>(nodes_.size()) - 1;
+}
+
+Result<Topology> TopologyBuilder::Build() && {
+  const int tiers = static_cast<int>(tiers_.size());
+  if (tiers == 0) return Status::Error("topology '" + name_ + "' has no tiers");
+  if (hbd_tier_ < 0 || hbd_tier_ >= tiers) {
+    return Status::Error("hbd tier index " + std::to_string(hbd_tier_) + " is not one of the " +
+                         std::to_string(tiers) + " tiers");
+  }
+  for (int t = 0; t < tiers; ++t) {
+    if (tiers_[t].name.empty()) return Status::Error("tier " + std::to_string(t) + " has no name");
+    for (int u = 0; u < t; ++u) {
+      if (tiers_[u].name == tiers_[t].name) {
+        return Status::Error("tier name '" + tiers_[t].name + "' is used twice");
+      }
+    }
+    if (!(tiers_[t].cost > 0)) {
+      return Status::Error("tier '" + tiers_[t].name + "' has a cost that is not positive");
+    }
+  }
+  if (nodes_.empty()) return Status::Error("topology '" + name_ + "' has no nodes");
+
+  // Children lists in insertion order; index domains_.size() is the root.
+  const int pending_domains = static_cast<int>(domains_.size());
+  const int root_handle = pending_domains;
+  std::vector<std::vector<int>> child_domains(pending_domains + 1);
+  std::vector<std::vector<int>> child_nodes(pending_domains + 1);
+  for (int i = 0; i < pending_domains; ++i) {
+    const PendingDomain& d = domains_[i];
+    if (d.name.empty()) return Status::Error("a domain of tier '" + tiers_[std::clamp(d.tier, 0, tiers - 1)].name + "' has no name");
+    if (d.tier < 1 || d.tier >= tiers) {
+      return Status::Error("domain '" + d.name + "' has tier index " + std::to_string(d.tier) +
+                           ", outside 1.." + std::to_string(tiers - 1));
+    }
+    int parent = d.parent == kTop ? root_handle : d.parent;
+    if (d.parent != kTop && (d.parent < 0 || d.parent >= pending_domains)) {
+      return Status::Error("domain '" + d.name + "' has an unknown parent");
+    }
+    int parent_tier = d.parent == kTop ? tiers : domains_[d.parent].tier;
+    if (parent_tier != d.tier + 1) {
+      std::string parent_desc =
+          d.parent == kTop ? "the top" : "'" + domains_[d.parent].name + "' (tier '" +
+                                             tiers_[parent_tier].name + "')";
+      return Status::Error("domain '" + d.name + "' of tier '" + tiers_[d.tier].name + "' sits under " +
+                           parent_desc + "; a domain's parent must be exactly one tier up");
+    }
+    child_domains[parent].push_back(i);
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const PendingNode& n = nodes_[i];
+    if (n.node.name.empty()) return Status::Error("a node has no name");
+    if (n.node.gpus < 1 || n.node.gpus > kMaxGpusPerNode) {
+      return Status::Error("node '" + n.node.name + "' has " + std::to_string(n.node.gpus) +
+                           " GPUs; a node has 1.." + std::to_string(kMaxGpusPerNode));
+    }
+    int parent = n.parent == kTop ? root_handle : n.parent;
+    if (n.parent != kTop && (n.parent < 0 || n.parent >= pending_domains)) {
+      return Status::Error("node '" + n.node.name + "' has an unknown parent");
+    }
+    int parent_tier = n.parent == kTop ? tiers : domains_[n.parent].tier;
+    if (parent_tier != 1) {
+      return Status::Error("node '" + n.node.name + "' sits under a domain of tier '" +
+                           (parent_tier < tiers ? tiers_[parent_tier].name : "cluster") +
+                           "'; nodes belong under the tier just above the node tier ('" +
+                           (tiers > 1 ? tiers_[1].name : std::string("cluster")) + "')");
+    }
+    child_nodes[parent].push_back(static_cast<int>(i));
+  }
+
+  Topology topo;
+  topo.name_ = name_;
+  topo.tiers_ = tiers_;
+  topo.hbd_tier_ = hbd_tier_;
+  const int node_total = static_cast<int>(nodes_.size());
+
+  // Depth-first walk gives node order and the domain order within each tier.
+  std::vector<int> node_order;
+  node_order.reserve(node_total);
+  std::vector<std::vector<int>> tier_order(tiers + 1);  // pending handles per tier
+  tier_order[tiers].push_back(root_handle);
+  std::vector<int> node_parent_handle(node_total, root_handle);
+  {
+    // Iterative pre-order that keeps children in insertion order.
+    std::vector<std::pair<int, size_t>> walk = {{root_handle, 0}};
+    while (!walk.empty()) {
+      auto& [handle, next] = walk.back();
+      const auto& kids = child_domains[handle];
+      if (next == 0) {
+        for (int n : child_nodes[handle]) {
+          node_order.push_back(n);
+          node_parent_handle[n] = handle;
+        }
+      }
+      if (next < kids.size()) {
+        int child = kids[next++];
+        tier_order[domains_[child].tier].push_back(child);
+        walk.push_back({child, 0});
+      } else {
+        walk.pop_back();
+      }
+    }
+  }
+
+  // Ids: tier 0 = nodes, then each tier's domains, root last.
+  std::vector<DomainId> tier_first(tiers + 2, 0);
+  tier_first[1] = node_total;
+  for (int t = 1; t <= tiers; ++t) {
+    tier_first[t + 1] = tier_first[t] + static_cast<int>(tier_order[t].size());
+  }
+  const int domain_total = tier_first[tiers + 1];
+  std::vector<DomainId> id_of_handle(pending_domains + 1, kNoDomain);
+  for (int t = 1; t <= tiers; ++t) {
+    for (size_t i = 0; i < tier_order[t].size(); ++i) {
+      id_of_handle[tier_order[t][i]] = tier_first[t] + static_cast<int>(i);
+    }
+    if (t < tiers && tier_order[t].empty()) {
+      return Status::Error("tier '" + tiers_[t].name + "' has no domains");
+    }
+  }
+  for (int i = 0; i < pending_domains; ++i) {
+    if (id_of_handle[i] == kNoDomain) {
+      return Status::Error("domain '" + domains_[i].name + "' is not connected to the top tier");
+    }
+  }
+
+  topo.domains_.resize(domain_total);
+  topo.nodes_.resize(node_total);
+  for (int pos = 0; pos < node_total; ++pos) {
+    PendingNode& pn = nodes_[node_order[pos]];
+    topo.nodes_[pos] = std::move(pn.node);
+    Domain& d = topo.domains_[pos];
+    d.name = topo.nodes_[pos].name;
+    d.tier = 0;
+    d.parent = id_of_handle[node_parent_handle[node_order[pos]]];
+    d.node_begin = pos;
+    d.node_end = pos + 1;
+    d.gpus = topo.nodes_[pos].gpus;
+    topo.max_node_gpus_ = std::max(topo.max_node_gpus_, d.gpus);
+  }
+  for (int h = 0; h <= pending_domains; ++h) {
+    DomainId id = id_of_handle[h];
+    Domain& d = topo.domains_[id];
+    if (h == root_handle) {
+      d.name = "cluster";
+      d.tier = tiers;
+      d.parent = kNoDomain;
+    } else {
+      d.name = domains_[h].name;
+      d.tier = domains_[h].tier;
+      d.parent = id_of_handle[domains_[h].parent == kTop ? root_handle : domains_[h].parent];
+    }
+  }
+  // Children: node children for tier-1 domains, domain children above.
+  // Node ranges and GPU counts accumulate bottom-up, tier by tier.
+  topo.child_ids_.reserve(domain_total);
+  for (int t = 1; t <= tiers; ++t) {
+    for (DomainId id = tier_first[t]; id < tier_first[t + 1]; ++id) {
+      Domain& d = topo.domains_[id];
+      d.child_begin = static_cast<int32_t>(topo.child_ids_.size());
+      d.node_begin = node_total;
+      d.node_end = 0;
+      d.gpus = 0;
+    }
+  }
+  // Fill children in id order of the parent so child ranges are contiguous.
+  std::vector<std::vector<DomainId>> kids(domain_total);
+  for (DomainId id = 0; id < domain_total - 1; ++id) kids[topo.domains_[id].parent].push_back(id);
+  topo.child_ids_.clear();
+  for (DomainId id = node_total; id < domain_total; ++id) {
+    Domain& d = topo.domains_[id];
+    d.child_begin = static_cast<int32_t>(topo.child_ids_.size());
+    topo.child_ids_.insert(topo.child_ids_.end(), kids[id].begin(), kids[id].end());
+    d.child_end = static_cast<int32_t>(topo.child_ids_.size());
+    if (kids[id].empty()) {
+      if (id == domain_total - 1) return Status::Error("topology '" + name_ + "' has no nodes");
+      return Status::Error("domain '" + d.name + "' of tier '" + tiers_[d.tier].name +
+                           "' has no nodes below it");
+    }
+  }
+  for (DomainId id = node_total; id < domain_total; ++id) {
+    Domain& d = topo.domains_[id];
+    NodeId lo = node_total, hi = 0;
+    int gpus = 0;
+    for (DomainId c : kids[id]) {
+      lo = std::min(lo, topo.domains_[c].node_begin);
+      hi = std::max(hi, topo.domains_[c].node_end);
+      gpus += topo.domains_[c].gpus;
+    }
+    d.node_begin = lo;
+    d.node_end = hi;
+    d.gpus = gpus;
+  }
+
+  topo.tier_first_ = tier_first;
+  topo.max_domain_gpus_.assign(tiers + 1, 0);
+  for (DomainId id = 0; id < domain_total; ++id) {
+    int t = topo.domains_[id].tier;
+    topo.max_domain_gpus_[t] = std::max(topo.max_domain_gpus_[t], topo.domains_[id].gpus);
+  }
+  topo.ancestors_.resize(static_cast<size_t>(node_total) * (tiers + 1));
+  for (NodeId n = 0; n < node_total; ++n) {
+    DomainId d = n;
+    for (int t = 0; t <= tiers; ++t) {
+      topo.ancestors_[static_cast<size_t>(n) * (tiers + 1) + t] = d;
+      d = topo.domains_[d].parent;
+    }
+  }
+  topo.node_index_.reserve(node_total);
+  for (NodeId n = 0; n < node_total; ++n) {
+    if (!topo.node_index_.emplace(topo.nodes_[n].name, n).second) {
+      return Status::Error("node name '" + topo.nodes_[n].name + "' is used twice");
+    }
+  }
+  for (DomainId id = node_total; id < domain_total - 1; ++id) {
+    const std::string& nm = topo.domains_[id].name;
+    if (topo.node_index_.count(nm) || !topo.domain_index_.emplace(nm, id).second) {
+      return Status::Error("domain name '" + nm + "' is used twice");
+    }
+  }
+  return topo;
+}
+
+}  // namespace topo::core

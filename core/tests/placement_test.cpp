@@ -1,0 +1,254 @@
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "test_util.hpp"
+#include "topo/core/evaluator.hpp"
+#include "topo/core/placement.hpp"
+
+using namespace topo::core;
+using testing::MakeJob;
+using testing::MakeRegular;
+
+namespace {
+
+// Racks (HBD) of 4 nodes x 4 GPUs, 2 racks per leaf, 2 leaves per spine, 2 spines.
+Topology RackTopology() { return MakeRegular({"node", "hbd", "leaf", "spine"}, 1, {4, 2, 2}, 2, 4); }
+
+void Occupy(ClusterState& st, NodeId n) {
+  std::vector<GpuSlot> s;
+  for (int g = 0; g < st.topology().node(n).gpus; ++g) s.push_back({n, g});
+  REQUIRE(st.Allocate(s).ok());
+}
+
+void CheckValid(const Placement& p, const ClusterState& st, int gpus) {
+  REQUIRE(p.placed());
+  REQUIRE(static_cast<int>(p.ranks.size()) == gpus);
+  std::set<std::pair<int, int>> seen;
+  for (const GpuSlot& s : p.ranks) {
+    CHECK(seen.insert({s.node, s.gpu}).second);
+    CHECK((st.usable_free_mask(s.node) >> s.gpu & 1) == 1);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("toposched keeps every TP group inside one HBD where first-fit splits them") {
+  Topology topo = RackTopology();
+  ClusterState st(topo);
+  // Rack 0 keeps 3 free nodes, rack 1 keeps 1: node order would pair a TP
+  // group across racks.
+  Occupy(st, 0);
+  for (NodeId n : {4, 5, 6}) Occupy(st, n);
+  JobSpec job = MakeJob(16, 8);  // 2 TP groups of 8 = 2 nodes each
+  auto placer = MakePlacer("toposched");
+  Placement p = placer->Place(job, st);
+  CheckValid(p, st, 16);
+  PlacementMetrics m = Evaluate(job, topo, p.ranks);
+  CHECK(m.tp_in_hbd.value() == 1.0);
+  CHECK(m.required_met);
+
+  JobSpec job3 = MakeJob(16, 8);
+  Placement ff = MakePlacer("first-fit")->Place(job3, st);
+  CheckValid(ff, st, 16);
+  CHECK(Evaluate(job3, topo, ff.ranks).tp_in_hbd.value() < 1.0);
+}
+
+TEST_CASE("an EP block needs a whole HBD: Busy when none is free, Infeasible when none is big enough") {
+  Topology topo = RackTopology();
+  ClusterState st(topo);
+  JobSpec moe = MakeJob(32, 4, 1, 4);  // EP block 16 = one whole rack
+  auto placer = MakePlacer("toposched");
+  Placement p = placer->Place(moe, st);
+  CheckValid(p, st, 32);
+  PlacementMetrics m = Evaluate(moe, topo, p.ranks);
+  CHECK(m.ep_in_hbd.value() == 1.0);
+  CHECK(m.leaves_spanned == 1);  // two racks of one leaf
+
+  // One node taken in every rack: enough GPUs, no whole rack.
+  for (NodeId n = 0; n < topo.node_count(); n += 4) Occupy(st, n);
+  CHECK(st.free_gpus(topo.root()) >= 32);
+  Placement busy = placer->Place(moe, st);
+  CHECK(busy.outcome == PlaceOutcome::kBusy);
+  CHECK_FALSE(busy.reason.empty());
+
+  JobSpec huge = MakeJob(64, 4, 1, 8);  // EP block 32 > rack of 16
+  Placement never = placer->Place(huge, st);
+  CHECK(never.outcome == PlaceOutcome::kInfeasible);
+  CHECK(never.reason.find("hbd") != std::string::npos);
+  CHECK(never.reason.find("32 GPUs") != std::string::npos);
+
+  // The same EP block is fine when the constraint is only preferred.
+  huge.constraints[static_cast<int>(GroupKind::kEp)].strength = Strength::kPreferred;
+  ClusterState empty(topo);
+  CHECK(placer->Place(huge, empty).placed());
+}
+
+TEST_CASE("more GPUs than the cluster, or an unknown tier, is Infeasible") {
+  Topology topo = RackTopology();
+  ClusterState st(topo);
+  auto placer = MakePlacer("toposched");
+  Placement p = placer->Place(MakeJob(512, 8), st);
+  CHECK(p.outcome == PlaceOutcome::kInfeasible);
+  CHECK(p.reason.find("empty cluster") != std::string::npos);
+  JobSpec job = MakeJob(16, 8, 2);
+  job.constraints[static_cast<int>(GroupKind::kPp)] = {Strength::kRequired, "row"};
+  Placement q = placer->Place(job, st);
+  CHECK(q.outcome == PlaceOutcome::kInfeasible);
+  CHECK(q.reason.find("constraints.pp") != std::string::npos);
+  for (const std::string& name : PlacerNames()) {
+    CAPTURE(name);
+    CHECK(MakePlacer(name)->Place(MakeJob(512, 8), st).outcome == PlaceOutcome::kInfeasible);
+  }
+  CHECK(MakePlacer("nope") == nullptr);
+}
+
+TEST_CASE("failed GPUs, drained nodes and degraded GPUs") {
+  Topology topo = MakeRegular({"node", "leaf"}, 0, {4}, 2, 8);
+  ClusterState st(topo);
+  st.SetGpuHealth(0, 3, GpuHealth::kFailed);
+  st.SetNodeState(1, NodeState::kDrained);
+  st.SetGpuHealth(2, 0, GpuHealth::kDegraded);
+  auto placer = MakePlacer("toposched");
+  // A 16-GPU gang takes whole healthy nodes only.
+  Placement big = placer->Place(MakeJob(16, 8), st);
+  CheckValid(big, st, 16);
+  for (const GpuSlot& s : big.ranks) {
+    CHECK(s.node != 0);
+    CHECK(s.node != 1);
+    CHECK(s.node != 2);
+  }
+  // A 4-GPU job may use the node with a failed GPU (7 usable), never the
+  // failed GPU itself.
+  ClusterState st2(topo);
+  st2.SetGpuHealth(0, 3, GpuHealth::kFailed);
+  Placement small = placer->Place(MakeJob(4), st2);
+  CheckValid(small, st2, 4);
+  for (const GpuSlot& s : small.ranks) CHECK_FALSE((s.node == 0 && s.gpu == 3));
+  // Degraded GPUs: small jobs may use them, healthy ones first; gangs avoid them.
+  ClusterState st3(topo);
+  for (NodeId n = 0; n < topo.node_count(); ++n) st3.SetGpuHealth(n, 0, GpuHealth::kDegraded);
+  CHECK(placer->Place(MakeJob(8), st3).placed());
+  CHECK(placer->Place(MakeJob(16, 8), st3).outcome == PlaceOutcome::kBusy);
+  Placement seven = placer->Place(MakeJob(7), st3);
+  REQUIRE(seven.placed());
+  for (const GpuSlot& s : seven.ranks) CHECK(s.gpu != 0);
+}
+
+TEST_CASE("small jobs go to the fullest node of the fullest domain that holds them") {
+  Topology topo = MakeRegular({"node", "leaf"}, 0, {4}, 2, 8);
+  ClusterState st(topo);
+  std::vector<GpuSlot> six = {{5, 0}, {5, 1}, {5, 2}, {5, 3}, {5, 4}, {5, 5}};
+  std::vector<GpuSlot> four = {{6, 0}, {6, 1}, {6, 2}, {6, 3}};
+  REQUIRE(st.Allocate(six).ok());
+  REQUIRE(st.Allocate(four).ok());
+  auto placer = MakePlacer("toposched");
+  Placement p = placer->Place(MakeJob(2), st);
+  REQUIRE(p.placed());
+  CHECK(p.ranks[0].node == 5);
+  Placement q = placer->Place(MakeJob(3), st);
+  REQUIRE(q.placed());
+  CHECK(q.ranks[0].node == 6);
+  std::set<NodeId> nodes;
+  for (const GpuSlot& s : q.ranks) nodes.insert(s.node);
+  CHECK(nodes.size() == 1);
+}
+
+TEST_CASE("spares are whole free nodes next to the job") {
+  Topology topo = RackTopology();
+  ClusterState st(topo);
+  JobSpec job = MakeJob(8, 8);
+  job.spares = 1;
+  Placement p = MakePlacer("toposched")->Place(job, st);
+  REQUIRE(p.placed());
+  REQUIRE(p.spares.size() == 1);
+  NodeId spare = p.spares[0];
+  CHECK(topo.Ancestor(spare, topo.hbd_tier()) == topo.Ancestor(p.ranks[0].node, topo.hbd_tier()));
+  for (const GpuSlot& s : p.ranks) CHECK(s.node != spare);
+  job.spares = 100;
+  CHECK(MakePlacer("toposched")->Place(job, st).outcome == PlaceOutcome::kInfeasible);
+  job.spares = 30;  // 32 nodes, the job takes 1: 30 spares fit
+  CHECK(MakePlacer("toposched")->Place(job, st).placed());
+  Occupy(st, 15);
+  Occupy(st, 14);
+  CHECK(MakePlacer("toposched")->Place(job, st).outcome == PlaceOutcome::kBusy);
+}
+
+TEST_CASE("a job fits one leaf when one leaf can hold it, and pipelines stay together") {
+  Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {4, 4}, 2, 8);  // leaves of 32 GPUs
+  ClusterState st(topo);
+  // Leave leaf 1 fully free, others partly used.
+  for (NodeId n : {0, 1, 8, 9, 10, 13}) Occupy(st, n);
+  JobSpec job = MakeJob(32, 8, 4);  // tp8 pp4 dp1: one pipeline
+  Placement p = MakePlacer("toposched")->Place(job, st);
+  REQUIRE(p.placed());
+  PlacementMetrics m = Evaluate(job, topo, p.ranks);
+  CHECK(m.leaves_spanned == 1);
+  CHECK(m.tier_histogram[static_cast<int>(GroupKind::kPp)][topo.leaf_tier()] == 8);
+  // TP: 4 groups x 16 x hbd 1; PP: 8 groups x 2 x leaf 4. The bound puts
+  // each PP group of 4 GPUs inside a node (cost 1): (64 + 64) / (64 + 16).
+  CHECK(m.comm_cost == doctest::Approx(128));
+  CHECK(m.comm_cost_ratio.value() == doctest::Approx(1.6));
+}
+
+TEST_CASE("placement is deterministic and does not touch the state") {
+  Topology topo = RackTopology();
+  ClusterState st(topo);
+  Occupy(st, 3);
+  Occupy(st, 9);
+  JobSpec job = MakeJob(32, 8, 2);
+  for (const std::string& name : PlacerNames()) {
+    auto placer = MakePlacer(name);
+    Placement a = placer->Place(job, st);
+    Placement b = placer->Place(job, st);
+    REQUIRE(a.placed());
+    CHECK(a.ranks == b.ranks);
+    CHECK(st.busy_gpus(topo.root()) == 8);
+  }
+}
+
+TEST_CASE("slurm-tree takes the lowest switch that holds the job, best fit over its leaves") {
+  Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {4, 2}, 2, 8);
+  ClusterState st(topo);
+  // Free nodes: leaf 0 {3}, leaf 1 {6, 7} (spine 0: 3), leaf 2 {10, 11},
+  // leaf 3 {14, 15} (spine 1: 4).
+  for (NodeId n : {0, 1, 2, 4, 5, 8, 9, 12, 13}) Occupy(st, n);
+  auto tree = MakePlacer("slurm-tree");
+  // 3 nodes: no leaf holds it; spine 0 does with the fewest free nodes; its
+  // largest leaf first, then the leaf that fits the rest.
+  Placement p = tree->Place(MakeJob(24, 8), st);
+  REQUIRE(p.placed());
+  std::set<NodeId> nodes;
+  for (const GpuSlot& s : p.ranks) nodes.insert(s.node);
+  CHECK(nodes == std::set<NodeId>{3, 6, 7});
+  // Ranks follow node order.
+  CHECK(p.ranks[0].node == 3);
+  CHECK(p.ranks[23].node == 7);
+  // 2 nodes: leaf 1 of spine 0 holds it alone (lowest level wins).
+  Placement q = tree->Place(MakeJob(16, 8), st);
+  REQUIRE(q.placed());
+  CHECK(q.ranks[0].node == 6);
+  // first-fit simply walks node order.
+  Placement f = MakePlacer("first-fit")->Place(MakeJob(16, 8), st);
+  REQUIRE(f.placed());
+  CHECK(f.ranks[0].node == 3);
+  CHECK(f.ranks[15].node == 6);
+}
+
+TEST_CASE("gpus_per_node spreads a job over more nodes") {
+  Topology topo = MakeRegular({"node", "leaf"}, 0, {4}, 2, 8);
+  ClusterState st(topo);
+  JobSpec job = MakeJob(16, 4);
+  job.gpus_per_node = 4;
+  Placement p = MakePlacer("toposched")->Place(job, st);
+  REQUIRE(p.placed());
+  std::set<NodeId> nodes;
+  for (const GpuSlot& s : p.ranks) nodes.insert(s.node);
+  CHECK(nodes.size() == 4);
+  job.gpus_per_node = 2;  // TP 4 cannot sit on one node with 2 GPUs per node
+  job.constraints[0].tier = "node";
+  Placement q = MakePlacer("toposched")->Place(job, st);
+  CHECK(q.outcome == PlaceOutcome::kInfeasible);
+  CHECK(q.reason.find("gpus_per_node") == std::string::npos);
+  CHECK(q.reason.find("2 GPUs per node") != std::string::npos);
+}

@@ -1,0 +1,153 @@
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+#include "topo/core/cluster_state.hpp"
+#include "topo/core/generators.hpp"
+
+using namespace topo::core;
+
+TEST_CASE("generators build the reference topologies of BENCHMARKS.md") {
+  struct Expect {
+    const char* name;
+    int gpus, nodes, hbd_gpus, leaf_gpus, pod_gpus;
+  };
+  for (Expect e : {Expect{"tiny", 64, 8, 8, 16, 32}, Expect{"meta-24k", 24576, 3072, 8, 16, 3072},
+                   Expect{"nvl72-64k", 64512, 16128, 72, 576, 9216},
+                   Expect{"cm384-166k", 165888, 20736, 384, 1536, 18432}}) {
+    CAPTURE(e.name);
+    Result<Topology> t = GenerateTopology(e.name);
+    REQUIRE(t.ok());
+    const Topology& topo = t.value();
+    CHECK(topo.total_gpus() == e.gpus);
+    CHECK(topo.node_count() == e.nodes);
+    CHECK(topo.max_domain_gpus(topo.hbd_tier()) == e.hbd_gpus);
+    CHECK(topo.max_domain_gpus(topo.leaf_tier()) == e.leaf_gpus);
+    CHECK(topo.max_domain_gpus(topo.pod_tier()) == e.pod_gpus);
+  }
+  CHECK_FALSE(GenerateTopology("nope").ok());
+  CHECK(GenerateTopology("nope").message().find("tiny") != std::string::npos);
+  Result<Topology> four = GenerateTopology("tiny", 4);
+  REQUIRE(four.ok());
+  CHECK(four.value().total_gpus() == 32);
+}
+
+TEST_CASE("domains cover contiguous node ranges and ancestors agree") {
+  Topology topo = testing::MakeRegular({"node", "hbd", "leaf", "spine"}, 1, {3, 2, 2}, 2, 4);
+  CHECK(topo.node_count() == 24);
+  CHECK(topo.tier_size(1) == 8);
+  CHECK(topo.tier_size(2) == 4);
+  CHECK(topo.tier_size(3) == 2);
+  for (DomainId d = 0; d < topo.domain_count(); ++d) {
+    const Domain& dom = topo.domain(d);
+    CHECK(dom.node_end - dom.node_begin == (dom.gpus / 4));
+    for (NodeId n = dom.node_begin; n < dom.node_end; ++n) CHECK(topo.Ancestor(n, dom.tier) == d);
+  }
+  CHECK(topo.Ancestor(0, topo.root_tier()) == topo.root());
+  CHECK(topo.FindNode("n0") >= 0);
+  CHECK(topo.FindNode("zzz") == -1);
+}
+
+TEST_CASE("tiers resolve by name and by role alias") {
+  Topology topo = testing::MakeRegular({"node", "rack", "tor", "spine", "dc"}, 1, {2, 2, 2, 2}, 2, 4);
+  CHECK(topo.FindTier("rack").value() == 1);
+  CHECK(topo.FindTier("hbd").value() == 1);
+  CHECK(topo.FindTier("leaf").value() == 2);
+  CHECK(topo.FindTier("pod").value() == 3);
+  CHECK(topo.FindTier("dc").value() == 4);
+  CHECK(topo.FindTier("cluster").value() == 5);
+  Result<int> bad = topo.FindTier("row");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.message().find("rack, tor, spine, dc") != std::string::npos);
+}
+
+TEST_CASE("tier costs default by position relative to the HBD") {
+  Topology topo = testing::MakeRegular({"node", "hbd", "leaf", "spine", "dc"}, 1, {2, 2, 2, 2}, 2, 4);
+  CHECK(topo.tier(0).cost == 1);
+  CHECK(topo.tier(1).cost == 1);
+  CHECK(topo.tier(2).cost == 4);
+  CHECK(topo.tier(3).cost == 16);
+  CHECK(topo.tier(4).cost == 64);
+  CHECK(topo.tier(5).cost == 64);
+}
+
+TEST_CASE("builder rejects malformed trees with a message naming the problem") {
+  SUBCASE("domain under the wrong tier") {
+    TopologyBuilder b("t", {"node", "leaf", "spine"}, 0);
+    int leaf = b.AddDomain("leaf0", 1, TopologyBuilder::kTop);
+    b.AddNode("n0", leaf, 8);
+    Result<Topology> t = std::move(b).Build();
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.message().find("leaf0") != std::string::npos);
+  }
+  SUBCASE("empty domain") {
+    TopologyBuilder b("t", {"node", "leaf"}, 0);
+    int l0 = b.AddDomain("leaf0", 1, TopologyBuilder::kTop);
+    b.AddDomain("leaf1", 1, TopologyBuilder::kTop);
+    b.AddNode("n0", l0, 8);
+    Result<Topology> t = std::move(b).Build();
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.message().find("leaf1") != std::string::npos);
+    CHECK(t.message().find("no nodes") != std::string::npos);
+  }
+  SUBCASE("duplicate node") {
+    TopologyBuilder b("t", {"node", "leaf"}, 0);
+    int l0 = b.AddDomain("leaf0", 1, TopologyBuilder::kTop);
+    b.AddNode("n0", l0, 8);
+    b.AddNode("n0", l0, 8);
+    Result<Topology> t = std::move(b).Build();
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.message().find("'n0' is used twice") != std::string::npos);
+  }
+  SUBCASE("bad gpu count") {
+    TopologyBuilder b("t", {"node", "leaf"}, 0);
+    int l0 = b.AddDomain("leaf0", 1, TopologyBuilder::kTop);
+    b.AddNode("n0", l0, 65);
+    CHECK_FALSE(std::move(b).Build().ok());
+  }
+  SUBCASE("hbd tier out of range") {
+    TopologyBuilder b("t", {"node"}, 3);
+    b.AddNode("n0", TopologyBuilder::kTop, 8);
+    CHECK_FALSE(std::move(b).Build().ok());
+  }
+  SUBCASE("tier without domains") {
+    TopologyBuilder b("t", {"node", "leaf", "spine"}, 0);
+    b.AddNode("n0", TopologyBuilder::kTop, 8);
+    CHECK_FALSE(std::move(b).Build().ok());
+  }
+}
+
+TEST_CASE("cluster state counts usage per domain and rejects bad allocations atomically") {
+  Topology topo = testing::MakeRegular({"node", "leaf"}, 0, {2}, 2, 4);
+  ClusterState st(topo);
+  CHECK(st.free_gpus(topo.root()) == 16);
+  std::vector<GpuSlot> a = {{0, 0}, {0, 1}, {1, 3}};
+  REQUIRE(st.Allocate(a).ok());
+  CHECK(st.busy_gpus(topo.root()) == 3);
+  CHECK(st.free_gpus(topo.Ancestor(0, 1)) == 5);
+  // Overlap: nothing changes.
+  std::vector<GpuSlot> b = {{2, 0}, {0, 1}};
+  Status s = st.Allocate(b);
+  CHECK_FALSE(s.ok());
+  CHECK(s.message().find("already allocated") != std::string::npos);
+  CHECK(st.busy_gpus(topo.root()) == 3);
+  CHECK(st.busy_mask(2) == 0);
+  // Duplicates within one request.
+  std::vector<GpuSlot> dup = {{3, 0}, {3, 0}};
+  CHECK_FALSE(st.Allocate(dup).ok());
+  CHECK(st.busy_mask(3) == 0);
+  // Out of range.
+  std::vector<GpuSlot> oob = {{0, 7}};
+  CHECK_FALSE(st.Allocate(oob).ok());
+  // Health and node state change what is usable, not what is busy.
+  st.SetGpuHealth(2, 1, GpuHealth::kFailed);
+  CHECK(st.free_gpus(topo.root()) == 12);
+  CHECK(st.failed_gpus(topo.root()) == 1);
+  st.SetNodeState(3, NodeState::kDrained);
+  CHECK(st.free_gpus(topo.root()) == 8);
+  st.SetNodeState(3, NodeState::kUp);
+  st.SetGpuHealth(2, 1, GpuHealth::kHealthy);
+  CHECK(st.free_gpus(topo.root()) == 13);
+  REQUIRE(st.Release(a).ok());
+  CHECK(st.busy_gpus(topo.root()) == 0);
+  CHECK_FALSE(st.Release(a).ok());
+}
