@@ -28,6 +28,8 @@ std::string_view GpuHealthName(GpuHealth h) {
 ClusterState::ClusterState(const Topology& topology)
     : topology_(&topology),
       node_state_(topology.node_count(), NodeState::kUp),
+      all_(topology.node_count(), 0),
+      node_gpus_(topology.node_count(), 0),
       busy_(topology.node_count(), 0),
       failed_(topology.node_count(), 0),
       degraded_(topology.node_count(), 0),
@@ -35,16 +37,11 @@ ClusterState::ClusterState(const Topology& topology)
       free_gpus_(topology.domain_count(), 0),
       failed_gpus_(topology.domain_count(), 0) {
   for (DomainId d = 0; d < topology.domain_count(); ++d) free_gpus_[d] = topology.domain(d).gpus;
-}
-
-uint64_t ClusterState::all_mask(NodeId n) const {
-  int g = topology_->node(n).gpus;
-  return g >= 64 ? ~uint64_t{0} : ((uint64_t{1} << g) - 1);
-}
-
-uint64_t ClusterState::usable_free_mask(NodeId n) const {
-  if (node_state_[n] != NodeState::kUp) return 0;
-  return all_mask(n) & ~busy_[n] & ~failed_[n];
+  for (NodeId n = 0; n < topology.node_count(); ++n) {
+    int g = topology.node(n).gpus;
+    all_[n] = g >= 64 ? ~uint64_t{0} : ((uint64_t{1} << g) - 1);
+    node_gpus_[n] = static_cast<uint8_t>(g);
+  }
 }
 
 GpuHealth ClusterState::gpu_health(NodeId n, int gpu) const {

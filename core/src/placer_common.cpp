@@ -103,28 +103,28 @@ Result<JobShape> MakeJobShape(const JobSpec& job, const Topology& topology,
   return shape;
 }
 
-uint64_t NodeUsableMask(const JobShape& shape, const ClusterState& state, NodeId n) {
-  uint64_t mask = state.usable_free_mask(n);
-  if (!shape.allow_degraded) mask &= ~state.degraded_mask(n);
-  return mask;
-}
-
-int NodeSlots(const JobShape& shape, const ClusterState& state, NodeId n) {
-  uint64_t mask = NodeUsableMask(shape, state, n);
-  if (mask == 0) return 0;
-  int free = std::popcount(mask);
-  if (shape.gpus_per_node > 0) return free >= shape.gpus_per_node ? shape.gpus_per_node : 0;
-  if (shape.single_node) return free;
-  return mask == state.all_mask(n) ? free : 0;  // whole nodes only
-}
-
 std::vector<int> ComputeCapacity(const JobShape& shape, const ClusterState& state) {
   const Topology& topo = state.topology();
   std::vector<int> cap(topo.domain_count(), 0);
   const int unit0 = shape.unit[0];
-  for (NodeId n = 0; n < topo.node_count(); ++n) cap[n] = NodeSlots(shape, state, n) / unit0;
+  if (unit0 == 1) {
+    for (NodeId n = 0; n < topo.node_count(); ++n) cap[n] = NodeSlots(shape, state, n);
+  } else {
+    for (NodeId n = 0; n < topo.node_count(); ++n) cap[n] = NodeSlots(shape, state, n) / unit0;
+  }
   for (int t = 1; t <= topo.root_tier(); ++t) {
     const int64_t below = shape.unit[t - 1];
+    if (t == 1) {
+      // Children of tier-1 domains are their contiguous nodes.
+      const DomainId first = topo.tier_first(1);
+      for (DomainId d = first; d < first + topo.tier_size(1); ++d) {
+        const Domain& dom = topo.domain(d);
+        int64_t sum = 0;
+        for (NodeId n = dom.node_begin; n < dom.node_end; ++n) sum += cap[n];
+        cap[d] = static_cast<int>(below == shape.unit[1] ? sum : sum * below / shape.unit[1]);
+      }
+      continue;
+    }
     const int64_t unit = shape.unit[t];
     const DomainId first = topo.tier_first(t);
     const DomainId last = first + topo.tier_size(t);

@@ -8,6 +8,7 @@
 // domain's capacity is counted in whole blocks of its tier's unit.
 
 #include <array>
+#include <bit>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,21 @@ Result<JobShape> MakeJobShape(const JobSpec& job, const Topology& topology,
 
 // GPUs of node n the job may take now, as a mask, and how many slots the node
 // offers (0 when the node is not eligible: whole-node jobs need every GPU).
-uint64_t NodeUsableMask(const JobShape& shape, const ClusterState& state, NodeId n);
-int NodeSlots(const JobShape& shape, const ClusterState& state, NodeId n);
+inline uint64_t NodeUsableMask(const JobShape& shape, const ClusterState& state, NodeId n) {
+  uint64_t mask = state.usable_free_mask(n);
+  return shape.allow_degraded ? mask : mask & ~state.degraded_mask(n);
+}
+inline int NodeSlots(const JobShape& shape, const ClusterState& state, NodeId n) {
+  uint64_t mask = NodeUsableMask(shape, state, n);
+  if (mask == 0) return 0;
+  if (shape.gpus_per_node == 0 && !shape.single_node) {
+    // Whole nodes only; no bit counting on this hot path.
+    return mask == state.all_mask(n) ? state.node_gpus(n) : 0;
+  }
+  int free = std::popcount(mask);
+  if (shape.gpus_per_node > 0) return free >= shape.gpus_per_node ? shape.gpus_per_node : 0;
+  return free;
+}
 
 // Capacity of every domain in units of its tier (JobShape::unit).
 std::vector<int> ComputeCapacity(const JobShape& shape, const ClusterState& state);

@@ -34,6 +34,12 @@
 // the heaviest remaining traffic: so blocks never straddle a domain of their
 // tier and pipelines stay under as few leaves as the allocation allows.
 // Spares are whole healthy free nodes nearest the job (same HBD, leaf, ...).
+//
+// Fast path: a job that fits one node needs no capacity pass over the whole
+// cluster. It descends from the root into the fullest domain first, pruning
+// by the cluster state's per-domain free-GPU counters (an upper bound), and
+// takes the fullest node that holds it; if none does it falls through to the
+// general path, which also answers Busy or Infeasible.
 
 #include <algorithm>
 #include <numeric>
@@ -226,6 +232,56 @@ class Selector {
   std::vector<int> scratch_;
 };
 
+// Finds the fullest node, in the fullest domains, that holds the whole job.
+class OneNodeFinder {
+ public:
+  OneNodeFinder(const Topology& topo, const JobShape& shape, const ClusterState& state)
+      : topo_(topo), shape_(shape), state_(state) {}
+
+  NodeId Find(DomainId d) {
+    const Domain& dom = topo_.domain(d);
+    if (dom.tier == 1) return BestNode(dom);
+    if (dom.tier == 0) return Holds(d) ? d : -1;
+    std::vector<DomainId> kids;
+    for (DomainId c : topo_.children(d)) {
+      if (state_.free_gpus(c) >= shape_.world) kids.push_back(c);
+    }
+    std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
+      if (state_.free_gpus(a) != state_.free_gpus(b)) return state_.free_gpus(a) < state_.free_gpus(b);
+      return a < b;
+    });
+    for (DomainId c : kids) {
+      NodeId n = Find(c);
+      if (n >= 0) return n;
+    }
+    return -1;
+  }
+
+ private:
+  int UsableSlots(NodeId n) const {
+    const int unit = shape_.unit[0];
+    return internal::NodeSlots(shape_, state_, n) / unit * unit;
+  }
+  bool Holds(NodeId n) const { return UsableSlots(n) >= shape_.world; }
+
+  NodeId BestNode(const Domain& dom) const {
+    NodeId best = -1;
+    int best_slots = 0;
+    for (NodeId n = dom.node_begin; n < dom.node_end; ++n) {
+      int slots = UsableSlots(n);
+      if (slots >= shape_.world && (best < 0 || slots < best_slots)) {
+        best = n;
+        best_slots = slots;
+      }
+    }
+    return best;
+  }
+
+  const Topology& topo_;
+  const JobShape& shape_;
+  const ClusterState& state_;
+};
+
 class TopoSchedPlacer final : public Placer {
  public:
   explicit TopoSchedPlacer(PlacerOptions options) : options_(options) {}
@@ -236,6 +292,10 @@ class TopoSchedPlacer final : public Placer {
     Result<JobShape> shape_or = internal::MakeJobShape(job, topo, options_);
     if (!shape_or.ok()) return Placement{PlaceOutcome::kInfeasible, shape_or.message(), {}, {}};
     const JobShape& shape = shape_or.value();
+    if (shape.gpus_per_node == 0 && shape.world <= topo.max_node_gpus()) {
+      NodeId n = OneNodeFinder(topo, shape, state).Find(topo.root());
+      if (n >= 0) return internal::BuildPlacement(job, shape, state, {{n, shape.world}});
+    }
     std::vector<int> cap = internal::ComputeCapacity(shape, state);
     const int need = internal::NeedAt(shape, topo.root_tier());
     if (cap[topo.root()] < need) return internal::ExplainShortfall(job, shape, state, cap);

@@ -47,10 +47,14 @@ class ClusterState {
   uint64_t busy_mask(NodeId n) const { return busy_[n]; }
   uint64_t failed_mask(NodeId n) const { return failed_[n]; }
   uint64_t degraded_mask(NodeId n) const { return degraded_[n]; }
-  uint64_t all_mask(NodeId n) const;
+  uint64_t all_mask(NodeId n) const { return all_[n]; }
+  // GPUs of node n (a dense copy of topology().node(n).gpus).
+  int node_gpus(NodeId n) const { return node_gpus_[n]; }
   // GPUs of node n that a new job may take: not busy, not failed, node up.
   // Degraded GPUs are included; placers decide whether to use them.
-  uint64_t usable_free_mask(NodeId n) const;
+  uint64_t usable_free_mask(NodeId n) const {
+    return node_state_[n] == NodeState::kUp ? all_[n] & ~busy_[n] & ~failed_[n] : 0;
+  }
 
   // Marks the slots busy. Fails, changing nothing, if a slot is out of range,
   // already busy, or listed twice.
@@ -70,6 +74,8 @@ class ClusterState {
 
   const Topology* topology_;
   std::vector<NodeState> node_state_;
+  std::vector<uint64_t> all_;  // every GPU of the node
+  std::vector<uint8_t> node_gpus_;
   std::vector<uint64_t> busy_;
   std::vector<uint64_t> failed_;
   std::vector<uint64_t> degraded_;
