@@ -7,20 +7,28 @@ namespace topo::core {
 
 std::string_view NodeStateName(NodeState s) {
   switch (s) {
-    case NodeState::kUp: return "up";
-    case NodeState::kDraining: return "draining";
-    case NodeState::kDrained: return "drained";
-    case NodeState::kDown: return "down";
-    case NodeState::kSuspect: return "suspect";
+    case NodeState::kUp:
+      return "up";
+    case NodeState::kDraining:
+      return "draining";
+    case NodeState::kDrained:
+      return "drained";
+    case NodeState::kDown:
+      return "down";
+    case NodeState::kSuspect:
+      return "suspect";
   }
   return "unknown";
 }
 
 std::string_view GpuHealthName(GpuHealth h) {
   switch (h) {
-    case GpuHealth::kHealthy: return "healthy";
-    case GpuHealth::kDegraded: return "degraded";
-    case GpuHealth::kFailed: return "failed";
+    case GpuHealth::kHealthy:
+      return "healthy";
+    case GpuHealth::kDegraded:
+      return "degraded";
+    case GpuHealth::kFailed:
+      return "failed";
   }
   return "unknown";
 }

@@ -24,11 +24,16 @@ std::vector<Dim> DefaultRankOrder() {
 
 std::string_view GroupKindName(GroupKind k) {
   switch (k) {
-    case GroupKind::kTp: return "tp";
-    case GroupKind::kCp: return "cp";
-    case GroupKind::kEp: return "ep";
-    case GroupKind::kPp: return "pp";
-    case GroupKind::kDp: return "dp";
+    case GroupKind::kTp:
+      return "tp";
+    case GroupKind::kCp:
+      return "cp";
+    case GroupKind::kEp:
+      return "ep";
+    case GroupKind::kPp:
+      return "pp";
+    case GroupKind::kDp:
+      return "dp";
   }
   return "?";
 }
@@ -42,11 +47,16 @@ std::optional<GroupKind> ParseGroupKind(std::string_view name) {
 
 double GroupKindWeight(GroupKind k) {
   switch (k) {
-    case GroupKind::kTp: return 16;
-    case GroupKind::kEp: return 8;
-    case GroupKind::kCp: return 4;
-    case GroupKind::kPp: return 2;
-    case GroupKind::kDp: return 1;
+    case GroupKind::kTp:
+      return 16;
+    case GroupKind::kEp:
+      return 8;
+    case GroupKind::kCp:
+      return 4;
+    case GroupKind::kPp:
+      return 2;
+    case GroupKind::kDp:
+      return 1;
   }
   return 1;
 }
@@ -56,7 +66,8 @@ Result<std::vector<Dim>> ParseRankOrder(std::string_view text) {
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t dash = text.find('-', pos);
-    std::string_view token = text.substr(pos, dash == std::string_view::npos ? text.npos : dash - pos);
+    std::string_view token =
+        text.substr(pos, dash == std::string_view::npos ? text.npos : dash - pos);
     bool found = false;
     for (int d = 0; d < kDimCount; ++d) {
       if (kDimNames[d] == token) {
@@ -119,8 +130,8 @@ Status ValidateJobSpec(const JobSpec& job) {
   if (product != job.gpus) {
     return Status::Error("tp x cp x pp x dp = " + std::to_string(p.tp) + " x " +
                          std::to_string(p.cp) + " x " + std::to_string(p.pp) + " x " +
-                         std::to_string(p.dp) + " = " + std::to_string(product) +
-                         ", but gpus is " + std::to_string(job.gpus) +
+                         std::to_string(p.dp) + " = " + std::to_string(product) + ", but gpus is " +
+                         std::to_string(job.gpus) +
                          "; make the product equal gpus (or leave dp out to derive it)");
   }
   if (p.dp % p.ep != 0) {
@@ -172,22 +183,32 @@ RankLayout::RankLayout(const Parallelism& p) {
 
 bool RankLayout::InGroup(GroupKind k, Dim d) {
   switch (k) {
-    case GroupKind::kTp: return d == Dim::kTp;
-    case GroupKind::kCp: return d == Dim::kCp;
-    case GroupKind::kEp: return d == Dim::kTp || d == Dim::kCp || d == Dim::kEp;
-    case GroupKind::kPp: return d == Dim::kPp;
-    case GroupKind::kDp: return d == Dim::kEp || d == Dim::kDp;
+    case GroupKind::kTp:
+      return d == Dim::kTp;
+    case GroupKind::kCp:
+      return d == Dim::kCp;
+    case GroupKind::kEp:
+      return d == Dim::kTp || d == Dim::kCp || d == Dim::kEp;
+    case GroupKind::kPp:
+      return d == Dim::kPp;
+    case GroupKind::kDp:
+      return d == Dim::kEp || d == Dim::kDp;
   }
   return false;
 }
 
 bool RankLayout::KindActive(GroupKind k, const Parallelism& p) {
   switch (k) {
-    case GroupKind::kTp: return p.tp > 1;
-    case GroupKind::kCp: return p.cp > 1;
-    case GroupKind::kEp: return p.ep > 1;
-    case GroupKind::kPp: return p.pp > 1;
-    case GroupKind::kDp: return p.dp > 1;
+    case GroupKind::kTp:
+      return p.tp > 1;
+    case GroupKind::kCp:
+      return p.cp > 1;
+    case GroupKind::kEp:
+      return p.ep > 1;
+    case GroupKind::kPp:
+      return p.pp > 1;
+    case GroupKind::kDp:
+      return p.dp > 1;
   }
   return false;
 }

@@ -113,8 +113,8 @@ class SlurmTreePlacer final : public Placer {
     // Its leaf switches, best fit.
     std::vector<DomainId> leaves;
     const Domain& dom = topo.domain(top);
-    for (DomainId l = topo.Ancestor(dom.node_begin, leaf); l <= topo.Ancestor(dom.node_end - 1, leaf);
-         ++l) {
+    for (DomainId l = topo.Ancestor(dom.node_begin, leaf);
+         l <= topo.Ancestor(dom.node_end - 1, leaf); ++l) {
       if (slots[l] > 0) leaves.push_back(l);
     }
     std::vector<std::pair<NodeId, int>> picks;

@@ -91,8 +91,8 @@ Result<JobShape> MakeJobShape(const JobSpec& job, const Topology& topology,
     }
   }
   for (int t = 0; t <= root_tier; ++t) {
-    for (GroupKind k : {GroupKind::kTp, GroupKind::kEp, GroupKind::kCp, GroupKind::kPp,
-                        GroupKind::kDp}) {
+    for (GroupKind k :
+         {GroupKind::kTp, GroupKind::kEp, GroupKind::kCp, GroupKind::kPp, GroupKind::kDp}) {
       if (shape.preferred_tier[static_cast<int>(k)] != t) continue;
       for (Dim d : job_order) {
         if (RankLayout::InGroup(k, d)) push(d);
@@ -180,9 +180,9 @@ Placement ExplainShortfall(const JobSpec& job, const JobShape& shape, const Clus
   const int root_tier = topo.root_tier();
   ClusterState empty(topo);
   std::vector<int> empty_cap = ComputeCapacity(shape, empty);
-  std::string per_node =
-      shape.gpus_per_node > 0 ? " taking " + std::to_string(shape.gpus_per_node) + " GPUs per node"
-                              : "";
+  std::string per_node = shape.gpus_per_node > 0
+                             ? " taking " + std::to_string(shape.gpus_per_node) + " GPUs per node"
+                             : "";
   Placement out;
   for (int t = 0; t <= root_tier; ++t) {
     if (t > 0 && shape.unit[t] == shape.unit[t - 1]) continue;
@@ -200,12 +200,12 @@ Placement ExplainShortfall(const JobSpec& job, const JobShape& shape, const Clus
     }
     if (kinds.empty()) kinds = "the whole job";
     out.outcome = PlaceOutcome::kInfeasible;
-    out.reason = "blocks of " + std::to_string(shape.unit[t]) + " GPUs (" +
-                 DimSetName(shape.unit_dims[t]) + ", from the required " + kinds +
-                 " constraint) must each sit inside one " + topo.tier(t).name +
-                 ", but no " + topo.tier(t).name + " of this topology can hold one (largest: " +
-                 std::to_string(topo.max_domain_gpus(t)) + " GPUs" + per_node +
-                 "); lower the parallel degrees or make the constraint preferred";
+    out.reason =
+        "blocks of " + std::to_string(shape.unit[t]) + " GPUs (" + DimSetName(shape.unit_dims[t]) +
+        ", from the required " + kinds + " constraint) must each sit inside one " +
+        topo.tier(t).name + ", but no " + topo.tier(t).name +
+        " of this topology can hold one (largest: " + std::to_string(topo.max_domain_gpus(t)) +
+        " GPUs" + per_node + "); lower the parallel degrees or make the constraint preferred";
     return out;
   }
   const int need = NeedAt(shape, root_tier);
@@ -299,9 +299,12 @@ namespace topo::core {
 
 std::string_view PlaceOutcomeName(PlaceOutcome o) {
   switch (o) {
-    case PlaceOutcome::kPlaced: return "placed";
-    case PlaceOutcome::kBusy: return "busy";
-    case PlaceOutcome::kInfeasible: return "infeasible";
+    case PlaceOutcome::kPlaced:
+      return "placed";
+    case PlaceOutcome::kBusy:
+      return "busy";
+    case PlaceOutcome::kInfeasible:
+      return "infeasible";
   }
   return "unknown";
 }

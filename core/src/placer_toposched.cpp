@@ -80,7 +80,8 @@ class Selector {
   // Best fit: the smallest capacity that holds k, then the fewest free GPUs.
   bool BetterFit(DomainId a, DomainId b) const {
     if (cap_[a] != cap_[b]) return cap_[a] < cap_[b];
-    if (state_.free_gpus(a) != state_.free_gpus(b)) return state_.free_gpus(a) < state_.free_gpus(b);
+    if (state_.free_gpus(a) != state_.free_gpus(b))
+      return state_.free_gpus(a) < state_.free_gpus(b);
     return a < b;
   }
 
@@ -216,7 +217,7 @@ class Selector {
       }
       const Leaf& a = pool[j];
       const Leaf& b = pool[fit];
-      bool better = cap_[a.id] != cap_[b.id] ? cap_[a.id] < cap_[b.id]
+      bool better = cap_[a.id] != cap_[b.id]       ? cap_[a.id] < cap_[b.id]
                     : a.pool_order != b.pool_order ? a.pool_order < b.pool_order
                                                    : BetterFit(a.id, b.id);
       if (better) fit = j;
@@ -247,7 +248,8 @@ class OneNodeFinder {
       if (state_.free_gpus(c) >= shape_.world) kids.push_back(c);
     }
     std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
-      if (state_.free_gpus(a) != state_.free_gpus(b)) return state_.free_gpus(a) < state_.free_gpus(b);
+      if (state_.free_gpus(a) != state_.free_gpus(b))
+        return state_.free_gpus(a) < state_.free_gpus(b);
       return a < b;
     });
     for (DomainId c : kids) {

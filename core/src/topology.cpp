@@ -24,8 +24,8 @@ Result<int> Topology::FindTier(std::string_view name) const {
   if (name == "cluster" || name == root_tier_.name) return root_tier();
   std::string known;
   for (const Tier& t : tiers_) known += (known.empty() ? "" : ", ") + t.name;
-  return Status::Error("unknown tier '" + std::string(name) + "'; this topology has tiers " + known +
-                       " (aliases: node, hbd, leaf, pod, cluster)");
+  return Status::Error("unknown tier '" + std::string(name) + "'; this topology has tiers " +
+                       known + " (aliases: node, hbd, leaf, pod, cluster)");
 }
 
 DomainId Topology::FindDomain(std::string_view name) const {
@@ -42,7 +42,8 @@ TopologyBuilder::TopologyBuilder(std::string name, std::vector<std::string> tier
                                  int hbd_tier)
     : name_(std::move(name)), hbd_tier_(hbd_tier) {
   for (size_t t = 0; t < tier_names.size(); ++t) {
-    tiers_.push_back(Tier{std::move(tier_names[t]), DefaultTierCost(static_cast<int>(t), hbd_tier)});
+    tiers_.push_back(
+        Tier{std::move(tier_names[t]), DefaultTierCost(static_cast<int>(t), hbd_tier)});
   }
 }
 
@@ -89,7 +90,9 @@ Result<Topology> TopologyBuilder::Build() && {
   std::vector<std::vector<int>> child_nodes(pending_domains + 1);
   for (int i = 0; i < pending_domains; ++i) {
     const PendingDomain& d = domains_[i];
-    if (d.name.empty()) return Status::Error("a domain of tier '" + tiers_[std::clamp(d.tier, 0, tiers - 1)].name + "' has no name");
+    if (d.name.empty())
+      return Status::Error("a domain of tier '" + tiers_[std::clamp(d.tier, 0, tiers - 1)].name +
+                           "' has no name");
     if (d.tier < 1 || d.tier >= tiers) {
       return Status::Error("domain '" + d.name + "' has tier index " + std::to_string(d.tier) +
                            ", outside 1.." + std::to_string(tiers - 1));
@@ -100,11 +103,12 @@ Result<Topology> TopologyBuilder::Build() && {
     }
     int parent_tier = d.parent == kTop ? tiers : domains_[d.parent].tier;
     if (parent_tier != d.tier + 1) {
-      std::string parent_desc =
-          d.parent == kTop ? "the top" : "'" + domains_[d.parent].name + "' (tier '" +
-                                             tiers_[parent_tier].name + "')";
-      return Status::Error("domain '" + d.name + "' of tier '" + tiers_[d.tier].name + "' sits under " +
-                           parent_desc + "; a domain's parent must be exactly one tier up");
+      std::string parent_desc = d.parent == kTop ? "the top"
+                                                 : "'" + domains_[d.parent].name + "' (tier '" +
+                                                       tiers_[parent_tier].name + "')";
+      return Status::Error("domain '" + d.name + "' of tier '" + tiers_[d.tier].name +
+                           "' sits under " + parent_desc +
+                           "; a domain's parent must be exactly one tier up");
     }
     child_domains[parent].push_back(i);
   }

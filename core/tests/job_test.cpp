@@ -41,8 +41,10 @@ TEST_CASE("job validation names the field and the fix") {
        "leaves out 'pp'"},
       {"gpus_per_node", with([](JobSpec& j) { j.gpus_per_node = 100; }), "gpus_per_node"},
       {"spares", with([](JobSpec& j) { j.spares = -1; }), "spares"},
-      {"constraint without tier",
-       with([](JobSpec& j) { j.constraints[0] = {Strength::kRequired, ""}; }), "names no tier"},
+      {"constraint without tier", with([](JobSpec& j) {
+         j.constraints[0] = {Strength::kRequired, ""};
+       }),
+       "names no tier"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -65,7 +67,8 @@ TEST_CASE("rank layout: TP fastest, EP blocks are tp x cp x ep consecutive ranks
   CHECK(l.GroupSize(GroupKind::kPp) == 2);
   CHECK(l.GroupSize(GroupKind::kCp) == 2);
   // TP groups: 0-3, 4-7, ...
-  CHECK(l.GroupMembers(GroupKind::kTp, l.GroupOf(GroupKind::kTp, 5)) == std::vector<int>{4, 5, 6, 7});
+  CHECK(l.GroupMembers(GroupKind::kTp, l.GroupOf(GroupKind::kTp, 5)) ==
+        std::vector<int>{4, 5, 6, 7});
   // EP block of rank 40: ranks 32..63.
   std::vector<int> ep = l.GroupMembers(GroupKind::kEp, l.GroupOf(GroupKind::kEp, 40));
   CHECK(ep.front() == 32);

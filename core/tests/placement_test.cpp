@@ -13,7 +13,9 @@ using testing::MakeRegular;
 namespace {
 
 // Racks (HBD) of 4 nodes x 4 GPUs, 2 racks per leaf, 2 leaves per spine, 2 spines.
-Topology RackTopology() { return MakeRegular({"node", "hbd", "leaf", "spine"}, 1, {4, 2, 2}, 2, 4); }
+Topology RackTopology() {
+  return MakeRegular({"node", "hbd", "leaf", "spine"}, 1, {4, 2, 2}, 2, 4);
+}
 
 void Occupy(ClusterState& st, NodeId n) {
   std::vector<GpuSlot> s;
@@ -54,7 +56,8 @@ TEST_CASE("toposched keeps every TP group inside one HBD where first-fit splits 
   CHECK(Evaluate(job3, topo, ff.ranks).tp_in_hbd.value() < 1.0);
 }
 
-TEST_CASE("an EP block needs a whole HBD: Busy when none is free, Infeasible when none is big enough") {
+TEST_CASE(
+    "an EP block needs a whole HBD: Busy when none is free, Infeasible when none is big enough") {
   Topology topo = RackTopology();
   ClusterState st(topo);
   JobSpec moe = MakeJob(32, 4, 1, 4);  // EP block 16 = one whole rack

@@ -48,7 +48,8 @@ TEST_CASE("domains cover contiguous node ranges and ancestors agree") {
 }
 
 TEST_CASE("tiers resolve by name and by role alias") {
-  Topology topo = testing::MakeRegular({"node", "rack", "tor", "spine", "dc"}, 1, {2, 2, 2, 2}, 2, 4);
+  Topology topo =
+      testing::MakeRegular({"node", "rack", "tor", "spine", "dc"}, 1, {2, 2, 2, 2}, 2, 4);
   CHECK(topo.FindTier("rack").value() == 1);
   CHECK(topo.FindTier("hbd").value() == 1);
   CHECK(topo.FindTier("leaf").value() == 2);
@@ -61,7 +62,8 @@ TEST_CASE("tiers resolve by name and by role alias") {
 }
 
 TEST_CASE("tier costs default by position relative to the HBD") {
-  Topology topo = testing::MakeRegular({"node", "hbd", "leaf", "spine", "dc"}, 1, {2, 2, 2, 2}, 2, 4);
+  Topology topo =
+      testing::MakeRegular({"node", "hbd", "leaf", "spine", "dc"}, 1, {2, 2, 2, 2}, 2, 4);
   CHECK(topo.tier(0).cost == 1);
   CHECK(topo.tier(1).cost == 1);
   CHECK(topo.tier(2).cost == 4);

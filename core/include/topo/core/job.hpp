@@ -73,9 +73,7 @@ struct JobSpec {
   // Extra whole nodes held next to the job's domains for fast recovery.
   int spares = 0;
 
-  const TierConstraint& constraint(GroupKind k) const {
-    return constraints[static_cast<int>(k)];
-  }
+  const TierConstraint& constraint(GroupKind k) const { return constraints[static_cast<int>(k)]; }
   static std::array<TierConstraint, kGroupKindCount> DefaultConstraints();
 };
 

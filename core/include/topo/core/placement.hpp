@@ -30,8 +30,8 @@ std::string_view PlaceOutcomeName(PlaceOutcome o);
 struct Placement {
   PlaceOutcome outcome = PlaceOutcome::kInfeasible;
   std::string reason;
-  std::vector<GpuSlot> ranks;   // rank r -> GPU, when placed
-  std::vector<NodeId> spares;   // whole free nodes held for recovery
+  std::vector<GpuSlot> ranks;  // rank r -> GPU, when placed
+  std::vector<NodeId> spares;  // whole free nodes held for recovery
 
   bool placed() const { return outcome == PlaceOutcome::kPlaced; }
 };

@@ -29,7 +29,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : data_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : data_(std::move(status)) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(data_); }

@@ -44,7 +44,7 @@ struct Domain {
   DomainId parent = kNoDomain;
   NodeId node_begin = 0;  // nodes covered: [node_begin, node_end)
   NodeId node_end = 0;
-  int gpus = 0;  // GPUs of all nodes below
+  int gpus = 0;             // GPUs of all nodes below
   int32_t child_begin = 0;  // children: child_ids()[child_begin, child_end)
   int32_t child_end = 0;
 };
