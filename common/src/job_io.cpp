@@ -1,0 +1,247 @@
+// Job spec v1 (schema/job.schema.json), placements and metrics as JSON.
+
+#include "topo/common/job_io.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "json_util.hpp"
+
+namespace topo::common {
+namespace {
+
+using core::GroupKind;
+using core::Result;
+using core::Status;
+using core::Strength;
+using core::TierConstraint;
+using internal::Child;
+using internal::Json;
+using internal::PathError;
+
+constexpr int64_t kMaxJobGpus = 10'000'000;
+constexpr int64_t kMaxSpares = 100'000;
+
+Result<TierConstraint> ReadConstraint(const Json& v, const std::string& path) {
+  constexpr std::string_view kShape =
+      "a constraint is \"none\", {\"required\": \"<tier>\"} or {\"preferred\": \"<tier>\"}";
+  if (v.is_string()) {
+    if (v.get<std::string>() == "none") return TierConstraint{};
+    return PathError(path, std::string(kShape) + " (got " + internal::Shown(v) + ")");
+  }
+  if (!v.is_object()) {
+    return PathError(path, std::string(kShape) + " (got " + internal::Shown(v) + ")");
+  }
+  if (Status s = internal::CheckFields(v, path, {"required", "preferred"}); !s.ok()) return s;
+  if (v.size() != 1) {
+    return PathError(path, "give exactly one of \"required\" or \"preferred\"");
+  }
+  bool required = v.contains("required");
+  Result<std::string> tier =
+      internal::GetString(v, path, required ? "required" : "preferred", /*allow_empty=*/false);
+  if (!tier.ok()) return tier.status();
+  return TierConstraint{required ? Strength::kRequired : Strength::kPreferred, tier.value()};
+}
+
+Status ReadParallelism(const Json& p, const std::string& path, core::Parallelism& out,
+                       bool& dp_given) {
+  if (!p.is_object()) return PathError(path, "must be an object {\"tp\": ..., \"pp\": ...}");
+  if (Status s = internal::CheckFields(p, path, {"tp", "cp", "ep", "pp", "dp", "order"}); !s.ok()) {
+    return s;
+  }
+  std::pair<std::string_view, int*> dims[] = {
+      {"tp", &out.tp}, {"cp", &out.cp}, {"ep", &out.ep}, {"pp", &out.pp}, {"dp", &out.dp}};
+  for (auto [key, field] : dims) {
+    if (!p.contains(key)) continue;
+    Result<int64_t> v = internal::GetInt(p, path, key, 1, kMaxJobGpus);
+    if (!v.ok()) return v.status();
+    *field = static_cast<int>(v.value());
+  }
+  dp_given = p.contains("dp");
+  if (p.contains("order")) {
+    Result<std::string> text = internal::GetString(p, path, "order", false);
+    if (!text.ok()) return text.status();
+    Result<std::vector<core::Dim>> order = core::ParseRankOrder(text.value());
+    if (!order.ok()) return PathError(path, "\"order\": " + order.message());
+    out.order = std::move(order).value();
+  }
+  return Status::Ok();
+}
+
+Json ConstraintToJson(const TierConstraint& c) {
+  switch (c.strength) {
+    case Strength::kRequired:
+      return Json{{"required", c.tier}};
+    case Strength::kPreferred:
+      return Json{{"preferred", c.tier}};
+    case Strength::kNone:
+      break;
+  }
+  return "none";
+}
+
+Json Optional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+
+}  // namespace
+
+Result<core::JobSpec> JobSpecFromJson(const Json& j) {
+  if (!j.is_object()) return PathError("", "a job spec is a JSON object");
+  if (Status s = internal::CheckFields(
+          j, "", {"name", "gpus", "gpus_per_node", "parallelism", "constraints", "spares"});
+      !s.ok()) {
+    return s;
+  }
+  core::JobSpec job;
+  if (j.contains("name")) {
+    Result<std::string> name = internal::GetString(j, "", "name", /*allow_empty=*/true);
+    if (!name.ok()) return name.status();
+    job.name = name.value();
+  }
+  if (!j.contains("gpus")) return PathError("", "\"gpus\" is required");
+  Result<int64_t> gpus = internal::GetInt(j, "", "gpus", 1, kMaxJobGpus);
+  if (!gpus.ok()) return gpus.status();
+  job.gpus = static_cast<int>(gpus.value());
+  if (j.contains("gpus_per_node")) {
+    Result<int64_t> g = internal::GetInt(j, "", "gpus_per_node", 0, core::kMaxGpusPerNode);
+    if (!g.ok()) return g.status();
+    job.gpus_per_node = static_cast<int>(g.value());
+  }
+  if (j.contains("spares")) {
+    Result<int64_t> s = internal::GetInt(j, "", "spares", 0, kMaxSpares);
+    if (!s.ok()) return s.status();
+    job.spares = static_cast<int>(s.value());
+  }
+
+  core::Parallelism& p = job.parallelism;
+  bool dp_given = false;
+  if (j.contains("parallelism")) {
+    if (Status s = ReadParallelism(j.at("parallelism"), "parallelism", p, dp_given); !s.ok()) {
+      return s;
+    }
+  }
+  // Products are capped so that no degree can overflow them (each is at most
+  // 10^7).
+  constexpr int64_t kCap = 100'000'000'000;  // 10^11 x 10^7 < INT64_MAX
+  auto capped_product = [&](std::initializer_list<int> factors) {
+    int64_t product = 1;
+    for (int f : factors) product = std::min(kCap, product * f);
+    return product;
+  };
+  if (!dp_given) {
+    int64_t model = capped_product({p.tp, p.cp, p.pp});
+    if (job.gpus % model != 0) {
+      int64_t down = job.gpus / model * model;
+      std::string model_text =
+          model >= kCap ? "more than " + std::to_string(job.gpus) : std::to_string(model);
+      std::string example =
+          model >= kCap ? std::string()
+                        : " (e.g. " + (down > 0 ? std::to_string(down) + " or " : std::string()) +
+                              std::to_string(down + model) + ")";
+      return PathError("parallelism", "\"dp\" is derived as gpus / (tp x cp x pp), but gpus " +
+                                          std::to_string(job.gpus) + " is not a multiple of " +
+                                          model_text + "; set \"gpus\" to a multiple of " +
+                                          model_text + example + " or change tp, cp or pp");
+    }
+    p.dp = static_cast<int>(job.gpus / model);
+  } else if (int64_t product = capped_product({p.tp, p.cp, p.pp, p.dp}); product != job.gpus) {
+    return PathError(
+        "parallelism",
+        "tp x cp x pp x dp = " + std::to_string(p.tp) + " x " + std::to_string(p.cp) + " x " +
+            std::to_string(p.pp) + " x " + std::to_string(p.dp) + " = " +
+            (product >= kCap ? "more than " + std::to_string(job.gpus) : std::to_string(product)) +
+            ", but gpus is " + std::to_string(job.gpus) +
+            "; make the product equal gpus, or leave \"dp\" out to derive it");
+  }
+
+  if (j.contains("constraints")) {
+    const Json& c = j.at("constraints");
+    if (!c.is_object()) {
+      return PathError("constraints", "must be an object {\"tp\": {\"required\": \"hbd\"}, ...}");
+    }
+    if (Status s = internal::CheckFields(c, "constraints", {"tp", "cp", "ep", "pp", "dp"});
+        !s.ok()) {
+      return s;
+    }
+    for (GroupKind kind : core::kAllGroupKinds) {
+      std::string key(core::GroupKindName(kind));
+      if (!c.contains(key)) continue;
+      Result<TierConstraint> tc = ReadConstraint(c.at(key), Child("constraints", key));
+      if (!tc.ok()) return tc.status();
+      job.constraints[static_cast<int>(kind)] = std::move(tc).value();
+    }
+  }
+  if (Status s = core::ValidateJobSpec(job); !s.ok()) return s;
+  return job;
+}
+
+Result<core::JobSpec> ParseJobSpec(std::string_view text) {
+  Result<Json> j = internal::ParseStrictJson(text);
+  if (!j.ok()) return j.status();
+  return JobSpecFromJson(j.value());
+}
+
+Json JobSpecToJson(const core::JobSpec& job) {
+  const core::Parallelism& p = job.parallelism;
+  Json constraints = Json::object();
+  for (GroupKind kind : core::kAllGroupKinds) {
+    constraints[std::string(core::GroupKindName(kind))] = ConstraintToJson(job.constraint(kind));
+  }
+  return Json{{"name", job.name},
+              {"gpus", job.gpus},
+              {"gpus_per_node", job.gpus_per_node},
+              {"parallelism",
+               {{"tp", p.tp},
+                {"cp", p.cp},
+                {"ep", p.ep},
+                {"pp", p.pp},
+                {"dp", p.dp},
+                {"order", core::FormatRankOrder(p.order)}}},
+              {"constraints", std::move(constraints)},
+              {"spares", job.spares}};
+}
+
+Json PlacementToJson(const core::Placement& placement, const core::Topology& topology) {
+  Json ranks = Json::array();
+  for (size_t r = 0; r < placement.ranks.size(); ++r) {
+    const core::GpuSlot& slot = placement.ranks[r];
+    ranks.push_back(Json{{"rank", r}, {"node", topology.node(slot.node).name}, {"gpu", slot.gpu}});
+  }
+  Json spares = Json::array();
+  for (core::NodeId n : placement.spares) spares.push_back(topology.node(n).name);
+  return Json{{"outcome", std::string(core::PlaceOutcomeName(placement.outcome))},
+              {"reason", placement.reason},
+              {"ranks", std::move(ranks)},
+              {"spares", std::move(spares)}};
+}
+
+Json MetricsToJson(const core::PlacementMetrics& metrics, const core::Topology& topology) {
+  Json histogram = Json::object();
+  for (GroupKind kind : core::kAllGroupKinds) {
+    const std::vector<int>& counts = metrics.tier_histogram[static_cast<int>(kind)];
+    Json by_tier = Json::object();
+    for (int t = 0; t < static_cast<int>(counts.size()) && t <= topology.root_tier(); ++t) {
+      if (counts[t] != 0) by_tier[topology.tier(t).name] = counts[t];
+    }
+    histogram[std::string(core::GroupKindName(kind))] = std::move(by_tier);
+  }
+  return Json{{"tp_in_hbd", Optional(metrics.tp_in_hbd)},
+              {"ep_in_hbd", Optional(metrics.ep_in_hbd)},
+              {"leaf_span_ratio", Optional(metrics.leaf_span_ratio)},
+              {"pod_span_ratio", Optional(metrics.pod_span_ratio)},
+              {"comm_cost_ratio", Optional(metrics.comm_cost_ratio)},
+              {"leaves_spanned", metrics.leaves_spanned},
+              {"pods_spanned", metrics.pods_spanned},
+              {"min_leaves", metrics.min_leaves},
+              {"min_pods", metrics.min_pods},
+              {"comm_cost", metrics.comm_cost},
+              {"comm_cost_bound", metrics.comm_cost_bound},
+              {"required_met", metrics.required_met},
+              {"tier_histogram", std::move(histogram)}};
+}
+
+}  // namespace topo::common

@@ -1,0 +1,609 @@
+#include "topo/common/topology_io.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "topo/core/generators.hpp"
+
+namespace topo::common {
+namespace {
+
+using core::Topology;
+
+Topology MustJson(std::string_view text) {
+  auto r = ParseTopologyJson(text);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  return std::move(r).value();
+}
+
+Topology MustSlurm(std::string_view text, SlurmTopologyOptions options = {}) {
+  auto r = ParseSlurmTopology(text, options);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  return std::move(r).value();
+}
+
+// The first difference in names, tiers, costs, HBD, tree shape (ids and
+// parents) and nodes; empty when the topologies are the same.
+std::string FirstDifference(const Topology& a, const Topology& b, bool node_details) {
+  auto at = [](std::string what, auto x, auto y) {
+    std::ostringstream out;
+    out << what << ": " << x << " vs " << y;
+    return out.str();
+  };
+  if (a.name() != b.name()) return at("name", a.name(), b.name());
+  if (a.tier_count() != b.tier_count()) return at("tier_count", a.tier_count(), b.tier_count());
+  for (int t = 0; t < a.tier_count(); ++t) {
+    if (a.tier(t).name != b.tier(t).name) return at("tier name", a.tier(t).name, b.tier(t).name);
+    if (a.tier(t).cost != b.tier(t).cost) return at("tier cost", a.tier(t).cost, b.tier(t).cost);
+  }
+  if (a.hbd_tier() != b.hbd_tier()) return at("hbd", a.hbd_tier(), b.hbd_tier());
+  if (a.domain_count() != b.domain_count())
+    return at("domains", a.domain_count(), b.domain_count());
+  for (core::DomainId d = 0; d < a.domain_count(); ++d) {
+    const core::Domain& x = a.domain(d);
+    const core::Domain& y = b.domain(d);
+    if (x.name != y.name) return at("domain " + std::to_string(d), x.name, y.name);
+    if (x.tier != y.tier || x.parent != y.parent || x.gpus != y.gpus) {
+      return at(
+          "domain " + x.name + " tier/parent/gpus",
+          std::to_string(x.tier) + "/" + std::to_string(x.parent) + "/" + std::to_string(x.gpus),
+          std::to_string(y.tier) + "/" + std::to_string(y.parent) + "/" + std::to_string(y.gpus));
+    }
+  }
+  for (core::NodeId n = 0; n < a.node_count(); ++n) {
+    const core::Node& x = a.node(n);
+    const core::Node& y = b.node(n);
+    if (x.gpus != y.gpus) return at("node " + x.name + " gpus", x.gpus, y.gpus);
+    if (node_details && x.gpu_model != y.gpu_model) {
+      return at("node " + x.name + " model", x.gpu_model, y.gpu_model);
+    }
+    if (node_details && x.features != y.features) return "node " + x.name + " features";
+  }
+  return "";
+}
+
+void CheckSameTopology(const Topology& a, const Topology& b, bool node_details = true) {
+  CHECK(FirstDifference(a, b, node_details) == "");
+}
+
+constexpr std::string_view kTinyJson = R"({
+  "version": 1, "name": "tiny", "tiers": ["node", {"name": "leaf", "cost": 5}, "spine"],
+  "hbd": "node", "gpus_per_node": 8, "gpu_model": "H100",
+  "domains": [
+    {"name": "spine0", "children": [
+      {"name": "leaf0", "tier": "leaf", "nodes": ["n0", "n1"]},
+      {"name": "leaf1", "nodes": ["n2", {"name": "n3", "gpus": 4, "gpu_model": "A100",
+                                          "features": ["ib", "nvme"]}]}]},
+    {"name": "spine1", "tier": "spine", "children": [
+      {"name": "leaf2", "nodes": [{"name": "n4"}]}]}
+  ]
+})";
+
+TEST_CASE("ParseTopologyJson: the documented example") {
+  Topology t = MustJson(kTinyJson);
+  CHECK(t.name() == "tiny");
+  REQUIRE(t.tier_count() == 3);
+  CHECK(t.tier(1).name == "leaf");
+  CHECK(t.tier(1).cost == 5.0);
+  CHECK(t.tier(2).cost == core::DefaultTierCost(2, 0));
+  CHECK(t.hbd_tier() == 0);
+  CHECK(t.node_count() == 5);
+  CHECK(t.total_gpus() == 8 * 4 + 4);
+  const core::Node& n3 = t.node(t.FindNode("n3"));
+  CHECK(n3.gpus == 4);
+  CHECK(n3.gpu_model == "A100");
+  CHECK(n3.features == std::vector<std::string>{"ib", "nvme"});
+  CHECK(t.node(t.FindNode("n4")).gpu_model == "H100");
+  CHECK(t.domain(t.Ancestor(t.FindNode("n4"), 2)).name == "spine1");
+}
+
+TEST_CASE("ParseTopologyJson: node tier only, HBD above the node, defaults") {
+  Topology flat = MustJson(R"({"version": 1, "name": "flat", "tiers": ["node"],
+                               "nodes": ["a", "b"]})");
+  CHECK(flat.tier_count() == 1);
+  CHECK(flat.node(0).gpus == 8);  // default gpus_per_node
+  CHECK(flat.node(0).gpu_model.empty());
+
+  Topology nvl = MustJson(R"({"version": 1, "name": "nvl", "tiers": ["node", "rack", "leaf"],
+      "hbd": "rack", "gpus_per_node": 4,
+      "domains": [{"name": "l0", "children": [{"name": "r0", "nodes": ["a", "b"]}]}]})");
+  CHECK(nvl.hbd_tier() == 1);
+  CHECK(nvl.tier(1).cost == 1.0);
+  CHECK(nvl.tier(2).cost == 4.0);
+  CHECK(nvl.total_gpus() == 8);
+}
+
+TEST_CASE("TopologyToJson round trips exactly") {
+  SUBCASE("example") {
+    Topology t = MustJson(kTinyJson);
+    std::string text = TopologyToJson(t);
+    CAPTURE(text);
+    CheckSameTopology(t, MustJson(text));
+    // Nodes equal to the defaults are plain strings; others keep only what differs.
+    CHECK(text.find("\"n0\"") != std::string::npos);
+    CHECK(text.find(
+              R"({"name": "n3", "gpus": 4, "gpu_model": "A100", "features": ["ib", "nvme"]})") !=
+          std::string::npos);
+    CHECK(text.find(R"({"name": "leaf", "cost": 5.0})") != std::string::npos);
+  }
+  SUBCASE("flat") {
+    Topology t = MustJson(R"({"version": 1, "name": "flat", "tiers": ["node"],
+                              "gpu_model": "x", "nodes": ["a", {"name": "b", "gpus": 2}]})");
+    CheckSameTopology(t, MustJson(TopologyToJson(t)));
+  }
+  for (const char* name : {"tiny", "nvl72-64k", "cm384-166k"}) {
+    SUBCASE(name) {
+      auto t = core::GenerateTopology(name);
+      REQUIRE_MESSAGE(t.ok(), t.message());
+      std::string text = TopologyToJson(t.value());
+      CheckSameTopology(t.value(), MustJson(text));
+      // Compact: many node names share a line.
+      if (t.value().node_count() > 100)
+        CHECK(std::count(text.begin(), text.end(), '\n') < t.value().node_count());
+    }
+  }
+}
+
+struct BadJson {
+  const char* text;
+  const char* where;    // the JSON path the message must start with
+  const char* problem;  // and a word of what is wrong
+};
+
+TEST_CASE("ParseTopologyJson: every error names the path") {
+  // {D} is replaced by a valid domains list.
+  const BadJson cases[] = {
+      {"{", "invalid JSON", "line 1"},
+      {"[1]", "top level", "JSON object"},
+      {R"({"name": "x", "tiers": ["node"], "nodes": ["a"]})", "top level", "\"version\""},
+      {R"({"version": 2, "name": "x", "tiers": ["node"], "nodes": ["a"]})", "top level",
+       "must be 1"},
+      {R"({"version": 1, "tiers": ["node"], "nodes": ["a"]})", "top level", "\"name\""},
+      {R"({"version": 1, "name": "", "tiers": ["node"], "nodes": ["a"]})", "top level",
+       "must not be empty"},
+      {R"({"version": 1, "name": 3, "tiers": ["node"], "nodes": ["a"]})", "top level",
+       "must be a string"},
+      {R"({"version": 1, "name": "x", "tiers": ["node"], "nodes": ["a"], "foo": 1})", "top level",
+       "unknown field \"foo\"; allowed: version, name"},
+      {R"({"version": 1, "name": "x", "nodes": ["a"]})", "top level", "\"tiers\""},
+      {R"({"version": 1, "name": "x", "tiers": [], "nodes": ["a"]})", "tiers", "non-empty"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "node"], "nodes": ["a"]})", "tiers[1]",
+       "twice"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", 3], "nodes": ["a"]})", "tiers[1]",
+       "a tier is"},
+      {R"({"version": 1, "name": "x", "tiers": [""], "nodes": ["a"]})", "tiers[0]", "empty"},
+      {R"({"version": 1, "name": "x", "tiers": [{"name": "node", "cost": -1}], "nodes": ["a"]})",
+       "tiers[0]", "positive"},
+      {R"({"version": 1, "name": "x", "tiers": [{"name": "node", "bw": 1}], "nodes": ["a"]})",
+       "tiers[0]", "unknown field \"bw\""},
+      {R"({"version": 1, "name": "x", "tiers": [{"cost": 1}], "nodes": ["a"]})", "tiers[0]",
+       "\"name\" is required"},
+      {R"({"version": 1, "name": "x", "tiers": ["node"], "hbd": "rack", "nodes": ["a"]})",
+       "top level", "\"rack\", which is not in"},
+      {R"({"version": 1, "name": "x", "tiers": ["node"], "gpus_per_node": 0, "nodes": ["a"]})",
+       "top level", "\"gpus_per_node\" must be an integer 1..64"},
+      {R"({"version": 1, "name": "x", "tiers": ["node"], "gpus_per_node": 8.0, "nodes": ["a"]})",
+       "top level", "must be an integer"},
+      {R"({"version": 1, "name": "x", "tiers": ["node"], "gpu_model": 1, "nodes": ["a"]})",
+       "top level", "\"gpu_model\" must be a string"},
+      {R"({"version": 1, "name": "x", "tiers": ["node"]})", "top level", "\"nodes\" is required"},
+      {R"({"version": 1, "name": "x", "tiers": ["node"], "domains": []})", "top level",
+       "not \"domains\""},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"]})", "top level",
+       "\"domains\" is required"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"], "nodes": ["a"]})", "top level",
+       "nodes go inside"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"], "domains": []})", "domains",
+       "non-empty"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"], "domains": ["l0"]})", "domains[0]",
+       "is an object"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"], "domains": [{"nodes": ["a"]}]})",
+       "domains[0]", "\"name\" is required"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0"}]})",
+       "domains[0]", "\"nodes\" is required"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "children": []}]})",
+       "domains[0]", "lists \"nodes\", not \"children\""},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf", "spine"],
+           "domains": [{"name": "s0", "nodes": ["a"]}]})",
+       "domains[0]", "lists \"children\", not \"nodes\""},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf", "spine"],
+           "domains": [{"name": "s0", "children": []}]})",
+       "domains[0].children", "non-empty"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf", "spine"],
+           "domains": [{"name": "s0", "children": [{"name": "l0", "tier": "spine",
+           "nodes": ["a"]}]}]})",
+       "domains[0].children[0]", "says tier \"spine\" but sits at the depth of tier \"leaf\""},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": ["a"], "color": "red"}]})",
+       "domains[0]", "unknown field \"color\"; allowed: name, tier, nodes"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": []}]})",
+       "domains[0].nodes", "non-empty"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf", "spine"],
+           "domains": [{"name": "s0", "children": [{"name": "l0", "nodes": ["a", "b", 
+           {"name": "c", "gpus": 65}]}]}]})",
+       "domains[0].children[0].nodes[2]", "\"gpus\" must be an integer 1..64 (got 65)"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [{"name": "c", "gpus": "8"}]}]})",
+       "domains[0].nodes[0]", "must be an integer"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [{"name": "c", "gpus": true}]}]})",
+       "domains[0].nodes[0]", "must be an integer"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [{"name": "c", "ram": 1}]}]})",
+       "domains[0].nodes[0]", "unknown field \"ram\"; allowed: name, gpus, gpu_model, features"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [{"gpus": 1}]}]})",
+       "domains[0].nodes[0]", "\"name\" is required"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [""]}]})",
+       "domains[0].nodes[0]", "must not be empty"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [7]}]})",
+       "domains[0].nodes[0]", "a node is a name or an object"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [{"name": "c", "features": "ib"}]}]})",
+       "domains[0].nodes[0]", "\"features\" must be an array"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": [{"name": "c", "features": ["ib", 2]}]}]})",
+       "domains[0].nodes[0].features[1]", "non-empty string"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": ["a"]}, {"name": "l1", "nodes": ["b", "a"]}]})",
+       "domains[1].nodes[1]", "\"a\" is already used at domains[0].nodes[0]"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": ["l0"]}]})",
+       "domains[0].nodes[0]", "already used at domains[0]"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "nodes": ["a"], "name": "l1"}]})",
+       "domains[0]", "duplicate field \"name\""},
+  };
+  for (const BadJson& c : cases) {
+    CAPTURE(c.text);
+    auto r = ParseTopologyJson(c.text);
+    REQUIRE_FALSE(r.ok());
+    CAPTURE(r.message());
+    CHECK(r.message().starts_with(c.where));
+    CHECK(r.message().find(c.problem) != std::string::npos);
+  }
+}
+
+// --- Slurm topology.conf ---------------------------------------------------
+
+constexpr std::string_view kSlurmTree = R"(# a two-level tree
+SwitchName=s0 Nodes=n[01-02]
+switchname=s1 nodes=n[03-04] LinkSpeed=100   # keys are case-insensitive
+
+SwitchName=top Switches=s[0-1]
+)";
+
+TEST_CASE("ParseSlurmTopology: a tree") {
+  Topology t = MustSlurm(kSlurmTree, {.gpus_per_node = 4, .name = "lab"});
+  CHECK(t.name() == "lab");
+  REQUIRE(t.tier_count() == 3);
+  CHECK(t.tier(0).name == "node");
+  CHECK(t.tier(1).name == "leaf");
+  CHECK(t.tier(2).name == "spine");
+  CHECK(t.hbd_tier() == 0);
+  CHECK(t.node_count() == 4);
+  CHECK(t.total_gpus() == 16);
+  CHECK(t.node(0).name == "n01");
+  CHECK(t.domain(t.Ancestor(t.FindNode("n03"), 1)).name == "s1");
+}
+
+TEST_CASE("ParseSlurmTopology: blocks become an hbd tier; several tops; deep trees") {
+  Topology t = MustSlurm(R"(
+BlockName=b0 Nodes=n[1-2]
+BlockName=b1 Nodes=n[3-4]
+BlockName=b2 Nodes=n[5-6]
+BlockSizes=2,4
+SwitchName=l0 Nodes=n[1-4]
+SwitchName=l1 Nodes=n[5-6]
+)");
+  REQUIRE(t.tier_count() == 3);
+  CHECK(t.tier(1).name == "hbd");
+  CHECK(t.tier(2).name == "leaf");
+  CHECK(t.hbd_tier() == 1);
+  CHECK(t.tier_size(2) == 2);  // two top switches: the leaf tier is the top tier
+  CHECK(t.domain(t.Ancestor(t.FindNode("n4"), 1)).name == "b1");
+  CHECK(t.domain(t.Ancestor(t.FindNode("n4"), 2)).name == "l0");
+
+  Topology deep = MustSlurm(R"(
+SwitchName=a Nodes=x1
+SwitchName=b Switches=a
+SwitchName=c Switches=b
+SwitchName=d Switches=c
+SwitchName=e Switches=d
+)");
+  REQUIRE(deep.tier_count() == 6);
+  CHECK(deep.tier(3).name == "core");
+  CHECK(deep.tier(4).name == "level4");
+  CHECK(deep.tier(5).name == "level5");
+}
+
+TEST_CASE("ParseSlurmTopology: blocks order the nodes of their leaf") {
+  Topology t = MustSlurm(R"(
+SwitchName=l0 Nodes=n[1-4]
+BlockName=b1 Nodes=n2,n4
+BlockName=b0 Nodes=n1,n3
+)");
+  CHECK(t.domain(t.tier_first(1)).name == "b1");
+  CHECK(t.node(0).name == "n2");
+  CHECK(t.node(1).name == "n4");
+  CHECK(t.node(2).name == "n1");
+}
+
+struct BadConf {
+  const char* text;
+  const char* problem;
+};
+
+TEST_CASE("ParseSlurmTopology: every error names the line") {
+  const BadConf cases[] = {
+      {"SwitchName=s0\n", "line 1: switch \"s0\" has neither Nodes= nor Switches="},
+      {"\nSwitchName=s0 Nodes=a Switches=b\n", "line 2: switch \"s0\" lists both"},
+      {"SwitchName=s0 Nodes=a[1-\n", "line 1: Nodes=: hostlist"},
+      {"SwitchName=s0 Nodes=a[3-1]\n", "runs backwards"},
+      {"SwitchName=s0 Nodes=\n", "line 1: Nodes= is empty"},
+      {"SwitchName=s0 Nodes=a\nSwitchName=s0 Nodes=b\n",
+       "line 2: duplicate switch \"s0\" (first on line 1)"},
+      {"# only comments\n\n", "no SwitchName= lines"},
+      {"BlockName=b0 Nodes=a\n", "no SwitchName= lines"},
+      {"SwitchName=s0 Nodes=a\nSwitchName=s1 Nodes=a\n",
+       "line 2: node \"a\" is under switch \"s0\" (line 1) and under switch \"s1\""},
+      {"SwitchName=s0 Nodes=a,a\n", "line 1: node \"a\" is listed twice under switch \"s0\""},
+      {"SwitchName=s0 Nodes=a\nSwitchName=t0 Switches=s0\nSwitchName=t1 Switches=s0\n",
+       "line 3: switch \"s0\" is listed under switch \"t0\" (line 2) and under switch \"t1\""},
+      {"SwitchName=s0 Nodes=a\nSwitchName=t0 Switches=s0,s9\n",
+       "line 2: switch \"t0\" lists switch \"s9\", which is never defined"},
+      {"SwitchName=s0 Nodes=a\nSwitchName=x Switches=y\nSwitchName=y Switches=x\n",
+       "switches form a cycle: x -> y -> x"},
+      {"SwitchName=s0 Nodes=a\nSwitchName=x Switches=x\n", "line 2: switches form a cycle: x -> x"},
+      {"SwitchName=l0 Nodes=a\nSwitchName=l1 Nodes=b\nSwitchName=m Switches=l1\n"
+       "SwitchName=t Switches=l0,m\n",
+       "line 4: switch \"t\" has children at different levels: \"l0\" is at level 0 but \"m\" is "
+       "at "
+       "level 1"},
+      {"SwitchName=l0 Nodes=a\nSwitchName=l1 Nodes=b\nSwitchName=t Switches=l1\n",
+       "line 1: switch \"l0\" has no parent but is at level 0"},
+      {"SwitchName=s0 Nodes=a\nBlockName=b0 Nodes=a,z\n",
+       "line 2: block \"b0\" lists node \"z\", which is under no switch"},
+      {"SwitchName=s0 Nodes=a\nSwitchName=s1 Nodes=b\nBlockName=b0 Nodes=a,b\n",
+       "line 3: block \"b0\" spans switch \"s0\" (node \"a\") and switch \"s1\" (node \"b\")"},
+      {"SwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\nBlockName=b1 Nodes=a,b\n",
+       "line 3: node \"a\" is in block \"b0\" (line 2) and in block \"b1\""},
+      {"SwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
+       "line 1: node \"b\" under switch \"s0\" is in no block"},
+      {"SwitchName=s0 Nodes=a\nBlockName=b0 Nodes=a\nBlockName=b0 Nodes=a\n",
+       "line 3: duplicate block \"b0\" (first on line 2)"},
+      {"BlockName=b0\n", "line 1: block \"b0\" has no Nodes="},
+      {"BlockName=b0 Switches=s\n", "line 1: a block lists Nodes=, not Switches="},
+      {"SwitchName=s0 BlockName=b0 Nodes=a\n", "line 1: a line is either SwitchName= or"},
+      {"Nodes=a\n", "line 1: Nodes=/Switches= without SwitchName="},
+      {"SwitchName=s0 Nodes=a Color=red\n", "line 1: unknown key \"Color\""},
+      {"SwitchName=s0 Nodes=a junk\n", "line 1: expected Key=Value, got \"junk\""},
+      {"SwitchName=s0 Nodes=a nodes=b\n", "line 1: \"nodes\" is given twice"},
+      {"SwitchName= Nodes=a\n", "line 1: empty switch or block name"},
+      {"SwitchName=a Nodes=a\n", "line 1: node \"a\" has the name of switch \"a\""},
+      {"SwitchName=s0 Nodes=a\nBlockName=s0 Nodes=a\n", "line 2: block \"s0\" has the name"},
+      {"#toposched: tiers=node,leaf,spine\nSwitchName=s0 Nodes=a\n",
+       "line 1: #toposched: tiers lists 3 tiers but the file defines 2"},
+      {"#toposched: hbd=rack\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: hbd \"rack\""},
+      {"#toposched: gpus=0\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: gpus must be"},
+      {"#toposched: gpus=8x\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: gpus must be"},
+      {"#toposched: color=red\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: unknown key"},
+      {"#toposched: name\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: expected key=value"},
+      {"#toposched: name=%zz\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: bad value"},
+      {"#toposched: costs=1,0\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: costs must be"},
+      {"#toposched: costs=1\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: costs lists 1"},
+      {"#toposched: tiers=a,a\nSwitchName=s0 Nodes=a\n", "line 1: #toposched: tier \"a\" listed"},
+      {"#toposched: name=a\n#toposched: name=b\nSwitchName=s0 Nodes=a\n",
+       "line 2: a second #toposched: line"},
+  };
+  for (const BadConf& c : cases) {
+    CAPTURE(c.text);
+    auto r = ParseSlurmTopology(c.text);
+    REQUIRE_FALSE(r.ok());
+    CAPTURE(r.message());
+    CHECK(r.message().find(c.problem) != std::string::npos);
+  }
+  for (int gpus : {0, -8, 65}) {
+    auto r = ParseSlurmTopology(kSlurmTree, {.gpus_per_node = gpus});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().find("gpus per node must be 1..64") != std::string::npos);
+  }
+}
+
+TEST_CASE("TopologyToSlurm: format and exact round trip") {
+  SUBCASE("tree") {
+    Topology t = MustSlurm(kSlurmTree, {.gpus_per_node = 4, .name = "lab"});
+    std::string conf = TopologyToSlurm(t);
+    CHECK(conf ==
+          "#toposched: name=lab tiers=node,leaf,spine hbd=node gpus=4\n"
+          "SwitchName=s0 Nodes=n[01-02]\n"
+          "SwitchName=s1 Nodes=n[03-04]\n"
+          "SwitchName=top Switches=s[0-1]\n");
+    // The header wins over the options.
+    CheckSameTopology(t, MustSlurm(conf, {.gpus_per_node = 2, .name = "other"}));
+  }
+  SUBCASE("odd names, costs and models survive the header") {
+    core::TopologyBuilder b("my lab, 2%", {"node", "rack=nvl", "leaf"}, 1);
+    b.SetTierCost(2, 3.5);
+    int leaf = b.AddDomain("l0", 2, core::TopologyBuilder::kTop);
+    int rack = b.AddDomain("r0", 1, leaf);
+    b.AddNode("n1", rack, 4, "GB200 #1");
+    b.AddNode("n2", rack, 4, "GB200 #1");
+    auto t = std::move(b).Build();
+    REQUIRE(t.ok());
+    std::string conf = TopologyToSlurm(t.value());
+    CAPTURE(conf);
+    CHECK(conf.find("costs=1,1,3.5") != std::string::npos);
+    CHECK(conf.find("BlockName=r0 Nodes=n[1-2]") != std::string::npos);
+    CheckSameTopology(t.value(), MustSlurm(conf));
+  }
+  SUBCASE("per-node models and features are flagged") {
+    Topology t = MustJson(R"({"version": 1, "name": "m", "tiers": ["node", "leaf"],
+        "domains": [{"name": "l0", "nodes": ["a", {"name": "b", "gpu_model": "A100",
+                                                   "features": ["ib"]}]}]})");
+    std::string conf = TopologyToSlurm(t);
+    CHECK(conf.find("# warning: per-node GPU models and features") != std::string::npos);
+    CheckSameTopology(t, MustSlurm(conf), /*node_details=*/false);
+  }
+  SUBCASE("hbd at the top tier needs no blocks") {
+    Topology t = MustJson(R"({"version": 1, "name": "racks", "tiers": ["node", "rack"],
+        "hbd": "rack", "domains": [{"name": "r0", "nodes": ["a", "b"]},
+                                   {"name": "r1", "nodes": ["c"]}]})");
+    std::string conf = TopologyToSlurm(t);
+    CHECK(conf.find("BlockName") == std::string::npos);
+    CheckSameTopology(t, MustSlurm(conf));
+  }
+  SUBCASE("mixed GPU counts leave gpus out of the header") {
+    Topology t = MustJson(R"({"version": 1, "name": "mix", "tiers": ["node", "leaf"],
+        "domains": [{"name": "l0", "nodes": ["a", {"name": "b", "gpus": 4}]}]})");
+    std::string conf = TopologyToSlurm(t);
+    CHECK(conf.find("gpus=") == std::string::npos);
+    CHECK(conf.find("# warning: nodes have different GPU counts") != std::string::npos);
+    CHECK(MustSlurm(conf, {.gpus_per_node = 2}).total_gpus() == 4);
+  }
+  for (const char* name : {"tiny", "nvl72-64k", "cm384-166k", "meta-24k"}) {
+    SUBCASE(name) {
+      auto t = core::GenerateTopology(name);
+      REQUIRE(t.ok());
+      CheckSameTopology(t.value(), MustSlurm(TopologyToSlurm(t.value())));
+    }
+  }
+}
+
+TEST_CASE("TopologyToSlurm: what topology.conf cannot say is flagged") {
+  // Tiers between the node and the HBD are left out, with a warning.
+  Topology t = MustJson(R"({"version": 1, "name": "x", "tiers": ["node", "tray", "hbd", "leaf"],
+      "hbd": "hbd", "domains": [{"name": "l0", "children": [{"name": "h0", "children": [
+        {"name": "t0", "nodes": ["a", "b"]}]}]}]})");
+  std::string conf = TopologyToSlurm(t);
+  CHECK(conf.find("# warning: tiers between the node and the HBD tier") != std::string::npos);
+  CHECK(conf.find("tiers=node,hbd,leaf hbd=hbd") != std::string::npos);
+  Topology back = MustSlurm(conf);
+  CHECK(back.tier_count() == 3);
+  CHECK(back.node_count() == 2);
+
+  Topology flat = MustJson(R"({"version": 1, "name": "f", "tiers": ["node"], "nodes": ["a"]})");
+  std::string flat_conf = TopologyToSlurm(flat);
+  CHECK(flat_conf.find("# warning: this topology has only the node tier") != std::string::npos);
+  CHECK_FALSE(ParseSlurmTopology(flat_conf).ok());
+}
+
+// --- Crux CSV --------------------------------------------------------------
+
+TEST_CASE("ParseCruxCsv: a small file") {
+  auto r = ParseCruxCsv(
+      "ip,DSW,PSW,ASW\r\n"
+      "h1,G1,P1,S1\r\n"
+      "h2,G1,P2,S1\r\n"
+      "h3,G1,P1,S1\r\n"
+      "h4,G1,P1,S2\r\n"
+      "\r\n",
+      4, "small");
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  const Topology& t = r.value();
+  CHECK(t.name() == "small");
+  REQUIRE(t.tier_count() == 4);
+  CHECK(t.tier(1).name == "leaf");
+  CHECK(t.tier(2).name == "pod");
+  CHECK(t.tier(3).name == "core");
+  CHECK(t.hbd_tier() == 0);
+  CHECK(t.tier_size(1) == 3);  // P1/S1, P1/S2, P2/S1: ASW names repeat across PSWs
+  CHECK(t.tier_size(2) == 2);
+  CHECK(t.total_gpus() == 16);
+  // First-appearance order: P1 before P2; within P1/S1, h1 then h3.
+  CHECK(t.domain(t.tier_first(2)).name == "P1");
+  CHECK(t.domain(t.tier_first(1)).name == "P1/S1");
+  CHECK(t.node(0).name == "h1");
+  CHECK(t.node(1).name == "h3");
+  CHECK(t.node(3).name == "h2");
+}
+
+TEST_CASE("Parsers skip a UTF-8 byte order mark") {
+  CHECK(ParseCruxCsv("\xEF\xBB\xBFip,DSW,PSW,ASW\nh1,G1,P1,S1\n").ok());
+  CHECK(ParseSlurmTopology("\xEF\xBB\xBFSwitchName=s0 Nodes=a\n").ok());
+  CHECK(ParseTopologyJson("\xEF\xBB\xBF{\"version\": 1, \"name\": \"x\", \"tiers\": [\"node\"], "
+                          "\"nodes\": [\"a\"]}")
+            .ok());
+}
+
+TEST_CASE("ParseCruxCsv: errors name the line") {
+  const BadConf cases[] = {
+      {"", "empty file"},
+      {"ip,DSW,PSW\nh1,G1,P1\n", "line 1: expected the header"},
+      {"ip,DSW,PSW,ASW\n", "no hosts"},
+      {"ip,DSW,PSW,ASW\nh1,G1,P1\n", "line 2: expected 4 columns"},
+      {"ip,DSW,PSW,ASW\nh1,G1,P1,S1,x\n", "line 2: expected 4 columns"},
+      {"ip,DSW,PSW,ASW\nh1,G1,,S1\n", "line 2: empty PSW field"},
+      {"ip,DSW,PSW,ASW\nh1,G1,P1,S1\n\nh1,G1,P1,S2\n",
+       "line 4: duplicate ip \"h1\" (first on line 2)"},
+      {"ip,DSW,PSW,ASW\nh1,G1,P1,S1\nh2,G2,P1,S1\n",
+       "line 3: PSW \"P1\" is under DSW \"G2\" here but under DSW \"G1\" on line 2"},
+      {"ip,DSW,PSW,ASW\nh1,G1,P1,S1\nh2,G1,G1,S1\n", "line 3: PSW \"G1\" is also used as DSW"},
+  };
+  for (const BadConf& c : cases) {
+    CAPTURE(c.text);
+    auto r = ParseCruxCsv(c.text);
+    REQUIRE_FALSE(r.ok());
+    CAPTURE(r.message());
+    CHECK(r.message().find(c.problem) != std::string::npos);
+  }
+  CHECK_FALSE(ParseCruxCsv("ip,DSW,PSW,ASW\nh1,G1,P1,S1\n", 0).ok());
+}
+
+TEST_CASE("ParseCruxCsv: the real Lingjun file") {
+  std::ifstream in(std::string(TOPO_SHARED_DIR) + "/data/topologies/crux-lingjun/topo.csv");
+  REQUIRE_MESSAGE(in.good(), "shared data not found under " TOPO_SHARED_DIR);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  CHECK(SniffTopologyFormat(text) == TopologyFormat::kCrux);
+  auto r = ParseCruxCsv(text);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  const Topology& t = r.value();
+  CHECK(t.name() == "crux-847");
+  CHECK(t.node_count() == 847);
+  CHECK(t.tier_size(1) == 119);
+  CHECK(t.tier_size(2) == 3);
+  CHECK(t.tier_size(3) == 1);
+  CHECK(t.total_gpus() == 6776);
+  CHECK(t.max_domain_gpus(1) <= 8 * 8);
+  std::multiset<int> pod_hosts;
+  for (int i = 0; i < t.tier_size(2); ++i) {
+    const core::Domain& d = t.domain(t.tier_first(2) + i);
+    pod_hosts.insert(d.node_end - d.node_begin);
+  }
+  CHECK(pod_hosts == std::multiset<int>{179, 306, 362});
+  // And it survives both exports.
+  CheckSameTopology(t, MustJson(TopologyToJson(t)));
+  CheckSameTopology(t, MustSlurm(TopologyToSlurm(t)));
+}
+
+TEST_CASE("Topology formats by name and by content") {
+  CHECK(ParseTopologyFormat("json").value() == TopologyFormat::kJson);
+  CHECK(ParseTopologyFormat("slurm").value() == TopologyFormat::kSlurm);
+  CHECK(ParseTopologyFormat("crux").value() == TopologyFormat::kCrux);
+  auto bad = ParseTopologyFormat("yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.message().find("\"yaml\"; use json, slurm or crux") != std::string::npos);
+
+  CHECK(SniffTopologyFormat("  \n{\"version\": 1}") == TopologyFormat::kJson);
+  CHECK(SniffTopologyFormat("\xEF\xBB\xBF{}") == TopologyFormat::kJson);
+  CHECK(SniffTopologyFormat("IP,dsw,PSW,ASW\n") == TopologyFormat::kCrux);
+  CHECK(SniffTopologyFormat("SwitchName=s0 Nodes=a\n") == TopologyFormat::kSlurm);
+  CHECK(SniffTopologyFormat("# comment\nSwitchName=s0 Nodes=a\n") == TopologyFormat::kSlurm);
+  CHECK(SniffTopologyFormat("") == TopologyFormat::kSlurm);
+}
+
+}  // namespace
+}  // namespace topo::common
