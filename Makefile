@@ -1,0 +1,56 @@
+# Thin wrapper over CMake + Ninja. Every target installs what it needs first
+# (Debian 12, as root), so a fresh machine needs only `make demo` / `make test`.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format
+
+.PHONY: all deps build demo test test-sanitize sanitize format format-check bench clean
+
+all: build
+
+# Installs the Debian packages that are missing (nothing when all are there).
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job on its embedded default: an offline placement demo on the
+# reference clusters (no configuration, no files).
+demo: build
+	./$(BUILD)/cli/topo demo
+
+# Every test, through ctest.
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+sanitize test-sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOPO_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_BUILD) -L unit --output-on-failure -j $(JOBS)
+
+FORMAT_FILES = $(shell git ls-files '*.cpp' '*.hpp' '*.h' '*.c' 2>/dev/null)
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_FILES)
+
+# Placement benchmark (workload P); writes bench/results/placement.json.
+bench: build
+	./$(BUILD)/bench/placement/bench_placement
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
