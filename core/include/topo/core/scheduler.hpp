@@ -1,0 +1,298 @@
+#pragma once
+// SchedulerCore: every scheduling decision, as a pure state machine.
+//
+//   std::vector<Command> Step(const Event& event, TimeMs now);
+//
+// Events come in (a job submitted, a node lost, a checkpoint completed, a
+// tick, ...); commands come out (start these ranks here, ask for a
+// checkpoint, stop ranks, drain a node, a job changed state and why). The
+// same events at the same times always give the same commands, so the daemon
+// can rebuild the core after a restart by replaying its durable event log,
+// and the simulator, the daemon and the benchmarks share every decision.
+//
+// What it decides:
+//   - queue order: priority, then hierarchical fairshare (tenant names are
+//     paths "org/team/user"; usage decays with a half-life), then age;
+//   - EASY backfill: the blocked head job gets a reservation (the earliest
+//     time and GPUs it can start, from running jobs' time limits); a later
+//     job starts only if it fits now and ends before the reservation or
+//     keeps off the reserved GPUs;
+//   - tenant quotas: guaranteed GPUs, borrowing beyond them up to a limit,
+//     maximum job size and running jobs; a job that would break a limit
+//     waits with a reason naming it; borrowed capacity is reclaimed first;
+//   - topology-aware preemption: the victim set that frees a placement
+//     meeting the waiting job's required constraints with the least lost
+//     work; victims get a checkpoint request and a grace period, then stop
+//     and requeue with their shape;
+//   - health: GPU events move GPUs healthy -> degraded -> failed, a failed
+//     GPU drains its node; missed heartbeats move nodes up -> suspect -> down;
+//   - recovery: a running job that loses a node or GPU restarts from its
+//     newest complete checkpoint on replacements that keep its topology
+//     (its own spares, then free nodes in the same HBD, leaf, ...), or is
+//     requeued with its shape when none fit.
+//
+// Thread safety: none; one owner (the daemon's strand, the simulator) calls
+// Step. Time never comes from a clock: `now` is an argument, non-decreasing.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "topo/core/cluster_state.hpp"
+#include "topo/core/job.hpp"
+#include "topo/core/placement.hpp"
+#include "topo/core/topology.hpp"
+
+namespace topo::core {
+
+using JobId = int64_t;
+using TimeMs = int64_t;
+inline constexpr TimeMs kSecond = 1000;
+inline constexpr TimeMs kMinute = 60 * kSecond;
+inline constexpr TimeMs kHour = 60 * kMinute;
+inline constexpr TimeMs kNever = INT64_MAX;
+
+// ---------------------------------------------------------------- config
+
+struct TenantConfig {
+  std::string name;            // a path: "org/team/user" ("default" is one level)
+  int guaranteed_gpus = 0;     // capacity the tenant can always reclaim
+  int borrow_limit_gpus = -1;  // GPUs it may use beyond the guarantee; -1 no limit
+  int max_job_gpus = 0;        // 0: no limit
+  int max_running_jobs = 0;    // 0: no limit
+  double shares = 1.0;         // fairshare weight among its siblings
+};
+
+enum class QueueOrder : uint8_t { kFifo, kMultifactor };
+enum class RequeuePosition : uint8_t { kHead, kTail };
+
+struct SchedulerConfig {
+  std::string placer = "toposched";
+  PlacerOptions placer_options;
+  QueueOrder order = QueueOrder::kMultifactor;
+  bool backfill = true;
+  int backfill_depth = 64;  // queued jobs looked at per pass after the head
+  bool preemption = true;
+  TimeMs preempt_grace = 2 * kMinute;
+  // Recovery: replacements that keep the topology (spares, then free
+  // nodes); without, the job restarts only by being requeued.
+  bool replace_on_failure = true;
+  RequeuePosition requeue = RequeuePosition::kHead;
+  bool restart_from_checkpoint = true;  // false: a requeued job starts over
+  TimeMs fairshare_half_life = 7 * 24 * kHour;
+  TimeMs default_time_limit = 24 * kHour;
+  TimeMs default_checkpoint_interval = 30 * kMinute;
+  TimeMs heartbeat_suspect_after = 3 * kSecond;
+  TimeMs heartbeat_down_after = 10 * kSecond;
+  // Nodes must heartbeat to stay up (the daemon); the simulator turns it off.
+  bool heartbeats_required = true;
+
+  // Named stacks of ../shared/BENCHMARKS.md: "toposched", "slurm-tree",
+  // "fifo-firstfit". nullopt for an unknown name.
+  static std::optional<SchedulerConfig> ForStack(std::string_view name);
+  static std::vector<std::string> StackNames();
+};
+
+// ---------------------------------------------------------------- jobs
+
+struct JobRequest {
+  JobSpec spec;
+  std::string tenant = "default";
+  std::string user;
+  int priority = 0;
+  TimeMs time_limit = 0;           // 0: the config's default
+  TimeMs checkpoint_interval = 0;  // 0: the config's default; <0: never
+};
+
+enum class JobState : uint8_t {
+  kQueued,  // waiting; reason says for what
+  kHeld,    // waiting until released
+  kRunning,
+  kPreempting,  // asked to checkpoint; stops at the grace deadline
+  kCompleted,
+  kFailed,
+  kCancelled,
+  kRejected,  // can never run as asked; reason says why
+};
+std::string_view JobStateName(JobState s);
+bool IsTerminal(JobState s);
+
+struct JobRecord {
+  JobId id = 0;
+  JobRequest request;
+  JobState state = JobState::kQueued;
+  std::string reason;
+  TimeMs submit_time = 0;
+  TimeMs first_start = -1;
+  TimeMs last_start = -1;
+  TimeMs end_time = -1;
+  std::vector<GpuSlot> ranks;  // while running
+  std::vector<NodeId> spares;  // while running
+  int restarts = 0;
+  int preemptions = 0;
+  int64_t checkpoint_step = -1;  // newest complete checkpoint
+  TimeMs checkpoint_time = -1;   // when it completed
+  TimeMs productive_ms = 0;      // run time kept by checkpoints or completion
+  double lost_gpu_ms = 0;        // GPU-ms of work lost to failures/preemption
+  TimeMs preempt_deadline = kNever;
+  bool borrowed = false;  // started beyond its tenant's guarantee
+  bool requeued_at_head = false;
+};
+
+// ---------------------------------------------------------------- events
+
+struct JobSubmitted {
+  JobId id;
+  JobRequest request;
+};
+struct JobCancelled {
+  JobId id;
+  std::string reason;
+};
+struct JobHoldChanged {
+  JobId id;
+  bool hold;
+};
+// Every rank exited; exit_code 0 is success.
+struct JobFinished {
+  JobId id;
+  int exit_code = 0;
+};
+// One rank exited on its own while the job runs: a failure to recover from.
+struct RankExited {
+  JobId id;
+  int rank;
+  int exit_code;
+};
+struct CheckpointCompleted {
+  JobId id;
+  int64_t step;
+};
+// Admin or agent: drain, resume (up), register (up), down.
+struct NodeStateRequested {
+  NodeId node;
+  NodeState state;
+  std::string reason;
+};
+struct Heartbeat {
+  NodeId node;
+};
+enum class GpuEventKind : uint8_t {
+  kXid,
+  kEccSingleBit,
+  kEccDoubleBit,
+  kThermal,
+  kOffBus,
+  kCleared
+};
+struct GpuEvent {
+  NodeId node;
+  int gpu;
+  GpuEventKind kind;
+  int code = 0;  // the XID number, or the ECC count
+};
+struct TenantConfigured {
+  TenantConfig tenant;
+};
+struct Tick {};
+
+using Event = std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
+                           CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent,
+                           TenantConfigured, Tick>;
+
+// ---------------------------------------------------------------- commands
+
+struct StartJob {
+  JobId id;
+  std::vector<GpuSlot> ranks;
+  std::vector<NodeId> spares;
+};
+// Stop every rank, start them again on `ranks` from checkpoint_step (-1: from
+// scratch).
+struct RestartJob {
+  JobId id;
+  std::vector<GpuSlot> ranks;
+  std::vector<NodeId> spares;
+  int64_t checkpoint_step;
+  int restart_count;
+};
+struct StopJob {
+  JobId id;
+  std::string reason;
+};
+struct RequestCheckpoint {
+  JobId id;
+  std::string reason;
+};
+struct DrainNode {
+  NodeId node;
+  std::string reason;
+};
+struct NodeStateChanged {
+  NodeId node;
+  NodeState state;
+  std::string reason;
+};
+struct GpuHealthChanged {
+  NodeId node;
+  int gpu;
+  GpuHealth health;
+  std::string reason;
+};
+struct JobStateChanged {
+  JobId id;
+  JobState state;
+  std::string reason;
+};
+
+using Command = std::variant<StartJob, RestartJob, StopJob, RequestCheckpoint, DrainNode,
+                             NodeStateChanged, GpuHealthChanged, JobStateChanged>;
+
+// ---------------------------------------------------------------- core
+
+class SchedulerCore {
+ public:
+  // REQUIRES: topology outlives the core; MakePlacer(config.placer) exists
+  // (ForStack guarantees it). Every node starts up when heartbeats are not
+  // required, else down until it registers (NodeStateRequested up).
+  SchedulerCore(const Topology& topology, SchedulerConfig config);
+  ~SchedulerCore();
+  SchedulerCore(const SchedulerCore&) = delete;
+  SchedulerCore& operator=(const SchedulerCore&) = delete;
+
+  // REQUIRES: now >= the previous call's now.
+  std::vector<Command> Step(const Event& event, TimeMs now);
+
+  // Read-only views.
+  const ClusterState& cluster() const;
+  const JobRecord* job(JobId id) const;  // nullptr if unknown
+  // Every job ever submitted, by id (terminal ones included).
+  const std::map<JobId, JobRecord>& jobs() const;
+  // Waiting jobs (queued, not held) in the order the next pass considers them.
+  std::vector<JobId> WaitingJobs() const;
+  // GPUs in use per tenant right now.
+  int TenantUsage(const std::string& tenant) const;
+  const TenantConfig* tenant(const std::string& name) const;
+  const SchedulerConfig& config() const;
+  // Removes terminal jobs from jobs() and returns them, so a long replay
+  // keeps memory flat.
+  std::vector<JobRecord> TakeFinishedJobs();
+  // The time of the next decision the core has scheduled for itself (a
+  // preemption deadline, a heartbeat timeout); kNever when none. The caller
+  // sends a Tick then.
+  TimeMs NextWakeup() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// XID and other GPU events -> health, as the health policy classifies them.
+// nullopt: the event does not change health.
+std::optional<GpuHealth> ClassifyGpuEvent(const GpuEvent& e);
+
+}  // namespace topo::core

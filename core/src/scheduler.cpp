@@ -1,0 +1,372 @@
+// SchedulerCore: events, job bookkeeping and the public views. The queue
+// pass lives in scheduler_pass.cpp, health and recovery in
+// scheduler_health.cpp.
+
+#include <algorithm>
+#include <cmath>
+
+#include "scheduler_impl.hpp"
+
+namespace topo::core {
+
+std::string_view JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kQueued:
+      return "queued";
+    case JobState::kHeld:
+      return "held";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kPreempting:
+      return "preempting";
+    case JobState::kCompleted:
+      return "completed";
+    case JobState::kFailed:
+      return "failed";
+    case JobState::kCancelled:
+      return "cancelled";
+    case JobState::kRejected:
+      return "rejected";
+  }
+  return "unknown";
+}
+
+bool IsTerminal(JobState s) {
+  return s == JobState::kCompleted || s == JobState::kFailed || s == JobState::kCancelled ||
+         s == JobState::kRejected;
+}
+
+std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) {
+  SchedulerConfig c;
+  if (name == "toposched") return c;
+  if (name == "slurm-tree") {
+    // Slurm's multifactor order (age + fairshare), EASY backfill, tree
+    // placement; a failed job requeues at the head from its checkpoint with
+    // no spares; no preemption.
+    c.placer = "slurm-tree";
+    c.preemption = false;
+    c.replace_on_failure = false;
+    c.requeue = RequeuePosition::kHead;
+    return c;
+  }
+  if (name == "fifo-firstfit") {
+    c.placer = "first-fit";
+    c.order = QueueOrder::kFifo;
+    c.backfill = false;
+    c.preemption = false;
+    c.replace_on_failure = false;
+    c.requeue = RequeuePosition::kTail;
+    return c;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> SchedulerConfig::StackNames() {
+  return {"toposched", "slurm-tree", "fifo-firstfit"};
+}
+
+SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
+    : topo_(topology),
+      config_(std::move(config)),
+      placer_(MakePlacer(config_.placer, config_.placer_options)),
+      cluster_(topology),
+      last_heartbeat_(topology.node_count(), 0),
+      node_jobs_(topology.node_count()),
+      spare_owner_(topology.node_count(), 0),
+      admin_drain_(topology.node_count(), 0),
+      empty_(topology) {
+  if (placer_ == nullptr) placer_ = MakePlacer("toposched", config_.placer_options);
+  if (config_.heartbeats_required) {
+    for (NodeId n = 0; n < topology.node_count(); ++n) cluster_.SetNodeState(n, NodeState::kDown);
+  }
+  tenants_["default"] = TenantConfig{"default"};
+}
+
+std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
+  std::vector<Command> out;
+  out_ = &out;
+  now_ = std::max(now_, now);
+  DecayFairshare();
+  std::visit(
+      [&](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, JobSubmitted>) OnSubmit(e);
+        if constexpr (std::is_same_v<T, JobCancelled>) OnCancel(e);
+        if constexpr (std::is_same_v<T, JobHoldChanged>) OnHold(e);
+        if constexpr (std::is_same_v<T, JobFinished>) OnFinished(e);
+        if constexpr (std::is_same_v<T, RankExited>) OnRankExited(e);
+        if constexpr (std::is_same_v<T, CheckpointCompleted>) OnCheckpoint(e);
+        if constexpr (std::is_same_v<T, NodeStateRequested>) OnNodeRequest(e);
+        if constexpr (std::is_same_v<T, Heartbeat>) OnHeartbeat(e);
+        if constexpr (std::is_same_v<T, GpuEvent>) OnGpuEvent(e);
+        if constexpr (std::is_same_v<T, TenantConfigured>) OnTenant(e);
+      },
+      event);
+  if (config_.heartbeats_required) CheckHeartbeats();
+  RunJobTimers();
+  StopExpiredPreemptions();
+  SchedulePass();
+  out_ = nullptr;
+  return out;
+}
+
+// A change of state is a command; a new reason for the same state is only
+// visible in the job's record (reasons of waiting jobs change every pass).
+void SchedulerCore::Impl::SetState(JobRecord& job, JobState state, std::string reason) {
+  if (job.state == state) {
+    job.reason = std::move(reason);
+    return;
+  }
+  job.state = state;
+  job.reason = std::move(reason);
+  if (IsTerminal(state)) {
+    job.end_time = now_;
+    waiting_.erase(job.id);
+  } else if (state == JobState::kQueued || state == JobState::kHeld) {
+    waiting_.insert(job.id);
+  } else {
+    waiting_.erase(job.id);
+  }
+  Emit(JobStateChanged{job.id, state, job.reason});
+}
+
+TimeMs SchedulerCore::Impl::TimeLimit(const JobRecord& job) const {
+  return job.request.time_limit > 0 ? job.request.time_limit : config_.default_time_limit;
+}
+
+void SchedulerCore::Impl::OnSubmit(const JobSubmitted& e) {
+  if (jobs_.count(e.id)) return;  // a replayed or duplicated submission
+  JobRecord& job = jobs_[e.id];
+  job.id = e.id;
+  job.request = e.request;
+  job.submit_time = now_;
+  queue_time_[e.id] = now_;
+  if (job.request.tenant.empty()) job.request.tenant = "default";
+  Status valid = ValidateJobSpec(job.request.spec);
+  if (!valid.ok()) {
+    SetState(job, JobState::kRejected, valid.message());
+    return;
+  }
+  job.state = JobState::kQueued;
+  job.reason = "queued";
+  waiting_.insert(job.id);
+  Emit(JobStateChanged{job.id, JobState::kQueued, "submitted"});
+}
+
+void SchedulerCore::Impl::OnCancel(const JobCancelled& e) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end() || IsTerminal(it->second.state)) return;
+  JobRecord& job = it->second;
+  if (job.state == JobState::kRunning || job.state == JobState::kPreempting) {
+    KeepProgress(job, now_);
+    Emit(StopJob{job.id, "cancelled"});
+    Unhold(job);
+  }
+  preemptors_.erase(job.id);
+  SetState(job, JobState::kCancelled, e.reason.empty() ? "cancelled" : e.reason);
+}
+
+void SchedulerCore::Impl::OnHold(const JobHoldChanged& e) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end()) return;
+  JobRecord& job = it->second;
+  if (e.hold && job.state == JobState::kQueued) SetState(job, JobState::kHeld, "held");
+  if (!e.hold && job.state == JobState::kHeld) SetState(job, JobState::kQueued, "released");
+}
+
+void SchedulerCore::Impl::OnFinished(const JobFinished& e) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end()) return;
+  JobRecord& job = it->second;
+  if (job.state != JobState::kRunning && job.state != JobState::kPreempting) return;
+  KeepProgress(job, now_);
+  Unhold(job);
+  if (e.exit_code == 0) {
+    SetState(job, JobState::kCompleted, "completed");
+  } else {
+    SetState(job, JobState::kFailed, "exited with status " + std::to_string(e.exit_code));
+  }
+}
+
+void SchedulerCore::Impl::OnRankExited(const RankExited& e) {
+  if (e.exit_code == 0) return;  // the job finishes when every rank has
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  JobRecord& job = it->second;
+  constexpr int kMaxRestarts = 10;
+  if (job.restarts >= kMaxRestarts) {
+    LoseProgress(job);
+    Emit(StopJob{job.id, "rank " + std::to_string(e.rank) + " failed again"});
+    Unhold(job);
+    SetState(job, JobState::kFailed,
+             "rank " + std::to_string(e.rank) + " exited with status " +
+                 std::to_string(e.exit_code) + " after " + std::to_string(kMaxRestarts) +
+                 " restarts");
+    return;
+  }
+  Recover(job,
+          "rank " + std::to_string(e.rank) + " exited with status " + std::to_string(e.exit_code));
+}
+
+void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end()) return;
+  JobRecord& job = it->second;
+  if (e.step <= job.checkpoint_step) return;
+  if (job.state == JobState::kRunning || job.state == JobState::kPreempting)
+    KeepProgress(job, now_);
+  job.checkpoint_step = e.step;
+  job.checkpoint_time = now_;
+  if (job.state == JobState::kPreempting) {
+    Requeue(job, "preempted after checkpoint step " + std::to_string(e.step),
+            RequeuePosition::kHead, /*keep_age_only=*/true);
+  }
+}
+
+void SchedulerCore::Impl::OnTenant(const TenantConfigured& e) {
+  if (e.tenant.name.empty()) return;
+  tenants_[e.tenant.name] = e.tenant;
+}
+
+// ---------------------------------------------------------------- bookkeeping
+
+std::vector<GpuSlot> SchedulerCore::Impl::SpareSlots(const std::vector<NodeId>& spares) const {
+  std::vector<GpuSlot> slots;
+  for (NodeId n : spares) {
+    for (int g = 0; g < topo_.node(n).gpus; ++g) slots.push_back({n, g});
+  }
+  return slots;
+}
+
+void SchedulerCore::Impl::Hold(JobRecord& job, std::vector<GpuSlot> ranks,
+                               std::vector<NodeId> spares) {
+  std::vector<GpuSlot> all = ranks;
+  std::vector<GpuSlot> spare_slots = SpareSlots(spares);
+  all.insert(all.end(), spare_slots.begin(), spare_slots.end());
+  Status s = cluster_.Allocate(all);
+  (void)s;  // placements come from this state; a failure here is a bug caught by tests
+  std::set<NodeId> nodes;
+  for (const GpuSlot& slot : ranks) nodes.insert(slot.node);
+  for (NodeId n : nodes) node_jobs_[n].push_back(job.id);
+  for (NodeId n : spares) spare_owner_[n] = job.id;
+  tenant_gpus_[job.request.tenant] += static_cast<int>(all.size());
+  tenant_running_[job.request.tenant] += 1;
+  job.ranks = std::move(ranks);
+  job.spares = std::move(spares);
+}
+
+void SchedulerCore::Impl::Unhold(JobRecord& job) {
+  std::vector<GpuSlot> all = job.ranks;
+  std::vector<GpuSlot> spare_slots = SpareSlots(job.spares);
+  all.insert(all.end(), spare_slots.begin(), spare_slots.end());
+  Status s = cluster_.Release(all);
+  (void)s;
+  std::set<NodeId> nodes;
+  for (const GpuSlot& slot : job.ranks) nodes.insert(slot.node);
+  for (NodeId n : nodes) {
+    auto& v = node_jobs_[n];
+    v.erase(std::remove(v.begin(), v.end(), job.id), v.end());
+    MaybeFinishDrain(n);
+  }
+  for (NodeId n : job.spares) {
+    spare_owner_[n] = 0;
+    MaybeFinishDrain(n);
+  }
+  tenant_gpus_[job.request.tenant] -= static_cast<int>(all.size());
+  tenant_running_[job.request.tenant] -= 1;
+  job.ranks.clear();
+  job.spares.clear();
+  job.borrowed = false;
+}
+
+// Work is kept up to the newest checkpoint of the current run.
+TimeMs SchedulerCore::Impl::ProgressMark(const JobRecord& job) const {
+  return std::max(job.last_start, job.checkpoint_time);
+}
+
+void SchedulerCore::Impl::KeepProgress(JobRecord& job, TimeMs until) {
+  TimeMs mark = ProgressMark(job);
+  if (until > mark) job.productive_ms += until - mark;
+}
+
+void SchedulerCore::Impl::LoseProgress(JobRecord& job) {
+  TimeMs mark = ProgressMark(job);
+  if (now_ > mark) job.lost_gpu_ms += static_cast<double>(now_ - mark) * job.request.spec.gpus;
+}
+
+void SchedulerCore::Impl::Requeue(JobRecord& job, const std::string& reason, RequeuePosition where,
+                                  bool keep_age_only) {
+  Emit(StopJob{job.id, reason});
+  Unhold(job);
+  job.preempt_deadline = kNever;
+  job.requeued_at_head = where == RequeuePosition::kHead && !keep_age_only;
+  queue_time_[job.id] = where == RequeuePosition::kHead ? job.submit_time : now_;
+  if (!config_.restart_from_checkpoint) {
+    job.checkpoint_step = -1;
+  }
+  SetState(job, JobState::kQueued, reason);
+}
+
+void SchedulerCore::Impl::DecayFairshare() {
+  if (now_ <= fs_time_) return;
+  const double dt = static_cast<double>(now_ - fs_time_);
+  const double f = std::exp2(-dt / static_cast<double>(config_.fairshare_half_life));
+  for (auto& [tenant, usage] : fs_usage_) usage *= f;
+  for (const auto& [tenant, gpus] : tenant_gpus_) {
+    if (gpus > 0) fs_usage_[tenant] += gpus * dt;
+  }
+  fs_time_ = now_;
+}
+
+void SchedulerCore::Impl::MaybeFinishDrain(NodeId n) {
+  if (cluster_.node_state(n) == NodeState::kDraining && node_jobs_[n].empty() &&
+      spare_owner_[n] == 0) {
+    SetNodeState(n, NodeState::kDrained, "drained: no job left on it");
+  }
+}
+
+// ---------------------------------------------------------------- facade
+
+SchedulerCore::SchedulerCore(const Topology& topology, SchedulerConfig config)
+    : impl_(std::make_unique<Impl>(topology, std::move(config))) {}
+SchedulerCore::~SchedulerCore() = default;
+
+std::vector<Command> SchedulerCore::Step(const Event& event, TimeMs now) {
+  return impl_->Step(event, now);
+}
+const ClusterState& SchedulerCore::cluster() const { return impl_->cluster_; }
+const JobRecord* SchedulerCore::job(JobId id) const {
+  auto it = impl_->jobs_.find(id);
+  return it == impl_->jobs_.end() ? nullptr : &it->second;
+}
+const std::map<JobId, JobRecord>& SchedulerCore::jobs() const { return impl_->jobs_; }
+std::vector<JobId> SchedulerCore::WaitingJobs() const { return impl_->Ordered(); }
+int SchedulerCore::TenantUsage(const std::string& tenant) const {
+  auto it = impl_->tenant_gpus_.find(tenant);
+  return it == impl_->tenant_gpus_.end() ? 0 : it->second;
+}
+const TenantConfig* SchedulerCore::tenant(const std::string& name) const {
+  auto it = impl_->tenants_.find(name);
+  return it == impl_->tenants_.end() ? nullptr : &it->second;
+}
+const SchedulerConfig& SchedulerCore::config() const { return impl_->config_; }
+TimeMs SchedulerCore::NextWakeup() const { return impl_->NextWakeup(); }
+
+std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
+  std::vector<JobRecord> out;
+  for (auto it = impl_->jobs_.begin(); it != impl_->jobs_.end();) {
+    if (IsTerminal(it->second.state)) {
+      impl_->queue_time_.erase(it->first);
+      impl_->feasible_.erase(it->first);
+      impl_->preemptors_.erase(it->first);
+      impl_->checkpoint_asked_.erase(it->first);
+      out.push_back(std::move(it->second));
+      it = impl_->jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+}  // namespace topo::core

@@ -1,0 +1,293 @@
+// GPU and node health, heartbeats, and failure recovery that keeps a job's
+// topology.
+
+#include <algorithm>
+#include <bit>
+#include <set>
+#include <tuple>
+
+#include "scheduler_impl.hpp"
+#include "topo/core/evaluator.hpp"
+
+namespace topo::core {
+
+std::optional<GpuHealth> ClassifyGpuEvent(const GpuEvent& e) {
+  switch (e.kind) {
+    case GpuEventKind::kCleared:
+      return GpuHealth::kHealthy;
+    case GpuEventKind::kOffBus:
+    case GpuEventKind::kEccDoubleBit:
+      return GpuHealth::kFailed;
+    case GpuEventKind::kThermal:
+      return GpuHealth::kDegraded;
+    case GpuEventKind::kEccSingleBit:
+      // A burst of corrected errors predicts an uncorrectable one.
+      return e.code >= 100 ? std::optional<GpuHealth>(GpuHealth::kDegraded) : std::nullopt;
+    case GpuEventKind::kXid:
+      switch (e.code) {
+        case 48:  // double-bit ECC error
+        case 64:  // row remapping failure
+        case 74:  // NVLink error
+        case 79:  // fallen off the bus
+        case 95:  // uncontained ECC error
+          return GpuHealth::kFailed;
+        case 63:  // row remapping pending
+        case 92:  // high single-bit ECC rate
+        case 94:  // contained ECC error
+          return GpuHealth::kDegraded;
+        default:  // application faults (13, 31, 43, 45, ...) say nothing of the GPU
+          return std::nullopt;
+      }
+  }
+  return std::nullopt;
+}
+
+void SchedulerCore::Impl::SetNodeState(NodeId n, NodeState s, const std::string& reason) {
+  if (cluster_.node_state(n) == s) return;
+  cluster_.SetNodeState(n, s);
+  Emit(NodeStateChanged{n, s, reason});
+}
+
+void SchedulerCore::Impl::OnNodeRequest(const NodeStateRequested& e) {
+  const NodeId n = e.node;
+  if (n < 0 || n >= topo_.node_count()) return;
+  const bool busy = !node_jobs_[n].empty() || spare_owner_[n] != 0;
+  switch (e.state) {
+    case NodeState::kUp:
+      admin_drain_[n] = 0;
+      last_heartbeat_[n] = now_;
+      if (cluster_.failed_gpus(n) > 0) {
+        SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
+                     "has failed GPUs; clear them before resuming");
+      } else {
+        SetNodeState(n, NodeState::kUp, e.reason.empty() ? "up" : e.reason);
+      }
+      break;
+    case NodeState::kDraining:
+    case NodeState::kDrained:
+      admin_drain_[n] = 1;
+      Emit(DrainNode{n, e.reason.empty() ? "drain requested" : e.reason});
+      SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
+                   e.reason.empty() ? "drain requested" : e.reason);
+      break;
+    case NodeState::kSuspect:
+      SetNodeState(n, NodeState::kSuspect, e.reason);
+      break;
+    case NodeState::kDown: {
+      SetNodeState(n, NodeState::kDown, e.reason.empty() ? "down" : e.reason);
+      std::vector<JobId> victims = node_jobs_[n];
+      for (JobId id : victims) {
+        Recover(jobs_.at(id), "node " + topo_.node(n).name + " is down");
+      }
+      break;
+    }
+  }
+}
+
+void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
+  const NodeId n = e.node;
+  if (n < 0 || n >= topo_.node_count()) return;
+  last_heartbeat_[n] = now_;
+  const NodeState s = cluster_.node_state(n);
+  if (s != NodeState::kSuspect && s != NodeState::kDown) return;
+  const bool busy = !node_jobs_[n].empty() || spare_owner_[n] != 0;
+  if (admin_drain_[n] || cluster_.failed_gpus(n) > 0) {
+    SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained, "heartbeat resumed");
+  } else {
+    SetNodeState(n, NodeState::kUp, "heartbeat resumed");
+  }
+}
+
+void SchedulerCore::Impl::CheckHeartbeats() {
+  for (NodeId n = 0; n < topo_.node_count(); ++n) {
+    const NodeState s = cluster_.node_state(n);
+    if (s == NodeState::kDown) continue;
+    const TimeMs silent = now_ - last_heartbeat_[n];
+    if (silent >= config_.heartbeat_down_after) {
+      OnNodeRequest(NodeStateRequested{
+          n, NodeState::kDown, "no heartbeat for " + std::to_string(silent / kSecond) + " s"});
+    } else if (silent >= config_.heartbeat_suspect_after && s == NodeState::kUp) {
+      SetNodeState(n, NodeState::kSuspect,
+                   "no heartbeat for " + std::to_string(silent / kSecond) + " s");
+    }
+  }
+}
+
+void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
+  const NodeId n = e.node;
+  if (n < 0 || n >= topo_.node_count() || e.gpu < 0 || e.gpu >= topo_.node(n).gpus) return;
+  std::optional<GpuHealth> health = ClassifyGpuEvent(e);
+  if (!health || cluster_.gpu_health(n, e.gpu) == *health) return;
+  const std::string what = e.kind == GpuEventKind::kXid       ? "XID " + std::to_string(e.code)
+                           : e.kind == GpuEventKind::kCleared ? "cleared"
+                                                              : "GPU event";
+  cluster_.SetGpuHealth(n, e.gpu, *health);
+  Emit(GpuHealthChanged{n, e.gpu, *health, what});
+  const std::string gpu_name = topo_.node(n).name + " GPU " + std::to_string(e.gpu);
+  if (*health == GpuHealth::kFailed) {
+    const bool busy = !node_jobs_[n].empty() || spare_owner_[n] != 0;
+    Emit(DrainNode{n, gpu_name + " failed (" + what + ")"});
+    if (cluster_.node_state(n) == NodeState::kUp) {
+      SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
+                   gpu_name + " failed (" + what + ")");
+    }
+    std::vector<JobId> hit;
+    for (JobId id : node_jobs_[n]) {
+      for (const GpuSlot& s : jobs_.at(id).ranks) {
+        if (s.node == n && s.gpu == e.gpu) {
+          hit.push_back(id);
+          break;
+        }
+      }
+    }
+    for (JobId id : hit) Recover(jobs_.at(id), gpu_name + " failed (" + what + ")");
+  } else if (*health == GpuHealth::kHealthy && !admin_drain_[n] && cluster_.failed_gpus(n) == 0 &&
+             (cluster_.node_state(n) == NodeState::kDrained ||
+              cluster_.node_state(n) == NodeState::kDraining)) {
+    SetNodeState(n, NodeState::kUp, gpu_name + " repaired");
+  }
+}
+
+namespace {
+
+// The lowest tier at which nodes a and b share a domain.
+int CommonTier(const Topology& topo, NodeId a, NodeId b) {
+  int t = 0;
+  while (t < topo.root_tier() && topo.Ancestor(a, t) != topo.Ancestor(b, t)) ++t;
+  return t;
+}
+
+}  // namespace
+
+void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
+  LoseProgress(job);
+  if (job.state == JobState::kPreempting) {
+    Requeue(job, reason + "; requeued (was being preempted)", RequeuePosition::kHead);
+    return;
+  }
+  if (job.state != JobState::kRunning) return;
+  // Nodes the job can no longer use.
+  std::set<NodeId> bad;
+  for (const GpuSlot& s : job.ranks) {
+    if (cluster_.node_state(s.node) == NodeState::kDown ||
+        cluster_.gpu_health(s.node, s.gpu) == GpuHealth::kFailed) {
+      bad.insert(s.node);
+    }
+  }
+  if (config_.replace_on_failure) {
+    std::set<NodeId> used;
+    for (const GpuSlot& s : job.ranks) used.insert(s.node);
+    std::vector<NodeId> spares;
+    for (NodeId n : job.spares) {
+      if (cluster_.node_state(n) != NodeState::kDown && cluster_.failed_gpus(n) == 0) {
+        spares.push_back(n);
+      }
+    }
+    std::vector<GpuSlot> ranks = job.ranks;
+    std::set<NodeId> taken;
+    bool complete = true;
+    for (NodeId b : bad) {
+      std::vector<int> moved;
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        if (ranks[r].node == b) moved.push_back(static_cast<int>(r));
+      }
+      // Nearest replacement: same HBD, else leaf, ...; the job's own spares
+      // before free nodes at the same distance.
+      NodeId best = -1;
+      std::tuple<int, int, NodeId> best_key{};
+      auto consider = [&](NodeId r, bool spare) {
+        if (used.count(r) || taken.count(r)) return;
+        const uint64_t healthy =
+            cluster_.all_mask(r) & ~cluster_.failed_mask(r) & ~cluster_.degraded_mask(r);
+        if (std::popcount(healthy) < static_cast<int>(moved.size())) return;
+        if (!spare) {
+          if (!cluster_.NodeAcceptsWork(r) || cluster_.busy_mask(r) != 0 ||
+              cluster_.usable_free_mask(r) != cluster_.all_mask(r)) {
+            return;
+          }
+        }
+        std::tuple<int, int, NodeId> key{CommonTier(topo_, b, r), spare ? 0 : 1, r};
+        if (best < 0 || key < best_key) {
+          best = r;
+          best_key = key;
+        }
+      };
+      for (NodeId r : spares) consider(r, true);
+      for (NodeId r = 0; r < topo_.node_count(); ++r) {
+        if (spare_owner_[r] == 0) consider(r, false);
+      }
+      if (best < 0) {
+        complete = false;
+        break;
+      }
+      taken.insert(best);
+      uint64_t gpus =
+          cluster_.all_mask(best) & ~cluster_.failed_mask(best) & ~cluster_.degraded_mask(best);
+      for (int r : moved) {
+        int g = std::countr_zero(gpus);
+        gpus &= gpus - 1;
+        ranks[r] = GpuSlot{best, g};
+      }
+    }
+    std::vector<NodeId> remaining_spares;
+    for (NodeId n : spares) {
+      if (!taken.count(n)) remaining_spares.push_back(n);
+    }
+    bool keeps = complete && Evaluate(job.request.spec, topo_, ranks).required_met;
+    if (!keeps) {
+      // No nearby node keeps the constraints: place the whole job afresh.
+      ClusterState trial = cluster_;
+      std::vector<GpuSlot> held = job.ranks;
+      std::vector<GpuSlot> sp = SpareSlots(job.spares);
+      held.insert(held.end(), sp.begin(), sp.end());
+      (void)trial.Release(held);
+      Placement p = placer_->Place(job.request.spec, trial);
+      if (p.placed()) {
+        ranks = p.ranks;
+        remaining_spares = p.spares;
+        keeps = true;
+      }
+    }
+    if (keeps) {
+      Unhold(job);
+      Hold(job, ranks, remaining_spares);
+      job.restarts += 1;
+      job.last_start = now_;
+      checkpoint_asked_[job.id] = now_;
+      Emit(RestartJob{job.id, job.ranks, job.spares, job.checkpoint_step, job.restarts});
+      job.reason = "restarted after " + reason + " from checkpoint step " +
+                   std::to_string(job.checkpoint_step);
+      return;
+    }
+  }
+  job.restarts += 1;
+  Requeue(job, reason + "; requeued with its shape", config_.requeue);
+}
+
+TimeMs SchedulerCore::Impl::NextWakeup() const {
+  TimeMs next = kNever;
+  for (const auto& [id, job] : jobs_) {
+    if (job.state == JobState::kPreempting) next = std::min(next, job.preempt_deadline);
+    if (job.state != JobState::kRunning) continue;
+    next = std::min(next, job.last_start + TimeLimit(job));
+    const TimeMs interval = CheckpointInterval(job);
+    if (interval != kNever) {
+      auto asked = checkpoint_asked_.find(id);
+      TimeMs from = std::max(asked == checkpoint_asked_.end() ? job.last_start : asked->second,
+                             job.checkpoint_time);
+      next = std::min(next, from + interval);
+    }
+  }
+  if (config_.heartbeats_required) {
+    for (NodeId n = 0; n < topo_.node_count(); ++n) {
+      const NodeState s = cluster_.node_state(n);
+      if (s == NodeState::kDown) continue;
+      next = std::min(
+          next, last_heartbeat_[n] + (s == NodeState::kSuspect ? config_.heartbeat_down_after
+                                                               : config_.heartbeat_suspect_after));
+    }
+  }
+  return next;
+}
+
+}  // namespace topo::core

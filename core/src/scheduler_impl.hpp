@@ -1,0 +1,104 @@
+#pragma once
+// SchedulerCore's internals, split over scheduler.cpp (events, jobs),
+// scheduler_pass.cpp (queue order, quotas, backfill, preemption) and
+// scheduler_health.cpp (GPU and node health, failure recovery).
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "topo/core/scheduler.hpp"
+
+namespace topo::core {
+
+class SchedulerCore::Impl {
+ public:
+  Impl(const Topology& topology, SchedulerConfig config);
+
+  std::vector<Command> Step(const Event& event, TimeMs now);
+
+  // ---- state, read by the views
+  const Topology& topo_;
+  SchedulerConfig config_;
+  std::unique_ptr<Placer> placer_;
+  ClusterState cluster_;
+  std::map<JobId, JobRecord> jobs_;
+  std::map<std::string, TenantConfig> tenants_;
+  std::map<std::string, int> tenant_gpus_;     // GPUs held now (ranks + spares)
+  std::map<std::string, int> tenant_running_;  // running jobs now
+  std::map<std::string, double> fs_usage_;     // decayed GPU-ms per tenant
+  TimeMs fs_time_ = 0;
+  TimeMs now_ = 0;
+  std::set<JobId> waiting_;             // queued or held
+  std::map<JobId, TimeMs> queue_time_;  // ordering time (age)
+  std::vector<TimeMs> last_heartbeat_;
+  std::vector<std::vector<JobId>> node_jobs_;  // running jobs per node
+  std::vector<JobId> spare_owner_;             // job holding the node as a spare, or 0
+  std::vector<char> admin_drain_;              // drained by request, not by health
+  std::map<JobId, TimeMs> checkpoint_asked_;   // last periodic checkpoint request
+  std::map<JobId, JobId> preempted_for_;       // victim -> the job it makes room for
+  ClusterState empty_;                         // for feasibility checks
+  std::set<JobId> feasible_;                   // placed on the empty cluster once
+  std::set<JobId> preemptors_;                 // waiting jobs that preempted others
+
+  // ---- scheduler.cpp
+  std::vector<Command>* out_ = nullptr;
+  void Emit(Command c) { out_->push_back(std::move(c)); }
+  void SetState(JobRecord& job, JobState state, std::string reason);
+  void OnSubmit(const JobSubmitted& e);
+  void OnCancel(const JobCancelled& e);
+  void OnHold(const JobHoldChanged& e);
+  void OnFinished(const JobFinished& e);
+  void OnRankExited(const RankExited& e);
+  void OnCheckpoint(const CheckpointCompleted& e);
+  void OnTenant(const TenantConfigured& e);
+  TimeMs TimeLimit(const JobRecord& job) const;
+  // Allocation bookkeeping (cluster, tenant usage, node index).
+  void Hold(JobRecord& job, std::vector<GpuSlot> ranks, std::vector<NodeId> spares);
+  void Unhold(JobRecord& job);
+  std::vector<GpuSlot> SpareSlots(const std::vector<NodeId>& spares) const;
+  // Accounts the run time since the last mark as kept (productive) or lost.
+  void KeepProgress(JobRecord& job, TimeMs until);
+  void LoseProgress(JobRecord& job);
+  TimeMs ProgressMark(const JobRecord& job) const;
+  // Stops a running job and puts it back in the queue with its shape.
+  // keep_age_only: back in line by its original age, without the head-of-
+  // queue claim a failed job gets (a preemption victim must not retake what
+  // it was preempted for).
+  void Requeue(JobRecord& job, const std::string& reason, RequeuePosition where,
+               bool keep_age_only = false);
+  void DecayFairshare();
+  void MaybeFinishDrain(NodeId n);
+
+  // ---- scheduler_pass.cpp
+  void SchedulePass();
+  std::vector<JobId> Ordered() const;
+  // Empty when the tenant's quotas let the job start now; else the reason.
+  std::string QuotaBlock(const JobRecord& job) const;
+  void Start(JobRecord& job, const Placement& p);
+  bool TryPreempt(JobRecord& waiting);
+  void StopExpiredPreemptions();
+  // Time limits and periodic checkpoint requests of running jobs.
+  void RunJobTimers();
+  TimeMs CheckpointInterval(const JobRecord& job) const;
+  struct Reservation {
+    JobId job = 0;
+    TimeMs start = kNever;
+    std::vector<GpuSlot> gpus;
+  };
+  Reservation Reserve(const JobRecord& job) const;
+
+  // ---- scheduler_health.cpp
+  void OnNodeRequest(const NodeStateRequested& e);
+  void OnHeartbeat(const Heartbeat& e);
+  void OnGpuEvent(const GpuEvent& e);
+  void CheckHeartbeats();
+  void SetNodeState(NodeId n, NodeState s, const std::string& reason);
+  // A running job lost GPUs or nodes: replace and restart, or requeue.
+  void Recover(JobRecord& job, const std::string& reason);
+  TimeMs NextWakeup() const;
+};
+
+}  // namespace topo::core

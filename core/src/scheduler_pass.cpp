@@ -1,0 +1,374 @@
+// The scheduling pass: queue order (priority, hierarchical fairshare, age),
+// tenant quotas, EASY backfill with a reservation for the blocked head job,
+// and topology-aware preemption.
+
+#include <algorithm>
+#include <set>
+
+#include "scheduler_impl.hpp"
+
+namespace topo::core {
+
+namespace {
+
+// "a/b/c" -> {"a", "a/b", "a/b/c"}
+std::vector<std::string> Prefixes(const std::string& path) {
+  std::vector<std::string> out;
+  for (size_t pos = path.find('/'); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    out.push_back(path.substr(0, pos));
+  }
+  out.push_back(path);
+  return out;
+}
+
+std::string Gpus(int n) { return std::to_string(n) + " GPUs"; }
+
+}  // namespace
+
+std::vector<JobId> SchedulerCore::Impl::Ordered() const {
+  std::vector<JobId> ids;
+  for (JobId id : waiting_) {
+    if (jobs_.at(id).state == JobState::kQueued) ids.push_back(id);
+  }
+  if (config_.order == QueueOrder::kFifo) {
+    std::sort(ids.begin(), ids.end(), [&](JobId a, JobId b) {
+      const JobRecord& ja = jobs_.at(a);
+      const JobRecord& jb = jobs_.at(b);
+      const bool pa = preemptors_.count(a) > 0, pb = preemptors_.count(b) > 0;
+      if (pa != pb) return pa;
+      if (ja.requeued_at_head != jb.requeued_at_head) return ja.requeued_at_head;
+      TimeMs ta = queue_time_.at(a), tb = queue_time_.at(b);
+      return ta != tb ? ta < tb : a < b;
+    });
+    return ids;
+  }
+  // Fairshare: usage / shares at each level of the tenant path.
+  std::map<std::string, double> prefix_usage;
+  for (const auto& [tenant, usage] : fs_usage_) {
+    for (const std::string& p : Prefixes(tenant)) prefix_usage[p] += usage;
+  }
+  std::map<std::string, std::vector<double>> key_of;
+  for (JobId id : ids) {
+    const std::string& tenant = jobs_.at(id).request.tenant;
+    if (key_of.count(tenant)) continue;
+    std::vector<double> key;
+    for (const std::string& p : Prefixes(tenant)) {
+      auto t = tenants_.find(p);
+      double shares = t == tenants_.end() || t->second.shares <= 0 ? 1.0 : t->second.shares;
+      auto u = prefix_usage.find(p);
+      key.push_back((u == prefix_usage.end() ? 0.0 : u->second) / shares);
+    }
+    key_of[tenant] = std::move(key);
+  }
+  std::sort(ids.begin(), ids.end(), [&](JobId a, JobId b) {
+    const JobRecord& ja = jobs_.at(a);
+    const JobRecord& jb = jobs_.at(b);
+    // A job that preempted others claims what they free.
+    const bool pa = preemptors_.count(a) > 0, pb = preemptors_.count(b) > 0;
+    if (pa != pb) return pa;
+    if (ja.request.priority != jb.request.priority) {
+      return ja.request.priority > jb.request.priority;
+    }
+    if (ja.requeued_at_head != jb.requeued_at_head) return ja.requeued_at_head;
+    const auto& ka = key_of.at(ja.request.tenant);
+    const auto& kb = key_of.at(jb.request.tenant);
+    if (ka != kb) return ka < kb;
+    TimeMs ta = queue_time_.at(a), tb = queue_time_.at(b);
+    return ta != tb ? ta < tb : a < b;
+  });
+  return ids;
+}
+
+std::string SchedulerCore::Impl::QuotaBlock(const JobRecord& job) const {
+  auto it = tenants_.find(job.request.tenant);
+  if (it == tenants_.end()) return {};
+  const TenantConfig& t = it->second;
+  const int gpus = job.request.spec.gpus + job.request.spec.spares * topo_.max_node_gpus();
+  if (t.max_job_gpus > 0 && job.request.spec.gpus > t.max_job_gpus) {
+    return "quota: the job asks for " + Gpus(job.request.spec.gpus) + ", over tenant '" + t.name +
+           "' max_job_gpus " + std::to_string(t.max_job_gpus);
+  }
+  auto running = tenant_running_.find(t.name);
+  if (t.max_running_jobs > 0 && running != tenant_running_.end() &&
+      running->second >= t.max_running_jobs) {
+    return "quota: tenant '" + t.name + "' already runs " + std::to_string(running->second) +
+           " jobs, its max_running_jobs";
+  }
+  if (t.borrow_limit_gpus >= 0) {
+    auto used_it = tenant_gpus_.find(t.name);
+    const int used = used_it == tenant_gpus_.end() ? 0 : used_it->second;
+    const int limit = t.guaranteed_gpus + t.borrow_limit_gpus;
+    if (used + gpus > limit) {
+      return "quota: tenant '" + t.name + "' would hold " + std::to_string(used + gpus) +
+             " GPUs, over its limit of " + std::to_string(limit) + " (guaranteed " +
+             std::to_string(t.guaranteed_gpus) + " + borrow_limit " +
+             std::to_string(t.borrow_limit_gpus) + ")";
+    }
+  }
+  return {};
+}
+
+void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
+  Hold(job, p.ranks, p.spares);
+  auto t = tenants_.find(job.request.tenant);
+  const int guaranteed = t == tenants_.end() ? 0 : t->second.guaranteed_gpus;
+  job.borrowed = tenant_gpus_[job.request.tenant] > guaranteed;
+  if (job.first_start < 0) job.first_start = now_;
+  job.last_start = now_;
+  job.requeued_at_head = false;
+  preemptors_.erase(job.id);
+  checkpoint_asked_[job.id] = now_;
+  Emit(StartJob{job.id, job.ranks, job.spares});
+  SetState(job, JobState::kRunning,
+           job.checkpoint_step >= 0
+               ? "running from checkpoint step " + std::to_string(job.checkpoint_step)
+               : "running");
+}
+
+SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& job) const {
+  // Running jobs by the time they must end: their time limits (or their
+  // preemption deadlines).
+  std::vector<std::pair<TimeMs, JobId>> ends;
+  for (const auto& [id, j] : jobs_) {
+    if (j.state == JobState::kRunning) ends.push_back({j.last_start + TimeLimit(j), id});
+    if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
+  }
+  std::sort(ends.begin(), ends.end());
+  ClusterState future = cluster_;
+  constexpr int kMaxTries = 48;
+  int tries = 0;
+  Reservation r;
+  r.job = job.id;
+  for (const auto& [end, id] : ends) {
+    const JobRecord& j = jobs_.at(id);
+    std::vector<GpuSlot> held = j.ranks;
+    std::vector<GpuSlot> spares = SpareSlots(j.spares);
+    held.insert(held.end(), spares.begin(), spares.end());
+    (void)future.Release(held);
+    if (future.free_gpus(topo_.root()) < job.request.spec.gpus) continue;
+    if (++tries > kMaxTries) break;
+    Placement p = placer_->Place(job.request.spec, future);
+    if (p.placed()) {
+      r.start = std::max(end, now_);
+      r.gpus = p.ranks;
+      std::vector<GpuSlot> s = SpareSlots(p.spares);
+      r.gpus.insert(r.gpus.end(), s.begin(), s.end());
+      return r;
+    }
+  }
+  return r;  // no foreseeable start (failed hardware): nothing is held back
+}
+
+void SchedulerCore::Impl::SchedulePass() {
+  if (waiting_.empty()) return;
+  const std::vector<JobId> order = Ordered();
+  bool blocked = false;
+  Reservation res;
+  std::unique_ptr<ClusterState> masked;  // the state with reserved GPUs taken
+  int looked = 0;
+  for (JobId id : order) {
+    JobRecord& job = jobs_.at(id);
+    if (job.state != JobState::kQueued) continue;
+    if (blocked && ++looked > config_.backfill_depth) break;
+    const JobSpec& spec = job.request.spec;
+    if (std::string q = QuotaBlock(job); !q.empty()) {
+      SetState(job, JobState::kQueued, q);
+      continue;
+    }
+    if (!feasible_.count(id)) {
+      Placement on_empty = placer_->Place(spec, empty_);
+      if (!on_empty.placed()) {
+        SetState(job, JobState::kRejected, "infeasible: " + on_empty.reason);
+        continue;
+      }
+      feasible_.insert(id);
+    }
+    if (!blocked) {
+      Placement p = cluster_.free_gpus(topo_.root()) >= spec.gpus
+                        ? placer_->Place(spec, cluster_)
+                        : Placement{PlaceOutcome::kBusy,
+                                    "needs " + Gpus(spec.gpus) + "; " +
+                                        Gpus(cluster_.free_gpus(topo_.root())) + " free now",
+                                    {},
+                                    {}};
+      if (p.placed()) {
+        Start(job, p);
+        continue;
+      }
+      if (p.outcome == PlaceOutcome::kInfeasible) {
+        SetState(job, JobState::kRejected, "infeasible: " + p.reason);
+        continue;
+      }
+      // The head of everything that cannot start now.
+      blocked = true;
+      std::string why = "waiting for resources: " + p.reason;
+      bool waiting_on_victims = false;
+      for (const auto& [victim, for_job] : preempted_for_) waiting_on_victims |= for_job == id;
+      if (!waiting_on_victims && config_.preemption && TryPreempt(job)) {
+        why = "preempting lower-priority or borrowed jobs to start";
+      } else if (waiting_on_victims) {
+        why = "waiting for preempted jobs to checkpoint and stop";
+      }
+      SetState(job, JobState::kQueued, why);
+      if (!config_.backfill) break;
+      res = Reserve(job);
+      if (res.start != kNever) {
+        // Take the reserved GPUs that are free now; the rest are still held
+        // by the jobs whose end makes the reservation.
+        std::vector<GpuSlot> free_now;
+        for (const GpuSlot& g : res.gpus) {
+          if (((cluster_.busy_mask(g.node) >> g.gpu) & 1) == 0) free_now.push_back(g);
+        }
+        masked = std::make_unique<ClusterState>(cluster_);
+        (void)masked->Allocate(free_now);
+      }
+      continue;
+    }
+    // Backfill: start now only if the reservation keeps its time and GPUs.
+    if (cluster_.free_gpus(topo_.root()) < spec.gpus) {
+      SetState(job, JobState::kQueued, "waiting behind job " + std::to_string(res.job));
+      continue;
+    }
+    const bool ends_in_time = now_ + TimeLimit(job) <= res.start;
+    const ClusterState& where = (ends_in_time || masked == nullptr) ? cluster_ : *masked;
+    Placement p = placer_->Place(spec, where);
+    if (p.placed()) {
+      Start(job, p);
+      if (masked != nullptr) {
+        // A job that ends in time may sit on reserved GPUs masked already holds.
+        std::vector<GpuSlot> mine = job.ranks;
+        std::vector<GpuSlot> spare_slots = SpareSlots(job.spares);
+        mine.insert(mine.end(), spare_slots.begin(), spare_slots.end());
+        std::erase_if(mine,
+                      [&](const GpuSlot& g) { return (masked->busy_mask(g.node) >> g.gpu) & 1; });
+        (void)masked->Allocate(mine);
+      }
+      continue;
+    }
+    if (p.outcome == PlaceOutcome::kInfeasible) {
+      SetState(job, JobState::kRejected, "infeasible: " + p.reason);
+      continue;
+    }
+    SetState(job, JobState::kQueued,
+             "waiting behind the reservation of job " + std::to_string(res.job) + ": " + p.reason);
+  }
+}
+
+bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
+  const JobSpec& spec = waiting.request.spec;
+  auto t = tenants_.find(waiting.request.tenant);
+  const int guaranteed = t == tenants_.end() ? 0 : t->second.guaranteed_gpus;
+  const bool in_guarantee = tenant_gpus_[waiting.request.tenant] + spec.gpus <= guaranteed;
+  struct Candidate {
+    bool borrowed;
+    double lost;
+    JobId id;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& [id, j] : jobs_) {
+    if (j.state != JobState::kRunning) continue;
+    const bool lower = j.request.priority < waiting.request.priority;
+    const bool reclaim = in_guarantee && j.borrowed && j.request.tenant != waiting.request.tenant;
+    if (!lower && !reclaim) continue;
+    const double lost = static_cast<double>(now_ - ProgressMark(j)) * j.request.spec.gpus;
+    candidates.push_back({j.borrowed, lost, id});
+  }
+  if (candidates.empty()) return false;
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.borrowed != b.borrowed) return a.borrowed;
+    if (a.lost != b.lost) return a.lost < b.lost;
+    return a.id < b.id;
+  });
+  auto held = [&](JobId id) {
+    const JobRecord& j = jobs_.at(id);
+    std::vector<GpuSlot> s = j.ranks;
+    std::vector<GpuSlot> sp = SpareSlots(j.spares);
+    s.insert(s.end(), sp.begin(), sp.end());
+    return s;
+  };
+  ClusterState trial = cluster_;
+  std::vector<JobId> chosen;
+  bool fits = false;
+  for (const Candidate& c : candidates) {
+    (void)trial.Release(held(c.id));
+    chosen.push_back(c.id);
+    if (trial.free_gpus(topo_.root()) < spec.gpus) continue;
+    if (placer_->Place(spec, trial).placed()) {
+      fits = true;
+      break;
+    }
+  }
+  if (!fits) return false;
+  // Keep only the victims the placement needs, dropping the costliest first.
+  for (size_t i = chosen.size(); i-- > 0;) {
+    ClusterState without = trial;
+    if (!without.Allocate(held(chosen[i])).ok()) continue;
+    if (placer_->Place(spec, without).placed()) {
+      trial = std::move(without);
+      chosen.erase(chosen.begin() + static_cast<long>(i));
+    }
+  }
+  preemptors_.insert(waiting.id);
+  for (JobId v : chosen) {
+    JobRecord& victim = jobs_.at(v);
+    victim.preempt_deadline = now_ + config_.preempt_grace;
+    victim.preemptions += 1;
+    preempted_for_[v] = waiting.id;
+    Emit(RequestCheckpoint{v, "preempted for job " + std::to_string(waiting.id)});
+    SetState(victim, JobState::kPreempting,
+             "preempted for job " + std::to_string(waiting.id) + "; checkpointing");
+  }
+  return true;
+}
+
+void SchedulerCore::Impl::StopExpiredPreemptions() {
+  for (auto it = preempted_for_.begin(); it != preempted_for_.end();) {
+    JobRecord& victim = jobs_.at(it->first);
+    if (victim.state != JobState::kPreempting) {
+      it = preempted_for_.erase(it);
+      continue;
+    }
+    if (victim.preempt_deadline <= now_) {
+      LoseProgress(victim);
+      Requeue(victim, "preempted for job " + std::to_string(it->second) + " (grace expired)",
+              RequeuePosition::kHead, /*keep_age_only=*/true);
+      it = preempted_for_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+TimeMs SchedulerCore::Impl::CheckpointInterval(const JobRecord& job) const {
+  if (job.request.checkpoint_interval < 0) return kNever;
+  return job.request.checkpoint_interval > 0 ? job.request.checkpoint_interval
+                                             : config_.default_checkpoint_interval;
+}
+
+void SchedulerCore::Impl::RunJobTimers() {
+  std::vector<JobId> expired;
+  for (auto& [id, job] : jobs_) {
+    if (job.state != JobState::kRunning) continue;
+    if (now_ >= job.last_start + TimeLimit(job)) {
+      expired.push_back(id);
+      continue;
+    }
+    const TimeMs interval = CheckpointInterval(job);
+    if (interval == kNever) continue;
+    TimeMs& asked = checkpoint_asked_[id];
+    if (now_ >= std::max(asked, job.checkpoint_time) + interval) {
+      asked = now_;
+      Emit(RequestCheckpoint{id, "periodic"});
+    }
+  }
+  for (JobId id : expired) {
+    JobRecord& job = jobs_.at(id);
+    KeepProgress(job, now_);
+    Emit(StopJob{id, "time limit reached"});
+    Unhold(job);
+    SetState(job, JobState::kFailed,
+             "time limit of " + std::to_string(TimeLimit(job) / kSecond) + " s reached");
+  }
+}
+
+}  // namespace topo::core

@@ -1,0 +1,383 @@
+// SchedulerCore policies, each driven by hand with a controlled clock.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "test_util.hpp"
+#include "topo/core/evaluator.hpp"
+#include "topo/core/scheduler.hpp"
+
+using namespace topo::core;
+using testing::MakeJob;
+using testing::MakeRegular;
+
+namespace {
+
+SchedulerConfig SimConfig(std::string stack = "toposched") {
+  SchedulerConfig c = SchedulerConfig::ForStack(stack).value();
+  c.heartbeats_required = false;
+  c.default_checkpoint_interval = -1;  // no periodic requests unless a test wants them
+  return c;
+}
+
+JobRequest Request(int gpus, int tp = 1, TimeMs limit = kHour, std::string tenant = "default",
+                   int priority = 0) {
+  JobRequest r;
+  r.spec = MakeJob(gpus, tp);
+  r.time_limit = limit;
+  r.tenant = std::move(tenant);
+  r.priority = priority;
+  r.checkpoint_interval = -1;
+  return r;
+}
+
+template <typename T>
+std::vector<T> Only(const std::vector<Command>& cmds) {
+  std::vector<T> out;
+  for (const Command& c : cmds) {
+    if (const T* t = std::get_if<T>(&c)) out.push_back(*t);
+  }
+  return out;
+}
+
+// 4 leaves of 2 nodes x 8 GPUs (16 GPUs per leaf), 2 spines: 64 GPUs.
+Topology Tiny() { return MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8); }
+
+}  // namespace
+
+TEST_CASE("a submitted job starts at once when it fits, and finishes") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  auto cmds = core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  auto starts = Only<StartJob>(cmds);
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].ranks.size() == 16);
+  CHECK(core.job(1)->state == JobState::kRunning);
+  CHECK(core.cluster().total_busy_gpus() == 16);
+  cmds = core.Step(JobFinished{1, 0}, 10 * kMinute);
+  CHECK(core.job(1)->state == JobState::kCompleted);
+  CHECK(core.job(1)->productive_ms == 10 * kMinute);
+  CHECK(core.cluster().total_busy_gpus() == 0);
+}
+
+TEST_CASE("an impossible job is rejected with the reason; a too-big one waits never") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  JobRequest moe = Request(64, 8);
+  moe.spec.parallelism.ep = 8;  // EP blocks of 64 in 8-GPU HBDs
+  moe.spec.parallelism.dp = 8;
+  core.Step(JobSubmitted{1, moe}, 0);
+  CHECK(core.job(1)->state == JobState::kRejected);
+  CHECK(core.job(1)->reason.find("infeasible") != std::string::npos);
+  core.Step(JobSubmitted{2, Request(128, 8)}, 0);
+  CHECK(core.job(2)->state == JobState::kRejected);
+  JobRequest bad = Request(16, 8);
+  bad.spec.parallelism.dp = 5;
+  core.Step(JobSubmitted{3, bad}, 0);
+  CHECK(core.job(3)->state == JobState::kRejected);
+}
+
+TEST_CASE("EASY backfill: small jobs fill the hole but never delay the head's reservation") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  // 48 GPUs busy until t=60 min.
+  core.Step(JobSubmitted{1, Request(48, 8, 60 * kMinute)}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  // Head: needs all 64, must wait for job 1 (reservation at t=60).
+  core.Step(JobSubmitted{2, Request(64, 8, 60 * kMinute)}, kMinute);
+  CHECK(core.job(2)->state == JobState::kQueued);
+  // A short job that ends before t=60 backfills.
+  auto cmds = core.Step(JobSubmitted{3, Request(8, 8, 30 * kMinute)}, 2 * kMinute);
+  CHECK(core.job(3)->state == JobState::kRunning);
+  // A long job that would hold GPUs past t=60 does not (the head needs them all).
+  core.Step(JobSubmitted{4, Request(8, 8, 120 * kMinute)}, 3 * kMinute);
+  CHECK(core.job(4)->state == JobState::kQueued);
+  CHECK(core.job(4)->reason.find("reservation") != std::string::npos);
+  // At t=60 job 1 ends (its limit): the head starts on time.
+  core.Step(JobFinished{3, 0}, 20 * kMinute);
+  core.Step(JobFinished{1, 0}, 60 * kMinute);
+  CHECK(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(2)->first_start == 60 * kMinute);
+  CHECK(core.job(4)->state == JobState::kQueued);
+}
+
+TEST_CASE("a long job backfills when it keeps off the reserved GPUs") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(48, 8, 60 * kMinute)}, 0);
+  // Head needs 32 GPUs: 16 free now, so it waits for job 1 and reserves 32.
+  core.Step(JobSubmitted{2, Request(32, 8, 60 * kMinute)}, kMinute);
+  REQUIRE(core.job(2)->state == JobState::kQueued);
+  // 64 - 32 reserved leaves room: a long 8-GPU job may start on GPUs the
+  // reservation does not need.
+  core.Step(JobSubmitted{3, Request(8, 8, 10 * kHour)}, 2 * kMinute);
+  CHECK(core.job(3)->state == JobState::kRunning);
+  core.Step(JobFinished{1, 0}, 60 * kMinute);
+  CHECK(core.job(2)->state == JobState::kRunning);
+}
+
+TEST_CASE("FIFO without backfill: nothing passes the blocked head") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig("fifo-firstfit"));
+  core.Step(JobSubmitted{1, Request(48, 8)}, 0);
+  core.Step(JobSubmitted{2, Request(64, 8)}, 1);
+  core.Step(JobSubmitted{3, Request(8, 8)}, 2);
+  CHECK(core.job(3)->state == JobState::kQueued);
+}
+
+TEST_CASE("quotas: limits are never exceeded and the reason names the limit") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  TenantConfig a{"a", 16, 16, 32, 2, 1.0};  // guaranteed 16, may borrow 16 more
+  core.Step(TenantConfigured{a}, 0);
+  core.Step(JobSubmitted{1, Request(16, 8, kHour, "a")}, 0);
+  core.Step(JobSubmitted{2, Request(16, 8, kHour, "a")}, 0);
+  CHECK(core.job(1)->state == JobState::kRunning);
+  CHECK(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(2)->borrowed);
+  CHECK(core.TenantUsage("a") == 32);
+  core.Step(JobSubmitted{3, Request(8, 8, kHour, "a")}, 0);
+  CHECK(core.job(3)->state == JobState::kQueued);
+  CHECK(core.job(3)->reason.find("max_running_jobs") != std::string::npos);
+  core.Step(JobSubmitted{4, Request(48, 8, kHour, "a")}, 0);
+  CHECK(core.job(4)->reason.find("max_job_gpus") != std::string::npos);
+  core.Step(JobFinished{1, 0}, kMinute);  // one running: count ok, GPUs 16 + 8 <= 32
+  CHECK(core.job(3)->state == JobState::kRunning);
+  CHECK(core.TenantUsage("a") == 24);
+  // Limit of GPUs: raise the job cap, keep guaranteed + borrow = 32.
+  a.max_running_jobs = 0;
+  a.max_job_gpus = 0;
+  core.Step(TenantConfigured{a}, 2 * kMinute);
+  core.Step(JobSubmitted{5, Request(16, 8, kHour, "a")}, 2 * kMinute);
+  CHECK(core.job(5)->state == JobState::kQueued);
+  CHECK(core.job(5)->reason.find("limit of 32") != std::string::npos);
+  CHECK(core.TenantUsage("a") <= 32);
+}
+
+TEST_CASE("fairshare converges to the configured shares on a saturated two-tenant load") {
+  Topology topo = Tiny();
+  SchedulerConfig config = SimConfig();
+  config.fairshare_half_life = 2 * kHour;
+  SchedulerCore core(topo, config);
+  core.Step(TenantConfigured{TenantConfig{"big", 0, -1, 0, 0, 3.0}}, 0);
+  core.Step(TenantConfigured{TenantConfig{"small", 0, -1, 0, 0, 1.0}}, 0);
+  // Both tenants keep 40 jobs of 16 GPUs queued; each runs 10 minutes.
+  JobId next = 1;
+  std::map<std::string, double> gpu_ms;
+  std::map<JobId, TimeMs> end;
+  TimeMs now = 0;
+  auto top_up = [&] {
+    for (const char* t : {"big", "small"}) {
+      int queued = 0;
+      for (JobId id : core.WaitingJobs()) queued += core.job(id)->request.tenant == t;
+      while (queued++ < 40) {
+        for (const Command& c : core.Step(JobSubmitted{next++, Request(16, 8, kHour, t)}, now)) {
+          if (auto* s = std::get_if<StartJob>(&c)) end[s->id] = now + 10 * kMinute;
+        }
+      }
+    }
+  };
+  top_up();
+  while (now < 48 * kHour) {
+    // The next completion.
+    auto it = std::min_element(end.begin(), end.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; });
+    now = it->second;
+    JobId done = it->first;
+    end.erase(it);
+    if (now > 24 * kHour) gpu_ms[core.job(done)->request.tenant] += 16.0 * 10 * kMinute;
+    for (const Command& c : core.Step(JobFinished{done, 0}, now)) {
+      if (auto* s = std::get_if<StartJob>(&c)) end[s->id] = now + 10 * kMinute;
+    }
+    top_up();
+    core.TakeFinishedJobs();
+  }
+  const double share = gpu_ms["big"] / (gpu_ms["big"] + gpu_ms["small"]);
+  CHECK(share == doctest::Approx(0.75).epsilon(0.05));
+}
+
+TEST_CASE("preemption frees a placement that meets the required constraints") {
+  // HBDs of 2 nodes x 4 GPUs (8 GPUs), 2 HBDs per leaf, 2 leaves: 32 GPUs.
+  Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {2, 2}, 2, 4);
+  SchedulerCore core(topo, SimConfig());
+  // Four low-priority jobs of 4 GPUs each take one node of every HBD...
+  for (JobId id = 1; id <= 4; ++id) core.Step(JobSubmitted{id, Request(4, 4, kHour, "x", 0)}, 0);
+  // ...and 4 more fill the other nodes.
+  for (JobId id = 5; id <= 8; ++id) core.Step(JobSubmitted{id, Request(4, 4, kHour, "x", 0)}, 0);
+  REQUIRE(core.cluster().total_busy_gpus() == 32);
+  // A high-priority TP-8 job needs one whole HBD (two nodes): two victims in
+  // the same HBD, not any two.
+  auto cmds = core.Step(JobSubmitted{9, Request(8, 8, kHour, "y", 10)}, kMinute);
+  auto asks = Only<RequestCheckpoint>(cmds);
+  REQUIRE(asks.size() == 2);
+  std::set<DomainId> hbds;
+  for (const auto& a : asks) {
+    CHECK(core.job(a.id)->state == JobState::kPreempting);
+    hbds.insert(topo.Ancestor(core.job(a.id)->ranks[0].node, topo.hbd_tier()));
+  }
+  CHECK(hbds.size() == 1);
+  // One victim checkpoints at once and stops; the other runs out its grace.
+  core.Step(CheckpointCompleted{asks[0].id, 7}, 2 * kMinute);
+  CHECK(core.job(asks[0].id)->state == JobState::kQueued);
+  CHECK(core.job(9)->state == JobState::kQueued);
+  cmds = core.Step(Tick{}, kMinute + core.config().preempt_grace);
+  CHECK(core.job(asks[1].id)->state == JobState::kQueued);
+  REQUIRE(core.job(9)->state == JobState::kRunning);
+  PlacementMetrics m = Evaluate(core.job(9)->request.spec, topo, core.job(9)->ranks);
+  CHECK(m.required_met);
+  CHECK(core.job(asks[1].id)->lost_gpu_ms > 0);
+  CHECK(core.job(asks[0].id)->lost_gpu_ms == 0);
+}
+
+TEST_CASE("borrowed capacity is reclaimed for a tenant within its guarantee") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  core.Step(TenantConfigured{TenantConfig{"a", 32, -1, 0, 0, 1}}, 0);
+  core.Step(TenantConfigured{TenantConfig{"b", 32, -1, 0, 0, 1}}, 0);
+  // b borrows the whole cluster.
+  for (JobId id = 1; id <= 4; ++id) core.Step(JobSubmitted{id, Request(16, 8, kHour, "b")}, 0);
+  REQUIRE(core.TenantUsage("b") == 64);
+  auto cmds = core.Step(JobSubmitted{10, Request(16, 8, kHour, "a")}, kMinute);
+  auto asks = Only<RequestCheckpoint>(cmds);
+  REQUIRE(asks.size() == 1);
+  CHECK(core.job(asks[0].id)->borrowed);
+  core.Step(CheckpointCompleted{asks[0].id, 1}, 2 * kMinute);
+  CHECK(core.job(10)->state == JobState::kRunning);
+}
+
+TEST_CASE("a failed GPU drains its node and the job restarts on the nearest spare") {
+  // HBDs of 4 nodes x 4 GPUs; a TP-8 job spans two nodes of one HBD.
+  Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {4, 2}, 2, 4);
+  SchedulerCore core(topo, SimConfig());
+  JobRequest r = Request(16, 8);
+  r.spec.spares = 1;
+  auto cmds = core.Step(JobSubmitted{1, r}, 0);
+  auto start = Only<StartJob>(cmds);
+  REQUIRE(start.size() == 1);
+  REQUIRE(start[0].spares.size() == 1);
+  const NodeId spare = start[0].spares[0];
+  core.Step(CheckpointCompleted{1, 100}, 30 * kMinute);
+  const NodeId victim = start[0].ranks[0].node;
+  cmds = core.Step(GpuEvent{victim, 0, GpuEventKind::kXid, 79}, 40 * kMinute);
+  CHECK(Only<DrainNode>(cmds).size() == 1);
+  // The job moved off the node in the same step, so it is drained at once.
+  CHECK(core.cluster().node_state(victim) == NodeState::kDrained);
+  auto restarts = Only<RestartJob>(cmds);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].checkpoint_step == 100);
+  CHECK(restarts[0].restart_count == 1);
+  std::set<NodeId> nodes;
+  for (const GpuSlot& s : restarts[0].ranks) nodes.insert(s.node);
+  CHECK(nodes.count(victim) == 0);
+  CHECK(nodes.count(spare) == 1);
+  const JobRecord* job = core.job(1);
+  CHECK(Evaluate(job->request.spec, topo, job->ranks).required_met);
+  CHECK(job->lost_gpu_ms == doctest::Approx(16.0 * 10 * kMinute));
+  // Repair brings it back.
+  core.Step(JobFinished{1, 0}, kHour);
+  core.Step(GpuEvent{victim, 0, GpuEventKind::kCleared, 0}, 2 * kHour);
+  CHECK(core.cluster().node_state(victim) == NodeState::kUp);
+}
+
+TEST_CASE("without a replacement a failed job requeues at the head (slurm-tree) or tail (fifo)") {
+  Topology topo = Tiny();
+  for (const char* stack : {"slurm-tree", "fifo-firstfit"}) {
+    CAPTURE(stack);
+    SchedulerCore core(topo, SimConfig(stack));
+    core.Step(JobSubmitted{1, Request(64, 8)}, 0);
+    core.Step(JobSubmitted{2, Request(8, 8)}, 1);
+    REQUIRE(core.job(1)->state == JobState::kRunning);
+    core.Step(CheckpointCompleted{1, 5}, 10 * kMinute);
+    auto cmds = core.Step(NodeStateRequested{3, NodeState::kDown, "lost"}, 20 * kMinute);
+    CHECK(Only<StopJob>(cmds).size() == 1);
+    const std::vector<JobId> order = core.WaitingJobs();
+    // Job 2 took the free GPUs in the same pass; job 1 waits for the node.
+    if (std::string(stack) == "slurm-tree") {
+      CHECK(core.job(1)->requeued_at_head);
+    } else {
+      CHECK_FALSE(core.job(1)->requeued_at_head);
+    }
+    CHECK(core.job(1)->state == JobState::kQueued);
+    CHECK(core.job(1)->checkpoint_step == 5);
+    CHECK(core.job(1)->lost_gpu_ms == doctest::Approx(64.0 * 10 * kMinute));
+  }
+}
+
+TEST_CASE("missed heartbeats: up -> suspect -> down, then recovery") {
+  Topology topo = Tiny();
+  SchedulerConfig config = SimConfig();
+  config.heartbeats_required = true;
+  SchedulerCore core(topo, config);
+  CHECK(core.cluster().node_state(0) == NodeState::kDown);  // until it registers
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    core.Step(NodeStateRequested{n, NodeState::kUp, "registered"}, 0);
+  }
+  core.Step(JobSubmitted{1, Request(8, 8)}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  const NodeId n = core.job(1)->ranks[0].node;
+  std::vector<Command> cmds;
+  for (TimeMs t = kSecond; t <= config.heartbeat_down_after; t += kSecond) {
+    for (NodeId m = 0; m < topo.node_count(); ++m) {
+      if (m == n) continue;
+      auto c = core.Step(Heartbeat{m}, t);
+      cmds.insert(cmds.end(), c.begin(), c.end());
+    }
+    if (t == 4 * kSecond) {
+      CHECK(core.cluster().node_state(n) == NodeState::kSuspect);
+      CHECK(core.NextWakeup() == 7 * kSecond);  // the others would turn suspect
+    }
+  }
+  CHECK(core.cluster().node_state(n) == NodeState::kDown);
+  auto restarts = Only<RestartJob>(cmds);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].ranks[0].node != n);
+  // The node comes back when it beats again.
+  core.Step(Heartbeat{n}, 20 * kSecond);
+  CHECK(core.cluster().node_state(n) == NodeState::kUp);
+}
+
+TEST_CASE("GPU events classify by XID") {
+  CHECK(ClassifyGpuEvent({0, 0, GpuEventKind::kXid, 79}) == GpuHealth::kFailed);
+  CHECK(ClassifyGpuEvent({0, 0, GpuEventKind::kXid, 48}) == GpuHealth::kFailed);
+  CHECK(ClassifyGpuEvent({0, 0, GpuEventKind::kXid, 94}) == GpuHealth::kDegraded);
+  CHECK(ClassifyGpuEvent({0, 0, GpuEventKind::kXid, 13}) == std::nullopt);
+  CHECK(ClassifyGpuEvent({0, 0, GpuEventKind::kThermal, 0}) == GpuHealth::kDegraded);
+  CHECK(ClassifyGpuEvent({0, 0, GpuEventKind::kEccSingleBit, 5}) == std::nullopt);
+  CHECK(ClassifyGpuEvent({0, 0, GpuEventKind::kCleared, 0}) == GpuHealth::kHealthy);
+}
+
+TEST_CASE("periodic checkpoint requests and time limits") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  JobRequest r = Request(8, 8, 2 * kHour);
+  r.checkpoint_interval = 30 * kMinute;
+  core.Step(JobSubmitted{1, r}, 0);
+  CHECK(core.NextWakeup() == 30 * kMinute);
+  auto cmds = core.Step(Tick{}, 30 * kMinute);
+  CHECK(Only<RequestCheckpoint>(cmds).size() == 1);
+  core.Step(CheckpointCompleted{1, 1}, 31 * kMinute);
+  CHECK(core.NextWakeup() == 61 * kMinute);
+  cmds = core.Step(Tick{}, 2 * kHour);
+  CHECK(core.job(1)->state == JobState::kFailed);
+  CHECK(core.job(1)->reason.find("time limit") != std::string::npos);
+  CHECK(core.cluster().total_busy_gpus() == 0);
+}
+
+TEST_CASE("cancel, hold and release") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(64, 8)}, 0);
+  core.Step(JobSubmitted{2, Request(8, 8)}, 0);
+  core.Step(JobHoldChanged{2, true}, 1);
+  CHECK(core.job(2)->state == JobState::kHeld);
+  core.Step(JobCancelled{1, "user"}, 2);
+  CHECK(core.job(1)->state == JobState::kCancelled);
+  CHECK(core.job(2)->state == JobState::kHeld);
+  core.Step(JobHoldChanged{2, false}, 3);
+  CHECK(core.job(2)->state == JobState::kRunning);
+  CHECK(core.TakeFinishedJobs().size() == 1);
+  CHECK(core.job(1) == nullptr);
+}
