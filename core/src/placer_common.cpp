@@ -103,37 +103,36 @@ Result<JobShape> MakeJobShape(const JobSpec& job, const Topology& topology,
   return shape;
 }
 
-std::vector<int> ComputeCapacity(const JobShape& shape, const ClusterState& state) {
+void ComputeSubtreeCapacity(const JobShape& shape, const ClusterState& state, DomainId root,
+                            std::vector<int>& cap) {
   const Topology& topo = state.topology();
-  std::vector<int> cap(topo.domain_count(), 0);
+  const Domain& top = topo.domain(root);
   const int unit0 = shape.unit[0];
-  if (unit0 == 1) {
-    for (NodeId n = 0; n < topo.node_count(); ++n) cap[n] = NodeSlots(shape, state, n);
-  } else {
-    for (NodeId n = 0; n < topo.node_count(); ++n) cap[n] = NodeSlots(shape, state, n) / unit0;
+  for (NodeId n = top.node_begin; n < top.node_end; ++n) {
+    cap[n] = unit0 == 1 ? NodeSlots(shape, state, n) : NodeSlots(shape, state, n) / unit0;
   }
-  for (int t = 1; t <= topo.root_tier(); ++t) {
+  for (int t = 1; t <= top.tier; ++t) {
     const int64_t below = shape.unit[t - 1];
-    if (t == 1) {
-      // Children of tier-1 domains are their contiguous nodes.
-      const DomainId first = topo.tier_first(1);
-      for (DomainId d = first; d < first + topo.tier_size(1); ++d) {
-        const Domain& dom = topo.domain(d);
-        int64_t sum = 0;
-        for (NodeId n = dom.node_begin; n < dom.node_end; ++n) sum += cap[n];
-        cap[d] = static_cast<int>(below == shape.unit[1] ? sum : sum * below / shape.unit[1]);
-      }
-      continue;
-    }
     const int64_t unit = shape.unit[t];
-    const DomainId first = topo.tier_first(t);
-    const DomainId last = first + topo.tier_size(t);
-    for (DomainId d = first; d < last; ++d) {
+    const DomainId first = topo.Ancestor(top.node_begin, t);
+    const DomainId last = topo.Ancestor(top.node_end - 1, t);
+    for (DomainId d = first; d <= last; ++d) {
       int64_t sum = 0;
-      for (DomainId c : topo.children(d)) sum += cap[c];
+      if (t == 1) {
+        // Children of tier-1 domains are their contiguous nodes.
+        const Domain& dom = topo.domain(d);
+        for (NodeId n = dom.node_begin; n < dom.node_end; ++n) sum += cap[n];
+      } else {
+        for (DomainId c : topo.children(d)) sum += cap[c];
+      }
       cap[d] = static_cast<int>(below == unit ? sum : sum * below / unit);
     }
   }
+}
+
+std::vector<int> ComputeCapacity(const JobShape& shape, const ClusterState& state) {
+  std::vector<int> cap(state.topology().domain_count(), 0);
+  ComputeSubtreeCapacity(shape, state, state.topology().root(), cap);
   return cap;
 }
 

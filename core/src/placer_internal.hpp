@@ -64,6 +64,10 @@ inline int NodeSlots(const JobShape& shape, const ClusterState& state, NodeId n)
 
 // Capacity of every domain in units of its tier (JobShape::unit).
 std::vector<int> ComputeCapacity(const JobShape& shape, const ClusterState& state);
+// The same for `root` and the domains below it only; other entries of `cap`
+// (sized domain_count()) are left as they are.
+void ComputeSubtreeCapacity(const JobShape& shape, const ClusterState& state, DomainId root,
+                            std::vector<int>& cap);
 
 // Units the whole job needs at tier t.
 inline int NeedAt(const JobShape& shape, int tier) { return shape.world / shape.unit[tier]; }

@@ -18,10 +18,11 @@
 //      leaves first);
 //   b. if one child holds the job within L* leaves, descend into the fullest
 //      such child;
-//   c. otherwise build a pool of children, most valuable first (the sum of
-//      their L* largest leaves), until the pool's L* largest leaves hold the
-//      job; take the L*-1 largest fully and the best-fitting leaf for the
-//      rest.
+//   c. otherwise pool the fewest children (every set of two, then of three,
+//      the tightest that works) or, failing that, the most valuable children
+//      (the sum of their L* largest leaves) until the pool's L* largest
+//      leaves hold the job; take the L*-1 largest fully and the best-fitting
+//      leaf for the rest.
 // At and below the leaf (leaf -> HBD -> node): one child if one holds the
 // rest (best fit), else the largest children first and a best fit for the
 // remainder, which uses the fewest HBDs and nodes.
@@ -39,9 +40,12 @@
 // cluster. It descends from the root into the fullest domain first, pruning
 // by the cluster state's per-domain free-GPU counters (an upper bound), and
 // takes the fullest node that holds it; if none does it falls through to the
-// general path, which also answers Busy or Infeasible.
+// general path, which also answers Busy or Infeasible. A job that fits one
+// HBD (where the HBD is above the node) does the same down to the HBD tier,
+// computing capacity only inside the HBDs it visits.
 
 #include <algorithm>
+#include <initializer_list>
 #include <numeric>
 
 #include "placer_internal.hpp"
@@ -153,6 +157,74 @@ class Selector {
     return std::accumulate(scratch_.begin(), scratch_.begin() + m, int64_t{0});
   }
 
+  struct Child {
+    DomainId id;
+    int64_t value;
+  };
+
+  // The fewest children (2 or 3; one was tried before) whose leaves_needed
+  // largest leaves hold kc, the tightest such set first; empty when none or
+  // when there are too many children to try every set. Keeps the leaf count
+  // optimal while spanning fewer pods than a greedy pool.
+  std::vector<size_t> FewestChildren(const std::vector<Child>& kids, int leaves_needed, int kc) {
+    constexpr size_t kMaxChildren = 16;
+    if (kids.size() < 2 || kids.size() > kMaxChildren) return {};
+    std::vector<std::vector<int>> sorted(kids.size());
+    for (size_t i = 0; i < kids.size(); ++i) {
+      auto [lo, hi] = LeafRange(kids[i].id);
+      for (DomainId l = lo; l < hi; ++l) {
+        if (cap_[l] > 0) sorted[i].push_back(cap_[l]);
+      }
+      std::sort(sorted[i].begin(), sorted[i].end(), std::greater<>());
+    }
+    // Sum of the n largest caps over the union of the given children.
+    auto top = [&](std::initializer_list<size_t> set) {
+      std::vector<size_t> at(set.size(), 0);
+      std::vector<size_t> ids(set);
+      int64_t sum = 0;
+      for (int n = 0; n < leaves_needed; ++n) {
+        int best = -1;
+        for (size_t k = 0; k < ids.size(); ++k) {
+          if (at[k] < sorted[ids[k]].size() &&
+              (best < 0 || sorted[ids[k]][at[k]] > sorted[ids[best]][at[best]])) {
+            best = static_cast<int>(k);
+          }
+        }
+        if (best < 0) break;
+        sum += sorted[ids[best]][at[best]++];
+      }
+      return sum;
+    };
+    auto total = [&](std::initializer_list<size_t> set) {
+      int64_t t = 0;
+      for (size_t i : set) t += cap_[kids[i].id];
+      return t;
+    };
+    std::vector<size_t> best;
+    int64_t best_total = 0;
+    const size_t n = kids.size();
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = a + 1; b < n; ++b) {
+        if (top({a, b}) >= kc && (best.empty() || total({a, b}) < best_total)) {
+          best = {a, b};
+          best_total = total({a, b});
+        }
+      }
+    }
+    if (!best.empty()) return best;
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = a + 1; b < n; ++b) {
+        for (size_t c = b + 1; c < n; ++c) {
+          if (top({a, b, c}) >= kc && (best.empty() || total({a, b, c}) < best_total)) {
+            best = {a, b, c};
+            best_total = total({a, b, c});
+          }
+        }
+      }
+    }
+    return best;
+  }
+
   void ChooseAboveLeaf(DomainId d, int kc) {
     const int leaves_needed = MinLeaves(d, kc);
     DomainId best = kNoDomain;
@@ -166,10 +238,6 @@ class Selector {
       return;
     }
     // Pool the most valuable children until their best leaves hold the job.
-    struct Child {
-      DomainId id;
-      int64_t value;
-    };
     std::vector<Child> kids;
     for (DomainId c : topo_.children(d)) {
       if (cap_[c] > 0) kids.push_back({c, TopLeavesSum(c, leaves_needed)});
@@ -185,6 +253,16 @@ class Selector {
     };
     std::vector<Leaf> pool;
     std::vector<int> caps;
+    if (std::vector<size_t> few = FewestChildren(kids, leaves_needed, kc); !few.empty()) {
+      // Reorder so the chosen children come first, in value order; the loop
+      // below then stops once exactly they are pooled.
+      std::vector<Child> front;
+      for (size_t i : few) front.push_back(kids[i]);
+      for (size_t i = 0; i < kids.size(); ++i) {
+        if (std::find(few.begin(), few.end(), i) == few.end()) front.push_back(kids[i]);
+      }
+      kids = std::move(front);
+    }
     for (size_t i = 0; i < kids.size(); ++i) {
       auto [lo, hi] = LeafRange(kids[i].id);
       for (DomainId l = lo; l < hi; ++l) {
@@ -284,6 +362,44 @@ class OneNodeFinder {
   const ClusterState& state_;
 };
 
+// Finds the fullest HBD (pruned and ordered by free GPUs, like
+// OneNodeFinder) whose own capacity holds the whole job, computing capacity
+// for the HBDs it visits only.
+class OneHbdFinder {
+ public:
+  OneHbdFinder(const Topology& topo, const JobShape& shape, const ClusterState& state,
+               std::vector<int>& cap)
+      : topo_(topo), shape_(shape), state_(state), cap_(cap) {}
+
+  DomainId Find(DomainId d) {
+    const Domain& dom = topo_.domain(d);
+    if (dom.tier == topo_.hbd_tier()) {
+      internal::ComputeSubtreeCapacity(shape_, state_, d, cap_);
+      return cap_[d] >= internal::NeedAt(shape_, dom.tier) ? d : kNoDomain;
+    }
+    std::vector<DomainId> kids;
+    for (DomainId c : topo_.children(d)) {
+      if (state_.free_gpus(c) >= shape_.world) kids.push_back(c);
+    }
+    std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
+      if (state_.free_gpus(a) != state_.free_gpus(b))
+        return state_.free_gpus(a) < state_.free_gpus(b);
+      return a < b;
+    });
+    for (DomainId c : kids) {
+      DomainId h = Find(c);
+      if (h != kNoDomain) return h;
+    }
+    return kNoDomain;
+  }
+
+ private:
+  const Topology& topo_;
+  const JobShape& shape_;
+  const ClusterState& state_;
+  std::vector<int>& cap_;
+};
+
 class TopoSchedPlacer final : public Placer {
  public:
   explicit TopoSchedPlacer(PlacerOptions options) : options_(options) {}
@@ -297,6 +413,15 @@ class TopoSchedPlacer final : public Placer {
     if (shape.gpus_per_node == 0 && shape.world <= topo.max_node_gpus()) {
       NodeId n = OneNodeFinder(topo, shape, state).Find(topo.root());
       if (n >= 0) return internal::BuildPlacement(job, shape, state, {{n, shape.world}});
+    }
+    if (topo.hbd_tier() > 0 && shape.world <= topo.max_domain_gpus(topo.hbd_tier())) {
+      std::vector<int> cap(topo.domain_count(), 0);
+      DomainId h = OneHbdFinder(topo, shape, state, cap).Find(topo.root());
+      if (h != kNoDomain) {
+        Selector selector(topo, shape, state, cap);
+        selector.Choose(h, internal::NeedAt(shape, topo.hbd_tier()));
+        return internal::BuildPlacement(job, shape, state, selector.TakePicks());
+      }
     }
     std::vector<int> cap = internal::ComputeCapacity(shape, state);
     const int need = internal::NeedAt(shape, topo.root_tier());
