@@ -226,6 +226,7 @@ void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
 void SchedulerCore::Impl::OnTenant(const TenantConfigured& e) {
   if (e.tenant.name.empty()) return;
   tenants_[e.tenant.name] = e.tenant;
+  ++generation_;
 }
 
 // ---------------------------------------------------------------- bookkeeping
@@ -251,6 +252,8 @@ void SchedulerCore::Impl::Hold(JobRecord& job, std::vector<GpuSlot> ranks,
   for (NodeId n : spares) spare_owner_[n] = job.id;
   tenant_gpus_[job.request.tenant] += static_cast<int>(all.size());
   tenant_running_[job.request.tenant] += 1;
+  running_.insert(job.id);
+  ++generation_;
   job.ranks = std::move(ranks);
   job.spares = std::move(spares);
 }
@@ -274,6 +277,8 @@ void SchedulerCore::Impl::Unhold(JobRecord& job) {
   }
   tenant_gpus_[job.request.tenant] -= static_cast<int>(all.size());
   tenant_running_[job.request.tenant] -= 1;
+  running_.erase(job.id);
+  ++generation_;
   job.ranks.clear();
   job.spares.clear();
   job.borrowed = false;
@@ -359,6 +364,8 @@ std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
       impl_->queue_time_.erase(it->first);
       impl_->feasible_.erase(it->first);
       impl_->preemptors_.erase(it->first);
+      impl_->blocked_at_.erase(it->first);
+      impl_->preempt_failed_at_.erase(it->first);
       impl_->checkpoint_asked_.erase(it->first);
       out.push_back(std::move(it->second));
       it = impl_->jobs_.erase(it);

@@ -45,6 +45,7 @@ std::optional<GpuHealth> ClassifyGpuEvent(const GpuEvent& e) {
 void SchedulerCore::Impl::SetNodeState(NodeId n, NodeState s, const std::string& reason) {
   if (cluster_.node_state(n) == s) return;
   cluster_.SetNodeState(n, s);
+  ++generation_;
   Emit(NodeStateChanged{n, s, reason});
 }
 
@@ -122,6 +123,7 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
                            : e.kind == GpuEventKind::kCleared ? "cleared"
                                                               : "GPU event";
   cluster_.SetGpuHealth(n, e.gpu, *health);
+  ++generation_;
   Emit(GpuHealthChanged{n, e.gpu, *health, what});
   const std::string gpu_name = topo_.node(n).name + " GPU " + std::to_string(e.gpu);
   if (*health == GpuHealth::kFailed) {
@@ -266,7 +268,8 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
 
 TimeMs SchedulerCore::Impl::NextWakeup() const {
   TimeMs next = kNever;
-  for (const auto& [id, job] : jobs_) {
+  for (JobId id : running_) {
+    const JobRecord& job = jobs_.at(id);
     if (job.state == JobState::kPreempting) next = std::min(next, job.preempt_deadline);
     if (job.state != JobState::kRunning) continue;
     next = std::min(next, job.last_start + TimeLimit(job));

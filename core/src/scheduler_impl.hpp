@@ -42,6 +42,22 @@ class SchedulerCore::Impl {
   ClusterState empty_;                         // for feasibility checks
   std::set<JobId> feasible_;                   // placed on the empty cluster once
   std::set<JobId> preemptors_;                 // waiting jobs that preempted others
+  std::set<JobId> running_;                    // running or preempting (holding GPUs)
+  // Bumped by every change that can make a placement succeed that failed
+  // before (GPUs held or freed, node or GPU health, quotas). A job that
+  // could not be placed at generation g cannot be at g either: the pass
+  // skips it, which keeps passes after submissions cheap.
+  uint64_t generation_ = 1;
+  struct Blocked {
+    uint64_t generation;
+    bool masked;
+    JobId reservation_job;
+    std::string reason;
+  };
+  std::map<JobId, Blocked> blocked_at_;  // the last failed placement try
+  std::map<JobId, uint64_t> preempt_failed_at_;
+  JobId reservation_job_ = 0;
+  uint64_t reservation_generation_ = 0;
 
   // ---- scheduler.cpp
   std::vector<Command>* out_ = nullptr;
@@ -89,6 +105,9 @@ class SchedulerCore::Impl {
     std::vector<GpuSlot> gpus;
   };
   Reservation Reserve(const JobRecord& job) const;
+  Reservation cached_reservation_;
+  // Place `job` on `where` unless it already failed at this generation.
+  Placement PlaceUnlessBlocked(const JobRecord& job, const ClusterState& where, bool masked);
 
   // ---- scheduler_health.cpp
   void OnNodeRequest(const NodeStateRequested& e);

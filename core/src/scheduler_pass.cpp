@@ -129,7 +129,8 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   // Running jobs by the time they must end: their time limits (or their
   // preemption deadlines).
   std::vector<std::pair<TimeMs, JobId>> ends;
-  for (const auto& [id, j] : jobs_) {
+  for (JobId id : running_) {
+    const JobRecord& j = jobs_.at(id);
     if (j.state == JobState::kRunning) ends.push_back({j.last_start + TimeLimit(j), id});
     if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
   }
@@ -185,7 +186,7 @@ void SchedulerCore::Impl::SchedulePass() {
     }
     if (!blocked) {
       Placement p = cluster_.free_gpus(topo_.root()) >= spec.gpus
-                        ? placer_->Place(spec, cluster_)
+                        ? PlaceUnlessBlocked(job, cluster_, false)
                         : Placement{PlaceOutcome::kBusy,
                                     "needs " + Gpus(spec.gpus) + "; " +
                                         Gpus(cluster_.free_gpus(topo_.root())) + " free now",
@@ -204,14 +205,23 @@ void SchedulerCore::Impl::SchedulePass() {
       std::string why = "waiting for resources: " + p.reason;
       bool waiting_on_victims = false;
       for (const auto& [victim, for_job] : preempted_for_) waiting_on_victims |= for_job == id;
-      if (!waiting_on_victims && config_.preemption && TryPreempt(job)) {
+      auto failed = preempt_failed_at_.find(id);
+      const bool tried = failed != preempt_failed_at_.end() && failed->second == generation_;
+      if (!waiting_on_victims && config_.preemption && !tried && TryPreempt(job)) {
         why = "preempting lower-priority or borrowed jobs to start";
       } else if (waiting_on_victims) {
         why = "waiting for preempted jobs to checkpoint and stop";
+      } else if (config_.preemption) {
+        preempt_failed_at_[id] = generation_;
       }
       SetState(job, JobState::kQueued, why);
       if (!config_.backfill) break;
-      res = Reserve(job);
+      if (reservation_job_ != id || reservation_generation_ != generation_) {
+        cached_reservation_ = Reserve(job);
+        reservation_job_ = id;
+        reservation_generation_ = generation_;
+      }
+      res = cached_reservation_;
       if (res.start != kNever) {
         // Take the reserved GPUs that are free now; the rest are still held
         // by the jobs whose end makes the reservation.
@@ -230,8 +240,8 @@ void SchedulerCore::Impl::SchedulePass() {
       continue;
     }
     const bool ends_in_time = now_ + TimeLimit(job) <= res.start;
-    const ClusterState& where = (ends_in_time || masked == nullptr) ? cluster_ : *masked;
-    Placement p = placer_->Place(spec, where);
+    const bool use_mask = !ends_in_time && masked != nullptr;
+    Placement p = PlaceUnlessBlocked(job, use_mask ? *masked : cluster_, use_mask);
     if (p.placed()) {
       Start(job, p);
       if (masked != nullptr) {
@@ -254,6 +264,23 @@ void SchedulerCore::Impl::SchedulePass() {
   }
 }
 
+Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const ClusterState& where,
+                                                  bool masked) {
+  // The masked state is cluster_ minus the reservation, a function of the
+  // head job and the generation.
+  const JobId res_job = masked ? reservation_job_ : 0;
+  auto it = blocked_at_.find(job.id);
+  if (it != blocked_at_.end() && it->second.generation == generation_ &&
+      it->second.masked == masked && it->second.reservation_job == res_job) {
+    return Placement{PlaceOutcome::kBusy, it->second.reason, {}, {}};
+  }
+  Placement p = placer_->Place(job.request.spec, where);
+  if (p.outcome == PlaceOutcome::kBusy) {
+    blocked_at_[job.id] = Blocked{generation_, masked, res_job, p.reason};
+  }
+  return p;
+}
+
 bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
   const JobSpec& spec = waiting.request.spec;
   auto t = tenants_.find(waiting.request.tenant);
@@ -265,7 +292,8 @@ bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
     JobId id;
   };
   std::vector<Candidate> candidates;
-  for (const auto& [id, j] : jobs_) {
+  for (JobId id : running_) {
+    const JobRecord& j = jobs_.at(id);
     if (j.state != JobState::kRunning) continue;
     const bool lower = j.request.priority < waiting.request.priority;
     const bool reclaim = in_guarantee && j.borrowed && j.request.tenant != waiting.request.tenant;
@@ -347,7 +375,8 @@ TimeMs SchedulerCore::Impl::CheckpointInterval(const JobRecord& job) const {
 
 void SchedulerCore::Impl::RunJobTimers() {
   std::vector<JobId> expired;
-  for (auto& [id, job] : jobs_) {
+  for (JobId id : running_) {
+    JobRecord& job = jobs_.at(id);
     if (job.state != JobState::kRunning) continue;
     if (now_ >= job.last_start + TimeLimit(job)) {
       expired.push_back(id);
