@@ -43,8 +43,13 @@ ClusterState::ClusterState(const Topology& topology)
       degraded_(topology.node_count(), 0),
       busy_gpus_(topology.domain_count(), 0),
       free_gpus_(topology.domain_count(), 0),
-      failed_gpus_(topology.domain_count(), 0) {
-  for (DomainId d = 0; d < topology.domain_count(); ++d) free_gpus_[d] = topology.domain(d).gpus;
+      failed_gpus_(topology.domain_count(), 0),
+      whole_free_(topology.domain_count(), 0) {
+  for (DomainId d = 0; d < topology.domain_count(); ++d) {
+    free_gpus_[d] = topology.domain(d).gpus;
+    const Domain& dom = topology.domain(d);
+    whole_free_[d] = dom.node_end - dom.node_begin;
+  }
   for (NodeId n = 0; n < topology.node_count(); ++n) {
     int g = topology.node(n).gpus;
     all_[n] = g >= 64 ? ~uint64_t{0} : ((uint64_t{1} << g) - 1);
@@ -81,12 +86,15 @@ void ClusterState::Recount(NodeId n) {
   int d_busy = busy - busy_gpus_[n];
   int d_free = free - free_gpus_[n];
   int d_failed = failed - failed_gpus_[n];
-  if (d_busy == 0 && d_free == 0 && d_failed == 0) return;
+  int whole = usable_free_mask(n) == all_[n] ? 1 : 0;
+  int d_whole = whole - whole_free_[n];
+  if (d_busy == 0 && d_free == 0 && d_failed == 0 && d_whole == 0) return;
   for (int tier = 0; tier <= t.root_tier(); ++tier) {
     DomainId d = t.Ancestor(n, tier);
     busy_gpus_[d] += d_busy;
     free_gpus_[d] += d_free;
     failed_gpus_[d] += d_failed;
+    whole_free_[d] += d_whole;
   }
 }
 

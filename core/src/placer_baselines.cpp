@@ -38,7 +38,7 @@ Result<JobShape> UnawareShape(const JobSpec& job, const Topology& topo,
 }
 
 Placement Shortfall(const JobSpec& job, const JobShape& shape, const ClusterState& state) {
-  std::vector<int> cap = internal::ComputeCapacity(shape, state);
+  std::vector<int> cap = internal::ComputeCapacity(shape, state);  // what fits now, for the reason
   return internal::ExplainShortfall(job, shape, state, cap);
 }
 

@@ -43,6 +43,7 @@ Result<JobShape> MakeJobShape(const JobSpec& job, const Topology& topology,
   shape.gpus_per_node = job.gpus_per_node;
   shape.single_node = job.gpus_per_node == 0 && job.gpus < topology.max_node_gpus();
   shape.allow_degraded = job.gpus <= options.degraded_max_job_gpus;
+  shape.explain_shortfall = options.explain_shortfall;
   const int root_tier = topology.root_tier();
   for (GroupKind k : kAllGroupKinds) {
     int i = static_cast<int>(k);
@@ -176,6 +177,14 @@ std::string SparesNeverReason(const JobSpec& job, const Topology& topo) {
 Placement ExplainShortfall(const JobSpec& job, const JobShape& shape, const ClusterState& state,
                            const std::vector<int>& capacity) {
   const Topology& topo = state.topology();
+  if (!shape.explain_shortfall) {
+    return Placement{PlaceOutcome::kBusy,
+                     "needs " + std::to_string(shape.world) + " GPUs in blocks of " +
+                         std::to_string(shape.unit[topo.root_tier()]) + "; " +
+                         std::to_string(capacity[topo.root()]) + " blocks free",
+                     {},
+                     {}};
+  }
   const int root_tier = topo.root_tier();
   ClusterState empty(topo);
   std::vector<int> empty_cap = ComputeCapacity(shape, empty);

@@ -34,6 +34,7 @@ struct JobShape {
   bool single_node = false;  // a job smaller than a node stays on one node
   int gpus_per_node = 0;
   bool allow_degraded = false;
+  bool explain_shortfall = true;
   RankLayout layout;
 
   explicit JobShape(const Parallelism& p) : layout(p) {}

@@ -65,17 +65,28 @@ std::vector<std::string> SchedulerConfig::StackNames() {
   return {"toposched", "slurm-tree", "fifo-firstfit"};
 }
 
+namespace {
+
+PlacerOptions FastOptions(PlacerOptions o) {
+  o.explain_shortfall = false;
+  return o;
+}
+
+}  // namespace
+
 SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
     : topo_(topology),
       config_(std::move(config)),
-      placer_(MakePlacer(config_.placer, config_.placer_options)),
+      placer_(MakePlacer(config_.placer, FastOptions(config_.placer_options))),
+      judge_(MakePlacer(config_.placer, config_.placer_options)),
       cluster_(topology),
       last_heartbeat_(topology.node_count(), 0),
       node_jobs_(topology.node_count()),
       spare_owner_(topology.node_count(), 0),
       admin_drain_(topology.node_count(), 0),
       empty_(topology) {
-  if (placer_ == nullptr) placer_ = MakePlacer("toposched", config_.placer_options);
+  if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
+  if (judge_ == nullptr) judge_ = MakePlacer("toposched", config_.placer_options);
   if (config_.heartbeats_required) {
     for (NodeId n = 0; n < topology.node_count(); ++n) cluster_.SetNodeState(n, NodeState::kDown);
   }

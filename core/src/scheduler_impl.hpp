@@ -22,7 +22,8 @@ class SchedulerCore::Impl {
   // ---- state, read by the views
   const Topology& topo_;
   SchedulerConfig config_;
-  std::unique_ptr<Placer> placer_;
+  std::unique_ptr<Placer> placer_;  // Busy without the empty-cluster analysis
+  std::unique_ptr<Placer> judge_;   // decides Busy vs Infeasible at submission
   ClusterState cluster_;
   std::map<JobId, JobRecord> jobs_;
   std::map<std::string, TenantConfig> tenants_;

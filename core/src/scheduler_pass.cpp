@@ -135,29 +135,71 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
     if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
   }
   std::sort(ends.begin(), ends.end());
-  ClusterState future = cluster_;
-  constexpr int kMaxTries = 48;
-  int tries = 0;
   Reservation r;
   r.job = job.id;
-  for (const auto& [end, id] : ends) {
-    const JobRecord& j = jobs_.at(id);
-    std::vector<GpuSlot> held = j.ranks;
-    std::vector<GpuSlot> spares = SpareSlots(j.spares);
-    held.insert(held.end(), spares.begin(), spares.end());
-    (void)future.Release(held);
-    if (future.free_gpus(topo_.root()) < job.request.spec.gpus) continue;
-    if (++tries > kMaxTries) break;
-    Placement p = placer_->Place(job.request.spec, future);
-    if (p.placed()) {
-      r.start = std::max(end, now_);
-      r.gpus = p.ranks;
-      std::vector<GpuSlot> s = SpareSlots(p.spares);
-      r.gpus.insert(r.gpus.end(), s.begin(), s.end());
-      return r;
+  if (ends.empty()) return r;
+  auto release_through = [&](ClusterState& s, size_t from, size_t to) {
+    for (size_t i = from; i <= to; ++i) {
+      const JobRecord& j = jobs_.at(ends[i].second);
+      std::vector<GpuSlot> held = j.ranks;
+      std::vector<GpuSlot> spares = SpareSlots(j.spares);
+      held.insert(held.end(), spares.begin(), spares.end());
+      (void)s.Release(held);
+    }
+  };
+  // The first end after which enough GPUs are free at all.
+  ClusterState future = cluster_;
+  size_t lo = ends.size();
+  for (size_t i = 0; i < ends.size(); ++i) {
+    release_through(future, i, i);
+    if (future.free_gpus(topo_.root()) >= job.request.spec.gpus) {
+      lo = i;
+      break;
     }
   }
-  return r;  // no foreseeable start (failed hardware): nothing is held back
+  if (lo == ends.size()) return r;  // failed hardware: no foreseeable start
+  // `future` now has ends[0..lo] released. Usually the job fits within a
+  // few more ends: try them one by one; past that, check that it fits once
+  // every job has ended and binary search the first end after which it does
+  // (more released GPUs only help).
+  constexpr size_t kLinearTries = 4;
+  size_t hi = ends.size() - 1;
+  Placement found;
+  bool have = false;
+  for (size_t tried = 0; tried < kLinearTries && lo < ends.size(); ++tried) {
+    Placement p = placer_->Place(job.request.spec, future);
+    if (p.placed()) {
+      hi = lo;
+      found = std::move(p);
+      have = true;
+      break;
+    }
+    if (++lo < ends.size()) release_through(future, lo, lo);
+  }
+  if (!have) {
+    if (lo >= ends.size()) return r;
+    release_through(future, lo + 1, ends.size() - 1);
+    Placement last = placer_->Place(job.request.spec, future);
+    if (!last.placed()) return r;
+    found = std::move(last);
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      ClusterState probe = cluster_;
+      release_through(probe, 0, mid);
+      Placement p = placer_->Place(job.request.spec, probe);
+      if (p.placed()) {
+        hi = mid;
+        found = std::move(p);
+      } else {
+        lo = mid + 1;
+      }
+    }
+  }
+  r.start = std::max(ends[hi].first, now_);
+  r.gpus = found.ranks;
+  std::vector<GpuSlot> s = SpareSlots(found.spares);
+  r.gpus.insert(r.gpus.end(), s.begin(), s.end());
+  return r;
 }
 
 void SchedulerCore::Impl::SchedulePass() {
@@ -177,7 +219,7 @@ void SchedulerCore::Impl::SchedulePass() {
       continue;
     }
     if (!feasible_.count(id)) {
-      Placement on_empty = placer_->Place(spec, empty_);
+      Placement on_empty = judge_->Place(spec, empty_);
       if (!on_empty.placed()) {
         SetState(job, JobState::kRejected, "infeasible: " + on_empty.reason);
         continue;
@@ -266,6 +308,18 @@ void SchedulerCore::Impl::SchedulePass() {
 
 Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const ClusterState& where,
                                                   bool masked) {
+  // A gang of whole nodes needs that many whole free nodes: a free check
+  // that saves a placement try.
+  const JobSpec& spec = job.request.spec;
+  if (spec.gpus_per_node == 0 && spec.gpus >= topo_.max_node_gpus() &&
+      static_cast<int64_t>(where.whole_free_nodes(topo_.root())) * topo_.max_node_gpus() <
+          spec.gpus) {
+    return Placement{PlaceOutcome::kBusy,
+                     "needs " + std::to_string(spec.gpus) + " GPUs on whole nodes; " +
+                         std::to_string(where.whole_free_nodes(topo_.root())) + " whole nodes free",
+                     {},
+                     {}};
+  }
   // The masked state is cluster_ minus the reservation, a function of the
   // head job and the generation.
   const JobId res_job = masked ? reservation_job_ : 0;

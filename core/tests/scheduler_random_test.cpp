@@ -76,6 +76,9 @@ void CheckInvariants(const SchedulerCore& core, const Topology& topo,
     }
   }
   CHECK(st.total_busy_gpus() == static_cast<int>(held.size()));
+  int whole = 0;
+  for (NodeId n = 0; n < topo.node_count(); ++n) whole += st.usable_free_mask(n) == st.all_mask(n);
+  CHECK(st.whole_free_nodes(topo.root()) == whole);
   for (const TenantConfig& t : tenants) {
     if (t.borrow_limit_gpus >= 0) CHECK(usage[t.name] <= t.guaranteed_gpus + t.borrow_limit_gpus);
     if (t.max_running_jobs > 0) CHECK(running[t.name] <= t.max_running_jobs);

@@ -67,6 +67,9 @@ class ClusterState {
   // GPUs that could take new work now (usable_free_mask summed).
   int free_gpus(DomainId d) const { return free_gpus_[d]; }
   int failed_gpus(DomainId d) const { return failed_gpus_[d]; }
+  // Up nodes whose every GPU is free and not failed (degraded ones count):
+  // an upper bound on what a whole-node job can use, kept incrementally.
+  int whole_free_nodes(DomainId d) const { return whole_free_[d]; }
   int total_busy_gpus() const { return busy_gpus_.back(); }
 
  private:
@@ -82,6 +85,7 @@ class ClusterState {
   std::vector<int32_t> busy_gpus_;
   std::vector<int32_t> free_gpus_;
   std::vector<int32_t> failed_gpus_;
+  std::vector<int32_t> whole_free_;
 };
 
 }  // namespace topo::core

@@ -40,6 +40,11 @@ struct PlacerOptions {
   // Degraded GPUs are used only by jobs of at most this many GPUs; larger
   // gangs avoid them (one slow GPU stalls every collective of a gang).
   int degraded_max_job_gpus = 8;
+  // When a job does not fit now, tell Busy from Infeasible (an analysis of
+  // the empty cluster, O(cluster)). A caller that has already checked the job
+  // against the empty cluster (the scheduler, at submission) turns it off:
+  // then every "does not fit now" is Busy, with a short reason.
+  bool explain_shortfall = true;
 };
 
 class Placer {
