@@ -298,7 +298,7 @@ TEST_CASE("ParseSlurmTopology: a tree") {
   CHECK(t.domain(t.Ancestor(t.FindNode("n03"), 1)).name == "s1");
 }
 
-TEST_CASE("ParseSlurmTopology: blocks become an hbd tier; several tops; deep trees") {
+TEST_CASE("ParseSlurmTopology: blocks become an hbd tier, several tops, deep trees") {
   Topology t = MustSlurm(R"(
 BlockName=b0 Nodes=n[1-2]
 BlockName=b1 Nodes=n[3-4]

@@ -325,11 +325,17 @@ void SchedulerCore::Impl::Requeue(JobRecord& job, const std::string& reason, Req
 
 void SchedulerCore::Impl::DecayFairshare() {
   if (now_ <= fs_time_) return;
+  // Usage decays continuously: over dt, old usage shrinks by f and a steady
+  // load of g GPUs adds g * integral of the decay, g * (1 - f) * H / ln 2.
+  // That composes exactly, so the result does not depend on how time is
+  // split into steps (a replay that logs fewer ticks decides the same).
   const double dt = static_cast<double>(now_ - fs_time_);
-  const double f = std::exp2(-dt / static_cast<double>(config_.fairshare_half_life));
+  const double half_life = static_cast<double>(config_.fairshare_half_life);
+  const double f = std::exp2(-dt / half_life);
+  const double gained = (1.0 - f) * half_life / std::log(2.0);
   for (auto& [tenant, usage] : fs_usage_) usage *= f;
   for (const auto& [tenant, gpus] : tenant_gpus_) {
-    if (gpus > 0) fs_usage_[tenant] += gpus * dt;
+    if (gpus > 0) fs_usage_[tenant] += gpus * gained;
   }
   fs_time_ = now_;
 }

@@ -63,7 +63,7 @@ TEST_CASE("a submitted job starts at once when it fits, and finishes") {
   CHECK(core.cluster().total_busy_gpus() == 0);
 }
 
-TEST_CASE("an impossible job is rejected with the reason; a too-big one waits never") {
+TEST_CASE("impossible jobs are rejected at submission, with the reason") {
   Topology topo = Tiny();
   SchedulerCore core(topo, SimConfig());
   JobRequest moe = Request(64, 8);
@@ -380,4 +380,29 @@ TEST_CASE("cancel, hold and release") {
   CHECK(core.job(2)->state == JobState::kRunning);
   CHECK(core.TakeFinishedJobs().size() == 1);
   CHECK(core.job(1) == nullptr);
+}
+
+TEST_CASE("fairshare does not depend on how time is split into steps") {
+  Topology topo = Tiny();
+  SchedulerCore a(topo, SimConfig());
+  SchedulerCore b(topo, SimConfig());
+  for (SchedulerCore* core : {&a, &b}) {
+    core->Step(TenantConfigured{TenantConfig{"x", 0, -1, 0, 0, 1.0}}, 0);
+    core->Step(TenantConfigured{TenantConfig{"y", 0, -1, 0, 0, 1.0}}, 0);
+    core->Step(JobSubmitted{1, Request(48, 8, 10 * kHour, "x")}, 0);
+    core->Step(JobSubmitted{2, Request(16, 8, 10 * kHour, "y")}, 0);
+  }
+  // Only `a` sees a tick every minute for five hours.
+  for (TimeMs t = kMinute; t < 5 * kHour; t += kMinute) a.Step(Tick{}, t);
+  for (SchedulerCore* core : {&a, &b}) {
+    core->Step(JobFinished{1, 0}, 5 * kHour);
+    core->Step(JobFinished{2, 0}, 5 * kHour);
+    // Both tenants queue jobs that cannot all run: x used 3x more, so y goes first.
+    core->Step(JobSubmitted{10, Request(64, 8, kHour, "x")}, 5 * kHour);
+    core->Step(JobSubmitted{11, Request(64, 8, kHour, "x")}, 5 * kHour);
+    core->Step(JobSubmitted{12, Request(64, 8, kHour, "y")}, 5 * kHour);
+  }
+  CHECK(a.WaitingJobs() == b.WaitingJobs());
+  CHECK(a.job(10)->state == JobState::kRunning);  // first come while the cluster was empty
+  CHECK(a.WaitingJobs().front() == 12);
 }
