@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
       "  topo place --generate nvl72-64k --fill 60 --job job.json\n"
       "  topo place --topology topology.conf --gpus-per-node 8 --job job.json --json\n"
       "  topo topology export --generate tiny --format slurm\n"
-      "  topo demo\n",
+      "  topo demo\n"
+      "  topo sim --generate meta-24k --synthetic --jobs 10000\n",
       "topo"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "topo 0.1.0");
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   topo::cli::RegisterPlace(app, &exit_code);
   topo::cli::RegisterTopology(app, &exit_code);
   topo::cli::RegisterDemo(app, &exit_code);
+  topo::cli::RegisterSim(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -18,5 +18,6 @@ inline constexpr int kExitInfeasible = 3;
 void RegisterPlace(CLI::App& app, int* exit_code);
 void RegisterTopology(CLI::App& app, int* exit_code);
 void RegisterDemo(CLI::App& app, int* exit_code);
+void RegisterSim(CLI::App& app, int* exit_code);
 
 }  // namespace topo::cli

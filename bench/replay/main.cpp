@@ -1,0 +1,295 @@
+// bench_replay: workloads K, S and F of ../shared/BENCHMARKS.md.
+//
+// Replays each workload through SchedulerCore (core::RunSimulation) for the
+// policy stacks fifo-firstfit, slurm-tree and toposched side by side on the
+// same input, prints a table per workload and the goal summary, and writes
+// JSON (default bench/results/replay.json).
+//
+//   K        ../shared/data/traces/kalos-llm/jobs.csv on crux-847, arrivals
+//            compressed to an offered load of 0.9 (the factor is printed),
+//            layouts and tenants by core::BuildKalosWorkload's rule
+//   S/TOPO   core::GenerateSynthetic, 100,000 jobs at an offered load of 0.9,
+//            on meta-24k and nvl72-64k
+//   ...+F    the same with failures from the llama3 model
+//
+//   bench_replay                          # everything, S at 100,000 jobs
+//   bench_replay --quick                  # S at 10,000 jobs
+//   bench_replay --workloads K,K+F --policies toposched,slurm-tree
+//   bench_replay --threads 6              # cells in parallel (timings noisier)
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "report.hpp"
+#include "topo/common/topology_source.hpp"
+#include "topo/common/trace_io.hpp"
+#include "topo/core/generators.hpp"
+
+#ifndef TOPO_BENCH_SOURCE_DIR
+#define TOPO_BENCH_SOURCE_DIR "."
+#endif
+
+namespace topo::bench {
+namespace {
+
+std::optional<std::string> CommandOutput(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  if (pclose(pipe) != 0) return std::nullopt;
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+MachineInfo ReadMachine() {
+  MachineInfo m;
+  const std::string git = std::string("git -C '") + TOPO_BENCH_SOURCE_DIR + "' ";
+  if (auto commit = CommandOutput(git + "rev-parse --short HEAD 2>/dev/null")) {
+    if (!commit->empty()) m.git_commit = *commit;
+  }
+  if (auto status = CommandOutput(git + "status --porcelain --untracked-files=no 2>/dev/null")) {
+    m.git_dirty = !status->empty();
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) m.hostname = host;
+  m.nproc = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        m.cpu_model = line.substr(line.find_first_not_of(' ', colon + 1));
+      }
+      break;
+    }
+  }
+  if (m.cpu_model.empty()) m.cpu_model = "unknown";
+  std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  m.started_at = stamp;
+  return m;
+}
+
+bool PinToCpu0() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
+double ThreadCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+double PeakRssMb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A workload with its topology, ready to replay.
+struct Prepared {
+  WorkloadResult result;
+  std::unique_ptr<core::Topology> topology;
+  core::SimWorkload workload;
+  core::SimOptions options;
+};
+
+core::Result<Prepared> Prepare(const std::string& name, const Params& p) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Prepared out;
+  WorkloadResult& r = out.result;
+  r.name = name;
+  r.failures = name.size() > 2 && name.substr(name.size() - 2) == "+F";
+  const std::string base = r.failures ? name.substr(0, name.size() - 2) : name;
+  out.options = p.sim;
+  out.options.seed = p.seed;
+  out.options.large_gpus = p.large_gpus;
+  out.options.ettr_gpus = p.ettr_gpus;
+  out.options.keep_job_results = false;
+  if (r.failures) out.options.failures = p.failures;
+  if (base == "K") {
+    r.family = "K";
+    common::TopologySource source;
+    source.generate = "crux-847";
+    core::Result<core::Topology> topo = common::LoadTopology(source);
+    if (!topo.ok()) return topo.status();
+    out.topology = std::make_unique<core::Topology>(std::move(topo).value());
+    const std::string path = common::SharedDataDir() + "/data/traces/kalos-llm/jobs.csv";
+    core::Result<std::string> text = common::ReadFile(path);
+    if (!text.ok()) return core::Status::Error(text.message() + " (set TOPO_SHARED_DIR)");
+    core::Result<std::vector<core::KalosRow>> rows = common::ParseKalosCsv(text.value());
+    if (!rows.ok()) return core::Status::Error(path + ": " + rows.message());
+    core::KalosOptions k = p.kalos;
+    k.seed = p.seed;
+    out.workload = core::BuildKalosWorkload(rows.value(), *out.topology, k);
+    core::LoadScaling s = core::ScaleToLoad(out.workload.jobs, out.topology->total_gpus(), p.load);
+    r.load_factor = s.factor;
+  } else if (base.rfind("S/", 0) == 0) {
+    r.family = "S";
+    core::Result<core::Topology> topo = core::GenerateTopology(base.substr(2));
+    if (!topo.ok()) return topo.status();
+    out.topology = std::make_unique<core::Topology>(std::move(topo).value());
+    core::SyntheticOptions s = p.synthetic;
+    s.seed = p.seed;
+    s.jobs = p.jobs;
+    s.load = p.load;
+    out.workload = core::GenerateSynthetic(*out.topology, s);
+  } else {
+    return core::Status::Error("unknown workload '" + name +
+                               "'; known: K, S/meta-24k, S/nvl72-64k, each optionally +F");
+  }
+  r.topology = out.topology->name();
+  r.capacity_gpus = out.topology->total_gpus();
+  r.nodes = out.topology->node_count();
+  r.jobs = out.workload.jobs.size();
+  r.offered_load = core::OfferedLoad(out.workload.jobs, r.capacity_gpus);
+  r.build_seconds = Since(t0);
+  return out;
+}
+
+int Run(int argc, char** argv) {
+  Params p;
+  p.workloads = {"K", "K+F", "S/meta-24k", "S/meta-24k+F", "S/nvl72-64k", "S/nvl72-64k+F"};
+  p.policies = {"fifo-firstfit", "slurm-tree", "toposched"};
+  p.failures = *core::FailureModel::ByName("llama3");
+  std::string out_path;
+
+  CLI::App app{"Workloads K, S and F: trace replay through SchedulerCore, every policy stack"};
+  app.add_option("--workloads", p.workloads, "K, K+F, S/meta-24k, S/meta-24k+F, S/nvl72-64k, ...")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--policies", p.policies, "policy stacks")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember(core::SchedulerConfig::StackNames()));
+  app.add_option("--jobs", p.jobs, "jobs of workload S")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000000));
+  app.add_flag("--quick", p.quick, "S at 10,000 jobs (unless --jobs), output replay-quick.json");
+  app.add_option("--load", p.load, "target offered load")->capture_default_str();
+  app.add_option("--seed", p.seed, "seed of the workloads and failures")->capture_default_str();
+  app.add_option("--large-gpus", p.large_gpus, "large jobs for the queue-delay figure")
+      ->capture_default_str();
+  app.add_option("--threads", p.threads, "replays run in parallel (1: pinned to CPU 0)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--out", out_path, "JSON output (default bench/results/replay[-quick].json)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (p.quick && app.count("--jobs") == 0) p.jobs = 10000;
+  p.synthetic.jobs = p.jobs;
+  p.synthetic.load = p.load;
+  p.out = !out_path.empty() ? out_path
+                            : std::string(TOPO_BENCH_SOURCE_DIR) + "/bench/results/replay" +
+                                  (p.quick ? "-quick" : "") + ".json";
+
+  Report report;
+  report.machine = ReadMachine();
+  if (p.threads == 1) report.machine.pinned = PinToCpu0();
+  report.params = p;
+  const auto t0 = std::chrono::steady_clock::now();
+
+  std::vector<Prepared> prepared;
+  for (const std::string& name : p.workloads) {
+    core::Result<Prepared> w = Prepare(name, p);
+    if (!w.ok()) {
+      std::cerr << "bench_replay: " << w.message() << "\n";
+      return 1;
+    }
+    prepared.push_back(std::move(w).value());
+    prepared.back().result.reports.resize(p.policies.size());
+  }
+
+  // Cells (workload x policy), run in order or by a small pool of threads.
+  struct Cell {
+    size_t workload;
+    size_t policy;
+  };
+  std::vector<Cell> cells;
+  for (size_t w = 0; w < prepared.size(); ++w) {
+    for (size_t s = 0; s < p.policies.size(); ++s) cells.push_back({w, s});
+  }
+  std::atomic<size_t> next{0};
+  std::mutex io;
+  auto worker = [&] {
+    for (size_t i = next++; i < cells.size(); i = next++) {
+      Prepared& w = prepared[cells[i].workload];
+      const std::string& stack = p.policies[cells[i].policy];
+      const double cpu0 = ThreadCpuSeconds();
+      const auto wall0 = std::chrono::steady_clock::now();
+      core::Result<core::SimReport> r =
+          core::RunSimulation(*w.topology, stack, w.workload, w.options);
+      core::SimReport rep;
+      if (r.ok()) rep = std::move(r).value();
+      rep.stack = stack;
+      rep.cpu_s = ThreadCpuSeconds() - cpu0;
+      rep.wall_s = Since(wall0);
+      rep.peak_rss_mb = PeakRssMb();
+      std::lock_guard<std::mutex> lock(io);
+      std::fprintf(stderr, "  %-14s %-14s %7.1f s wall%s\n", w.result.name.c_str(), stack.c_str(),
+                   *rep.wall_s, r.ok() ? "" : (" ERROR: " + r.message()).c_str());
+      w.result.reports[cells[i].policy] = std::move(rep);
+    }
+  };
+  if (p.threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < p.threads; ++t) pool.emplace_back(worker);
+    for (std::thread& t : pool) t.join();
+  }
+  for (Prepared& w : prepared) report.workloads.push_back(std::move(w.result));
+  report.wall_seconds = Since(t0);
+  report.goals = EvaluateGoals(report);
+
+  std::cout << RenderText(report);
+  std::ofstream out(p.out);
+  if (!out) {
+    std::cerr << "bench_replay: cannot write " << p.out << "\n";
+    return 1;
+  }
+  out << ToJson(report).dump(2) << "\n";
+  std::cout << "wrote " << p.out << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace topo::bench
+
+int main(int argc, char** argv) {
+  try {
+    return topo::bench::Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_replay: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,321 @@
+#include "report.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+namespace topo::bench {
+
+namespace {
+
+const core::SimReport* Find(const WorkloadResult& w, const std::string& stack) {
+  for (const core::SimReport& r : w.reports) {
+    if (r.stack == stack) return &r;
+  }
+  return nullptr;
+}
+
+std::string Fixed(const std::optional<double>& v, int decimals, double scale = 1) {
+  if (!v || !std::isfinite(*v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, *v * scale);
+  return buf;
+}
+
+std::string Count(int64_t n) { return std::to_string(n); }
+
+nlohmann::ordered_json Opt(const std::optional<double>& v) {
+  if (!v || !std::isfinite(*v)) return nullptr;
+  return std::round(*v * 1e6) / 1e6;
+}
+
+}  // namespace
+
+std::vector<Goal> EvaluateGoals(const Report& report) {
+  std::vector<Goal> goals;
+  for (const WorkloadResult& w : report.workloads) {
+    const core::SimReport* ours = Find(w, "toposched");
+    const core::SimReport* slurm = Find(w, "slurm-tree");
+    if (ours == nullptr) continue;
+    if (!w.failures && slurm != nullptr) {
+      Goal u{"utilization >= slurm-tree + 5 points", w.name, "", "", std::nullopt};
+      if (ours->utilization && slurm->utilization) {
+        const double delta = (*ours->utilization - *slurm->utilization) * 100;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)",
+                      *ours->utilization * 100, *slurm->utilization * 100, delta);
+        u.measured = buf;
+        u.met = delta >= 5.0;
+      }
+      u.target = "+5.0 points";
+      goals.push_back(u);
+      Goal q{"mean queue delay, >= " + std::to_string(report.params.large_gpus) +
+                 " GPUs <= 0.5 x slurm-tree",
+             w.name, "", "<= 0.50 x", std::nullopt};
+      if (ours->mean_queue_delay_large_s && slurm->mean_queue_delay_large_s) {
+        char buf[96];
+        const double base = *slurm->mean_queue_delay_large_s;
+        const double ratio = base > 0 ? *ours->mean_queue_delay_large_s / base : 0;
+        std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)", *ours->mean_queue_delay_large_s,
+                      base, ratio);
+        q.measured = buf;
+        q.met = base > 0 ? ratio <= 0.5 : *ours->mean_queue_delay_large_s <= 0;
+      }
+      goals.push_back(q);
+    }
+    if (w.failures) {
+      Goal e{"ETTR, >= " + std::to_string(report.params.ettr_gpus) + " GPUs, under F", w.name,
+             Fixed(ours->ettr_large, 2, 100) + " %", ">= 97 %", std::nullopt};
+      if (ours->ettr_large) e.met = *ours->ettr_large >= 0.97;
+      goals.push_back(e);
+    }
+    Goal r{"required constraints met", w.name, Fixed(ours->required_met, 2, 100) + " %", "100 %",
+           std::nullopt};
+    if (ours->required_met) r.met = *ours->required_met >= 1.0;
+    goals.push_back(r);
+    if (w.family == "S" && !w.failures) {
+      Goal t{"replay of S (100,000 jobs) wall time, one core", w.name,
+             Fixed(ours->wall_s, 1) + " s", "<= 60 s", std::nullopt};
+      if (w.jobs >= 100000 && ours->wall_s) {
+        t.met = *ours->wall_s <= 60.0;
+      } else {
+        t.measured += " (" + std::to_string(w.jobs) + " jobs: not the full size)";
+      }
+      goals.push_back(t);
+    }
+  }
+  return goals;
+}
+
+std::string RenderText(const Report& report) {
+  std::string out;
+  char buf[512];
+  const MachineInfo& m = report.machine;
+  std::snprintf(buf, sizeof buf,
+                "replay benchmark (../shared/BENCHMARKS.md: K, S, F), seed %llu\n"
+                "commit %s%s; machine %s, %d CPUs, %s%s; started %s\n",
+                static_cast<unsigned long long>(report.params.seed), m.git_commit.c_str(),
+                m.git_dirty ? " (work tree dirty)" : "", m.hostname.c_str(), m.nproc,
+                m.cpu_model.c_str(), m.pinned ? ", pinned to CPU 0" : "", m.started_at.c_str());
+  out += buf;
+  const core::FailureModel& f = report.params.failures;
+  std::snprintf(buf, sizeof buf,
+                "F: one interruption per %.0f GPU-hours (%.0f %% GPU/HBM, %.0f %% network, "
+                "%.0f %% host), repair lognormal median %.1f h sigma %.2f; jobs checkpoint every "
+                "30 min of run time (and in %.0f s when the scheduler asks)\n",
+                f.gpu_hours_per_interruption, f.share_gpu * 100, f.share_network * 100,
+                (1 - f.share_gpu - f.share_network) * 100,
+                static_cast<double>(f.repair_median) / core::kHour, f.repair_sigma,
+                static_cast<double>(report.params.sim.checkpoint_latency) / core::kSecond);
+  out += buf;
+
+  struct Row {
+    std::string label;
+    std::function<std::string(const core::SimReport&)> cell;
+  };
+  const std::string large = std::to_string(report.params.large_gpus);
+  const std::string ettr = std::to_string(report.params.ettr_gpus);
+  const std::vector<Row> rows = {
+      {"utilization %", [](auto& r) { return Fixed(r.utilization, 1, 100); }},
+      {"utilization while jobs wait %",
+       [](auto& r) { return Fixed(r.utilization_backlogged, 1, 100); }},
+      {"days with jobs waiting", [](auto& r) { return Fixed(r.backlog_days, 1); }},
+      {"mean JCT s", [](auto& r) { return Fixed(r.mean_jct_s, 0); }},
+      {"p95 JCT s", [](auto& r) { return Fixed(r.p95_jct_s, 0); }},
+      {"mean queue delay s", [](auto& r) { return Fixed(r.mean_queue_delay_s, 0); }},
+      {"mean queue delay >= " + large + " GPUs s",
+       [](auto& r) { return Fixed(r.mean_queue_delay_large_s, 0); }},
+      {"ETTR >= " + ettr + " GPUs %", [](auto& r) { return Fixed(r.ettr_large, 2, 100); }},
+      {"GPU-hours lost to failures", [](auto& r) { return Fixed(r.lost_gpu_hours, 0); }},
+      {"GPU-hours lost to preemption", [](auto& r) { return Fixed(r.lost_other_gpu_hours, 0); }},
+      {"required constraints met %", [](auto& r) { return Fixed(r.required_met, 2, 100); }},
+      {"leaf span ratio, mean", [](auto& r) { return Fixed(r.leaf_span_ratio_mean, 3); }},
+      {"comm cost ratio, mean", [](auto& r) { return Fixed(r.comm_cost_ratio_mean, 3); }},
+      {"completed / rejected / failed",
+       [](auto& r) {
+         return Count(r.completed) + "/" + Count(r.rejected) + "/" + Count(r.failed);
+       }},
+      {"unfinished", [](auto& r) { return Count(r.unfinished); }},
+      {"restarts (failures + preemptions)", [](auto& r) { return Count(r.restarts); }},
+      {"failures injected / hitting jobs",
+       [](auto& r) { return Count(r.failures_injected) + "/" + Count(r.failures_hit_jobs); }},
+      {"simulated days", [](auto& r) { return Fixed(r.span_days, 1); }},
+      {"scheduler CPU s / simulated day",
+       [](auto& r) { return Fixed(r.CpuSecondsPerSimDay(), 2); }},
+      {"replay wall s", [](auto& r) { return Fixed(r.wall_s, 1); }},
+      {"peak RSS MB (process)", [](auto& r) { return Fixed(r.peak_rss_mb, 0); }},
+  };
+  size_t label_width = 8;
+  for (const Row& row : rows) label_width = std::max(label_width, row.label.size());
+
+  for (const WorkloadResult& w : report.workloads) {
+    out += "\n";
+    std::snprintf(buf, sizeof buf, "%s on %s (%d GPUs, %d nodes): %zu jobs, offered load %.3f",
+                  w.name.c_str(), w.topology.c_str(), w.capacity_gpus, w.nodes, w.jobs,
+                  w.offered_load);
+    out += buf;
+    if (w.family == "K") {
+      std::snprintf(buf, sizeof buf, " (arrivals compressed by %.5f)", w.load_factor);
+      out += buf;
+    }
+    out += w.failures ? ", failures F\n" : ", no failures\n";
+    std::snprintf(buf, sizeof buf, "%-*s", static_cast<int>(label_width), "metric");
+    out += buf;
+    for (const core::SimReport& r : w.reports) {
+      std::snprintf(buf, sizeof buf, "  %14s", r.stack.c_str());
+      out += buf;
+    }
+    out += "\n";
+    for (const Row& row : rows) {
+      std::snprintf(buf, sizeof buf, "%-*s", static_cast<int>(label_width), row.label.c_str());
+      out += buf;
+      for (const core::SimReport& r : w.reports) {
+        std::snprintf(buf, sizeof buf, "  %14s", row.cell(r).c_str());
+        out += buf;
+      }
+      out += "\n";
+    }
+    for (const core::SimReport& r : w.reports) {
+      for (const auto& [what, n] : r.anomalies) {
+        out += "  note: " + r.stack + ": " + std::to_string(n) + " x " + what + "\n";
+      }
+    }
+  }
+  out += "\ngoals (toposched)\n";
+  for (const Goal& g : report.goals) {
+    const char* verdict = !g.met ? "n/a " : *g.met ? "MET " : "MISS";
+    std::snprintf(buf, sizeof buf, "  %s %-14s %-48s %s (goal %s)\n", verdict, g.workload.c_str(),
+                  g.figure.c_str(), g.measured.c_str(), g.target.c_str());
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "\ntotal wall %.1f s\n", report.wall_seconds);
+  out += buf;
+  return out;
+}
+
+nlohmann::ordered_json ToJson(const Report& report) {
+  using J = nlohmann::ordered_json;
+  const Params& p = report.params;
+  const MachineInfo& m = report.machine;
+  J j;
+  j["benchmark"] = "replay";
+  j["git"] = {{"commit", m.git_commit}, {"dirty", m.git_dirty}};
+  j["machine"] = {{"hostname", m.hostname},
+                  {"nproc", m.nproc},
+                  {"cpu_model", m.cpu_model},
+                  {"pinned_cpu0", m.pinned}};
+  j["started_at"] = m.started_at;
+  j["seed"] = p.seed;
+  const core::SyntheticOptions& s = p.synthetic;
+  const core::FailureModel& f = p.failures;
+  j["parameters"] = {
+      {"workloads", p.workloads},
+      {"policies", p.policies},
+      {"quick", p.quick},
+      {"threads", p.threads},
+      {"large_gpus", p.large_gpus},
+      {"ettr_gpus", p.ettr_gpus},
+      {"target_load", p.load},
+      {"tick_interval_s", static_cast<double>(p.sim.tick_interval) / core::kSecond},
+      {"checkpoint_latency_s", static_cast<double>(p.sim.checkpoint_latency) / core::kSecond},
+      {"checkpoints",
+       p.sim.checkpoints == core::CheckpointMode::kPeriodic ? "periodic" : "on request"},
+      {"K",
+       {{"trace", "../shared/data/traces/kalos-llm/jobs.csv"},
+        {"topology", "crux-847"},
+        {"tenants", p.kalos.tenants},
+        {"pp_from_gpus", p.kalos.pp_from_gpus},
+        {"pp", p.kalos.pp},
+        {"moe_every", p.kalos.moe_every},
+        {"ep", p.kalos.ep}}},
+      {"S",
+       {{"jobs", s.jobs},
+        {"topologies", {"meta-24k", "nvl72-64k"}},
+        {"sizes_gpus", {s.min_gpus, s.max_gpus}},
+        {"size_exponent", s.size_exponent},
+        {"median_duration_small_s", static_cast<double>(s.median_duration_small) / 1000},
+        {"duration_size_exponent", s.duration_size_exponent},
+        {"duration_sigma", s.duration_sigma},
+        {"moe_share", s.moe_share},
+        {"moe_from_gpus", s.moe_from_gpus},
+        {"tenant_shares", {0.25, 0.20, 0.15, 0.10, 0.10, 0.08, 0.07, 0.05}}}},
+      {"F",
+       {{"model", "llama3"},
+        {"gpu_hours_per_interruption", f.gpu_hours_per_interruption},
+        {"share_gpu", f.share_gpu},
+        {"share_network", f.share_network},
+        {"repair_median_s", static_cast<double>(f.repair_median) / 1000},
+        {"repair_sigma", f.repair_sigma}}},
+  };
+  J workloads = J::array();
+  for (const WorkloadResult& w : report.workloads) {
+    J wj;
+    wj["name"] = w.name;
+    wj["family"] = w.family;
+    wj["failures"] = w.failures;
+    wj["topology"] = w.topology;
+    wj["capacity_gpus"] = w.capacity_gpus;
+    wj["jobs"] = w.jobs;
+    wj["offered_load"] = Opt(w.offered_load);
+    wj["load_factor"] = w.load_factor;
+    J policies = J::object();
+    for (const core::SimReport& r : w.reports) {
+      J pj;
+      pj["utilization"] = Opt(r.utilization);
+      pj["utilization_backlogged"] = Opt(r.utilization_backlogged);
+      pj["backlog_days"] = Opt(r.backlog_days);
+      pj["mean_jct_s"] = Opt(r.mean_jct_s);
+      pj["p95_jct_s"] = Opt(r.p95_jct_s);
+      pj["mean_queue_delay_s"] = Opt(r.mean_queue_delay_s);
+      pj["mean_queue_delay_large_s"] = Opt(r.mean_queue_delay_large_s);
+      pj["ettr_large"] = Opt(r.ettr_large);
+      pj["required_met"] = Opt(r.required_met);
+      pj["lost_gpu_hours"] = Opt(r.lost_gpu_hours);
+      pj["lost_preemption_gpu_hours"] = Opt(r.lost_other_gpu_hours);
+      pj["leaf_span_ratio_mean"] = Opt(r.leaf_span_ratio_mean);
+      pj["comm_cost_ratio_mean"] = Opt(r.comm_cost_ratio_mean);
+      pj["cpu_s"] = Opt(r.cpu_s);
+      pj["cpu_s_per_sim_day"] = Opt(r.CpuSecondsPerSimDay());
+      pj["wall_s"] = Opt(r.wall_s);
+      pj["peak_rss_mb"] = Opt(r.peak_rss_mb);
+      pj["allocated_gpu_hours"] = Opt(r.allocated_gpu_hours);
+      pj["span_days"] = Opt(r.span_days);
+      pj["counts"] = {{"completed", r.completed},
+                      {"rejected", r.rejected},
+                      {"failed", r.failed},
+                      {"cancelled", r.cancelled},
+                      {"unfinished", r.unfinished},
+                      {"large_jobs", r.large_jobs},
+                      {"ettr_jobs", r.ettr_jobs},
+                      {"placements", r.placements},
+                      {"restarts", r.restarts},
+                      {"stops", r.stops},
+                      {"checkpoints", r.checkpoints},
+                      {"failures_injected", r.failures_injected},
+                      {"failures_absorbed", r.failures_absorbed},
+                      {"failures_hit_jobs", r.failures_hit_jobs},
+                      {"rank_exit_fallbacks", r.rank_exit_fallbacks},
+                      {"events", r.events}};
+      J anomalies = J::object();
+      for (const auto& [what, n] : r.anomalies) anomalies[what] = n;
+      pj["anomalies"] = std::move(anomalies);
+      policies[r.stack] = std::move(pj);
+    }
+    wj["policies"] = std::move(policies);
+    workloads.push_back(std::move(wj));
+  }
+  j["workloads"] = std::move(workloads);
+  J goals = J::array();
+  for (const Goal& g : report.goals) {
+    goals.push_back({{"figure", g.figure},
+                     {"workload", g.workload},
+                     {"measured", g.measured},
+                     {"target", g.target},
+                     {"met", g.met ? J(*g.met) : J(nullptr)}});
+  }
+  j["goals"] = std::move(goals);
+  j["wall_seconds"] = report.wall_seconds;
+  return j;
+}
+
+}  // namespace topo::bench

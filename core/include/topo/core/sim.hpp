@@ -1,0 +1,276 @@
+#pragma once
+// Trace replay: a discrete-event simulator that drives SchedulerCore with a
+// virtual clock, and injects seeded failures.
+//
+//   SimReport r = RunSimulation(topology, *SchedulerConfig::ForStack("toposched"),
+//                               workload, options).value();
+//
+// Pure like the rest of the core: no files, no clock, randomness only from
+// core::Rng seeded by SimOptions::seed. The caller measures wall time, CPU
+// time and memory and fills the SimReport fields reserved for them.
+//
+// The event loop. Future events wait in one priority queue ordered by
+// (time, class, sequence); at equal times the classes run in this order,
+// fixed so a replay is deterministic:
+//   1 job completions (start + remaining work)  -> JobFinished{id, 0}
+//   2 checkpoint completions                    -> CheckpointCompleted
+//   3 repairs (GPU replaced, host back)         -> GpuEvent kCleared, NodeStateRequested up
+//   4 failure arrivals                          -> GpuEvent kXid 79, NodeStateRequested down
+//   5 submissions, in (submit time, position) order -> JobSubmitted
+//   6 the core's own wakeups (NextWakeup())     -> Tick
+//   7 periodic ticks every tick_interval        -> Tick
+// Tenants are configured (TenantConfigured) at the first submission time.
+// Every event is one SchedulerCore::Step; the simulator reacts to the
+// commands it returns:
+//   StartJob     the job runs from its newest complete checkpoint (0 on its
+//                first start); its completion is due at now + remaining work.
+//   RestartJob   the work since checkpoint_step is lost (counted in GPU-ms);
+//                the job runs again on the new ranks from checkpoint_step.
+//   StopJob      its pending completion and checkpoints are cancelled.
+//   RequestCheckpoint  a CheckpointCompleted follows checkpoint_latency later
+//                (dropped if the job stops first).
+//   JobStateChanged    terminal states are recorded; the rest is noted.
+//   DrainNode, NodeStateChanged, GpuHealthChanged  counted only.
+// Checkpoint steps are the job's progress in ms of work, so a step names the
+// work a restart keeps. With CheckpointMode::kPeriodic (the default) the
+// jobs also checkpoint on their own every checkpoint interval of run time,
+// as training frameworks do; the core's periodic requests then find a fresh
+// checkpoint and rarely fire. A core wakeup that the core no longer wants
+// when it comes (NextWakeup() is later by then) is dropped.
+//
+// Failures (FailureModel kLlama3): interruptions arrive as a Poisson process
+// over the whole cluster, one per `gpu_hours_per_interruption` GPU-hours of
+// capacity; each picks a GPU uniformly and a category: GPU/HBM (a GpuEvent
+// kXid code 79 on that GPU), network or host/software (the node goes down).
+// After a lognormal repair time the GPU is cleared / the node comes back
+// (NodeStateRequested up once nothing on it is broken). The failure sequence
+// depends only on the seed and the topology, never on the policy, so stacks
+// replayed on the same input see the same failures. If a running job on the
+// broken GPU or node is still running after the core has seen the failure,
+// the simulator reports the rank's death (RankExited, as an agent would) and
+// counts it in rank_exit_fallbacks.
+//
+// Memory: per job a fixed-size record (SimJobResult plus a few words of run
+// state); finished jobs are taken out of the core (TakeFinishedJobs) as the
+// replay goes; no per-event history is kept.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topo/core/evaluator.hpp"
+#include "topo/core/scheduler.hpp"
+#include "topo/core/status.hpp"
+#include "topo/core/topology.hpp"
+
+namespace topo::core {
+
+// ---------------------------------------------------------------- input
+
+struct SimJob {
+  int64_t index = 0;    // the trace row, reported back in SimJobResult
+  TimeMs submit = 0;    // >= 0
+  TimeMs duration = 0;  // work to do, > 0
+  JobRequest request;
+};
+
+struct SimWorkload {
+  std::string name;
+  std::vector<TenantConfig> tenants;  // configured before the first submission
+  std::vector<SimJob> jobs;           // any order
+};
+
+enum class FailureKind : uint8_t { kNone, kLlama3 };
+
+// Llama 3 (54 days, 16,384 H100): 419 unexpected interruptions, one per
+// ~50,700 GPU-hours; 58.7 % GPU/HBM, 8.4 % network, the rest host and
+// software. Repair: lognormal with median repair_median and log-sd
+// repair_sigma.
+struct FailureModel {
+  FailureKind kind = FailureKind::kNone;
+  double gpu_hours_per_interruption = 50700;
+  double share_gpu = 0.59;
+  double share_network = 0.08;  // the rest (0.33) is host/software
+  TimeMs repair_median = 2 * kHour;
+  double repair_sigma = 0.75;
+
+  // "none" or "llama3"; nullopt for another name.
+  static std::optional<FailureModel> ByName(std::string_view name);
+  static std::vector<std::string> Names();
+};
+
+// One failure at a fixed time (tests, what-if runs), besides the model's.
+struct ScriptedFailure {
+  TimeMs at = 0;
+  NodeId node = 0;
+  int gpu = -1;  // a GPU/HBM fault on this GPU; -1: the node goes down (host)
+  TimeMs repair = 2 * kHour;
+};
+
+enum class CheckpointMode : uint8_t {
+  kOnRequest,  // jobs checkpoint only when the core asks (RequestCheckpoint)
+  kPeriodic,   // and also on their own every checkpoint interval of run time
+};
+
+struct SimOptions {
+  uint64_t seed = 1;
+  FailureModel failures;
+  std::vector<ScriptedFailure> scripted_failures;
+  int large_gpus = 512;                // mean_queue_delay_large: jobs of at least this many GPUs
+  int ettr_gpus = 1024;                // ettr_large: jobs of at least this many GPUs
+  TimeMs tick_interval = 5 * kMinute;  // 0: no periodic ticks
+  TimeMs checkpoint_latency = 30 * kSecond;
+  CheckpointMode checkpoints = CheckpointMode::kPeriodic;
+  bool keep_job_results = true;  // SimReport::job_results; false: aggregates only
+  // Jobs still waiting after this long with nothing running, submitted or
+  // pending (the core will never start them) are reported as unfinished and
+  // the replay stops (checked at ticks and failure arrivals).
+  TimeMs stall_limit = kHour;
+  // The replay stops this long after the last submission, reporting the
+  // jobs not ended as unfinished (a job that fails faster than it can
+  // checkpoint would otherwise restart forever).
+  TimeMs horizon_after_last_submit = 365 * 24 * kHour;
+};
+
+// ---------------------------------------------------------------- output
+
+struct SimJobResult {
+  int64_t index = 0;   // SimJob::index
+  JobId id = 0;        // the id the core saw: position in the workload + 1
+  int32_t tenant = 0;  // index into SimReport::tenants
+  int32_t gpus = 0;
+  TimeMs submit = 0;
+  TimeMs first_start = -1;
+  TimeMs end = -1;  // terminal state time; -1 if unfinished
+  // The last state the core reported (kQueued if it never answered).
+  JobState state = JobState::kQueued;
+  int32_t placements = 0;          // starts and restarts
+  int32_t restarts = 0;            // RestartJob, and StartJob after a stop
+  int32_t interruptions = 0;       // failures that hit the job while running
+  TimeMs productive_ms = 0;        // work kept at the end (duration when completed)
+  double lost_failure_gpu_ms = 0;  // work lost to failures, GPU-ms
+  double lost_other_gpu_ms = 0;    // lost to preemption or requeue without a failure
+  // Of the first placement; NaN when absent.
+  double leaf_span_ratio = 0;
+  double comm_cost_ratio = 0;
+  bool required_met = true;  // every placement met every required constraint
+};
+
+struct SimReport {
+  std::string stack;
+  std::string workload;
+  std::string topology;
+  int capacity_gpus = 0;
+
+  int64_t jobs = 0;
+  int64_t completed = 0, failed = 0, cancelled = 0, rejected = 0, unfinished = 0;
+  TimeMs first_submit = 0;
+  TimeMs last_end = 0;  // last terminal time of a job that ran
+  double span_days = 0;
+  double offered_load = 0;  // sum(gpus x duration) / (capacity x arrival span)
+
+  // The replay metrics of ../shared/BENCHMARKS.md; nullopt when nothing to
+  // measure. Fractions are 0..1.
+  double allocated_gpu_hours = 0;     // ranks of running jobs, integrated
+  std::optional<double> utilization;  // allocated / (capacity x span)
+  // Not in BENCHMARKS.md: the same ratio over the time when some job waits
+  // (submitted, not running, not ended). At an offered load below 1 every
+  // work-conserving policy ends near the same time, so `utilization` hardly
+  // differs between policies; this shows how well they pack under backlog.
+  std::optional<double> utilization_backlogged;
+  double backlog_days = 0;
+  std::optional<double> mean_jct_s;                // completed jobs, end - submit
+  std::optional<double> p95_jct_s;                 // nearest rank
+  std::optional<double> mean_queue_delay_s;        // started jobs, first start - submit
+  std::optional<double> mean_queue_delay_large_s;  // started jobs >= large_gpus
+  // Jobs >= ettr_gpus that ran and ended: sum(productive) / sum(end - first start).
+  std::optional<double> ettr_large;
+  std::optional<double> required_met;  // share of placements meeting every required constraint
+  std::optional<double> leaf_span_ratio_mean;  // over placements
+  std::optional<double> comm_cost_ratio_mean;  // over placements
+  double lost_gpu_hours = 0;                   // work lost to failures
+  double lost_other_gpu_hours = 0;             // lost to preemption / requeue without a failure
+
+  // Counters.
+  int64_t events = 0;  // Step calls
+  int64_t placements = 0;
+  int64_t restarts = 0;
+  int64_t stops = 0;
+  int64_t checkpoints = 0;
+  int64_t failures_injected = 0;
+  int64_t failures_absorbed = 0;  // hit a GPU or node that was already broken
+  int64_t failures_hit_jobs = 0;  // job interruptions caused by failures
+  int64_t rank_exit_fallbacks = 0;
+  int64_t large_jobs = 0;          // jobs >= large_gpus
+  int64_t ettr_jobs = 0;           // jobs >= ettr_gpus that ran and ended
+  double core_busy_gpu_hours = 0;  // the core's own busy GPUs (spares too), integrated
+  // Things the core did that the simulator did not expect, with counts: the
+  // places to look for scheduler bugs.
+  std::map<std::string, int64_t> anomalies;
+
+  std::vector<std::string> tenants;
+  std::vector<SimJobResult> job_results;  // by workload position (if kept)
+
+  // Filled by the caller, which owns a clock (nullopt until then).
+  std::optional<double> cpu_s;
+  std::optional<double> wall_s;
+  std::optional<double> peak_rss_mb;
+  std::optional<double> CpuSecondsPerSimDay() const {
+    if (!cpu_s || span_days <= 0) return std::nullopt;
+    return *cpu_s / span_days;
+  }
+};
+
+// Replays `workload` through a SchedulerCore built from `config` (with
+// heartbeats_required forced off). SimReport::stack is config.placer; the
+// by-name overload sets the stack name. Errors: a job with a negative submit
+// time or a non-positive duration (named by its index), a bad failure model,
+// an unknown stack; the replay itself does not fail.
+Result<SimReport> RunSimulation(const Topology& topology, SchedulerConfig config,
+                                const SimWorkload& workload, const SimOptions& options);
+// A named stack of SchedulerConfig::ForStack.
+Result<SimReport> RunSimulation(const Topology& topology, std::string_view stack,
+                                const SimWorkload& workload, const SimOptions& options);
+
+// ---------------------------------------------------------------- metrics
+
+// The placement metrics the replay needs (leaf_span_ratio, comm_cost_ratio,
+// required_met) with the definitions of core::Evaluate, but with the
+// empty-cluster bounds cached per job shape: Evaluate rebuilds them every
+// call (~0.3 ms on nvl72-64k), which would dominate a 100,000-job replay.
+class PlacementScorer {
+ public:
+  // REQUIRES: topology outlives the scorer.
+  explicit PlacementScorer(const Topology& topology);
+
+  struct Score {
+    std::optional<double> leaf_span_ratio;
+    std::optional<double> comm_cost_ratio;
+    bool required_met = true;
+  };
+  // REQUIRES: ValidateJobSpec(job).ok(); ranks.size() == job.gpus.
+  Score Evaluate(const JobSpec& job, std::span<const GpuSlot> ranks);
+
+ private:
+  struct Shape {
+    int min_leaves = 0;
+    std::array<int, kGroupKindCount> required{};    // tier, or -1
+    std::array<int, kGroupKindCount> bound_tier{};  // innermost tier that could hold a group
+    bool unknown_required_tier = false;
+  };
+  const Shape& ShapeOf(const JobSpec& job);
+
+  const Topology* topology_;
+  std::map<std::string, Shape> shapes_;
+  std::vector<uint32_t> stamp_;  // per domain, for counting distinct leaves
+  uint32_t stamp_now_ = 0;
+  std::vector<NodeId> group_first_;
+  std::vector<int> group_tier_;
+};
+
+}  // namespace topo::core
