@@ -4,7 +4,8 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
-APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format
+APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format \
+                libsqlite3-dev libssl-dev
 
 .PHONY: all deps build demo test test-sanitize sanitize format format-check bench clean
 
@@ -36,7 +37,7 @@ test: build
 # Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOPO_SANITIZE=ON
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) -L unit --output-on-failure -j $(JOBS)
 

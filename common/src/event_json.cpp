@@ -1,0 +1,600 @@
+// SchedulerCore events and commands as JSON (event_json.hpp).
+
+#include "topo/common/event_json.hpp"
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "json_util.hpp"
+#include "topo/common/job_io.hpp"
+
+namespace topo::common {
+namespace {
+
+using core::NodeId;
+using core::Result;
+using core::Status;
+using internal::Child;
+using internal::Index;
+using internal::Json;
+using internal::PathError;
+
+constexpr int64_t kIntMin = std::numeric_limits<int>::min();
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+
+constexpr std::array<std::pair<core::GpuEventKind, std::string_view>, 6> kGpuEventKinds = {{
+    {core::GpuEventKind::kXid, "xid"},
+    {core::GpuEventKind::kEccSingleBit, "ecc_single_bit"},
+    {core::GpuEventKind::kEccDoubleBit, "ecc_double_bit"},
+    {core::GpuEventKind::kThermal, "thermal"},
+    {core::GpuEventKind::kOffBus, "off_bus"},
+    {core::GpuEventKind::kCleared, "cleared"},
+}};
+
+std::string_view GpuEventKindName(core::GpuEventKind k) {
+  for (const auto& [kind, name] : kGpuEventKinds) {
+    if (kind == k) return name;
+  }
+  return "unknown";
+}
+
+// The core's name functions say "unknown" past the last value, so a value
+// added to the core parses without a change here.
+template <typename Enum, typename NameFn>
+std::optional<Enum> ParseEnum(std::string_view name, NameFn name_of) {
+  for (int i = 0; i < 256; ++i) {
+    const std::string_view n = name_of(static_cast<Enum>(i));
+    if (n == "unknown") break;
+    if (n == name) return static_cast<Enum>(i);
+  }
+  return std::nullopt;
+}
+
+// Puts an error of a nested reader under its field: "request" + "spec.gpus:
+// ..." gives "request.spec.gpus: ...".
+Status Nest(std::string_view prefix, const Status& inner) {
+  const std::string& m = inner.message();
+  constexpr std::string_view kTop = "top level: ";
+  if (m.compare(0, kTop.size(), kTop) == 0) {
+    return Status::Error(std::string(prefix) + ": " + m.substr(kTop.size()));
+  }
+  if (!m.empty() && m[0] == '[') return Status::Error(std::string(prefix) + m);
+  return Status::Error(std::string(prefix) + "." + m);
+}
+
+Json NodeName(NodeId n, const core::Topology& topo) {
+  if (n < 0 || n >= topo.node_count()) return nullptr;
+  return topo.node(n).name;
+}
+
+// Reads the fields of one JSON object; the first problem is kept and later
+// reads return defaults, so a parser reads every field and checks once.
+class Reader {
+ public:
+  Reader(const Json& j, std::string path, std::initializer_list<std::string_view> allowed)
+      : j_(j), path_(std::move(path)) {
+    if (!j_.is_object()) {
+      Fail(PathError(path_,
+                     "must be a JSON object (got " + std::string(internal::TypeName(j_)) + ")"));
+      return;
+    }
+    Keep(internal::CheckFields(j_, path_, allowed));
+  }
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  const std::string& path() const { return path_; }
+  void Keep(Status s) {
+    if (status_.ok() && !s.ok()) status_ = std::move(s);
+  }
+  void Fail(Status s) { Keep(std::move(s)); }
+
+  const Json* Field(std::string_view key) {
+    if (!ok()) return nullptr;
+    auto it = j_.find(std::string(key));
+    if (it == j_.end()) {
+      Fail(PathError(path_, "\"" + std::string(key) + "\" is required"));
+      return nullptr;
+    }
+    return &*it;
+  }
+  int64_t Int64(std::string_view key, int64_t lo = kI64Min, int64_t hi = kI64Max) {
+    if (Field(key) == nullptr) return 0;
+    Result<int64_t> v = internal::GetInt(j_, path_, key, lo, hi);
+    Keep(v.status());
+    return v.ok() ? v.value() : 0;
+  }
+  int Int(std::string_view key, int64_t lo = kIntMin, int64_t hi = kIntMax) {
+    return static_cast<int>(Int64(key, lo, hi));
+  }
+  std::string String(std::string_view key, bool allow_empty = true) {
+    if (Field(key) == nullptr) return {};
+    Result<std::string> v = internal::GetString(j_, path_, key, allow_empty);
+    Keep(v.status());
+    return v.ok() ? v.value() : std::string();
+  }
+  bool Bool(std::string_view key) {
+    const Json* v = Field(key);
+    if (v == nullptr) return false;
+    if (!v->is_boolean()) {
+      Fail(PathError(path_, "\"" + std::string(key) + "\" must be true or false (got " +
+                                internal::Shown(*v) + ")"));
+      return false;
+    }
+    return v->get<bool>();
+  }
+  double Number(std::string_view key) {
+    const Json* v = Field(key);
+    if (v == nullptr) return 0;
+    if (!v->is_number()) {
+      Fail(PathError(path_, "\"" + std::string(key) + "\" must be a number (got " +
+                                internal::Shown(*v) + ")"));
+      return 0;
+    }
+    return v->get<double>();
+  }
+  NodeId Node(std::string_view key, const core::Topology& topo) {
+    const Json* v = Field(key);
+    if (v == nullptr) return 0;
+    Result<NodeId> n = ReadNode(*v, Child(path_, key), topo);
+    Keep(n.status());
+    return n.ok() ? n.value() : 0;
+  }
+  // A name from a fixed set, turned into its enum by parse.
+  template <typename Enum, typename Parse>
+  Enum Named(std::string_view key, std::string_view what, Parse parse) {
+    std::string name = String(key, /*allow_empty=*/false);
+    if (!ok()) return Enum{};
+    std::optional<Enum> e = parse(name);
+    if (!e) {
+      Fail(PathError(path_, "\"" + std::string(key) + "\": unknown " + std::string(what) + " \"" +
+                                name + "\""));
+      return Enum{};
+    }
+    return *e;
+  }
+
+  static Result<NodeId> ReadNode(const Json& v, const std::string& path,
+                                 const core::Topology& topo) {
+    if (!v.is_string()) {
+      return PathError(path, "a node is written by its name (got " + internal::Shown(v) + ")");
+    }
+    const std::string name = v.get<std::string>();
+    const NodeId n = topo.FindNode(name);
+    if (n < 0) {
+      return PathError(path, "unknown node \"" + name + "\": not in topology \"" + topo.name() +
+                                 "\" (was the topology replaced by one without it?)");
+    }
+    return n;
+  }
+
+ private:
+  const Json& j_;
+  std::string path_;
+  Status status_;
+};
+
+std::optional<core::GpuEventKind> ParseGpuEventKind(std::string_view name) {
+  for (const auto& [kind, n] : kGpuEventKinds) {
+    if (n == name) return kind;
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------- events
+
+template <typename T>
+Json EventBody(const T& e, const core::Topology& topo) {
+  if constexpr (std::is_same_v<T, core::JobSubmitted>) {
+    return {{"id", e.id}, {"request", JobRequestToJson(e.request)}};
+  } else if constexpr (std::is_same_v<T, core::JobCancelled>) {
+    return {{"id", e.id}, {"reason", e.reason}};
+  } else if constexpr (std::is_same_v<T, core::JobHoldChanged>) {
+    return {{"id", e.id}, {"hold", e.hold}};
+  } else if constexpr (std::is_same_v<T, core::JobFinished>) {
+    return {{"id", e.id}, {"exit_code", e.exit_code}};
+  } else if constexpr (std::is_same_v<T, core::RankExited>) {
+    return {{"id", e.id}, {"rank", e.rank}, {"exit_code", e.exit_code}};
+  } else if constexpr (std::is_same_v<T, core::CheckpointCompleted>) {
+    return {{"id", e.id}, {"step", e.step}};
+  } else if constexpr (std::is_same_v<T, core::NodeStateRequested>) {
+    return {{"node", NodeName(e.node, topo)},
+            {"state", core::NodeStateName(e.state)},
+            {"reason", e.reason}};
+  } else if constexpr (std::is_same_v<T, core::Heartbeat>) {
+    return {{"node", NodeName(e.node, topo)}};
+  } else if constexpr (std::is_same_v<T, core::GpuEvent>) {
+    return {{"node", NodeName(e.node, topo)},
+            {"gpu", e.gpu},
+            {"kind", GpuEventKindName(e.kind)},
+            {"code", e.code}};
+  } else if constexpr (std::is_same_v<T, core::TenantConfigured>) {
+    return {{"tenant", TenantConfigToJson(e.tenant)}};
+  } else {
+    static_assert(std::is_same_v<T, core::Tick>);
+    return Json::object();
+  }
+}
+
+Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::Topology& topo) {
+  auto fields = [&](std::initializer_list<std::string_view> allowed) {
+    return Reader(j, "", allowed);
+  };
+  auto done = [](Reader& r, core::Event e) -> Result<core::Event> {
+    if (!r.ok()) return r.status();
+    return e;
+  };
+  if (type == "job_submitted") {
+    Reader r = fields({"type", "id", "request"});
+    core::JobSubmitted e{r.Int64("id"), {}};
+    if (const Json* req = r.Field("request")) {
+      Result<core::JobRequest> request = JobRequestFromJson(*req);
+      if (!request.ok()) return Nest("request", request.status());
+      e.request = std::move(request).value();
+    }
+    return done(r, std::move(e));
+  }
+  if (type == "job_cancelled") {
+    Reader r = fields({"type", "id", "reason"});
+    core::JobCancelled e{r.Int64("id"), r.String("reason")};
+    return done(r, std::move(e));
+  }
+  if (type == "job_hold_changed") {
+    Reader r = fields({"type", "id", "hold"});
+    core::JobHoldChanged e{r.Int64("id"), r.Bool("hold")};
+    return done(r, e);
+  }
+  if (type == "job_finished") {
+    Reader r = fields({"type", "id", "exit_code"});
+    core::JobFinished e{r.Int64("id"), r.Int("exit_code")};
+    return done(r, e);
+  }
+  if (type == "rank_exited") {
+    Reader r = fields({"type", "id", "rank", "exit_code"});
+    core::RankExited e{r.Int64("id"), r.Int("rank"), r.Int("exit_code")};
+    return done(r, e);
+  }
+  if (type == "checkpoint_completed") {
+    Reader r = fields({"type", "id", "step"});
+    core::CheckpointCompleted e{r.Int64("id"), r.Int64("step")};
+    return done(r, e);
+  }
+  if (type == "node_state_requested") {
+    Reader r = fields({"type", "node", "state", "reason"});
+    core::NodeStateRequested e{r.Node("node", topo),
+                               r.Named<core::NodeState>("state", "node state", ParseNodeState),
+                               r.String("reason")};
+    return done(r, std::move(e));
+  }
+  if (type == "heartbeat") {
+    Reader r = fields({"type", "node"});
+    core::Heartbeat e{r.Node("node", topo)};
+    return done(r, e);
+  }
+  if (type == "gpu_event") {
+    Reader r = fields({"type", "node", "gpu", "kind", "code"});
+    core::GpuEvent e{r.Node("node", topo), r.Int("gpu"),
+                     r.Named<core::GpuEventKind>("kind", "GPU event kind", ParseGpuEventKind),
+                     r.Int("code")};
+    return done(r, e);
+  }
+  if (type == "tenant_configured") {
+    Reader r = fields({"type", "tenant"});
+    core::TenantConfigured e{};
+    if (const Json* t = r.Field("tenant")) {
+      Result<core::TenantConfig> tenant = TenantConfigFromJson(*t);
+      if (!tenant.ok()) return Nest("tenant", tenant.status());
+      e.tenant = std::move(tenant).value();
+    }
+    return done(r, std::move(e));
+  }
+  if (type == "tick") {
+    Reader r = fields({"type"});
+    return done(r, core::Tick{});
+  }
+  return PathError("", "\"type\": unknown event type \"" + std::string(type) +
+                           "\"; known: job_submitted, job_cancelled, job_hold_changed, "
+                           "job_finished, rank_exited, checkpoint_completed, "
+                           "node_state_requested, heartbeat, gpu_event, tenant_configured, tick");
+}
+
+// ---------------------------------------------------------------- commands
+
+template <typename T>
+Json CommandBody(const T& c, const core::Topology& topo) {
+  if constexpr (std::is_same_v<T, core::StartJob>) {
+    return {{"id", c.id},
+            {"ranks", GpuSlotsToJson(c.ranks, topo)},
+            {"spares", NodeListToJson(c.spares, topo)}};
+  } else if constexpr (std::is_same_v<T, core::RestartJob>) {
+    return {{"id", c.id},
+            {"ranks", GpuSlotsToJson(c.ranks, topo)},
+            {"spares", NodeListToJson(c.spares, topo)},
+            {"checkpoint_step", c.checkpoint_step},
+            {"restart_count", c.restart_count}};
+  } else if constexpr (std::is_same_v<T, core::StopJob> ||
+                       std::is_same_v<T, core::RequestCheckpoint>) {
+    return {{"id", c.id}, {"reason", c.reason}};
+  } else if constexpr (std::is_same_v<T, core::DrainNode>) {
+    return {{"node", NodeName(c.node, topo)}, {"reason", c.reason}};
+  } else if constexpr (std::is_same_v<T, core::NodeStateChanged>) {
+    return {{"node", NodeName(c.node, topo)},
+            {"state", core::NodeStateName(c.state)},
+            {"reason", c.reason}};
+  } else if constexpr (std::is_same_v<T, core::GpuHealthChanged>) {
+    return {{"node", NodeName(c.node, topo)},
+            {"gpu", c.gpu},
+            {"health", core::GpuHealthName(c.health)},
+            {"reason", c.reason}};
+  } else {
+    static_assert(std::is_same_v<T, core::JobStateChanged>);
+    return {{"id", c.id}, {"state", core::JobStateName(c.state)}, {"reason", c.reason}};
+  }
+}
+
+Result<core::Command> ReadCommand(std::string_view type, const Json& j,
+                                  const core::Topology& topo) {
+  auto fields = [&](std::initializer_list<std::string_view> allowed) {
+    return Reader(j, "", allowed);
+  };
+  auto done = [](Reader& r, core::Command c) -> Result<core::Command> {
+    if (!r.ok()) return r.status();
+    return c;
+  };
+  auto placement = [&](Reader& r, std::vector<core::GpuSlot>& ranks, std::vector<NodeId>& spares) {
+    if (const Json* v = r.Field("ranks")) {
+      Result<std::vector<core::GpuSlot>> slots = GpuSlotsFromJson(*v, topo);
+      if (!slots.ok()) r.Fail(Nest("ranks", slots.status()));
+      if (slots.ok()) ranks = std::move(slots).value();
+    }
+    if (const Json* v = r.Field("spares")) {
+      Result<std::vector<NodeId>> nodes = NodeListFromJson(*v, topo);
+      if (!nodes.ok()) r.Fail(Nest("spares", nodes.status()));
+      if (nodes.ok()) spares = std::move(nodes).value();
+    }
+  };
+  if (type == "start_job") {
+    Reader r = fields({"type", "id", "ranks", "spares"});
+    core::StartJob c{r.Int64("id"), {}, {}};
+    placement(r, c.ranks, c.spares);
+    return done(r, std::move(c));
+  }
+  if (type == "restart_job") {
+    Reader r = fields({"type", "id", "ranks", "spares", "checkpoint_step", "restart_count"});
+    core::RestartJob c{r.Int64("id"), {}, {}, 0, 0};
+    placement(r, c.ranks, c.spares);
+    c.checkpoint_step = r.Int64("checkpoint_step");
+    c.restart_count = r.Int("restart_count");
+    return done(r, std::move(c));
+  }
+  if (type == "stop_job") {
+    Reader r = fields({"type", "id", "reason"});
+    core::StopJob c{r.Int64("id"), r.String("reason")};
+    return done(r, std::move(c));
+  }
+  if (type == "request_checkpoint") {
+    Reader r = fields({"type", "id", "reason"});
+    core::RequestCheckpoint c{r.Int64("id"), r.String("reason")};
+    return done(r, std::move(c));
+  }
+  if (type == "drain_node") {
+    Reader r = fields({"type", "node", "reason"});
+    core::DrainNode c{r.Node("node", topo), r.String("reason")};
+    return done(r, std::move(c));
+  }
+  if (type == "node_state_changed") {
+    Reader r = fields({"type", "node", "state", "reason"});
+    core::NodeStateChanged c{r.Node("node", topo),
+                             r.Named<core::NodeState>("state", "node state", ParseNodeState),
+                             r.String("reason")};
+    return done(r, std::move(c));
+  }
+  if (type == "gpu_health_changed") {
+    Reader r = fields({"type", "node", "gpu", "health", "reason"});
+    core::GpuHealthChanged c{r.Node("node", topo), r.Int("gpu"),
+                             r.Named<core::GpuHealth>("health", "GPU health", ParseGpuHealth),
+                             r.String("reason")};
+    return done(r, std::move(c));
+  }
+  if (type == "job_state_changed") {
+    Reader r = fields({"type", "id", "state", "reason"});
+    core::JobStateChanged c{r.Int64("id"),
+                            r.Named<core::JobState>("state", "job state", ParseJobState),
+                            r.String("reason")};
+    return done(r, std::move(c));
+  }
+  return PathError("", "\"type\": unknown command type \"" + std::string(type) +
+                           "\"; known: start_job, restart_job, stop_job, request_checkpoint, "
+                           "drain_node, node_state_changed, gpu_health_changed, "
+                           "job_state_changed");
+}
+
+// The "type" of a tagged object, or why there is none.
+Result<std::string> TypeOf(const Json& j, std::string_view what) {
+  if (!j.is_object()) {
+    return PathError("", "an " + std::string(what) + " is a JSON object with a \"type\" (got " +
+                             internal::Shown(j) + ")");
+  }
+  auto it = j.find("type");
+  if (it == j.end()) return PathError("", "\"type\" is required");
+  if (!it->is_string()) {
+    return PathError("", "\"type\" must be a string (got " + internal::Shown(*it) + ")");
+  }
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- public
+
+std::optional<core::JobState> ParseJobState(std::string_view name) {
+  return ParseEnum<core::JobState>(name, core::JobStateName);
+}
+std::optional<core::NodeState> ParseNodeState(std::string_view name) {
+  return ParseEnum<core::NodeState>(name, core::NodeStateName);
+}
+std::optional<core::GpuHealth> ParseGpuHealth(std::string_view name) {
+  return ParseEnum<core::GpuHealth>(name, core::GpuHealthName);
+}
+
+std::string_view EventTypeName(const core::Event& event) {
+  static constexpr std::string_view kNames[] = {
+      "job_submitted",        "job_cancelled", "job_hold_changed",
+      "job_finished",         "rank_exited",   "checkpoint_completed",
+      "node_state_requested", "heartbeat",     "gpu_event",
+      "tenant_configured",    "tick"};
+  static_assert(std::size(kNames) == std::variant_size_v<core::Event>, "name every event");
+  return kNames[event.index()];
+}
+
+std::string_view CommandTypeName(const core::Command& command) {
+  static constexpr std::string_view kNames[] = {
+      "start_job",  "restart_job",        "stop_job",           "request_checkpoint",
+      "drain_node", "node_state_changed", "gpu_health_changed", "job_state_changed"};
+  static_assert(std::size(kNames) == std::variant_size_v<core::Command>, "name every command");
+  return kNames[command.index()];
+}
+
+Json EventToJson(const core::Event& event, const core::Topology& topology) {
+  Json j = std::visit([&](const auto& e) { return EventBody(e, topology); }, event);
+  j["type"] = EventTypeName(event);
+  return j;
+}
+
+Result<core::Event> EventFromJson(const Json& j, const core::Topology& topology) {
+  try {
+    Result<std::string> type = TypeOf(j, "event");
+    if (!type.ok()) return type.status();
+    return ReadEvent(type.value(), j, topology);
+  } catch (const std::exception& e) {  // a reader bug must not cross the module boundary
+    return Status::Error(std::string("event: ") + e.what());
+  }
+}
+
+Json CommandToJson(const core::Command& command, const core::Topology& topology) {
+  Json j = std::visit([&](const auto& c) { return CommandBody(c, topology); }, command);
+  j["type"] = CommandTypeName(command);
+  return j;
+}
+
+Result<core::Command> CommandFromJson(const Json& j, const core::Topology& topology) {
+  try {
+    Result<std::string> type = TypeOf(j, "command");
+    if (!type.ok()) return type.status();
+    return ReadCommand(type.value(), j, topology);
+  } catch (const std::exception& e) {
+    return Status::Error(std::string("command: ") + e.what());
+  }
+}
+
+Json TenantConfigToJson(const core::TenantConfig& t) {
+  return {{"name", t.name},
+          {"guaranteed_gpus", t.guaranteed_gpus},
+          {"borrow_limit_gpus", t.borrow_limit_gpus},
+          {"max_job_gpus", t.max_job_gpus},
+          {"max_running_jobs", t.max_running_jobs},
+          {"shares", t.shares}};
+}
+
+Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
+  Reader r(j, "",
+           {"name", "guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
+            "shares"});
+  core::TenantConfig t;
+  t.name = r.String("name");
+  t.guaranteed_gpus = r.Int("guaranteed_gpus");
+  t.borrow_limit_gpus = r.Int("borrow_limit_gpus");
+  t.max_job_gpus = r.Int("max_job_gpus");
+  t.max_running_jobs = r.Int("max_running_jobs");
+  t.shares = r.Number("shares");
+  if (!r.ok()) return r.status();
+  return t;
+}
+
+Json JobRequestToJson(const core::JobRequest& request) {
+  return {{"spec", JobSpecToJson(request.spec)},
+          {"tenant", request.tenant},
+          {"user", request.user},
+          {"priority", request.priority},
+          {"time_limit_ms", request.time_limit},
+          {"checkpoint_interval_ms", request.checkpoint_interval}};
+}
+
+Result<core::JobRequest> JobRequestFromJson(const Json& j) {
+  Reader r(j, "",
+           {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms"});
+  core::JobRequest request;
+  if (const Json* spec = r.Field("spec")) {
+    Result<core::JobSpec> s = JobSpecFromJson(*spec);
+    if (!s.ok()) return Nest("spec", s.status());
+    request.spec = std::move(s).value();
+  }
+  request.tenant = r.String("tenant");
+  request.user = r.String("user");
+  request.priority = r.Int("priority");
+  request.time_limit = r.Int64("time_limit_ms");
+  request.checkpoint_interval = r.Int64("checkpoint_interval_ms");
+  if (!r.ok()) return r.status();
+  return request;
+}
+
+Json GpuSlotsToJson(const std::vector<core::GpuSlot>& slots, const core::Topology& topology) {
+  Json out = Json::array();
+  for (const core::GpuSlot& s : slots)
+    out.push_back(Json::array({NodeName(s.node, topology), s.gpu}));
+  return out;
+}
+
+Result<std::vector<core::GpuSlot>> GpuSlotsFromJson(const Json& j, const core::Topology& topology) {
+  if (!j.is_array()) {
+    return PathError("", "must be an array of [node, gpu] pairs (got " + internal::Shown(j) + ")");
+  }
+  std::vector<core::GpuSlot> slots;
+  slots.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    const Json& pair = j[i];
+    const std::string path = Index("", i);
+    if (!pair.is_array() || pair.size() != 2) {
+      return PathError(path, "must be a [node, gpu] pair (got " + internal::Shown(pair) + ")");
+    }
+    Result<NodeId> node = Reader::ReadNode(pair[0], Index(path, 0), topology);
+    if (!node.ok()) return node.status();
+    const int gpus = topology.node(node.value()).gpus;
+    if (!pair[1].is_number_integer() || pair[1].get<int64_t>() < 0 ||
+        pair[1].get<int64_t>() >= gpus) {
+      return PathError(Index(path, 1), "GPU must be an integer 0.." + std::to_string(gpus - 1) +
+                                           " (got " + internal::Shown(pair[1]) + ")");
+    }
+    slots.push_back({node.value(), static_cast<int>(pair[1].get<int64_t>())});
+  }
+  return slots;
+}
+
+Json NodeListToJson(const std::vector<NodeId>& nodes, const core::Topology& topology) {
+  Json out = Json::array();
+  for (NodeId n : nodes) out.push_back(NodeName(n, topology));
+  return out;
+}
+
+Result<std::vector<NodeId>> NodeListFromJson(const Json& j, const core::Topology& topology) {
+  if (!j.is_array()) {
+    return PathError("", "must be an array of node names (got " + internal::Shown(j) + ")");
+  }
+  std::vector<NodeId> nodes;
+  nodes.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    Result<NodeId> n = Reader::ReadNode(j[i], Index("", i), topology);
+    if (!n.ok()) return n.status();
+    nodes.push_back(n.value());
+  }
+  return nodes;
+}
+
+}  // namespace topo::common

@@ -1,0 +1,262 @@
+// Events and commands as JSON: every alternative round-trips, through text
+// too; a log written under one node numbering reads back under another; the
+// readers reject what they should and say where.
+
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "topo/common/event_json.hpp"
+#include "topo/common/job_io.hpp"
+
+using namespace topo;
+using core::Command;
+using core::Event;
+using nlohmann::json;
+
+namespace {
+
+// 2 leaves x 2 nodes x 4 GPUs; `reversed` adds the nodes in the opposite
+// order, so every node name has another id.
+core::Topology MakeTopology(bool reversed = false) {
+  core::TopologyBuilder b("ej", {"node", "leaf"}, 0);
+  int l0 = b.AddDomain("leaf0", 1, core::TopologyBuilder::kTop);
+  int l1 = b.AddDomain("leaf1", 1, core::TopologyBuilder::kTop);
+  std::vector<std::pair<std::string, int>> nodes = {{"a0", l0}, {"a1", l0}, {"b0", l1}, {"b1", l1}};
+  if (reversed) std::reverse(nodes.begin(), nodes.end());
+  for (const auto& [name, leaf] : nodes) b.AddNode(name, leaf, 4);
+  return std::move(b).Build().value();
+}
+
+core::JobRequest MakeRequest() {
+  core::JobRequest r;
+  r.spec.name = "moe";
+  r.spec.gpus = 8;
+  r.spec.parallelism.tp = 2;
+  r.spec.parallelism.ep = 2;
+  r.spec.parallelism.pp = 2;
+  r.spec.parallelism.dp = 2;
+  r.spec.spares = 1;
+  r.tenant = "org/team";
+  r.user = "ada";
+  r.priority = -3;
+  r.time_limit = 2 * core::kHour;
+  r.checkpoint_interval = -1;
+  return r;
+}
+
+std::vector<Event> SampleEvents(const core::Topology& t) {
+  const core::NodeId b1 = t.FindNode("b1");
+  return {
+      core::JobSubmitted{7, MakeRequest()},
+      core::JobCancelled{7, "user asked"},
+      core::JobHoldChanged{7, true},
+      core::JobFinished{7, -9},
+      core::RankExited{7, 3, 137},
+      core::CheckpointCompleted{7, 1234567890123},
+      core::NodeStateRequested{b1, core::NodeState::kDraining, "maintenance"},
+      core::Heartbeat{t.FindNode("a0")},
+      core::GpuEvent{b1, 3, core::GpuEventKind::kXid, 79},
+      core::GpuEvent{b1, 0, core::GpuEventKind::kEccSingleBit, 120},
+      core::TenantConfigured{core::TenantConfig{"org/team", 16, -1, 64, 3, 0.1}},
+      core::Tick{},
+  };
+}
+
+std::vector<Command> SampleCommands(const core::Topology& t) {
+  const core::NodeId a0 = t.FindNode("a0"), a1 = t.FindNode("a1"), b0 = t.FindNode("b0");
+  std::vector<core::GpuSlot> ranks = {{a0, 0}, {a0, 1}, {a1, 3}, {b0, 2}};
+  return {
+      core::StartJob{7, ranks, {b0}},
+      core::RestartJob{7, ranks, {}, 42, 2},
+      core::StopJob{7, "time limit reached"},
+      core::RequestCheckpoint{7, "periodic"},
+      core::DrainNode{a1, "a1 GPU 0 failed (XID 79)"},
+      core::NodeStateChanged{a1, core::NodeState::kSuspect, "no heartbeat for 3 s"},
+      core::GpuHealthChanged{a1, 0, core::GpuHealth::kFailed, "XID 79"},
+      core::JobStateChanged{7, core::JobState::kRejected, "tp must divide gpus"},
+  };
+}
+
+template <typename Variant>
+void CheckEveryAlternative(const std::vector<Variant>& samples) {
+  std::set<size_t> seen;
+  for (const Variant& v : samples) seen.insert(v.index());
+  CHECK(seen.size() == std::variant_size_v<Variant>);
+}
+
+}  // namespace
+
+TEST_CASE("every event round-trips, as JSON and as text") {
+  const core::Topology t = MakeTopology();
+  std::vector<Event> events = SampleEvents(t);
+  CheckEveryAlternative(events);
+  for (const Event& e : events) {
+    json j = common::EventToJson(e, t);
+    CAPTURE(j.dump());
+    CHECK(j.at("type") == common::EventTypeName(e));
+    core::Result<Event> back = common::EventFromJson(json::parse(j.dump()), t);
+    REQUIRE(back.ok());
+    CHECK(back.value().index() == e.index());
+    CHECK(common::EventToJson(back.value(), t) == j);
+  }
+}
+
+TEST_CASE("every command round-trips, as JSON and as text") {
+  const core::Topology t = MakeTopology();
+  std::vector<Command> commands = SampleCommands(t);
+  CheckEveryAlternative(commands);
+  for (const Command& c : commands) {
+    json j = common::CommandToJson(c, t);
+    CAPTURE(j.dump());
+    CHECK(j.at("type") == common::CommandTypeName(c));
+    core::Result<Command> back = common::CommandFromJson(json::parse(j.dump()), t);
+    REQUIRE(back.ok());
+    CHECK(back.value().index() == c.index());
+    CHECK(common::CommandToJson(back.value(), t) == j);
+  }
+}
+
+TEST_CASE("field values survive the round trip") {
+  const core::Topology t = MakeTopology();
+  core::Result<Event> e =
+      common::EventFromJson(common::EventToJson(core::JobSubmitted{7, MakeRequest()}, t), t);
+  REQUIRE(e.ok());
+  const auto& sub = std::get<core::JobSubmitted>(e.value());
+  CHECK(sub.id == 7);
+  CHECK(sub.request.tenant == "org/team");
+  CHECK(sub.request.user == "ada");
+  CHECK(sub.request.priority == -3);
+  CHECK(sub.request.time_limit == 2 * core::kHour);
+  CHECK(sub.request.checkpoint_interval == -1);
+  CHECK(common::JobSpecToJson(sub.request.spec) == common::JobSpecToJson(MakeRequest().spec));
+
+  core::Result<Event> te = common::EventFromJson(
+      common::EventToJson(core::TenantConfigured{{"x", 1, 2, 3, 4, 0.1}}, t), t);
+  REQUIRE(te.ok());
+  const core::TenantConfig& tc = std::get<core::TenantConfigured>(te.value()).tenant;
+  CHECK(tc.shares == 0.1);  // exactly: doubles are written with enough digits
+  CHECK(tc.max_running_jobs == 4);
+
+  const core::NodeId b0 = t.FindNode("b0");
+  core::Result<Command> c = common::CommandFromJson(
+      common::CommandToJson(core::RestartJob{9, {{b0, 3}}, {b0}, -1, 4}, t), t);
+  REQUIRE(c.ok());
+  const auto& r = std::get<core::RestartJob>(c.value());
+  CHECK(r.ranks == std::vector<core::GpuSlot>{{b0, 3}});
+  CHECK(r.spares == std::vector<core::NodeId>{b0});
+  CHECK(r.checkpoint_step == -1);
+  CHECK(r.restart_count == 4);
+}
+
+TEST_CASE("nodes are written by name, so a log survives a renumbering") {
+  const core::Topology before = MakeTopology(false);
+  const core::Topology after = MakeTopology(true);
+  REQUIRE(before.FindNode("b1") != after.FindNode("b1"));
+  json j = common::CommandToJson(core::StartJob{1, {{before.FindNode("b1"), 2}}, {}}, before);
+  CHECK(j.at("ranks") == json::parse(R"([["b1", 2]])"));
+  core::Result<Command> c = common::CommandFromJson(j, after);
+  REQUIRE(c.ok());
+  CHECK(std::get<core::StartJob>(c.value()).ranks[0].node == after.FindNode("b1"));
+}
+
+TEST_CASE("extreme integers round-trip") {
+  const core::Topology t = MakeTopology();
+  for (int64_t id : {INT64_MIN, int64_t{0}, INT64_MAX}) {
+    core::Result<Event> e =
+        common::EventFromJson(common::EventToJson(core::CheckpointCompleted{id, id}, t), t);
+    REQUIRE(e.ok());
+    CHECK(std::get<core::CheckpointCompleted>(e.value()).step == id);
+  }
+  core::Result<Event> e =
+      common::EventFromJson(common::EventToJson(core::RankExited{1, INT32_MIN, INT32_MAX}, t), t);
+  REQUIRE(e.ok());
+  CHECK(std::get<core::RankExited>(e.value()).rank == INT32_MIN);
+}
+
+TEST_CASE("strict readers name the field and the problem") {
+  const core::Topology t = MakeTopology();
+  struct Case {
+    const char* text;
+    const char* message;  // a part of the expected error
+  };
+  const Case event_cases[] = {
+      {R"([1])", "an event is a JSON object"},
+      {R"({"id": 1})", "\"type\" is required"},
+      {R"({"type": 3})", "\"type\" must be a string"},
+      {R"({"type": "job_exploded"})", "unknown event type \"job_exploded\""},
+      {R"({"type": "tick", "extra": 1})", "unknown field \"extra\""},
+      {R"({"type": "job_cancelled", "id": 1})", "\"reason\" is required"},
+      {R"({"type": "job_cancelled", "id": "1", "reason": ""})", "\"id\" must be an integer"},
+      {R"({"type": "job_cancelled", "id": 1.5, "reason": ""})", "\"id\" must be an integer"},
+      {R"({"type": "job_hold_changed", "id": 1, "hold": 1})", "\"hold\" must be true or false"},
+      {R"({"type": "job_finished", "id": 1, "exit_code": 4294967296})", "\"exit_code\""},
+      {R"({"type": "heartbeat", "node": "zz"})", "node: unknown node \"zz\""},
+      {R"({"type": "heartbeat", "node": 0})", "node: a node is written by its name"},
+      {R"({"type": "node_state_requested", "node": "a0", "state": "sleepy", "reason": ""})",
+       "unknown node state \"sleepy\""},
+      {R"({"type": "gpu_event", "node": "a0", "gpu": 0, "kind": "melted", "code": 0})",
+       "unknown GPU event kind \"melted\""},
+      {R"({"type": "tenant_configured", "tenant": {"name": "x"}})",
+       "tenant: \"guaranteed_gpus\" is required"},
+      {R"({"type": "tenant_configured", "tenant": {"name": "x", "guaranteed_gpus": 0,
+           "borrow_limit_gpus": 0, "max_job_gpus": 0, "max_running_jobs": 0, "shares": "1"}})",
+       "\"shares\" must be a number"},
+      {R"({"type": "job_submitted", "id": 1})", "\"request\" is required"},
+      {R"({"type": "job_submitted", "id": 1, "request": {"spec": {"gpus": 8}, "tenant": "t",
+           "user": "u", "priority": 0, "time_limit_ms": 0}})",
+       "request: \"checkpoint_interval_ms\" is required"},
+      {R"({"type": "job_submitted", "id": 1, "request": {"spec": {"gpus": 8,
+           "parallelism": {"tp": 3}}, "tenant": "t", "user": "u", "priority": 0,
+           "time_limit_ms": 0, "checkpoint_interval_ms": 0}})",
+       "request.spec.parallelism"},
+  };
+  for (const Case& c : event_cases) {
+    CAPTURE(c.text);
+    core::Result<Event> e = common::EventFromJson(json::parse(c.text), t);
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.message().find(c.message) != std::string::npos);
+    CAPTURE(e.message());
+  }
+  const Case command_cases[] = {
+      {R"({"type": "launch"})", "unknown command type \"launch\""},
+      {R"({"type": "start_job", "id": 1, "ranks": [["a0"]], "spares": []})",
+       "ranks[0]: must be a [node, gpu] pair"},
+      {R"({"type": "start_job", "id": 1, "ranks": [["a0", 4]], "spares": []})",
+       "ranks[0][1]: GPU must be an integer 0..3"},
+      {R"({"type": "start_job", "id": 1, "ranks": [["a0", 0]], "spares": ["nope"]})",
+       "spares[0]: unknown node \"nope\""},
+      {R"({"type": "start_job", "id": 1, "ranks": {}, "spares": []})", "ranks: must be an array"},
+      {R"({"type": "job_state_changed", "id": 1, "state": "zombie", "reason": ""})",
+       "unknown job state \"zombie\""},
+      {R"({"type": "gpu_health_changed", "node": "a0", "gpu": 0, "health": "meh", "reason": ""})",
+       "unknown GPU health \"meh\""},
+      {R"({"type": "restart_job", "id": 1, "ranks": [], "spares": [], "checkpoint_step": 0})",
+       "\"restart_count\" is required"},
+  };
+  for (const Case& c : command_cases) {
+    CAPTURE(c.text);
+    core::Result<Command> r = common::CommandFromJson(json::parse(c.text), t);
+    REQUIRE_FALSE(r.ok());
+    CAPTURE(r.message());
+    CHECK(r.message().find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("state names parse back for every value") {
+  for (int i = 0; i < 8; ++i) {
+    const auto s = static_cast<core::JobState>(i);
+    CHECK(common::ParseJobState(core::JobStateName(s)) == s);
+  }
+  for (int i = 0; i < 5; ++i) {
+    const auto s = static_cast<core::NodeState>(i);
+    CHECK(common::ParseNodeState(core::NodeStateName(s)) == s);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const auto h = static_cast<core::GpuHealth>(i);
+    CHECK(common::ParseGpuHealth(core::GpuHealthName(h)) == h);
+  }
+  CHECK_FALSE(common::ParseJobState("unknown").has_value());
+}

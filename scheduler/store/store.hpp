@@ -1,0 +1,250 @@
+#pragma once
+// The scheduler's durable state: one SQLite file (WAL mode,
+// synchronous=FULL).
+//
+// Event sourcing. The `events` table is the source of truth: every event the
+// daemon stepped through SchedulerCore, in order, with its time, its actor and
+// the commands the core returned. SchedulerCore is deterministic, so
+// Replay() feeding the log back through a fresh core rebuilds it exactly.
+// The other tables (jobs, tenants, nodes, gpu_health) are materialized from
+// the same entries in the same transaction, for queries; they never feed the
+// core. Users, tokens and meta are plain tables outside the log.
+//
+// The daemon's loop, per group of requests:
+//   commands = core.Step(event, now)          for each event, on the strand
+//   store.Append(topology, entries)           one transaction, one fsync
+//   then acknowledge the requests and send the commands.
+//
+// DURABILITY CONTRACT. An Append (or any other write) that returned Ok is on
+// disk: it is committed to the write-ahead log and fsync'd (synchronous=FULL),
+// so it survives a crash of the process or of the machine. A write that
+// returned an error wrote nothing. Group commit: the caller batches many
+// acknowledged writes into one Append so one fsync serves them all; it must
+// not acknowledge anything in a batch before Append returns Ok.
+//
+// An Append that fails leaves the caller's SchedulerCore ahead of the log
+// (Step already ran). The caller must not send that batch's commands or
+// acknowledge its requests; it should stop and let the restart rebuild the
+// core from the log (Replay), which only holds what was acknowledged.
+//
+// Migrations (schema/sql/NNNN_name.sql, embedded in the binary) are applied
+// in order on Open, all in one transaction; the applied versions are recorded
+// in `schema_version`. A file whose version is newer than this binary knows
+// is refused, unchanged. docs/store.md has the schema.
+//
+// Thread safety: none. One owner (the daemon's strand) uses a Store; the
+// file must not be opened by a second writer (the daemon locks its state
+// directory). Readers such as the sqlite3 shell may look at it meanwhile.
+// Errors are core::Status values whose messages name the file; no exception
+// escapes.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/migrations.hpp"
+#include "topo/core/scheduler.hpp"
+#include "topo/core/status.hpp"
+#include "topo/core/topology.hpp"
+
+namespace topo::store {
+
+using core::JobId;
+using core::TimeMs;
+
+// One step of the core: the event, when and by whom, and what it decided.
+struct LogEntry {
+  TimeMs time_ms = 0;  // the `now` given to Step
+  std::string actor;   // "user:ada", "agent:n17", "scheduler" (timers), ...
+  core::Event event;
+  std::vector<core::Command> commands;  // what Step returned
+};
+
+struct StoredEvent {
+  int64_t seq = 0;  // 1, 2, ... in log order
+  LogEntry entry;
+};
+
+struct AppendResult {
+  int64_t first_seq = 0;  // the batch's entry i has seq first_seq + i
+  int64_t last_seq = 0;   // == LastSeq() after the call
+};
+
+struct ReplayReport {
+  int64_t last_seq = 0;  // the last event replayed (0: empty log)
+  int64_t events = 0;    // events stepped
+  // Events whose replayed commands differ from the logged ones: the core's
+  // decisions changed (a new binary, another config) since they were logged.
+  // The rebuilt core follows the replayed decisions; the materialized tables
+  // follow the logged ones.
+  int64_t diverged = 0;
+  int64_t first_diverged_seq = 0;  // 0 when none
+};
+
+// A row of the jobs table. Times and steps that do not apply are -1.
+struct JobRow {
+  JobId id = 0;
+  std::string tenant;
+  std::string user;
+  core::JobState state = core::JobState::kQueued;
+  std::string reason;     // as of the last state change
+  std::string spec_json;  // job spec v1 (common/job_io.hpp)
+  int priority = 0;
+  TimeMs time_limit_ms = 0;
+  TimeMs checkpoint_interval_ms = 0;
+  TimeMs submit_ms = 0;
+  TimeMs start_ms = -1;       // first start
+  TimeMs last_start_ms = -1;  // latest start or restart
+  TimeMs end_ms = -1;
+  int restarts = 0;
+  int64_t checkpoint_step = -1;
+  TimeMs checkpoint_ms = -1;
+  std::string ranks_json = "[]";   // [[node, gpu], ...] (common/event_json.hpp)
+  std::string spares_json = "[]";  // [node, ...]
+  int64_t submit_seq = 0;
+  int64_t updated_seq = 0;
+};
+
+struct JobQuery {
+  std::optional<std::string> tenant;  // only this tenant's jobs
+  bool include_terminal = true;
+  JobId after_id = 0;  // paging: ids greater than this
+  int limit = 1000;
+};
+
+struct NodeRow {
+  std::string name;
+  core::NodeState state = core::NodeState::kUp;
+  std::string reason;
+  TimeMs time_ms = 0;
+};
+
+struct GpuHealthRow {
+  int64_t seq = 0;
+  std::string node;
+  int gpu = 0;
+  core::GpuHealth health = core::GpuHealth::kHealthy;
+  std::string reason;
+  TimeMs time_ms = 0;
+};
+
+enum class Role : uint8_t { kUser, kTenantAdmin, kClusterAdmin };
+std::string_view RoleName(Role r);  // "user", "tenant-admin", "cluster-admin"
+std::optional<Role> ParseRole(std::string_view name);
+
+struct User {
+  std::string name;
+  std::string tenant;
+  Role role = Role::kUser;
+  TimeMs created_ms = 0;
+};
+
+struct TokenInfo {
+  std::string id;  // the first 12 hex digits of the token's SHA-256
+  std::string user;
+  TimeMs created_ms = 0;
+  bool revoked = false;
+};
+
+struct IssuedToken {
+  std::string token;  // "topo_" + 64 hex digits; shown once, never stored
+  std::string id;
+};
+
+struct OpenOptions {
+  // The migrations this binary knows; tests pass their own.
+  std::span<const Migration> migrations = EmbeddedMigrations();
+  int busy_timeout_ms = 5000;
+};
+
+class Store {
+ public:
+  // Opens or creates the store at path: WAL mode, synchronous=FULL, pending
+  // migrations applied in one transaction. Errors (file unwritable, not a
+  // toposched store, schema newer than options.migrations know, a failing
+  // migration) leave the file as it was.
+  static core::Result<Store> Open(const std::string& path, const OpenOptions& options = {});
+
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  ~Store();
+
+  // Logs the batch and materializes its effects, in ONE transaction (one
+  // fsync). Each entry's time is raised to the previous entry's if it is
+  // earlier (the core does the same with `now`), so the log's times never
+  // decrease. Nothing is written, and an error names the entry, if an event
+  // or command would not read back (a node id outside the topology, an
+  // invalid job spec, a NaN share). An empty batch writes nothing.
+  // REQUIRES: topology is the one the core was built over.
+  core::Result<AppendResult> Append(const core::Topology& topology,
+                                    std::span<const LogEntry> batch);
+
+  // Calls fn for every logged event with seq >= from_seq, in order; stops at
+  // the first error fn returns and returns it. Node names are resolved
+  // against topology; an entry that does not parse is an error naming its
+  // seq. REQUIRES: fn does not use this store.
+  core::Status ReadEvents(int64_t from_seq, const core::Topology& topology,
+                          const std::function<core::Status(const StoredEvent&)>& fn);
+
+  // Feeds every logged event through core.Step at its logged time and
+  // compares the commands with the logged ones (see ReplayReport). Returns
+  // the last seq; the caller's next Append continues from there.
+  // REQUIRES: core is fresh (no Step yet), built over the topology and with
+  // the SchedulerConfig the log was written with (keep them in meta).
+  core::Result<ReplayReport> Replay(core::SchedulerCore& core);
+
+  // The seq of the newest event; 0 for an empty log.
+  int64_t LastSeq() const;
+  // The time of the newest event; 0 for an empty log.
+  TimeMs LastTime() const;
+  int SchemaVersion() const;
+  const std::string& path() const;
+
+  // ---- materialized views
+  core::Result<std::optional<JobRow>> GetJob(JobId id);
+  core::Result<std::vector<JobRow>> ListJobs(const JobQuery& query);
+  // The largest job id ever submitted, 0 if none: the daemon numbers new
+  // jobs from here after a restart.
+  core::Result<JobId> MaxJobId();
+  core::Result<std::vector<core::TenantConfig>> ListTenants();
+  core::Result<std::vector<NodeRow>> ListNodes();
+  core::Result<std::vector<GpuHealthRow>> GpuHealthHistory(std::string_view node);
+
+  // ---- users and tokens (each call its own durable transaction)
+  // Errors: an empty name or tenant, a user that exists (Create) or does not
+  // (Update, Delete). Deleting a user deletes their tokens.
+  core::Status CreateUser(const User& user);
+  core::Status UpdateUser(const User& user);
+  core::Status DeleteUser(std::string_view name);
+  core::Result<std::optional<User>> GetUser(std::string_view name);
+  core::Result<std::vector<User>> ListUsers(std::optional<std::string_view> tenant = {});
+  // A new random token for an existing user; only its hash is stored.
+  core::Result<IssuedToken> CreateToken(std::string_view user, TimeMs now_ms);
+  // The token's user, or nullopt for an unknown or revoked token (an error
+  // only when the store fails).
+  core::Result<std::optional<User>> Authenticate(std::string_view token);
+  // Revokes by id (at least 8 hex digits of it, unambiguous) or by the
+  // token itself. Revoking a revoked token is Ok.
+  core::Status RevokeToken(std::string_view id_or_token);
+  core::Result<std::vector<TokenInfo>> ListTokens(std::optional<std::string_view> user = {});
+
+  // ---- meta
+  core::Status SetMeta(std::string_view key, std::string_view value);
+  core::Result<std::optional<std::string>> GetMeta(std::string_view key);
+
+  class Impl;
+
+ private:
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The hex SHA-256 of text (OpenSSL EVP).
+std::string Sha256Hex(std::string_view text);
+
+}  // namespace topo::store

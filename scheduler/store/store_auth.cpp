@@ -1,0 +1,274 @@
+// Users, bearer tokens (stored as SHA-256 hashes) and meta values.
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <array>
+
+#include "store/store_impl.hpp"
+
+namespace topo::store {
+namespace {
+
+using core::Result;
+using core::Status;
+using internal::Statement;
+using internal::Transaction;
+
+constexpr std::string_view kTokenPrefix = "topo_";
+constexpr size_t kTokenIdDigits = 12;
+constexpr size_t kMinIdDigits = 8;
+
+std::string Hex(const unsigned char* data, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out.push_back(kDigits[data[i] >> 4]);
+    out.push_back(kDigits[data[i] & 15]);
+  }
+  return out;
+}
+
+bool IsHex(std::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+User ReadUser(const Statement& q) {
+  return User{q.Text(0), q.Text(1), ParseRole(q.Text(2)).value_or(Role::kUser), q.Int64(3)};
+}
+
+Status CheckUser(const User& u) {
+  if (u.name.empty()) return Status::Error("a user needs a name");
+  if (u.tenant.empty()) return Status::Error("user \"" + u.name + "\" needs a tenant");
+  return Status::Ok();
+}
+
+// Runs one write statement in its own transaction (durable when Ok) and
+// returns the number of rows it changed.
+Result<int> WriteOne(Store::Impl& impl, Statement& q) {
+  Result<Transaction> tx = Transaction::Begin(impl.db);
+  if (!tx.ok()) return tx.status();
+  if (Status s = q.Run(); !s.ok()) return s;
+  const int changed = q.Changes();
+  if (Status s = tx.value().Commit(); !s.ok()) return s;
+  return changed;
+}
+
+}  // namespace
+
+std::string_view RoleName(Role r) {
+  switch (r) {
+    case Role::kUser:
+      return "user";
+    case Role::kTenantAdmin:
+      return "tenant-admin";
+    case Role::kClusterAdmin:
+      return "cluster-admin";
+  }
+  return "user";
+}
+
+std::optional<Role> ParseRole(std::string_view name) {
+  for (Role r : {Role::kUser, Role::kTenantAdmin, Role::kClusterAdmin}) {
+    if (RoleName(r) == name) return r;
+  }
+  return std::nullopt;
+}
+
+std::string Sha256Hex(std::string_view text) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int size = 0;
+  if (EVP_Digest(text.data(), text.size(), digest.data(), &size, EVP_sha256(), nullptr) != 1) {
+    return {};  // only on an OpenSSL failure; an empty hash matches no token
+  }
+  return Hex(digest.data(), size);
+}
+
+// ---------------------------------------------------------------- users
+
+Status Store::CreateUser(const User& user) {
+  if (Status s = CheckUser(user); !s.ok()) return impl_->Error("creating user", s);
+  Result<Statement> q = impl_->db.Prepare(
+      "INSERT INTO users(name, tenant, role, created_ms) VALUES (?1, ?2, ?3, ?4) "
+      "ON CONFLICT(name) DO NOTHING");
+  if (!q.ok()) return impl_->Error("creating user", q.status());
+  q.value().Bind(1, user.name).Bind(2, user.tenant).Bind(3, RoleName(user.role));
+  q.value().Bind(4, user.created_ms);
+  Result<int> changed = WriteOne(*impl_, q.value());
+  if (!changed.ok()) return impl_->Error("creating user \"" + user.name + "\"", changed.status());
+  if (changed.value() == 0) {
+    return impl_->Error("creating user", "user \"" + user.name +
+                                             "\" already exists; update it or pick another name");
+  }
+  return Status::Ok();
+}
+
+Status Store::UpdateUser(const User& user) {
+  if (Status s = CheckUser(user); !s.ok()) return impl_->Error("updating user", s);
+  Result<Statement> q =
+      impl_->db.Prepare("UPDATE users SET tenant = ?2, role = ?3 WHERE name = ?1");
+  if (!q.ok()) return impl_->Error("updating user", q.status());
+  q.value().Bind(1, user.name).Bind(2, user.tenant).Bind(3, RoleName(user.role));
+  Result<int> changed = WriteOne(*impl_, q.value());
+  if (!changed.ok()) return impl_->Error("updating user \"" + user.name + "\"", changed.status());
+  if (changed.value() == 0) {
+    return impl_->Error("updating user", "no user \"" + user.name + "\"");
+  }
+  return Status::Ok();
+}
+
+Status Store::DeleteUser(std::string_view name) {
+  Result<Statement> q = impl_->db.Prepare("DELETE FROM users WHERE name = ?1");
+  if (!q.ok()) return impl_->Error("deleting user", q.status());
+  q.value().Bind(1, name);
+  Result<int> changed = WriteOne(*impl_, q.value());
+  const std::string quoted = "\"" + std::string(name) + "\"";
+  if (!changed.ok()) return impl_->Error("deleting user " + quoted, changed.status());
+  if (changed.value() == 0) return impl_->Error("deleting user", "no user " + quoted);
+  return Status::Ok();
+}
+
+Result<std::optional<User>> Store::GetUser(std::string_view name) {
+  Result<Statement> q =
+      impl_->db.Prepare("SELECT name, tenant, role, created_ms FROM users WHERE name = ?1");
+  if (!q.ok()) return impl_->Error("reading user", q.status());
+  q.value().Bind(1, name);
+  Result<bool> row = q.value().Step();
+  if (!row.ok()) return impl_->Error("reading user", row.status());
+  if (!row.value()) return std::optional<User>();
+  return std::optional<User>(ReadUser(q.value()));
+}
+
+Result<std::vector<User>> Store::ListUsers(std::optional<std::string_view> tenant) {
+  Result<Statement> q = impl_->db.Prepare(
+      tenant ? "SELECT name, tenant, role, created_ms FROM users WHERE tenant = ?1 ORDER BY name"
+             : "SELECT name, tenant, role, created_ms FROM users ORDER BY name");
+  if (!q.ok()) return impl_->Error("listing users", q.status());
+  if (tenant) q.value().Bind(1, *tenant);
+  std::vector<User> users;
+  for (;;) {
+    Result<bool> row = q.value().Step();
+    if (!row.ok()) return impl_->Error("listing users", row.status());
+    if (!row.value()) break;
+    users.push_back(ReadUser(q.value()));
+  }
+  return users;
+}
+
+// ---------------------------------------------------------------- tokens
+
+Result<IssuedToken> Store::CreateToken(std::string_view user, TimeMs now_ms) {
+  Result<std::optional<User>> owner = GetUser(user);
+  if (!owner.ok()) return owner.status();
+  if (!owner.value()) {
+    return impl_->Error("creating a token",
+                        "no user \"" + std::string(user) + "\"; create it first");
+  }
+  std::array<unsigned char, 32> secret{};
+  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) != 1) {
+    return impl_->Error("creating a token", "OpenSSL has no randomness to give");
+  }
+  IssuedToken issued;
+  issued.token = std::string(kTokenPrefix) + Hex(secret.data(), secret.size());
+  const std::string hash = Sha256Hex(issued.token);
+  if (hash.empty()) return impl_->Error("creating a token", "OpenSSL could not hash it");
+  issued.id = hash.substr(0, kTokenIdDigits);
+  Result<Statement> q = impl_->db.Prepare(
+      "INSERT INTO tokens(hash, user, created_ms, revoked) VALUES (?1, ?2, ?3, 0)");
+  if (!q.ok()) return impl_->Error("creating a token", q.status());
+  q.value().Bind(1, hash).Bind(2, user).Bind(3, now_ms);
+  Result<int> changed = WriteOne(*impl_, q.value());
+  if (!changed.ok()) return impl_->Error("creating a token", changed.status());
+  return issued;
+}
+
+Result<std::optional<User>> Store::Authenticate(std::string_view token) {
+  if (token.substr(0, kTokenPrefix.size()) != kTokenPrefix) return std::optional<User>();
+  Result<Statement> q = impl_->db.Prepare(
+      "SELECT u.name, u.tenant, u.role, u.created_ms FROM tokens t JOIN users u ON u.name = "
+      "t.user WHERE t.hash = ?1 AND t.revoked = 0");
+  if (!q.ok()) return impl_->Error("checking a token", q.status());
+  q.value().Bind(1, Sha256Hex(token));
+  Result<bool> row = q.value().Step();
+  if (!row.ok()) return impl_->Error("checking a token", row.status());
+  if (!row.value()) return std::optional<User>();
+  return std::optional<User>(ReadUser(q.value()));
+}
+
+Status Store::RevokeToken(std::string_view id_or_token) {
+  std::string prefix = id_or_token.substr(0, kTokenPrefix.size()) == kTokenPrefix
+                           ? Sha256Hex(id_or_token)
+                           : std::string(id_or_token);
+  if (prefix.size() < kMinIdDigits || !IsHex(prefix)) {
+    return impl_->Error("revoking a token",
+                        "give the token's id (at least 8 lowercase hex digits, from `topo token "
+                        "list`) or the token itself");
+  }
+  Result<Statement> find =
+      impl_->db.Prepare("SELECT hash FROM tokens WHERE substr(hash, 1, length(?1)) = ?1 LIMIT 2");
+  if (!find.ok()) return impl_->Error("revoking a token", find.status());
+  find.value().Bind(1, prefix);
+  Result<std::vector<std::string>> hashes =
+      Collect<std::string>(find.value(), [](const Statement& s) { return s.Text(0); });
+  if (!hashes.ok()) return impl_->Error("revoking a token", hashes.status());
+  if (hashes.value().empty()) return impl_->Error("revoking a token", "no token " + prefix);
+  if (hashes.value().size() > 1) {
+    return impl_->Error("revoking a token",
+                        "id " + prefix + " matches more than one token; give more digits");
+  }
+  Result<Statement> q = impl_->db.Prepare("UPDATE tokens SET revoked = 1 WHERE hash = ?1");
+  if (!q.ok()) return impl_->Error("revoking a token", q.status());
+  q.value().Bind(1, hashes.value().front());
+  Result<int> changed = WriteOne(*impl_, q.value());
+  if (!changed.ok()) return impl_->Error("revoking a token", changed.status());
+  return Status::Ok();
+}
+
+Result<std::vector<TokenInfo>> Store::ListTokens(std::optional<std::string_view> user) {
+  Result<Statement> q = impl_->db.Prepare(
+      user ? "SELECT hash, user, created_ms, revoked FROM tokens WHERE user = ?1 "
+             "ORDER BY created_ms, hash"
+           : "SELECT hash, user, created_ms, revoked FROM tokens ORDER BY created_ms, hash");
+  if (!q.ok()) return impl_->Error("listing tokens", q.status());
+  if (user) q.value().Bind(1, *user);
+  std::vector<TokenInfo> out;
+  for (;;) {
+    Result<bool> row = q.value().Step();
+    if (!row.ok()) return impl_->Error("listing tokens", row.status());
+    if (!row.value()) break;
+    const Statement& s = q.value();
+    out.push_back(
+        TokenInfo{s.Text(0).substr(0, kTokenIdDigits), s.Text(1), s.Int64(2), s.Int64(3) != 0});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- meta
+
+Status Store::SetMeta(std::string_view key, std::string_view value) {
+  Result<Statement> q = impl_->db.Prepare(
+      "INSERT INTO meta(key, value) VALUES (?1, ?2) "
+      "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+  if (!q.ok()) return impl_->Error("writing meta", q.status());
+  q.value().Bind(1, key).Bind(2, value);
+  Result<int> changed = WriteOne(*impl_, q.value());
+  if (!changed.ok())
+    return impl_->Error("writing meta \"" + std::string(key) + "\"", changed.status());
+  return Status::Ok();
+}
+
+Result<std::optional<std::string>> Store::GetMeta(std::string_view key) {
+  Result<Statement> q = impl_->db.Prepare("SELECT value FROM meta WHERE key = ?1");
+  if (!q.ok()) return impl_->Error("reading meta", q.status());
+  q.value().Bind(1, key);
+  Result<bool> row = q.value().Step();
+  if (!row.ok()) return impl_->Error("reading meta", row.status());
+  if (!row.value()) return std::optional<std::string>();
+  return std::optional<std::string>(q.value().Text(0));
+}
+
+}  // namespace topo::store

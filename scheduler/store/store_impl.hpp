@@ -1,0 +1,78 @@
+#pragma once
+// Store's internals, split over store.cpp (open, migrations, append, read,
+// replay), store_tables.cpp (materialized tables and their queries) and
+// store_auth.cpp (users, tokens, meta).
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/sqlite_db.hpp"
+#include "store/store.hpp"
+
+namespace topo::store {
+
+// Steps q to the end, collecting read(q) for each row.
+template <typename Row, typename ReadRow>
+core::Result<std::vector<Row>> Collect(internal::Statement& q, ReadRow read) {
+  std::vector<Row> rows;
+  for (;;) {
+    core::Result<bool> row = q.Step();
+    if (!row.ok()) return row.status();
+    if (!row.value()) break;
+    rows.push_back(read(q));
+  }
+  return rows;
+}
+
+// Statements of the write path, prepared once per connection.
+struct WriteStatements {
+  internal::Statement insert_event;
+  internal::Statement insert_job;
+  internal::Statement job_checkpoint;
+  internal::Statement job_start;
+  internal::Statement job_restart;
+  internal::Statement job_stop;
+  internal::Statement job_state;
+  internal::Statement upsert_tenant;
+  internal::Statement upsert_node;
+  internal::Statement insert_gpu_health;
+};
+
+// One entry of a batch, encoded before the transaction starts.
+struct EncodedEntry {
+  std::string kind;
+  nlohmann::json event;
+  nlohmann::json commands;  // array, parallel to LogEntry::commands
+  std::string body;         // {"event": ..., "commands": [...]}
+};
+
+class Store::Impl {
+ public:
+  std::string path;
+  internal::Database db;
+  int schema_version = 0;
+  int64_t last_seq = 0;
+  TimeMs last_time = 0;
+  WriteStatements write;
+
+  // "store PATH: what: problem"
+  core::Status Error(std::string_view what, std::string_view problem) const {
+    return core::Status::Error("store " + path + ": " + std::string(what) + ": " +
+                               std::string(problem));
+  }
+  core::Status Error(std::string_view what, const core::Status& cause) const {
+    return Error(what, cause.message());
+  }
+
+  // store_tables.cpp
+  core::Status PrepareWriteStatements();
+  // The effects of one logged entry on the materialized tables.
+  // REQUIRES: inside the Append transaction.
+  core::Status Materialize(const core::Topology& topology, const LogEntry& entry,
+                           const EncodedEntry& encoded, int64_t seq, TimeMs time);
+};
+
+}  // namespace topo::store

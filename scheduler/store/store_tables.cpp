@@ -1,0 +1,270 @@
+// The materialized tables: how a logged entry changes them, and the queries
+// that read them.
+//
+// A row is derived from the logged event and the commands the core returned
+// for it, never from the core's memory, so the tables can be rebuilt from the
+// log alone. Where the core changes a job without a command, the row keeps
+// the last value a command or event carried (docs/store.md, "Gaps").
+
+#include <type_traits>
+#include <utility>
+
+#include "store/store_impl.hpp"
+#include "topo/common/event_json.hpp"
+
+namespace topo::store {
+namespace {
+
+using core::Result;
+using core::Status;
+using internal::Statement;
+using Json = nlohmann::json;
+
+const std::string& NodeName(const core::Topology& topo, core::NodeId n) {
+  return topo.node(n).name;
+}
+
+// Columns of JobRow, in the order ReadJobRow expects.
+constexpr std::string_view kJobColumns =
+    "id, tenant, user, state, reason, spec, priority, time_limit_ms, checkpoint_interval_ms, "
+    "submit_ms, start_ms, last_start_ms, end_ms, restarts, checkpoint_step, checkpoint_ms, "
+    "ranks, spares, submit_seq, updated_seq";
+
+JobRow ReadJobRow(const Statement& q) {
+  JobRow r;
+  r.id = q.Int64(0);
+  r.tenant = q.Text(1);
+  r.user = q.Text(2);
+  r.state = common::ParseJobState(q.Text(3)).value_or(core::JobState::kQueued);
+  r.reason = q.Text(4);
+  r.spec_json = q.Text(5);
+  r.priority = static_cast<int>(q.Int64(6));
+  r.time_limit_ms = q.Int64(7);
+  r.checkpoint_interval_ms = q.Int64(8);
+  r.submit_ms = q.Int64(9);
+  r.start_ms = q.Int64OrMinusOne(10);
+  r.last_start_ms = q.Int64OrMinusOne(11);
+  r.end_ms = q.Int64OrMinusOne(12);
+  r.restarts = static_cast<int>(q.Int64(13));
+  r.checkpoint_step = q.Int64(14);
+  r.checkpoint_ms = q.Int64OrMinusOne(15);
+  r.ranks_json = q.Text(16);
+  r.spares_json = q.Text(17);
+  r.submit_seq = q.Int64(18);
+  r.updated_seq = q.Int64(19);
+  return r;
+}
+
+}  // namespace
+
+Status Store::Impl::PrepareWriteStatements() {
+  struct Sql {
+    Statement* target;
+    std::string_view text;
+  };
+  const Sql statements[] = {
+      {&write.insert_event,
+       "INSERT INTO events(seq, time_ms, actor, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)"},
+      // A duplicate submission changes nothing, in the core and here.
+      {&write.insert_job,
+       "INSERT OR IGNORE INTO jobs(id, tenant, user, state, reason, spec, priority, "
+       "time_limit_ms, checkpoint_interval_ms, submit_ms, submit_seq, updated_seq) "
+       "VALUES (?1, ?2, ?3, 'queued', 'submitted', ?4, ?5, ?6, ?7, ?8, ?9, ?9)"},
+      // As the core: only a newer step counts, whatever the job's state.
+      {&write.job_checkpoint,
+       "UPDATE jobs SET checkpoint_step = ?2, checkpoint_ms = ?3, updated_seq = ?4 "
+       "WHERE id = ?1 AND checkpoint_step < ?2"},
+      {&write.job_start,
+       "UPDATE jobs SET ranks = ?2, spares = ?3, start_ms = COALESCE(start_ms, ?4), "
+       "last_start_ms = ?4, updated_seq = ?5 WHERE id = ?1"},
+      {&write.job_restart,
+       "UPDATE jobs SET ranks = ?2, spares = ?3, last_start_ms = ?4, restarts = ?5, "
+       "checkpoint_step = ?6, updated_seq = ?7 WHERE id = ?1"},
+      {&write.job_stop,
+       "UPDATE jobs SET ranks = '[]', spares = '[]', updated_seq = ?2 WHERE id = ?1"},
+      // ?4: 1 when the new state is terminal; ?5: 1 when it holds GPUs.
+      {&write.job_state,
+       "UPDATE jobs SET state = ?2, reason = ?3, "
+       "end_ms = CASE WHEN ?4 THEN ?6 ELSE end_ms END, "
+       "ranks = CASE WHEN ?5 THEN ranks ELSE '[]' END, "
+       "spares = CASE WHEN ?5 THEN spares ELSE '[]' END, updated_seq = ?7 WHERE id = ?1"},
+      {&write.upsert_tenant,
+       "INSERT INTO tenants(name, config, updated_seq) VALUES (?1, ?2, ?3) "
+       "ON CONFLICT(name) DO UPDATE SET config = excluded.config, "
+       "updated_seq = excluded.updated_seq"},
+      {&write.upsert_node,
+       "INSERT INTO nodes(name, state, reason, time_ms) VALUES (?1, ?2, ?3, ?4) "
+       "ON CONFLICT(name) DO UPDATE SET state = excluded.state, reason = excluded.reason, "
+       "time_ms = excluded.time_ms"},
+      {&write.insert_gpu_health,
+       "INSERT INTO gpu_health(seq, node, gpu, health, reason, time_ms) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+  };
+  for (const Sql& s : statements) {
+    Result<Statement> st = db.Prepare(s.text);
+    if (!st.ok()) return Error("preparing statements", st.status());
+    *s.target = std::move(st).value();
+  }
+  return Status::Ok();
+}
+
+Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entry,
+                                const EncodedEntry& encoded, int64_t seq, TimeMs time) {
+  // Effects of the event itself (what no command carries).
+  Status status = std::visit(
+      [&](const auto& e) -> Status {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, core::JobSubmitted>) {
+          const core::JobRequest& r = e.request;
+          Statement& q = write.insert_job;
+          q.Bind(1, e.id).Bind(2, r.tenant.empty() ? std::string_view("default") : r.tenant);
+          q.Bind(3, r.user).Bind(4, encoded.event.at("request").at("spec").dump());
+          q.Bind(5, r.priority).Bind(6, r.time_limit).Bind(7, r.checkpoint_interval);
+          return q.Bind(8, time).Bind(9, seq).Run();
+        } else if constexpr (std::is_same_v<T, core::CheckpointCompleted>) {
+          return write.job_checkpoint.Bind(1, e.id)
+              .Bind(2, e.step)
+              .Bind(3, time)
+              .Bind(4, seq)
+              .Run();
+        } else if constexpr (std::is_same_v<T, core::TenantConfigured>) {
+          if (e.tenant.name.empty()) return Status::Ok();  // the core ignores it too
+          Statement& q = write.upsert_tenant;
+          return q.Bind(1, e.tenant.name)
+              .Bind(2, encoded.event.at("tenant").dump())
+              .Bind(3, seq)
+              .Run();
+        } else {
+          return Status::Ok();
+        }
+      },
+      entry.event);
+  if (!status.ok()) return status;
+
+  for (size_t i = 0; i < entry.commands.size(); ++i) {
+    const Json& json = encoded.commands[i];
+    status = std::visit(
+        [&](const auto& c) -> Status {
+          using T = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<T, core::StartJob>) {
+            Statement& q = write.job_start;
+            q.Bind(1, c.id).Bind(2, json.at("ranks").dump()).Bind(3, json.at("spares").dump());
+            return q.Bind(4, time).Bind(5, seq).Run();
+          } else if constexpr (std::is_same_v<T, core::RestartJob>) {
+            Statement& q = write.job_restart;
+            q.Bind(1, c.id).Bind(2, json.at("ranks").dump()).Bind(3, json.at("spares").dump());
+            q.Bind(4, time).Bind(5, c.restart_count).Bind(6, c.checkpoint_step);
+            return q.Bind(7, seq).Run();
+          } else if constexpr (std::is_same_v<T, core::StopJob>) {
+            return write.job_stop.Bind(1, c.id).Bind(2, seq).Run();
+          } else if constexpr (std::is_same_v<T, core::JobStateChanged>) {
+            const bool holds =
+                c.state == core::JobState::kRunning || c.state == core::JobState::kPreempting;
+            Statement& q = write.job_state;
+            q.Bind(1, c.id).Bind(2, core::JobStateName(c.state)).Bind(3, c.reason);
+            q.Bind(4, core::IsTerminal(c.state) ? 1 : 0).Bind(5, holds ? 1 : 0);
+            return q.Bind(6, time).Bind(7, seq).Run();
+          } else if constexpr (std::is_same_v<T, core::NodeStateChanged>) {
+            Statement& q = write.upsert_node;
+            q.Bind(1, NodeName(topo, c.node)).Bind(2, core::NodeStateName(c.state));
+            return q.Bind(3, c.reason).Bind(4, time).Run();
+          } else if constexpr (std::is_same_v<T, core::GpuHealthChanged>) {
+            Statement& q = write.insert_gpu_health;
+            q.Bind(1, seq).Bind(2, NodeName(topo, c.node)).Bind(3, c.gpu);
+            q.Bind(4, core::GpuHealthName(c.health)).Bind(5, c.reason);
+            return q.Bind(6, time).Run();
+          } else {
+            // RequestCheckpoint, DrainNode: instructions to agents; the state
+            // they lead to arrives as its own command or event.
+            return Status::Ok();
+          }
+        },
+        entry.commands[i]);
+    if (!status.ok()) return status;
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- queries
+
+Result<std::optional<JobRow>> Store::GetJob(JobId id) {
+  Result<Statement> q =
+      impl_->db.Prepare("SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id = ?1");
+  if (!q.ok()) return impl_->Error("reading job", q.status());
+  q.value().Bind(1, id);
+  Result<bool> row = q.value().Step();
+  if (!row.ok()) return impl_->Error("reading job " + std::to_string(id), row.status());
+  if (!row.value()) return std::optional<JobRow>();
+  return std::optional<JobRow>(ReadJobRow(q.value()));
+}
+
+Result<std::vector<JobRow>> Store::ListJobs(const JobQuery& query) {
+  std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1";
+  if (query.tenant) sql += " AND tenant = ?2";
+  if (!query.include_terminal) {
+    sql += " AND state NOT IN ('completed', 'failed', 'cancelled', 'rejected')";
+  }
+  sql += " ORDER BY id LIMIT ?3";
+  Result<Statement> q = impl_->db.Prepare(sql);
+  if (!q.ok()) return impl_->Error("listing jobs", q.status());
+  q.value().Bind(1, query.after_id).Bind(3, query.limit);
+  if (query.tenant) q.value().Bind(2, *query.tenant);
+  Result<std::vector<JobRow>> rows = Collect<JobRow>(q.value(), ReadJobRow);
+  if (!rows.ok()) return impl_->Error("listing jobs", rows.status());
+  return rows;
+}
+
+Result<JobId> Store::MaxJobId() {
+  Result<int64_t> id = impl_->db.QueryInt("SELECT COALESCE(MAX(id), 0) FROM jobs");
+  if (!id.ok()) return impl_->Error("reading jobs", id.status());
+  return id.value();
+}
+
+Result<std::vector<core::TenantConfig>> Store::ListTenants() {
+  Result<Statement> q = impl_->db.Prepare("SELECT name, config FROM tenants ORDER BY name");
+  if (!q.ok()) return impl_->Error("listing tenants", q.status());
+  std::vector<core::TenantConfig> out;
+  for (;;) {
+    Result<bool> row = q.value().Step();
+    if (!row.ok()) return impl_->Error("listing tenants", row.status());
+    if (!row.value()) break;
+    const std::string name = q.value().Text(0);
+    Json config = Json::parse(q.value().Text(1), nullptr, /*allow_exceptions=*/false);
+    Result<core::TenantConfig> t = common::TenantConfigFromJson(config);
+    if (!t.ok()) return impl_->Error("tenant \"" + name + "\" config", t.status());
+    out.push_back(std::move(t).value());
+  }
+  return out;
+}
+
+Result<std::vector<NodeRow>> Store::ListNodes() {
+  Result<Statement> q =
+      impl_->db.Prepare("SELECT name, state, reason, time_ms FROM nodes ORDER BY name");
+  if (!q.ok()) return impl_->Error("listing nodes", q.status());
+  Result<std::vector<NodeRow>> rows = Collect<NodeRow>(q.value(), [](const Statement& s) {
+    return NodeRow{s.Text(0), common::ParseNodeState(s.Text(1)).value_or(core::NodeState::kDown),
+                   s.Text(2), s.Int64(3)};
+  });
+  if (!rows.ok()) return impl_->Error("listing nodes", rows.status());
+  return rows;
+}
+
+Result<std::vector<GpuHealthRow>> Store::GpuHealthHistory(std::string_view node) {
+  Result<Statement> q = impl_->db.Prepare(
+      "SELECT seq, node, gpu, health, reason, time_ms FROM gpu_health WHERE node = ?1 "
+      "ORDER BY seq, rowid");
+  if (!q.ok()) return impl_->Error("reading GPU health", q.status());
+  q.value().Bind(1, node);
+  Result<std::vector<GpuHealthRow>> rows = Collect<GpuHealthRow>(q.value(), [](const Statement& s) {
+    return GpuHealthRow{s.Int64(0),
+                        s.Text(1),
+                        static_cast<int>(s.Int64(2)),
+                        common::ParseGpuHealth(s.Text(3)).value_or(core::GpuHealth::kFailed),
+                        s.Text(4),
+                        s.Int64(5)};
+  });
+  if (!rows.ok()) return impl_->Error("reading GPU health", rows.status());
+  return rows;
+}
+
+}  // namespace topo::store

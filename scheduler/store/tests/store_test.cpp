@@ -1,0 +1,475 @@
+// The store on real SQLite files: open and migrations, the log, the
+// materialized tables, users and tokens, meta, and the error paths.
+
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+
+#include <fstream>
+
+#include "store/store.hpp"
+#include "store_test_util.hpp"
+#include "topo/common/event_json.hpp"
+
+using namespace topo;
+using namespace topo::store;
+using store::testing::MakeTestTopology;
+using store::testing::TempDir;
+
+namespace {
+
+// Direct SQL on the file, as another process (the sqlite3 shell) would.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) { sqlite3_open(path.c_str(), &db_); }
+  ~RawDb() { sqlite3_close(db_); }
+  void Exec(const std::string& sql) {
+    char* error = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+    CAPTURE(sql);
+    CHECK_MESSAGE(rc == SQLITE_OK, (error != nullptr ? error : ""));
+    sqlite3_free(error);
+  }
+  std::string Text(const std::string& sql) {
+    sqlite3_stmt* st = nullptr;
+    std::string out = "<no row>";
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+      const unsigned char* t = sqlite3_column_text(st, 0);
+      out = t != nullptr ? reinterpret_cast<const char*>(t) : "<null>";
+    }
+    sqlite3_finalize(st);
+    return out;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+Store OpenOk(const std::string& path, const OpenOptions& options = {}) {
+  core::Result<Store> s = Store::Open(path, options);
+  REQUIRE_MESSAGE(s.ok(), s.message());
+  return std::move(s).value();
+}
+
+core::JobRequest SmallRequest(int gpus = 4, std::string tenant = "lab") {
+  core::JobRequest r;
+  r.spec.gpus = gpus;
+  r.spec.parallelism.tp = 4;
+  r.spec.parallelism.dp = gpus / 4;
+  r.tenant = std::move(tenant);
+  r.user = "ada";
+  return r;
+}
+
+size_t CountEvents(Store& store, const core::Topology& t, int64_t from = 1) {
+  size_t n = 0;
+  core::Status s = store.ReadEvents(from, t, [&](const StoredEvent&) {
+    ++n;
+    return core::Status::Ok();
+  });
+  REQUIRE_MESSAGE(s.ok(), s.message());
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    Store store = OpenOk(path);
+    CHECK(store.SchemaVersion() == 1);
+    CHECK(store.LastSeq() == 0);
+    CHECK(store.MaxJobId().value() == 0);
+    std::vector<core::TenantConfig> tenants = store.ListTenants().value();
+    REQUIRE(tenants.size() == 1);
+    CHECK(common::TenantConfigToJson(tenants[0]) ==
+          common::TenantConfigToJson(core::TenantConfig{"default"}));
+  }
+  RawDb raw(path);
+  CHECK(raw.Text("PRAGMA journal_mode") == "wal");
+  CHECK(raw.Text("PRAGMA application_id") == std::to_string(0x746f706f));
+  CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") == "1:init");
+  for (const char* table :
+       {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens", "meta"}) {
+    CAPTURE(table);
+    CHECK(raw.Text(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + table +
+                   "'") == "1");
+  }
+}
+
+TEST_CASE("reopening keeps everything and applies no migration twice") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  const core::Topology topo = MakeTestTopology();
+  {
+    Store store = OpenOk(path);
+    LogEntry e{5, "user:ada", core::JobSubmitted{1, SmallRequest()}, {}};
+    REQUIRE(store.Append(topo, std::span(&e, 1)).ok());
+    REQUIRE(store.SetMeta("topology", "{}").ok());
+  }
+  Store store = OpenOk(path);
+  CHECK(store.LastSeq() == 1);
+  CHECK(store.LastTime() == 5);
+  CHECK(store.GetMeta("topology").value() == "{}");
+  CHECK(store.GetJob(1).value().has_value());
+  RawDb raw(path);
+  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "1");
+}
+
+TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  { OpenOk(path); }
+  {
+    RawDb raw(path);
+    raw.Exec("INSERT INTO schema_version(version, name, applied_ms) VALUES (7, 'future', 0)");
+  }
+  core::Result<Store> s = Store::Open(path);
+  REQUIRE_FALSE(s.ok());
+  CAPTURE(s.message());
+  CHECK(s.message().find(path) != std::string::npos);
+  CHECK(s.message().find("schema version is 7") != std::string::npos);
+  CHECK(s.message().find("(1..1)") != std::string::npos);
+  CHECK(s.message().find("newer release") != std::string::npos);
+  RawDb raw(path);
+  CHECK(raw.Text("SELECT MAX(version) FROM schema_version") == "7");
+}
+
+TEST_CASE("migrations apply in order, once, and a failing one changes nothing") {
+  TempDir dir;
+  const std::string path = dir.File("m.db");
+  // The store's own schema first: Open reads its tables after migrating.
+  const Migration init = EmbeddedMigrations()[0];
+  const Migration v1[] = {init};
+  const Migration v3[] = {
+      init,
+      {2, "two", "CREATE TABLE t1(x INTEGER); ALTER TABLE t1 ADD COLUMN y TEXT;"},
+      {3, "three", "INSERT INTO t1 VALUES (1, 'a'); CREATE TABLE t3(z INTEGER);"}};
+  const Migration bad[] = {
+      init,
+      {2, "two", ""},
+      {3, "three", ""},
+      {4, "broken", "CREATE TABLE t4(z INTEGER); INSERT INTO missing VALUES (1);"}};
+  {
+    OpenOptions o;
+    o.migrations = v1;
+    CHECK(OpenOk(path, o).SchemaVersion() == 1);
+  }
+  {
+    OpenOptions o;
+    o.migrations = v3;
+    CHECK(OpenOk(path, o).SchemaVersion() == 3);
+    CHECK(OpenOk(path, o).SchemaVersion() == 3);  // again: nothing to apply
+  }
+  {
+    OpenOptions o;
+    o.migrations = bad;
+    core::Result<Store> s = Store::Open(path, o);
+    REQUIRE_FALSE(s.ok());
+    CAPTURE(s.message());
+    CHECK(s.message().find("migration 0004_broken.sql") != std::string::npos);
+    CHECK(s.message().find("missing") != std::string::npos);
+  }
+  RawDb raw(path);
+  CHECK(raw.Text("SELECT group_concat(version) FROM schema_version") == "1,2,3");
+  CHECK(raw.Text("SELECT y FROM t1") == "a");
+  CHECK(raw.Text("SELECT count(*) FROM sqlite_master WHERE name = 't4'") == "0");
+}
+
+TEST_CASE("a file that is not a toposched store is refused") {
+  TempDir dir;
+  SUBCASE("another application's database") {
+    const std::string path = dir.File("other.db");
+    {
+      RawDb raw(path);
+      raw.Exec("CREATE TABLE accounts(id INTEGER)");
+    }
+    core::Result<Store> s = Store::Open(path);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find("not a toposched store") != std::string::npos);
+    RawDb raw(path);
+    CHECK(raw.Text("SELECT count(*) FROM sqlite_master WHERE name = 'events'") == "0");
+  }
+  SUBCASE("not a database at all") {
+    const std::string path = dir.File("notes.txt");
+    std::ofstream(path) << "these are not the pages you are looking for\n"
+                        << std::string(4096, 'x');
+    core::Result<Store> s = Store::Open(path);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find(path) != std::string::npos);
+  }
+  SUBCASE("a directory that does not exist") {
+    core::Result<Store> s = Store::Open(dir.File("no/such/dir/state.db"));
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find("no/such/dir/state.db") != std::string::npos);
+  }
+}
+
+TEST_CASE("appended events read back with their seq, time, actor and commands") {
+  TempDir dir;
+  const core::Topology topo = MakeTestTopology();
+  Store store = OpenOk(dir.File("state.db"));
+  const core::NodeId n3 = topo.FindNode("n3");
+  std::vector<LogEntry> batch = {
+      {10,
+       "user:ada",
+       core::JobSubmitted{1, SmallRequest()},
+       {core::JobStateChanged{1, core::JobState::kQueued, "submitted"},
+        core::StartJob{1, {{n3, 0}, {n3, 1}, {n3, 2}, {n3, 3}}, {}},
+        core::JobStateChanged{1, core::JobState::kRunning, "running"}}},
+      {20, "agent:n3", core::Heartbeat{n3}, {}},
+      {15,
+       "agent:n3",
+       core::GpuEvent{n3, 2, core::GpuEventKind::kXid, 79},
+       {core::GpuHealthChanged{n3, 2, core::GpuHealth::kFailed, "XID 79"},
+        core::DrainNode{n3, "n3 GPU 2 failed (XID 79)"}}},
+      {30, "scheduler", core::Tick{}, {}},
+  };
+  core::Result<AppendResult> r = store.Append(topo, batch);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  CHECK(r.value().first_seq == 1);
+  CHECK(r.value().last_seq == 4);
+  CHECK(store.LastSeq() == 4);
+  CHECK(store.LastTime() == 30);
+
+  std::vector<StoredEvent> read;
+  REQUIRE(store
+              .ReadEvents(1, topo,
+                          [&](const StoredEvent& e) {
+                            read.push_back(e);
+                            return core::Status::Ok();
+                          })
+              .ok());
+  REQUIRE(read.size() == batch.size());
+  const core::TimeMs expected_time[] = {10, 20, 20, 30};  // 15 is raised to 20
+  for (size_t i = 0; i < read.size(); ++i) {
+    CAPTURE(i);
+    CHECK(read[i].seq == static_cast<int64_t>(i) + 1);
+    CHECK(read[i].entry.time_ms == expected_time[i]);
+    CHECK(read[i].entry.actor == batch[i].actor);
+    CHECK(common::EventToJson(read[i].entry.event, topo) ==
+          common::EventToJson(batch[i].event, topo));
+    REQUIRE(read[i].entry.commands.size() == batch[i].commands.size());
+    for (size_t c = 0; c < batch[i].commands.size(); ++c) {
+      CHECK(common::CommandToJson(read[i].entry.commands[c], topo) ==
+            common::CommandToJson(batch[i].commands[c], topo));
+    }
+  }
+  CHECK(CountEvents(store, topo, 3) == 2);
+  CHECK(CountEvents(store, topo, 5) == 0);
+
+  // The callback's error stops the read and comes back.
+  int calls = 0;
+  core::Status stop = store.ReadEvents(1, topo, [&](const StoredEvent&) {
+    ++calls;
+    return core::Status::Error("enough");
+  });
+  CHECK(calls == 1);
+  CHECK(stop.message() == "enough");
+
+  // The next batch continues the numbering; an empty batch writes nothing.
+  CHECK(store.Append(topo, {}).value().last_seq == 4);
+  LogEntry more{40, "scheduler", core::Tick{}, {}};
+  CHECK(store.Append(topo, std::span(&more, 1)).value().first_seq == 5);
+
+  // Materialized in the same transaction.
+  std::optional<JobRow> job = store.GetJob(1).value();
+  REQUIRE(job.has_value());
+  CHECK(job->state == core::JobState::kRunning);
+  CHECK(job->start_ms == 10);
+  CHECK(job->ranks_json == R"([["n3",0],["n3",1],["n3",2],["n3",3]])");
+  std::vector<GpuHealthRow> health = store.GpuHealthHistory("n3").value();
+  REQUIRE(health.size() == 1);
+  CHECK(health[0].gpu == 2);
+  CHECK(health[0].health == core::GpuHealth::kFailed);
+  CHECK(health[0].seq == 3);
+  CHECK(health[0].time_ms == 20);
+}
+
+TEST_CASE("a batch with an entry that would not read back writes nothing") {
+  TempDir dir;
+  const core::Topology topo = MakeTestTopology();
+  Store store = OpenOk(dir.File("state.db"));
+  LogEntry good{1, "scheduler", core::Tick{}, {}};
+  REQUIRE(store.Append(topo, std::span(&good, 1)).ok());
+
+  core::JobRequest invalid = SmallRequest();
+  invalid.spec.parallelism.tp = 3;  // 3 does not divide 4 GPUs
+  std::vector<std::pair<LogEntry, std::string>> cases = {
+      {{2, "agent", core::Heartbeat{999}, {}}, "node"},
+      {{2, "user:ada", core::JobSubmitted{2, invalid}, {}}, "request.spec"},
+      {{2, "scheduler", core::Tick{}, {core::DrainNode{-1, "x"}}}, "commands[0]"},
+      {{2, "user:\xff\xfe", core::Tick{}, {}}, "UTF-8"},
+      {{2, "user:ada", core::JobCancelled{1, "bad \xc3"}, {}}, "UTF-8"},
+  };
+  for (auto& [entry, where] : cases) {
+    std::vector<LogEntry> batch = {good, entry};
+    core::Result<AppendResult> r = store.Append(topo, batch);
+    REQUIRE_FALSE(r.ok());
+    CAPTURE(r.message());
+    CHECK(r.message().find(where) != std::string::npos);
+    CHECK(r.message().find("batch entry 1") != std::string::npos);
+    CHECK(store.LastSeq() == 1);
+  }
+  CHECK(CountEvents(store, topo) == 1);
+}
+
+TEST_CASE("jobs, tenants and nodes follow a real core's commands") {
+  TempDir dir;
+  const core::Topology topo = MakeTestTopology();
+  Store store = OpenOk(dir.File("state.db"));
+  core::SchedulerCore core(topo, testing::MakeTestConfig(false));
+  core::TimeMs now = 0;
+  auto step = [&](core::Event e) {
+    std::vector<core::Command> commands = core.Step(e, now);
+    LogEntry entry{now, "test", std::move(e), std::move(commands)};
+    core::Result<AppendResult> r = store.Append(topo, std::span(&entry, 1));
+    REQUIRE_MESSAGE(r.ok(), r.message());
+  };
+  step(core::TenantConfigured{{"lab", 8, 0, 8, 1, 1.0}});
+  step(core::JobSubmitted{1, SmallRequest(4, "lab")});
+  now += core::kMinute;
+  step(core::JobSubmitted{2, SmallRequest(4, "lab")});  // waits: one running job at most
+  step(core::JobSubmitted{3, SmallRequest(64, "other")});
+  now += core::kMinute;
+  step(core::CheckpointCompleted{1, 100});
+  const core::NodeId n = core.job(1)->ranks[0].node;
+  step(core::GpuEvent{n, core.job(1)->ranks[0].gpu, core::GpuEventKind::kOffBus, 0});
+  now += core::kMinute;
+  step(core::JobFinished{1, 0});
+
+  for (core::JobId id : {1, 2, 3}) {
+    CAPTURE(id);
+    const core::JobRecord& rec = *core.job(id);
+    std::optional<JobRow> row = store.GetJob(id).value();
+    REQUIRE(row.has_value());
+    CHECK(row->state == rec.state);
+    CHECK(row->tenant == rec.request.tenant);
+    CHECK(row->submit_ms == rec.submit_time);
+    CHECK(row->start_ms == rec.first_start);
+    CHECK(row->last_start_ms == rec.last_start);
+    CHECK(row->end_ms == rec.end_time);
+    CHECK(row->restarts == rec.restarts);
+    CHECK(row->checkpoint_step == rec.checkpoint_step);
+    CHECK(row->ranks_json == common::GpuSlotsToJson(rec.ranks, topo).dump());
+  }
+  CHECK(store.GetJob(1).value()->restarts == 1);  // restarted off the failed GPU
+  CHECK(store.GetJob(1).value()->checkpoint_step == 100);
+  CHECK(store.GetJob(1).value()->state == core::JobState::kCompleted);
+  CHECK(store.GetJob(2).value()->state == core::JobState::kRunning);
+  CHECK_FALSE(store.GetJob(4).value().has_value());
+  CHECK(store.MaxJobId().value() == 3);
+
+  JobQuery lab;
+  lab.tenant = "lab";
+  CHECK(store.ListJobs(lab).value().size() == 2);
+  JobQuery live;
+  live.include_terminal = false;
+  std::vector<JobRow> rows = store.ListJobs(live).value();
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].id == 2);
+  JobQuery page;
+  page.after_id = 1;
+  page.limit = 1;
+  rows = store.ListJobs(page).value();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].id == 2);
+
+  std::vector<core::TenantConfig> tenants = store.ListTenants().value();
+  REQUIRE(tenants.size() == 2);
+  CHECK(tenants[1].name == "lab");
+  CHECK(tenants[1].max_running_jobs == 1);
+
+  std::vector<NodeRow> nodes = store.ListNodes().value();
+  REQUIRE(nodes.size() == 1);
+  CHECK(nodes[0].name == topo.node(n).name);
+  CHECK(nodes[0].state == core.cluster().node_state(n));
+}
+
+TEST_CASE("users and tokens: create, authenticate, revoke, delete") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  Store store = OpenOk(path);
+  CHECK(store.CreateUser({"ada", "org/a", Role::kTenantAdmin, 1}).ok());
+  CHECK(store.CreateUser({"bob", "org/b", Role::kUser, 2}).ok());
+  core::Status dup = store.CreateUser({"ada", "org/b", Role::kUser, 3});
+  CHECK(dup.message().find("user \"ada\" already exists") != std::string::npos);
+  CHECK(store.CreateUser({"", "org/a", Role::kUser, 3}).message().find("needs a name") !=
+        std::string::npos);
+  CHECK(store.CreateUser({"eve", "", Role::kUser, 3}).message().find("needs a tenant") !=
+        std::string::npos);
+  CHECK(store.UpdateUser({"bob", "org/a", Role::kClusterAdmin, 0}).ok());
+  CHECK(store.UpdateUser({"nobody", "org/a", Role::kUser, 0}).message().find("no user") !=
+        std::string::npos);
+  CHECK(store.GetUser("bob").value()->role == Role::kClusterAdmin);
+  CHECK(store.GetUser("bob").value()->created_ms == 2);
+  CHECK_FALSE(store.GetUser("nobody").value().has_value());
+  CHECK(store.ListUsers().value().size() == 2);
+  CHECK(store.ListUsers("org/a").value().size() == 2);
+  CHECK(store.ListUsers("org/b").value().empty());
+
+  IssuedToken t1 = store.CreateToken("ada", 100).value();
+  IssuedToken t2 = store.CreateToken("ada", 200).value();
+  IssuedToken t3 = store.CreateToken("bob", 300).value();
+  CHECK(t1.token.rfind("topo_", 0) == 0);
+  CHECK(t1.token.size() == 5 + 64);
+  CHECK(t1.token != t2.token);
+  CHECK(t1.id == Sha256Hex(t1.token).substr(0, 12));
+  CHECK(store.CreateToken("nobody", 0).message().find("no user \"nobody\"") != std::string::npos);
+
+  CHECK(store.Authenticate(t1.token).value()->name == "ada");
+  CHECK(store.Authenticate(t3.token).value()->tenant == "org/a");
+  CHECK_FALSE(store.Authenticate("topo_" + std::string(64, '0')).value().has_value());
+  CHECK_FALSE(store.Authenticate("").value().has_value());
+  CHECK_FALSE(store.Authenticate(Sha256Hex(t1.token)).value().has_value());  // the hash is no key
+
+  std::vector<TokenInfo> ada = store.ListTokens("ada").value();
+  REQUIRE(ada.size() == 2);
+  CHECK(ada[0].id == t1.id);
+  CHECK(ada[0].created_ms == 100);
+  CHECK_FALSE(ada[0].revoked);
+
+  CHECK(store.RevokeToken(t1.id).ok());
+  CHECK_FALSE(store.Authenticate(t1.token).value().has_value());
+  CHECK(store.Authenticate(t2.token).value().has_value());
+  CHECK(store.RevokeToken(t1.id).ok());  // again: still revoked
+  CHECK(store.RevokeToken(t2.token).ok());
+  CHECK_FALSE(store.Authenticate(t2.token).value().has_value());
+  CHECK(store.ListTokens("ada").value()[1].revoked);
+  CHECK(store.RevokeToken("abc").message().find("at least 8") != std::string::npos);
+  CHECK(store.RevokeToken("ABCDEF0123").message().find("hex") != std::string::npos);
+  CHECK(store.RevokeToken("0000000000000000").message().find("no token") != std::string::npos);
+
+  // The file holds hashes, never tokens.
+  {
+    RawDb raw(path);
+    CHECK(raw.Text("SELECT count(*) FROM tokens WHERE hash = '" + Sha256Hex(t3.token) + "'") ==
+          "1");
+    CHECK(raw.Text("SELECT count(*) FROM tokens WHERE hash LIKE '%" + t3.token.substr(5, 20) +
+                   "%' OR user LIKE '%topo_%'") == "0");
+  }
+  // Deleting a user deletes their tokens.
+  CHECK(store.DeleteUser("bob").ok());
+  CHECK_FALSE(store.Authenticate(t3.token).value().has_value());
+  CHECK(store.ListTokens().value().size() == 2);
+  CHECK(store.DeleteUser("bob").message().find("no user \"bob\"") != std::string::npos);
+}
+
+TEST_CASE("SHA-256 matches the standard test vectors") {
+  CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(Sha256Hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST_CASE("roles parse back, and meta values overwrite") {
+  for (Role r : {Role::kUser, Role::kTenantAdmin, Role::kClusterAdmin}) {
+    CHECK(ParseRole(RoleName(r)) == r);
+  }
+  CHECK_FALSE(ParseRole("root").has_value());
+  TempDir dir;
+  Store store = OpenOk(dir.File("state.db"));
+  CHECK_FALSE(store.GetMeta("k").value().has_value());
+  CHECK(store.SetMeta("k", "1").ok());
+  CHECK(store.SetMeta("k", "2").ok());
+  CHECK(store.GetMeta("k").value() == "2");
+}
