@@ -116,7 +116,12 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
   if (config_.heartbeats_required) CheckHeartbeats();
   RunJobTimers();
   StopExpiredPreemptions();
-  SchedulePass();
+  if (generation_ != last_pass_generation_ || queue_epoch_ != last_pass_epoch_) {
+    SchedulePass();
+    last_pass_generation_ = generation_;
+    last_pass_epoch_ = queue_epoch_;
+  }
+  if (timers_dirty_) RecomputeTimers();
   out_ = nullptr;
   return out;
 }
@@ -130,6 +135,8 @@ void SchedulerCore::Impl::SetState(JobRecord& job, JobState state, std::string r
   }
   job.state = state;
   job.reason = std::move(reason);
+  ++queue_epoch_;
+  timers_dirty_ = true;
   if (IsTerminal(state)) {
     job.end_time = now_;
     waiting_.erase(job.id);
@@ -160,6 +167,7 @@ void SchedulerCore::Impl::OnSubmit(const JobSubmitted& e) {
   }
   job.state = JobState::kQueued;
   job.reason = "queued";
+  ++queue_epoch_;
   waiting_.insert(job.id);
   Emit(JobStateChanged{job.id, JobState::kQueued, "submitted"});
 }
@@ -228,6 +236,8 @@ void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
     KeepProgress(job, now_);
   job.checkpoint_step = e.step;
   job.checkpoint_time = now_;
+  restarts_without_progress_.erase(job.id);
+  timers_dirty_ = true;
   if (job.state == JobState::kPreempting) {
     Requeue(job, "preempted after checkpoint step " + std::to_string(e.step),
             RequeuePosition::kHead, /*keep_age_only=*/true);
@@ -265,6 +275,7 @@ void SchedulerCore::Impl::Hold(JobRecord& job, std::vector<GpuSlot> ranks,
   tenant_running_[job.request.tenant] += 1;
   running_.insert(job.id);
   ++generation_;
+  timers_dirty_ = true;
   job.ranks = std::move(ranks);
   job.spares = std::move(spares);
 }
@@ -290,6 +301,7 @@ void SchedulerCore::Impl::Unhold(JobRecord& job) {
   tenant_running_[job.request.tenant] -= 1;
   running_.erase(job.id);
   ++generation_;
+  timers_dirty_ = true;
   job.ranks.clear();
   job.spares.clear();
   job.borrowed = false;
@@ -382,6 +394,7 @@ std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
       impl_->feasible_.erase(it->first);
       impl_->preemptors_.erase(it->first);
       impl_->blocked_at_.erase(it->first);
+      impl_->restarts_without_progress_.erase(it->first);
       impl_->preempt_failed_at_.erase(it->first);
       impl_->checkpoint_asked_.erase(it->first);
       out.push_back(std::move(it->second));

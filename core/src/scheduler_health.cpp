@@ -168,6 +168,16 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
     return;
   }
   if (job.state != JobState::kRunning) return;
+  // A job that keeps failing faster than it checkpoints makes no progress.
+  constexpr int kMaxRestartsWithoutProgress = 10;
+  if (++restarts_without_progress_[job.id] > kMaxRestartsWithoutProgress) {
+    Emit(StopJob{job.id, reason});
+    Unhold(job);
+    SetState(job, JobState::kFailed,
+             reason + "; " + std::to_string(kMaxRestartsWithoutProgress) +
+                 " restarts without a new checkpoint, giving up");
+    return;
+  }
   // Nodes the job can no longer use.
   std::set<NodeId> bad;
   for (const GpuSlot& s : job.ranks) {
@@ -267,20 +277,7 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
 }
 
 TimeMs SchedulerCore::Impl::NextWakeup() const {
-  TimeMs next = kNever;
-  for (JobId id : running_) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.state == JobState::kPreempting) next = std::min(next, job.preempt_deadline);
-    if (job.state != JobState::kRunning) continue;
-    next = std::min(next, job.last_start + TimeLimit(job));
-    const TimeMs interval = CheckpointInterval(job);
-    if (interval != kNever) {
-      auto asked = checkpoint_asked_.find(id);
-      TimeMs from = std::max(asked == checkpoint_asked_.end() ? job.last_start : asked->second,
-                             job.checkpoint_time);
-      next = std::min(next, from + interval);
-    }
-  }
+  TimeMs next = next_timer_;
   if (config_.heartbeats_required) {
     for (NodeId n = 0; n < topo_.node_count(); ++n) {
       const NodeState s = cluster_.node_state(n);

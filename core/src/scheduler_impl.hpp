@@ -57,6 +57,17 @@ class SchedulerCore::Impl {
   };
   std::map<JobId, Blocked> blocked_at_;  // the last failed placement try
   std::map<JobId, uint64_t> preempt_failed_at_;
+  // Timers of running jobs (time limits, checkpoint requests, preemption
+  // deadlines): the earliest one, recomputed only when running jobs change.
+  TimeMs next_timer_ = kNever;
+  bool timers_dirty_ = true;
+  void RecomputeTimers();
+  TimeMs next_heartbeat_check_ = kNever;
+  // A pass runs only when something it depends on changed.
+  uint64_t queue_epoch_ = 1;
+  uint64_t last_pass_generation_ = 0;
+  uint64_t last_pass_epoch_ = 0;
+  std::map<JobId, int> restarts_without_progress_;
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
 

@@ -350,8 +350,13 @@ bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
     const JobRecord& j = jobs_.at(id);
     if (j.state != JobState::kRunning) continue;
     const bool lower = j.request.priority < waiting.request.priority;
-    const bool reclaim = in_guarantee && j.borrowed && j.request.tenant != waiting.request.tenant;
+    // Reclaiming borrowed capacity never stops a gang larger than the job it
+    // makes room for: restarting a big gang costs far more than the wait.
+    const bool reclaim = in_guarantee && j.borrowed && j.request.tenant != waiting.request.tenant &&
+                         j.request.spec.gpus <= spec.gpus;
     if (!lower && !reclaim) continue;
+    // A job that must end within the grace period frees its GPUs anyway.
+    if (j.last_start + TimeLimit(j) <= now_ + config_.preempt_grace) continue;
     const double lost = static_cast<double>(now_ - ProgressMark(j)) * j.request.spec.gpus;
     candidates.push_back({j.borrowed, lost, id});
   }
@@ -428,6 +433,7 @@ TimeMs SchedulerCore::Impl::CheckpointInterval(const JobRecord& job) const {
 }
 
 void SchedulerCore::Impl::RunJobTimers() {
+  if (!timers_dirty_ && now_ < next_timer_) return;
   std::vector<JobId> expired;
   for (JobId id : running_) {
     JobRecord& job = jobs_.at(id);
@@ -452,6 +458,26 @@ void SchedulerCore::Impl::RunJobTimers() {
     SetState(job, JobState::kFailed,
              "time limit of " + std::to_string(TimeLimit(job) / kSecond) + " s reached");
   }
+  RecomputeTimers();
+}
+
+void SchedulerCore::Impl::RecomputeTimers() {
+  TimeMs next = kNever;
+  for (JobId id : running_) {
+    const JobRecord& job = jobs_.at(id);
+    if (job.state == JobState::kPreempting) next = std::min(next, job.preempt_deadline);
+    if (job.state != JobState::kRunning) continue;
+    next = std::min(next, job.last_start + TimeLimit(job));
+    const TimeMs interval = CheckpointInterval(job);
+    if (interval != kNever) {
+      auto asked = checkpoint_asked_.find(id);
+      TimeMs from = std::max(asked == checkpoint_asked_.end() ? job.last_start : asked->second,
+                             job.checkpoint_time);
+      next = std::min(next, from + interval);
+    }
+  }
+  next_timer_ = next;
+  timers_dirty_ = false;
 }
 
 }  // namespace topo::core

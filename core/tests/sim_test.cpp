@@ -376,7 +376,8 @@ TEST_CASE("the llama3 model: seeded, the same failures for every stack, work sti
   CHECK(*again.mean_jct_s == *first.mean_jct_s);
 }
 
-TEST_CASE("a job that fails faster than it checkpoints stops the replay at the horizon") {
+TEST_CASE(
+    "a job that fails faster than it checkpoints is failed by the core, not restarted forever") {
   const Topology topo = Tiny();
   SimWorkload w;
   w.jobs = {Job(0, 0, 10 * kHour, 64, 8)};
@@ -386,9 +387,11 @@ TEST_CASE("a job that fails faster than it checkpoints stops the replay at the h
   options.failures.repair_median = kMinute;
   options.horizon_after_last_submit = 2 * 24 * kHour;
   SimReport r = Run(topo, "toposched", w, options);
-  CHECK(r.unfinished == 1);
-  CHECK(r.anomalies["replay stopped at the horizon with jobs unfinished"] == 1);
-  CHECK(r.job_results[0].end == -1);
+  CHECK(r.failed == 1);
+  CHECK(r.unfinished == 0);
+  CHECK(r.job_results[0].state == JobState::kFailed);
+  CHECK(r.job_results[0].end > 0);
+  CHECK(r.job_results[0].end < 10 * kHour);  // well before its work could be done
   CHECK(r.lost_gpu_hours > 0);
 }
 
