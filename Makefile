@@ -49,9 +49,12 @@ format:
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_FILES)
 
-# Placement benchmark (workload P); writes bench/results/placement.json.
+# Placement (workload P) and replay (K, S, F) benchmarks; JSON in bench/results/.
+# The full replay of 100,000-job S runs for a long time: `bench_replay --quick`
+# is the 10,000-job version quoted in docs/benchmarks.md.
 bench: build
 	./$(BUILD)/bench/placement/bench_placement
+	./$(BUILD)/bench/replay/bench_replay --quick
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
