@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <string>
+
 #include <vector>
+#include "machine.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -34,16 +36,6 @@ struct Params {
   int RepsFor(int gpus) const {
     return gpus >= kHugeFromGpus ? reps_huge : gpus >= kLargeFromGpus ? reps_large : reps;
   }
-};
-
-struct MachineInfo {
-  std::string git_commit = "unknown";
-  bool git_dirty = false;
-  std::string hostname;
-  int nproc = 0;
-  std::string cpu_model;
-  bool pinned = false;     // sched_setaffinity to CPU 0 succeeded
-  std::string started_at;  // UTC, ISO 8601
 };
 
 struct FillInfo {

@@ -5,7 +5,9 @@
 
 #include <optional>
 #include <string>
+
 #include <vector>
+#include "machine.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -29,16 +31,6 @@ struct Params {
   core::KalosOptions kalos;
   core::FailureModel failures;  // the model of the +F workloads
   core::SimOptions sim;         // base options (seed, ticks, checkpoints)
-};
-
-struct MachineInfo {
-  std::string git_commit = "unknown";
-  bool git_dirty = false;
-  std::string hostname;
-  int nproc = 0;
-  std::string cpu_model;
-  bool pinned = false;
-  std::string started_at;
 };
 
 struct WorkloadResult {

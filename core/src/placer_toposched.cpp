@@ -311,94 +311,59 @@ class Selector {
   std::vector<int> scratch_;
 };
 
-// Finds the fullest node, in the fullest domains, that holds the whole job.
-class OneNodeFinder {
- public:
-  OneNodeFinder(const Topology& topo, const JobShape& shape, const ClusterState& state)
-      : topo_(topo), shape_(shape), state_(state) {}
-
-  NodeId Find(DomainId d) {
-    const Domain& dom = topo_.domain(d);
-    if (dom.tier == 1) return BestNode(dom);
-    if (dom.tier == 0) return Holds(d) ? d : -1;
-    std::vector<DomainId> kids;
-    for (DomainId c : topo_.children(d)) {
-      if (state_.free_gpus(c) >= shape_.world) kids.push_back(c);
-    }
-    std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
-      if (state_.free_gpus(a) != state_.free_gpus(b))
-        return state_.free_gpus(a) < state_.free_gpus(b);
-      return a < b;
-    });
-    for (DomainId c : kids) {
-      NodeId n = Find(c);
-      if (n >= 0) return n;
-    }
-    return -1;
+// Walks from d down to domains of `tier`, fullest first (fewest free GPUs),
+// skipping domains with fewer than `gpus` free GPUs (the state's counters are
+// an upper bound on what a job can use), and returns the first answer of
+// at_tier(domain) that is not -1.
+template <typename AtTier>
+int32_t DescendFullestFirst(const Topology& topo, const ClusterState& state, int gpus, int tier,
+                            DomainId d, const AtTier& at_tier) {
+  if (topo.domain(d).tier <= tier) return at_tier(d);
+  std::vector<DomainId> kids;
+  for (DomainId c : topo.children(d)) {
+    if (state.free_gpus(c) >= gpus) kids.push_back(c);
   }
-
- private:
-  int UsableSlots(NodeId n) const {
-    const int unit = shape_.unit[0];
-    return internal::NodeSlots(shape_, state_, n) / unit * unit;
+  std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
+    if (state.free_gpus(a) != state.free_gpus(b)) return state.free_gpus(a) < state.free_gpus(b);
+    return a < b;
+  });
+  for (DomainId c : kids) {
+    const int32_t found = DescendFullestFirst(topo, state, gpus, tier, c, at_tier);
+    if (found >= 0) return found;
   }
-  bool Holds(NodeId n) const { return UsableSlots(n) >= shape_.world; }
+  return -1;
+}
 
-  NodeId BestNode(const Domain& dom) const {
+// The fullest node, in the fullest domains, that holds the whole job.
+NodeId FindOneNode(const Topology& topo, const JobShape& shape, const ClusterState& state) {
+  const int unit = shape.unit[0];
+  auto usable = [&](NodeId n) { return internal::NodeSlots(shape, state, n) / unit * unit; };
+  return DescendFullestFirst(topo, state, shape.world, 1, topo.root(), [&](DomainId d) {
+    const Domain& dom = topo.domain(d);
+    if (dom.tier == 0) return usable(d) >= shape.world ? d : NodeId{-1};
     NodeId best = -1;
     int best_slots = 0;
     for (NodeId n = dom.node_begin; n < dom.node_end; ++n) {
-      int slots = UsableSlots(n);
-      if (slots >= shape_.world && (best < 0 || slots < best_slots)) {
+      const int slots = usable(n);
+      if (slots >= shape.world && (best < 0 || slots < best_slots)) {
         best = n;
         best_slots = slots;
       }
     }
     return best;
-  }
+  });
+}
 
-  const Topology& topo_;
-  const JobShape& shape_;
-  const ClusterState& state_;
-};
-
-// Finds the fullest HBD (pruned and ordered by free GPUs, like
-// OneNodeFinder) whose own capacity holds the whole job, computing capacity
-// for the HBDs it visits only.
-class OneHbdFinder {
- public:
-  OneHbdFinder(const Topology& topo, const JobShape& shape, const ClusterState& state,
-               std::vector<int>& cap)
-      : topo_(topo), shape_(shape), state_(state), cap_(cap) {}
-
-  DomainId Find(DomainId d) {
-    const Domain& dom = topo_.domain(d);
-    if (dom.tier == topo_.hbd_tier()) {
-      internal::ComputeSubtreeCapacity(shape_, state_, d, cap_);
-      return cap_[d] >= internal::NeedAt(shape_, dom.tier) ? d : kNoDomain;
-    }
-    std::vector<DomainId> kids;
-    for (DomainId c : topo_.children(d)) {
-      if (state_.free_gpus(c) >= shape_.world) kids.push_back(c);
-    }
-    std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
-      if (state_.free_gpus(a) != state_.free_gpus(b))
-        return state_.free_gpus(a) < state_.free_gpus(b);
-      return a < b;
-    });
-    for (DomainId c : kids) {
-      DomainId h = Find(c);
-      if (h != kNoDomain) return h;
-    }
-    return kNoDomain;
-  }
-
- private:
-  const Topology& topo_;
-  const JobShape& shape_;
-  const ClusterState& state_;
-  std::vector<int>& cap_;
-};
+// The fullest HBD whose own capacity holds the whole job, computing capacity
+// (into cap) only for the HBDs it visits.
+DomainId FindOneHbd(const Topology& topo, const JobShape& shape, const ClusterState& state,
+                    std::vector<int>& cap) {
+  return DescendFullestFirst(
+      topo, state, shape.world, topo.hbd_tier(), topo.root(), [&](DomainId h) {
+        internal::ComputeSubtreeCapacity(shape, state, h, cap);
+        return cap[h] >= internal::NeedAt(shape, topo.domain(h).tier) ? h : kNoDomain;
+      });
+}
 
 class TopoSchedPlacer final : public Placer {
  public:
@@ -411,12 +376,12 @@ class TopoSchedPlacer final : public Placer {
     if (!shape_or.ok()) return Placement{PlaceOutcome::kInfeasible, shape_or.message(), {}, {}};
     const JobShape& shape = shape_or.value();
     if (shape.gpus_per_node == 0 && shape.world <= topo.max_node_gpus()) {
-      NodeId n = OneNodeFinder(topo, shape, state).Find(topo.root());
+      NodeId n = FindOneNode(topo, shape, state);
       if (n >= 0) return internal::BuildPlacement(job, shape, state, {{n, shape.world}});
     }
     if (topo.hbd_tier() > 0 && shape.world <= topo.max_domain_gpus(topo.hbd_tier())) {
       std::vector<int> cap(topo.domain_count(), 0);
-      DomainId h = OneHbdFinder(topo, shape, state, cap).Find(topo.root());
+      DomainId h = FindOneHbd(topo, shape, state, cap);
       if (h != kNoDomain) {
         Selector selector(topo, shape, state, cap);
         selector.Choose(h, internal::NeedAt(shape, topo.hbd_tier()));
