@@ -5,7 +5,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format \
-                libsqlite3-dev libssl-dev
+                libsqlite3-dev libssl-dev libboost-dev python3 curl chromium chromium-driver
 
 .PHONY: all deps build demo test test-sanitize sanitize format format-check bench clean
 

@@ -87,7 +87,7 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       empty_(topology) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
   if (judge_ == nullptr) judge_ = MakePlacer("toposched", config_.placer_options);
-  if (config_.heartbeats_required) {
+  if (config_.heartbeats_required || config_.nodes_start_down) {
     for (NodeId n = 0; n < topology.node_count(); ++n) cluster_.SetNodeState(n, NodeState::kDown);
   }
   tenants_["default"] = TenantConfig{"default"};

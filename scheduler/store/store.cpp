@@ -214,28 +214,29 @@ Status ReadLog(Store::Impl& impl, int64_t from_seq, const core::Topology& topolo
       });
 }
 
-Result<ReplayReport> ReplayLog(Store::Impl& impl, core::SchedulerCore& core) {
+Result<ReplayReport> ReplayLog(Store::Impl& impl, core::SchedulerCore& core, int64_t from_seq) {
   if (!core.jobs().empty()) {
     return impl.Error("replaying", "the core has already stepped events; replay into a new one");
   }
   const core::Topology& topology = core.cluster().topology();
   ReplayReport report;
-  Status s = ForEachLogged(
-      impl, 1, [&](int64_t seq, TimeMs time, const std::string&, const Json& body) -> Status {
-        Result<core::Event> event = common::EventFromJson(body.at("event"), topology);
-        if (!event.ok())
-          return impl.Error("replaying event " + std::to_string(seq), event.status());
-        std::vector<core::Command> commands = core.Step(event.value(), time);
-        Json replayed = Json::array();
-        for (const core::Command& c : commands)
-          replayed.push_back(common::CommandToJson(c, topology));
-        if (replayed != body.at("commands")) {
-          if (report.diverged++ == 0) report.first_diverged_seq = seq;
-        }
-        report.last_seq = seq;
-        report.events += 1;
-        return Status::Ok();
-      });
+  Status s =
+      ForEachLogged(impl, from_seq,
+                    [&](int64_t seq, TimeMs time, const std::string&, const Json& body) -> Status {
+                      Result<core::Event> event = common::EventFromJson(body.at("event"), topology);
+                      if (!event.ok())
+                        return impl.Error("replaying event " + std::to_string(seq), event.status());
+                      std::vector<core::Command> commands = core.Step(event.value(), time);
+                      Json replayed = Json::array();
+                      for (const core::Command& c : commands)
+                        replayed.push_back(common::CommandToJson(c, topology));
+                      if (replayed != body.at("commands")) {
+                        if (report.diverged++ == 0) report.first_diverged_seq = seq;
+                      }
+                      report.last_seq = seq;
+                      report.events += 1;
+                      return Status::Ok();
+                    });
   if (!s.ok()) return s;
   return report;
 }
@@ -298,9 +299,9 @@ Status Store::ReadEvents(int64_t from_seq, const core::Topology& topology,
   }
 }
 
-Result<ReplayReport> Store::Replay(core::SchedulerCore& core) {
+Result<ReplayReport> Store::Replay(core::SchedulerCore& core, int64_t from_seq) {
   try {
-    return ReplayLog(*impl_, core);
+    return ReplayLog(*impl_, core, std::max<int64_t>(1, from_seq));
   } catch (const std::exception& e) {
     return impl_->Error("replaying", e.what());
   }

@@ -45,6 +45,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "store/migrations.hpp"
@@ -133,6 +134,31 @@ struct GpuHealthRow {
   TimeMs time_ms = 0;
 };
 
+// A logged event as stored: the body is the JSON text
+// {"event": ..., "commands": [...]} (common/event_json.hpp), unparsed.
+struct RawEvent {
+  int64_t seq = 0;
+  TimeMs time_ms = 0;
+  std::string actor;
+  std::string kind;  // the event's "type"
+  std::string body;
+};
+
+struct EventQuery {
+  int64_t after_seq = 0;
+  int limit = 1000;
+  std::optional<JobId> job;  // only events whose event or commands name this job
+};
+
+// A change outside the event log (users, tokens, topology imports).
+struct AuditRow {
+  int64_t seq = 0;
+  TimeMs time_ms = 0;
+  std::string actor;
+  std::string action;  // "user.create", "token.revoke", "topology.import", ...
+  std::string detail;  // JSON object text
+};
+
 enum class Role : uint8_t { kUser, kTenantAdmin, kClusterAdmin };
 std::string_view RoleName(Role r);  // "user", "tenant-admin", "cluster-admin"
 std::optional<Role> ParseRole(std::string_view name);
@@ -196,7 +222,9 @@ class Store {
   // the last seq; the caller's next Append continues from there.
   // REQUIRES: core is fresh (no Step yet), built over the topology and with
   // the SchedulerConfig the log was written with (keep them in meta).
-  core::Result<ReplayReport> Replay(core::SchedulerCore& core);
+  // from_seq: the first event to replay (a topology import starts a new
+  // epoch of the log; the daemon keeps its first seq in meta).
+  core::Result<ReplayReport> Replay(core::SchedulerCore& core, int64_t from_seq = 1);
 
   // The seq of the newest event; 0 for an empty log.
   int64_t LastSeq() const;
@@ -214,6 +242,8 @@ class Store {
   core::Result<std::vector<core::TenantConfig>> ListTenants();
   core::Result<std::vector<NodeRow>> ListNodes();
   core::Result<std::vector<GpuHealthRow>> GpuHealthHistory(std::string_view node);
+  // Logged events by seq, ascending, unparsed.
+  core::Result<std::vector<RawEvent>> ListEvents(const EventQuery& query);
 
   // ---- users and tokens (each call its own durable transaction)
   // Errors: an empty name or tenant, a user that exists (Create) or does not
@@ -233,8 +263,15 @@ class Store {
   core::Status RevokeToken(std::string_view id_or_token);
   core::Result<std::vector<TokenInfo>> ListTokens(std::optional<std::string_view> user = {});
 
+  // ---- audit (each call its own durable transaction)
+  core::Status AppendAudit(TimeMs time_ms, std::string_view actor, std::string_view action,
+                           std::string_view detail_json);
+  core::Result<std::vector<AuditRow>> ListAudit(int64_t after_seq, int limit);
+
   // ---- meta
   core::Status SetMeta(std::string_view key, std::string_view value);
+  // Several keys in one transaction: all are written or none.
+  core::Status SetMetas(std::span<const std::pair<std::string, std::string>> values);
   core::Result<std::optional<std::string>> GetMeta(std::string_view key);
 
   class Impl;

@@ -261,6 +261,48 @@ Status Store::SetMeta(std::string_view key, std::string_view value) {
   return Status::Ok();
 }
 
+Status Store::SetMetas(std::span<const std::pair<std::string, std::string>> values) {
+  Result<Statement> q = impl_->db.Prepare(
+      "INSERT INTO meta(key, value) VALUES (?1, ?2) "
+      "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+  if (!q.ok()) return impl_->Error("writing meta", q.status());
+  Result<Transaction> tx = Transaction::Begin(impl_->db);
+  if (!tx.ok()) return impl_->Error("writing meta", tx.status());
+  for (const auto& [key, value] : values) {
+    if (Status s = q.value().Bind(1, key).Bind(2, value).Run(); !s.ok()) {
+      return impl_->Error("writing meta \"" + key + "\"", s);
+    }
+  }
+  if (Status s = tx.value().Commit(); !s.ok()) return impl_->Error("writing meta", s);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- audit
+
+Status Store::AppendAudit(TimeMs time_ms, std::string_view actor, std::string_view action,
+                          std::string_view detail_json) {
+  Result<Statement> q = impl_->db.Prepare(
+      "INSERT INTO audit(time_ms, actor, action, detail) VALUES (?1, ?2, ?3, ?4)");
+  if (!q.ok()) return impl_->Error("writing the audit log", q.status());
+  q.value().Bind(1, time_ms).Bind(2, actor).Bind(3, action).Bind(4, detail_json);
+  Result<int> changed = WriteOne(*impl_, q.value());
+  if (!changed.ok()) return impl_->Error("writing the audit log", changed.status());
+  return Status::Ok();
+}
+
+Result<std::vector<AuditRow>> Store::ListAudit(int64_t after_seq, int limit) {
+  Result<Statement> q = impl_->db.Prepare(
+      "SELECT seq, time_ms, actor, action, detail FROM audit WHERE seq > ?1 ORDER BY seq "
+      "LIMIT ?2");
+  if (!q.ok()) return impl_->Error("reading the audit log", q.status());
+  q.value().Bind(1, after_seq).Bind(2, limit);
+  Result<std::vector<AuditRow>> rows = Collect<AuditRow>(q.value(), [](const Statement& s) {
+    return AuditRow{s.Int64(0), s.Int64(1), s.Text(2), s.Text(3), s.Text(4)};
+  });
+  if (!rows.ok()) return impl_->Error("reading the audit log", rows.status());
+  return rows;
+}
+
 Result<std::optional<std::string>> Store::GetMeta(std::string_view key) {
   Result<Statement> q = impl_->db.Prepare("SELECT value FROM meta WHERE key = ?1");
   if (!q.ok()) return impl_->Error("reading meta", q.status());

@@ -39,6 +39,7 @@ struct WriteStatements {
   internal::Statement upsert_tenant;
   internal::Statement upsert_node;
   internal::Statement insert_gpu_health;
+  internal::Statement insert_job_event;
 };
 
 // One entry of a batch, encoded before the transaction starts.

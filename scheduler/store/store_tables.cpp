@@ -99,6 +99,7 @@ Status Store::Impl::PrepareWriteStatements() {
       {&write.insert_gpu_health,
        "INSERT INTO gpu_health(seq, node, gpu, health, reason, time_ms) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+      {&write.insert_job_event, "INSERT OR IGNORE INTO job_events(job, seq) VALUES (?1, ?2)"},
   };
   for (const Sql& s : statements) {
     Result<Statement> st = db.Prepare(s.text);
@@ -140,6 +141,17 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
       },
       entry.event);
   if (!status.ok()) return status;
+
+  // The per-job index: every job the event or a command names.
+  auto index = [&](const Json& j) -> Status {
+    auto id = j.find("id");
+    if (id == j.end() || !id->is_number_integer()) return Status::Ok();
+    return write.insert_job_event.Bind(1, id->get<int64_t>()).Bind(2, seq).Run();
+  };
+  if (status = index(encoded.event); !status.ok()) return status;
+  for (const Json& c : encoded.commands) {
+    if (status = index(c); !status.ok()) return status;
+  }
 
   for (size_t i = 0; i < entry.commands.size(); ++i) {
     const Json& json = encoded.commands[i];
@@ -264,6 +276,21 @@ Result<std::vector<GpuHealthRow>> Store::GpuHealthHistory(std::string_view node)
                         s.Int64(5)};
   });
   if (!rows.ok()) return impl_->Error("reading GPU health", rows.status());
+  return rows;
+}
+
+Result<std::vector<RawEvent>> Store::ListEvents(const EventQuery& query) {
+  std::string sql = "SELECT seq, time_ms, actor, kind, body FROM events WHERE seq > ?1";
+  if (query.job) sql += " AND seq IN (SELECT seq FROM job_events WHERE job = ?3 AND seq > ?1)";
+  sql += " ORDER BY seq LIMIT ?2";
+  Result<Statement> q = impl_->db.Prepare(sql);
+  if (!q.ok()) return impl_->Error("listing events", q.status());
+  q.value().Bind(1, query.after_seq).Bind(2, query.limit);
+  if (query.job) q.value().Bind(3, *query.job);
+  Result<std::vector<RawEvent>> rows = Collect<RawEvent>(q.value(), [](const Statement& s) {
+    return RawEvent{s.Int64(0), s.Int64(1), s.Text(2), s.Text(3), s.Text(4)};
+  });
+  if (!rows.ok()) return impl_->Error("listing events", rows.status());
   return rows;
 }
 

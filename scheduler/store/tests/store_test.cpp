@@ -78,7 +78,7 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   const std::string path = dir.File("state.db");
   {
     Store store = OpenOk(path);
-    CHECK(store.SchemaVersion() == 1);
+    CHECK(store.SchemaVersion() == 2);
     CHECK(store.LastSeq() == 0);
     CHECK(store.MaxJobId().value() == 0);
     std::vector<core::TenantConfig> tenants = store.ListTenants().value();
@@ -89,9 +89,10 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   RawDb raw(path);
   CHECK(raw.Text("PRAGMA journal_mode") == "wal");
   CHECK(raw.Text("PRAGMA application_id") == std::to_string(0x746f706f));
-  CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") == "1:init");
-  for (const char* table :
-       {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens", "meta"}) {
+  CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") ==
+        "1:init,2:job_events_audit");
+  for (const char* table : {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens",
+                            "meta", "job_events", "audit"}) {
     CAPTURE(table);
     CHECK(raw.Text(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + table +
                    "'") == "1");
@@ -114,7 +115,7 @@ TEST_CASE("reopening keeps everything and applies no migration twice") {
   CHECK(store.GetMeta("topology").value() == "{}");
   CHECK(store.GetJob(1).value().has_value());
   RawDb raw(path);
-  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "1");
+  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "2");
 }
 
 TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
@@ -130,7 +131,7 @@ TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
   CAPTURE(s.message());
   CHECK(s.message().find(path) != std::string::npos);
   CHECK(s.message().find("schema version is 7") != std::string::npos);
-  CHECK(s.message().find("(1..1)") != std::string::npos);
+  CHECK(s.message().find("(1..2)") != std::string::npos);
   CHECK(s.message().find("newer release") != std::string::npos);
   RawDb raw(path);
   CHECK(raw.Text("SELECT MAX(version) FROM schema_version") == "7");
@@ -141,26 +142,29 @@ TEST_CASE("migrations apply in order, once, and a failing one changes nothing") 
   const std::string path = dir.File("m.db");
   // The store's own schema first: Open reads its tables after migrating.
   const Migration init = EmbeddedMigrations()[0];
-  const Migration v1[] = {init};
-  const Migration v3[] = {
+  const Migration index = EmbeddedMigrations()[1];
+  const Migration v2[] = {init, index};
+  const Migration v4[] = {
       init,
-      {2, "two", "CREATE TABLE t1(x INTEGER); ALTER TABLE t1 ADD COLUMN y TEXT;"},
-      {3, "three", "INSERT INTO t1 VALUES (1, 'a'); CREATE TABLE t3(z INTEGER);"}};
+      index,
+      {3, "three", "CREATE TABLE t1(x INTEGER); ALTER TABLE t1 ADD COLUMN y TEXT;"},
+      {4, "four", "INSERT INTO t1 VALUES (1, 'a'); CREATE TABLE t3(z INTEGER);"}};
   const Migration bad[] = {
       init,
-      {2, "two", ""},
+      index,
       {3, "three", ""},
-      {4, "broken", "CREATE TABLE t4(z INTEGER); INSERT INTO missing VALUES (1);"}};
+      {4, "four", ""},
+      {5, "broken", "CREATE TABLE t4(z INTEGER); INSERT INTO missing VALUES (1);"}};
   {
     OpenOptions o;
-    o.migrations = v1;
-    CHECK(OpenOk(path, o).SchemaVersion() == 1);
+    o.migrations = v2;
+    CHECK(OpenOk(path, o).SchemaVersion() == 2);
   }
   {
     OpenOptions o;
-    o.migrations = v3;
-    CHECK(OpenOk(path, o).SchemaVersion() == 3);
-    CHECK(OpenOk(path, o).SchemaVersion() == 3);  // again: nothing to apply
+    o.migrations = v4;
+    CHECK(OpenOk(path, o).SchemaVersion() == 4);
+    CHECK(OpenOk(path, o).SchemaVersion() == 4);  // again: nothing to apply
   }
   {
     OpenOptions o;
@@ -168,11 +172,11 @@ TEST_CASE("migrations apply in order, once, and a failing one changes nothing") 
     core::Result<Store> s = Store::Open(path, o);
     REQUIRE_FALSE(s.ok());
     CAPTURE(s.message());
-    CHECK(s.message().find("migration 0004_broken.sql") != std::string::npos);
+    CHECK(s.message().find("migration 0005_broken.sql") != std::string::npos);
     CHECK(s.message().find("missing") != std::string::npos);
   }
   RawDb raw(path);
-  CHECK(raw.Text("SELECT group_concat(version) FROM schema_version") == "1,2,3");
+  CHECK(raw.Text("SELECT group_concat(version) FROM schema_version") == "1,2,3,4");
   CHECK(raw.Text("SELECT y FROM t1") == "a");
   CHECK(raw.Text("SELECT count(*) FROM sqlite_master WHERE name = 't4'") == "0");
 }
@@ -385,6 +389,53 @@ TEST_CASE("jobs, tenants and nodes follow a real core's commands") {
   REQUIRE(nodes.size() == 1);
   CHECK(nodes[0].name == topo.node(n).name);
   CHECK(nodes[0].state == core.cluster().node_state(n));
+
+  // The per-job index: exactly the events whose event or commands name the job.
+  for (core::JobId id : {1, 2, 3}) {
+    CAPTURE(id);
+    EventQuery q;
+    q.job = id;
+    std::vector<RawEvent> mine = store.ListEvents(q).value();
+    std::vector<int64_t> expected;
+    const std::vector<RawEvent> log = store.ListEvents(EventQuery{}).value();
+    for (const RawEvent& e : log) {
+      const nlohmann::json body = nlohmann::json::parse(e.body);
+      bool names = body["event"].value("id", core::JobId{0}) == id;
+      for (const nlohmann::json& c : body["commands"]) names |= c.value("id", core::JobId{0}) == id;
+      if (names) expected.push_back(e.seq);
+    }
+    std::vector<int64_t> got;
+    for (const RawEvent& e : mine) got.push_back(e.seq);
+    CHECK(got == expected);
+    CHECK_FALSE(got.empty());
+  }
+  EventQuery paged;
+  paged.after_seq = 2;
+  paged.limit = 2;
+  std::vector<RawEvent> page2 = store.ListEvents(paged).value();
+  REQUIRE(page2.size() == 2);
+  CHECK(page2[0].seq == 3);
+  CHECK(page2[1].seq == 4);
+}
+
+TEST_CASE("audit rows and multi-key meta are durable and ordered") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    Store store = OpenOk(path);
+    REQUIRE(store.AppendAudit(10, "user:root", "user.create", R"({"user":"ada"})").ok());
+    REQUIRE(store.AppendAudit(20, "user:root", "token.revoke", R"({"id":"abc"})").ok());
+    const std::pair<std::string, std::string> kv[] = {{"a", "1"}, {"b", "2"}};
+    REQUIRE(store.SetMetas(kv).ok());
+  }
+  Store store = OpenOk(path);
+  std::vector<AuditRow> rows = store.ListAudit(0, 10).value();
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].action == "user.create");
+  CHECK(rows[1].time_ms == 20);
+  CHECK(store.ListAudit(rows[0].seq, 10).value().size() == 1);
+  CHECK(store.GetMeta("a").value() == "1");
+  CHECK(store.GetMeta("b").value() == "2");
 }
 
 TEST_CASE("users and tokens: create, authenticate, revoke, delete") {

@@ -90,6 +90,9 @@ struct SchedulerConfig {
   TimeMs heartbeat_down_after = 10 * kSecond;
   // Nodes must heartbeat to stay up (the daemon); the simulator turns it off.
   bool heartbeats_required = true;
+  // Nodes start down until registered (NodeStateRequested up) even when the
+  // core does not time heartbeats out (the daemon tracks liveness itself).
+  bool nodes_start_down = false;
 
   // Named stacks of ../shared/BENCHMARKS.md: "toposched", "slurm-tree",
   // "fifo-firstfit". nullopt for an unknown name.
@@ -257,8 +260,9 @@ using Command = std::variant<StartJob, RestartJob, StopJob, RequestCheckpoint, D
 class SchedulerCore {
  public:
   // REQUIRES: topology outlives the core; MakePlacer(config.placer) exists
-  // (ForStack guarantees it). Every node starts up when heartbeats are not
-  // required, else down until it registers (NodeStateRequested up).
+  // (ForStack guarantees it). Every node starts up, or down until it
+  // registers (NodeStateRequested up) when heartbeats_required or
+  // nodes_start_down.
   SchedulerCore(const Topology& topology, SchedulerConfig config);
   ~SchedulerCore();
   SchedulerCore(const SchedulerCore&) = delete;

@@ -1,0 +1,263 @@
+// topo-scheduler settings: defaults, config file, policy JSON.
+
+#include "daemon/config.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace topo::daemon {
+namespace {
+
+using core::Result;
+using core::Status;
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+Status ParseInt(std::string_view v, int64_t lo, int64_t hi, int64_t& out) {
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size()) {
+    return Status::Error("\"" + std::string(v) + "\" is not a whole number");
+  }
+  if (x < lo || x > hi) {
+    return Status::Error(std::to_string(x) + " is out of range; use " + std::to_string(lo) + ".." +
+                         std::to_string(hi));
+  }
+  out = x;
+  return Status::Ok();
+}
+
+Status ParseBool(std::string_view v, bool& out) {
+  if (v == "true" || v == "yes" || v == "on" || v == "1") {
+    out = true;
+  } else if (v == "false" || v == "no" || v == "off" || v == "0") {
+    out = false;
+  } else {
+    return Status::Error("\"" + std::string(v) + "\" is not true or false");
+  }
+  return Status::Ok();
+}
+
+using Setter = std::function<Status(std::string_view, DaemonConfig&)>;
+
+Setter IntSetter(int64_t lo, int64_t hi, std::function<void(DaemonConfig&, int64_t)> set) {
+  return [lo, hi, set](std::string_view v, DaemonConfig& c) {
+    int64_t x = 0;
+    if (Status s = ParseInt(v, lo, hi, x); !s.ok()) return s;
+    set(c, x);
+    return Status::Ok();
+  };
+}
+
+const std::map<std::string, Setter, std::less<>>& Setters() {
+  static const auto* setters = new std::map<std::string, Setter, std::less<>>{
+      {"listen", [](std::string_view v, DaemonConfig& c) { return ParseListen(v, c); }},
+      {"state_dir",
+       [](std::string_view v, DaemonConfig& c) {
+         c.state_dir = std::string(v);
+         return Status::Ok();
+       }},
+      {"server_names",
+       [](std::string_view v, DaemonConfig& c) {
+         c.server_names.clear();
+         std::string item;
+         std::istringstream in{std::string(v)};
+         while (std::getline(in, item, ',')) {
+           std::string_view t = Trim(item);
+           if (!t.empty()) c.server_names.emplace_back(t);
+         }
+         return Status::Ok();
+       }},
+      {"tls_cert",
+       [](std::string_view v, DaemonConfig& c) {
+         c.tls_cert = std::string(v);
+         return Status::Ok();
+       }},
+      {"tls_key",
+       [](std::string_view v, DaemonConfig& c) {
+         c.tls_key = std::string(v);
+         return Status::Ok();
+       }},
+      {"io_threads",
+       IntSetter(1, 64, [](DaemonConfig& c, int64_t x) { c.io_threads = static_cast<int>(x); })},
+      {"max_body_bytes",
+       IntSetter(1024, 1ll << 30, [](DaemonConfig& c, int64_t x) { c.max_body_bytes = x; })},
+      {"max_topology_bytes",
+       IntSetter(1024, 1ll << 32, [](DaemonConfig& c, int64_t x) { c.max_topology_bytes = x; })},
+      {"max_header_bytes",
+       IntSetter(1024, 1 << 20, [](DaemonConfig& c, int64_t x) { c.max_header_bytes = x; })},
+      {"max_connections",
+       IntSetter(1, 1000000,
+                 [](DaemonConfig& c, int64_t x) { c.max_connections = static_cast<int>(x); })},
+      {"rate_limit_per_second",
+       IntSetter(1, 100000000,
+                 [](DaemonConfig& c, int64_t x) { c.rate_limit_per_second = double(x); })},
+      {"request_timeout_s",
+       IntSetter(1, 3600,
+                 [](DaemonConfig& c, int64_t x) { c.request_timeout_s = static_cast<int>(x); })},
+      {"idle_timeout_s",
+       IntSetter(1, 86400,
+                 [](DaemonConfig& c, int64_t x) { c.idle_timeout_s = static_cast<int>(x); })},
+      {"stack",
+       [](std::string_view v, DaemonConfig& c) {
+         if (!core::SchedulerConfig::ForStack(v)) {
+           std::string names;
+           for (const std::string& n : core::SchedulerConfig::StackNames()) {
+             names += (names.empty() ? "" : ", ") + n;
+           }
+           return Status::Error("unknown stack \"" + std::string(v) + "\"; use one of " + names);
+         }
+         c.stack = std::string(v);
+         return Status::Ok();
+       }},
+      {"default_time_limit_s",
+       IntSetter(60, 365ll * 86400,
+                 [](DaemonConfig& c, int64_t x) { c.default_time_limit_s = x; })},
+      {"default_checkpoint_interval_s",
+       IntSetter(-1, 30ll * 86400,
+                 [](DaemonConfig& c, int64_t x) { c.default_checkpoint_interval_s = x; })},
+      {"preempt_grace_s",
+       IntSetter(0, 86400, [](DaemonConfig& c, int64_t x) { c.preempt_grace_s = x; })},
+      {"backfill", [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.backfill); }},
+      {"preemption",
+       [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.preemption); }},
+  };
+  return *setters;
+}
+
+}  // namespace
+
+Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
+  std::optional<core::SchedulerConfig> c = core::SchedulerConfig::ForStack(stack);
+  if (!c) return Status::Error("unknown stack \"" + stack + "\"");
+  c->default_time_limit = default_time_limit_s * core::kSecond;
+  c->default_checkpoint_interval = default_checkpoint_interval_s < 0
+                                       ? core::kNever
+                                       : default_checkpoint_interval_s * core::kSecond;
+  c->preempt_grace = preempt_grace_s * core::kSecond;
+  c->backfill = backfill;
+  c->preemption = preemption;
+  c->heartbeats_required = false;
+  c->nodes_start_down = true;
+  return *c;
+}
+
+Status ParseListen(std::string_view text, DaemonConfig& config) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return Status::Error("listen address \"" + std::string(text) +
+                         "\" must be HOST:PORT, e.g. 127.0.0.1:8443 or [::1]:8443");
+  }
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int64_t port = 0;
+  if (Status s = ParseInt(text.substr(colon + 1), 0, 65535, port); !s.ok()) {
+    return Status::Error("listen address \"" + std::string(text) + "\": port " + s.message());
+  }
+  config.listen_host = std::string(host);
+  config.listen_port = static_cast<int>(port);
+  return Status::Ok();
+}
+
+Status ApplyConfigText(std::string_view text, const std::string& path, DaemonConfig& config) {
+  DaemonConfig next = config;
+  int line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (const size_t hash = line.find('#'); hash != std::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    line = Trim(line);
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    const size_t eq = line.find('=');
+    if (eq == std::string_view::npos) {
+      return Status::Error(where + "expected `key = value`, got \"" + std::string(line) + "\"");
+    }
+    const std::string_view key = Trim(line.substr(0, eq));
+    const std::string_view value = Trim(line.substr(eq + 1));
+    auto it = Setters().find(key);
+    if (it == Setters().end()) {
+      std::string keys;
+      for (const auto& [k, unused] : Setters()) keys += (keys.empty() ? "" : ", ") + k;
+      return Status::Error(where + "unknown key \"" + std::string(key) + "\"; known keys: " + keys);
+    }
+    if (Status s = it->second(value, next); !s.ok()) {
+      return Status::Error(where + std::string(key) + ": " + s.message());
+    }
+    if (pos > text.size()) break;
+  }
+  config = std::move(next);
+  return Status::Ok();
+}
+
+Status ApplyConfigFile(const std::string& path, DaemonConfig& config) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error("cannot read config file " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ApplyConfigText(text.str(), path, config);
+}
+
+std::string DefaultStateDir() {
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/toposched";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home != nullptr && *home != '\0' ? home : ".") + "/.local/share/toposched";
+}
+
+std::string PolicyJson(const DaemonConfig& c) {
+  return nlohmann::json{{"stack", c.stack},
+                        {"default_time_limit_s", c.default_time_limit_s},
+                        {"default_checkpoint_interval_s", c.default_checkpoint_interval_s},
+                        {"preempt_grace_s", c.preempt_grace_s},
+                        {"backfill", c.backfill},
+                        {"preemption", c.preemption}}
+      .dump();
+}
+
+Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return Status::Error("the stored policy is not a JSON object");
+  try {
+    DaemonConfig next = c;
+    next.stack = j.at("stack").get<std::string>();
+    next.default_time_limit_s = j.at("default_time_limit_s").get<int64_t>();
+    next.default_checkpoint_interval_s = j.at("default_checkpoint_interval_s").get<int64_t>();
+    next.preempt_grace_s = j.at("preempt_grace_s").get<int64_t>();
+    next.backfill = j.at("backfill").get<bool>();
+    next.preemption = j.at("preemption").get<bool>();
+    if (!core::SchedulerConfig::ForStack(next.stack)) {
+      return Status::Error("the stored policy names an unknown stack \"" + next.stack + "\"");
+    }
+    c = std::move(next);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Error(std::string("the stored policy is incomplete: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace topo::daemon

@@ -1,0 +1,69 @@
+#pragma once
+// topo-scheduler's settings: built-in defaults, then a config file
+// (`--config FILE`, format below), then flags. packaging/topo-scheduler.conf
+// is the documented example.
+//
+// File format: one `key = value` per line; `#` starts a comment; blank lines
+// are ignored; values are taken verbatim after trimming (no quotes). An
+// unknown key or a bad value is an error naming the file, the line and the
+// accepted values.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topo/core/scheduler.hpp"
+#include "topo/core/status.hpp"
+
+namespace topo::daemon {
+
+struct DaemonConfig {
+  std::string state_dir;  // empty: DefaultStateDir()
+  std::string listen_host = "127.0.0.1";
+  int listen_port = 8443;
+  // Extra DNS names / IP addresses for the server certificate the daemon
+  // creates on first start (localhost and 127.0.0.1 are always in it).
+  std::vector<std::string> server_names;
+  std::string tls_cert;  // empty: STATE_DIR/server.pem (created on first start)
+  std::string tls_key;   // empty: STATE_DIR/server-key.pem
+  int io_threads = 2;
+
+  // Limits.
+  int64_t max_body_bytes = 1 << 20;         // every route but topology import
+  int64_t max_topology_bytes = 64ll << 20;  // PUT /v1/topology
+  int64_t max_header_bytes = 16 << 10;
+  int max_connections = 1024;
+  double rate_limit_per_second = 20000;  // per user; burst twice that
+  int request_timeout_s = 30;            // reading a request, writing an answer, queueing
+  int idle_timeout_s = 120;              // a kept-alive connection with no request
+
+  // Policy: a named stack (SchedulerConfig::ForStack) and overrides.
+  std::string stack = "toposched";
+  int64_t default_time_limit_s = 24 * 3600;
+  int64_t default_checkpoint_interval_s = 30 * 60;
+  int64_t preempt_grace_s = 120;
+  bool backfill = true;
+  bool preemption = true;
+
+  // The SchedulerConfig these settings give: the stack with the overrides,
+  // nodes down until registered, liveness tracked by the daemon.
+  core::Result<core::SchedulerConfig> SchedulerConfig() const;
+};
+
+// Applies the file's settings over config. path names the file in errors.
+core::Status ApplyConfigText(std::string_view text, const std::string& path, DaemonConfig& config);
+core::Status ApplyConfigFile(const std::string& path, DaemonConfig& config);
+
+// "HOST:PORT" -> host and port; "[::1]:8443" for IPv6.
+core::Status ParseListen(std::string_view text, DaemonConfig& config);
+
+// $XDG_DATA_HOME/toposched, else $HOME/.local/share/toposched.
+std::string DefaultStateDir();
+
+// The policy part of the config as JSON text (kept in the store's meta: a
+// replay uses the policy the log was written with).
+std::string PolicyJson(const DaemonConfig& config);
+core::Status ApplyPolicyJson(std::string_view json, DaemonConfig& config);
+
+}  // namespace topo::daemon

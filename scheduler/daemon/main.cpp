@@ -1,0 +1,168 @@
+// topo-scheduler: the toposched daemon.
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "daemon/config.hpp"
+#include "daemon/metrics.hpp"
+#include "daemon/pki.hpp"
+#include "daemon/server.hpp"
+#include "daemon/service.hpp"
+
+namespace {
+
+using topo::core::Status;
+namespace daemon = topo::daemon;
+
+int Fail(const std::string& message) {
+  std::cerr << "topo-scheduler: " << message << "\n";
+  return 1;
+}
+
+Status MakeStateDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Error("cannot create state directory " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+  return Status::Ok();
+}
+
+// Holds an exclusive lock on DIR/lock for the life of the process: one
+// daemon per state directory.
+Status LockStateDir(const std::string& dir) {
+  const std::string path = dir + "/lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    (void)!::read(fd, pid, sizeof pid - 1);
+    return Status::Error("another topo-scheduler (pid " + std::string(pid) +
+                         ") is using state directory " + dir + "; stop it or use --state-dir");
+  }
+  const std::string me = std::to_string(::getpid());
+  (void)!::ftruncate(fd, 0);
+  (void)!::pwrite(fd, me.data(), me.size(), 0);
+  return Status::Ok();  // fd stays open: the lock lives as long as the process
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "topo-scheduler - the toposched daemon: topology-aware gang scheduling over an HTTPS API.\n\n"
+      "With no configuration it keeps its state in ~/.local/share/toposched (a SQLite file, a\n"
+      "CA and server certificate it creates on first start, and the first admin token, printed\n"
+      "once and saved to STATE_DIR/admin-token) and listens on https://127.0.0.1:8443.\n\n"
+      "Examples:\n"
+      "  topo-scheduler\n"
+      "  topo-scheduler --state-dir /var/lib/toposched --listen 0.0.0.0:8443\n"
+      "  topo-scheduler --config /etc/toposched/topo-scheduler.conf\n"
+      "  topo-scheduler ca issue --node n17 --out /etc/toposched/agent\n",
+      "topo-scheduler"};
+  app.set_version_flag("--version", "topo-scheduler 0.1.0");
+  std::string config_file, state_dir, listen;
+  app.add_option("--config", config_file, "settings file (packaging/topo-scheduler.conf)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--state-dir", state_dir, "state directory (default ~/.local/share/toposched)");
+  app.add_option("--listen", listen, "HOST:PORT to serve HTTPS on (default 127.0.0.1:8443)");
+
+  CLI::App* ca = app.add_subcommand("ca", "the daemon's certificate authority");
+  CLI::App* issue = ca->add_subcommand("issue", "sign a client certificate for a node's agent");
+  std::string node, out_dir;
+  issue->add_option("--node", node, "node name (the certificate's CN)")->required();
+  issue->add_option("--out", out_dir, "directory for NODE.pem and NODE-key.pem (default .)");
+  ca->require_subcommand(1);
+
+  CLI11_PARSE(app, argc, argv);
+
+  daemon::DaemonConfig config;
+  if (!config_file.empty()) {
+    if (Status s = daemon::ApplyConfigFile(config_file, config); !s.ok()) return Fail(s.message());
+  }
+  if (!state_dir.empty()) config.state_dir = state_dir;
+  if (config.state_dir.empty()) config.state_dir = daemon::DefaultStateDir();
+  if (!listen.empty()) {
+    if (Status s = daemon::ParseListen(listen, config); !s.ok()) return Fail(s.message());
+  }
+  if (Status s = MakeStateDir(config.state_dir); !s.ok()) return Fail(s.message());
+  topo::core::Result<daemon::PkiPaths> pki =
+      daemon::EnsurePki(config.state_dir, config.server_names);
+  if (!pki.ok()) return Fail(pki.message());
+
+  if (*issue) {
+    const std::string dir = out_dir.empty() ? "." : out_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string cert = dir + "/" + node + ".pem", key = dir + "/" + node + "-key.pem";
+    if (Status s = daemon::IssueCertificate(pki.value(), node, {node}, /*client=*/true, cert, key);
+        !s.ok()) {
+      return Fail(s.message());
+    }
+    std::cout << "wrote " << cert << " and " << key << " (CA " << pki.value().ca_cert << ")\n";
+    return 0;
+  }
+
+  if (Status s = LockStateDir(config.state_dir); !s.ok()) return Fail(s.message());
+  daemon::Metrics metrics;
+  topo::core::Result<std::unique_ptr<daemon::Service>> service =
+      daemon::Service::Open(config, &metrics, NowMs());
+  if (!service.ok()) return Fail(service.message());
+  const daemon::Service& svc = *service.value();
+  if (svc.first_admin_token()) {
+    const std::string path = config.state_dir + "/admin-token";
+    if (Status s = daemon::WriteFileAtomic(path, *svc.first_admin_token() + "\n", 0600); !s.ok()) {
+      return Fail(s.message());
+    }
+    std::cout << "First start: created user admin (cluster-admin). Its token, shown once, is\n  "
+              << *svc.first_admin_token() << "\nand is saved in " << path << " (mode 0600).\n";
+  }
+  if (svc.replay_report().events > 0) {
+    std::cerr << "topo-scheduler: rebuilt the scheduler from " << svc.replay_report().events
+              << " logged events";
+    if (svc.replay_report().diverged > 0) {
+      std::cerr << " (" << svc.replay_report().diverged
+                << " decided differently by this build, first at seq "
+                << svc.replay_report().first_diverged_seq << ")";
+    }
+    std::cerr << "\n";
+  }
+
+  daemon::Server server(config, *service.value(), metrics);
+  const std::string cert = config.tls_cert.empty() ? pki.value().server_cert : config.tls_cert;
+  const std::string key = config.tls_key.empty() ? pki.value().server_key : config.tls_key;
+  if (Status s = server.Listen(cert, key); !s.ok()) return Fail(s.message());
+  const std::string host = config.listen_host.find(':') != std::string::npos
+                               ? "[" + config.listen_host + "]"
+                               : config.listen_host;
+  const std::string url = "https://" + host + ":" + std::to_string(server.port());
+  if (Status s = daemon::WriteFileAtomic(config.state_dir + "/endpoint", url + "\n", 0644);
+      !s.ok()) {
+    return Fail(s.message());
+  }
+  std::cout << "topo-scheduler listening on " << url << " (CA " << pki.value().ca_cert << ", state "
+            << config.state_dir << ")\n";
+  if (!svc.has_topology()) {
+    std::cout << "No topology yet: import one with `topo topology import FILE`.\n";
+  }
+  std::cout << "Dashboard: " << url << "/#token=<your token>" << std::endl;
+  Status run = server.Run();
+  if (!run.ok()) return Fail(run.message());
+  return 0;
+}

@@ -1,0 +1,94 @@
+#pragma once
+// The daemon's application layer: every /v1 route, authentication, roles,
+// validation and the group commit, independent of the network.
+//
+// One owner (the server's strand) calls it; nothing here is thread safe
+// except Metrics. For each group of requests the server does:
+//
+//   for each request: response[i] = service.Handle(request[i], now)
+//   service.Commit()            one SQLite transaction, one fsync
+//   then sends the responses    (never before Commit returned Ok)
+//
+// Handle steps SchedulerCore at once (so a submission's answer carries the
+// job's state after its first scheduling pass) and stages the log entries;
+// Commit writes them. If Commit fails, the core is ahead of the log: the
+// server answers 503 to the whole group and stops; a restart rebuilds the
+// core from the log, which holds exactly what was acknowledged.
+//
+// The API is docs/api.md.
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/metrics.hpp"
+#include "store/store.hpp"
+#include "topo/core/scheduler.hpp"
+#include "topo/core/topology.hpp"
+
+namespace topo::daemon {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // "/v1/jobs?all=1"
+  std::string authorization;
+  std::string content_type;
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string route;  // the matched route pattern, for metrics
+};
+
+struct UtilizationSample {
+  core::TimeMs time_ms = 0;
+  int allocated = 0;
+  int total = 0;
+};
+
+struct ServiceState;  // service_internal.hpp
+
+class Service {
+ public:
+  // Opens STATE_DIR/topo.db, rebuilds the core from the log (with the policy
+  // and topology kept in meta), reconciles tenants, and on a fresh store
+  // creates the user "admin" (cluster-admin, tenant default).
+  static core::Result<std::unique_ptr<Service>> Open(const DaemonConfig& config, Metrics* metrics,
+                                                     core::TimeMs now);
+  ~Service();
+
+  // A token for "admin", made on the first start only (nullopt otherwise):
+  // the caller writes it to STATE_DIR/admin-token and prints it once.
+  const std::optional<std::string>& first_admin_token() const;
+
+  HttpResponse Handle(const HttpRequest& request, core::TimeMs now);
+  // Writes the staged entries in one transaction (nothing staged: Ok).
+  core::Status Commit();
+  size_t staged() const;
+
+  // Steps a Tick when the core's next wakeup has come; stages its entries.
+  void Tick(core::TimeMs now);
+  // When the next Tick is due (kNever: nothing scheduled).
+  core::TimeMs NextWakeup() const;
+  void SampleUtilization(core::TimeMs now);
+
+  // What the startup replay did (for the log line).
+  const store::ReplayReport& replay_report() const;
+  bool has_topology() const;
+
+ private:
+  explicit Service(std::unique_ptr<ServiceState> state);
+  std::unique_ptr<ServiceState> s_;
+};
+
+}  // namespace topo::daemon

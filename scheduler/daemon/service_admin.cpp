@@ -1,0 +1,765 @@
+// /v1 nodes, tenants, users, tokens, topology, events, cluster; /metrics.
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include "daemon/service_internal.hpp"
+#include "topo/common/event_json.hpp"
+#include "topo/common/hostlist.hpp"
+#include "topo/common/topology_io.hpp"
+
+namespace topo::daemon {
+namespace {
+
+using core::JobId;
+using core::NodeId;
+using core::Result;
+using core::Status;
+
+HttpResponse StoreFailed(const Status& s) { return Error(503, "the store failed: " + s.message()); }
+
+HttpResponse AdminOnly(std::string_view what) {
+  return Error(403, std::string(what) + " needs a cluster-admin token");
+}
+
+std::optional<int64_t> QueryInt(const Route& route, const std::string& key, int64_t lo, int64_t hi,
+                                int64_t fallback, HttpResponse& error) {
+  auto it = route.query.find(key);
+  if (it == route.query.end()) return fallback;
+  int64_t v = 0;
+  const std::string& t = it->second;
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc() || p != t.data() + t.size() || v < lo || v > hi) {
+    error = Error(
+        400, key + " must be a whole number in " + std::to_string(lo) + ".." + std::to_string(hi),
+        key);
+    return std::nullopt;
+  }
+  return v;
+}
+
+// GPU -> job id for every running job (0: free; -1: a job outside the
+// caller's scope).
+std::vector<std::vector<JobId>> GpuJobs(const ServiceState& s, const Caller& caller) {
+  const core::Topology& topo = *s.topology;
+  std::vector<std::vector<JobId>> out(topo.node_count());
+  for (NodeId n = 0; n < topo.node_count(); ++n) out[n].assign(topo.node(n).gpus, 0);
+  for (const auto& [id, j] : s.core->jobs()) {
+    if (j.ranks.empty()) continue;
+    const JobId shown = caller.InScope(j.request.tenant) ? id : -1;
+    for (const core::GpuSlot& slot : j.ranks) out[slot.node][slot.gpu] = shown;
+  }
+  return out;
+}
+
+Json NodeView(const ServiceState& s, NodeId n, const std::vector<JobId>& gpu_jobs) {
+  const core::Topology& topo = *s.topology;
+  const core::ClusterState& cluster = s.core->cluster();
+  const core::Node& node = topo.node(n);
+  Json health = Json::array();
+  for (int g = 0; g < node.gpus; ++g)
+    health.push_back(core::GpuHealthName(cluster.gpu_health(n, g)));
+  auto it = s.node_reason.find(node.name);
+  const core::NodeState state = cluster.node_state(n);
+  std::string reason = it != s.node_reason.end() ? it->second : "";
+  if (reason.empty() && state == core::NodeState::kDown) {
+    reason = "not registered: an agent or `topo resume` brings it up";
+  }
+  return Json{{"name", node.name},
+              {"state", core::NodeStateName(state)},
+              {"reason", reason},
+              {"gpus", node.gpus},
+              {"free", std::popcount(cluster.usable_free_mask(n))},
+              {"hbd", topo.domain(topo.Ancestor(n, topo.hbd_tier())).name},
+              {"leaf", topo.domain(topo.Ancestor(n, topo.leaf_tier())).name},
+              {"pod", topo.domain(topo.Ancestor(n, topo.pod_tier())).name},
+              {"gpu_health", std::move(health)},
+              {"gpu_jobs", gpu_jobs}};
+}
+
+Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
+  Json out = common::TenantConfigToJson(t);
+  int running = 0, queued = 0;
+  if (s.core != nullptr) {
+    for (const auto& [id, j] : s.core->jobs()) {
+      if (j.request.tenant != t.name) continue;
+      if (j.state == core::JobState::kRunning || j.state == core::JobState::kPreempting) {
+        ++running;
+      } else if (j.state == core::JobState::kQueued) {
+        ++queued;
+      }
+    }
+  }
+  out["usage_gpus"] = s.core != nullptr ? s.core->TenantUsage(t.name) : 0;
+  out["running_jobs"] = running;
+  out["queued_jobs"] = queued;
+  return out;
+}
+
+Json UserView(const store::User& u) {
+  return Json{{"name", u.name},
+              {"tenant", u.tenant},
+              {"role", store::RoleName(u.role)},
+              {"created_ms", u.created_ms}};
+}
+
+// May caller manage (create tokens for, delete) user u?
+bool Manages(const Caller& caller, const store::User& u) {
+  if (caller.cluster_admin()) return true;
+  if (caller.user.role == store::Role::kTenantAdmin) {
+    return u.role != store::Role::kClusterAdmin && caller.InScope(u.tenant);
+  }
+  return u.name == caller.user.name;
+}
+
+bool TenantExists(ServiceState& s, const std::string& name) {
+  if (name == "default") return true;
+  if (s.core != nullptr) return s.core->tenant(name) != nullptr;
+  Result<std::vector<core::TenantConfig>> all = s.store->ListTenants();
+  if (!all.ok()) return false;
+  return std::any_of(all.value().begin(), all.value().end(),
+                     [&](const core::TenantConfig& t) { return t.name == name; });
+}
+
+void Audit(ServiceState& s, const Caller& caller, std::string_view action, const Json& detail) {
+  (void)s.store->AppendAudit(s.now, s.Actor(caller), action, detail.dump());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- nodes
+
+HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& route) {
+  const auto& p = route.path;
+  const std::string& m = route.method();
+  if (s.core == nullptr) return s.NoTopology();
+  const core::Topology& topo = *s.topology;
+  if (p.size() == 1) {
+    if (m != "GET") return Error(405, "use GET /v1/nodes");
+    std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
+    Json nodes = Json::array();
+    for (NodeId n = 0; n < topo.node_count(); ++n) nodes.push_back(NodeView(s, n, jobs[n]));
+    return JsonResponse(200, Json{{"nodes", std::move(nodes)}});
+  }
+  if (p.size() == 2 && m == "POST" && (p[1] == "drain" || p[1] == "resume")) {
+    HttpResponse r;
+    if (!caller.cluster_admin()) return AdminOnly("draining or resuming nodes");
+    Body b = ParseBody(*route.request, false);
+    if (b.error) return *b.error;
+    if (auto e = UnknownField(b.json, {"nodes", "reason"})) return *e;
+    auto nodes_it = b.json.find("nodes");
+    if (nodes_it == b.json.end() || !nodes_it->is_string() ||
+        nodes_it->get<std::string>().empty()) {
+      return Error(400, "nodes must be a hostlist string such as \"n[0-15],n20\"", "nodes");
+    }
+    std::string reason;
+    if (auto it = b.json.find("reason"); it != b.json.end()) {
+      if (!it->is_string() || it->get<std::string>().size() > 1000) {
+        return Error(400, "reason must be a string of at most 1000 bytes", "reason");
+      }
+      reason = it->get<std::string>();
+    }
+    Result<std::vector<std::string>> names =
+        common::ExpandHostlist(nodes_it->get<std::string>(), 100000);
+    if (!names.ok()) return Error(400, "nodes: " + names.message(), "nodes");
+    std::vector<NodeId> ids;
+    for (const std::string& name : names.value()) {
+      const NodeId n = topo.FindNode(name);
+      if (n < 0) {
+        return Error(400,
+                     "nodes: no node named \"" + name.substr(0, 100) +
+                         "\" in the topology; nothing was changed (`topo nodes` lists them)",
+                     "nodes");
+      }
+      ids.push_back(n);
+    }
+    const bool drain = p[1] == "drain";
+    if (drain && reason.empty()) reason = "drained by " + caller.user.name;
+    if (!drain && reason.empty()) reason = "resumed by " + caller.user.name;
+    for (NodeId n : ids) {
+      s.Step(core::NodeStateRequested{n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
+                                      reason},
+             s.Actor(caller));
+    }
+    std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
+    Json out = Json::array();
+    for (NodeId n : ids) out.push_back(NodeView(s, n, jobs[n]));
+    r = JsonResponse(200, Json{{"nodes", std::move(out)}});
+    r.route = "/v1/nodes/" + p[1];
+    return r;
+  }
+  if (p.size() == 2 && m == "GET") {
+    const NodeId n = topo.FindNode(p[1]);
+    if (n < 0) return Error(404, "no node named \"" + p[1].substr(0, 100) + "\"");
+    std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
+    Json out = NodeView(s, n, jobs[n]);
+    Result<std::vector<store::GpuHealthRow>> history = s.store->GpuHealthHistory(p[1]);
+    if (!history.ok()) return StoreFailed(history.status());
+    Json h = Json::array();
+    for (const store::GpuHealthRow& row : history.value()) {
+      h.push_back({{"seq", row.seq},
+                   {"gpu", row.gpu},
+                   {"health", core::GpuHealthName(row.health)},
+                   {"reason", row.reason},
+                   {"time_ms", row.time_ms}});
+    }
+    out["gpu_history"] = std::move(h);
+    HttpResponse r = JsonResponse(200, out);
+    r.route = "/v1/nodes/{name}";
+    return r;
+  }
+  return Error(p.size() == 2 ? 405 : 404,
+               "use GET /v1/nodes[/NAME], POST /v1/nodes/drain or POST /v1/nodes/resume");
+}
+
+// ---------------------------------------------------------------- tenants
+
+HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& route) {
+  const auto& p = route.path;
+  const std::string& m = route.method();
+  if (p.size() == 1) {
+    if (m != "GET") return Error(405, "use GET /v1/tenants, or PUT /v1/tenants/NAME");
+    Result<std::vector<core::TenantConfig>> all = s.store->ListTenants();
+    if (!all.ok()) return StoreFailed(all.status());
+    Json out = Json::array();
+    for (const core::TenantConfig& t : all.value()) {
+      if (!caller.InScope(t.name)) continue;
+      const core::TenantConfig* live = s.core != nullptr ? s.core->tenant(t.name) : nullptr;
+      out.push_back(TenantView(s, live != nullptr ? *live : t));
+    }
+    return JsonResponse(200, Json{{"tenants", std::move(out)}});
+  }
+  std::string name;
+  for (size_t i = 1; i < p.size(); ++i) name += (i > 1 ? "/" : "") + p[i];
+  if (!ValidTenantName(name)) {
+    return Error(400, "\"" + name.substr(0, 130) +
+                          "\" is not a tenant name: segments of a-z 0-9 _ . - (starting with a "
+                          "letter or digit) joined by /, at most 8 deep and 128 bytes");
+  }
+  HttpResponse r;
+  if (m == "GET") {
+    if (!caller.InScope(name) || !TenantExists(s, name)) {
+      return Error(404, "no tenant " + name + " that you can see");
+    }
+    const core::TenantConfig* live = s.core != nullptr ? s.core->tenant(name) : nullptr;
+    core::TenantConfig t = live != nullptr ? *live : core::TenantConfig{name};
+    r = JsonResponse(200, TenantView(s, t));
+  } else if (m == "PUT") {
+    if (!caller.cluster_admin()) return AdminOnly("setting tenants and quotas");
+    if (s.core == nullptr) return s.NoTopology();
+    Body b = ParseBody(*route.request, false);
+    if (b.error) return *b.error;
+    const Json& body = b.json;
+    if (auto e = UnknownField(body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus",
+                                     "max_running_jobs", "shares"})) {
+      return *e;
+    }
+    const core::TenantConfig* live = s.core->tenant(name);
+    core::TenantConfig t = live != nullptr ? *live : core::TenantConfig{name};
+    int64_t v = 0;
+    const int64_t kMax = 100'000'000;
+    if (body.contains("guaranteed_gpus")) {
+      if (auto e = IntField(body, "guaranteed_gpus", 0, kMax, v)) return *e;
+      t.guaranteed_gpus = static_cast<int>(v);
+    }
+    if (body.contains("borrow_limit_gpus")) {
+      if (auto e = IntField(body, "borrow_limit_gpus", -1, kMax, v)) return *e;
+      t.borrow_limit_gpus = static_cast<int>(v);
+    }
+    if (body.contains("max_job_gpus")) {
+      if (auto e = IntField(body, "max_job_gpus", 0, kMax, v)) return *e;
+      t.max_job_gpus = static_cast<int>(v);
+    }
+    if (body.contains("max_running_jobs")) {
+      if (auto e = IntField(body, "max_running_jobs", 0, kMax, v)) return *e;
+      t.max_running_jobs = static_cast<int>(v);
+    }
+    if (auto it = body.find("shares"); it != body.end()) {
+      if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1e6) {
+        return Error(400, "shares must be a number in (0, 1000000]", "shares");
+      }
+      t.shares = it->get<double>();
+    }
+    s.Step(core::TenantConfigured{t}, s.Actor(caller));
+    r = JsonResponse(live != nullptr ? 200 : 201, TenantView(s, *s.core->tenant(name)));
+  } else {
+    return Error(405, "use GET or PUT /v1/tenants/NAME");
+  }
+  r.route = "/v1/tenants/{name}";
+  return r;
+}
+
+// ---------------------------------------------------------------- users
+
+HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& route) {
+  const auto& p = route.path;
+  const std::string& m = route.method();
+  if (p.size() == 1 && m == "GET") {
+    Result<std::vector<store::User>> users = s.store->ListUsers();
+    if (!users.ok()) return StoreFailed(users.status());
+    Json out = Json::array();
+    for (const store::User& u : users.value()) {
+      if (Manages(caller, u) || (caller.admin() && caller.InScope(u.tenant))) {
+        out.push_back(UserView(u));
+      }
+    }
+    return JsonResponse(200, Json{{"users", std::move(out)}});
+  }
+  if (p.size() == 1 && m == "POST") {
+    if (!caller.admin()) return Error(403, "creating users needs a tenant-admin or cluster-admin");
+    Body b = ParseBody(*route.request, false);
+    if (b.error) return *b.error;
+    if (auto e = UnknownField(b.json, {"name", "tenant", "role"})) return *e;
+    for (const char* f : {"name", "tenant", "role"}) {
+      if (!b.json.contains(f) || !b.json[f].is_string()) {
+        return Error(400, std::string(f) + " is required and must be a string", f);
+      }
+    }
+    store::User u{b.json["name"], b.json["tenant"], store::Role::kUser, s.now};
+    if (!ValidUserName(u.name)) {
+      return Error(400, "name: user names are 1-64 of a-z 0-9 _ . - (and @ after the first)",
+                   "name");
+    }
+    if (!ValidTenantName(u.tenant)) return Error(400, "tenant: not a tenant name", "tenant");
+    std::optional<store::Role> role = store::ParseRole(b.json["role"].get<std::string>());
+    if (!role) return Error(400, "role must be user, tenant-admin or cluster-admin", "role");
+    u.role = *role;
+    if (!caller.cluster_admin() &&
+        (u.role == store::Role::kClusterAdmin || !caller.InScope(u.tenant))) {
+      return Error(403, "a tenant-admin creates users of role user or tenant-admin in tenant " +
+                            caller.user.tenant + " and its sub-tenants only");
+    }
+    if (!TenantExists(s, u.tenant)) {
+      return Error(400,
+                   "tenant " + u.tenant + " does not exist; create it with `topo quota set " +
+                       u.tenant + "`",
+                   "tenant");
+    }
+    Result<std::optional<store::User>> existing = s.store->GetUser(u.name);
+    if (!existing.ok()) return StoreFailed(existing.status());
+    if (existing.value()) return Error(409, "user " + u.name + " exists already");
+    if (Status st = s.store->CreateUser(u); !st.ok()) return StoreFailed(st);
+    Audit(s, caller, "user.create",
+          {{"user", u.name}, {"tenant", u.tenant}, {"role", store::RoleName(u.role)}});
+    s.auth_cache.clear();
+    return JsonResponse(201, UserView(u));
+  }
+  if (p.size() == 2 && m == "DELETE") {
+    HttpResponse r;
+    Result<std::optional<store::User>> u = s.store->GetUser(p[1]);
+    if (!u.ok()) return StoreFailed(u.status());
+    if (!u.value() || !caller.admin() || !Manages(caller, *u.value())) {
+      if (u.value() && !caller.admin()) return Error(403, "deleting users needs an admin");
+      return Error(404, "no user " + p[1].substr(0, 64) + " that you manage");
+    }
+    if (u.value()->name == caller.user.name) {
+      return Error(409, "you cannot delete yourself; another admin can");
+    }
+    if (Status st = s.store->DeleteUser(p[1]); !st.ok()) return StoreFailed(st);
+    Audit(s, caller, "user.delete", {{"user", p[1]}});
+    s.auth_cache.clear();
+    r = JsonResponse(200, UserView(*u.value()));
+    r.route = "/v1/users/{name}";
+    return r;
+  }
+  return Error(p.size() <= 2 ? 405 : 404, "use GET or POST /v1/users, or DELETE /v1/users/NAME");
+}
+
+// ---------------------------------------------------------------- tokens
+
+HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& route) {
+  const auto& p = route.path;
+  const std::string& m = route.method();
+  auto user_of = [&](const std::string& name) -> std::optional<store::User> {
+    Result<std::optional<store::User>> u = s.store->GetUser(name);
+    return u.ok() ? u.value() : std::nullopt;
+  };
+  if (p.size() == 1 && m == "GET") {
+    std::optional<std::string> only;
+    if (auto it = route.query.find("user"); it != route.query.end()) only = it->second;
+    Result<std::vector<store::TokenInfo>> tokens = s.store->ListTokens();
+    if (!tokens.ok()) return StoreFailed(tokens.status());
+    Json out = Json::array();
+    std::map<std::string, bool> manages;
+    for (const store::TokenInfo& t : tokens.value()) {
+      if (only && t.user != *only) continue;
+      if (!manages.count(t.user)) {
+        std::optional<store::User> u = user_of(t.user);
+        manages[t.user] = u && Manages(caller, *u);
+      }
+      if (!manages[t.user]) continue;
+      out.push_back(
+          {{"id", t.id}, {"user", t.user}, {"created_ms", t.created_ms}, {"revoked", t.revoked}});
+    }
+    return JsonResponse(200, Json{{"tokens", std::move(out)}});
+  }
+  if (p.size() == 1 && m == "POST") {
+    Body b = ParseBody(*route.request, true);
+    if (b.error) return *b.error;
+    if (auto e = UnknownField(b.json, {"user"})) return *e;
+    std::string name = caller.user.name;
+    if (auto it = b.json.find("user"); it != b.json.end()) {
+      if (!it->is_string()) return Error(400, "user must be a string", "user");
+      name = it->get<std::string>();
+    }
+    std::optional<store::User> u = user_of(name);
+    if (!u || !Manages(caller, *u)) {
+      if (u) return Error(403, "you may create tokens only for yourself or users you manage");
+      return Error(404, "no user " + name.substr(0, 64) + " that you manage", "user");
+    }
+    Result<store::IssuedToken> t = s.store->CreateToken(name, s.now);
+    if (!t.ok()) return StoreFailed(t.status());
+    Audit(s, caller, "token.create", {{"user", name}, {"id", t.value().id}});
+    return JsonResponse(201,
+                        Json{{"token", t.value().token}, {"id", t.value().id}, {"user", name}});
+  }
+  if (p.size() == 2 && m == "DELETE") {
+    const std::string& id = p[1];
+    const bool hex = id.size() >= 8 && id.size() <= 64 &&
+                     id.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) return Error(400, "a token id is 8 to 64 lowercase hex digits (topo token list)");
+    Result<std::vector<store::TokenInfo>> tokens = s.store->ListTokens();
+    if (!tokens.ok()) return StoreFailed(tokens.status());
+    std::vector<store::TokenInfo> hits;
+    for (const store::TokenInfo& t : tokens.value()) {
+      if (t.id.rfind(id.substr(0, std::min(id.size(), t.id.size())), 0) == 0) hits.push_back(t);
+    }
+    std::optional<store::User> u = hits.size() == 1 ? user_of(hits[0].user) : std::nullopt;
+    if (hits.empty() || (hits.size() == 1 && (!u || !Manages(caller, *u)))) {
+      return Error(404, "no token " + id + " that you manage");
+    }
+    if (hits.size() > 1) return Error(400, "token id " + id + " is ambiguous; give more digits");
+    if (Status st = s.store->RevokeToken(hits[0].id); !st.ok()) return StoreFailed(st);
+    Audit(s, caller, "token.revoke", {{"user", hits[0].user}, {"id", hits[0].id}});
+    s.auth_cache.clear();
+    HttpResponse r =
+        JsonResponse(200, Json{{"id", hits[0].id}, {"user", hits[0].user}, {"revoked", true}});
+    r.route = "/v1/tokens/{id}";
+    return r;
+  }
+  return Error(p.size() <= 2 ? 405 : 404, "use GET or POST /v1/tokens, or DELETE /v1/tokens/ID");
+}
+
+// ---------------------------------------------------------------- topology
+
+HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& route) {
+  const std::string& m = route.method();
+  if (route.path.size() != 1) return Error(404, "use /v1/topology");
+  if (m == "GET") {
+    if (s.topology == nullptr) return s.NoTopology();
+    std::string format = "json";
+    if (auto it = route.query.find("format"); it != route.query.end()) format = it->second;
+    if (format != "json" && format != "slurm") {
+      return Error(400, "format must be json or slurm", "format");
+    }
+    return JsonResponse(200,
+                        Json{{"format", format},
+                             {"content", format == "json" ? common::TopologyToJson(*s.topology)
+                                                          : common::TopologyToSlurm(*s.topology)}});
+  }
+  if (m != "PUT") return Error(405, "use GET or PUT /v1/topology");
+  if (!caller.cluster_admin()) return AdminOnly("importing a topology");
+  Body b = ParseBody(*route.request, false);
+  if (b.error) return *b.error;
+  if (auto e = UnknownField(b.json, {"format", "content", "gpus_per_node", "name"})) return *e;
+  if (!b.json.contains("content") || !b.json["content"].is_string()) {
+    return Error(400, "content is required: the topology file's text", "content");
+  }
+  const std::string content = b.json["content"];
+  int64_t gpus_per_node = 0;
+  if (auto e = IntField(b.json, "gpus_per_node", 1, 64, gpus_per_node)) return *e;
+  common::TopologyFormat format = common::SniffTopologyFormat(content);
+  if (auto it = b.json.find("format"); it != b.json.end()) {
+    Result<common::TopologyFormat> f =
+        it->is_string() ? common::ParseTopologyFormat(it->get<std::string>())
+                        : Result<common::TopologyFormat>(Status::Error("not a string"));
+    if (!f.ok()) return Error(400, "format must be json, slurm or crux", "format");
+    format = f.value();
+  }
+  Result<core::Topology> parsed = Status::Error("unparsed");
+  switch (format) {
+    case common::TopologyFormat::kJson:
+      parsed = common::ParseTopologyJson(content);
+      break;
+    case common::TopologyFormat::kSlurm: {
+      common::SlurmTopologyOptions o;
+      if (gpus_per_node > 0) o.gpus_per_node = static_cast<int>(gpus_per_node);
+      parsed = common::ParseSlurmTopology(content, o);
+      break;
+    }
+    case common::TopologyFormat::kCrux:
+      parsed = common::ParseCruxCsv(content, gpus_per_node > 0 ? int(gpus_per_node) : 8);
+      break;
+  }
+  if (!parsed.ok()) return Error(400, "content: " + parsed.message(), "content");
+  if (s.core != nullptr) {
+    for (const auto& [id, j] : s.core->jobs()) {
+      if (!core::IsTerminal(j.state)) {
+        return Error(409, "job " + std::to_string(id) + " is " +
+                              std::string(core::JobStateName(j.state)) +
+                              "; a topology is imported only while no job is queued, held or "
+                              "running (cancel them first)");
+      }
+    }
+  }
+  // Write what the old topology's core staged, then start the new epoch.
+  if (s.core != nullptr) {
+    if (Status c = s.store->Append(*s.topology, s.staged).status(); !c.ok()) {
+      return StoreFailed(c);
+    }
+    s.staged.clear();
+  }
+  auto topology = std::make_unique<core::Topology>(std::move(parsed).value());
+  const std::pair<std::string, std::string> meta[] = {
+      {"topology", common::TopologyToJson(*topology)},
+      {"topology_from_seq", std::to_string(s.store->LastSeq() + 1)}};
+  if (Status st = s.store->SetMetas(meta); !st.ok()) return StoreFailed(st);
+  s.core.reset();
+  s.topology = std::move(topology);
+  BuildCore(s);
+  s.node_reason.clear();
+  Result<std::vector<core::TenantConfig>> tenants = s.store->ListTenants();
+  if (!tenants.ok()) return StoreFailed(tenants.status());
+  for (const core::TenantConfig& t : tenants.value()) {
+    if (t.name != "default" ||
+        common::TenantConfigToJson(t) != common::TenantConfigToJson(*s.core->tenant("default"))) {
+      s.Step(core::TenantConfigured{t}, s.Actor(caller));
+    }
+  }
+  const core::Topology& topo = *s.topology;
+  Json summary = {
+      {"name", topo.name()},
+      {"nodes", topo.node_count()},
+      {"gpus", topo.total_gpus()},
+      {"hbds", topo.tier_size(topo.hbd_tier())},
+      {"leaves", topo.tier_size(topo.leaf_tier())},
+      {"pods", topo.pod_tier() < topo.tier_count() ? topo.tier_size(topo.pod_tier()) : 1}};
+  Audit(s, caller, "topology.import", summary);
+  return JsonResponse(200, summary);
+}
+
+// ---------------------------------------------------------------- events
+
+HttpResponse HandleEvents(ServiceState& s, const Caller& caller, const Route& route) {
+  if (route.method() != "GET") return Error(405, "use GET");
+  if (route.path.size() != 1) return Error(404, "use /v1/events or /v1/audit");
+  HttpResponse err;
+  std::optional<int64_t> after = QueryInt(route, "after", 0, INT64_MAX, 0, err);
+  if (!after) return err;
+  std::optional<int64_t> limit = QueryInt(route, "limit", 1, 10000, 1000, err);
+  if (!limit) return err;
+  if (route.path[0] == "audit") {
+    if (!caller.cluster_admin()) return AdminOnly("the audit log");
+    Result<std::vector<store::AuditRow>> rows = s.store->ListAudit(*after, int(*limit));
+    if (!rows.ok()) return StoreFailed(rows.status());
+    Json out = Json::array();
+    for (const store::AuditRow& a : rows.value()) {
+      out.push_back({{"seq", a.seq},
+                     {"time_ms", a.time_ms},
+                     {"actor", a.actor},
+                     {"action", a.action},
+                     {"detail", Json::parse(a.detail, nullptr, false)}});
+    }
+    return JsonResponse(200, Json{{"audit", std::move(out)}});
+  }
+  store::EventQuery q;
+  q.after_seq = *after;
+  q.limit = static_cast<int>(*limit);
+  if (route.query.count("job")) {
+    std::optional<int64_t> job = QueryInt(route, "job", 1, INT64_MAX, 0, err);
+    if (!job) return err;
+    std::optional<std::string> tenant = s.JobTenant(*job);
+    if (!tenant || !caller.InScope(*tenant)) {
+      return Error(404, "no job " + std::to_string(*job) + " that you can see");
+    }
+    q.job = *job;
+  }
+  std::map<JobId, bool> visible;
+  auto can_see = [&](const Json& body) {
+    if (caller.cluster_admin() || q.job) return true;
+    std::vector<JobId> ids;
+    if (body.contains("event") && body["event"].contains("id")) ids.push_back(body["event"]["id"]);
+    for (const Json& c : body.value("commands", Json::array())) {
+      if (c.contains("id")) ids.push_back(c["id"]);
+    }
+    for (JobId id : ids) {
+      if (!visible.count(id)) {
+        std::optional<std::string> t = s.JobTenant(id);
+        visible[id] = t && caller.InScope(*t);
+      }
+      if (visible[id]) return true;
+    }
+    return false;
+  };
+  Json out = Json::array();
+  int64_t scanned_to = *after;
+  // Non-admins page through the log until they have `limit` visible events
+  // (at most 20 pages per request).
+  for (int page = 0; page < 20 && static_cast<int64_t>(out.size()) < *limit; ++page) {
+    q.after_seq = scanned_to;
+    Result<std::vector<store::RawEvent>> events = s.store->ListEvents(q);
+    if (!events.ok()) return StoreFailed(events.status());
+    if (events.value().empty()) break;
+    for (const store::RawEvent& e : events.value()) {
+      scanned_to = e.seq;
+      Json body = Json::parse(e.body, nullptr, false);
+      if (!body.is_object() || !can_see(body)) continue;
+      out.push_back({{"seq", e.seq},
+                     {"time_ms", e.time_ms},
+                     {"actor", e.actor},
+                     {"event", body["event"]},
+                     {"commands", body["commands"]}});
+      if (static_cast<int64_t>(out.size()) == *limit) break;
+    }
+  }
+  return JsonResponse(200, Json{{"events", std::move(out)},
+                                {"scanned_to", scanned_to},
+                                {"last_seq", s.store->LastSeq()}});
+}
+
+// ---------------------------------------------------------------- cluster
+
+namespace {
+
+struct GpuCounts {
+  int total = 0, allocated = 0, failed = 0, unavailable = 0, free = 0;
+};
+
+GpuCounts CountGpus(const ServiceState& s) {
+  GpuCounts c;
+  const core::ClusterState& cluster = s.core->cluster();
+  for (NodeId n = 0; n < s.topology->node_count(); ++n) {
+    const int gpus = cluster.node_gpus(n);
+    const int busy = std::popcount(cluster.busy_mask(n));
+    const int failed = std::popcount(cluster.failed_mask(n) & ~cluster.busy_mask(n));
+    c.total += gpus;
+    c.allocated += busy;
+    c.failed += failed;
+    if (cluster.NodeAcceptsWork(n)) {
+      c.free += gpus - busy - failed;
+    } else {
+      c.unavailable += gpus - busy - failed;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+HttpResponse HandleCluster(ServiceState& s, const Caller& caller, const Route& route) {
+  if (route.method() != "GET") return Error(405, "use GET");
+  if (route.path.size() != 1) return Error(404, "no such route");
+  const std::string& what = route.path[0];
+  if (what == "whoami") {
+    return JsonResponse(200, Json{{"user", caller.user.name},
+                                  {"tenant", caller.user.tenant},
+                                  {"role", store::RoleName(caller.user.role)}});
+  }
+  if (what == "utilization") {
+    Json samples = Json::array();
+    for (const UtilizationSample& u : s.utilization) {
+      samples.push_back({{"time_ms", u.time_ms}, {"allocated", u.allocated}, {"total", u.total}});
+    }
+    return JsonResponse(200, Json{{"samples", std::move(samples)}});
+  }
+  if (s.core == nullptr) {
+    return JsonResponse(200, Json{{"topology", nullptr},
+                                  {"gpus", nullptr},
+                                  {"jobs", nullptr},
+                                  {"last_seq", s.store->LastSeq()}});
+  }
+  const core::Topology& topo = *s.topology;
+  Json tiers = Json::array();
+  for (int t = 0; t < topo.tier_count(); ++t) tiers.push_back(topo.tier(t).name);
+  GpuCounts g = CountGpus(s);
+  int queued = 0, running = 0, held = 0;
+  for (const auto& [id, j] : s.core->jobs()) {
+    if (!caller.InScope(j.request.tenant)) continue;
+    queued += j.state == core::JobState::kQueued;
+    held += j.state == core::JobState::kHeld;
+    running += j.state == core::JobState::kRunning || j.state == core::JobState::kPreempting;
+  }
+  return JsonResponse(200,
+                      Json{{"topology",
+                            {{"name", topo.name()},
+                             {"tiers", tiers},
+                             {"hbd_tier", topo.tier(topo.hbd_tier()).name},
+                             {"leaf_tier", topo.tier(topo.leaf_tier()).name},
+                             {"nodes", topo.node_count()}}},
+                           {"gpus",
+                            {{"total", g.total},
+                             {"allocated", g.allocated},
+                             {"free", g.free},
+                             {"failed", g.failed},
+                             {"unavailable", g.unavailable}}},
+                           {"jobs", {{"queued", queued}, {"running", running}, {"held", held}}},
+                           {"last_seq", s.store->LastSeq()}});
+}
+
+std::string RenderMetrics(ServiceState& s, const Caller& caller) {
+  std::string out;
+  if (s.metrics != nullptr) s.metrics->Render(out);
+  out += "# HELP topo_event_log_seq The newest event in the durable log.\n";
+  out += "# TYPE topo_event_log_seq gauge\ntopo_event_log_seq " +
+         std::to_string(s.store->LastSeq()) + "\n";
+  if (s.core == nullptr) return out;
+  const core::Topology& topo = *s.topology;
+  GpuCounts g = CountGpus(s);
+  out += "# HELP topo_gpus GPUs in the cluster by state.\n# TYPE topo_gpus gauge\n";
+  for (auto [state, n] : {std::pair<const char*, int>{"allocated", g.allocated},
+                          {"free", g.free},
+                          {"failed", g.failed},
+                          {"unavailable", g.unavailable}}) {
+    out += std::string("topo_gpus{state=\"") + state + "\"} " + std::to_string(n) + "\n";
+  }
+  const core::ClusterState& cluster = s.core->cluster();
+  out += "# HELP topo_domain_gpus GPUs per domain of each tier above the HBD, by state.\n";
+  out += "# TYPE topo_domain_gpus gauge\n";
+  for (int t = topo.leaf_tier(); t < topo.tier_count(); ++t) {
+    if (topo.tier_size(t) > 4096) continue;
+    const std::string tier = PromLabel(topo.tier(t).name);
+    for (int i = 0; i < topo.tier_size(t); ++i) {
+      const core::DomainId d = topo.tier_first(t) + i;
+      const std::string labels = "tier=" + tier + ",domain=" + PromLabel(topo.domain(d).name);
+      out += "topo_domain_gpus{" + labels + ",state=\"allocated\"} " +
+             std::to_string(cluster.busy_gpus(d)) + "\n";
+      out += "topo_domain_gpus{" + labels + ",state=\"free\"} " +
+             std::to_string(cluster.free_gpus(d)) + "\n";
+      out += "topo_domain_gpus{" + labels + ",state=\"failed\"} " +
+             std::to_string(cluster.failed_gpus(d)) + "\n";
+    }
+  }
+  std::map<std::string, std::map<std::string, int>> per_tenant;  // tenant -> state -> jobs
+  for (const auto& [id, j] : s.core->jobs()) {
+    if (!caller.InScope(j.request.tenant)) continue;
+    per_tenant[j.request.tenant][std::string(core::JobStateName(j.state))] += 1;
+  }
+  out += "# HELP topo_queue_depth Queued jobs per tenant.\n# TYPE topo_queue_depth gauge\n";
+  for (const auto& [tenant, states] : per_tenant) {
+    auto it = states.find("queued");
+    out += "topo_queue_depth{tenant=" + PromLabel(tenant) + "} " +
+           std::to_string(it == states.end() ? 0 : it->second) + "\n";
+  }
+  out += "# HELP topo_jobs Jobs per tenant and state (not yet finished).\n";
+  out += "# TYPE topo_jobs gauge\n";
+  for (const auto& [tenant, states] : per_tenant) {
+    for (const auto& [state, n] : states) {
+      out += "topo_jobs{tenant=" + PromLabel(tenant) + ",state=" + PromLabel(state) + "} " +
+             std::to_string(n) + "\n";
+    }
+  }
+  std::map<std::string, int> node_states;
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    node_states[std::string(core::NodeStateName(cluster.node_state(n)))] += 1;
+  }
+  out += "# HELP topo_nodes Nodes by state.\n# TYPE topo_nodes gauge\n";
+  for (const auto& [state, n] : node_states) {
+    out += "topo_nodes{state=" + PromLabel(state) + "} " + std::to_string(n) + "\n";
+  }
+  return out;
+}
+
+}  // namespace topo::daemon

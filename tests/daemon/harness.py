@@ -1,0 +1,163 @@
+"""A real topo-scheduler on loopback for the daemon tests.
+
+Daemon(bin) starts `topo-scheduler --state-dir TMP --listen 127.0.0.1:0`,
+waits for TMP/endpoint, and talks to it over real TLS, trusting TMP/ca.pem.
+Standard library only (run with /usr/bin/python3).
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+
+
+class Daemon:
+    def __init__(self, binary, state_dir=None, config=None, extra_args=()):
+        self.binary = binary
+        self.own_dir = state_dir is None
+        self.state_dir = state_dir or tempfile.mkdtemp(prefix="topo-daemon-")
+        self.config = config
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.url = None
+        self.log_path = os.path.join(self.state_dir, "daemon.log")
+
+    # ---- lifecycle
+    def start(self, timeout=20):
+        endpoint = os.path.join(self.state_dir, "endpoint")
+        if os.path.exists(endpoint):
+            os.unlink(endpoint)
+        args = [self.binary, "--state-dir", self.state_dir, "--listen", "127.0.0.1:0"]
+        if self.config:
+            path = os.path.join(self.state_dir, "test.conf")
+            with open(path, "w") as f:
+                f.write(self.config)
+            args += ["--config", path]
+        args += self.extra_args
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("topo-scheduler exited with %s:\n%s" % (self.proc.returncode, self.log()))
+            if os.path.exists(endpoint):
+                with open(endpoint) as f:
+                    self.url = f.read().strip()
+                if self.url:
+                    self.ctx = ssl.create_default_context(cafile=os.path.join(self.state_dir, "ca.pem"))
+                    return self
+            time.sleep(0.05)
+        raise RuntimeError("topo-scheduler did not start in %ss:\n%s" % (timeout, self.log()))
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def kill9(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def cleanup(self):
+        self.stop()
+        if self.own_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    @property
+    def admin_token(self):
+        with open(os.path.join(self.state_dir, "admin-token")) as f:
+            return f.read().strip()
+
+    @property
+    def port(self):
+        return int(self.url.rsplit(":", 1)[1])
+
+    # ---- API
+    def request(self, method, path, body=None, token=None, headers=None, raw=None, timeout=30):
+        """Returns (status, parsed JSON or text)."""
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=timeout)
+        h = {}
+        if token:
+            h["Authorization"] = "Bearer " + token
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        if headers:
+            h.update(headers)
+        try:
+            conn.request(method, path, body=data, headers=h)
+            resp = conn.getresponse()
+            text = resp.read().decode(errors="replace")
+        finally:
+            conn.close()
+        try:
+            return resp.status, json.loads(text)
+        except ValueError:
+            return resp.status, text
+
+    def api(self, method, path, body=None, token=None, expect=None):
+        status, out = self.request(method, path, body, token or self.admin_token)
+        if expect is not None and status != expect:
+            raise AssertionError("%s %s: expected %s, got %s: %s" % (method, path, expect, status, out))
+        return out
+
+    def raw_exchange(self, data, timeout=10):
+        """Sends raw bytes over TLS and returns what comes back (for malformed HTTP)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
+            with self.ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+                tls.sendall(data)
+                chunks = []
+                try:
+                    while True:
+                        chunk = tls.recv(65536)
+                        if not chunk:
+                            break
+                        chunks.append(chunk)
+                except (socket.timeout, ssl.SSLError, ConnectionResetError):
+                    pass
+        return b"".join(chunks)
+
+
+def tiny_topology():
+    """Two spines x two leaves x two 8-GPU nodes (the generator's `tiny`)."""
+    domains = []
+    for s in range(2):
+        children = []
+        for l in range(2):
+            leaf = 2 * s + l
+            children.append({"name": "leaf%d" % leaf, "nodes": ["n%d" % (2 * leaf), "n%d" % (2 * leaf + 1)]})
+        domains.append({"name": "spine%d" % s, "children": children})
+    return {"version": 1, "name": "tiny", "tiers": ["node", "leaf", "spine"], "hbd": "node",
+            "gpus_per_node": 8, "gpu_model": "H100", "domains": domains}
+
+
+def setup_tiny(daemon):
+    daemon.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())}, expect=200)
+    daemon.api("POST", "/v1/nodes/resume", {"nodes": "n[0-7]"}, expect=200)
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    if not cond:
+        raise Failure(message)

@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""Bad input: malformed and hostile requests against a real daemon.
+
+Each case must get the right 4xx with a message that says what is wrong, and
+change nothing: jobs, tenants, users, tokens, nodes, the event log and the
+audit log read the same before and after.
+
+usage: test_bad_input.py TOPO_SCHEDULER_BIN
+"""
+
+import json
+import sys
+
+from harness import Daemon, Failure, check, setup_tiny
+
+
+def snapshot(d):
+    return {
+        "jobs": d.api("GET", "/v1/jobs?all=1", expect=200),
+        "tenants": d.api("GET", "/v1/tenants", expect=200),
+        "users": d.api("GET", "/v1/users", expect=200),
+        "tokens": d.api("GET", "/v1/tokens", expect=200),
+        "nodes": d.api("GET", "/v1/nodes", expect=200),
+        "seq": d.api("GET", "/v1/cluster", expect=200)["last_seq"],
+        "audit": d.api("GET", "/v1/audit", expect=200),
+    }
+
+
+def main():
+    d = Daemon(sys.argv[1]).start()
+    try:
+        setup_tiny(d)
+        for t in ("org/a", "org/b"):
+            d.api("PUT", "/v1/tenants/" + t, {"guaranteed_gpus": 16}, expect=201)
+        d.api("POST", "/v1/users", {"name": "alice", "tenant": "org/a", "role": "user"}, expect=201)
+        d.api("POST", "/v1/users", {"name": "bob", "tenant": "org/b", "role": "user"}, expect=201)
+        alice = d.api("POST", "/v1/tokens", {"user": "alice"}, expect=201)["token"]
+        bob_tok = d.api("POST", "/v1/tokens", {"user": "bob"}, expect=201)
+        bob = bob_tok["token"]
+        revoked = d.api("POST", "/v1/tokens", {"user": "alice"}, expect=201)
+        d.api("DELETE", "/v1/tokens/" + revoked["id"], expect=200)
+        bob_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "bobs"}}, token=bob, expect=201)["id"]
+        done_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8}}, expect=201)["id"]
+        d.api("POST", "/v1/jobs/%d/cancel" % done_job, expect=200)
+        admin = d.admin_token
+
+        job = lambda **kw: {"spec": dict({"gpus": 8}, **kw)}
+        deep = "[" * 100 + "]" * 100
+        # (name, method, path, token, body (dict/str/bytes), extra headers, status, text in message)
+        cases = [
+            ("bad JSON", "POST", "/v1/jobs", admin, b'{"spec":', None, 400, "not valid JSON"),
+            ("array body", "POST", "/v1/jobs", admin, [1, 2], None, 400, "JSON object"),
+            ("string body", "POST", "/v1/jobs", admin, "job", None, 400, "JSON object"),
+            ("empty body", "POST", "/v1/jobs", admin, b"", None, 400, "JSON object body"),
+            ("no spec", "POST", "/v1/jobs", admin, {}, None, 400, "spec is missing"),
+            ("gpus as string", "POST", "/v1/jobs", admin, {"spec": {"gpus": "8"}}, None, 400, "gpus"),
+            ("negative gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": -8}}, None, 400, "gpus"),
+            ("zero gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": 0}}, None, 400, "gpus"),
+            ("huge gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": 10**12}}, None, 400, "gpus"),
+            ("more than the cluster", "POST", "/v1/jobs", admin, {"spec": {"gpus": 1024}}, None, 400,
+             "more than the cluster"),
+            ("float gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": 8.5}}, None, 400, "gpus"),
+            ("unknown field", "POST", "/v1/jobs", admin, dict(job(), color="red"), None, 400,
+             'unknown field "color"'),
+            ("unknown spec field", "POST", "/v1/jobs", admin, {"spec": {"gpus": 8, "gpu": 8}}, None, 400,
+             "gpu"),
+            ("layout product", "POST", "/v1/jobs", admin, job(gpus=12, parallelism={"tp": 8}), None, 400,
+             "tp"),
+            ("tp larger than an HBD", "POST", "/v1/jobs", admin, job(gpus=16, parallelism={"tp": 16}), None,
+             400, "never be placed"),
+            ("bad order", "POST", "/v1/jobs", admin, job(parallelism={"tp": 8, "order": "tp-xx"}), None, 400,
+             "order"),
+            ("priority out of range", "POST", "/v1/jobs", admin, dict(job(), priority=1000), None, 400,
+             "priority"),
+            ("user raises priority", "POST", "/v1/jobs", alice, dict(job(), priority=50), None, 403,
+             "priority"),
+            ("negative time limit", "POST", "/v1/jobs", admin, dict(job(), time_limit_s=-5), None, 400,
+             "time_limit_s"),
+            ("time limit as text", "POST", "/v1/jobs", admin, dict(job(), time_limit_s="2h"), None, 400,
+             "time_limit_s"),
+            ("zero checkpoint interval", "POST", "/v1/jobs", admin, dict(job(), checkpoint_interval_s=0),
+             None, 400, "checkpoint_interval_s"),
+            ("submit to another tenant", "POST", "/v1/jobs", alice, dict(job(), tenant="org/b"), None, 403,
+             "may not submit"),
+            ("tenant path trick", "POST", "/v1/jobs", admin, dict(job(), tenant="../etc"), None, 400,
+             "not a tenant name"),
+            ("unknown tenant", "POST", "/v1/jobs", admin, dict(job(), tenant="nope"), None, 400,
+             "does not exist"),
+            ("deep nesting", "POST", "/v1/jobs", admin, deep.encode(), None, 400, "nested"),
+            ("invalid UTF-8", "POST", "/v1/jobs", admin, b'{"spec":{"gpus":8,"name":"\xff\xfe"}}', None, 400,
+             "JSON"),
+            ("oversized body", "POST", "/v1/jobs", admin,
+             b'{"spec":{"gpus":8,"name":"' + b"x" * (2 << 20) + b'"}}', None, 413, "larger"),
+            ("not JSON content type", "POST", "/v1/jobs", admin, b'{"spec":{"gpus":8}}',
+             {"Content-Type": "text/plain"}, 415, "Content-Type"),
+            ("no token", "POST", "/v1/jobs", None, job(), None, 401, "token"),
+            ("forged token", "POST", "/v1/jobs", "topo_" + "0" * 64, job(), None, 401, "unknown or revoked"),
+            ("revoked token", "GET", "/v1/jobs", revoked["token"], None, None, 401, "unknown or revoked"),
+            ("basic auth", "GET", "/v1/jobs", None, None, {"Authorization": "Basic YWRtaW46YWRtaW4="}, 401,
+             "Bearer"),
+            ("another tenant's job", "GET", "/v1/jobs/%d" % bob_job, alice, None, None, 404, "no job"),
+            ("cancel another tenant's job", "POST", "/v1/jobs/%d/cancel" % bob_job, alice, None, None, 404,
+             "no job"),
+            ("hold another tenant's job", "POST", "/v1/jobs/%d/hold" % bob_job, alice, None, None, 404,
+             "no job"),
+            ("another tenant's events", "GET", "/v1/events?job=%d" % bob_job, alice, None, None, 404, "no job"),
+            ("job id not a number", "GET", "/v1/jobs/abc", admin, None, None, 404, "no job"),
+            ("negative job id", "GET", "/v1/jobs/-1", admin, None, None, 404, "no job"),
+            ("unknown job", "GET", "/v1/jobs/99999999", admin, None, None, 404, "no job"),
+            ("dot-dot path", "GET", "/v1/../../etc/passwd", admin, None, None, 404, "no such route"),
+            ("encoded dot-dot", "GET", "/v1/jobs/%2e%2e/%2e%2e/admin-token", admin, None, None, 404,
+             "no such route"),
+            ("unknown route", "GET", "/v1/secrets", admin, None, None, 404, "no such route"),
+            ("wrong method", "DELETE", "/v1/jobs", admin, None, None, 405, "use GET"),
+            ("user sets quota", "PUT", "/v1/tenants/org/a", alice, {"guaranteed_gpus": 64}, None, 403,
+             "cluster-admin"),
+            ("negative quota", "PUT", "/v1/tenants/org/a", admin, {"guaranteed_gpus": -1}, None, 400,
+             "guaranteed_gpus"),
+            ("shares not a number", "PUT", "/v1/tenants/org/a", admin, {"shares": "x"}, None, 400, "shares"),
+            ("bad tenant name", "PUT", "/v1/tenants/Org!", admin, {"shares": 1}, None, 400,
+             "not a tenant name"),
+            ("unknown quota field", "PUT", "/v1/tenants/org/a", admin, {"gpus": 1}, None, 400,
+             'unknown field "gpus"'),
+            ("user creates a user", "POST", "/v1/users", alice, {"name": "eve", "tenant": "org/a",
+                                                                  "role": "user"}, None, 403, "admin"),
+            ("bad role", "POST", "/v1/users", admin, {"name": "eve", "tenant": "org/a", "role": "root"}, None,
+             400, "role"),
+            ("bad user name", "POST", "/v1/users", admin, {"name": "Eve Smith", "tenant": "org/a",
+                                                            "role": "user"}, None, 400, "name"),
+            ("user exists", "POST", "/v1/users", admin, {"name": "bob", "tenant": "org/b", "role": "user"},
+             None, 409, "exists"),
+            ("token for another user", "POST", "/v1/tokens", alice, {"user": "bob"}, None, 403,
+             "only for yourself"),
+            ("revoke another's token", "DELETE", "/v1/tokens/" + bob_tok["id"], alice, None, None, 404,
+             "no token"),
+            ("drain unknown nodes", "POST", "/v1/nodes/drain", admin, {"nodes": "n[0-99]"}, None, 400,
+             "no node named"),
+            ("bad hostlist", "POST", "/v1/nodes/drain", admin, {"nodes": "n[3-1]"}, None, 400, "nodes"),
+            ("user drains", "POST", "/v1/nodes/drain", alice, {"nodes": "n0"}, None, 403, "cluster-admin"),
+            ("bad topology", "PUT", "/v1/topology", admin, {"format": "json", "content": "{\"version\": 9}"},
+             None, 400, "content"),
+            ("topology while jobs live", "PUT", "/v1/topology", admin,
+             {"format": "slurm", "content": "SwitchName=s1 Nodes=x[0-3]\n"}, None, 409, "no job is queued"),
+            ("user imports topology", "PUT", "/v1/topology", alice, {"content": "x"}, None, 403,
+             "cluster-admin"),
+            ("cancel a finished job", "POST", "/v1/jobs/%d/cancel" % done_job, admin, None, None, 409,
+             "already cancelled"),
+            ("release a running job", "POST", "/v1/jobs/%d/release" % bob_job, admin, None, None, 409,
+             "not held"),
+            ("limit zero", "GET", "/v1/jobs?limit=0", admin, None, None, 400, "limit"),
+            ("unknown state filter", "GET", "/v1/jobs?state=sleeping", admin, None, None, 400, "state"),
+            ("audit for a user", "GET", "/v1/audit", alice, None, None, 403, "cluster-admin"),
+            ("huge header", "GET", "/v1/jobs", admin, None, {"X-Filler": "y" * 40000}, 431, "headers"),
+        ]
+        check(len(cases) >= 40, "the table must hold at least 40 cases")
+        before = snapshot(d)
+        failures = []
+        for name, method, path, token, body, headers, status, text in cases:
+            raw = None
+            kw = {}
+            if isinstance(body, bytes):
+                raw = body
+                headers = dict({"Content-Type": "application/json"}, **(headers or {}))
+            elif body is not None:
+                kw["body"] = body
+            try:
+                got, out = d.request(method, path, token=token, headers=headers, raw=raw, **kw)
+            except Exception as e:  # noqa: BLE001
+                failures.append("%s: %s %s -> no answer (%s)" % (name, method, path[:60], e))
+                continue
+            message = out["error"]["message"] if isinstance(out, dict) and "error" in out else str(out)
+            if got != status or text.lower() not in message.lower():
+                failures.append("%s: %s %s -> %s %r (wanted %s with %r)" % (name, method, path[:60], got,
+                                                                            message[:200], status, text))
+            after = snapshot(d)
+            if after != before:
+                changed = [k for k in before if before[k] != after[k]]
+                failures.append("%s changed %s" % (name, ", ".join(changed)))
+                before = after
+        # Malformed HTTP on the wire: 400, and the daemon keeps serving.
+        answer = d.raw_exchange(b"GARBAGE / NOT-HTTP\r\n\r\n")
+        if b" 400 " not in answer.split(b"\r\n", 1)[0]:
+            failures.append("malformed request line: got %r" % answer[:80])
+        if snapshot(d) != before:
+            failures.append("malformed request line changed state")
+        if failures:
+            raise Failure("\n".join(failures))
+        print("ok: %d bad requests refused, nothing changed" % (len(cases) + 1))
+    except Exception:
+        print(d.log(), file=sys.stderr)
+        raise
+    finally:
+        d.cleanup()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Failure as e:
+        print("FAIL:\n%s" % e, file=sys.stderr)
+        sys.exit(1)
