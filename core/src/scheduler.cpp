@@ -116,6 +116,11 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
   if (config_.heartbeats_required) CheckHeartbeats();
   RunJobTimers();
   StopExpiredPreemptions();
+  if (just_submitted_ != 0 && generation_ == last_pass_generation_ &&
+      queue_epoch_ == last_pass_epoch_ + 1 && AdmitBehindHead(just_submitted_)) {
+    last_pass_epoch_ = queue_epoch_;
+  }
+  just_submitted_ = 0;
   if (generation_ != last_pass_generation_ || queue_epoch_ != last_pass_epoch_) {
     SchedulePass();
     last_pass_generation_ = generation_;
@@ -169,6 +174,7 @@ void SchedulerCore::Impl::OnSubmit(const JobSubmitted& e) {
   job.reason = "queued";
   ++queue_epoch_;
   waiting_.insert(job.id);
+  just_submitted_ = job.id;
   Emit(JobStateChanged{job.id, JobState::kQueued, "submitted"});
 }
 

@@ -62,11 +62,19 @@ class SchedulerCore::Impl {
   TimeMs next_timer_ = kNever;
   bool timers_dirty_ = true;
   void RecomputeTimers();
+  // The earliest time limit, checkpoint request or preemption deadline of
+  // one job (kNever when it has none).
+  TimeMs JobTimer(const JobRecord& job) const;
   TimeMs next_heartbeat_check_ = kNever;
   // A pass runs only when something it depends on changed.
   uint64_t queue_epoch_ = 1;
   uint64_t last_pass_generation_ = 0;
   uint64_t last_pass_epoch_ = 0;
+  // The blocked head of the last pass (0: the last pass blocked on nothing),
+  // and the job the current step submitted: a submission that can only
+  // queue behind that head skips the full pass (AdmitBehindHead).
+  JobId pass_head_ = 0;
+  JobId just_submitted_ = 0;
   std::map<JobId, int> restarts_without_progress_;
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
@@ -103,6 +111,10 @@ class SchedulerCore::Impl {
   // ---- scheduler_pass.cpp
   void SchedulePass();
   std::vector<JobId> Ordered() const;
+  // True when the job submitted this step sorts after the last pass's
+  // blocked head and cannot start now, so a full pass would only set its
+  // reason: sets it and spares the pass.
+  bool AdmitBehindHead(JobId id);
   // Empty when the tenant's quotas let the job start now; else the reason.
   std::string QuotaBlock(const JobRecord& job) const;
   void Start(JobRecord& job, const Placement& p);

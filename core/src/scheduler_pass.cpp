@@ -26,56 +26,58 @@ std::string Gpus(int n) { return std::to_string(n) + " GPUs"; }
 }  // namespace
 
 std::vector<JobId> SchedulerCore::Impl::Ordered() const {
-  std::vector<JobId> ids;
-  for (JobId id : waiting_) {
-    if (jobs_.at(id).state == JobState::kQueued) ids.push_back(id);
-  }
-  if (config_.order == QueueOrder::kFifo) {
-    std::sort(ids.begin(), ids.end(), [&](JobId a, JobId b) {
-      const JobRecord& ja = jobs_.at(a);
-      const JobRecord& jb = jobs_.at(b);
-      const bool pa = preemptors_.count(a) > 0, pb = preemptors_.count(b) > 0;
-      if (pa != pb) return pa;
-      if (ja.requeued_at_head != jb.requeued_at_head) return ja.requeued_at_head;
-      TimeMs ta = queue_time_.at(a), tb = queue_time_.at(b);
-      return ta != tb ? ta < tb : a < b;
-    });
-    return ids;
-  }
+  // Every sort key is looked up once per job, then the sort compares plain
+  // values (the queue can hold many thousands of jobs; this runs every pass).
+  struct Key {
+    bool preemptor;  // a job that preempted others claims what they free
+    int priority;
+    bool head;  // requeued at the head
+    const std::vector<double>* fairshare;
+    TimeMs queued;
+    JobId id;
+  };
+  const bool fifo = config_.order == QueueOrder::kFifo;
   // Fairshare: usage / shares at each level of the tenant path.
-  std::map<std::string, double> prefix_usage;
-  for (const auto& [tenant, usage] : fs_usage_) {
-    for (const std::string& p : Prefixes(tenant)) prefix_usage[p] += usage;
-  }
   std::map<std::string, std::vector<double>> key_of;
-  for (JobId id : ids) {
-    const std::string& tenant = jobs_.at(id).request.tenant;
-    if (key_of.count(tenant)) continue;
-    std::vector<double> key;
-    for (const std::string& p : Prefixes(tenant)) {
-      auto t = tenants_.find(p);
-      double shares = t == tenants_.end() || t->second.shares <= 0 ? 1.0 : t->second.shares;
-      auto u = prefix_usage.find(p);
-      key.push_back((u == prefix_usage.end() ? 0.0 : u->second) / shares);
+  std::map<std::string, double> prefix_usage;
+  if (!fifo) {
+    for (const auto& [tenant, usage] : fs_usage_) {
+      for (const std::string& p : Prefixes(tenant)) prefix_usage[p] += usage;
     }
-    key_of[tenant] = std::move(key);
   }
-  std::sort(ids.begin(), ids.end(), [&](JobId a, JobId b) {
-    const JobRecord& ja = jobs_.at(a);
-    const JobRecord& jb = jobs_.at(b);
-    // A job that preempted others claims what they free.
-    const bool pa = preemptors_.count(a) > 0, pb = preemptors_.count(b) > 0;
-    if (pa != pb) return pa;
-    if (ja.request.priority != jb.request.priority) {
-      return ja.request.priority > jb.request.priority;
+  std::vector<Key> keys;
+  keys.reserve(waiting_.size());
+  for (JobId id : waiting_) {
+    const JobRecord& j = jobs_.at(id);
+    if (j.state != JobState::kQueued) continue;
+    const std::vector<double>* fs = nullptr;
+    if (!fifo) {
+      auto [it, fresh] = key_of.try_emplace(j.request.tenant);
+      if (fresh) {
+        for (const std::string& p : Prefixes(j.request.tenant)) {
+          auto t = tenants_.find(p);
+          double shares = t == tenants_.end() || t->second.shares <= 0 ? 1.0 : t->second.shares;
+          auto u = prefix_usage.find(p);
+          it->second.push_back((u == prefix_usage.end() ? 0.0 : u->second) / shares);
+        }
+      }
+      fs = &it->second;
     }
-    if (ja.requeued_at_head != jb.requeued_at_head) return ja.requeued_at_head;
-    const auto& ka = key_of.at(ja.request.tenant);
-    const auto& kb = key_of.at(jb.request.tenant);
-    if (ka != kb) return ka < kb;
-    TimeMs ta = queue_time_.at(a), tb = queue_time_.at(b);
-    return ta != tb ? ta < tb : a < b;
+    keys.push_back(Key{preemptors_.count(id) > 0, fifo ? 0 : j.request.priority, j.requeued_at_head,
+                       fs, queue_time_.at(id), id});
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+    if (a.preemptor != b.preemptor) return a.preemptor;
+    if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.head != b.head) return a.head;
+    if (a.fairshare != b.fairshare && *a.fairshare != *b.fairshare) {
+      return *a.fairshare < *b.fairshare;
+    }
+    return a.queued != b.queued ? a.queued < b.queued : a.id < b.id;
   });
+  std::vector<JobId> ids;
+  ids.reserve(keys.size());
+  for (const Key& k : keys) ids.push_back(k.id);
   return ids;
 }
 
@@ -109,6 +111,7 @@ std::string SchedulerCore::Impl::QuotaBlock(const JobRecord& job) const {
 }
 
 void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
+  const bool timers_were_dirty = timers_dirty_;
   Hold(job, p.ranks, p.spares);
   auto t = tenants_.find(job.request.tenant);
   const int guaranteed = t == tenants_.end() ? 0 : t->second.guaranteed_gpus;
@@ -123,6 +126,12 @@ void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
            job.checkpoint_step >= 0
                ? "running from checkpoint step " + std::to_string(job.checkpoint_step)
                : "running");
+  // A start changes no other job's timers: fold this job's in rather than
+  // recompute over every running job.
+  if (!timers_were_dirty) {
+    next_timer_ = std::min(next_timer_, JobTimer(job));
+    timers_dirty_ = false;
+  }
 }
 
 SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& job) const {
@@ -202,7 +211,44 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   return r;
 }
 
+bool SchedulerCore::Impl::AdmitBehindHead(JobId id) {
+  if (pass_head_ == 0) return false;
+  auto h = jobs_.find(pass_head_);
+  auto j = jobs_.find(id);
+  if (h == jobs_.end() || j == jobs_.end()) return false;
+  const JobRecord& head = h->second;
+  JobRecord& job = j->second;
+  if (head.state != JobState::kQueued || job.state != JobState::kQueued) return false;
+  // Does the head sort before the job (Ordered)? Where fairshare would
+  // decide (two tenants), do not guess: run the pass.
+  const bool fifo = config_.order == QueueOrder::kFifo;
+  const bool head_first = [&] {
+    if (preemptors_.count(head.id) > 0) return true;
+    if (!fifo && head.request.priority != job.request.priority) {
+      return head.request.priority > job.request.priority;
+    }
+    if (head.requeued_at_head != job.requeued_at_head) return head.requeued_at_head;
+    if (!fifo && head.request.tenant != job.request.tenant) return false;
+    const TimeMs th = queue_time_.at(head.id), tj = queue_time_.at(id);
+    return th != tj ? th < tj : head.id < id;
+  }();
+  if (!head_first) return false;
+  if (std::string q = QuotaBlock(job); !q.empty()) {
+    SetState(job, JobState::kQueued, q);
+    return true;
+  }
+  if (!feasible_.count(id)) {
+    if (!judge_->Place(job.request.spec, empty_).placed()) return false;  // the pass rejects it
+    feasible_.insert(id);
+  }
+  // Backfill needs the GPUs free now; with fewer, the pass would only say so.
+  if (cluster_.free_gpus(topo_.root()) >= job.request.spec.gpus) return false;
+  SetState(job, JobState::kQueued, "waiting behind job " + std::to_string(head.id));
+  return true;
+}
+
 void SchedulerCore::Impl::SchedulePass() {
+  pass_head_ = 0;
   if (waiting_.empty()) return;
   const std::vector<JobId> order = Ordered();
   bool blocked = false;
@@ -244,6 +290,7 @@ void SchedulerCore::Impl::SchedulePass() {
       }
       // The head of everything that cannot start now.
       blocked = true;
+      pass_head_ = id;
       std::string why = "waiting for resources: " + p.reason;
       bool waiting_on_victims = false;
       for (const auto& [victim, for_job] : preempted_for_) waiting_on_victims |= for_job == id;
@@ -461,21 +508,23 @@ void SchedulerCore::Impl::RunJobTimers() {
   RecomputeTimers();
 }
 
+TimeMs SchedulerCore::Impl::JobTimer(const JobRecord& job) const {
+  if (job.state == JobState::kPreempting) return job.preempt_deadline;
+  if (job.state != JobState::kRunning) return kNever;
+  TimeMs next = job.last_start + TimeLimit(job);
+  const TimeMs interval = CheckpointInterval(job);
+  if (interval != kNever) {
+    auto asked = checkpoint_asked_.find(job.id);
+    TimeMs from = std::max(asked == checkpoint_asked_.end() ? job.last_start : asked->second,
+                           job.checkpoint_time);
+    next = std::min(next, from + interval);
+  }
+  return next;
+}
+
 void SchedulerCore::Impl::RecomputeTimers() {
   TimeMs next = kNever;
-  for (JobId id : running_) {
-    const JobRecord& job = jobs_.at(id);
-    if (job.state == JobState::kPreempting) next = std::min(next, job.preempt_deadline);
-    if (job.state != JobState::kRunning) continue;
-    next = std::min(next, job.last_start + TimeLimit(job));
-    const TimeMs interval = CheckpointInterval(job);
-    if (interval != kNever) {
-      auto asked = checkpoint_asked_.find(id);
-      TimeMs from = std::max(asked == checkpoint_asked_.end() ? job.last_start : asked->second,
-                             job.checkpoint_time);
-      next = std::min(next, from + interval);
-    }
-  }
+  for (JobId id : running_) next = std::min(next, JobTimer(jobs_.at(id)));
   next_timer_ = next;
   timers_dirty_ = false;
 }
