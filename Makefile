@@ -5,9 +5,10 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format \
-                libsqlite3-dev libssl-dev libboost-dev python3 curl chromium chromium-driver
+                libsqlite3-dev libssl-dev clang libclang-rt-14-dev libboost-dev python3 curl \
+                chromium chromium-driver
 
-.PHONY: all deps build demo test test-sanitize sanitize format format-check bench clean
+.PHONY: all deps build demo test test-sanitize sanitize fuzz format format-check bench clean
 
 all: build
 
@@ -37,9 +38,26 @@ test: build
 # Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOPO_SANITIZE=ON
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests daemon_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) -L unit --output-on-failure -j $(JOBS)
+
+# libFuzzer on the parsers of common/ (tests/fuzz): clang, ASan and UBSan in
+# its own build directory, FUZZ_SECONDS in all on a copy of the seed corpus
+# (kept between runs); a crash, a timeout or a broken round trip fails the
+# target and leaves the input as $(FUZZ_BUILD)/crash-* (or timeout-*, oom-*).
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DTOPO_FUZZ=ON -DTOPO_WERROR=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_parsers
+	mkdir -p $(FUZZ_BUILD)/corpus && cp tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/
+	UBSAN_OPTIONS=print_stacktrace=1 ./$(FUZZ_BUILD)/tests/fuzz/fuzz_parsers \
+	  -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=30 -rss_limit_mb=4096 \
+	  -dict=tests/fuzz/fuzz_parsers.dict -artifact_prefix=$(FUZZ_BUILD)/ -print_final_stats=1 \
+	  $(FUZZ_BUILD)/corpus
 
 FORMAT_FILES = $(shell git ls-files '*.cpp' '*.hpp' '*.h' '*.c' 2>/dev/null)
 
@@ -57,4 +75,4 @@ bench: build
 	./$(BUILD)/bench/replay/bench_replay --quick
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -112,4 +112,9 @@ std::string WriteCompact(const OrderedJson& value, size_t width = 100);
 // Shortest decimal text that reads back as the same double.
 std::string FormatDouble(double value);
 
+// Whether s is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or
+// code points past U+10FFFF). Names read from topology.conf or CSV must be,
+// or the JSON writer (nlohmann) throws on them.
+bool IsUtf8(std::string_view s);
+
 }  // namespace topo::common::internal

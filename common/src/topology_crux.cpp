@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "json_util.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::common {
@@ -116,6 +117,10 @@ Result<core::Topology> ParseCruxCsv(std::string_view text, int gpus_per_node, st
     for (size_t i = 0; i < fields.size(); ++i) {
       if (fields[i].empty()) {
         return Status::Error(LineError(number, "empty " + std::string(kColumns[i]) + " field"));
+      }
+      if (!internal::IsUtf8(fields[i])) {
+        return Status::Error(LineError(
+            number, std::string(kColumns[i]) + " field is not valid UTF-8 (names must be)"));
       }
     }
     std::string ip(fields[0]), dsw(fields[1]), psw(fields[2]), asw(fields[3]);

@@ -66,6 +66,10 @@ Status JsonTopologyReader::ReadTiers(const Json& tiers) {
                      "must be a non-empty array of tier names, innermost first, e.g. "
                      "[\"node\", \"leaf\", \"spine\"]");
   }
+  if (tiers.size() > static_cast<size_t>(kMaxTiers)) {
+    return PathError("tiers", "at most " + std::to_string(kMaxTiers) + " tiers (got " +
+                                  std::to_string(tiers.size()) + ")");
+  }
   for (size_t i = 0; i < tiers.size(); ++i) {
     std::string path = Index("tiers", i);
     const Json& t = tiers[i];

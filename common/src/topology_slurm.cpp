@@ -162,7 +162,7 @@ Status SlurmReader::ReadHeader(std::string_view rest, int number) {
     }
     auto decode = [&](std::string_view v) -> Result<std::string> {
       std::optional<std::string> d = DecodeHeaderValue(v);
-      if (!d || d->empty()) {
+      if (!d || d->empty() || !internal::IsUtf8(*d)) {
         return Status::Error(LineError(number, "#toposched: bad value " + Q(v) + " for " + key));
       }
       return *d;
@@ -244,6 +244,11 @@ Status SlurmReader::ReadLine(std::string_view raw, int number) {
       return Status::Error(LineError(number, Q(token.substr(0, eq)) + " is given twice"));
     }
     seen_keys.push_back(key);
+    if ((key == "switchname" || key == "blockname" || key == "nodes" || key == "switches") &&
+        !internal::IsUtf8(value)) {
+      return Status::Error(LineError(number, "the value of " + Q(token.substr(0, eq)) +
+                                                 " is not valid UTF-8 (names must be)"));
+    }
     if (key == "switchname") {
       switch_name = value;
     } else if (key == "blockname") {
@@ -335,6 +340,16 @@ Status SlurmReader::ComputeLevel(int s, std::vector<int>& path) {
     for (auto it = start; it != path.end(); ++it) cycle += switches_[*it].name + " -> ";
     return Status::Error(LineError(sw.line, "switches form a cycle: " + cycle + sw.name));
   }
+  // Switch levels: kMaxTiers less the node tier and an HBD tier. Checked on
+  // the way down too, so a long chain of switches cannot recurse deeply.
+  constexpr int kMaxLevels = kMaxTiers - 2;
+  auto too_deep = [&] {
+    return Status::Error(LineError(sw.line, "switch " + Q(sw.name) + " is more than " +
+                                                std::to_string(kMaxLevels) +
+                                                " switch levels deep; a topology has at most " +
+                                                std::to_string(kMaxTiers) + " tiers"));
+  };
+  if (path.size() >= static_cast<size_t>(kMaxLevels)) return too_deep();
   sw.visit = 1;
   path.push_back(s);
   int level = 0;
@@ -356,6 +371,7 @@ Status SlurmReader::ComputeLevel(int s, std::vector<int>& path) {
       }
     }
     level = switches_[first_child].level + 1;
+    if (level >= kMaxLevels) return too_deep();
   }
   path.pop_back();
   switches_[s].level = level;

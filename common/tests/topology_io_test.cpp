@@ -607,3 +607,89 @@ TEST_CASE("Topology formats by name and by content") {
 
 }  // namespace
 }  // namespace topo::common
+
+// --- Regressions found by the fuzzer (tests/fuzz) ---------------------------
+
+namespace topo::common {
+namespace {
+
+TEST_CASE("Slurm and Crux names must be UTF-8, so TopologyToJson cannot throw on them") {
+  // Found by fuzz_parsers: a Latin-1 byte in a CSV or topology.conf name was
+  // accepted, and TopologyToJson (nlohmann's dump) then threw type_error.316.
+  auto crux = ParseCruxCsv("ip,DSW,PSW,ASW\nh1,G1,P1,S\xB7\n");
+  REQUIRE_FALSE(crux.ok());
+  CHECK(crux.message() == "line 2: ASW field is not valid UTF-8 (names must be)");
+  for (const char* conf : {"SwitchName=s\xB7 Nodes=a\n", "SwitchName=s0 Nodes=a,b\xC3\n",
+                           "SwitchName=s0 Nodes=a\nSwitchName=t Switches=s0,\xED\xA0\x80\n",
+                           "SwitchName=s0 Nodes=a\nBlockName=\xF5 Nodes=a\n"}) {
+    CAPTURE(conf);
+    auto r = ParseSlurmTopology(conf);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().find("is not valid UTF-8 (names must be)") != std::string::npos);
+  }
+  auto header = ParseSlurmTopology("#toposched: name=x%FF\nSwitchName=s0 Nodes=a\n");
+  REQUIRE_FALSE(header.ok());
+  CHECK(header.message().find("line 1: #toposched: bad value \"x%FF\" for name") == 0);
+
+  // Well-formed UTF-8 stays accepted and round-trips through JSON.
+  Topology t = MustSlurm(
+      "#toposched: name=r%C3%A9seau model=H%E2%82%AC\n"
+      "SwitchName=l\xC3\xA9 Nodes=n\xF0\x9F\x98\x80[1-2]\n");
+  CHECK(t.name() == "r\xC3\xA9seau");
+  CHECK(t.node(1).name ==
+        "n\xF0\x9F\x98\x80"
+        "2");
+  CheckSameTopology(t, MustJson(TopologyToJson(t)));
+  auto c = ParseCruxCsv("ip,DSW,PSW,ASW\nh\xC3\xA9,G1,P1,S1\n");
+  REQUIRE_MESSAGE(c.ok(), c.message());
+  CheckSameTopology(c.value(), MustJson(TopologyToJson(c.value())));
+}
+
+TEST_CASE("Topologies deeper than kMaxTiers are rejected before any deep recursion") {
+  // Found by fuzz_parsers: a 2,000-switch chain in topology.conf (or domains
+  // nested as deep in JSON) took minutes to export as JSON and overflowed the
+  // stack.
+  auto chain = [](int levels, bool top_down) {
+    std::string conf = "SwitchName=s0 Nodes=n0\n";
+    std::string upper;
+    for (int i = 1; i < levels; ++i) {
+      upper = "SwitchName=s" + std::to_string(i) + " Switches=s" + std::to_string(i - 1) + "\n" +
+              (top_down ? upper : "");
+      if (!top_down) conf += upper;
+    }
+    return top_down ? upper + conf : conf;
+  };
+  for (bool top_down : {false, true}) {
+    CAPTURE(top_down);
+    // With blocks the file has node, hbd and the switch levels: 64 tiers.
+    Topology t = MustSlurm(chain(kMaxTiers - 2, top_down) + "BlockName=b Nodes=n0\n");
+    CHECK(t.tier_count() == kMaxTiers);
+    CheckSameTopology(t, MustSlurm(TopologyToSlurm(t)));
+    CheckSameTopology(t, MustJson(TopologyToJson(t)));
+    for (int levels : {kMaxTiers - 1, 5000}) {
+      auto r = ParseSlurmTopology(chain(levels, top_down));
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.message().find("switch levels deep; a topology has at most 64 tiers") !=
+            std::string::npos);
+    }
+  }
+
+  auto nested = [](int tiers) {
+    std::string names = "\"node\"", domains = "{\"name\": \"d1\", \"nodes\": [\"n\"]}";
+    for (int i = 1; i < tiers; ++i) names += ", \"t" + std::to_string(i) + "\"";
+    for (int i = 2; i < tiers; ++i) {
+      domains = "{\"name\": \"d" + std::to_string(i) + "\", \"children\": [" + domains + "]}";
+    }
+    return "{\"version\": 1, \"name\": \"deep\", \"tiers\": [" + names + "], \"domains\": [" +
+           domains + "]}";
+  };
+  Topology deepest = MustJson(nested(kMaxTiers));
+  CHECK(deepest.tier_count() == kMaxTiers);
+  CheckSameTopology(deepest, MustJson(TopologyToJson(deepest)));
+  auto r = ParseTopologyJson(nested(kMaxTiers + 1));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message() == "tiers: at most 64 tiers (got 65)");
+}
+
+}  // namespace
+}  // namespace topo::common

@@ -12,6 +12,12 @@
 
 namespace topo::common {
 
+// The most tiers (node tier included) a parsed topology may have. Real
+// clusters have fewer than ten; the bound keeps a hostile file from nesting
+// domains or chaining switches thousands deep (deep recursion, and JSON
+// output that grows with the square of the depth).
+inline constexpr int kMaxTiers = 64;
+
 // Version 1; strict (unknown fields, duplicate keys, 8.0 for an integer are
 // errors). ParseTopologyJson(TopologyToJson(t)) gives t back exactly.
 core::Result<core::Topology> ParseTopologyJson(std::string_view text);

@@ -1,0 +1,151 @@
+// Unit tests of the daemon's pure parts: settings, names, request bodies,
+// the certificate authority. The routes themselves are tested end to end
+// against the real daemon (tests/daemon).
+
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/config.hpp"
+#include "daemon/pki.hpp"
+#include "daemon/service_internal.hpp"
+
+using namespace topo::daemon;
+
+TEST_CASE("config: values, comments and defaults") {
+  DaemonConfig c;
+  const auto s = ApplyConfigText(
+      "# comment\nlisten = 0.0.0.0:9443\nmax_connections = 12  # trailing\n"
+      "stack = slurm-tree\nbackfill = no\nserver_names = a.example, 10.0.0.1\n\n",
+      "x.conf", c);
+  REQUIRE_MESSAGE(s.ok(), s.message());
+  CHECK(c.listen_host == "0.0.0.0");
+  CHECK(c.listen_port == 9443);
+  CHECK(c.max_connections == 12);
+  CHECK(c.stack == "slurm-tree");
+  CHECK_FALSE(c.backfill);
+  CHECK(c.server_names == std::vector<std::string>{"a.example", "10.0.0.1"});
+  CHECK(c.max_body_bytes == 1 << 20);  // untouched default
+  auto sc = c.SchedulerConfig();
+  REQUIRE(sc.ok());
+  CHECK(sc.value().placer == "slurm-tree");
+  CHECK_FALSE(sc.value().heartbeats_required);
+  CHECK(sc.value().nodes_start_down);
+}
+
+TEST_CASE("config: a bad line names the file, the line and the fix, and changes nothing") {
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"listen = 1.2.3.4\n", "x.conf:2: listen"},
+      {"\n\nmax_connections = -3\n", "x.conf:4: max_connections"},
+      {"max_connections = lots\n", "not a whole number"},
+      {"colour = blue\n", "unknown key \"colour\""},
+      {"stack = magic\n", "use one of"},
+      {"backfill = maybe\n", "not true or false"},
+      {"just words\n", "expected `key = value`"},
+      {"listen = host:99999\n", "out of range"},
+  };
+  for (const Case& k : cases) {
+    const std::string text = k.text;
+    CAPTURE(text);
+    DaemonConfig c;
+    c.max_connections = 7;
+    const auto s = ApplyConfigText(std::string("max_connections = 9\n") + k.text, "x.conf", c);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find(k.expect) != std::string::npos);
+    CHECK(c.max_connections == 7);
+  }
+}
+
+TEST_CASE("config: the stored policy round-trips and overrides the file") {
+  DaemonConfig a;
+  a.stack = "fifo-firstfit";
+  a.preempt_grace_s = 5;
+  a.preemption = false;
+  DaemonConfig b;
+  REQUIRE(ApplyPolicyJson(PolicyJson(a), b).ok());
+  CHECK(b.stack == "fifo-firstfit");
+  CHECK(b.preempt_grace_s == 5);
+  CHECK_FALSE(b.preemption);
+  CHECK_FALSE(ApplyPolicyJson("{\"stack\": \"nope\"}", b).ok());
+  CHECK_FALSE(ApplyPolicyJson("[]", b).ok());
+}
+
+TEST_CASE("names: tenants are paths of safe segments, users are plain") {
+  for (const char* good : {"default", "org", "org/team", "a-b_c.d/e1", "0lab"}) {
+    CAPTURE(good);
+    CHECK(ValidTenantName(good));
+  }
+  for (const char* bad : {"", "/org", "org/", "org//x", "../etc", "Org", "a b", "org/.x",
+                          "a/b/c/d/e/f/g/h/i", "x%2f"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(ValidTenantName(bad));
+  }
+  CHECK(ValidUserName("ada"));
+  CHECK(ValidUserName("ada@lab.example"));
+  CHECK_FALSE(ValidUserName("@ada"));
+  CHECK_FALSE(ValidUserName("Ada"));
+  CHECK_FALSE(ValidUserName(std::string(65, 'a')));
+}
+
+TEST_CASE("bodies: objects only, depth-limited, typed fields") {
+  HttpRequest r;
+  r.body = std::string(40, '[') + std::string(40, ']');
+  CHECK(ParseBody(r, false).error->status == 400);
+  r.body = "[1]";
+  CHECK(ParseBody(r, false).error->body.find("JSON object") != std::string::npos);
+  r.body = "{\"a\": 1}";
+  r.content_type = "text/plain";
+  CHECK(ParseBody(r, false).error->status == 415);
+  r.content_type = "application/json; charset=utf-8";
+  Body b = ParseBody(r, false);
+  REQUIRE_FALSE(b.error);
+  CHECK(UnknownField(b.json, {"b"})->body.find("unknown field \\\"a\\\"") != std::string::npos);
+  int64_t v = 0;
+  CHECK_FALSE(IntField(b.json, "a", 0, 10, v));
+  CHECK(v == 1);
+  CHECK(IntField(b.json, "a", 2, 10, v)->status == 400);
+  r.body = "";
+  CHECK(ParseBody(r, true).json.is_object());
+}
+
+TEST_CASE("pki: a CA, a server certificate and agent certificates, keys kept private") {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("topo-pki-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  auto p = EnsurePki(dir, {"sched.example"});
+  REQUIRE_MESSAGE(p.ok(), p.message());
+  struct stat st {};
+  REQUIRE(::stat(p.value().ca_key.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  REQUIRE(::stat(p.value().server_key.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  std::ifstream ca_in(p.value().ca_cert);
+  const std::string ca((std::istreambuf_iterator<char>(ca_in)), {});
+  // A second start keeps the same CA, so clients keep trusting it.
+  auto again = EnsurePki(dir, {});
+  REQUIRE(again.ok());
+  std::ifstream ca_again(again.value().ca_cert);
+  CHECK(std::string((std::istreambuf_iterator<char>(ca_again)), {}) == ca);
+  const auto issued =
+      IssueCertificate(p.value(), "n17", {"n17"}, true, dir + "/n17.pem", dir + "/n17-key.pem");
+  REQUIRE_MESSAGE(issued.ok(), issued.message());
+  CHECK(std::filesystem::file_size(dir + "/n17.pem") > 100);
+  // openssl verifies the chain when it is installed (it is, with libssl-dev's openssl).
+  if (std::system("command -v openssl >/dev/null 2>&1") == 0) {
+    CHECK(std::system(("openssl verify -CAfile " + p.value().ca_cert + " " + dir +
+                       "/n17.pem >/dev/null 2>&1")
+                          .c_str()) == 0);
+    CHECK(std::system(("openssl verify -CAfile " + p.value().ca_cert + " " +
+                       p.value().server_cert + " >/dev/null 2>&1")
+                          .c_str()) == 0);
+  }
+  std::filesystem::remove_all(dir);
+}
