@@ -26,21 +26,26 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job on its embedded default: an offline placement demo on the
-# reference clusters (no configuration, no files).
+# The main job on its embedded default: topo-scheduler with no configuration
+# (a fresh state directory under $(BUILD)), a demo topology, a few jobs from two
+# tenants, the queue, a placement and the dashboard's address. The daemon
+# keeps running; the last lines say how to stop it. `topo demo` is the offline
+# placement demo.
 demo: build
-	./$(BUILD)/cli/topo demo
+	scripts/demo.sh $(BUILD)
 
 # Every test, through ctest.
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+# Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, and the
+# daemon tests (real daemon, TLS, CLI) against the sanitized binaries.
 sanitize test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOPO_SANITIZE=ON
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests daemon_tests
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests \
+	  daemon_tests cli_tests topo-scheduler topo
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --test-dir $(ASAN_BUILD) -L unit --output-on-failure -j $(JOBS)
+	  ctest --test-dir $(ASAN_BUILD) -L 'unit|daemon' --output-on-failure -j $(JOBS)
 
 # libFuzzer on the parsers of common/ (tests/fuzz): clang, ASan and UBSan in
 # its own build directory, FUZZ_SECONDS in all on a copy of the seed corpus
@@ -73,6 +78,7 @@ format-check:
 bench: build
 	./$(BUILD)/bench/placement/bench_placement
 	./$(BUILD)/bench/replay/bench_replay --quick
+	./$(BUILD)/bench/api/bench_api
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,11 +1,12 @@
-// topo topology: look at and convert topologies offline. (Importing into a
-// running scheduler comes with the daemon.)
+// topo topology: look at and convert topologies offline; import one into a
+// running topo-scheduler, or export the daemon's (cluster.cpp).
 
 #include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "commands/client_common.hpp"
 #include "commands/commands.hpp"
 #include "commands/options.hpp"
 #include "topo/common/topology_io.hpp"
@@ -21,6 +22,9 @@ struct ExportArgs {
 };
 
 int RunExport(const ExportArgs& args) {
+  if (args.source.file.empty() && args.source.generate.empty()) {
+    return RunServerTopologyExport(args.format, args.out);
+  }
   core::Result<core::Topology> topo = common::LoadTopology(args.source);
   if (!topo.ok()) return Fail(topo.message());
   std::string text = args.format == "slurm" ? common::TopologyToSlurm(topo.value())
@@ -83,21 +87,26 @@ int RunShow(const ShowArgs& args) {
 }  // namespace
 
 void RegisterTopology(CLI::App& app, int* exit_code) {
-  CLI::App* cmd = app.add_subcommand("topology", "Show and convert cluster topologies");
+  CLI::App* cmd = app.add_subcommand(
+      "topology", "Show and convert cluster topologies; import one into topo-scheduler");
   cmd->require_subcommand(1);
 
   auto exp = std::make_shared<ExportArgs>();
   CLI::App* e = cmd->add_subcommand(
       "export",
-      "Write a topology as toposched JSON or as Slurm topology.conf.\n\n"
+      "Write a topology as toposched JSON or as Slurm topology.conf: a file's or a\n"
+      "generator's, or, with neither --topology nor --generate, topo-scheduler's.\n\n"
       "Examples:\n"
       "  topo topology export --generate nvl72-64k --format slurm --out topology.conf\n"
-      "  topo topology export --topology topology.conf --from slurm --gpus-per-node 8");
+      "  topo topology export --topology topology.conf --from slurm --gpus-per-node 8\n"
+      "  topo topology export --format slurm     # the running daemon's topology");
   AddTopologyFlags(*e, &exp->source, "--from");
   e->add_option("--format", exp->format, "Output format: json (default) or slurm")
       ->check(CLI::IsMember({"json", "slurm"}));
   e->add_option("--out,-o", exp->out, "Output file (default: standard output)");
+  AddConnectionFlags(*e, SharedConnectionFlags());
   e->callback([exp, exit_code] { *exit_code = RunExport(*exp); });
+  AddTopologyImport(*cmd, exit_code);
 
   auto show = std::make_shared<ShowArgs>();
   CLI::App* s = cmd->add_subcommand("show", "Summarise a topology's tiers and sizes");

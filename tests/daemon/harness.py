@@ -68,17 +68,25 @@ class Daemon:
             self.proc.wait()
 
     def stop(self):
+        """SIGTERM; the daemon must exit 0 (under the sanitizers, a leak or
+        an error report makes it exit non-zero)."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill9()
+                raise RuntimeError("topo-scheduler did not stop on SIGTERM:\n" + self.log())
+            if self.proc.returncode != 0:
+                raise RuntimeError("topo-scheduler exited with %d on SIGTERM:\n%s" %
+                                   (self.proc.returncode, self.log()))
 
     def cleanup(self):
-        self.stop()
-        if self.own_dir:
-            shutil.rmtree(self.state_dir, ignore_errors=True)
+        try:
+            self.stop()
+        finally:
+            if self.own_dir:
+                shutil.rmtree(self.state_dir, ignore_errors=True)
 
     @property
     def admin_token(self):

@@ -4,9 +4,11 @@ submissions, many times; after each restart every acknowledged submission is
 there exactly once, and nothing else is (a job whose answer was lost in the
 crash may be there, at most once: it was written but not acknowledged).
 
-usage: test_crash.py TOPO_SCHEDULER_BIN [ROUNDS] [SEED]
+usage: test_crash.py TOPO_SCHEDULER_BIN [TOPO_BIN]
+   (TOPO_CRASH_ROUNDS, default 12, and TOPO_CRASH_SEED, default 7, in the environment)
 """
 
+import os
 import random
 import sys
 import threading
@@ -19,8 +21,8 @@ CLIENTS = 4
 
 def main():
     binary = sys.argv[1]
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 12
-    rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 7)
+    rounds = int(os.environ.get("TOPO_CRASH_ROUNDS", "12"))
+    rng = random.Random(int(os.environ.get("TOPO_CRASH_SEED", "7")))
     d = Daemon(binary).start()
     token = d.admin_token
     setup_tiny(d)

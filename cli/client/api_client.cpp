@@ -1,0 +1,499 @@
+#include "client/api_client.hpp"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <utility>
+#include <variant>
+
+namespace topo::cli {
+
+namespace asio = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+using boost::system::error_code;
+using core::Result;
+using core::Status;
+
+namespace {
+
+// Answers larger than this are refused (a 166k-GPU topology is ~20 MB).
+constexpr uint64_t kMaxResponseBytes = uint64_t{1} << 30;
+
+std::string Lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+// Asio's messages are capitalised sentences ("Connection refused").
+std::string Describe(const error_code& ec) {
+  std::string m = ec.message();
+  if (!m.empty()) m[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(m[0])));
+  return m;
+}
+
+std::string Seconds(std::chrono::milliseconds d) {
+  const long long ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+bool IsUnreserved(unsigned char c) {
+  return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+}  // namespace
+
+std::string PercentEncode(std::string_view text, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (IsUnreserved(c) || (keep_slash && c == '/')) {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string QueryEscape(std::string_view text) {
+  std::string out;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || text[i] == ',' || text[i] == ':' || text[i] == '@') {
+      out += PercentEncode(text.substr(start, i - start), /*keep_slash=*/true);
+      if (i < text.size()) out += text[i];
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+std::string ServerUrl::HostHeader() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + port;
+}
+
+std::string ServerUrl::ToString() const { return "https://" + HostHeader() + path_prefix; }
+
+bool IsLoopbackHost(std::string_view host) {
+  if (Lower(std::string(host)) == "localhost") return true;
+  error_code ec;
+  const asio::ip::address addr = asio::ip::make_address(std::string(host), ec);
+  return !ec && addr.is_loopback();
+}
+
+Result<ServerUrl> ParseServerUrl(std::string_view url) {
+  const std::string given(url);
+  auto bad = [&](const std::string& why) {
+    return Status::Error("server URL '" + given + "': " + why +
+                         " (expected https://HOST[:PORT], e.g. https://127.0.0.1:8443)");
+  };
+  std::string_view rest = url;
+  const size_t scheme_end = rest.find("://");
+  if (scheme_end != std::string_view::npos) {
+    const std::string scheme = Lower(std::string(rest.substr(0, scheme_end)));
+    if (scheme == "http") return bad("topo talks HTTPS only; use https://");
+    if (scheme != "https") return bad("unknown scheme '" + scheme + "'");
+    rest.remove_prefix(scheme_end + 3);
+  }
+  ServerUrl out;
+  const size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    std::string_view path = rest.substr(slash);
+    while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+    if (path.find_first_of("?# ") != std::string_view::npos) return bad("no query or fragment");
+    out.path_prefix = std::string(path);
+  }
+  if (authority.find('@') != std::string_view::npos) return bad("no user info");
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) return bad("unclosed '['");
+    out.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return bad("expected ':' after ']'");
+      port = after.substr(1);
+      if (port.empty()) return bad("empty port");
+    }
+  } else {
+    const size_t colon = authority.rfind(':');
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) return bad("empty port");
+      authority = authority.substr(0, colon);
+    }
+    out.host = std::string(authority);
+  }
+  if (out.host.empty()) return bad("no host");
+  for (char c : out.host) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!(std::isalnum(u) || c == '-' || c == '.' || c == ':' || c == '_' || c == '%')) {
+      return bad("bad character '" + std::string(1, c) + "' in host");
+    }
+  }
+  if (port.empty()) port = "8443";
+  int port_number = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), port_number);
+  if (ec != std::errc() || end != port.data() + port.size() || port_number < 1 ||
+      port_number > 65535) {
+    return bad("port '" + std::string(port) + "' is not 1..65535");
+  }
+  out.port = std::to_string(port_number);
+  error_code addr_ec;
+  asio::ip::make_address(out.host, addr_ec);
+  out.host_is_ip = !addr_ec;
+  if (!out.host_is_ip && out.host.find(':') != std::string::npos) {
+    return bad("'" + out.host + "' is not an IPv6 address");
+  }
+  return out;
+}
+
+std::string ApiResponse::ErrorMessage() const {
+  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+    const nlohmann::json& e = body["error"];
+    if (e.contains("message") && e["message"].is_string()) {
+      return e["message"].get<std::string>();
+    }
+  }
+  std::string reason(http::obsolete_reason(static_cast<http::status>(status)));
+  std::string m = "server answered " + std::to_string(status);
+  if (!reason.empty() && reason != "<unknown-status>") m += " " + reason;
+  // A short plain-text body (a proxy's) is worth showing.
+  std::string t = text.substr(0, 200);
+  t.erase(std::remove(t.begin(), t.end(), '\r'), t.end());
+  std::replace(t.begin(), t.end(), '\n', ' ');
+  while (!t.empty() && t.back() == ' ') t.pop_back();
+  if (!t.empty() && body.is_null()) m += ": " + t;
+  return m;
+}
+
+std::string ApiResponse::ErrorField() const {
+  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+    const nlohmann::json& e = body["error"];
+    if (e.contains("field") && e["field"].is_string()) return e["field"].get<std::string>();
+  }
+  return "";
+}
+
+struct ApiClient::Impl {
+  using Stream = ssl::stream<tcp::socket>;
+
+  ClientOptions options;
+  ServerUrl url;
+  asio::io_context ioc;
+  ssl::context ssl_ctx{ssl::context::tls_client};
+  std::unique_ptr<Stream> stream;  // the open connection, or null
+  boost::beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point deadline;
+  int connections = 0;
+
+  ~Impl() { Close(true); }
+
+  // Starts an asynchronous operation with `start(handler)` and runs the
+  // io_context until it completes or the deadline passes; then `cancel`
+  // aborts it. Returns the operation's error, or timed_out.
+  template <typename Start, typename Cancel>
+  error_code RunUntilDeadline(Start&& start, Cancel&& cancel) {
+    std::optional<error_code> result;
+    start([&result](const error_code& ec, auto&&...) { result = ec; });
+    ioc.restart();
+    ioc.run_until(deadline);
+    if (!result) {
+      cancel();
+      ioc.restart();
+      ioc.run();
+      return asio::error::timed_out;
+    }
+    return *result;
+  }
+
+  error_code RunOnStream(auto&& start) {
+    return RunUntilDeadline(start, [this] {
+      error_code ignored;
+      stream->lowest_layer().close(ignored);
+    });
+  }
+
+  void Close(bool polite) {
+    if (!stream) return;
+    if (polite) {
+      // Send close_notify so the server sees a clean end; bounded wait.
+      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+      RunOnStream([this](auto handler) { stream->async_shutdown(handler); });
+    }
+    error_code ignored;
+    stream->lowest_layer().close(ignored);
+    stream.reset();
+    buffer.clear();
+  }
+
+  std::string ConnectHint() const { return "; is topo-scheduler running? (--server, TOPO_SERVER)"; }
+
+  std::string CaDescription() const {
+    if (options.ca_file.empty()) {
+      return "the system's CA certificates (pass the daemon's STATE_DIR/ca.pem with --ca or "
+             "TOPO_CA)";
+    }
+    std::string d = "CA file " + options.ca_file;
+    if (!options.ca_source.empty()) d += " (from " + options.ca_source + ")";
+    return d;
+  }
+
+  Status Connect() {
+    const std::string where = url.ToString();
+    // Resolve (instant for IP literals).
+    tcp::resolver resolver(ioc);
+    tcp::resolver::results_type endpoints;
+    error_code ec = RunUntilDeadline(
+        [&](auto handler) {
+          resolver.async_resolve(
+              url.host, url.port,
+              [&endpoints, handler](const error_code& e, tcp::resolver::results_type r) mutable {
+                endpoints = std::move(r);
+                handler(e);
+              });
+        },
+        [&] { resolver.cancel(); });
+    if (ec == asio::error::timed_out) {
+      return Status::Error("cannot resolve '" + url.host + "' of " + where + ": timed out after " +
+                           Seconds(options.timeout) + " (--server, TOPO_SERVER, --timeout)");
+    }
+    if (ec) {
+      return Status::Error("cannot resolve '" + url.host + "' of " + where + ": " + Describe(ec) +
+                           " (--server, TOPO_SERVER)");
+    }
+
+    stream = std::make_unique<Stream>(ioc, ssl_ctx);
+    SSL* ssl = stream->native_handle();
+    // Which name the certificate must carry: the IP address or the DNS name;
+    // SNI only for names (RFC 6066 forbids literals).
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    if (url.host_is_ip) {
+      if (X509_VERIFY_PARAM_set1_ip_asc(param, url.host.c_str()) != 1) {
+        stream.reset();
+        return Status::Error("cannot verify against IP address " + url.host);
+      }
+    } else {
+      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      if (X509_VERIFY_PARAM_set1_host(param, url.host.c_str(), 0) != 1 ||
+          SSL_set_tlsext_host_name(ssl, url.host.c_str()) != 1) {
+        stream.reset();
+        return Status::Error("cannot verify against host name " + url.host);
+      }
+    }
+
+    ec = RunOnStream([&](auto handler) {
+      asio::async_connect(
+          stream->next_layer(), endpoints,
+          [handler](const error_code& e, const tcp::endpoint&) mutable { handler(e); });
+    });
+    if (ec) {
+      stream.reset();
+      const std::string why = ec == asio::error::timed_out
+                                  ? "timed out after " + Seconds(options.timeout)
+                                  : Describe(ec);
+      return Status::Error("cannot connect to " + where + ": " + why + ConnectHint() +
+                           (ec == asio::error::timed_out ? " (--timeout)" : ""));
+    }
+    error_code nodelay_ec;
+    stream->next_layer().set_option(tcp::no_delay(true), nodelay_ec);
+    ++connections;
+
+    ec = RunOnStream(
+        [&](auto handler) { stream->async_handshake(ssl::stream_base::client, handler); });
+    if (ec) {
+      const long verify = SSL_get_verify_result(ssl);
+      stream.reset();
+      if (ec == asio::error::timed_out) {
+        return Status::Error("TLS handshake with " + where + " timed out after " +
+                             Seconds(options.timeout) +
+                             "; is it topo-scheduler's HTTPS port? (--server, --timeout)");
+      }
+      if (verify != X509_V_OK) {
+        std::string why = X509_verify_cert_error_string(verify);
+        if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+          why += ": the server's certificate is not for '" + url.host +
+                 "' (connect by a name or address the certificate lists)";
+        }
+        return Status::Error("TLS verification of " + where + " failed: " + why +
+                             "; the certificate was checked against " + CaDescription());
+      }
+      return Status::Error("TLS handshake with " + where + " failed: " + Describe(ec) +
+                           "; is it topo-scheduler's HTTPS port? (--server, TOPO_SERVER)");
+    }
+    return Status::Ok();
+  }
+
+  enum class Stage { kWrite, kRead };
+  struct Failure {
+    error_code ec;
+    Stage stage;
+    bool got_bytes = false;
+  };
+
+  std::variant<ApiResponse, Failure> Exchange(const http::request<http::string_body>& req) {
+    error_code ec = RunOnStream([&](auto handler) {
+      http::async_write(*stream, req,
+                        [handler](const error_code& e, size_t) mutable { handler(e); });
+    });
+    if (ec) return Failure{ec, Stage::kWrite};
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kMaxResponseBytes);
+    ec = RunOnStream([&](auto handler) {
+      http::async_read(*stream, buffer, parser,
+                       [handler](const error_code& e, size_t) mutable { handler(e); });
+    });
+    if (ec) return Failure{ec, Stage::kRead, parser.got_some()};
+    http::response<http::string_body> res = parser.release();
+    ApiResponse out;
+    out.status = static_cast<int>(res.result_int());
+    out.text = std::move(res.body());
+    if (auto it = res.find(http::field::retry_after); it != res.end()) {
+      out.retry_after = std::string(it->value());
+    }
+    if (!out.text.empty()) {
+      out.body = nlohmann::json::parse(out.text, nullptr, /*allow_exceptions=*/false);
+      if (out.body.is_discarded()) out.body = nullptr;
+    }
+    if (!res.keep_alive()) Close(false);
+    return out;
+  }
+
+  Result<ApiResponse> Request(std::string_view method, std::string_view target,
+                              const std::optional<nlohmann::json>& body) {
+    const http::verb verb = http::string_to_verb({method.data(), method.size()});
+    if (verb == http::verb::unknown) {
+      return Status::Error("unknown HTTP method '" + std::string(method) + "'");
+    }
+    if (target.empty() || target.front() != '/') {
+      return Status::Error("request target '" + std::string(target) + "' must start with '/'");
+    }
+    http::request<http::string_body> req{verb, url.path_prefix + std::string(target), 11};
+    req.set(http::field::host, url.HostHeader());
+    req.set(http::field::user_agent, options.user_agent);
+    req.set(http::field::accept, "application/json");
+    if (!options.token.empty()) req.set(http::field::authorization, "Bearer " + options.token);
+    if (body) {
+      req.set(http::field::content_type, "application/json");
+      req.body() = body->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    req.keep_alive(true);
+    req.prepare_payload();
+
+    deadline = std::chrono::steady_clock::now() + options.timeout;
+    const std::string where = url.ToString();
+    // A kept-open connection the server has since closed fails at once; then
+    // one fresh connection is tried, when the request cannot have been acted
+    // on (nothing came back, and it is idempotent or was never sent).
+    const bool idempotent = verb == http::verb::get || verb == http::verb::put ||
+                            verb == http::verb::delete_ || verb == http::verb::head;
+    for (int attempt = 0;; ++attempt) {
+      const bool reused = stream != nullptr;
+      if (!stream) {
+        if (Status s = Connect(); !s.ok()) return s;
+      }
+      std::variant<ApiResponse, Failure> r = Exchange(req);
+      if (auto* ok = std::get_if<ApiResponse>(&r)) return std::move(*ok);
+      const Failure f = std::get<Failure>(r);
+      Close(false);
+      const bool stale = reused && attempt == 0 && f.ec != asio::error::timed_out && !f.got_bytes &&
+                         (idempotent || f.stage == Stage::kWrite);
+      if (stale) continue;
+      if (f.ec == asio::error::timed_out) {
+        return Status::Error("no answer from " + where + " within " + Seconds(options.timeout) +
+                             " (--timeout)");
+      }
+      return Status::Error("request to " + where + " failed: " + Describe(f.ec) +
+                           (f.stage == Stage::kRead && !f.got_bytes
+                                ? " (the server closed the connection without answering)"
+                                : ""));
+    }
+  }
+};
+
+ApiClient::ApiClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ApiClient::~ApiClient() = default;
+
+Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
+  Result<ServerUrl> url = ParseServerUrl(options.server);
+  if (!url.ok()) return url.status();
+  if (options.timeout.count() <= 0) return Status::Error("the timeout must be positive");
+  for (char c : options.token) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f) {
+      return Status::Error(
+          "the API token has a space or control character; check where it came "
+          "from (--token, --token-file, TOPO_TOKEN, the config file)");
+    }
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->url = url.value();
+  error_code ec;
+  impl->ssl_ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                                ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                                ssl::context::no_tlsv1_1,
+                            ec);
+  impl->ssl_ctx.set_verify_mode(ssl::verify_peer, ec);
+  if (options.ca_file.empty()) {
+    impl->ssl_ctx.set_default_verify_paths(ec);
+    if (ec) return Status::Error("cannot load the system's CA certificates: " + Describe(ec));
+  } else {
+    std::string m = "cannot load CA file " + options.ca_file;
+    if (!options.ca_source.empty()) m += " (from " + options.ca_source + ")";
+    std::ifstream f(options.ca_file, std::ios::binary);
+    if (!f) return Status::Error(m + ": " + std::strerror(errno) + " (--ca, TOPO_CA)");
+    const std::string pem((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return Status::Error(m +
+                           ": no PEM certificate in it (-----BEGIN CERTIFICATE-----); give "
+                           "the daemon's STATE_DIR/ca.pem (--ca, TOPO_CA)");
+    }
+    impl->ssl_ctx.load_verify_file(options.ca_file, ec);
+    if (ec) {
+      const char* reason = ERR_reason_error_string(ERR_peek_last_error());
+      ERR_clear_error();
+      return Status::Error(m + ": " + (reason != nullptr ? reason : Describe(ec)) +
+                           " (--ca, TOPO_CA)");
+    }
+  }
+  impl->options = std::move(options);
+  return std::unique_ptr<ApiClient>(new ApiClient(std::move(impl)));
+}
+
+Result<ApiResponse> ApiClient::Request(std::string_view method, std::string_view target,
+                                       const std::optional<nlohmann::json>& body) {
+  return impl_->Request(method, target, body);
+}
+
+const ClientOptions& ApiClient::options() const { return impl_->options; }
+const ServerUrl& ApiClient::url() const { return impl_->url; }
+int ApiClient::connections_opened() const { return impl_->connections; }
+
+}  // namespace topo::cli

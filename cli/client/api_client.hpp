@@ -1,0 +1,101 @@
+#pragma once
+// ApiClient: a blocking HTTPS client of the topo-scheduler API (docs/api.md),
+// for the `topo` verbs, the end-to-end tests and the API benchmark.
+//
+//   auto client = ApiClient::Create({.server = "https://127.0.0.1:8443",
+//                                    .token = "topo_...", .ca_file = "ca.pem"});
+//   auto reply = client.value()->Request("GET", "/v1/jobs?all=1");
+//   if (reply.ok() && reply.value().ok()) ... reply.value().body["jobs"] ...
+//
+// TLS 1.2+ through OpenSSL: the server certificate must chain to the CA file
+// (or to the system's CAs when there is none) and name the server's host (DNS
+// name, sent as SNI too) or IP address. Each Request has one deadline for
+// resolving, connecting, the handshake, sending and the whole answer. The
+// connection is kept open between requests while the server allows it.
+//
+// Thread safety: one ApiClient per thread.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "topo/core/status.hpp"
+
+namespace topo::cli {
+
+// "https://host[:port][/prefix]"; the scheme may be left out. The port
+// defaults to 8443 (topo-scheduler's). IPv6 literals go in brackets.
+struct ServerUrl {
+  std::string host;         // without brackets
+  std::string port;         // digits
+  std::string path_prefix;  // "" or "/prefix" (no trailing slash)
+  bool host_is_ip = false;
+
+  std::string HostHeader() const;  // "host:port", "[::1]:8443"
+  std::string ToString() const;    // "https://host:port/prefix"
+};
+core::Result<ServerUrl> ParseServerUrl(std::string_view url);
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopbackHost(std::string_view host);
+
+struct ClientOptions {
+  std::string server = "https://127.0.0.1:8443";
+  std::string token;    // empty: no Authorization header
+  std::string ca_file;  // PEM file of trusted CAs; empty: the system's CAs
+  // Where ca_file came from, for error messages ("--ca", "TOPO_CA", ...).
+  std::string ca_source;
+  std::chrono::milliseconds timeout{30'000};
+  std::string user_agent = "topo/0.1.0";
+};
+
+struct ApiResponse {
+  int status = 0;
+  nlohmann::json body;  // the parsed JSON body; null when empty or not JSON
+  std::string text;     // the raw body
+  std::string retry_after;
+
+  bool ok() const { return status >= 200 && status < 300; }
+  // The server's {"error": {"message"}}, else "server answered 502 Bad Gateway".
+  std::string ErrorMessage() const;
+  // The server's {"error": {"field"}}, or "".
+  std::string ErrorField() const;
+};
+
+class ApiClient {
+ public:
+  // Checks the URL and loads the CA file; errors name them (no network yet).
+  static core::Result<std::unique_ptr<ApiClient>> Create(ClientOptions options);
+  ~ApiClient();
+  ApiClient(const ApiClient&) = delete;
+  ApiClient& operator=(const ApiClient&) = delete;
+
+  // One HTTP request. `target` is the path and query ("/v1/jobs?all=1"),
+  // already percent-encoded. An error means no HTTP answer came: the server
+  // is unreachable, TLS failed, or the deadline passed; the message says which
+  // and what to check. Any HTTP status is a success here.
+  core::Result<ApiResponse> Request(std::string_view method, std::string_view target,
+                                    const std::optional<nlohmann::json>& body = std::nullopt);
+
+  const ClientOptions& options() const;
+  const ServerUrl& url() const;
+  // Connections opened so far (a reused connection opens none).
+  int connections_opened() const;
+
+ private:
+  struct Impl;
+  explicit ApiClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Percent-encodes one path segment or query value (RFC 3986 unreserved
+// characters stay; with keep_slash, '/' stays too).
+std::string PercentEncode(std::string_view text, bool keep_slash = false);
+// Percent-encodes a query value; '/', ',', ':' and '@' stay as they are
+// (allowed in a query, and easier to read in logs).
+std::string QueryEscape(std::string_view text);
+
+}  // namespace topo::cli

@@ -1,0 +1,581 @@
+#include "client/format.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+#include <utility>
+
+#include "topo/common/hostlist.hpp"
+
+namespace topo::cli {
+
+using nlohmann::json;
+
+namespace {
+
+// Ranks shown by `topo show` without --ranks.
+constexpr size_t kRanksShown = 16;
+// Node groups listed per placement level before "... and N more".
+constexpr size_t kGroupsShown = 6;
+constexpr size_t kNameWidth = 32;
+
+const json& Field(const json& obj, const char* key) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
+std::string Str(const json& obj, const char* key) { return Cell(Field(obj, key)); }
+
+bool IsInt(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
+
+int64_t Int(const json& obj, const char* key, int64_t fallback = 0) {
+  const json& v = Field(obj, key);
+  return IsInt(v) ? v.get<int64_t>() : fallback;
+}
+
+std::string Truncate(std::string s, size_t width) {
+  if (s.size() <= width) return s;
+  return s.substr(0, width - 3) + "...";
+}
+
+std::string Upper(std::string s) {
+  for (char& c : s) {
+    c = c == '_' ? ' ' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return s;
+}
+
+std::string Plural(int64_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// Limits: 0 means none; borrow -1 means none.
+std::string Limit(const json& v, int64_t none) {
+  if (IsInt(v) && v.get<int64_t>() == none) return "none";
+  return Cell(v);
+}
+
+// "key=value ..." of an object's fields, for event lines.
+std::string Summarize(const json& obj, const std::vector<std::string>& skip) {
+  std::string out;
+  if (!obj.is_object()) return out;
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (std::find(skip.begin(), skip.end(), it.key()) != skip.end()) continue;
+    std::string v;
+    const json& x = it.value();
+    if (it.key() == "ranks" && x.is_array()) {
+      v = std::to_string(x.size()) + " GPUs";
+    } else if (x.is_array() &&
+               std::all_of(x.begin(), x.end(), [](const json& e) { return e.is_string(); })) {
+      std::vector<std::string> names;
+      for (const json& e : x) names.push_back(e.get<std::string>());
+      v = names.empty() ? "-" : common::CompressHostlist(names);
+    } else if (it.key() == "request" && x.is_object()) {
+      const json& spec = Field(x, "spec");
+      v = "gpus " + Str(spec, "gpus");
+      if (!Str(spec, "name").empty() && Str(spec, "name") != "-") v += ", " + Str(spec, "name");
+      if (Field(x, "tenant").is_string()) v += ", tenant " + Str(x, "tenant");
+      if (Field(x, "user").is_string()) v += ", user " + Str(x, "user");
+    } else if (x.is_object() && Field(x, "name").is_string()) {
+      v = Str(x, "name");  // a tenant, a node: its name says enough
+    } else if (x.is_structured()) {
+      v = Truncate(x.dump(), 60);
+    } else {
+      v = Cell(x);
+      if (x.is_string() && (v.empty() || v.find(' ') != std::string::npos)) v = json(v).dump();
+    }
+    out += (out.empty() ? "" : " ") + it.key() + "=" + v;
+  }
+  return out;
+}
+
+// "64 HBDs: 63 x 64 GPUs (rack[0-62]), 1 x 16 GPUs (rack63)".
+std::string DescribeLevel(const json& items, const std::string& one, const std::string& many,
+                          bool all) {
+  if (!items.is_array()) return "-";
+  std::vector<std::pair<int64_t, std::vector<std::string>>> groups;
+  for (const json& d : items) {
+    const int64_t g = Int(d, "gpus", -1);
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& p) { return p.first == g; });
+    if (it == groups.end()) {
+      groups.push_back({g, {}});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(Str(d, "name"));
+  }
+  std::string out = Plural(static_cast<int64_t>(items.size()), one, many);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (!all && i == kGroupsShown) {
+      out += ", ... " + std::to_string(groups.size() - i) + " more sizes";
+      break;
+    }
+    out += i == 0 ? ": " : ", ";
+    const auto& [gpus, names] = groups[i];
+    out += std::to_string(names.size()) + " x " + (gpus < 0 ? "?" : std::to_string(gpus)) +
+           " GPUs (" + common::CompressHostlist(names) + ")";
+  }
+  return out;
+}
+
+void KeyValue(std::ostringstream& os, const std::string& key, const std::string& value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "  %-12s ", (key + ":").c_str());
+  os << buf << value << "\n";
+}
+
+std::string FormatMetric(const json& v) {
+  if (v.is_number_float()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v.get<double>());
+    return buf;
+  }
+  return Cell(v);
+}
+
+}  // namespace
+
+Table::Table(std::vector<std::string> headers)
+    : headers_(std::move(headers)), right_(headers_.size(), false) {}
+
+void Table::AddRow(std::vector<std::string> cells) {
+  cells.resize(headers_.size());
+  rows_.push_back(std::move(cells));
+}
+
+void Table::AlignRight(size_t column) {
+  if (column < right_.size()) right_[column] = true;
+}
+
+std::string Table::Render() const {
+  std::vector<size_t> width(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) width[c] = headers_[c].size();
+  for (const auto& row : rows_) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string l;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      const bool last = c + 1 == cells.size();
+      const std::string pad(width[c] - cells[c].size(), ' ');
+      if (c > 0) l += "  ";
+      if (right_[c]) {
+        l += pad + cells[c];
+      } else {
+        l += cells[c];
+        if (!last) l += pad;
+      }
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    out += l + "\n";
+  };
+  line(headers_);
+  for (const auto& row : rows_) line(row);
+  return out;
+}
+
+std::string Cell(const json& v) {
+  if (v.is_null() || v.is_discarded()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  if (v.is_number_float()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v.get<double>());
+    return buf;
+  }
+  return v.dump();
+}
+
+std::string FormatElapsed(int64_t ms) {
+  if (ms < 0) ms = 0;
+  const int64_t s = ms / 1000;
+  const int64_t days = s / 86400, h = s / 3600 % 24, m = s / 60 % 60, sec = s % 60;
+  char buf[48];
+  if (days > 0) {
+    std::snprintf(buf, sizeof buf, "%lld-%02lld:%02lld:%02lld", static_cast<long long>(days),
+                  static_cast<long long>(h), static_cast<long long>(m),
+                  static_cast<long long>(sec));
+  } else if (h > 0) {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(h),
+                  static_cast<long long>(m), static_cast<long long>(sec));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(m),
+                  static_cast<long long>(sec));
+  }
+  return buf;
+}
+
+std::string FormatTime(const json& time_ms) {
+  if (!IsInt(time_ms)) return "-";
+  const std::time_t t = static_cast<std::time_t>(time_ms.get<int64_t>() / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string FormatSeconds(int64_t seconds) {
+  if (seconds <= 0) return std::to_string(seconds) + "s";
+  std::string out;
+  const std::pair<int64_t, const char*> units[] = {{86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}};
+  for (const auto& [scale, name] : units) {
+    if (seconds >= scale) {
+      out += std::to_string(seconds / scale) + name;
+      seconds %= scale;
+    }
+  }
+  return out;
+}
+
+std::string FormatJobTable(const json& jobs, int64_t now_ms) {
+  Table t({"ID", "TENANT", "USER", "NAME", "STATE", "GPUS", "NODES", "TIME", "REASON"});
+  for (size_t c : {0, 5, 6, 7}) t.AlignRight(c);
+  if (jobs.is_array()) {
+    for (const json& j : jobs) {
+      const json& start = Field(j, "start_ms");
+      const json& end = Field(j, "end_ms");
+      std::string time = "0:00";
+      if (IsInt(start)) {
+        const int64_t until = IsInt(end) ? end.get<int64_t>() : now_ms;
+        time = FormatElapsed(until - start.get<int64_t>());
+      }
+      std::string reason = Str(j, "reason");
+      if (IsInt(Field(j, "queue_position"))) {
+        reason = "#" + Str(j, "queue_position") + " " + (reason == "-" ? "" : reason);
+      }
+      t.AddRow({Str(j, "id"), Str(j, "tenant"), Str(j, "user"),
+                Truncate(Str(j, "name"), kNameWidth), Str(j, "state"), Str(j, "gpus"),
+                Str(j, "nodes"), time, reason});
+    }
+  }
+  return t.Render();
+}
+
+std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
+  std::ostringstream os;
+  const std::string name = Str(job, "name");
+  os << "Job " << Str(job, "id") << (name.empty() || name == "-" ? "" : ": " + name) << "\n";
+  std::string state = Str(job, "state");
+  if (Field(job, "reason").is_string() && !Str(job, "reason").empty() &&
+      Str(job, "reason") != Str(job, "state")) {
+    state += " (" + Str(job, "reason") + ")";
+  }
+  KeyValue(os, "State", state);
+  if (IsInt(Field(job, "queue_position"))) {
+    KeyValue(os, "Queue place", Str(job, "queue_position"));
+  }
+  KeyValue(
+      os, "Tenant",
+      Str(job, "tenant") + ", user " + Str(job, "user") + ", priority " + Str(job, "priority"));
+  KeyValue(os, "GPUs", Str(job, "gpus") + " on " + Str(job, "nodes") + " nodes");
+  const json& spec = Field(job, "spec");
+  const json& par = Field(spec, "parallelism");
+  if (par.is_object()) {
+    std::string layout;
+    for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) {
+      if (IsInt(Field(par, k)))
+        layout += (layout.empty() ? "" : " ") + std::string(k) + " " + Str(par, k);
+    }
+    if (Field(par, "order").is_string()) layout += ", order " + Str(par, "order");
+    if (IsInt(Field(spec, "gpus_per_node")) && Int(spec, "gpus_per_node") > 0) {
+      layout += ", " + Str(spec, "gpus_per_node") + " GPUs per node";
+    }
+    if (IsInt(Field(spec, "spares")) && Int(spec, "spares") > 0) {
+      layout += ", " + Plural(Int(spec, "spares"), "spare node", "spare nodes");
+    }
+    KeyValue(os, "Layout", layout);
+  }
+  KeyValue(os, "Submitted", FormatTime(Field(job, "submit_ms")));
+  const json& start = Field(job, "start_ms");
+  const json& end = Field(job, "end_ms");
+  if (IsInt(start)) {
+    const int64_t until = IsInt(end) ? end.get<int64_t>() : now_ms;
+    std::string s = FormatTime(start) + " (ran " + FormatElapsed(until - start.get<int64_t>());
+    if (IsInt(Field(job, "time_limit_s"))) {
+      s += " of " + FormatElapsed(Int(job, "time_limit_s") * 1000);
+    }
+    KeyValue(os, "Started", s + ")");
+  } else if (IsInt(Field(job, "time_limit_s"))) {
+    KeyValue(os, "Time limit", FormatElapsed(Int(job, "time_limit_s") * 1000));
+  }
+  if (IsInt(end)) KeyValue(os, "Ended", FormatTime(end));
+  KeyValue(os, "Restarts",
+           Str(job, "restarts") + ", checkpoint step " + Str(job, "checkpoint_step"));
+
+  const json& placement = Field(job, "placement");
+  if (placement.is_object()) {
+    os << "\nPlacement: " << Plural(Int(placement, "nodes"), "node", "nodes") << "\n";
+    KeyValue(os, "HBDs", DescribeLevel(Field(placement, "hbds"), "HBD", "HBDs", all_ranks));
+    KeyValue(os, "Leaves", DescribeLevel(Field(placement, "leaves"), "leaf", "leaves", all_ranks));
+    KeyValue(os, "Pods", DescribeLevel(Field(placement, "pods"), "pod", "pods", all_ranks));
+  }
+  const json& spares = Field(job, "spares");
+  if (spares.is_array() && !spares.empty()) {
+    std::vector<std::string> names;
+    for (const json& s : spares) names.push_back(Cell(s));
+    KeyValue(os, "Spares", common::CompressHostlist(names));
+  }
+
+  const json& metrics = Field(job, "metrics");
+  if (metrics.is_object()) {
+    os << "\nMetrics:\n";
+    const std::vector<std::string> order = {"tp_in_hbd",      "ep_in_hbd",       "leaf_span_ratio",
+                                            "pod_span_ratio", "comm_cost_ratio", "leaves_spanned",
+                                            "min_leaves",     "pods_spanned",    "min_pods",
+                                            "comm_cost",      "comm_cost_bound", "required_met"};
+    std::vector<std::string> keys = order;
+    for (auto it = metrics.begin(); it != metrics.end(); ++it) {
+      if (std::find(order.begin(), order.end(), it.key()) == order.end() &&
+          it.key() != "tier_histogram") {
+        keys.push_back(it.key());
+      }
+    }
+    Table t({"METRIC", "VALUE"});
+    for (const std::string& k : keys) {
+      if (metrics.contains(k)) t.AddRow({k, FormatMetric(metrics[k])});
+    }
+    const json& hist = Field(metrics, "tier_histogram");
+    if (hist.is_object()) {
+      for (auto it = hist.begin(); it != hist.end(); ++it) {
+        if (!it->is_object() || it->empty()) continue;
+        std::string v;
+        for (auto t2 = it->begin(); t2 != it->end(); ++t2) {
+          v += (v.empty() ? "" : ", ") + t2.key() + " " + Cell(*t2);
+        }
+        t.AddRow({it.key() + " groups by widest tier", v});
+      }
+    }
+    std::string text = t.Render();
+    // Indent under the heading, without the header line.
+    std::istringstream lines(text.substr(text.find('\n') + 1));
+    for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
+  }
+
+  const json& ranks = Field(job, "ranks");
+  if (ranks.is_array() && !ranks.empty()) {
+    const size_t shown = all_ranks ? ranks.size() : std::min(ranks.size(), kRanksShown);
+    os << "\nRanks";
+    if (shown < ranks.size()) {
+      os << " (first " << shown << " of " << ranks.size() << "; --ranks for all)";
+    }
+    os << ":\n";
+    Table t({"RANK", "NODE", "GPU"});
+    t.AlignRight(0);
+    t.AlignRight(2);
+    for (size_t i = 0; i < shown; ++i) {
+      t.AddRow({Str(ranks[i], "rank"), Str(ranks[i], "node"), Str(ranks[i], "gpu")});
+    }
+    std::istringstream lines(t.Render());
+    for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
+  }
+
+  const json& history = Field(job, "history");
+  if (history.is_array() && !history.empty()) {
+    os << "\nHistory:\n";
+    Table t({"SEQ", "TIME", "ACTOR", "TYPE", "STATE", "REASON"});
+    t.AlignRight(0);
+    for (const json& h : history) {
+      t.AddRow({Str(h, "seq"), FormatTime(Field(h, "time_ms")), Str(h, "actor"), Str(h, "type"),
+                Str(h, "state"), Str(h, "reason")});
+    }
+    std::istringstream lines(t.Render());
+    for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
+  }
+  return os.str();
+}
+
+std::string FormatNodeTable(const json& nodes) {
+  Table t({"NAME", "STATE", "GPUS", "FREE", "HBD", "LEAF", "POD", "REASON"});
+  t.AlignRight(2);
+  t.AlignRight(3);
+  if (nodes.is_array()) {
+    for (const json& n : nodes) {
+      int64_t free = 0;
+      const json& jobs = Field(n, "gpu_jobs");
+      const json& health = Field(n, "gpu_health");
+      if (Str(n, "state") == "up" && jobs.is_array()) {
+        for (size_t g = 0; g < jobs.size(); ++g) {
+          const bool healthy = !health.is_array() || g >= health.size() ||
+                               (health[g].is_string() && health[g] == "healthy");
+          if (IsInt(jobs[g]) && jobs[g].get<int64_t>() == 0 && healthy) ++free;
+        }
+      }
+      std::string reason = Str(n, "reason");
+      if (reason.empty()) reason = "-";
+      t.AddRow({Str(n, "name"), Str(n, "state"), Str(n, "gpus"), std::to_string(free),
+                Str(n, "hbd"), Str(n, "leaf"), Str(n, "pod"), reason});
+    }
+  }
+  return t.Render();
+}
+
+std::string FormatNodeDetails(const json& node) {
+  std::ostringstream os;
+  os << "Node " << Str(node, "name") << "\n";
+  std::string state = Str(node, "state");
+  if (Field(node, "reason").is_string() && !Str(node, "reason").empty()) {
+    state += " (" + Str(node, "reason") + ")";
+  }
+  KeyValue(os, "State", state);
+  KeyValue(os, "GPUs", Str(node, "gpus"));
+  KeyValue(os, "HBD", Str(node, "hbd"));
+  KeyValue(os, "Leaf", Str(node, "leaf"));
+  KeyValue(os, "Pod", Str(node, "pod"));
+  const json& jobs = Field(node, "gpu_jobs");
+  const json& health = Field(node, "gpu_health");
+  const size_t gpus =
+      std::max(jobs.is_array() ? jobs.size() : 0, health.is_array() ? health.size() : 0);
+  if (gpus > 0) {
+    os << "\n";
+    Table t({"GPU", "HEALTH", "JOB"});
+    t.AlignRight(0);
+    t.AlignRight(2);
+    for (size_t g = 0; g < gpus; ++g) {
+      const json h = health.is_array() && g < health.size() ? health[g] : json();
+      const json j = jobs.is_array() && g < jobs.size() ? jobs[g] : json();
+      const bool free = IsInt(j) && j.get<int64_t>() == 0;
+      t.AddRow({std::to_string(g), Cell(h), free ? "-" : Cell(j)});
+    }
+    std::istringstream lines(t.Render());
+    for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
+  }
+  const json& history = Field(node, "gpu_history");
+  if (history.is_array() && !history.empty()) {
+    os << "\nGPU history:\n";
+    std::istringstream lines(
+        FormatObjectTable(history, {"time_ms", "gpu", "health", "kind", "reason"}));
+    for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
+  }
+  return os.str();
+}
+
+std::string SummarizeNodesByState(const json& nodes) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_state;
+  if (nodes.is_array()) {
+    for (const json& n : nodes) {
+      const std::string state = Str(n, "state");
+      auto it = std::find_if(by_state.begin(), by_state.end(),
+                             [&](const auto& p) { return p.first == state; });
+      if (it == by_state.end()) {
+        by_state.push_back({state, {}});
+        it = by_state.end() - 1;
+      }
+      it->second.push_back(Str(n, "name"));
+    }
+  }
+  std::string out;
+  for (const auto& [state, names] : by_state) {
+    out += Plural(static_cast<int64_t>(names.size()), "node", "nodes") + " " + state + ": " +
+           common::CompressHostlist(names) + "\n";
+  }
+  return out;
+}
+
+std::string FormatTenantTable(const json& tenants) {
+  Table t({"NAME", "GUARANTEED", "BORROW LIMIT", "MAX JOB GPUS", "MAX RUNNING", "SHARES", "USAGE",
+           "RUNNING", "QUEUED"});
+  for (size_t c = 1; c < 9; ++c) t.AlignRight(c);
+  if (tenants.is_array()) {
+    for (const json& x : tenants) {
+      t.AddRow({Str(x, "name"), Str(x, "guaranteed_gpus"), Limit(Field(x, "borrow_limit_gpus"), -1),
+                Limit(Field(x, "max_job_gpus"), 0), Limit(Field(x, "max_running_jobs"), 0),
+                Str(x, "shares"), Str(x, "usage_gpus"), Str(x, "running_jobs"),
+                Str(x, "queued_jobs")});
+    }
+  }
+  return t.Render();
+}
+
+std::string FormatQuota(const json& x) {
+  std::ostringstream os;
+  os << "Tenant " << Str(x, "name") << "\n";
+  auto kv = [&](const std::string& k, const std::string& v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "  %-18s ", (k + ":").c_str());
+    os << buf << v << "\n";
+  };
+  kv("Guaranteed GPUs", Str(x, "guaranteed_gpus"));
+  kv("Borrow limit", Limit(Field(x, "borrow_limit_gpus"), -1));
+  kv("Max GPUs per job", Limit(Field(x, "max_job_gpus"), 0));
+  kv("Max running jobs", Limit(Field(x, "max_running_jobs"), 0));
+  kv("Shares", Str(x, "shares"));
+  kv("In use", Str(x, "usage_gpus") + " GPUs, " + Str(x, "running_jobs") + " running, " +
+                   Str(x, "queued_jobs") + " queued");
+  return os.str();
+}
+
+std::string EventHeader() {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%8s  %-19s  %-12s  %s\n", "SEQ", "TIME", "ACTOR", "EVENT");
+  return buf;
+}
+
+std::string FormatEvent(const json& entry) {
+  std::string out;
+  const json& event = Field(entry, "event");
+  std::string what = Str(event, "type");
+  const std::string detail = Summarize(event, {"type"});
+  if (!detail.empty()) what += " " + detail;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%8s  %-19s  %-12s  ", Str(entry, "seq").c_str(),
+                FormatTime(Field(entry, "time_ms")).c_str(), Str(entry, "actor").c_str());
+  out += buf + what + "\n";
+  const json& commands = Field(entry, "commands");
+  if (commands.is_array()) {
+    for (const json& c : commands) {
+      std::string line = "-> " + Str(c, "type");
+      const std::string d = Summarize(c, {"type"});
+      if (!d.empty()) line += " " + d;
+      out += std::string(8 + 2 + 19 + 2 + 12 + 2, ' ') + line + "\n";
+    }
+  }
+  return out;
+}
+
+std::string FormatObjectTable(const json& items, const std::vector<std::string>& columns) {
+  std::vector<std::string> keys;
+  auto add_key = [&](const std::string& k) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  };
+  if (items.is_array()) {
+    for (const std::string& c : columns) {
+      for (const json& x : items) {
+        if (x.is_object() && x.contains(c)) {
+          add_key(c);
+          break;
+        }
+      }
+    }
+    for (const json& x : items) {
+      if (!x.is_object()) continue;
+      for (auto it = x.begin(); it != x.end(); ++it) {
+        if (!it->is_structured()) add_key(it.key());
+      }
+    }
+  }
+  std::vector<std::string> headers;
+  for (const std::string& k : keys) {
+    const bool time = k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0;
+    headers.push_back(Upper(time ? k.substr(0, k.size() - 3) : k));
+  }
+  Table t(headers);
+  if (items.is_array()) {
+    for (const json& x : items) {
+      std::vector<std::string> row;
+      for (const std::string& k : keys) {
+        const bool time = k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0;
+        const json& v = Field(x, k.c_str());
+        row.push_back(time ? FormatTime(v) : (v.is_structured() ? v.dump() : Cell(v)));
+      }
+      t.AddRow(std::move(row));
+    }
+  }
+  return t.Render();
+}
+
+}  // namespace topo::cli

@@ -1,0 +1,92 @@
+#include "client/requests.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include "client/api_client.hpp"
+#include "topo/common/hostlist.hpp"
+
+namespace topo::cli {
+
+using core::Result;
+using core::Status;
+using nlohmann::json;
+
+namespace {
+
+// A count >= 0, or "none" -> none_value where allowed.
+Result<int64_t> ParseCount(const std::string& flag, const std::string& text,
+                           std::optional<int64_t> none_value) {
+  if (text == "none" && none_value) return *none_value;
+  bool digits = !text.empty() && text.size() <= 12;
+  for (char c : text) digits = digits && c >= '0' && c <= '9';
+  if (!digits) {
+    return Status::Error(flag + ": '" + text + "' is not a whole number >= 0" +
+                         (none_value ? " or none" : ""));
+  }
+  return std::stoll(text);
+}
+
+}  // namespace
+
+Result<json> NodeActionBody(const std::string& hostlist, const std::string& reason) {
+  Result<std::vector<std::string>> names = common::ExpandHostlist(hostlist);
+  if (!names.ok()) return names.status();  // names the hostlist and the fault
+  if (names.value().empty()) return Status::Error("hostlist '" + hostlist + "' names no nodes");
+  json body = {{"nodes", hostlist}};
+  if (!reason.empty()) body["reason"] = reason;
+  return body;
+}
+
+Result<json> QuotaSetBody(const QuotaFlags& flags) {
+  json body = json::object();
+  struct Count {
+    const char* flag;
+    const char* field;
+    const std::string& text;
+    std::optional<int64_t> none;
+  };
+  const Count counts[] = {
+      {"--guaranteed", "guaranteed_gpus", flags.guaranteed, std::nullopt},
+      {"--borrow-limit", "borrow_limit_gpus", flags.borrow_limit, -1},
+      {"--max-job-gpus", "max_job_gpus", flags.max_job_gpus, 0},
+      {"--max-running-jobs", "max_running_jobs", flags.max_running_jobs, 0},
+  };
+  for (const Count& c : counts) {
+    if (c.text.empty()) continue;
+    Result<int64_t> v = ParseCount(c.flag, c.text, c.none);
+    if (!v.ok()) return v.status();
+    body[c.field] = v.value();
+  }
+  if (!flags.shares.empty()) {
+    char* end = nullptr;
+    const double v = std::strtod(flags.shares.c_str(), &end);
+    if (end != flags.shares.c_str() + flags.shares.size() || !std::isfinite(v) || v <= 0) {
+      return Status::Error("--shares: '" + flags.shares + "' is not a number > 0");
+    }
+    body["shares"] = v;
+  }
+  return body;
+}
+
+std::string TenantTarget(const std::string& tenant) {
+  return "/v1/tenants/" + PercentEncode(tenant, /*keep_slash=*/true);
+}
+
+std::string JobsTarget(bool all, const std::string& tenant, const std::string& states,
+                       const std::string& after, int limit) {
+  std::string q;
+  auto add = [&](const std::string& k, const std::string& v) {
+    if (v.empty()) return;
+    q += (q.empty() ? "?" : "&") + k + "=" + QueryEscape(v);
+  };
+  add("all", all ? "1" : "");
+  add("tenant", tenant);
+  add("state", states);
+  add("after", after);
+  add("limit", std::to_string(limit));
+  return "/v1/jobs" + q;
+}
+
+}  // namespace topo::cli

@@ -1,0 +1,37 @@
+#pragma once
+// Request bodies and targets of the admin verbs, built and checked before
+// anything is sent (docs/api.md). Pure functions.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "topo/core/status.hpp"
+
+namespace topo::cli {
+
+// POST /v1/nodes/drain and /resume: {"nodes": EXPR, "reason": R}. The
+// hostlist goes to the daemon as written (it expands it itself); here it is
+// only checked, so a typo fails before the request. An empty reason is left
+// out.
+core::Result<nlohmann::json> NodeActionBody(const std::string& hostlist, const std::string& reason);
+
+// The flags of `topo quota set`, as given ("" when not given).
+struct QuotaFlags {
+  std::string guaranteed;        // N
+  std::string borrow_limit;      // N | none (-> -1)
+  std::string max_job_gpus;      // N | none (-> 0)
+  std::string max_running_jobs;  // N | none (-> 0)
+  std::string shares;            // X > 0
+};
+// PUT /v1/tenants/{name}: only the fields given.
+core::Result<nlohmann::json> QuotaSetBody(const QuotaFlags& flags);
+
+// /v1/tenants/org/team (each segment percent-encoded, slashes kept).
+std::string TenantTarget(const std::string& tenant);
+
+// GET /v1/jobs?... for one page of `topo queue`.
+std::string JobsTarget(bool all, const std::string& tenant, const std::string& states,
+                       const std::string& after, int limit);
+
+}  // namespace topo::cli

@@ -1,0 +1,398 @@
+#include "client/submit.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <limits>
+
+#include "topo/common/job_io.hpp"
+
+namespace topo::cli {
+
+using core::Result;
+using core::Status;
+
+namespace {
+
+// Longest duration accepted: 10 years, well past the daemon's 30-day limit
+// (which the daemon checks).
+constexpr int64_t kMaxDurationS = int64_t{10} * 366 * 86400;
+
+std::string_view TrimView(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<int64_t> ParseInt(std::string_view text) {
+  int64_t v = 0;
+  if (text.empty()) return std::nullopt;
+  const char* first = text.data();
+  if (*first == '+') ++first;
+  const auto [end, ec] = std::from_chars(first, text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<int64_t> ParseDigits(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  }
+  if (text.size() > 12) return std::nullopt;
+  return ParseInt(text);
+}
+
+constexpr std::string_view kDurationForms = "e.g. 90m, 2h, 3600s, 1d, 1h30m or 2:00:00";
+
+bool IsKind(std::string_view k) {
+  return k == "tp" || k == "cp" || k == "ep" || k == "pp" || k == "dp";
+}
+
+}  // namespace
+
+Result<int64_t> ParseDuration(std::string_view text) {
+  const std::string given(text);
+  text = TrimView(text);
+  auto bad = [&](const std::string& why) {
+    return Status::Error("duration '" + given + "': " + why + " (" + std::string(kDurationForms) +
+                         ")");
+  };
+  if (text.empty()) return bad("empty");
+  int64_t total = 0;
+  if (text.find(':') != std::string_view::npos) {
+    int64_t days = 0;
+    if (const size_t dash = text.find('-'); dash != std::string_view::npos) {
+      std::optional<int64_t> d = ParseDigits(text.substr(0, dash));
+      if (!d) return bad("days before '-' must be a whole number");
+      days = *d;
+      text.remove_prefix(dash + 1);
+    }
+    std::vector<std::string_view> parts;
+    size_t start = 0;
+    while (true) {
+      const size_t colon = text.find(':', start);
+      parts.push_back(
+          text.substr(start, colon == std::string_view::npos ? text.npos : colon - start));
+      if (colon == std::string_view::npos) break;
+      start = colon + 1;
+    }
+    if (parts.size() != 3) return bad("write hours, minutes and seconds as H:MM:SS");
+    std::optional<int64_t> h = ParseDigits(parts[0]);
+    std::optional<int64_t> m = ParseDigits(parts[1]);
+    std::optional<int64_t> s = ParseDigits(parts[2]);
+    if (!h || !m || !s) return bad("H:MM:SS takes whole numbers");
+    if (*m >= 60 || *s >= 60 || parts[1].size() != 2 || parts[2].size() != 2) {
+      return bad("minutes and seconds are two digits, 00..59");
+    }
+    if (days > kMaxDurationS / 86400 || *h > kMaxDurationS / 3600) return bad("too long");
+    total = days * 86400 + *h * 3600 + *m * 60 + *s;
+  } else {
+    bool any = false;
+    std::string seen;
+    while (!text.empty()) {
+      size_t n = 0;
+      while (n < text.size() && std::isdigit(static_cast<unsigned char>(text[n]))) ++n;
+      if (n == 0) return bad("expected a number at '" + std::string(text) + "'");
+      std::optional<int64_t> v = ParseDigits(text.substr(0, n));
+      if (!v) return bad("number too large");
+      if (n == text.size()) {
+        return bad("add a unit: " + std::string(text) + "s, " + std::string(text) + "m, " +
+                   std::string(text) + "h or " + std::string(text) + "d");
+      }
+      const char unit = static_cast<char>(std::tolower(static_cast<unsigned char>(text[n])));
+      int64_t scale = 0;
+      switch (unit) {
+        case 'd':
+          scale = 86400;
+          break;
+        case 'h':
+          scale = 3600;
+          break;
+        case 'm':
+          scale = 60;
+          break;
+        case 's':
+          scale = 1;
+          break;
+        default:
+          return bad("unknown unit '" + std::string(1, text[n]) + "' (use d, h, m or s)");
+      }
+      if (seen.find(unit) != std::string::npos)
+        return bad("unit '" + std::string(1, unit) + "' given twice");
+      seen += unit;
+      if (*v > kMaxDurationS / scale) return bad("too long");
+      total += *v * scale;
+      any = true;
+      text.remove_prefix(n + 1);
+    }
+    if (!any) return bad("empty");
+  }
+  if (total <= 0) return bad("must be longer than 0 s");
+  if (total > kMaxDurationS) return bad("too long");
+  return total;
+}
+
+const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
+  static const std::vector<SubmitFlagInfo> kTable = {
+      {"gpus", "N", "GPUs of the job (required unless --spec gives them)"},
+      {"tp", "N", "Tensor-parallel degree"},
+      {"cp", "N", "Context-parallel degree"},
+      {"ep", "N", "Expert-parallel degree (divides dp)"},
+      {"pp", "N", "Pipeline-parallel degree"},
+      {"dp", "N", "Data-parallel degree (default gpus / (tp x cp x pp))"},
+      {"order", "ORDER", "Rank order, fastest first (default tp-cp-ep-dp-pp)"},
+      {"gpus-per-node", "N", "GPUs taken on each node (default 0: whole nodes)"},
+      {"spares", "N", "Whole spare nodes kept for a quick restart"},
+      {"constraint", "KIND=SPEC",
+       "Topology constraint of a group kind (tp, cp, ep, pp, dp): none, required:TIER or "
+       "preferred:TIER; repeatable"},
+      {"name", "NAME", "Job name (default: the script's file name)"},
+      {"tenant", "TENANT", "Tenant to charge (default: your own)"},
+      {"priority", "N", "-100..100; above 0 needs tenant-admin or cluster-admin"},
+      {"time", "DURATION", "Time limit: 2h, 90m, 3600s, 1d, 1h30m or H:MM:SS (default 24 h)"},
+      {"checkpoint-interval", "DURATION",
+       "How often the job checkpoints, or 'never' (default 30 min)"},
+      {"spec", "FILE", "Job spec v1 JSON (or a whole request), - for standard input"},
+  };
+  return kTable;
+}
+
+Status CheckSubmitFlag(std::string_view name, std::string_view value) {
+  const std::string flag = "--" + std::string(name);
+  auto err = [&](const std::string& why) { return Status::Error(flag + ": " + why); };
+  if (name == "gpus" || name == "tp" || name == "cp" || name == "ep" || name == "pp" ||
+      name == "dp" || name == "gpus-per-node" || name == "spares" || name == "priority") {
+    std::optional<int64_t> v = ParseInt(value);
+    if (!v || *v > std::numeric_limits<int32_t>::max() ||
+        *v < std::numeric_limits<int32_t>::min()) {
+      return err("'" + std::string(value) + "' is not a whole number");
+    }
+    if (name != "priority" && *v < 0) return err("must be >= 0, got " + std::string(value));
+    return Status::Ok();
+  }
+  if (name == "time") {
+    Result<int64_t> d = ParseDuration(value);
+    return d.ok() ? Status::Ok() : err(d.message());
+  }
+  if (name == "checkpoint-interval") {
+    if (value == "never") return Status::Ok();
+    Result<int64_t> d = ParseDuration(value);
+    return d.ok() ? Status::Ok() : err(d.message() + ", or 'never'");
+  }
+  if (name == "constraint") {
+    const size_t eq = value.find('=');
+    const std::string_view kind = value.substr(0, eq);
+    if (eq == std::string_view::npos || !IsKind(kind)) {
+      return err("'" + std::string(value) +
+                 "': expected KIND=SPEC with KIND tp, cp, ep, pp or dp (e.g. pp=required:leaf)");
+    }
+    const std::string_view spec = value.substr(eq + 1);
+    if (spec == "none") return Status::Ok();
+    for (std::string_view prefix : {"required:", "preferred:"}) {
+      if (spec.substr(0, prefix.size()) == prefix) {
+        if (spec.size() == prefix.size()) return err("'" + std::string(value) + "': no tier");
+        return Status::Ok();
+      }
+    }
+    return err("'" + std::string(value) +
+               "': SPEC is none, required:TIER or preferred:TIER (TIER: node, hbd, leaf, pod, "
+               "cluster or a tier name)");
+  }
+  if (name == "order" || name == "name" || name == "tenant" || name == "spec") {
+    if (value.empty() && name != "name") return err("empty value");
+    return Status::Ok();
+  }
+  return Status::Error("unknown option --" + std::string(name));
+}
+
+Status AddSubmitFlag(SubmitFlags* flags, std::string_view name, std::string value,
+                     const std::string& origin) {
+  bool known = false;
+  for (const SubmitFlagInfo& f : SubmitFlagTable()) known = known || f.name == name;
+  Status s = known ? CheckSubmitFlag(name, value)
+                   : Status::Error("unknown option --" + std::string(name) +
+                                   " (see topo submit "
+                                   "--help)");
+  if (!s.ok()) return Status::Error(origin.empty() ? s.message() : origin + ": " + s.message());
+  if (name == "constraint") {
+    const size_t eq = value.find('=');
+    (*flags)["constraint:" + value.substr(0, eq)] = {value.substr(eq + 1), origin};
+  } else {
+    (*flags)[std::string(name)] = {std::move(value), origin};
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> SplitWords(std::string_view text) {
+  std::vector<std::string> words;
+  std::string cur;
+  bool in_word = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\'') {
+      const size_t close = text.find('\'', i + 1);
+      if (close == std::string_view::npos) return Status::Error("unbalanced '");
+      cur.append(text.substr(i + 1, close - i - 1));
+      i = close;
+      in_word = true;
+    } else if (c == '"') {
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != '"') {
+        if (text[j] == '\\' && j + 1 < text.size() && (text[j + 1] == '"' || text[j + 1] == '\\')) {
+          ++j;
+        }
+        cur += text[j++];
+      }
+      if (j >= text.size()) return Status::Error("unbalanced \"");
+      i = j;
+      in_word = true;
+    } else if (c == '\\') {
+      if (i + 1 >= text.size()) return Status::Error("trailing backslash");
+      cur += text[++i];
+      in_word = true;
+    } else if (c == '#' && !in_word) {
+      break;  // a comment, as in a shell
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      if (in_word) words.push_back(std::move(cur));
+      cur.clear();
+      in_word = false;
+    } else {
+      cur += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(cur));
+  return words;
+}
+
+Result<ScriptDirectives> ParseScriptDirectives(std::string_view script, const std::string& path) {
+  ScriptDirectives out;
+  bool in_block = true;
+  int line_no = 0;
+  size_t pos = 0;
+  while (pos < script.size()) {
+    size_t nl = script.find('\n', pos);
+    if (nl == std::string_view::npos) nl = script.size();
+    std::string_view line = script.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string at = path + ":" + std::to_string(line_no);
+    if (line_no == 1 && line.substr(0, 2) == "#!") continue;
+    std::string_view t = line;
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    if (t.empty()) continue;
+    if (t.front() != '#') {
+      in_block = false;
+      continue;
+    }
+    if (t.substr(0, 5) != "#TOPO" ||
+        (t.size() > 5 && !std::isspace(static_cast<unsigned char>(t[5])))) {
+      continue;  // an ordinary comment
+    }
+    if (!in_block) {
+      out.warnings.push_back(at + ": #TOPO after the first command is ignored");
+      continue;
+    }
+    Result<std::vector<std::string>> words = SplitWords(t.substr(5));
+    if (!words.ok()) return Status::Error(at + ": " + words.message());
+    const std::vector<std::string>& w = words.value();
+    for (size_t i = 0; i < w.size(); ++i) {
+      const std::string& word = w[i];
+      if (word.size() < 3 || word.substr(0, 2) != "--") {
+        return Status::Error(at + ": expected an option like --gpus 64, got '" + word + "'");
+      }
+      std::string name = word.substr(2);
+      std::string value;
+      if (const size_t eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name.resize(eq);
+      } else {
+        if (i + 1 >= w.size()) return Status::Error(at + ": " + word + " needs a value");
+        value = w[++i];
+      }
+      if (Status s = AddSubmitFlag(&out.flags, name, value, at); !s.ok()) return s;
+    }
+  }
+  return out;
+}
+
+SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over) {
+  SubmitFlags out = base;
+  for (const auto& [k, v] : over) out[k] = v;
+  return out;
+}
+
+Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
+                                          const std::optional<nlohmann::json>& spec_file,
+                                          const std::string& default_name) {
+  using nlohmann::json;
+  json req = json::object();
+  if (spec_file) {
+    if (!spec_file->is_object()) return Status::Error("--spec: the JSON must be an object");
+    if (spec_file->contains("spec")) {
+      req = *spec_file;
+    } else {
+      req["spec"] = *spec_file;
+    }
+  } else {
+    req["spec"] = json::object();
+  }
+  json& spec = req["spec"];
+  if (!spec.is_object()) return Status::Error("--spec: \"spec\" must be an object");
+  auto integer = [&](const std::string& name) { return *ParseInt(flags.at(name).value); };
+  auto given = [&](const std::string& name) { return flags.count(name) > 0; };
+  auto where = [&](const std::string& name) {
+    const std::string& o = flags.at(name).origin;
+    return (o.empty() ? "" : o + ": ") + std::string("--") + name;
+  };
+
+  if (given("gpus")) spec["gpus"] = integer("gpus");
+  for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) {
+    if (given(k)) spec["parallelism"][k] = integer(k);
+  }
+  if (given("order")) spec["parallelism"]["order"] = flags.at("order").value;
+  if (given("gpus-per-node")) spec["gpus_per_node"] = integer("gpus-per-node");
+  if (given("spares")) spec["spares"] = integer("spares");
+  for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) {
+    const std::string key = std::string("constraint:") + k;
+    if (!given(key)) continue;
+    const std::string& v = flags.at(key).value;
+    if (v == "none") {
+      spec["constraints"][k] = "none";
+    } else {
+      const size_t colon = v.find(':');
+      spec["constraints"][k] = {{v.substr(0, colon), v.substr(colon + 1)}};
+    }
+  }
+  if (given("name")) spec["name"] = flags.at("name").value;
+  if ((!spec.contains("name") || spec["name"] == "") && !default_name.empty()) {
+    spec["name"] = default_name;
+  }
+  if (given("tenant")) req["tenant"] = flags.at("tenant").value;
+  if (given("priority")) req["priority"] = integer("priority");
+  if (given("time")) {
+    Result<int64_t> d = ParseDuration(flags.at("time").value);
+    if (!d.ok()) return Status::Error(where("time") + ": " + d.message());
+    req["time_limit_s"] = d.value();
+  }
+  if (given("checkpoint-interval")) {
+    const std::string& v = flags.at("checkpoint-interval").value;
+    if (v == "never") {
+      req["checkpoint_interval_s"] = -1;
+    } else {
+      Result<int64_t> d = ParseDuration(v);
+      if (!d.ok()) return Status::Error(where("checkpoint-interval") + ": " + d.message());
+      req["checkpoint_interval_s"] = d.value();
+    }
+  }
+  if (!spec.contains("gpus")) {
+    return Status::Error("how many GPUs? give --gpus N (or a job spec with --spec FILE)");
+  }
+  // The daemon's own check, so mistakes show before anything is sent.
+  Result<core::JobSpec> checked = common::JobSpecFromJson(spec);
+  if (!checked.ok()) return Status::Error("job spec: " + checked.message());
+  return req;
+}
+
+}  // namespace topo::cli

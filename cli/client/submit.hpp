@@ -1,0 +1,81 @@
+#pragma once
+// What `topo submit` sends: the POST /v1/jobs body built from flags, a job
+// spec file and the #TOPO lines of a batch script (the way sbatch reads
+// #SBATCH). Pure functions; no I/O except where a path is named.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "topo/core/status.hpp"
+
+namespace topo::cli {
+
+// "90m", "2h", "3600s", "1d", compounds ("1h30m", "1d12h"), "H:MM:SS" and
+// "D-H:MM:SS". A bare number is an error (minutes or seconds?). Result in
+// seconds, > 0.
+core::Result<int64_t> ParseDuration(std::string_view text);
+
+// The flags `topo submit` takes, on the command line and on #TOPO lines.
+struct SubmitFlagInfo {
+  std::string_view name;  // without "--"
+  std::string_view value_name;
+  std::string_view help;
+};
+const std::vector<SubmitFlagInfo>& SubmitFlagTable();
+
+// One flag's value and where it was given ("" for the command line,
+// "job.sh:3" for a #TOPO line).
+struct FlagValue {
+  std::string value;
+  std::string origin;
+};
+// By flag name ("gpus", "tp", ...); constraints as "constraint:KIND". Flags
+// given twice keep the last value.
+using SubmitFlags = std::map<std::string, FlagValue>;
+
+// Checks one flag's value (numbers, durations, names); the error names the
+// flag. `name` must be in SubmitFlagTable().
+core::Status CheckSubmitFlag(std::string_view name, std::string_view value);
+
+// Adds name=value to *flags ("constraint" values go under their kind);
+// checks the value. Errors are prefixed with `origin` when it is not empty.
+core::Status AddSubmitFlag(SubmitFlags* flags, std::string_view name, std::string value,
+                           const std::string& origin);
+
+// Splits text into words like a shell would, without expansions: blanks
+// separate, '...' and "..." quote, backslash escapes, a word starting with
+// '#' starts a comment.
+core::Result<std::vector<std::string>> SplitWords(std::string_view text);
+
+struct ScriptDirectives {
+  SubmitFlags flags;
+  // #TOPO lines after the leading comment block, which are ignored.
+  std::vector<std::string> warnings;
+};
+// Reads the #TOPO lines of the script's leading block: an optional "#!" line,
+// then comment and blank lines up to the first command. "#TOPO --gpus 64
+// --tp 8": words are flags of SubmitFlagTable (--flag VALUE or
+// --flag=VALUE). Errors name path:line.
+core::Result<ScriptDirectives> ParseScriptDirectives(std::string_view script,
+                                                     const std::string& path);
+
+// `over` wins over `base`.
+SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over);
+
+// The POST /v1/jobs body: {"spec": {...}, "tenant", "priority", "time_limit_s",
+// "checkpoint_interval_s"}. `spec_file` is the --spec JSON when given: a job
+// spec v1, or a whole request {"spec": ..., ...}; flags override its fields.
+// `default_name` names the job when neither names it. The spec is checked
+// the way the daemon does (common::JobSpecFromJson) so mistakes are caught
+// before sending.
+core::Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
+                                                const std::optional<nlohmann::json>& spec_file,
+                                                const std::string& default_name);
+
+}  // namespace topo::cli

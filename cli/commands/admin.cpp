@@ -1,0 +1,340 @@
+// topo tenants | quota | users | token: tenants, quotas, users and API tokens
+// on a running topo-scheduler (docs/cli.md; docs/api.md "Tenants and
+// quotas", "Users and tokens").
+
+#include <cctype>
+#include <iostream>
+
+#include "client/format.hpp"
+#include "client/requests.hpp"
+#include "commands/client_common.hpp"
+#include "commands/commands.hpp"
+#include "commands/options.hpp"
+
+namespace topo::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// The list under `key`, or the body itself when it is a list.
+json ListOf(const json& body, const char* key) {
+  if (body.is_array()) return body;
+  if (body.is_object() && body.contains(key) && body[key].is_array()) return body[key];
+  return json::array();
+}
+
+// ---- tenants, quota show
+
+struct TenantsArgs {
+  std::string tenant;
+  bool json = false;
+};
+
+int RunTenants(const TenantsArgs& args, bool quota_view) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply =
+      session->Call("GET", args.tenant.empty() ? "/v1/tenants" : TenantTarget(args.tenant));
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+    return kExitOk;
+  }
+  if (!args.tenant.empty()) {
+    std::cout << FormatQuota(reply.body);
+    return kExitOk;
+  }
+  const json tenants = ListOf(reply.body, "tenants");
+  if (!quota_view) {
+    std::cout << FormatTenantTable(tenants);
+    return kExitOk;
+  }
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    std::cout << (i > 0 ? "\n" : "") << FormatQuota(tenants[i]);
+  }
+  return kExitOk;
+}
+
+// ---- quota set
+
+struct QuotaSetArgs {
+  std::string tenant;
+  QuotaFlags quota;
+  bool json = false;
+};
+
+int RunQuotaSet(const QuotaSetArgs& args) {
+  core::Result<json> body = QuotaSetBody(args.quota);
+  if (!body.ok()) return Fail(body.message());
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("PUT", TenantTarget(args.tenant), body.value());
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else if (reply.body.is_object() && reply.body.contains("name")) {
+    std::cout << FormatQuota(reply.body);
+  } else {
+    std::cout << "Set the quota of tenant " << args.tenant << "\n";
+  }
+  return kExitOk;
+}
+
+// ---- users
+
+struct UsersArgs {
+  std::string name;
+  std::string tenant;
+  std::string role;
+  bool json = false;
+};
+
+int RunUsersList(const UsersArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("GET", "/v1/users");
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << FormatObjectTable(ListOf(reply.body, "users"), {"name", "tenant", "role"});
+  }
+  return kExitOk;
+}
+
+int RunUsersCreate(const UsersArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call(
+      "POST", "/v1/users", json{{"name", args.name}, {"tenant", args.tenant}, {"role", args.role}});
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << "Created user " << args.name << " (tenant " << args.tenant << ", role "
+              << args.role << "); give them a token: topo token create --user " << args.name
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int RunUsersDelete(const UsersArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("DELETE", "/v1/users/" + PercentEncode(args.name));
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << "Deleted user " << args.name << " and revoked their tokens\n";
+  }
+  return kExitOk;
+}
+
+// ---- token
+
+struct TokenArgs {
+  std::string user;
+  std::string id;
+  bool json = false;
+};
+
+int RunTokenCreate(const TokenArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  json body = json::object();
+  if (!args.user.empty()) body["user"] = args.user;
+  Reply reply = session->Call("POST", "/v1/tokens", body);
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+    return kExitOk;
+  }
+  if (!reply.body.is_object() || !reply.body.contains("token")) {
+    std::cerr << "topo: the server's answer has no \"token\"\n";
+    return kExitServerError;
+  }
+  // The token alone on stdout, so `topo token create > file` keeps it.
+  std::cout << Cell(reply.body["token"]) << "\n";
+  std::cerr << "topo: token " << Cell(reply.body.value("id", json())) << " for "
+            << Cell(reply.body.value("user", json()))
+            << "; it is shown only this once: store it now (revoke: topo token revoke "
+            << Cell(reply.body.value("id", json())) << ")\n";
+  return kExitOk;
+}
+
+int RunTokenRevoke(const TokenArgs& args) {
+  bool hex = args.id.size() >= 8 && args.id.size() <= 64;
+  for (char c : args.id) hex = hex && std::isxdigit(static_cast<unsigned char>(c));
+  if (!hex) {
+    return Fail("token id '" + args.id +
+                "': give at least 8 hex digits of it (topo token list shows the ids)");
+  }
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("DELETE", "/v1/tokens/" + args.id);
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << "Revoked token " << args.id << "\n";
+  }
+  return kExitOk;
+}
+
+int RunTokenList(const TokenArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call(
+      "GET",
+      "/v1/tokens" + (args.user.empty() ? std::string() : "?" + Query({{"user", args.user}})));
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << FormatObjectTable(ListOf(reply.body, "tokens"),
+                                   {"id", "user", "created_ms", "last_used_ms", "revoked"});
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterAdminCommands(CLI::App& app, int* exit_code) {
+  ConnectionFlags* conn = SharedConnectionFlags();
+
+  auto tenants = std::make_shared<TenantsArgs>();
+  CLI::App* t =
+      AddVerb(app, "tenants",
+              "List the tenants in your scope with their quotas and what they use now.\n\n"
+              "Examples:\n"
+              "  topo tenants\n"
+              "  topo tenants --json | jq '.tenants[] | {name, usage_gpus}'");
+  t->add_flag("--json", tenants->json, std::string(kJsonHelp));
+  AddConnectionFlags(*t, conn);
+  t->callback([tenants, exit_code] { *exit_code = RunTenants(*tenants, false); });
+
+  // quota show | set
+  CLI::App* quota = AddVerb(app, "quota", "Show or set tenant quotas");
+  quota->require_subcommand(1);
+  auto show = std::make_shared<TenantsArgs>();
+  CLI::App* qs =
+      AddVerb(*quota, "show",
+              "Show a tenant's quota and usage (every tenant in your scope without TENANT).\n\n"
+              "Examples:\n"
+              "  topo quota show org/team\n"
+              "  topo quota show");
+  qs->add_option("TENANT", show->tenant, "Tenant name, e.g. org/team");
+  qs->add_flag("--json", show->json, std::string(kJsonHelp));
+  AddConnectionFlags(*qs, conn);
+  qs->callback([show, exit_code] { *exit_code = RunTenants(*show, true); });
+
+  auto set = std::make_shared<QuotaSetArgs>();
+  CLI::App* qset = AddVerb(
+      *quota, "set",
+      "Create a tenant or change its quota (cluster-admin); only the fields given change.\n\n"
+      "Examples:\n"
+      "  topo quota set org/team --guaranteed 512 --borrow-limit 256 --shares 2\n"
+      "  topo quota set org/team --borrow-limit none --max-job-gpus 4096\n"
+      "  topo quota set org/new-team        # create it with the defaults");
+  qset->add_option("TENANT", set->tenant, "Tenant name: segments [a-z0-9][a-z0-9_.-]* joined by /")
+      ->required();
+  qset->add_option("--guaranteed", set->quota.guaranteed, "GPUs guaranteed to the tenant")
+      ->type_name("N");
+  qset->add_option("--borrow-limit", set->quota.borrow_limit,
+                   "GPUs it may borrow beyond the guarantee, or none (no limit)")
+      ->type_name("N|none");
+  qset->add_option("--max-job-gpus", set->quota.max_job_gpus, "Largest job in GPUs, or none")
+      ->type_name("N|none");
+  qset->add_option("--max-running-jobs", set->quota.max_running_jobs,
+                   "Running jobs at most, or none")
+      ->type_name("N|none");
+  qset->add_option("--shares", set->quota.shares, "Fairshare weight (> 0)")->type_name("X");
+  qset->add_flag("--json", set->json, std::string(kJsonHelp));
+  AddConnectionFlags(*qset, conn);
+  qset->callback([set, exit_code] { *exit_code = RunQuotaSet(*set); });
+
+  // users [create | delete]
+  auto users = std::make_shared<UsersArgs>();
+  CLI::App* u = AddVerb(app, "users",
+                        "List users (those in your scope), or create and delete them.\n\n"
+                        "Examples:\n"
+                        "  topo users\n"
+                        "  topo users create ada --tenant org/team --role user\n"
+                        "  topo users delete ada");
+  u->add_flag("--json", users->json, std::string(kJsonHelp));
+  AddConnectionFlags(*u, conn);
+  auto create = std::make_shared<UsersArgs>();
+  CLI::App* uc =
+      AddVerb(*u, "create",
+              "Create a user (tenant-admin: users of their tenants; cluster-admin: any).\n\n"
+              "Examples:\n"
+              "  topo users create ada --tenant org/team --role user\n"
+              "  topo users create bob@example.com --tenant org --role tenant-admin");
+  uc->add_option("NAME", create->name, "User name: [a-z0-9_.-], '@' after the first character")
+      ->required();
+  uc->add_option("--tenant", create->tenant, "The user's tenant")->required();
+  uc->add_option("--role", create->role, "user, tenant-admin or cluster-admin")
+      ->required()
+      ->check(CLI::IsMember({"user", "tenant-admin", "cluster-admin"}));
+  uc->add_flag("--json", create->json, std::string(kJsonHelp));
+  AddConnectionFlags(*uc, conn);
+  uc->callback([create, exit_code] { *exit_code = RunUsersCreate(*create); });
+  auto del = std::make_shared<UsersArgs>();
+  CLI::App* ud = AddVerb(*u, "delete",
+                         "Delete a user; their tokens are revoked.\n\n"
+                         "Examples:\n"
+                         "  topo users delete ada");
+  ud->add_option("NAME", del->name, "User name")->required();
+  ud->add_flag("--json", del->json, std::string(kJsonHelp));
+  AddConnectionFlags(*ud, conn);
+  ud->callback([del, exit_code] { *exit_code = RunUsersDelete(*del); });
+  u->callback([u, users, exit_code] {
+    if (u->get_subcommands().empty()) *exit_code = RunUsersList(*users);
+  });
+
+  // token create | revoke | list
+  CLI::App* tok = AddVerb(app, "token", "Create, list and revoke API tokens");
+  tok->require_subcommand(1);
+  auto tc = std::make_shared<TokenArgs>();
+  CLI::App* c =
+      AddVerb(*tok, "create",
+              "Create an API token and print it, once (details go to stderr).\n\n"
+              "Examples:\n"
+              "  topo token create > ~/.config/topo/token     # your own\n"
+              "  topo token create --user ada                 # admins: for a user in scope");
+  c->add_option("--user", tc->user, "Whose token (default: yours)");
+  c->add_flag("--json", tc->json, "Print {\"token\", \"id\", \"user\"}");
+  AddConnectionFlags(*c, conn);
+  c->callback([tc, exit_code] { *exit_code = RunTokenCreate(*tc); });
+  auto tr = std::make_shared<TokenArgs>();
+  CLI::App* r = AddVerb(*tok, "revoke",
+                        "Revoke a token by its id (at least 8 hex digits).\n\n"
+                        "Examples:\n"
+                        "  topo token revoke 0a1b2c3d");
+  r->add_option("ID", tr->id, "Token id, as topo token list shows")->required();
+  r->add_flag("--json", tr->json, std::string(kJsonHelp));
+  AddConnectionFlags(*r, conn);
+  r->callback([tr, exit_code] { *exit_code = RunTokenRevoke(*tr); });
+  auto tl = std::make_shared<TokenArgs>();
+  CLI::App* l = AddVerb(*tok, "list",
+                        "List tokens (ids, never the tokens themselves).\n\n"
+                        "Examples:\n"
+                        "  topo token list\n"
+                        "  topo token list --user ada");
+  l->add_option("--user", tl->user, "Only this user's tokens");
+  l->add_flag("--json", tl->json, std::string(kJsonHelp));
+  AddConnectionFlags(*l, conn);
+  l->callback([tl, exit_code] { *exit_code = RunTokenList(*tl); });
+}
+
+}  // namespace topo::cli

@@ -1,0 +1,409 @@
+// topo nodes | drain | resume | events | whoami, and topology import/export
+// on a running topo-scheduler (docs/cli.md; docs/api.md "Nodes", "Events",
+// "Topology").
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "client/format.hpp"
+#include "client/requests.hpp"
+#include "commands/client_common.hpp"
+#include "commands/commands.hpp"
+#include "commands/options.hpp"
+#include "topo/common/hostlist.hpp"
+#include "topo/common/topology_io.hpp"
+
+namespace topo::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// Events asked for per request.
+constexpr int kEventPage = 1000;
+
+bool IsHostlistExpression(const std::string& s) {
+  return s.find_first_of("[],") != std::string::npos;
+}
+
+const json& NodesOf(const json& body) {
+  static const json kEmpty = json::array();
+  if (body.is_object() && body.contains("nodes") && body["nodes"].is_array()) {
+    return body["nodes"];
+  }
+  return kEmpty;
+}
+
+// ---- nodes
+
+struct NodesArgs {
+  std::string name;
+  std::string state;
+  bool json = false;
+};
+
+int RunNodes(const NodesArgs& args) {
+  std::set<std::string> wanted;
+  const bool expression = IsHostlistExpression(args.name);
+  if (expression) {
+    core::Result<std::vector<std::string>> names = common::ExpandHostlist(args.name);
+    if (!names.ok()) return Fail(names.message());
+    wanted.insert(names.value().begin(), names.value().end());
+  }
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  if (!args.name.empty() && !expression) {
+    Reply reply = session->Call("GET", "/v1/nodes/" + PercentEncode(args.name));
+    if (!reply.ok()) return reply.exit_code;
+    if (args.json) {
+      PrintJson(reply.body);
+    } else {
+      std::cout << FormatNodeDetails(reply.body);
+    }
+    return kExitOk;
+  }
+  Reply reply = session->Call("GET", "/v1/nodes");
+  if (!reply.ok()) return reply.exit_code;
+  std::set<std::string> states;
+  for (size_t start = 0; start < args.state.size();) {
+    size_t comma = args.state.find(',', start);
+    if (comma == std::string::npos) comma = args.state.size();
+    if (comma > start) states.insert(args.state.substr(start, comma - start));
+    start = comma + 1;
+  }
+  json nodes = json::array();
+  for (const json& n : NodesOf(reply.body)) {
+    const std::string name = n.value("name", "");
+    const std::string state = n.value("state", "");
+    if (!wanted.empty() && wanted.count(name) == 0) continue;
+    if (!states.empty() && states.count(state) == 0) continue;
+    nodes.push_back(n);
+  }
+  if (args.json) {
+    PrintJson({{"nodes", nodes}});
+  } else {
+    std::cout << FormatNodeTable(nodes);
+  }
+  return kExitOk;
+}
+
+// ---- drain, resume
+
+struct NodeActionArgs {
+  std::string hostlist;
+  std::string reason;
+  bool json = false;
+};
+
+int RunNodeAction(const NodeActionArgs& args, const std::string& action) {
+  core::Result<json> body = NodeActionBody(args.hostlist, args.reason);
+  if (!body.ok()) return Fail(body.message());
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("POST", "/v1/nodes/" + action, body.value());
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << SummarizeNodesByState(NodesOf(reply.body));
+  }
+  return kExitOk;
+}
+
+// ---- events
+
+struct EventsArgs {
+  int64_t after = 0;
+  int64_t job = 0;
+  int64_t limit = 1000;
+  bool follow = false;
+  double interval_s = 1;
+  bool json = false;
+};
+
+int RunEvents(const EventsArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  json collected = json::array();
+  json last_seq = nullptr;
+  int64_t after = args.after;
+  int64_t shown = 0;
+  bool header = args.json;  // printed once the first answer came
+  while (true) {
+    const int64_t page =
+        args.follow ? kEventPage : std::min<int64_t>(kEventPage, args.limit - shown);
+    if (page <= 0) break;
+    const std::string q = Query({{"after", std::to_string(after)},
+                                 {"limit", std::to_string(page)},
+                                 {"job", args.job > 0 ? std::to_string(args.job) : ""}});
+    Reply reply = session->Call("GET", "/v1/events?" + q);
+    if (!reply.ok()) return reply.exit_code;
+    if (!reply.body.is_object() || !reply.body.contains("events") ||
+        !reply.body["events"].is_array()) {
+      std::cerr << "topo: the server's answer has no \"events\" list\n";
+      return kExitServerError;
+    }
+    const json& events = reply.body["events"];
+    if (!header) std::cout << EventHeader();
+    header = true;
+    for (const json& e : events) {
+      if (args.json && args.follow) {
+        std::cout << e.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+      } else if (args.json) {
+        collected.push_back(e);
+      } else {
+        std::cout << FormatEvent(e);
+      }
+      if (e.is_object() && e.contains("seq") && e["seq"].is_number_integer()) {
+        after = std::max(after, e["seq"].get<int64_t>());
+      }
+      ++shown;
+    }
+    std::cout << std::flush;
+    if (reply.body.contains("last_seq")) last_seq = reply.body["last_seq"];
+    // Nothing matched up to the log's end: no need to look there again.
+    if (events.empty() && last_seq.is_number_integer()) {
+      after = std::max(after, last_seq.get<int64_t>());
+    }
+    const bool full = static_cast<int64_t>(events.size()) >= page;
+    if (!args.follow) {
+      if (!full) break;
+      if (shown >= args.limit) {
+        if (!args.json) {
+          std::cerr << "topo: showed " << shown << " events; more may follow: topo events --after "
+                    << after << "\n";
+        }
+        break;
+      }
+      continue;
+    }
+    if (!full) {
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(static_cast<int64_t>(args.interval_s * 1000)));
+    }
+  }
+  if (args.json && !args.follow) PrintJson({{"events", collected}, {"last_seq", last_seq}});
+  return kExitOk;
+}
+
+// ---- whoami
+
+struct WhoamiArgs {
+  bool json = false;
+};
+
+int RunWhoami(const WhoamiArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("GET", "/v1/whoami");
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+    return kExitOk;
+  }
+  const Connection& c = session->connection();
+  auto field = [&](const char* k) {
+    return reply.body.is_object() && reply.body.contains(k) ? Cell(reply.body[k]) : "-";
+  };
+  std::cout << "User:    " << field("user") << "\n"
+            << "Tenant:  " << field("tenant") << "\n"
+            << "Role:    " << field("role") << "\n"
+            << "Server:  " << c.options.server << " (" << c.server_source << ")\n"
+            << "Token:   from " << (c.token_source.empty() ? "nowhere" : c.token_source) << "\n"
+            << "CA:      "
+            << (c.options.ca_file.empty() ? "the system's CA certificates"
+                                          : c.options.ca_file + " (" + c.options.ca_source + ")")
+            << "\n";
+  return kExitOk;
+}
+
+// ---- topology import
+
+struct ImportArgs {
+  std::string file;
+  std::string format;
+  int gpus_per_node = 0;
+  bool json = false;
+};
+
+int RunImport(const ImportArgs& args) {
+  core::Result<std::string> text = ReadInput(args.file);
+  if (!text.ok()) return Fail(text.message());
+  const std::string shown = args.file == "-" ? "<stdin>" : args.file;
+  std::string format = args.format;
+  common::TopologyFormat f = common::SniffTopologyFormat(text.value());
+  if (!format.empty()) {
+    core::Result<common::TopologyFormat> parsed = common::ParseTopologyFormat(format);
+    if (!parsed.ok()) return Fail(parsed.message());
+    f = parsed.value();
+  }
+  format = f == common::TopologyFormat::kJson    ? "json"
+           : f == common::TopologyFormat::kSlurm ? "slurm"
+                                                 : "crux";
+  // The daemon parses it too; reading it here names the line before the
+  // upload.
+  const int gpn = args.gpus_per_node > 0 ? args.gpus_per_node : 8;
+  core::Result<core::Topology> local =
+      f == common::TopologyFormat::kJson ? common::ParseTopologyJson(text.value())
+      : f == common::TopologyFormat::kSlurm
+          ? common::ParseSlurmTopology(text.value(), {.gpus_per_node = gpn, .name = "slurm"})
+          : common::ParseCruxCsv(text.value(), gpn);
+  if (!local.ok()) return Fail(shown + " (" + format + "): " + local.message());
+
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  json body = {{"format", format}, {"content", text.value()}};
+  if (args.gpus_per_node > 0) body["gpus_per_node"] = args.gpus_per_node;
+  Reply reply = session->Call("PUT", "/v1/topology", body);
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+    return kExitOk;
+  }
+  auto field = [&](const char* k) {
+    return reply.body.is_object() && reply.body.contains(k) ? Cell(reply.body[k]) : "-";
+  };
+  std::cout << "Imported topology " << field("name") << ": " << field("nodes") << " nodes, "
+            << field("gpus") << " GPUs, " << field("hbds") << " HBDs, " << field("leaves")
+            << " leaves, " << field("pods") << " pods\n"
+            << "Every node starts down: the node agents bring them up, or `topo resume "
+               "HOSTLIST`.\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunServerTopologyExport(const std::string& format, const std::string& out) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("GET", "/v1/topology?" + Query({{"format", format}}));
+  if (!reply.ok()) return reply.exit_code;
+  if (!reply.body.is_object() || !reply.body.contains("content") ||
+      !reply.body["content"].is_string()) {
+    std::cerr << "topo: the server's answer has no \"content\"\n";
+    return kExitServerError;
+  }
+  const std::string text = reply.body["content"].get<std::string>();
+  const bool newline = !text.empty() && text.back() != '\n';
+  if (out.empty() || out == "-") {
+    std::cout << text << (newline ? "\n" : "");
+    return kExitOk;
+  }
+  std::ofstream f(out, std::ios::trunc);
+  f << text << (newline ? "\n" : "");
+  f.close();
+  if (!f) return Fail(out + ": write failed");
+  return kExitOk;
+}
+
+void AddTopologyImport(CLI::App& topology, int* exit_code) {
+  auto args = std::make_shared<ImportArgs>();
+  CLI::App* cmd = AddVerb(
+      topology, "import",
+      "Load a topology into topo-scheduler (cluster-admin; only while no job is queued,\n"
+      "held or running). Every node starts down until its agent or `topo resume` brings\n"
+      "it up. The file is checked here first, so errors name the line before the upload.\n\n"
+      "Examples:\n"
+      "  topo topology import topology.json\n"
+      "  topo topology import topology.conf --format slurm --gpus-per-node 4\n"
+      "  topo topology export --generate nvl72-64k | topo topology import -");
+  cmd->add_option("FILE", args->file, "Topology file (- for standard input)")->required();
+  cmd->add_option("--format", args->format,
+                  "json, slurm or crux (default: guessed from the content)")
+      ->check(CLI::IsMember({"json", "slurm", "crux"}));
+  cmd->add_option("--gpus-per-node", args->gpus_per_node,
+                  "GPUs per node (Slurm and Crux files do not say; default 8)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--json", args->json, std::string(kJsonHelp));
+  AddConnectionFlags(*cmd, SharedConnectionFlags());
+  cmd->callback([args, exit_code] { *exit_code = RunImport(*args); });
+}
+
+void RegisterClusterCommands(CLI::App& app, int* exit_code) {
+  auto nodes = std::make_shared<NodesArgs>();
+  CLI::App* n =
+      AddVerb(app, "nodes",
+              "List nodes (NAME STATE GPUS FREE HBD LEAF POD REASON), or show one node's GPUs.\n\n"
+              "FREE counts the healthy GPUs without a job on nodes that are up.\n\n"
+              "Examples:\n"
+              "  topo nodes\n"
+              "  topo nodes --state drained,down\n"
+              "  topo nodes 'gpu[0001-0016]'     # a hostlist filters the list\n"
+              "  topo nodes gpu0007              # one node, per GPU");
+  n->add_option("NAME", nodes->name, "A node name, or a hostlist to filter by");
+  n->add_option("--state", nodes->state,
+                "Only these states, comma-separated: up, draining, drained, down, suspect");
+  n->add_flag("--json", nodes->json, std::string(kJsonHelp));
+  AddConnectionFlags(*n, SharedConnectionFlags());
+  n->callback([nodes, exit_code] { *exit_code = RunNodes(*nodes); });
+
+  auto drain = std::make_shared<NodeActionArgs>();
+  CLI::App* d =
+      AddVerb(app, "drain",
+              "Drain nodes (cluster-admin): no new work; running jobs keep their nodes until they\n"
+              "end. Every name must exist or nothing changes.\n\n"
+              "Examples:\n"
+              "  topo drain 'gpu[0001-0016],gpu0020' --reason 'bad cable'");
+  d->add_option("HOSTLIST", drain->hostlist, "Slurm-style hostlist, e.g. n[0-15],n20")->required();
+  d->add_option("--reason", drain->reason, "Why (shown in topo nodes)")->required();
+  d->add_flag("--json", drain->json, std::string(kJsonHelp));
+  AddConnectionFlags(*d, SharedConnectionFlags());
+  d->callback([drain, exit_code] { *exit_code = RunNodeAction(*drain, "drain"); });
+
+  auto resume = std::make_shared<NodeActionArgs>();
+  CLI::App* r =
+      AddVerb(app, "resume",
+              "Bring nodes back up (cluster-admin), including nodes that never registered.\n\n"
+              "Examples:\n"
+              "  topo resume 'gpu[0001-0016]'");
+  r->add_option("HOSTLIST", resume->hostlist, "Slurm-style hostlist, e.g. n[0-15],n20")->required();
+  r->add_flag("--json", resume->json, std::string(kJsonHelp));
+  AddConnectionFlags(*r, SharedConnectionFlags());
+  r->callback([resume, exit_code] { *exit_code = RunNodeAction(*resume, "resume"); });
+
+  auto events = std::make_shared<EventsArgs>();
+  CLI::App* e =
+      AddVerb(app, "events",
+              "Print the scheduler's event log: each event and the commands it caused.\n\n"
+              "Without --follow, prints up to --limit events after --after and stops; with\n"
+              "--follow, keeps polling for new ones (--json: one JSON object a line).\n\n"
+              "Examples:\n"
+              "  topo events --job 17\n"
+              "  topo events --after 120000 --limit 50\n"
+              "  topo events --follow --json | jq -c .event");
+  e->add_option("--after", events->after, "Only events with a larger sequence number")
+      ->check(CLI::NonNegativeNumber);
+  e->add_option("--job", events->job, "Only this job's events")->check(CLI::PositiveNumber);
+  e->add_option("--limit", events->limit, "At most N events (default 1000; not with --follow)")
+      ->check(CLI::PositiveNumber);
+  e->add_flag("--follow,-f", events->follow, "Keep printing new events until interrupted");
+  e->add_option("--interval", events->interval_s, "Seconds between polls with --follow (default 1)")
+      ->check(CLI::Range(0.05, 3600.0));
+  e->add_flag("--json", events->json,
+              "Print {\"events\": [...], \"last_seq\"} (with --follow: one event a line)");
+  AddConnectionFlags(*e, SharedConnectionFlags());
+  e->callback([events, exit_code] { *exit_code = RunEvents(*events); });
+
+  auto who = std::make_shared<WhoamiArgs>();
+  CLI::App* w =
+      AddVerb(app, "whoami",
+              "Show who the token belongs to (user, tenant, role) and where the server, token and\n"
+              "CA came from; a quick check of the connection settings.\n\n"
+              "Examples:\n"
+              "  topo whoami\n"
+              "  topo whoami --server https://sched.example.com:8443 --ca ca.pem --token-file t");
+  w->add_flag("--json", who->json, std::string(kJsonHelp));
+  AddConnectionFlags(*w, SharedConnectionFlags());
+  w->callback([who, exit_code] { *exit_code = RunWhoami(*who); });
+}
+
+}  // namespace topo::cli

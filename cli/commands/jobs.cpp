@@ -1,0 +1,329 @@
+// topo submit | queue | show | cancel | hold | release: jobs on a running
+// topo-scheduler (docs/cli.md, docs/api.md "Jobs").
+
+#include <iostream>
+#include <map>
+
+#include "client/format.hpp"
+#include "client/requests.hpp"
+#include "client/submit.hpp"
+#include "commands/client_common.hpp"
+#include "commands/commands.hpp"
+#include "commands/options.hpp"
+
+namespace topo::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// Jobs asked for per page by `topo queue` (the API's default).
+constexpr int kQueuePageSize = 1000;
+
+std::string Basename(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string StateAndReason(const json& job) {
+  std::string s = job.is_object() && job.contains("state") ? Cell(job["state"]) : "?";
+  if (job.is_object() && job.contains("reason") && job["reason"].is_string() &&
+      !job["reason"].get<std::string>().empty() && job["reason"] != job.value("state", "")) {
+    s += ": " + job["reason"].get<std::string>();
+  }
+  return s;
+}
+
+// ---- submit
+
+struct SubmitArgs {
+  std::string script;
+  std::map<std::string, std::string> values;  // by flag name
+  std::vector<std::string> constraints;
+  std::map<std::string, CLI::Option*> options;
+  bool json = false;
+  bool dry_run = false;
+};
+
+int RunSubmit(SubmitArgs& args) {
+  SubmitFlags script_flags;
+  if (!args.script.empty()) {
+    core::Result<std::string> text = ReadInput(args.script);
+    if (!text.ok()) return Fail(text.message());
+    const std::string shown = args.script == "-" ? "<stdin>" : args.script;
+    core::Result<ScriptDirectives> d = ParseScriptDirectives(text.value(), shown);
+    if (!d.ok()) return Fail(d.message());
+    for (const std::string& w : d.value().warnings) std::cerr << "topo: warning: " << w << "\n";
+    script_flags = d.value().flags;
+  }
+  SubmitFlags cmd_flags;
+  for (const auto& [name, opt] : args.options) {
+    if (opt->count() == 0) continue;
+    if (name == "constraint") {
+      for (const std::string& c : args.constraints) {
+        if (core::Status s = AddSubmitFlag(&cmd_flags, name, c, ""); !s.ok()) {
+          return Fail(s.message());
+        }
+      }
+    } else if (core::Status s = AddSubmitFlag(&cmd_flags, name, args.values[name], ""); !s.ok()) {
+      return Fail(s.message());
+    }
+  }
+  const SubmitFlags flags = MergeSubmitFlags(script_flags, cmd_flags);
+
+  std::optional<json> spec_file;
+  if (auto it = flags.find("spec"); it != flags.end()) {
+    const std::string& path = it->second.value;
+    if (path == "-" && args.script == "-") {
+      return Fail("the script and --spec cannot both come from standard input");
+    }
+    core::Result<std::string> text = ReadInput(path);
+    if (!text.ok()) return Fail(text.message());
+    json parsed = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) {
+      return Fail((path == "-" ? std::string("<stdin>") : path) +
+                  ": not valid JSON (a job spec v1, docs/formats.md)");
+    }
+    spec_file = std::move(parsed);
+  }
+  std::string default_name;
+  if (!args.script.empty()) default_name = args.script == "-" ? "stdin" : Basename(args.script);
+  core::Result<json> request = BuildSubmitRequest(flags, spec_file, default_name);
+  if (!request.ok()) return Fail(request.message());
+  if (args.dry_run) {
+    PrintJson(request.value());
+    return kExitOk;
+  }
+
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("POST", "/v1/jobs", request.value());
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << "Submitted job " << Cell(reply.body.value("id", json())) << " ("
+              << StateAndReason(reply.body) << ")\n";
+  }
+  if (reply.body.is_object() && reply.body.value("state", "") == "rejected") {
+    return kExitInfeasible;
+  }
+  return kExitOk;
+}
+
+// ---- queue
+
+struct QueueArgs {
+  bool all = false;
+  std::string tenant;
+  std::string state;
+  bool json = false;
+};
+
+int RunQueue(const QueueArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  json jobs = json::array();
+  std::string after;
+  int64_t last_after = 0;
+  while (true) {
+    Reply reply =
+        session->Call("GET", JobsTarget(args.all, args.tenant, args.state, after, kQueuePageSize));
+    if (!reply.ok()) return reply.exit_code;
+    if (!reply.body.is_object() || !reply.body.contains("jobs") || !reply.body["jobs"].is_array()) {
+      std::cerr << "topo: the server's answer has no \"jobs\" list\n";
+      return kExitServerError;
+    }
+    for (json& j : reply.body["jobs"]) jobs.push_back(std::move(j));
+    const json next = reply.body.value("next_after", json());
+    if (!next.is_number_integer()) break;
+    const int64_t n = next.get<int64_t>();
+    if (n <= last_after) {
+      std::cerr << "topo: the server's next_after (" << n << ") does not advance; stopping\n";
+      return kExitServerError;
+    }
+    last_after = n;
+    after = std::to_string(n);
+  }
+  if (args.json) {
+    PrintJson({{"jobs", jobs}, {"next_after", nullptr}});
+  } else {
+    std::cout << FormatJobTable(jobs, NowMs());
+  }
+  return kExitOk;
+}
+
+// ---- show
+
+struct ShowArgs {
+  std::string job;
+  bool ranks = false;
+  bool json = false;
+};
+
+int RunShow(const ShowArgs& args) {
+  std::optional<int64_t> id = ParseJobId(args.job);
+  if (!id) return kExitError;
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("GET", "/v1/jobs/" + std::to_string(*id));
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << FormatJobDetails(reply.body, NowMs(), args.ranks);
+  }
+  return kExitOk;
+}
+
+// ---- cancel, hold, release
+
+struct JobActionArgs {
+  std::vector<std::string> jobs;
+  std::string reason;
+  bool json = false;
+};
+
+int RunJobAction(const JobActionArgs& args, const std::string& action, const std::string& done) {
+  std::vector<int64_t> ids;
+  for (const std::string& j : args.jobs) {
+    std::optional<int64_t> id = ParseJobId(j);
+    if (!id) return kExitError;
+    ids.push_back(*id);
+  }
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  json answers = json::array();
+  int first_error = kExitOk;
+  for (int64_t id : ids) {
+    std::optional<json> body;
+    if (!args.reason.empty()) body = json{{"reason", args.reason}};
+    Reply reply = session->Call("POST", "/v1/jobs/" + std::to_string(id) + "/" + action, body);
+    if (!reply.ok()) {
+      if (first_error == kExitOk) first_error = reply.exit_code;
+      // Unreachable: the other jobs would fail the same way.
+      if (reply.exit_code == kExitUnreachable) break;
+      continue;
+    }
+    if (args.json) {
+      answers.push_back(reply.body);
+    } else {
+      std::cout << done << " job " << id << " (" << StateAndReason(reply.body) << ")\n";
+    }
+  }
+  if (args.json) PrintJson({{"jobs", answers}});
+  return first_error;
+}
+
+void AddJobAction(CLI::App& app, int* exit_code, const std::string& name, const std::string& help,
+                  const std::string& action, const std::string& done) {
+  auto args = std::make_shared<JobActionArgs>();
+  CLI::App* cmd = AddVerb(app, name, help);
+  cmd->add_option("JOB", args->jobs, "Job ids")->required();
+  if (action == "cancel") {
+    cmd->add_option("--reason", args->reason, "Why (kept in the job's history)");
+  }
+  cmd->add_flag("--json", args->json,
+                "Print {\"jobs\": [JOB...]}, the server's answer for each job");
+  AddConnectionFlags(*cmd, SharedConnectionFlags());
+  cmd->callback(
+      [args, exit_code, action, done] { *exit_code = RunJobAction(*args, action, done); });
+}
+
+}  // namespace
+
+void RegisterJobCommands(CLI::App& app, int* exit_code) {
+  // submit
+  auto submit = std::make_shared<SubmitArgs>();
+  CLI::App* s = AddVerb(
+      app, "submit",
+      "Submit a job to topo-scheduler.\n\n"
+      "The job comes from flags, from a job spec (--spec FILE, - for standard input), or\n"
+      "from a batch script whose leading comment block holds #TOPO lines, the way sbatch\n"
+      "reads #SBATCH (flags on the command line win over #TOPO lines, which win over\n"
+      "the spec file). Prints \"Submitted job ID (STATE: REASON)\"; exit status 3 when the\n"
+      "daemon accepted the job but it can never fit the cluster (state rejected).\n\n"
+      "Examples:\n"
+      "  topo submit --gpus 64 --tp 8 --pp 2 --time 2h --name llama-8b\n"
+      "  topo submit --spec job.json --tenant org/team --priority 10\n"
+      "  topo submit train.sh              # with lines like: #TOPO --gpus 4096 --tp 8 --ep 8\n"
+      "  topo submit train.sh --time 90m   # overrides the script's #TOPO --time\n"
+      "  id=$(topo submit --gpus 8 --json | jq .id)\n"
+      "  topo submit train.sh --dry-run    # print the request, send nothing");
+  s->add_option("SCRIPT", submit->script,
+                "Batch script with #TOPO lines (- for standard input); its file name names the "
+                "job");
+  for (const SubmitFlagInfo& f : SubmitFlagTable()) {
+    const std::string name(f.name);
+    CLI::Option* opt = name == "constraint"
+                           ? s->add_option("--" + name, submit->constraints, std::string(f.help))
+                           : s->add_option("--" + name, submit->values[name], std::string(f.help));
+    opt->type_name(std::string(f.value_name));
+    submit->options[name] = opt;
+  }
+  s->add_flag("--json", submit->json,
+              "Print the server's answer ({\"id\", \"state\", \"reason\"})");
+  s->add_flag("--dry-run", submit->dry_run, "Print the request body and send nothing");
+  AddConnectionFlags(*s, SharedConnectionFlags());
+  s->callback([submit, exit_code] { *exit_code = RunSubmit(*submit); });
+
+  // queue
+  auto queue = std::make_shared<QueueArgs>();
+  CLI::App* q = AddVerb(
+      app, "queue",
+      "List jobs: waiting and running ones, or all with --all.\n\n"
+      "TIME is the run time; REASON says why a job waits (#N is its place in the queue).\n\n"
+      "Examples:\n"
+      "  topo queue\n"
+      "  topo queue --all --tenant org/team\n"
+      "  topo queue --state running,preempting\n"
+      "  topo queue --json | jq '.jobs[] | select(.state == \"queued\") | .id'");
+  q->add_flag("--all,-a", queue->all, "Finished jobs too (completed, failed, cancelled, rejected)");
+  q->add_option("--tenant", queue->tenant, "Only this tenant's jobs (admins)");
+  q->add_option("--state", queue->state,
+                "Only these states, comma-separated: queued, held, running, preempting, "
+                "completed, failed, cancelled, rejected");
+  q->add_flag("--json", queue->json, "Print {\"jobs\": [JOB...]}, every page of the server's list");
+  AddConnectionFlags(*q, SharedConnectionFlags());
+  q->callback([queue, exit_code] { *exit_code = RunQueue(*queue); });
+
+  // show
+  auto show = std::make_shared<ShowArgs>();
+  CLI::App* sh = AddVerb(
+      app, "show",
+      "Show one job: state and reason, placement per HBD, leaf and pod, placement metrics,\n"
+      "ranks and history.\n\n"
+      "Examples:\n"
+      "  topo show 17\n"
+      "  topo show 17 --ranks        # every rank's node and GPU\n"
+      "  topo show 17 --json | jq .metrics");
+  sh->add_option("JOB", show->job, "Job id")->required();
+  sh->add_flag("--ranks", show->ranks, "List every rank (and every placement group)");
+  sh->add_flag("--json", show->json, std::string(kJsonHelp));
+  AddConnectionFlags(*sh, SharedConnectionFlags());
+  sh->callback([show, exit_code] { *exit_code = RunShow(*show); });
+
+  AddJobAction(app, exit_code, "cancel",
+               "Cancel jobs (a running job is stopped).\n\n"
+               "Examples:\n"
+               "  topo cancel 17\n"
+               "  topo cancel 17 18 19 --reason 'wrong data set'",
+               "cancel", "Cancelled");
+  AddJobAction(app, exit_code, "hold",
+               "Hold waiting jobs: they stay queued but do not start until released.\n\n"
+               "Examples:\n"
+               "  topo hold 17\n"
+               "  topo hold $(topo queue --state queued --json | jq '.jobs[].id')",
+               "hold", "Held");
+  AddJobAction(app, exit_code, "release",
+               "Release held jobs back into the queue.\n\n"
+               "Examples:\n"
+               "  topo release 17 18",
+               "release", "Released");
+}
+
+}  // namespace topo::cli

@@ -1,0 +1,311 @@
+#include "client/connection.hpp"
+
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+namespace topo::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under /tmp, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "topo-cli-test-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string Write(const std::string& rel, const std::string& text) const {
+    const fs::path p = path / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+};
+
+EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+ConnectionFlags ServerFlag(const std::string& server) {
+  ConnectionFlags f;
+  f.server = server;
+  return f;
+}
+
+ConfigFile Parse(std::string_view text) {
+  auto r = ParseConfigFile(text, "/home/ada/.config/topo/config", "/home/ada");
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  return r.value();
+}
+
+std::string ParseError(std::string_view text) {
+  auto r = ParseConfigFile(text, "/home/ada/.config/topo/config", "/home/ada");
+  REQUIRE_FALSE(r.ok());
+  return r.message();
+}
+
+TEST_CASE("ParseConfigFile: keys, comments, quotes and paths") {
+  const ConfigFile c = Parse(
+      "# topo client settings\n"
+      "\n"
+      "server = https://sched.example.com:8443   # production\n"
+      "  token_file=~/.config/topo/token\n"
+      "ca = \"certs/ca.pem\"\n"
+      "timeout = 5s\n");
+  CHECK(c.server == "https://sched.example.com:8443");
+  CHECK(c.server_at == "/home/ada/.config/topo/config:3");
+  CHECK(c.token_file == "/home/ada/.config/topo/token");
+  CHECK(c.ca == "/home/ada/.config/topo/certs/ca.pem");
+  CHECK(c.timeout_s == 5);
+  CHECK(c.token.empty());
+  // A '#' inside a value (not after a blank) is part of it.
+  CHECK(Parse("token = topo_ab#cd\n").token == "topo_ab#cd");
+  CHECK(Parse("ca = /etc/topo/ca.pem").ca == "/etc/topo/ca.pem");
+}
+
+TEST_CASE("ParseConfigFile: a bad line names the file and the line") {
+  CHECK(ParseError("server = x\nsever = y\n") ==
+        "/home/ada/.config/topo/config:2: unknown key 'sever' (keys: server, token, "
+        "token_file, ca, timeout)");
+  CHECK(ParseError("\n\njust words\n")
+            .rfind("/home/ada/.config/topo/config:3: expected 'key = "
+                   "value'",
+                   0) == 0);
+  CHECK(ParseError("token =\n") == "/home/ada/.config/topo/config:1: 'token' has no value");
+  CHECK(ParseError("server = a\nserver = b\n") ==
+        "/home/ada/.config/topo/config:2: 'server' is already set at "
+        "/home/ada/.config/topo/config:1");
+  CHECK(ParseError("timeout = soon\n").find("config:1: timeout 'soon'") != std::string::npos);
+  CHECK(ParseError("token = a\ntoken_file = b\n").find("both 'token'") != std::string::npos);
+}
+
+TEST_CASE("ConfigFilePath and DefaultStateDir follow XDG, else HOME") {
+  CHECK(ConfigFilePath(FakeEnv({{"HOME", "/home/ada"}})) == "/home/ada/.config/topo/config");
+  CHECK(ConfigFilePath(FakeEnv({{"HOME", "/home/ada"}, {"XDG_CONFIG_HOME", "/cfg"}})) ==
+        "/cfg/topo/config");
+  // A relative XDG path is ignored, as the spec says.
+  CHECK(ConfigFilePath(FakeEnv({{"HOME", "/h"}, {"XDG_CONFIG_HOME", "rel"}})) ==
+        "/h/.config/topo/config");
+  CHECK(ConfigFilePath(FakeEnv({})).empty());
+  CHECK(DefaultStateDir(FakeEnv({{"HOME", "/home/ada"}})) == "/home/ada/.local/share/toposched");
+  CHECK(DefaultStateDir(FakeEnv({{"HOME", "/h"}, {"XDG_DATA_HOME", "/data"}})) ==
+        "/data/toposched");
+}
+
+TEST_CASE("ResolveConnection: defaults with no configuration use the daemon's state dir") {
+  TempDir home;
+  auto none = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()}}));
+  REQUIRE_MESSAGE(none.ok(), none.message());
+  CHECK(none.value().options.server == "https://127.0.0.1:8443");
+  CHECK(none.value().server_source == "default");
+  CHECK(none.value().options.token.empty());
+  CHECK(none.value().token_source.empty());
+  CHECK(none.value().options.ca_file.empty());
+  CHECK(none.value().options.timeout == std::chrono::seconds(30));
+
+  const std::string ca = home.Write(".local/share/toposched/ca.pem", "PEM");
+  const std::string tok = home.Write(".local/share/toposched/admin-token", "topo_abc\n");
+  auto d = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()}}));
+  REQUIRE_MESSAGE(d.ok(), d.message());
+  CHECK(d.value().options.ca_file == ca);
+  CHECK(d.value().options.token == "topo_abc");
+  CHECK(d.value().token_source == tok);
+
+  // XDG_DATA_HOME moves the state directory.
+  TempDir data;
+  data.Write("toposched/admin-token", "topo_xdg");
+  auto x = ResolveConnection(
+      {}, FakeEnv({{"HOME", home.path.string()}, {"XDG_DATA_HOME", data.path.string()}}));
+  REQUIRE(x.ok());
+  CHECK(x.value().options.token == "topo_xdg");
+  CHECK(x.value().options.ca_file.empty());
+
+  // The URL a local daemon wrote when it started (its port may not be 8443).
+  home.Write(".local/share/toposched/endpoint", "https://127.0.0.1:40123\n");
+  auto ep = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()}}));
+  REQUIRE(ep.ok());
+  CHECK(ep.value().options.server == "https://127.0.0.1:40123");
+  CHECK(ep.value().options.token == "topo_abc");
+  home.Write(".local/share/toposched/endpoint", "https://0.0.0.0:9443\n");
+  CHECK(ResolveConnection({}, FakeEnv({{"HOME", home.path.string()}})).value().options.server ==
+        "https://127.0.0.1:9443");
+  home.Write(".local/share/toposched/endpoint", "https://10.1.2.3:9443\n");
+  CHECK(ResolveConnection({}, FakeEnv({{"HOME", home.path.string()}})).value().options.server ==
+        "https://127.0.0.1:8443");
+  CHECK(
+      ResolveConnection(ServerFlag("https://127.0.0.1:1"), FakeEnv({{"HOME", home.path.string()}}))
+          .value()
+          .options.server == "https://127.0.0.1:1");
+  fs::remove(home.path / ".local/share/toposched/endpoint");
+
+  // The local daemon's admin token is never sent to another server.
+  auto remote = ResolveConnection(ServerFlag("https://sched.example.com"),
+                                  FakeEnv({{"HOME", home.path.string()}}));
+  REQUIRE(remote.ok());
+  CHECK(remote.value().options.token.empty());
+  CHECK(remote.value().options.ca_file.empty());
+  auto localhost =
+      ResolveConnection(ServerFlag("localhost:9000"), FakeEnv({{"HOME", home.path.string()}}));
+  REQUIRE(localhost.ok());
+  CHECK(localhost.value().options.token == "topo_abc");
+
+  // An unreadable admin-token is skipped (another user's daemon).
+  if (geteuid() != 0) {
+    chmod(tok.c_str(), 0);
+    auto unreadable = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()}}));
+    REQUIRE(unreadable.ok());
+    CHECK(unreadable.value().options.token.empty());
+  }
+}
+
+TEST_CASE("ResolveConnection: flags over environment over config file over defaults") {
+  TempDir home;
+  home.Write(".local/share/toposched/admin-token", "topo_default");
+  home.Write(".config/topo/token", "topo_config_file\n");
+  home.Write(".config/topo/config",
+             "server = https://config.example:1\n"
+             "token_file = token\n"
+             "ca = /config/ca.pem\n"
+             "timeout = 7\n");
+  const std::string env_token_file = home.Write("env-token", "topo_env_file");
+  const std::string flag_token_file = home.Write("flag-token", "  topo_flag_file  \n");
+  std::map<std::string, std::string> vars = {{"HOME", home.path.string()}};
+
+  auto c = ResolveConnection({}, FakeEnv(vars));
+  REQUIRE_MESSAGE(c.ok(), c.message());
+  CHECK(c.value().options.server == "https://config.example:1");
+  CHECK(c.value().server_source == home.path.string() + "/.config/topo/config:1");
+  CHECK(c.value().options.token == "topo_config_file");
+  CHECK(c.value().options.ca_file == "/config/ca.pem");
+  CHECK(c.value().options.timeout == std::chrono::seconds(7));
+
+  vars["TOPO_SERVER"] = "https://env.example";
+  vars["TOPO_TOKEN"] = "topo_env";
+  vars["TOPO_CA"] = "/env/ca.pem";
+  vars["TOPO_TIMEOUT"] = "2.5";
+  auto e = ResolveConnection({}, FakeEnv(vars));
+  REQUIRE_MESSAGE(e.ok(), e.message());
+  CHECK(e.value().options.server == "https://env.example");
+  CHECK(e.value().server_source == "TOPO_SERVER");
+  CHECK(e.value().options.token == "topo_env");
+  CHECK(e.value().token_source == "TOPO_TOKEN");
+  CHECK(e.value().options.ca_file == "/env/ca.pem");
+  CHECK(e.value().options.ca_source == "TOPO_CA");
+  CHECK(e.value().options.timeout == std::chrono::milliseconds(2500));
+
+  vars.erase("TOPO_TOKEN");
+  vars["TOPO_TOKEN_FILE"] = env_token_file;
+  auto ef = ResolveConnection({}, FakeEnv(vars));
+  REQUIRE(ef.ok());
+  CHECK(ef.value().options.token == "topo_env_file");
+
+  ConnectionFlags flags{.server = "https://flag.example:2",
+                        .token = "",
+                        .token_file = flag_token_file,
+                        .ca = "/flag/ca.pem",
+                        .timeout_s = 1};
+  auto f = ResolveConnection(flags, FakeEnv(vars));
+  REQUIRE_MESSAGE(f.ok(), f.message());
+  CHECK(f.value().options.server == "https://flag.example:2");
+  CHECK(f.value().options.token == "topo_flag_file");
+  CHECK(f.value().options.ca_file == "/flag/ca.pem");
+  CHECK(f.value().options.ca_source == "--ca");
+  CHECK(f.value().options.timeout == std::chrono::seconds(1));
+  flags.token_file.clear();
+  flags.token = "topo_flag";
+  CHECK(ResolveConnection(flags, FakeEnv(vars)).value().options.token == "topo_flag");
+}
+
+TEST_CASE("ResolveConnection: errors name the file and the fix") {
+  TempDir home;
+  std::map<std::string, std::string> vars = {{"HOME", home.path.string()}};
+  home.Write(".config/topo/config", "server = https://ok\nbogus\n");
+  auto bad_config = ResolveConnection({}, FakeEnv(vars));
+  REQUIRE_FALSE(bad_config.ok());
+  CHECK(bad_config.message().rfind(home.path.string() + "/.config/topo/config:2: expected", 0) ==
+        0);
+
+  home.Write(".config/topo/config", "token_file = missing\n");
+  auto missing = ResolveConnection({}, FakeEnv(vars));
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.message() == "token file " + home.path.string() + "/.config/topo/missing (from " +
+                                 home.path.string() + "/.config/topo/config:1): no such file");
+
+  home.Write(".config/topo/config", "server = http://plain:80\n");
+  auto http = ResolveConnection({}, FakeEnv(vars));
+  REQUIRE_FALSE(http.ok());
+  CHECK(http.message().find("HTTPS only") != std::string::npos);
+  CHECK(http.message().find("(from " + home.path.string() + "/.config/topo/config:1)") !=
+        std::string::npos);
+
+  vars["TOPO_TOKEN"] = "a";
+  vars["TOPO_TOKEN_FILE"] = "b";
+  home.Write(".config/topo/config", "");
+  auto both = ResolveConnection({}, FakeEnv(vars));
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.message() == "both TOPO_TOKEN and TOPO_TOKEN_FILE are set; unset one");
+
+  const std::string empty = home.Write("empty-token", "\n");
+  ConnectionFlags empty_file;
+  empty_file.token_file = empty;
+  auto e = ResolveConnection(empty_file, FakeEnv({{"HOME", home.path.string()}}));
+  REQUIRE_FALSE(e.ok());
+  CHECK(e.message().find("is empty") != std::string::npos);
+
+  vars.erase("TOPO_TOKEN_FILE");
+  vars["TOPO_TIMEOUT"] = "-3";
+  CHECK_FALSE(ResolveConnection({}, FakeEnv(vars)).ok());
+}
+
+TEST_CASE("ParseServerUrl: schemes, ports, IPv6 and mistakes") {
+  auto url = [](std::string_view u) {
+    auto r = ParseServerUrl(u);
+    REQUIRE_MESSAGE(r.ok(), r.message());
+    return r.value();
+  };
+  CHECK(url("https://127.0.0.1:8443").ToString() == "https://127.0.0.1:8443");
+  CHECK(url("https://127.0.0.1:8443").host_is_ip);
+  CHECK(url("sched.example.com").ToString() == "https://sched.example.com:8443");
+  CHECK_FALSE(url("sched.example.com").host_is_ip);
+  CHECK(url("HTTPS://Sched:443/").ToString() == "https://Sched:443");
+  CHECK(url("https://[::1]:9000").host == "::1");
+  CHECK(url("https://[::1]:9000").HostHeader() == "[::1]:9000");
+  CHECK(url("https://[::1]").port == "8443");
+  CHECK(url("https://proxy/topo/").path_prefix == "/topo");
+  CHECK_FALSE(ParseServerUrl("http://x").ok());
+  CHECK_FALSE(ParseServerUrl("ftp://x").ok());
+  CHECK_FALSE(ParseServerUrl("https://x:0").ok());
+  CHECK_FALSE(ParseServerUrl("https://x:99999").ok());
+  CHECK_FALSE(ParseServerUrl("https://x:").ok());
+  CHECK_FALSE(ParseServerUrl("https://").ok());
+  CHECK_FALSE(ParseServerUrl("https://a b").ok());
+  CHECK_FALSE(ParseServerUrl("https://user@x").ok());
+  CHECK_FALSE(ParseServerUrl("https://x/?q").ok());
+  CHECK_FALSE(ParseServerUrl("https://[::1").ok());
+  CHECK(IsLoopbackHost("127.0.0.1"));
+  CHECK(IsLoopbackHost("127.1.2.3"));
+  CHECK(IsLoopbackHost("::1"));
+  CHECK(IsLoopbackHost("LocalHost"));
+  CHECK_FALSE(IsLoopbackHost("10.0.0.1"));
+  CHECK_FALSE(IsLoopbackHost("sched.example.com"));
+}
+
+}  // namespace
+}  // namespace topo::cli

@@ -1,0 +1,267 @@
+#include "client/format.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <string>
+
+#include "client/api_client.hpp"
+#include "client/requests.hpp"
+#include "commands/commands.hpp"
+
+namespace topo::cli {
+namespace {
+
+using nlohmann::json;
+
+void UseUtc() {
+  setenv("TZ", "UTC", 1);
+  tzset();
+}
+
+// 2026-01-01 00:00:00 UTC.
+constexpr int64_t kT0 = 1767225600000;
+
+TEST_CASE("Table: padded columns, right-aligned numbers, no trailing blanks") {
+  Table t({"ID", "NAME", "GPUS"});
+  t.AlignRight(0);
+  t.AlignRight(2);
+  t.AddRow({"7", "a", "8"});
+  t.AddRow({"12", "longer-name", "4096"});
+  t.AddRow({"3"});  // missing cells are empty
+  CHECK(t.Render() ==
+        "ID  NAME         GPUS\n"
+        " 7  a               8\n"
+        "12  longer-name  4096\n"
+        " 3\n");
+}
+
+TEST_CASE("FormatElapsed and FormatSeconds") {
+  CHECK(FormatElapsed(0) == "0:00");
+  CHECK(FormatElapsed(-5) == "0:00");
+  CHECK(FormatElapsed(65'000) == "1:05");
+  CHECK(FormatElapsed(3'723'000) == "1:02:03");
+  CHECK(FormatElapsed(93'784'000) == "1-02:03:04");
+  CHECK(FormatSeconds(7200) == "2h");
+  CHECK(FormatSeconds(5400) == "1h30m");
+  CHECK(FormatSeconds(90061) == "1d1h1m1s");
+}
+
+TEST_CASE("FormatJobTable: the squeue-like list of GET /v1/jobs") {
+  UseUtc();
+  const json jobs = json::parse(R"([
+    {"id": 17, "name": "llama-70b", "tenant": "org/team", "user": "ada", "state": "running",
+     "reason": "started", "gpus": 4096, "nodes": 512, "priority": 0,
+     "submit_ms": 1767225000000, "start_ms": 1767222000000, "end_ms": null,
+     "time_limit_s": 7200, "restarts": 0, "checkpoint_step": -1, "queue_position": null},
+    {"id": 18, "name": "a-very-long-job-name-that-goes-on-and-on-forever", "tenant": "org",
+     "user": "bob", "state": "queued", "reason": "waiting for 64 GPUs", "gpus": 64,
+     "nodes": 8, "submit_ms": 1767225500000, "start_ms": null, "end_ms": null,
+     "queue_position": 1},
+    {"id": 19, "name": "", "tenant": "org", "user": "bob", "state": "completed",
+     "reason": "", "gpus": 8, "nodes": 1, "start_ms": 1767200000000,
+     "end_ms": 1767200065000}
+  ])");
+  CHECK(FormatJobTable(jobs, kT0) ==
+        "ID  TENANT    USER  NAME                              STATE      GPUS  NODES     TIME  "
+        "REASON\n"
+        "17  org/team  ada   llama-70b                         running    4096    512  1:00:00  "
+        "started\n"
+        "18  org       bob   a-very-long-job-name-that-goe...  queued       64      8     0:00  "
+        "#1 waiting for 64 GPUs\n"
+        "19  org       bob                                     completed     8      1     1:05\n");
+  // Missing fields show as "-", a non-list as no rows.
+  CHECK(FormatJobTable(json::array({json{{"id", 1}}}), kT0) ==
+        "ID  TENANT  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n"
+        " 1  -       -     -     -         -      -  0:00  -\n");
+  CHECK(FormatJobTable(json::object(), kT0) ==
+        "ID  TENANT  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
+}
+
+TEST_CASE("FormatJobDetails: placement per level, metrics, ranks and history") {
+  UseUtc();
+  json job = json::parse(R"({
+    "id": 17, "name": "llama", "tenant": "org/team", "user": "ada", "state": "running",
+    "reason": "started", "gpus": 16, "nodes": 2, "priority": 5,
+    "submit_ms": 1767225000000, "start_ms": 1767225540000, "end_ms": null,
+    "time_limit_s": 7200, "restarts": 1, "checkpoint_step": 300, "queue_position": null,
+    "spec": {"name": "llama", "gpus": 16, "parallelism": {"tp": 8, "dp": 2}},
+    "spares": ["n9"],
+    "placement": {"nodes": 2, "hbds": [{"name": "n0", "gpus": 8}, {"name": "n1", "gpus": 8}],
+                  "leaves": [{"name": "leaf0", "gpus": 16}], "pods": [{"name": "pod0", "gpus": 16}]},
+    "metrics": {"tp_in_hbd": 1.0, "ep_in_hbd": null, "leaves_spanned": 1,
+                "required_met": true, "tier_histogram": {"tp": {"node": 2}, "dp": {}}},
+    "history": [{"seq": 4, "time_ms": 1767225000000, "actor": "ada", "type": "job_submitted",
+                 "state": "queued", "reason": ""}]
+  })");
+  job["ranks"] = json::array();
+  for (int r = 0; r < 16; ++r) {
+    job["ranks"].push_back({{"rank", r}, {"node", r < 8 ? "n0" : "n1"}, {"gpu", r % 8}});
+  }
+  const std::string text = FormatJobDetails(job, kT0, false);
+  CHECK(text.rfind("Job 17: llama\n  State:       running (started)\n", 0) == 0);
+  CHECK(text.find("  Layout:      tp 8 dp 2\n") != std::string::npos);
+  CHECK(text.find("  Started:     2026-01-01 00:59:00 (ran 1:00 of 2:00:00)") == std::string::npos);
+  CHECK(text.find("  Started:     2025-12-31 23:59:00 (ran 1:00 of 2:00:00)\n") !=
+        std::string::npos);
+  CHECK(text.find("  HBDs:        2 HBDs: 2 x 8 GPUs (n[0-1])\n") != std::string::npos);
+  CHECK(text.find("  Leaves:      1 leaf: 1 x 16 GPUs (leaf0)\n") != std::string::npos);
+  CHECK(text.find("  Spares:      n9\n") != std::string::npos);
+  CHECK(text.find("  tp_in_hbd                 1\n") != std::string::npos);
+  CHECK(text.find("  tp groups by widest tier  node 2\n") != std::string::npos);
+  CHECK(text.find("Ranks:\n") != std::string::npos);  // 16 ranks: all shown
+  CHECK(text.find("    15  n1      7\n") != std::string::npos);
+  CHECK(text.find("job_submitted") != std::string::npos);
+
+  for (int r = 16; r < 40; ++r) job["ranks"].push_back({{"rank", r}, {"node", "n2"}, {"gpu", 0}});
+  CHECK(FormatJobDetails(job, kT0, false).find("Ranks (first 16 of 40; --ranks for all):") !=
+        std::string::npos);
+  CHECK(FormatJobDetails(job, kT0, false).find("    39  n2") == std::string::npos);
+  CHECK(FormatJobDetails(job, kT0, true).find("    39  n2") != std::string::npos);
+  // Anything but an object prints without crashing.
+  CHECK(FormatJobDetails(json("x"), kT0, false).rfind("Job -", 0) == 0);
+}
+
+TEST_CASE("FormatNodeTable, node details and the drain summary") {
+  const json nodes = json::parse(R"([
+    {"name": "n0", "state": "up", "reason": "", "gpus": 4, "hbd": "n0", "leaf": "l0",
+     "pod": "p0", "gpu_health": ["healthy", "failed", "healthy", "healthy"],
+     "gpu_jobs": [17, 0, 0, 0]},
+    {"name": "n1", "state": "drained", "reason": "bad cable", "gpus": 4, "hbd": "n1",
+     "leaf": "l0", "pod": "p0", "gpu_health": ["healthy", "healthy", "healthy", "healthy"],
+     "gpu_jobs": [0, 0, 0, 0]}
+  ])");
+  CHECK(FormatNodeTable(nodes) ==
+        "NAME  STATE    GPUS  FREE  HBD  LEAF  POD  REASON\n"
+        "n0    up          4     2  n0   l0    p0   -\n"
+        "n1    drained     4     0  n1   l0    p0   bad cable\n");
+  const std::string d = FormatNodeDetails(nodes[0]);
+  CHECK(d.find("    0  healthy   17\n") != std::string::npos);
+  CHECK(d.find("    1  failed     -\n") != std::string::npos);
+  json more = nodes;
+  more.push_back({{"name", "n2"}, {"state", "drained"}});
+  more.push_back({{"name", "n3"}, {"state", "drained"}});
+  CHECK(SummarizeNodesByState(more) == "1 node up: n0\n3 nodes drained: n[1-3]\n");
+}
+
+TEST_CASE("Tenants, quotas, events and generic tables") {
+  UseUtc();
+  const json tenant = {{"name", "org/team"}, {"guaranteed_gpus", 64}, {"borrow_limit_gpus", -1},
+                       {"max_job_gpus", 0},  {"max_running_jobs", 4}, {"shares", 1.5},
+                       {"usage_gpus", 72},   {"running_jobs", 2},     {"queued_jobs", 1}};
+  CHECK(FormatTenantTable(json::array({tenant})) ==
+        "NAME      GUARANTEED  BORROW LIMIT  MAX JOB GPUS  MAX RUNNING  SHARES  USAGE  RUNNING  "
+        "QUEUED\n"
+        "org/team          64          none          none            4     1.5     72        2  "
+        "     1\n");
+  const std::string q = FormatQuota(tenant);
+  CHECK(q.find("  Borrow limit:      none\n") != std::string::npos);
+  CHECK(q.find("  In use:            72 GPUs, 2 running, 1 queued\n") != std::string::npos);
+
+  const json entry = json::parse(R"({"seq": 42, "time_ms": 1767225600000, "actor": "ada",
+    "event": {"type": "job_submitted", "id": 7,
+              "request": {"spec": {"gpus": 64, "name": "x"}, "tenant": "org"}},
+    "commands": [{"type": "start_job", "id": 7, "ranks": [["n0", 0], ["n0", 1]],
+                  "spares": ["n3", "n4"]}]})");
+  CHECK(FormatEvent(entry) ==
+        "      42  2026-01-01 00:00:00  ada           job_submitted id=7 request=gpus 64, x, "
+        "tenant org\n"
+        "                                             -> start_job id=7 ranks=2 GPUs "
+        "spares=n[3-4]\n");
+  const json tenant_event = {
+      {"seq", 43},
+      {"actor", "admin"},
+      {"event",
+       {{"type", "tenant_configured"}, {"tenant", {{"name", "org/team"}, {"shares", 2}}}}}};
+  CHECK(FormatEvent(tenant_event).find("tenant_configured tenant=org/team\n") != std::string::npos);
+  CHECK(EventHeader() == "     SEQ  TIME                 ACTOR         EVENT\n");
+
+  const json tokens = json::parse(R"([
+    {"id": "0a1b2c3d4e5f", "user": "ada", "created_ms": 1767225600000, "scopes": ["x"]},
+    {"id": "ffff0000aaaa", "user": "bob", "created_ms": null, "revoked": true}])");
+  CHECK(FormatObjectTable(tokens, {"id", "user", "created_ms", "last_used_ms", "revoked"}) ==
+        "ID            USER  CREATED              REVOKED\n"
+        "0a1b2c3d4e5f  ada   2026-01-01 00:00:00  -\n"
+        "ffff0000aaaa  bob   -                    yes\n");
+}
+
+TEST_CASE("Exit codes from HTTP statuses") {
+  CHECK(ExitCodeForHttpStatus(200) == kExitOk);
+  CHECK(ExitCodeForHttpStatus(201) == kExitOk);
+  CHECK(ExitCodeForHttpStatus(204) == kExitOk);
+  CHECK(ExitCodeForHttpStatus(400) == kExitInvalid);
+  CHECK(ExitCodeForHttpStatus(413) == kExitInvalid);
+  CHECK(ExitCodeForHttpStatus(415) == kExitInvalid);
+  CHECK(ExitCodeForHttpStatus(431) == kExitInvalid);
+  CHECK(ExitCodeForHttpStatus(401) == kExitAuth);
+  CHECK(ExitCodeForHttpStatus(403) == kExitAuth);
+  CHECK(ExitCodeForHttpStatus(404) == kExitNotFound);
+  CHECK(ExitCodeForHttpStatus(409) == kExitConflict);
+  CHECK(ExitCodeForHttpStatus(405) == kExitServerError);
+  CHECK(ExitCodeForHttpStatus(429) == kExitServerError);
+  CHECK(ExitCodeForHttpStatus(500) == kExitServerError);
+  CHECK(ExitCodeForHttpStatus(503) == kExitServerError);
+  CHECK(ExitCodeForHttpStatus(302) == kExitServerError);
+  // The documented numbers.
+  CHECK(kExitNotFound == 4);
+  CHECK(kExitAuth == 5);
+  CHECK(kExitConflict == 6);
+  CHECK(kExitUnreachable == 7);
+  CHECK(kExitInvalid == 8);
+  CHECK(kExitServerError == 9);
+}
+
+TEST_CASE("Hostlists go to the daemon as written, after a local check") {
+  auto body = NodeActionBody("gpu[0001-0016],gpu0020", "bad cable");
+  REQUIRE_MESSAGE(body.ok(), body.message());
+  CHECK(body.value() == json{{"nodes", "gpu[0001-0016],gpu0020"}, {"reason", "bad cable"}});
+  CHECK(NodeActionBody("n1", "").value() == json{{"nodes", "n1"}});
+  auto bad = NodeActionBody("n[1-", "x");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.message().find("n[1-") != std::string::npos);
+  CHECK_FALSE(NodeActionBody("n[5-1]", "").ok());
+  CHECK_FALSE(NodeActionBody("", "").ok());
+}
+
+QuotaFlags Quota(std::string guaranteed, std::string borrow, std::string max_job,
+                 std::string max_running, std::string shares) {
+  QuotaFlags q;
+  q.guaranteed = std::move(guaranteed);
+  q.borrow_limit = std::move(borrow);
+  q.max_job_gpus = std::move(max_job);
+  q.max_running_jobs = std::move(max_running);
+  q.shares = std::move(shares);
+  return q;
+}
+
+TEST_CASE("Quota bodies carry only the fields given; none maps to the API's value") {
+  CHECK(QuotaSetBody({}).value() == json::object());
+  auto all = QuotaSetBody(Quota("64", "none", "none", "3", "2.5"));
+  REQUIRE_MESSAGE(all.ok(), all.message());
+  CHECK(all.value() == json{{"guaranteed_gpus", 64},
+                            {"borrow_limit_gpus", -1},
+                            {"max_job_gpus", 0},
+                            {"max_running_jobs", 3},
+                            {"shares", 2.5}});
+  CHECK(QuotaSetBody(Quota("", "128", "", "", "")).value() == json{{"borrow_limit_gpus", 128}});
+  CHECK(QuotaSetBody(Quota("none", "", "", "", "")).message() ==
+        "--guaranteed: 'none' is not a whole number >= 0");
+  CHECK_FALSE(QuotaSetBody(Quota("", "", "-1", "", "")).ok());
+  CHECK_FALSE(QuotaSetBody(Quota("", "", "", "", "0")).ok());
+  CHECK_FALSE(QuotaSetBody(Quota("", "", "", "", "x")).ok());
+}
+
+TEST_CASE("Targets: tenant paths keep slashes, queries are escaped") {
+  CHECK(TenantTarget("org/team") == "/v1/tenants/org/team");
+  CHECK(TenantTarget("a b") == "/v1/tenants/a%20b");
+  CHECK(JobsTarget(false, "", "", "", 1000) == "/v1/jobs?limit=1000");
+  CHECK(JobsTarget(true, "org/team", "running,queued", "17", 500) ==
+        "/v1/jobs?all=1&tenant=org/team&state=running,queued&after=17&limit=500");
+  CHECK(JobsTarget(false, "a&b=c", "", "", 1) == "/v1/jobs?tenant=a%26b%3Dc&limit=1");
+  CHECK(PercentEncode("ada@example.com") == "ada%40example.com");
+  CHECK(QueryEscape("ada@example.com") == "ada@example.com");
+}
+
+}  // namespace
+}  // namespace topo::cli

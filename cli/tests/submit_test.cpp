@@ -1,0 +1,219 @@
+#include "client/submit.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace topo::cli {
+namespace {
+
+using nlohmann::json;
+
+int64_t Seconds(std::string_view text) {
+  core::Result<int64_t> r = ParseDuration(text);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  return r.value();
+}
+
+std::string DurationError(std::string_view text) {
+  core::Result<int64_t> r = ParseDuration(text);
+  REQUIRE_FALSE(r.ok());
+  return r.message();
+}
+
+TEST_CASE("ParseDuration: units, compounds and H:MM:SS") {
+  CHECK(Seconds("2h") == 7200);
+  CHECK(Seconds("90m") == 5400);
+  CHECK(Seconds("3600s") == 3600);
+  CHECK(Seconds("1d") == 86400);
+  CHECK(Seconds("1h30m") == 5400);
+  CHECK(Seconds("1d12h") == 129600);
+  CHECK(Seconds("2H") == 7200);
+  CHECK(Seconds(" 45s ") == 45);
+  CHECK(Seconds("02:00:00") == 7200);
+  CHECK(Seconds("1:30:15") == 5415);
+  CHECK(Seconds("100:00:00") == 360000);
+  CHECK(Seconds("1-12:00:00") == 129600);
+}
+
+TEST_CASE("ParseDuration: errors say what is wrong and show the forms") {
+  CHECK(DurationError("60").find("add a unit: 60s, 60m, 60h or 60d") != std::string::npos);
+  CHECK(DurationError("2x").find("unknown unit 'x'") != std::string::npos);
+  CHECK(DurationError("").find("empty") != std::string::npos);
+  CHECK(DurationError("0s").find("longer than 0") != std::string::npos);
+  CHECK(DurationError("1:30").find("H:MM:SS") != std::string::npos);
+  CHECK(DurationError("1:60:00").find("00..59") != std::string::npos);
+  CHECK(DurationError("1:5:00").find("two digits") != std::string::npos);
+  CHECK(DurationError("1h1h").find("given twice") != std::string::npos);
+  CHECK(DurationError("h").find("expected a number") != std::string::npos);
+  CHECK(DurationError("-5m").find("expected a number") != std::string::npos);
+  CHECK(DurationError("99999999999d").find("too") != std::string::npos);
+  CHECK(DurationError("2 h").find("e.g. 90m, 2h") != std::string::npos);
+}
+
+TEST_CASE("SplitWords: quotes, escapes and comments like a shell") {
+  auto words = [](std::string_view t) {
+    auto r = SplitWords(t);
+    REQUIRE_MESSAGE(r.ok(), r.message());
+    return r.value();
+  };
+  using W = std::vector<std::string>;
+  CHECK(words("  --gpus 64   --tp 8 ") == W{"--gpus", "64", "--tp", "8"});
+  CHECK(words("--name 'my job'") == W{"--name", "my job"});
+  CHECK(words("--name \"a \\\"b\\\" c\"") == W{"--name", "a \"b\" c"});
+  CHECK(words("--name a\\ b") == W{"--name", "a b"});
+  CHECK(words("--name x'y z'") == W{"--name", "xy z"});
+  CHECK(words("--gpus 8 # eight GPUs") == W{"--gpus", "8"});
+  CHECK(words("--name a#b") == W{"--name", "a#b"});
+  CHECK(words("--name ''") == W{"--name", ""});
+  CHECK_FALSE(SplitWords("--name 'open").ok());
+  CHECK_FALSE(SplitWords("--name \"open").ok());
+  CHECK_FALSE(SplitWords("--name x\\").ok());
+}
+
+TEST_CASE("ParseScriptDirectives: the leading comment block only, like sbatch") {
+  const std::string script =
+      "#!/bin/bash\n"
+      "# Train the 8B model.\n"
+      "#TOPO --gpus 64 --tp 8\n"
+      "\n"
+      "#TOPO --pp=2 --time 2h   # two hours\n"
+      "#TOPO --name 'llama 8b' --constraint pp=required:leaf\n"
+      "#TOPOLOGY is an ordinary comment\n"
+      "# TOPO with a space too\n"
+      "srun python train.py\n"
+      "#TOPO --gpus 9999\n";
+  auto r = ParseScriptDirectives(script, "train.sh");
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  const SubmitFlags& f = r.value().flags;
+  CHECK(f.at("gpus").value == "64");
+  CHECK(f.at("gpus").origin == "train.sh:3");
+  CHECK(f.at("tp").value == "8");
+  CHECK(f.at("pp").value == "2");
+  CHECK(f.at("pp").origin == "train.sh:5");
+  CHECK(f.at("time").value == "2h");
+  CHECK(f.at("name").value == "llama 8b");
+  CHECK(f.at("constraint:pp").value == "required:leaf");
+  CHECK(f.size() == 6);
+  REQUIRE(r.value().warnings.size() == 1);
+  CHECK(r.value().warnings[0] == "train.sh:10: #TOPO after the first command is ignored");
+}
+
+TEST_CASE("ParseScriptDirectives: CRLF, no shebang, indentation, an empty script") {
+  auto r = ParseScriptDirectives("#TOPO --gpus 8\r\n  #TOPO --tp 8\r\necho hi\r\n", "w.sh");
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  CHECK(r.value().flags.at("gpus").value == "8");
+  CHECK(r.value().flags.at("tp").value == "8");
+  auto empty = ParseScriptDirectives("", "e.sh");
+  REQUIRE(empty.ok());
+  CHECK(empty.value().flags.empty());
+  // A shebang is only skipped on the first line; "#!" later is a comment.
+  auto late = ParseScriptDirectives("# x\n#!/bin/sh\n#TOPO --gpus 4\n", "l.sh");
+  REQUIRE(late.ok());
+  CHECK(late.value().flags.at("gpus").value == "4");
+}
+
+TEST_CASE("ParseScriptDirectives: bad lines name the file and line") {
+  auto err = [](std::string_view script) {
+    auto r = ParseScriptDirectives(script, "job.sh");
+    REQUIRE_FALSE(r.ok());
+    return r.message();
+  };
+  CHECK(err("#!/bin/sh\n#TOPO --gpus 8\n#TOPO --gpus abc\n") ==
+        "job.sh:3: --gpus: 'abc' is not a whole number");
+  CHECK(err("#TOPO --gpu 8\n").find("job.sh:1: unknown option --gpu") == 0);
+  CHECK(err("#TOPO --tp\n") == "job.sh:1: --tp needs a value");
+  CHECK(err("#TOPO gpus 8\n") == "job.sh:1: expected an option like --gpus 64, got 'gpus'");
+  CHECK(err("\n\n#TOPO --name 'x\n") == "job.sh:3: unbalanced '");
+  CHECK(err("#TOPO --time 60\n").find("job.sh:1: --time: duration '60': add a unit") == 0);
+  CHECK(err("#TOPO --constraint xx=none\n").find("job.sh:1: --constraint:") == 0);
+  CHECK(err("#TOPO --constraint pp=maybe:leaf\n").find("required:TIER or preferred:TIER") !=
+        std::string::npos);
+  CHECK(err("#TOPO --spares -1\n") == "job.sh:1: --spares: must be >= 0, got -1");
+}
+
+TEST_CASE("Submit flags: the command line overrides #TOPO lines, which override the spec") {
+  auto script = ParseScriptDirectives(
+      "#TOPO --gpus 64 --tp 8 --time 2h --name from-script\n#TOPO --checkpoint-interval never\n",
+      "s.sh");
+  REQUIRE(script.ok());
+  SubmitFlags cmd;
+  REQUIRE(AddSubmitFlag(&cmd, "time", "90m", "").ok());
+  REQUIRE(AddSubmitFlag(&cmd, "pp", "2", "").ok());
+  REQUIRE(AddSubmitFlag(&cmd, "priority", "-5", "").ok());
+  REQUIRE(AddSubmitFlag(&cmd, "constraint", "dp=preferred:pod", "").ok());
+  const SubmitFlags merged = MergeSubmitFlags(script.value().flags, cmd);
+  CHECK(merged.at("time").value == "90m");
+  CHECK(merged.at("time").origin.empty());
+  CHECK(merged.at("gpus").origin == "s.sh:1");
+
+  const json spec = {
+      {"gpus", 128}, {"name", "from-spec"}, {"spares", 1}, {"parallelism", {{"ep", 4}}}};
+  auto req = BuildSubmitRequest(merged, spec, "s.sh");
+  REQUIRE_MESSAGE(req.ok(), req.message());
+  const json& r = req.value();
+  CHECK(r["spec"]["gpus"] == 64);
+  CHECK(r["spec"]["name"] == "from-script");
+  CHECK(r["spec"]["spares"] == 1);
+  CHECK(r["spec"]["parallelism"] == json{{"ep", 4}, {"tp", 8}, {"pp", 2}});
+  CHECK(r["spec"]["constraints"] == json{{"dp", {{"preferred", "pod"}}}});
+  CHECK(r["time_limit_s"] == 5400);
+  CHECK(r["checkpoint_interval_s"] == -1);
+  CHECK(r["priority"] == -5);
+  CHECK_FALSE(r.contains("tenant"));
+}
+
+TEST_CASE("BuildSubmitRequest: names, whole requests and the daemon's own checks") {
+  SubmitFlags f;
+  REQUIRE(AddSubmitFlag(&f, "gpus", "16", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "tp", "8", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "tenant", "org/team", "").ok());
+  auto r = BuildSubmitRequest(f, std::nullopt, "train.sh");
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  CHECK(r.value() ==
+        json{{"spec", {{"gpus", 16}, {"parallelism", {{"tp", 8}}}, {"name", "train.sh"}}},
+             {"tenant", "org/team"}});
+
+  // A whole request as --spec: its fields stay unless a flag overrides.
+  const json whole = {{"spec", {{"gpus", 8}}}, {"priority", 3}, {"tenant", "a"}};
+  auto w = BuildSubmitRequest(f, whole, "");
+  REQUIRE(w.ok());
+  CHECK(w.value()["priority"] == 3);
+  CHECK(w.value()["tenant"] == "org/team");
+  CHECK(w.value()["spec"]["gpus"] == 16);
+  CHECK_FALSE(w.value()["spec"].contains("name"));
+
+  auto none = BuildSubmitRequest({}, std::nullopt, "");
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.message().find("--gpus N") != std::string::npos);
+
+  SubmitFlags bad;
+  REQUIRE(AddSubmitFlag(&bad, "gpus", "12", "").ok());
+  REQUIRE(AddSubmitFlag(&bad, "tp", "8", "").ok());
+  auto b = BuildSubmitRequest(bad, std::nullopt, "");
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.message().rfind("job spec: ", 0) == 0);
+
+  auto not_object = BuildSubmitRequest(f, json::array(), "");
+  CHECK_FALSE(not_object.ok());
+}
+
+TEST_CASE("SubmitFlagTable: every flag checks its values") {
+  for (const SubmitFlagInfo& info : SubmitFlagTable()) {
+    CAPTURE(info.name);
+    CHECK_FALSE(info.help.empty());
+  }
+  CHECK(CheckSubmitFlag("priority", "-100").ok());
+  CHECK_FALSE(CheckSubmitFlag("gpus", "8.5").ok());
+  CHECK_FALSE(CheckSubmitFlag("gpus", "99999999999").ok());
+  CHECK(CheckSubmitFlag("checkpoint-interval", "never").ok());
+  CHECK(CheckSubmitFlag("checkpoint-interval", "30m").ok());
+  CHECK_FALSE(CheckSubmitFlag("checkpoint-interval", "sometimes").ok());
+  CHECK(CheckSubmitFlag("constraint", "tp=none").ok());
+  CHECK(CheckSubmitFlag("constraint", "ep=required:hbd").ok());
+  CHECK_FALSE(CheckSubmitFlag("constraint", "ep=required:").ok());
+  CHECK_FALSE(CheckSubmitFlag("tenant", "").ok());
+}
+
+}  // namespace
+}  // namespace topo::cli

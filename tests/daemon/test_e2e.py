@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""End to end through the CLI: a real topo-scheduler in a temp state dir, the
+real `topo` binary over TLS on loopback. Tenants, users and quotas, a
+topology, submissions three ways (flags, a #TOPO batch script, a JSON spec),
+placement, listing, hold/release, cancel, drain/resume, events, token
+revocation, a restart; and what each role may and may not do.
+
+usage: test_e2e.py TOPO_SCHEDULER_BIN TOPO_BIN
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from harness import Daemon, Failure, check, tiny_topology
+
+OK, NOT_FOUND, AUTH, CONFLICT, INVALID = 0, 4, 5, 6, 8
+
+
+def main():
+    d = Daemon(sys.argv[1]).start()
+    topo_bin = sys.argv[2]
+    work = tempfile.mkdtemp(prefix="topo-e2e-")
+    home = os.path.join(work, "home")
+    os.makedirs(home)
+
+    def topo(args, token=None, expect=OK, stdin=None):
+        env = dict(os.environ, HOME=home, TOPO_SERVER=d.url, TOPO_CA=os.path.join(d.state_dir, "ca.pem"),
+                   TOPO_TOKEN=token or d.admin_token)
+        env.pop("XDG_CONFIG_HOME", None)
+        env.pop("XDG_DATA_HOME", None)
+        p = subprocess.run([topo_bin] + args, env=env, input=stdin, capture_output=True, text=True,
+                           timeout=60)
+        if p.returncode != expect:
+            raise Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s" %
+                          (" ".join(args), p.returncode, expect, p.stdout[-2000:], p.stderr[-2000:]))
+        return p
+
+    def js(args, token=None, expect=OK):
+        return json.loads(topo(args + ["--json"], token, expect).stdout)
+
+    try:
+        topo_file = os.path.join(work, "tiny.json")
+        with open(topo_file, "w") as f:
+            json.dump(tiny_topology(), f)
+        # Before a topology exists, submissions are refused with the fix.
+        p = topo(["submit", "--gpus", "8"], expect=CONFLICT)
+        check("topology import" in p.stderr, "no-topology message: " + p.stderr)
+        topo(["topology", "import", topo_file])
+        topo(["resume", "n[0-7]"])
+        nodes = js(["nodes"])["nodes"]
+        check(len(nodes) == 8 and all(n["state"] == "up" for n in nodes), "nodes up: %s" % nodes)
+
+        topo(["quota", "set", "org/a", "--guaranteed", "32", "--shares", "2"])
+        topo(["quota", "set", "org/b", "--guaranteed", "16", "--max-job-gpus", "16"])
+        topo(["users", "create", "alice", "--tenant", "org/a", "--role", "user"])
+        topo(["users", "create", "bob", "--tenant", "org/b", "--role", "user"])
+        topo(["users", "create", "carol", "--tenant", "org/a", "--role", "tenant-admin"])
+        alice = js(["token", "create", "--user", "alice"])["token"]
+        bob = js(["token", "create", "--user", "bob"])["token"]
+        carol = js(["token", "create", "--user", "carol"])["token"]
+        who = js(["whoami"], alice)
+        check(who["user"] == "alice" and who["tenant"] == "org/a" and who["role"] == "user", str(who))
+
+        # Three ways to submit.
+        j1 = js(["submit", "--gpus", "16", "--tp", "8", "--time", "1h", "--name", "flags"], alice)
+        check(j1["state"] == "running", "16-GPU job should start: %s" % j1)
+        script = os.path.join(work, "train.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/bash\n#TOPO --gpus 8 --tp 8\n#TOPO --time 30m\necho training\n")
+        j2 = js(["submit", script], alice)
+        spec = os.path.join(work, "job.json")
+        with open(spec, "w") as f:
+            json.dump({"gpus": 8, "name": "from-spec", "parallelism": {"tp": 4}}, f)
+        j3 = js(["submit", "--spec", spec], alice)
+        shown = js(["show", str(j2["id"])], alice)
+        check(shown["spec"]["gpus"] == 8 and shown["spec"]["parallelism"]["tp"] == 8, "#TOPO: %s" % shown["spec"])
+        check(shown["name"] == "train.sh", "script names the job: %r" % shown["name"])
+        check(shown["time_limit_s"] == 1800, "#TOPO --time 30m: %s" % shown["time_limit_s"])
+        s1 = js(["show", str(j1["id"])], alice)
+        check(len(s1["ranks"]) == 16 and s1["placement"]["nodes"] == 2, "placement of job 1: %s" % s1["placement"])
+        check(s1["metrics"]["required_met"] is True, "constraints met")
+        human = topo(["show", str(j1["id"])], alice).stdout
+        check("Placement" in human and "leaf" in human, "human show: " + human[:500])
+
+        # bob cannot see or touch alice's jobs; he submits within his own quota.
+        check(js(["queue"], bob)["jobs"] == [], "bob sees no jobs of org/a")
+        topo(["show", str(j1["id"])], bob, expect=NOT_FOUND)
+        topo(["cancel", str(j1["id"])], bob, expect=NOT_FOUND)
+        topo(["submit", "--gpus", "8", "--tenant", "org/a"], bob, expect=AUTH)
+        big = js(["submit", "--gpus", "32", "--tp", "8"], bob)
+        check(big["state"] == "queued" and "quota" in big["reason"], "max_job_gpus holds: %s" % big)
+        b1 = js(["submit", "--gpus", "8"], bob)
+
+        # alice sees exactly her tenant's jobs, all with id and state.
+        mine = js(["queue", "--all"], alice)["jobs"]
+        check(sorted(j["id"] for j in mine) == sorted([j1["id"], j2["id"], j3["id"]]), "alice's queue: %s" % mine)
+        check(all("state" in j for j in mine), "every job has a state")
+        everything = js(["queue", "--all"])["jobs"]
+        check(len(everything) == 5, "admin sees all 5 jobs: %s" % [j["id"] for j in everything])
+
+        # Roles: users may not set quotas, drain, create users; tenant-admins only in their scope.
+        topo(["quota", "set", "org/a", "--guaranteed", "64"], alice, expect=AUTH)
+        topo(["drain", "n0", "--reason", "x"], alice, expect=AUTH)
+        topo(["users", "create", "eve", "--tenant", "org/a", "--role", "user"], alice, expect=AUTH)
+        topo(["users", "create", "dave", "--tenant", "org/a", "--role", "user"], carol)
+        topo(["users", "create", "erin", "--tenant", "org/b", "--role", "user"], carol, expect=AUTH)
+        topo(["users", "create", "root2", "--tenant", "org/a", "--role", "cluster-admin"], carol, expect=AUTH)
+        check(len(js(["queue", "--all"], carol)["jobs"]) == 3, "carol sees org/a's jobs")
+        topo(["cancel", str(b1["id"])], carol, expect=NOT_FOUND)
+        users = {u["name"] for u in js(["users"], carol)["users"]}
+        check("alice" in users and "dave" in users and "bob" not in users, "carol's users: %s" % users)
+
+        # hold / release / cancel.
+        wait = js(["submit", "--gpus", "64", "--tp", "8"], alice)
+        check(wait["state"] == "queued", "64 GPUs must wait: %s" % wait)
+        topo(["hold", str(wait["id"])], alice)
+        check(js(["show", str(wait["id"])], alice)["state"] == "held", "held")
+        topo(["release", str(wait["id"])], alice)
+        check(js(["show", str(wait["id"])], alice)["state"] == "queued", "released")
+        topo(["cancel", str(wait["id"]), "--reason", "not today"], alice)
+        gone = js(["show", str(wait["id"])], alice)
+        check(gone["state"] == "cancelled" and gone["reason"] == "not today", "cancelled: %s" % gone)
+        topo(["cancel", str(wait["id"])], alice, expect=CONFLICT)
+
+        # drain / resume with the admin.
+        topo(["drain", "n7", "--reason", "bad cable"])
+        n7 = js(["nodes", "n7"])
+        check(n7["state"] == "drained" and n7["reason"] == "bad cable", "drained: %s" % n7)
+        topo(["drain", "n99", "--reason", "x"], expect=INVALID)
+        topo(["resume", "n7"])
+        check(js(["nodes", "n7"])["state"] == "up", "resumed")
+
+        # Events: the admin sees them all, alice only her jobs'.
+        ev = js(["events", "--limit", "1000"])["events"]
+        check(any(e["event"]["type"] == "node_state_requested" for e in ev), "admin sees node events")
+        mine_ev = js(["events", "--limit", "1000"], alice)["events"]
+        alice_ids = {j1["id"], j2["id"], j3["id"], wait["id"]}
+        for e in mine_ev:
+            ids = {e["event"].get("id")} | {c.get("id") for c in e["commands"]}
+            check(ids & alice_ids, "alice sees an event not about her jobs: %s" % e)
+        check(len(mine_ev) >= 4, "alice sees her jobs' events")
+
+        # Topology export from the server gives back what was imported.
+        exported = json.loads(topo(["topology", "export"]).stdout)
+        check(exported["name"] == "tiny" and len(exported["domains"]) == 2, "export: %s" % exported.keys())
+
+        # Revoking a token locks it out at once.
+        tokens = js(["token", "list", "--user", "alice"])["tokens"]
+        topo(["token", "revoke", tokens[0]["id"]])
+        topo(["queue"], alice, expect=AUTH)
+
+        # A restart keeps every job, state and placement.
+        before = js(["queue", "--all"])["jobs"]
+        d.stop()
+        d.start()
+        after = js(["queue", "--all"])["jobs"]
+        strip = lambda jobs: [(j["id"], j["state"], j["nodes"], j["tenant"]) for j in jobs]
+        check(strip(before) == strip(after), "restart changed jobs:\n%s\n%s" % (strip(before), strip(after)))
+        check(js(["show", str(j1["id"])])["ranks"] == s1["ranks"], "restart kept the placement")
+        print("ok: %d jobs through the CLI, roles enforced, state kept across a restart" % len(after))
+    except Exception:
+        print(d.log(), file=sys.stderr)
+        raise
+    finally:
+        d.cleanup()
+        subprocess.run(["rm", "-rf", work])
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Failure as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        sys.exit(1)
