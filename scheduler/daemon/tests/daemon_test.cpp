@@ -118,7 +118,8 @@ TEST_CASE("bodies: objects only, depth-limited, typed fields") {
 
 TEST_CASE("pki: a CA, a server certificate and agent certificates, keys kept private") {
   const std::string dir =
-      (std::filesystem::temp_directory_path() / ("topo-pki-" + std::to_string(::getpid()))).string();
+      (std::filesystem::temp_directory_path() / ("topo-pki-" + std::to_string(::getpid())))
+          .string();
   std::filesystem::create_directories(dir);
   auto p = EnsurePki(dir, {"sched.example"});
   REQUIRE_MESSAGE(p.ok(), p.message());
@@ -143,8 +144,8 @@ TEST_CASE("pki: a CA, a server certificate and agent certificates, keys kept pri
     CHECK(std::system(("openssl verify -CAfile " + p.value().ca_cert + " " + dir +
                        "/n17.pem >/dev/null 2>&1")
                           .c_str()) == 0);
-    CHECK(std::system(("openssl verify -CAfile " + p.value().ca_cert + " " +
-                       p.value().server_cert + " >/dev/null 2>&1")
+    CHECK(std::system(("openssl verify -CAfile " + p.value().ca_cert + " " + p.value().server_cert +
+                       " >/dev/null 2>&1")
                           .c_str()) == 0);
   }
   std::filesystem::remove_all(dir);
