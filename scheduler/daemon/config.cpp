@@ -67,6 +67,27 @@ Setter IntSetter(int64_t lo, int64_t hi, std::function<void(DaemonConfig&, int64
 const std::map<std::string, Setter, std::less<>>& Setters() {
   static const auto* setters = new std::map<std::string, Setter, std::less<>>{
       {"listen", [](std::string_view v, DaemonConfig& c) { return ParseListen(v, c); }},
+      {"agent_listen",
+       [](std::string_view v, DaemonConfig& c) {
+         if (v == "off") {
+           c.agent_listen_host = "off";
+           c.agent_listen_port = 0;
+           return Status::Ok();
+         }
+         DaemonConfig tmp;
+         if (Status s = ParseListen(v, tmp); !s.ok()) return s;
+         c.agent_listen_host = tmp.listen_host;
+         c.agent_listen_port = tmp.listen_port;
+         return Status::Ok();
+       }},
+      {"heartbeat_interval_ms", IntSetter(50, 600000,
+                                          [](DaemonConfig& c, int64_t x) {
+                                            c.heartbeat_interval_ms = static_cast<int>(x);
+                                          })},
+      {"missed_heartbeats_down", IntSetter(1, 1000,
+                                           [](DaemonConfig& c, int64_t x) {
+                                             c.missed_heartbeats_down = static_cast<int>(x);
+                                           })},
       {"state_dir",
        [](std::string_view v, DaemonConfig& c) {
          c.state_dir = std::string(v);

@@ -38,6 +38,14 @@ struct DaemonConfig {
   int request_timeout_s = 30;            // reading a request, writing an answer, queueing
   int idle_timeout_s = 120;              // a kept-alive connection with no request
 
+  // Node agents (docs/agent-protocol.md): a second listener that requires a
+  // client certificate signed by the daemon's CA. Host "off" disables it.
+  // Unset (port -1): the API's host and its port + 1 (0 when the API's is 0).
+  std::string agent_listen_host;
+  int agent_listen_port = -1;
+  int heartbeat_interval_ms = 1000;
+  int missed_heartbeats_down = 3;  // a node silent this many intervals is down
+
   // Policy: a named stack (SchedulerConfig::ForStack) and overrides.
   std::string stack = "toposched";
   int64_t default_time_limit_s = 24 * 3600;

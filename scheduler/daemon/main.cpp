@@ -144,6 +144,10 @@ int main(int argc, char** argv) {
     std::cerr << "\n";
   }
 
+  if (config.agent_listen_port < 0) {
+    config.agent_listen_host = config.listen_host;
+    config.agent_listen_port = config.listen_port == 0 ? 0 : config.listen_port + 1;
+  }
   daemon::Server server(config, *service.value(), metrics);
   const std::string cert = config.tls_cert.empty() ? pki.value().server_cert : config.tls_cert;
   const std::string key = config.tls_key.empty() ? pki.value().server_key : config.tls_key;
@@ -155,6 +159,19 @@ int main(int argc, char** argv) {
   if (Status s = daemon::WriteFileAtomic(config.state_dir + "/endpoint", url + "\n", 0644);
       !s.ok()) {
     return Fail(s.message());
+  }
+  if (config.agent_listen_host != "off") {
+    if (Status s = server.ListenAgents(cert, key, pki.value().ca_cert); !s.ok()) {
+      return Fail(s.message());
+    }
+    const std::string agent_url = "wss://" + config.agent_listen_host + ":" +
+                                  std::to_string(server.agent_port()) + "/v1/agent";
+    if (Status s =
+            daemon::WriteFileAtomic(config.state_dir + "/agent-endpoint", agent_url + "\n", 0644);
+        !s.ok()) {
+      return Fail(s.message());
+    }
+    std::cout << "Agents (mutual TLS): " << agent_url << "\n";
   }
   std::cout << "topo-scheduler listening on " << url << " (CA " << pki.value().ca_cert << ", state "
             << config.state_dir << ")\n";

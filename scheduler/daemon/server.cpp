@@ -8,12 +8,15 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <deque>
 #include <functional>
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include <openssl/x509.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl.hpp>
@@ -22,6 +25,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 
 namespace topo::daemon {
 
@@ -43,6 +48,8 @@ core::TimeMs WallMs() {
 
 struct Pending {
   HttpRequest request;
+  // When set, runs on the strand instead of Service::Handle (agent messages).
+  std::function<HttpResponse(core::TimeMs)> work;
   Clock::time_point received;
   std::function<void(HttpResponse)> done;
 };
@@ -67,9 +74,13 @@ class Server::Impl {
         tls_(ssl::context::tls_server),
         wakeup_(strand_),
         sampler_(strand_),
-        signals_(ioc_, SIGINT, SIGTERM) {}
+        signals_(ioc_, SIGINT, SIGTERM),
+        agent_acceptor_(ioc_),
+        agent_tls_(ssl::context::tls_server),
+        liveness_(strand_) {}
 
   Status Listen(const std::string& cert, const std::string& key);
+  Status ListenAgents(const std::string& cert, const std::string& key, const std::string& ca);
   Status Run();
   int port() const { return port_; }
 
@@ -83,6 +94,9 @@ class Server::Impl {
     }
   }
   void Accept();
+  void AcceptAgents();
+  // Strand only: sends what the last commit produced to the agents' sessions.
+  void RouteAgentMessages();
 
   const DaemonConfig config_;
   Service& service_;
@@ -94,8 +108,14 @@ class Server::Impl {
   net::steady_timer wakeup_;
   net::steady_timer sampler_;
   net::signal_set signals_;
+  tcp::acceptor agent_acceptor_;
+  ssl::context agent_tls_;
+  net::steady_timer liveness_;
+  // Strand only: the live session of each registered node.
+  std::unordered_map<std::string, std::weak_ptr<class AgentSession>> agent_sessions_;
   std::atomic<int> connections_{0};
   int port_ = 0;
+  int agent_port_ = 0;
   std::mutex mu_;
   std::vector<Pending> queue_;
   bool drain_posted_ = false;
@@ -105,6 +125,7 @@ class Server::Impl {
  private:
   void Drain();
   void ScheduleWakeup();
+  void ScheduleLiveness();
   void Sample();
   void Stop(Status why);
 };
@@ -359,6 +380,8 @@ void Server::Impl::Drain() {
       answers[i] = Error(503, "topo-scheduler is stopping; retry against the restarted daemon");
     } else if (Clock::now() - batch[i].received > deadline) {
       answers[i] = Error(503, "the request waited longer than request_timeout_s; retry");
+    } else if (batch[i].work) {
+      answers[i] = batch[i].work(now);
     } else {
       answers[i] = service_.Handle(batch[i].request, now);
     }
@@ -370,7 +393,10 @@ void Server::Impl::Drain() {
     Stop(c);
   }
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(answers[i]));
-  if (!stopping_) ScheduleWakeup();
+  if (!stopping_) {
+    RouteAgentMessages();
+    ScheduleWakeup();
+  }
 }
 
 void Server::Impl::ScheduleWakeup() {
@@ -384,7 +410,20 @@ void Server::Impl::ScheduleWakeup() {
     if (ec || stopping_) return;
     service_.Tick(WallMs());
     if (Status c = service_.Commit(); !c.ok()) return Stop(c);
+    RouteAgentMessages();
     ScheduleWakeup();
+  });
+}
+
+void Server::Impl::ScheduleLiveness() {
+  liveness_.expires_after(
+      std::chrono::milliseconds(std::max(10, config_.heartbeat_interval_ms / 2)));
+  liveness_.async_wait([this](beast::error_code ec) {
+    if (ec || stopping_) return;
+    service_.CheckLiveness(WallMs());
+    if (Status c = service_.Commit(); !c.ok()) return Stop(c);
+    RouteAgentMessages();
+    ScheduleLiveness();
   });
 }
 
@@ -404,6 +443,8 @@ void Server::Impl::Stop(Status why) {
   acceptor_.close(ignored);
   wakeup_.cancel();
   sampler_.cancel();
+  liveness_.cancel();
+  agent_acceptor_.close(ignored);
   signals_.cancel();
   // Let queued answers go out, then stop.
   net::post(strand_, [this] {
@@ -424,13 +465,199 @@ Status Server::Impl::Run() {
     service_.Tick(WallMs());
     if (Status c = service_.Commit(); !c.ok()) return Stop(c);
     ScheduleWakeup();
+    ScheduleLiveness();
   });
   Accept();
+  if (agent_acceptor_.is_open()) AcceptAgents();
   std::vector<std::thread> threads;
   for (int i = 1; i < config_.io_threads; ++i) threads.emplace_back([this] { ioc_.run(); });
   ioc_.run();
   for (std::thread& t : threads) t.join();
   return fatal_;
+}
+
+// ---------------------------------------------------------------- agents
+
+class AgentSession : public std::enable_shared_from_this<AgentSession> {
+ public:
+  AgentSession(tcp::socket socket, Server::Impl& server)
+      : ws_(std::move(socket), server.agent_tls_), server_(server) {}
+
+  void Start() {
+    beast::get_lowest_layer(ws_).expires_after(std::chrono::seconds(10));
+    ws_.next_layer().async_handshake(
+        ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+          if (ec) return;  // no certificate, or one from another CA: refused
+          self->cert_node_ = self->PeerCommonName();
+          beast::get_lowest_layer(self->ws_).expires_never();
+          self->ws_.set_option(
+              beast::websocket::stream_base::timeout::suggested(beast::role_type::server));
+          self->ws_.read_message_max(1u << 20);
+          self->ws_.async_accept([self](beast::error_code ec2) {
+            if (!ec2) self->Read();
+          });
+        });
+  }
+
+  // Any thread: queue a message for the agent.
+  void Send(std::string text, bool close_after = false) {
+    net::post(ws_.get_executor(),
+              [self = shared_from_this(), text = std::move(text), close_after]() mutable {
+                self->out_.push_back(std::move(text));
+                self->close_after_ |= close_after;
+                if (self->out_.size() == 1) self->WriteNext();
+              });
+  }
+
+  const std::string& node() const { return node_; }
+
+ private:
+  std::string PeerCommonName() {
+    X509* cert = SSL_get1_peer_certificate(ws_.next_layer().native_handle());
+    if (cert == nullptr) return {};
+    char cn[256] = {0};
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+    X509_free(cert);
+    return cn;
+  }
+
+  void Read() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->Gone();
+      std::string text = beast::buffers_to_string(self->buffer_.data());
+      self->buffer_.consume(self->buffer_.size());
+      self->OnMessage(std::move(text));
+    });
+  }
+
+  void OnMessage(std::string text) {
+    auto self = shared_from_this();
+    Pending p;
+    p.received = Clock::now();
+    const bool first = node_.empty();
+    p.work = [self, text = std::move(text), first](core::TimeMs now) {
+      HttpResponse r;
+      Server::Impl& srv = self->server_;
+      if (first) {
+        core::Result<std::string> reply = srv.service_.AgentRegister(self->cert_node_, text, now);
+        if (!reply.ok()) {
+          r.status = 400;
+          r.body = reply.message();
+          return r;
+        }
+        self->node_ = self->cert_node_;
+        if (auto old = srv.agent_sessions_[self->node_].lock(); old && old != self) {
+          old->Send(Json{{"type", "error"}, {"message", "replaced by a newer connection"}}.dump(),
+                    true);
+        }
+        srv.agent_sessions_[self->node_] = self;
+        r.body = std::move(reply).value();
+        return r;
+      }
+      Status st = srv.service_.AgentMessage(self->node_, text, now);
+      if (!st.ok()) {
+        r.status = 400;
+        r.body = st.message();
+      }
+      return r;
+    };
+    p.done = [self](HttpResponse r) {
+      if (r.status != 200) {
+        LogLine("topo-scheduler: agent " + (self->cert_node_.empty() ? "?" : self->cert_node_) +
+                ": refused a message: " + r.body);
+        self->Send(Json{{"type", "error"}, {"message", r.body}}.dump(), true);
+        return;
+      }
+      if (!r.body.empty()) self->Send(std::move(r.body));
+      net::post(self->ws_.get_executor(), [self] { self->Read(); });
+    };
+    server_.Enqueue(std::move(p));
+  }
+
+  void WriteNext() {
+    ws_.text(true);
+    ws_.async_write(net::buffer(out_.front()),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (ec) return self->Gone();
+                      self->out_.pop_front();
+                      if (!self->out_.empty()) return self->WriteNext();
+                      if (self->close_after_) {
+                        self->ws_.async_close(beast::websocket::close_code::policy_error,
+                                              [self](beast::error_code) {});
+                      }
+                    });
+  }
+
+  void Gone() {
+    if (gone_ || node_.empty()) return;
+    gone_ = true;
+    auto self = shared_from_this();
+    Pending p;
+    p.received = Clock::now();
+    p.work = [self](core::TimeMs now) {
+      Server::Impl& srv = self->server_;
+      auto it = srv.agent_sessions_.find(self->node_);
+      if (it != srv.agent_sessions_.end() && it->second.lock() == self) {
+        srv.agent_sessions_.erase(it);
+        srv.service_.AgentDisconnected(self->node_, now);
+      }
+      return HttpResponse{};
+    };
+    p.done = [](HttpResponse) {};
+    server_.Enqueue(std::move(p));
+  }
+
+  beast::websocket::stream<beast::ssl_stream<beast::tcp_stream>> ws_;
+  Server::Impl& server_;
+  beast::flat_buffer buffer_;
+  std::string cert_node_;
+  std::string node_;  // set on the strand once registered
+  std::deque<std::string> out_;
+  bool close_after_ = false;
+  bool gone_ = false;
+};
+
+void Server::Impl::RouteAgentMessages() {
+  for (auto& [node, text] : service_.TakeAgentMessages()) {
+    auto it = agent_sessions_.find(node);
+    if (it == agent_sessions_.end()) continue;  // not connected: it resyncs on register
+    if (auto session = it->second.lock()) session->Send(std::move(text));
+  }
+}
+
+Status Server::Impl::ListenAgents(const std::string& cert, const std::string& key,
+                                  const std::string& ca) {
+  beast::error_code ec;
+  agent_tls_.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                         ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                         ssl::context::no_tlsv1_1);
+  agent_tls_.use_certificate_chain_file(cert, ec);
+  if (!ec) agent_tls_.use_private_key_file(key, ssl::context::pem, ec);
+  if (!ec) agent_tls_.load_verify_file(ca, ec);
+  if (ec) return Status::Error("agent TLS (" + cert + ", " + ca + "): " + ec.message());
+  // Mutual TLS: no client certificate signed by our CA, no connection.
+  agent_tls_.set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  const std::string where =
+      config_.agent_listen_host + ":" + std::to_string(config_.agent_listen_port);
+  net::ip::address address = net::ip::make_address(config_.agent_listen_host, ec);
+  if (ec) return Status::Error("agent_listen " + where + ": not an IP address");
+  tcp::endpoint endpoint(address, static_cast<unsigned short>(config_.agent_listen_port));
+  agent_acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) agent_acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) agent_acceptor_.bind(endpoint, ec);
+  if (!ec) agent_acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return Status::Error("cannot listen for agents on " + where + ": " + ec.message());
+  agent_port_ = agent_acceptor_.local_endpoint().port();
+  return Status::Ok();
+}
+
+void Server::Impl::AcceptAgents() {
+  agent_acceptor_.async_accept(
+      net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted) return;
+        if (!ec) std::make_shared<AgentSession>(std::move(socket), *this)->Start();
+        AcceptAgents();
+      });
 }
 
 Server::Server(const DaemonConfig& config, Service& service, Metrics& metrics)
@@ -440,6 +667,11 @@ Status Server::Listen(const std::string& cert, const std::string& key) {
   return impl_->Listen(cert, key);
 }
 int Server::port() const { return impl_->port(); }
+Status Server::ListenAgents(const std::string& cert, const std::string& key,
+                            const std::string& ca) {
+  return impl_->ListenAgents(cert, key, ca);
+}
+int Server::agent_port() const { return impl_->agent_port_; }
 Status Server::Run() { return impl_->Run(); }
 
 }  // namespace topo::daemon

@@ -35,6 +35,11 @@ class Server {
   core::Status Listen(const std::string& cert_file, const std::string& key_file);
   // The port bound (useful with listen port 0).
   int port() const;
+  // The node agents' listener (docs/agent-protocol.md): mutual TLS, client
+  // certificates signed by ca.
+  core::Status ListenAgents(const std::string& cert_file, const std::string& key_file,
+                            const std::string& ca_file);
+  int agent_port() const;
   // Serves until SIGINT/SIGTERM or a fatal store error; the latter is
   // returned as an error.
   core::Status Run();

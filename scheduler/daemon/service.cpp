@@ -330,6 +330,7 @@ Status Service::Commit() {
   const auto t0 = std::chrono::steady_clock::now();
   Result<store::AppendResult> r = s.store->Append(*s.topology, s.staged);
   if (!r.ok()) return r.status();
+  for (const store::LogEntry& e : s.staged) s.Dispatch(e.commands);
   if (s.metrics != nullptr) {
     s.metrics->Commit(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                       s.staged.size());

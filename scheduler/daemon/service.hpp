@@ -82,6 +82,21 @@ class Service {
   core::TimeMs NextWakeup() const;
   void SampleUtilization(core::TimeMs now);
 
+  // ---- node agents (docs/agent-protocol.md), on the strand like Handle.
+  // The first message of an agent connection whose client certificate names
+  // cert_node: the `registered` reply (JSON text), or an error (refuse and
+  // close). Brings a node that was down up (a logged event).
+  core::Result<std::string> AgentRegister(const std::string& cert_node, const std::string& message,
+                                          core::TimeMs now);
+  // Any later message of that agent; an error means refuse and close.
+  core::Status AgentMessage(const std::string& node, const std::string& message, core::TimeMs now);
+  void AgentDisconnected(const std::string& node, core::TimeMs now);
+  // Nodes whose agent was silent for missed_heartbeats_down intervals go
+  // down (stages entries; the core recovers their jobs).
+  void CheckLiveness(core::TimeMs now);
+  // Messages for agents from the commands of the last Commit: (node, JSON).
+  std::vector<std::pair<std::string, std::string>> TakeAgentMessages();
+
   // What the startup replay did (for the log line).
   const store::ReplayReport& replay_report() const;
   bool has_topology() const;

@@ -80,6 +80,25 @@ struct ServiceState {
   };
   std::unordered_map<std::string, Bucket> rate;
 
+  // Node agents: liveness in memory only (heartbeats are never logged).
+  struct Agent {
+    bool connected = false;
+    core::TimeMs last_seen = 0;
+    std::string addr;  // where its ranks listen (MASTER_ADDR), as it reported
+  };
+  std::unordered_map<std::string, Agent> agents;
+  // Rank exits of the current run of each job: which ranks ended with 0.
+  struct Run {
+    int restart_count = 0;
+    std::vector<bool> exited_ok;
+    int ok_count = 0;
+    std::vector<std::string> nodes;  // where its ranks run now
+  };
+  std::unordered_map<core::JobId, Run> runs;
+  std::vector<std::pair<std::string, std::string>> outbox;
+  // Turns committed commands into messages for agents (service_agents.cpp).
+  void Dispatch(const std::vector<core::Command>& commands);
+
   // Steps the core and stages the entry; returns the commands.
   const std::vector<core::Command>& Step(const core::Event& event, std::string actor);
   // A job by id, from the core or (terminal jobs) the store; nullopt if
