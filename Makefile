@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format \
                 libsqlite3-dev libssl-dev clang libclang-rt-14-dev libboost-dev python3 curl \
-                chromium chromium-driver
+                chromium chromium-driver python3-torch
 
 .PHONY: all deps build demo test test-sanitize sanitize fuzz format format-check bench clean
 
@@ -43,7 +43,7 @@ test: build
 sanitize test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOPO_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests \
-	  daemon_tests cli_tests topo-scheduler topo
+	  daemon_tests cli_tests agent_gpu_tests agent_supervisor_tests topo-scheduler topo
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) -L 'unit|daemon' --output-on-failure -j $(JOBS)
 

@@ -1,0 +1,358 @@
+// RankSupervisor with real processes: small /bin/sh scripts as ranks.
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "test_util.hpp"
+#include "topo/agent/supervisor.hpp"
+
+namespace fs = std::filesystem;
+using namespace topo::agent;
+using namespace topo::agent::testing;
+
+namespace {
+const RankExit* FindExit(const std::vector<SupervisorEvent>& evs, int rank) {
+  for (const auto& e : evs) {
+    if (e.kind == EventKind::kRankExited && e.exit.rank == rank) return &e.exit;
+  }
+  return nullptr;
+}
+auto Finished(const std::string& job) {
+  return [job](const std::vector<SupervisorEvent>& evs) {
+    return HasEvent(evs, EventKind::kJobFinished, job);
+  };
+}
+}  // namespace
+
+TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  auto script = WriteScript(t / "rank.sh", "env > \"$OUT_DIR/env-$RANK.txt\"");
+  JobLaunch l;
+  l.job_id = "envjob";
+  l.argv = {script};
+  l.env = {{"OUT_DIR", t.path()}, {"RANK", "overridden-by-the-supervisor"}};
+  // tp 2, ep 2, pp 2, dp 2: world 8 in the order tp-cp-ep-dp-pp.
+  l.parallelism.tp = 2;
+  l.parallelism.ep = 2;
+  l.parallelism.pp = 2;
+  l.parallelism.dp = 2;
+  l.master_addr = "10.1.2.3";
+  l.master_port = 29511;
+  l.group_rank = 2;
+  l.group_world_size = 4;
+  l.restart_count = 3;
+  l.restart_step = 40;
+  l.ranks = {LocalRankSpec{5, 0, {4, 5}}, LocalRankSpec{6, 1, {6}}};
+  REQUIRE(sup.Launch(l).ok());
+  auto evs = PollUntil(sup, Finished("envjob"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "envjob"));
+
+  topo::core::RankLayout layout(l.parallelism);
+  for (const auto& spec : l.ranks) {
+    auto env = ParseEnvDump(ReadFile(t / ("env-" + std::to_string(spec.rank) + ".txt")));
+    CAPTURE(spec.rank);
+    CHECK(env["RANK"] == std::to_string(spec.rank));
+    CHECK(env["WORLD_SIZE"] == "8");
+    CHECK(env["LOCAL_RANK"] == std::to_string(spec.local_rank));
+    CHECK(env["LOCAL_WORLD_SIZE"] == "2");
+    CHECK(env["GROUP_RANK"] == "2");
+    CHECK(env["GROUP_WORLD_SIZE"] == "4");
+    CHECK(env["MASTER_ADDR"] == "10.1.2.3");
+    CHECK(env["MASTER_PORT"] == "29511");
+    CHECK(env["TOPO_JOB_ID"] == "envjob");
+    CHECK(env["TOPO_RESTART_COUNT"] == "3");
+    CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
+    CHECK(env["TOPO_RESTART_STEP"] == "40");
+    CHECK(env["TOPO_CHECKPOINT_DIR"] == t / "local/envjob");
+    CHECK(env["TOPO_CHECKPOINT_SIGNAL"] == std::to_string(SIGUSR1));
+    CHECK(env["OUT_DIR"] == t.path());
+    CHECK(env.count("PATH") == 1);  // inherited from the agent
+    using topo::core::Dim;
+    using topo::core::GroupKind;
+    CHECK(env["TOPO_TP_RANK"] == std::to_string(layout.Coord(spec.rank, Dim::kTp)));
+    CHECK(env["TOPO_EP_RANK"] == std::to_string(layout.Coord(spec.rank, Dim::kEp)));
+    CHECK(env["TOPO_PP_RANK"] == std::to_string(layout.Coord(spec.rank, Dim::kPp)));
+    CHECK(env["TOPO_CP_RANK"] == "0");
+    CHECK(env["TOPO_TP_SIZE"] == "2");
+    CHECK(env["TOPO_DP_SIZE"] == "2");
+    CHECK(env["TOPO_TP_GROUP"] == std::to_string(layout.GroupOf(GroupKind::kTp, spec.rank)));
+    CHECK(env["TOPO_PP_GROUP"] == std::to_string(layout.GroupOf(GroupKind::kPp, spec.rank)));
+    CHECK(env["TOPO_DP_GROUP"] == std::to_string(layout.GroupOf(GroupKind::kDp, spec.rank)));
+    CHECK(env["TOPO_EP_GROUP"] == std::to_string(layout.GroupOf(GroupKind::kEp, spec.rank)));
+    CHECK(env["TOPO_CP_GROUP"] == std::to_string(layout.GroupOf(GroupKind::kCp, spec.rank)));
+  }
+  // Hand-computed for the default order (strides tp 1, ep 2, pp 4).
+  auto e5 = ParseEnvDump(ReadFile(t / "env-5.txt"));
+  auto e6 = ParseEnvDump(ReadFile(t / "env-6.txt"));
+  CHECK(e5["CUDA_VISIBLE_DEVICES"] == "4,5");
+  CHECK(e6["CUDA_VISIBLE_DEVICES"] == "6");
+  CHECK(e5["TOPO_TP_RANK"] == "1");
+  CHECK(e5["TOPO_EP_RANK"] == "0");
+  CHECK(e5["TOPO_PP_RANK"] == "1");
+  CHECK(e5["TOPO_DP_RANK"] == "0");  // DP group {5, 7}
+  CHECK(e6["TOPO_TP_RANK"] == "0");
+  CHECK(e6["TOPO_EP_RANK"] == "1");
+  CHECK(e6["TOPO_DP_RANK"] == "1");  // DP group {4, 6}
+  CHECK(e5["TOPO_PP_GROUP"] != e6["TOPO_PP_GROUP"]);
+  CHECK(e5["TOPO_EP_GROUP"] == e6["TOPO_EP_GROUP"]);  // EP block 4..7
+}
+
+TEST_CASE("exit codes and signals are reported once, never blocking") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  auto script =
+      WriteScript(t / "rank.sh", "case \"$RANK\" in 0) exit 0;; 1) exit 3;; 2) kill -9 $$;; esac");
+  REQUIRE(sup.Launch(SimpleJob("exits", script, 3)).ok());
+  auto evs = PollUntil(sup, Finished("exits"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "exits"));
+  const RankExit* e0 = FindExit(evs, 0);
+  const RankExit* e1 = FindExit(evs, 1);
+  const RankExit* e2 = FindExit(evs, 2);
+  REQUIRE(e0);
+  REQUIRE(e1);
+  REQUIRE(e2);
+  CHECK((!e0->signaled && e0->exit_code == 0 && e0->exit_status_known));
+  CHECK((!e1->signaled && e1->exit_code == 3));
+  CHECK((e2->signaled && e2->signal == SIGKILL));
+  CHECK(std::count_if(evs.begin(), evs.end(), [](const SupervisorEvent& e) {
+          return e.kind == EventKind::kRankExited;
+        }) == 3);
+  // The job-finished event comes after the exits, and nothing is repeated.
+  CHECK(evs.back().kind == EventKind::kJobFinished);
+  CHECK(sup.Poll().empty());
+  CHECK(sup.List().empty());
+  CHECK(sup.List(false).size() == 3);
+}
+
+TEST_CASE("a command that cannot be executed exits 127 with the reason in its log") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  REQUIRE(sup.Launch(SimpleJob("noexec", t / "does-not-exist", 1)).ok());
+  auto evs = PollUntil(sup, Finished("noexec"));
+  const RankExit* e = FindExit(evs, 0);
+  REQUIRE(e);
+  CHECK(e->exit_code == 127);
+  CHECK(ReadFile(sup.LogPath("noexec", 0)).find("exec failed") != std::string::npos);
+}
+
+TEST_CASE("bad launches are refused without starting anything") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  auto script = WriteScript(t / "rank.sh", "exit 0");
+  auto bad = SimpleJob("../escape", script, 1);
+  CHECK(!sup.Launch(bad).ok());
+  bad = SimpleJob("ok", script, 2);
+  bad.ranks[1].rank = 5;  // outside world 2
+  CHECK(!sup.Launch(bad).ok());
+  bad = SimpleJob("ok", script, 2);
+  bad.parallelism.tp = 3;
+  bad.parallelism.dp = 1;
+  bad.parallelism.ep = 2;  // ep must divide dp
+  CHECK(!sup.Launch(bad).ok());
+  CHECK(sup.List(false).empty());
+}
+
+TEST_CASE("stdout and stderr go to the per-rank log, appended across restarts") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  auto script = WriteScript(t / "rank.sh",
+                            "echo \"out rank $RANK restart $TOPO_RESTART_COUNT\"; "
+                            "echo \"err rank $RANK\" >&2");
+  auto job = SimpleJob("logs", script, 2);
+  REQUIRE(sup.Launch(job).ok());
+  PollUntil(sup, Finished("logs"));
+  job.restart_count = 1;
+  REQUIRE(sup.Launch(job).ok());
+  auto evs = PollUntil(sup, Finished("logs"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "logs"));
+  auto log = ReadFile(t / "logs/logs/rank-1.log");
+  CHECK(log == ReadFile(sup.LogPath("logs", 1)));
+  CHECK(log.find("out rank 1 restart 0") != std::string::npos);
+  CHECK(log.find("out rank 1 restart 1") != std::string::npos);
+  CHECK(log.find("err rank 1") != std::string::npos);
+  CHECK(log.find("rank 0") == std::string::npos);
+  size_t headers = 0;
+  for (size_t p = log.find("=== topo-agent"); p != std::string::npos;
+       p = log.find("=== topo-agent", p + 1)) {
+    ++headers;
+  }
+  CHECK(headers == 2);
+  CHECK(log.find("start job logs rank 1 local_rank 1 restart 1") != std::string::npos);
+}
+
+TEST_CASE("a second launch of a job that still runs is refused") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  auto script = WriteScript(t / "rank.sh", "exec sleep 30");
+  REQUIRE(sup.Launch(SimpleJob("busy", script, 1)).ok());
+  CHECK(!sup.Launch(SimpleJob("busy", script, 1)).ok());
+  CHECK(!sup.Forget("busy").ok());
+  REQUIRE(sup.Stop("busy", 1000).ok());
+  auto evs = PollUntil(sup, Finished("busy"));
+  const RankExit* e = FindExit(evs, 0);
+  REQUIRE(e);
+  CHECK((e->signaled && e->signal == SIGTERM && e->stopped));
+  CHECK(sup.Forget("busy").ok());
+  CHECK(!fs::exists(sup.StatePath("busy")));
+}
+
+TEST_CASE("Stop kills the rank's whole process group") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  auto script =
+      WriteScript(t / "rank.sh", "sleep 1000 & echo $! > \"$OUT_DIR/child-$RANK.pid\"; wait");
+  auto job = SimpleJob("pgroup", script, 2);
+  job.env["OUT_DIR"] = t.path();
+  REQUIRE(sup.Launch(job).ok());
+  REQUIRE(WaitForFile(t / "child-0.pid"));
+  REQUIRE(WaitForFile(t / "child-1.pid"));
+  std::vector<pid_t> children;
+  for (int r = 0; r < 2; ++r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    children.push_back(std::stoi(ReadFile(t / ("child-" + std::to_string(r) + ".pid"))));
+  }
+  auto ranks = sup.List();
+  REQUIRE(ranks.size() == 2);
+  for (const auto& r : ranks) CHECK(::getpgid(r.pid) == r.pid);  // its own group
+  for (pid_t c : children) CHECK(::getpgid(c) != ::getpgrp());
+  REQUIRE(sup.Stop("pgroup", 2000).ok());
+  auto evs = PollUntil(sup, Finished("pgroup"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "pgroup"));
+  for (pid_t c : children) CHECK(WaitGone(c));
+}
+
+TEST_CASE("Stop escalates to SIGKILL after the grace when SIGTERM is ignored") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  auto script = WriteScript(t / "rank.sh",
+                            "trap '' TERM; sleep 1000 & echo $! > \"$OUT_DIR/child.pid\"; "
+                            "while :; do wait; done");
+  auto job = SimpleJob("stubborn", script, 1);
+  job.env["OUT_DIR"] = t.path();
+  REQUIRE(sup.Launch(job).ok());
+  REQUIRE(WaitForFile(t / "child.pid"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  pid_t child = std::stoi(ReadFile(t / "child.pid"));
+  auto start = std::chrono::steady_clock::now();
+  REQUIRE(sup.Stop("stubborn", 300).ok());
+  // Still there within the grace.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(sup.Poll().empty());
+  auto evs = PollUntil(sup, Finished("stubborn"));
+  auto took = std::chrono::steady_clock::now() - start;
+  const RankExit* e = FindExit(evs, 0);
+  REQUIRE(e);
+  CHECK((e->signaled && e->signal == SIGKILL && e->stopped));
+  CHECK(took >= std::chrono::milliseconds(300));
+  CHECK(WaitGone(child));
+}
+
+TEST_CASE("SIGUSR1 reaches every rank and the checkpoint it writes is detected and persisted") {
+  TempDir t;
+  RankSupervisor sup(Options(t));
+  // Rank 0 writes step-7 on SIGUSR1; every rank records the signal.
+  auto script = WriteScript(
+      t / "rank.sh",
+      "on_usr1() {\n"
+      "  echo got > \"$OUT_DIR/usr1-$RANK\"\n"
+      "  if [ \"$RANK\" = 0 ]; then\n"
+      "    d=\"$TOPO_CHECKPOINT_DIR/step-7\"; mkdir -p \"$d\"\n"
+      "    echo weights > \"$d/model.bin\"; mkdir -p \"$d/optim\"; echo m > \"$d/optim/m.bin\"\n"
+      "    echo 7 > \"$d/COMPLETE\"\n"
+      "  fi\n"
+      "}\n"
+      "trap on_usr1 USR1\n"
+      "touch \"$OUT_DIR/ready-$RANK\"\n"
+      "while :; do sleep 0.05; done");
+  auto job = SimpleJob("ckpt", script, 2);
+  job.env["OUT_DIR"] = t.path();
+  REQUIRE(sup.Launch(job).ok());
+  REQUIRE(WaitForFile(t / "ready-0"));
+  REQUIRE(WaitForFile(t / "ready-1"));
+  CHECK(sup.Poll().empty());
+  REQUIRE(sup.RequestCheckpoint("ckpt").ok());
+  auto evs = PollUntil(sup, [](const std::vector<SupervisorEvent>& e) {
+    return HasEvent(e, EventKind::kCheckpointPersisted, "ckpt", 7);
+  });
+  CHECK(HasEvent(evs, EventKind::kCheckpointComplete, "ckpt", 7));
+  CHECK(HasEvent(evs, EventKind::kCheckpointPersisted, "ckpt", 7));
+  CHECK(fs::exists(t / "usr1-0"));
+  CHECK(fs::exists(t / "usr1-1"));
+  CHECK(ReadFile(t / "persistent/ckpt/step-7/model.bin") == "weights\n");
+  CHECK(ReadFile(t / "persistent/ckpt/step-7/optim/m.bin") == "m\n");
+  CHECK(ReadFile(t / "persistent/ckpt/step-7/COMPLETE") == "7\n");
+  CHECK(!fs::exists(t / "persistent/ckpt/.step-7.tmp"));
+  CHECK(sup.NewestCompleteStep("ckpt") == 7);
+  CHECK(sup.NewestPersistedStep("ckpt") == 7);
+  // Reported once: a second request that writes the same step adds nothing.
+  REQUIRE(sup.RequestCheckpoint("ckpt").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto more = sup.Poll();
+  CHECK(!HasEvent(more, EventKind::kCheckpointComplete, "ckpt"));
+  auto rp = sup.NewestRestartStep("ckpt", false);
+  REQUIRE(rp);
+  CHECK(rp->step == 7);
+  CHECK(rp->tier == CheckpointTier::kPersistent);
+  REQUIRE(sup.Stop("ckpt", 1000).ok());
+  PollUntil(sup, Finished("ckpt"));
+  CHECK(!sup.RequestCheckpoint("ckpt").ok());  // nothing left to signal
+}
+
+TEST_CASE("a restarted agent adopts the ranks it started through the state file") {
+  TempDir t;
+  auto script = WriteScript(t / "rank.sh", "exec sleep 30");
+  auto first = std::make_unique<RankSupervisor>(Options(t));
+  REQUIRE(first->Launch(SimpleJob("adopt", script, 2)).ok());
+  auto before = first->List();
+  REQUIRE(before.size() == 2);
+  CHECK(fs::exists(first->StatePath("adopt")));
+  first.reset();  // the agent goes away; its ranks keep running
+  for (const auto& r : before) CHECK(!ProcessGone(r.pid));
+
+  // A stale job in the state dir: a pid that now belongs to another process
+  // (ours, with another start time) and a dead one.
+  {
+    std::ofstream out(t / "state/jobs/stale.json");
+    out << R"({"job_id":"stale","ranks":[)"
+        << R"({"rank":0,"local_rank":0,"pid":)" << ::getpid()
+        << R"(,"start_time":1,"running":true},)"
+        << R"({"rank":1,"local_rank":1,"pid":999999999,"start_time":5,"running":true}]})";
+  }
+  RankSupervisor second(Options(t));
+  auto after = second.List();
+  std::vector<RankInfo> adopt;
+  for (const auto& r : after) {
+    if (r.job_id == "adopt") adopt.push_back(r);
+  }
+  REQUIRE(adopt.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(adopt[i].rank == before[i].rank);
+    CHECK(adopt[i].pid == before[i].pid);
+    CHECK(adopt[i].start_time == before[i].start_time);
+    CHECK(adopt[i].adopted);
+  }
+  // The stale ranks are reported as exited, status unknown; the live ones not.
+  auto evs = second.Poll();
+  CHECK(HasEvent(evs, EventKind::kJobFinished, "stale"));
+  CHECK(!HasEvent(evs, EventKind::kRankExited, "adopt"));
+  for (const auto& e : evs) {
+    if (e.kind == EventKind::kRankExited) {
+      CHECK(e.job_id == "stale");
+      CHECK(!e.exit.exit_status_known);
+    }
+  }
+  CHECK(::kill(::getpid(), 0) == 0);  // the pid-reused "rank" was not signalled
+  // The adopted ranks can be stopped.
+  REQUIRE(second.Stop("adopt", 1000).ok());
+  auto stopped = PollUntil(second, Finished("adopt"));
+  CHECK(HasEvent(stopped, EventKind::kJobFinished, "adopt"));
+  for (const auto& r : before) CHECK(WaitGone(r.pid));
+  CHECK(second.List().empty());
+}
