@@ -5,6 +5,7 @@ waits for TMP/endpoint, and talks to it over real TLS, trusting TMP/ca.pem.
 Standard library only (run with /usr/bin/python3).
 """
 
+import contextlib
 import http.client
 import json
 import os
@@ -13,6 +14,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -169,3 +171,29 @@ class Failure(Exception):
 def check(cond, message):
     if not cond:
         raise Failure(message)
+
+
+@contextlib.contextmanager
+def serving(daemon, *cleanup_dirs):
+    """Prints the daemon's log when the block fails; stops the daemon and
+    removes the given directories in any case."""
+    try:
+        yield daemon
+    except Exception:
+        print(daemon.log(), file=sys.stderr)
+        raise
+    finally:
+        try:
+            daemon.cleanup()
+        finally:
+            for d in cleanup_dirs:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def run(main):
+    """Runs a test's main(): exit 1 with the message on a Failure."""
+    try:
+        main()
+    except Failure as e:
+        print("FAIL:\n%s" % e, file=sys.stderr)
+        sys.exit(1)

@@ -8,6 +8,7 @@ without affecting anything else.
 usage: test_agents.py TOPO_SCHEDULER_BIN [TOPO_BIN]
 """
 
+import json
 import os
 import ssl
 import subprocess
@@ -16,9 +17,7 @@ import tempfile
 import time
 
 from agent_client import AgentConnection
-from harness import Daemon, Failure, check, tiny_topology
-
-import json
+from harness import Daemon, Failure, check, run, serving, tiny_topology
 
 CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\n"
 
@@ -46,7 +45,7 @@ def main():
     binary = sys.argv[1]
     d = Daemon(binary, config=CONFIG).start()
     work = tempfile.mkdtemp(prefix="topo-agents-")
-    try:
+    with serving(d, work):
         with open(os.path.join(d.state_dir, "agent-endpoint")) as f:
             port = int(f.read().strip().rsplit(":", 1)[1].split("/")[0])
         ca = os.path.join(d.state_dir, "ca.pem")
@@ -129,17 +128,7 @@ def main():
         check(status == 200, "the daemon still serves")
         print("ok: mTLS refusals, registration, liveness in %.2f s, job start/finish, GPU fault, "
               "bad messages refused" % silent)
-    except Exception:
-        print(d.log(), file=sys.stderr)
-        raise
-    finally:
-        d.cleanup()
-        subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run(main)

@@ -8,10 +8,9 @@ audit log read the same before and after.
 usage: test_bad_input.py TOPO_SCHEDULER_BIN
 """
 
-import json
 import sys
 
-from harness import Daemon, Failure, check, setup_tiny
+from harness import Daemon, Failure, check, run, serving, setup_tiny
 
 
 def snapshot(d):
@@ -28,7 +27,7 @@ def snapshot(d):
 
 def main():
     d = Daemon(sys.argv[1]).start()
-    try:
+    with serving(d):
         setup_tiny(d)
         for t in ("org/a", "org/b"):
             d.api("PUT", "/v1/tenants/" + t, {"guaranteed_gpus": 16}, expect=201)
@@ -186,16 +185,7 @@ def main():
         if failures:
             raise Failure("\n".join(failures))
         print("ok: %d bad requests refused, nothing changed" % (len(cases) + 1))
-    except Exception:
-        print(d.log(), file=sys.stderr)
-        raise
-    finally:
-        d.cleanup()
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL:\n%s" % e, file=sys.stderr)
-        sys.exit(1)
+    run(main)

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from harness import Daemon, Failure, check, setup_tiny
+from harness import Daemon, check, run, setup_tiny
 
 CLIENTS = 4
 
@@ -106,8 +106,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run(main)

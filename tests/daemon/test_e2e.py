@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import Daemon, Failure, check, tiny_topology
+from harness import Daemon, Failure, check, run, serving, tiny_topology
 
 OK, NOT_FOUND, AUTH, CONFLICT, INVALID = 0, 4, 5, 6, 8
 
@@ -41,7 +41,7 @@ def main():
     def js(args, token=None, expect=OK):
         return json.loads(topo(args + ["--json"], token, expect).stdout)
 
-    try:
+    with serving(d, work):
         topo_file = os.path.join(work, "tiny.json")
         with open(topo_file, "w") as f:
             json.dump(tiny_topology(), f)
@@ -161,17 +161,7 @@ def main():
         check(strip(before) == strip(after), "restart changed jobs:\n%s\n%s" % (strip(before), strip(after)))
         check(js(["show", str(j1["id"])])["ranks"] == s1["ranks"], "restart kept the placement")
         print("ok: %d jobs through the CLI, roles enforced, state kept across a restart" % len(after))
-    except Exception:
-        print(d.log(), file=sys.stderr)
-        raise
-    finally:
-        d.cleanup()
-        subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run(main)

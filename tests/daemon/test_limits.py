@@ -11,7 +11,7 @@ import ssl
 import sys
 import time
 
-from harness import Daemon, Failure, check
+from harness import Daemon, check, run, serving
 
 CONFIG = """max_connections = 6
 request_timeout_s = 2
@@ -37,7 +37,7 @@ def closed_by_server(conn, within):
 
 def main():
     d = Daemon(sys.argv[1], config=CONFIG).start()
-    try:
+    with serving(d):
         # A slow client (half a request) does not stall anyone, and is cut
         # off after request_timeout_s.
         slow = tls_connect(d)
@@ -80,16 +80,7 @@ def main():
         status, _ = d.request("GET", "/v1/whoami", token=token)
         check(status == 200, "the bucket refills")
         print("ok: slow and idle clients cut off, connection limit and rate limit enforced")
-    except Exception:
-        print(d.log(), file=sys.stderr)
-        raise
-    finally:
-        d.cleanup()
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run(main)
