@@ -45,11 +45,28 @@ struct SubmitArgs {
   bool dry_run = false;
 };
 
+// What every rank of a batch-script job runs: the script's text through its
+// "#!" interpreter (/bin/sh without one), so the script need not be on a
+// file system the nodes share.
+std::vector<std::string> ScriptCommand(const std::string& text) {
+  std::vector<std::string> command = {"/bin/sh"};
+  if (text.rfind("#!", 0) == 0) {
+    const std::string line = text.substr(2, text.find('\n') - 2);
+    core::Result<std::vector<std::string>> words = SplitWords(line);
+    if (words.ok() && !words.value().empty()) command = words.value();
+  }
+  command.push_back("-c");
+  command.push_back(text);
+  return command;
+}
+
 int RunSubmit(SubmitArgs& args) {
   SubmitFlags script_flags;
+  std::string script_text;
   if (!args.script.empty()) {
     core::Result<std::string> text = ReadInput(args.script);
     if (!text.ok()) return Fail(text.message());
+    script_text = text.value();
     const std::string shown = args.script == "-" ? "<stdin>" : args.script;
     core::Result<ScriptDirectives> d = ParseScriptDirectives(text.value(), shown);
     if (!d.ok()) return Fail(d.message());
@@ -90,6 +107,9 @@ int RunSubmit(SubmitArgs& args) {
   if (!args.script.empty()) default_name = args.script == "-" ? "stdin" : Basename(args.script);
   core::Result<json> request = BuildSubmitRequest(flags, spec_file, default_name);
   if (!request.ok()) return Fail(request.message());
+  if (!args.script.empty() && !request.value().contains("command")) {
+    request.value()["command"] = ScriptCommand(script_text);
+  }
   if (args.dry_run) {
     PrintJson(request.value());
     return kExitOk;

@@ -524,12 +524,14 @@ Json JobRequestToJson(const core::JobRequest& request) {
           {"user", request.user},
           {"priority", request.priority},
           {"time_limit_ms", request.time_limit},
-          {"checkpoint_interval_ms", request.checkpoint_interval}};
+          {"checkpoint_interval_ms", request.checkpoint_interval},
+          {"command", request.command}};
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
-  Reader r(j, "",
-           {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms"});
+  Reader r(
+      j, "",
+      {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -542,6 +544,16 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
   request.time_limit = r.Int64("time_limit_ms");
   request.checkpoint_interval = r.Int64("checkpoint_interval_ms");
   if (!r.ok()) return r.status();
+  // Optional: logs written before commands existed have none.
+  if (auto it = j.find("command"); it != j.end()) {
+    if (!it->is_array()) return PathError("command", "must be an array of strings");
+    for (size_t i = 0; i < it->size(); ++i) {
+      if (!(*it)[i].is_string()) {
+        return PathError("command[" + std::to_string(i) + "]", "must be a string");
+      }
+      request.command.push_back((*it)[i].get<std::string>());
+    }
+  }
   return request;
 }
 

@@ -44,6 +44,7 @@ core::JobRequest MakeRequest() {
   r.priority = -3;
   r.time_limit = 2 * core::kHour;
   r.checkpoint_interval = -1;
+  r.command = {"/usr/bin/python3", "train.py", "--steps", "10"};
   return r;
 }
 
@@ -131,7 +132,19 @@ TEST_CASE("field values survive the round trip") {
   CHECK(sub.request.priority == -3);
   CHECK(sub.request.time_limit == 2 * core::kHour);
   CHECK(sub.request.checkpoint_interval == -1);
+  CHECK(sub.request.command == MakeRequest().command);
   CHECK(common::JobSpecToJson(sub.request.spec) == common::JobSpecToJson(MakeRequest().spec));
+
+  // Logs written before requests carried a command still read, with none.
+  nlohmann::json old = common::JobRequestToJson(MakeRequest());
+  old.erase("command");
+  core::Result<core::JobRequest> back = common::JobRequestFromJson(old);
+  REQUIRE(back.ok());
+  CHECK(back.value().command.empty());
+  old["command"] = {"ok", 3};
+  back = common::JobRequestFromJson(old);
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.message().find("command[1]") != std::string::npos);
 
   core::Result<Event> te = common::EventFromJson(
       common::EventToJson(core::TenantConfigured{{"x", 1, 2, 3, 4, 0.1}}, t), t);

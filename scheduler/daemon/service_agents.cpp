@@ -112,7 +112,11 @@ Status Service::AgentMessage(const std::string& node, const std::string& message
     Result<int64_t> id = IntOf(j, "job", 1, INT64_MAX);
     if (!id.ok()) return id.status();
     const core::JobRecord* job = s.core->job(id.value());
-    if (job == nullptr) return Status::Error("job " + std::to_string(id.value()) + " is unknown");
+    if (job == nullptr) {
+      // A late report about a job that has ended is not an error.
+      if (s.JobTenant(id.value())) return Status::Ok();
+      return Status::Error("job " + std::to_string(id.value()) + " is unknown");
+    }
     bool on_node = false;
     for (const core::GpuSlot& slot : job->ranks) on_node |= slot.node == n;
     if (type == "checkpoint") {
@@ -212,7 +216,8 @@ void ServiceState::Dispatch(const std::vector<core::Command>& commands) {
                   {"master_addr", addr != agents.end() ? addr->second.addr : master},
                   {"master_port", 20000 + (id * 16 + restart) % 40000},
                   {"ranks", mine},
-                  {"layout", spec["parallelism"]}});
+                  {"layout", spec["parallelism"]},
+                  {"command", job->request.command}});
     }
     Run& run = runs[id];
     for (const std::string& old : run.nodes) {

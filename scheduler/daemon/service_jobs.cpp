@@ -148,6 +148,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
     if (detail) {
       const core::Topology& topo = *s.topology;
       out["spec"] = common::JobSpecToJson(j->request.spec);
+      out["command"] = j->request.command;
       Json ranks = Json::array();
       for (size_t r = 0; r < j->ranks.size(); ++r) {
         ranks.push_back(
@@ -191,8 +192,8 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   Body b = ParseBody(*route.request, false);
   if (b.error) return *b.error;
   const Json& body = b.json;
-  if (auto e = UnknownField(
-          body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s"})) {
+  if (auto e = UnknownField(body, {"spec", "tenant", "priority", "time_limit_s",
+                                   "checkpoint_interval_s", "command"})) {
     return *e;
   }
   if (s.core == nullptr) return s.NoTopology();
@@ -243,6 +244,27 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                  "checkpoint_interval_s " + std::to_string(checkpoint) +
                      " is below the minimum of 60 (or -1 for never)",
                  "checkpoint_interval_s");
+  }
+  if (auto it = body.find("command"); it != body.end()) {
+    size_t total = 0;
+    if (!it->is_array() || it->empty() || it->size() > 1024) {
+      return Error(400, "command must be a non-empty array of at most 1024 strings (argv)",
+                   "command");
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& arg = (*it)[i];
+      if (!arg.is_string()) {
+        return Error(400, "command[" + std::to_string(i) + "] must be a string", "command");
+      }
+      total += arg.get<std::string>().size();
+      request.command.push_back(arg.get<std::string>());
+    }
+    if (total > 256 * 1024 || request.command[0].empty()) {
+      return Error(400,
+                   "command: the program (command[0]) must be given and the whole "
+                   "command must stay under 256 KiB",
+                   "command");
+    }
   }
   request.priority = static_cast<int>(priority);
   request.time_limit = time_limit * core::kSecond;

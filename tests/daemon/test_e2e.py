@@ -79,6 +79,8 @@ def main():
         check(shown["spec"]["gpus"] == 8 and shown["spec"]["parallelism"]["tp"] == 8, "#TOPO: %s" % shown["spec"])
         check(shown["name"] == "train.sh", "script names the job: %r" % shown["name"])
         check(shown["time_limit_s"] == 1800, "#TOPO --time 30m: %s" % shown["time_limit_s"])
+        check(shown["command"][:2] == ["/bin/bash", "-c"] and "echo training" in shown["command"][2],
+              "the script runs through its interpreter: %s" % shown["command"])
         s1 = js(["show", str(j1["id"])], alice)
         check(len(s1["ranks"]) == 16 and s1["placement"]["nodes"] == 2, "placement of job 1: %s" % s1["placement"])
         check(s1["metrics"]["required_met"] is True, "constraints met")

@@ -109,6 +109,9 @@ struct JobRequest {
   int priority = 0;
   TimeMs time_limit = 0;           // 0: the config's default
   TimeMs checkpoint_interval = 0;  // 0: the config's default; <0: never
+  // What each rank runs (argv; empty: the agent's default). Carried, never
+  // interpreted by the core.
+  std::vector<std::string> command;
 };
 
 enum class JobState : uint8_t {
