@@ -324,20 +324,21 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
   return service;
 }
 
-Status Service::Commit() {
-  ServiceState& s = *s_;
-  if (s.staged.empty()) return Status::Ok();
+Status Service::Commit() { return s_->CommitStaged(); }
+
+Status ServiceState::CommitStaged() {
+  if (staged.empty()) return Status::Ok();
   const auto t0 = std::chrono::steady_clock::now();
-  Result<store::AppendResult> r = s.store->Append(*s.topology, s.staged);
+  Result<store::AppendResult> r = store->Append(*topology, staged);
   if (!r.ok()) return r.status();
-  for (const store::LogEntry& e : s.staged) s.Dispatch(e.commands);
-  if (s.metrics != nullptr) {
-    s.metrics->Commit(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                      s.staged.size());
+  for (const store::LogEntry& e : staged) Dispatch(e.commands);
+  if (metrics != nullptr) {
+    metrics->Commit(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    staged.size());
   }
-  s.staged.clear();
+  staged.clear();
   // Terminal jobs now live in the store; the core forgets them.
-  s.core->TakeFinishedJobs();
+  core->TakeFinishedJobs();
   return Status::Ok();
 }
 

@@ -507,10 +507,7 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
   }
   // Write what the old topology's core staged, then start the new epoch.
   if (s.core != nullptr) {
-    if (Status c = s.store->Append(*s.topology, s.staged).status(); !c.ok()) {
-      return StoreFailed(c);
-    }
-    s.staged.clear();
+    if (Status c = s.CommitStaged(); !c.ok()) return StoreFailed(c);
   }
   auto topology = std::make_unique<core::Topology>(std::move(parsed).value());
   const std::pair<std::string, std::string> meta[] = {

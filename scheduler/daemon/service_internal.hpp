@@ -96,6 +96,9 @@ struct ServiceState {
   };
   std::unordered_map<core::JobId, Run> runs;
   std::vector<std::pair<std::string, std::string>> outbox;
+  // Writes the staged entries in one transaction, then hands their commands
+  // to Dispatch (Service::Commit).
+  core::Status CommitStaged();
   // Turns committed commands into messages for agents (service_agents.cpp).
   void Dispatch(const std::vector<core::Command>& commands);
 
