@@ -3,12 +3,14 @@
 //
 //   first-fit   Slurm with no topology plugin: eligible nodes in node-index
 //               order until the job fits; ranks in node order.
-//   slurm-tree  Slurm's topology/tree as its documentation describes it:
-//               the lowest-level switch that can hold the job (the one with
-//               the fewest eligible nodes among those that can), then its
-//               leaf switches best fit: a leaf that holds the rest alone (the
-//               one with the fewest eligible nodes), else the leaf with the
-//               most; nodes in index order within a leaf; ranks in node order.
+//   slurm-tree  Slurm's topology/tree as select/cons_tres does it in Slurm
+//               22.05 (checked against the real thing by
+//               tests/slurm/test_slurm_fidelity.py): under the top switch,
+//               leaf switches one at a time, the nearest to those taken
+//               first unless a farther one is better (one that holds the
+//               rest alone, the tightest such; else the one whose parent
+//               switch holds the rest, ...; else the larger), every free
+//               node of a leaf in index order; ranks in node order.
 //
 // Both know nothing of HBDs or parallelism: they take whole nodes (or
 // gpus_per_node, or one node for small jobs) and do not honour constraints.
@@ -101,40 +103,70 @@ class SlurmTreePlacer final : public Placer {
       }
     }
     if (slots[topo.root()] < shape.world) return Shortfall(job, shape, state);
-    // The lowest-level switch that can hold the job.
+    // The top switch: the last switch of the highest switch tier that can
+    // hold the job (the root of a single-rooted tree). A topology with
+    // several top switches none of which can hold the job: the implicit
+    // root (Slurm 22.05 would not place it at all).
     const int leaf = std::min(topo.leaf_tier(), topo.root_tier());
-    DomainId top = kNoDomain;
-    for (int t = leaf; t <= topo.root_tier() && top == kNoDomain; ++t) {
-      for (DomainId d = topo.tier_first(t); d < topo.tier_first(t) + topo.tier_size(t); ++d) {
-        if (slots[d] < shape.world) continue;
-        if (top == kNoDomain || nodes[d] < nodes[top]) top = d;
-      }
+    const int top_tier = std::max(leaf, topo.root_tier() - 1);
+    DomainId top = topo.root();
+    for (DomainId d = topo.tier_first(top_tier);
+         d < topo.tier_first(top_tier) + topo.tier_size(top_tier); ++d) {
+      if (slots[d] >= shape.world) top = d;
     }
-    // Its leaf switches, best fit.
+    // Its leaf switches with eligible nodes, in index order.
     std::vector<DomainId> leaves;
     const Domain& dom = topo.domain(top);
     for (DomainId l = topo.Ancestor(dom.node_begin, leaf);
          l <= topo.Ancestor(dom.node_end - 1, leaf); ++l) {
       if (slots[l] > 0) leaves.push_back(l);
     }
-    std::vector<std::pair<NodeId, int>> picks;
+    // Leaves are taken one at a time. `dist` sums, over the leaves taken so
+    // far, the hops from each leaf to them (2 per tier up to the lowest
+    // common switch). A leaf replaces the best so far when it is nearer and
+    // no worse, or as near and better, by Better: a leaf that holds the
+    // rest alone wins, the smaller of two that do; when neither does, the
+    // same question is asked of their parent switches (the counts of
+    // switches above the leaves stay as they were at the start), and below
+    // a common parent the larger wins.
+    std::vector<int> dist(topo.domain_count(), 0);
     int rem = shape.world;
-    std::vector<char> taken(topo.domain_count(), 0);
+    auto better = [&](DomainId a, DomainId b) {
+      while (true) {
+        const bool af = slots[a] >= rem, bf = slots[b] >= rem;
+        if (af && bf) {
+          if (nodes[a] != nodes[b]) return nodes[a] < nodes[b] ? 1 : -1;
+          break;
+        }
+        if (af) return 1;
+        if (bf) return -1;
+        const DomainId pa = topo.domain(a).parent, pb = topo.domain(b).parent;
+        if (pa == pb || pa == kNoDomain || pb == kNoDomain) break;
+        a = pa;
+        b = pb;
+      }
+      return nodes[a] == nodes[b] ? 0 : nodes[a] > nodes[b] ? 1 : -1;
+    };
+    std::vector<std::pair<NodeId, int>> picks;
     while (rem > 0) {
       DomainId pick = kNoDomain;
-      bool pick_fits = false;
       for (DomainId l : leaves) {
-        if (taken[l]) continue;
-        bool fits = slots[l] >= rem;
-        if (pick == kNoDomain || (fits && !pick_fits) ||
-            (fits && pick_fits && nodes[l] < nodes[pick]) ||
-            (!fits && !pick_fits && nodes[l] > nodes[pick])) {
+        if (slots[l] == 0) continue;  // taken
+        if (pick == kNoDomain) {
           pick = l;
-          pick_fits = fits;
+          continue;
         }
+        const int cmp = better(l, pick);
+        if ((dist[l] < dist[pick] && cmp >= 0) || (dist[l] == dist[pick] && cmp > 0)) pick = l;
       }
       if (pick == kNoDomain) break;
-      taken[pick] = 1;
+      const NodeId at = topo.domain(pick).node_begin;
+      for (DomainId l : leaves) {
+        const NodeId ln = topo.domain(l).node_begin;
+        int t = leaf;
+        while (t < topo.root_tier() && topo.Ancestor(ln, t) != topo.Ancestor(at, t)) ++t;
+        dist[l] += 2 * (t - leaf);
+      }
       const Domain& ld = topo.domain(pick);
       for (NodeId n = ld.node_begin; n < ld.node_end && rem > 0; ++n) {
         int s = internal::NodeSlots(shape, state, n);
@@ -146,6 +178,8 @@ class SlurmTreePlacer final : public Placer {
         picks.push_back({n, std::min(s, rem)});
         rem -= std::min(s, rem);
       }
+      slots[pick] = 0;
+      nodes[pick] = 0;
     }
     if (rem > 0) return Shortfall(job, shape, state);
     return internal::BuildPlacement(job, shape, state, std::move(picks));

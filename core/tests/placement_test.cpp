@@ -210,32 +210,53 @@ TEST_CASE("placement is deterministic and does not touch the state") {
   }
 }
 
-TEST_CASE("slurm-tree takes the lowest switch that holds the job, best fit over its leaves") {
+TEST_CASE("slurm-tree: the last top switch that holds the job, then its leaves as Slurm 22.05") {
+  // No switch above the spines (Slurm's topology.conf without a root
+  // switch): the job stays under one spine, the last that can hold it.
   Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {4, 2}, 2, 8);
   ClusterState st(topo);
   // Free nodes: leaf 0 {3}, leaf 1 {6, 7} (spine 0: 3), leaf 2 {10, 11},
-  // leaf 3 {14, 15} (spine 1: 4).
+  // leaf 3 {14, 15} (spine 1: 4). Real Slurm 22.05 on the same shape
+  // (tests/slurm, docs/slurm.md) picks the same nodes.
   for (NodeId n : {0, 1, 2, 4, 5, 8, 9, 12, 13}) Occupy(st, n);
   auto tree = MakePlacer("slurm-tree");
-  // 3 nodes: no leaf holds it; spine 0 does with the fewest free nodes; its
-  // largest leaf first, then the leaf that fits the rest.
+  // 3 nodes: both spines hold it, the last wins; neither leaf holds it and
+  // they are as large: the first, then the next.
   Placement p = tree->Place(MakeJob(24, 8), st);
   REQUIRE(p.placed());
   std::set<NodeId> nodes;
   for (const GpuSlot& s : p.ranks) nodes.insert(s.node);
-  CHECK(nodes == std::set<NodeId>{3, 6, 7});
+  CHECK(nodes == std::set<NodeId>{10, 11, 14});
   // Ranks follow node order.
-  CHECK(p.ranks[0].node == 3);
-  CHECK(p.ranks[23].node == 7);
-  // 2 nodes: leaf 1 of spine 0 holds it alone (lowest level wins).
+  CHECK(p.ranks[0].node == 10);
+  CHECK(p.ranks[23].node == 14);
+  // 2 nodes: leaf 2 holds it alone.
   Placement q = tree->Place(MakeJob(16, 8), st);
   REQUIRE(q.placed());
-  CHECK(q.ranks[0].node == 6);
+  CHECK(q.ranks[0].node == 10);
+  CHECK(q.ranks[15].node == 11);
   // first-fit simply walks node order.
   Placement f = MakePlacer("first-fit")->Place(MakeJob(16, 8), st);
   REQUIRE(f.placed());
   CHECK(f.ranks[0].node == 3);
   CHECK(f.ranks[15].node == 6);
+}
+
+TEST_CASE("slurm-tree: the nearest leaf first unless a farther one holds the rest") {
+  // One root switch over two spines of two 4-node leaves.
+  Topology topo = MakeRegular({"node", "leaf", "spine", "top"}, 0, {4, 2, 2}, 1, 8);
+  ClusterState st(topo);
+  auto chosen = [&](int count) {
+    Placement p = MakePlacer("slurm-tree")->Place(MakeJob(8 * count, 8), st);
+    REQUIRE(p.placed());
+    std::set<NodeId> nodes;
+    for (const GpuSlot& s : p.ranks) nodes.insert(s.node);
+    return nodes;
+  };
+  // Free: leaf 0 {0, 1, 3}, leaf 1 {4, 7}, leaf 2 {8, 10, 11}, leaf 3 {14}
+  // (tests/slurm fidelity scenario: Slurm takes 0, 1, 3, 4, 7, 14).
+  for (NodeId n : {2, 5, 6, 9, 12, 13, 15}) Occupy(st, n);
+  CHECK(chosen(6) == std::set<NodeId>{0, 1, 3, 4, 7, 14});
 }
 
 TEST_CASE("gpus_per_node spreads a job over more nodes") {
