@@ -217,6 +217,8 @@ Json EventBody(const T& e, const core::Topology& topo) {
             {"code", e.code}};
   } else if constexpr (std::is_same_v<T, core::TenantConfigured>) {
     return {{"tenant", TenantConfigToJson(e.tenant)}};
+  } else if constexpr (std::is_same_v<T, core::NodeEvacuated>) {
+    return {{"node", NodeName(e.node, topo)}, {"reason", e.reason}};
   } else {
     static_assert(std::is_same_v<T, core::Tick>);
     return Json::object();
@@ -295,6 +297,11 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
     }
     return done(r, std::move(e));
   }
+  if (type == "node_evacuated") {
+    Reader r = fields({"type", "node", "reason"});
+    core::NodeEvacuated e{r.Node("node", topo), r.String("reason")};
+    return done(r, std::move(e));
+  }
   if (type == "tick") {
     Reader r = fields({"type"});
     return done(r, core::Tick{});
@@ -302,7 +309,8 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
   return PathError("", "\"type\": unknown event type \"" + std::string(type) +
                            "\"; known: job_submitted, job_cancelled, job_hold_changed, "
                            "job_finished, rank_exited, checkpoint_completed, "
-                           "node_state_requested, heartbeat, gpu_event, tenant_configured, tick");
+                           "node_state_requested, heartbeat, gpu_event, tenant_configured, tick, "
+                           "node_evacuated");
 }
 
 // ---------------------------------------------------------------- commands
@@ -449,7 +457,7 @@ std::string_view EventTypeName(const core::Event& event) {
       "job_submitted",        "job_cancelled", "job_hold_changed",
       "job_finished",         "rank_exited",   "checkpoint_completed",
       "node_state_requested", "heartbeat",     "gpu_event",
-      "tenant_configured",    "tick"};
+      "tenant_configured",    "tick",          "node_evacuated"};
   static_assert(std::size(kNames) == std::variant_size_v<core::Event>, "name every event");
   return kNames[event.index()];
 }

@@ -63,6 +63,7 @@ std::vector<Event> SampleEvents(const core::Topology& t) {
       core::GpuEvent{b1, 0, core::GpuEventKind::kEccSingleBit, 120},
       core::TenantConfigured{core::TenantConfig{"org/team", 16, -1, 64, 3, 0.1}},
       core::Tick{},
+      core::NodeEvacuated{b1, "agent stopped its ranks"},
   };
 }
 

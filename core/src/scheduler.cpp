@@ -111,6 +111,7 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
         if constexpr (std::is_same_v<T, Heartbeat>) OnHeartbeat(e);
         if constexpr (std::is_same_v<T, GpuEvent>) OnGpuEvent(e);
         if constexpr (std::is_same_v<T, TenantConfigured>) OnTenant(e);
+        if constexpr (std::is_same_v<T, NodeEvacuated>) OnEvacuated(e);
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();

@@ -85,6 +85,16 @@ void SchedulerCore::Impl::OnNodeRequest(const NodeStateRequested& e) {
   }
 }
 
+void SchedulerCore::Impl::OnEvacuated(const NodeEvacuated& e) {
+  const NodeId n = e.node;
+  if (n < 0 || n >= topo_.node_count() || !admin_drain_[n]) return;
+  std::vector<JobId> victims = node_jobs_[n];
+  for (JobId id : victims) {
+    Recover(jobs_.at(id), "node " + topo_.node(n).name + " was drained" +
+                              (e.reason.empty() ? std::string() : " (" + e.reason + ")"));
+  }
+}
+
 void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count()) return;
@@ -181,7 +191,7 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
   // Nodes the job can no longer use.
   std::set<NodeId> bad;
   for (const GpuSlot& s : job.ranks) {
-    if (cluster_.node_state(s.node) == NodeState::kDown ||
+    if (cluster_.node_state(s.node) == NodeState::kDown || admin_drain_[s.node] ||
         cluster_.gpu_health(s.node, s.gpu) == GpuHealth::kFailed) {
       bad.insert(s.node);
     }
@@ -191,7 +201,8 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
     for (const GpuSlot& s : job.ranks) used.insert(s.node);
     std::vector<NodeId> spares;
     for (NodeId n : job.spares) {
-      if (cluster_.node_state(n) != NodeState::kDown && cluster_.failed_gpus(n) == 0) {
+      if (cluster_.node_state(n) != NodeState::kDown && !admin_drain_[n] &&
+          cluster_.failed_gpus(n) == 0) {
         spares.push_back(n);
       }
     }

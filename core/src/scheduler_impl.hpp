@@ -135,6 +135,7 @@ class SchedulerCore::Impl {
 
   // ---- scheduler_health.cpp
   void OnNodeRequest(const NodeStateRequested& e);
+  void OnEvacuated(const NodeEvacuated& e);
   void OnHeartbeat(const Heartbeat& e);
   void OnGpuEvent(const GpuEvent& e);
   void CheckHeartbeats();

@@ -282,6 +282,35 @@ TEST_CASE("a failed GPU drains its node and the job restarts on the nearest spar
   CHECK(core.cluster().node_state(victim) == NodeState::kUp);
 }
 
+TEST_CASE("an evacuated drained node's jobs restart elsewhere from their checkpoint") {
+  // HBDs of 4 nodes x 4 GPUs; a TP-8 job spans two nodes of one HBD.
+  Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {4, 2}, 2, 4);
+  SchedulerCore core(topo, SimConfig());
+  auto start = Only<StartJob>(core.Step(JobSubmitted{1, Request(8, 8)}, 0));
+  REQUIRE(start.size() == 1);
+  const NodeId node = start[0].ranks[0].node;
+  core.Step(CheckpointCompleted{1, 7}, 10 * kMinute);
+  // An agent's evacuation of a node nobody drained changes nothing.
+  auto cmds = core.Step(NodeEvacuated{node, "stray"}, 11 * kMinute);
+  CHECK(Only<RestartJob>(cmds).empty());
+  CHECK(core.job(1)->restarts == 0);
+  // Drained by request: the job keeps running until the agent has stopped it.
+  cmds = core.Step(NodeStateRequested{node, NodeState::kDrained, "maintenance"}, 12 * kMinute);
+  CHECK(Only<DrainNode>(cmds).size() == 1);
+  CHECK(Only<RestartJob>(cmds).empty());
+  CHECK(core.cluster().node_state(node) == NodeState::kDraining);
+  core.Step(CheckpointCompleted{1, 8}, 13 * kMinute);
+  cmds = core.Step(NodeEvacuated{node, "agent stopped its ranks"}, 13 * kMinute);
+  auto restarts = Only<RestartJob>(cmds);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].checkpoint_step == 8);
+  CHECK(restarts[0].restart_count == 1);
+  for (const GpuSlot& slot : restarts[0].ranks) CHECK(slot.node != node);
+  CHECK(Evaluate(core.job(1)->request.spec, topo, core.job(1)->ranks).required_met);
+  CHECK(core.cluster().node_state(node) == NodeState::kDrained);
+  CHECK(core.job(1)->reason.find("was drained") != std::string::npos);
+}
+
 TEST_CASE("without a replacement a failed job requeues at the head (slurm-tree) or tail (fifo)") {
   Topology topo = Tiny();
   for (const char* stack : {"slurm-tree", "fifo-firstfit"}) {

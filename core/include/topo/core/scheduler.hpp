@@ -205,10 +205,17 @@ struct TenantConfigured {
   TenantConfig tenant;
 };
 struct Tick {};
+// Agent: a drain stopped every rank on the node (a graceful drain after the
+// checkpoint it asked for). The node's jobs restart on other nodes from their
+// newest checkpoint; ignored unless the node was drained by request.
+struct NodeEvacuated {
+  NodeId node;
+  std::string reason;
+};
 
 using Event = std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
                            CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent,
-                           TenantConfigured, Tick>;
+                           TenantConfigured, Tick, NodeEvacuated>;
 
 // ---------------------------------------------------------------- commands
 
