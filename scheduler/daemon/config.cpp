@@ -134,6 +134,49 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"idle_timeout_s",
        IntSetter(1, 86400,
                  [](DaemonConfig& c, int64_t x) { c.idle_timeout_s = static_cast<int>(x); })},
+      {"slurm_socket",
+       [](std::string_view v, DaemonConfig& c) {
+         if (!v.empty() && (v[0] != '/' || v.size() > 100)) {
+           return Status::Error("slurm_socket must be an absolute path of at most 100 bytes");
+         }
+         c.slurm_socket = std::string(v);
+         return Status::Ok();
+       }},
+      {"slurm_topology",
+       [](std::string_view v, DaemonConfig& c) {
+         c.slurm_topology = std::string(v);
+         return Status::Ok();
+       }},
+      {"slurm_bin_dir",
+       [](std::string_view v, DaemonConfig& c) {
+         c.slurm_bin_dir = std::string(v);
+         return Status::Ok();
+       }},
+      {"slurm_user",
+       [](std::string_view v, DaemonConfig& c) {
+         c.slurm_user = std::string(v);
+         return Status::Ok();
+       }},
+      {"slurm_gpus_per_node", IntSetter(1, 64,
+                                        [](DaemonConfig& c, int64_t x) {
+                                          c.slurm_gpus_per_node = static_cast<int>(x);
+                                        })},
+      {"slurm_poll_interval_ms", IntSetter(50, 600000,
+                                           [](DaemonConfig& c, int64_t x) {
+                                             c.slurm_poll_interval_ms = static_cast<int>(x);
+                                           })},
+      {"slurm_min_nodes", IntSetter(1, 1000000,
+                                    [](DaemonConfig& c, int64_t x) {
+                                      c.slurm_min_nodes = static_cast<int>(x);
+                                    })},
+      {"slurm_job_grace_s", IntSetter(1, 86400,
+                                      [](DaemonConfig& c, int64_t x) {
+                                        c.slurm_job_grace_s = static_cast<int>(x);
+                                      })},
+      {"slurm_command_timeout_ms", IntSetter(100, 600000,
+                                             [](DaemonConfig& c, int64_t x) {
+                                               c.slurm_command_timeout_ms = static_cast<int>(x);
+                                             })},
       {"stack",
        [](std::string_view v, DaemonConfig& c) {
          if (!core::SchedulerConfig::ForStack(v)) {

@@ -46,6 +46,19 @@ struct DaemonConfig {
   int heartbeat_interval_ms = 1000;
   int missed_heartbeats_down = 3;  // a node silent this many intervals is down
 
+  // ---- Slurm mode (docs/slurm.md): on when slurm_socket is set. The
+  // job_submit/topo plugin asks on that unix socket; scontrol keeps the
+  // view of nodes and jobs fresh.
+  std::string slurm_socket;
+  std::string slurm_topology;   // topology.conf imported at start (empty: keep the stored one)
+  int slurm_gpus_per_node = 8;  // topology.conf does not say
+  int slurm_poll_interval_ms = 2000;
+  std::string slurm_bin_dir;   // where scontrol is (empty: $PATH)
+  int slurm_min_nodes = 1;     // smaller jobs without a TOPO layout pass untouched
+  int slurm_job_grace_s = 60;  // a placed job not seen in Slurm by then is cancelled
+  int slurm_command_timeout_ms = 10000;
+  std::string slurm_user = "slurm";  // who may use the socket (besides root and ourselves)
+
   // Policy: a named stack (SchedulerConfig::ForStack) and overrides.
   std::string stack = "toposched";
   int64_t default_time_limit_s = 24 * 3600;

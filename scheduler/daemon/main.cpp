@@ -19,6 +19,8 @@
 #include "daemon/pki.hpp"
 #include "daemon/server.hpp"
 #include "daemon/service.hpp"
+#include "daemon/slurm_bridge.hpp"
+#include "topo/common/topology_source.hpp"
 
 namespace {
 
@@ -144,6 +146,16 @@ int main(int argc, char** argv) {
     std::cerr << "\n";
   }
 
+  if (!config.slurm_topology.empty()) {
+    topo::core::Result<std::string> text = topo::common::ReadFile(config.slurm_topology);
+    if (!text.ok()) return Fail("slurm_topology: " + text.message());
+    if (Status s =
+            service.value()->SlurmImportTopology(text.value(), config.slurm_gpus_per_node, NowMs());
+        !s.ok()) {
+      if (!svc.has_topology()) return Fail(s.message());
+      std::cerr << "topo-scheduler: " << s.message() << "; keeping the stored topology\n";
+    }
+  }
   if (config.agent_listen_port < 0) {
     config.agent_listen_host = config.listen_host;
     config.agent_listen_port = config.listen_port == 0 ? 0 : config.listen_port + 1;
@@ -179,7 +191,16 @@ int main(int argc, char** argv) {
     std::cout << "No topology yet: import one with `topo topology import FILE`.\n";
   }
   std::cout << "Dashboard: " << url << "/#token=<your token>" << std::endl;
+  // Slurm mode (docs/slurm.md): the plugin's socket and the scontrol poller.
+  std::unique_ptr<daemon::SlurmBridge> slurm;
+  if (!config.slurm_socket.empty()) {
+    slurm = std::make_unique<daemon::SlurmBridge>(
+        config, *service.value(),
+        [&server](auto work, auto done) { server.Post(std::move(work), std::move(done)); });
+    if (Status s = slurm->Start(); !s.ok()) return Fail(s.message());
+  }
   Status run = server.Run();
+  if (slurm != nullptr) slurm->Stop();
   if (!run.ok()) return Fail(run.message());
   return 0;
 }

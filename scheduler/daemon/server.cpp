@@ -673,5 +673,10 @@ Status Server::ListenAgents(const std::string& cert, const std::string& key,
 }
 int Server::agent_port() const { return impl_->agent_port_; }
 Status Server::Run() { return impl_->Run(); }
+// Slurm mode's bridge (slurm_bridge.cpp) reaches the Service only through here.
+void Server::Post(std::function<HttpResponse(core::TimeMs)> work,
+                  std::function<void(HttpResponse)> done) {
+  impl_->Enqueue(Pending{HttpRequest{}, std::move(work), Clock::now(), std::move(done)});
+}
 
 }  // namespace topo::daemon

@@ -15,6 +15,7 @@
 // A failed commit stops the server (answering 503): the core is ahead of the
 // log, and only a restart (replay) makes them agree again.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,10 @@ class Server {
   // Serves until SIGINT/SIGTERM or a fatal store error; the latter is
   // returned as an error.
   core::Status Run();
+  // Any thread: runs work on the service strand like a request (commit
+  // with its group), then done(answer); a 503 answer when the commit failed
+  // or the server is stopping. done may never run once Run has returned.
+  void Post(std::function<HttpResponse(core::TimeMs)> work, std::function<void(HttpResponse)> done);
 
   class Impl;  // server.cpp
 

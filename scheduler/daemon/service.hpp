@@ -48,12 +48,41 @@ struct HttpResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string route;  // the matched route pattern, for metrics
+  // Non-zero: no answer yet. The request waits on a node agent (GET
+  // /v1/jobs/ID/logs); its answer comes from TakeDeferredAnswers under this
+  // id, or the server gives up (ForgetDeferred) and answers 504.
+  int64_t deferred = 0;
 };
 
 struct UtilizationSample {
   core::TimeMs time_ms = 0;
   int allocated = 0;
   int total = 0;
+};
+
+// ---- Slurm mode: what the bridge saw in Slurm, and what it should do there.
+struct SlurmNodeView {
+  std::string name;
+  std::string state;   // scontrol's State=, e.g. "IDLE", "ALLOCATED+DRAIN", "DOWN*"
+  std::string reason;  // Reason= without the "[user@time]" suffix
+};
+struct SlurmJobView {
+  int64_t id = 0;
+  std::string state;  // JobState=
+  int64_t priority = 0;
+  std::vector<std::string> nodes;  // NodeList= expanded
+  std::string admin_comment;
+};
+struct SlurmSnapshot {
+  std::vector<SlurmNodeView> nodes;
+  std::vector<SlurmJobView> jobs;
+};
+struct SlurmAction {
+  enum class Kind { kRelease, kDrain, kResume };
+  Kind kind = Kind::kRelease;
+  int64_t slurm_job = 0;           // kRelease
+  std::vector<std::string> nodes;  // kRelease: in rank order; kDrain/kResume: the node
+  std::string reason;
 };
 
 struct ServiceState;  // service_internal.hpp
@@ -94,8 +123,33 @@ class Service {
   // Nodes whose agent was silent for missed_heartbeats_down intervals go
   // down (stages entries; the core recovers their jobs).
   void CheckLiveness(core::TimeMs now);
-  // Messages for agents from the commands of the last Commit: (node, JSON).
+  // Messages for agents from the commands of the last Commit and from
+  // requests that ask an agent (logs, checkpoints): (node, JSON).
   std::vector<std::pair<std::string, std::string>> TakeAgentMessages();
+  // Answers to deferred requests that their agent has answered: (id, answer).
+  std::vector<std::pair<int64_t, HttpResponse>> TakeDeferredAnswers();
+  // The server stopped waiting for deferred request id (timeout); a late
+  // reply from the agent is then ignored.
+  void ForgetDeferred(int64_t id);
+
+  // ---- Slurm mode (docs/slurm.md; service_slurm.cpp), on the strand like
+  // Handle. The Slurm bridge (slurm_bridge.cpp) runs scontrol and the
+  // plugin's socket on its own threads and hands the results here.
+  // One request line of job_submit/topo (or a test/refresh client): the
+  // answer line without its newline ("PLACE id nodes", "HOLD id why",
+  // "REJECT why", "PASS why", "BUSY why" for op test). Submissions step the
+  // core and stage their entries like POST /v1/jobs; the caller commits
+  // before it answers. user: the submitter's name (from its uid).
+  std::string SlurmRequest(const std::string& line, const std::string& user, core::TimeMs now);
+  // Brings the core's view in line with what scontrol showed: jobs that
+  // ended in Slurm free their capacity, nodes follow Slurm's state (nodes
+  // busy with jobs toposched did not place are drained with a "slurm:"
+  // reason), and returns what to do in Slurm: release held jobs the core
+  // has started, drain nodes the core took out for health, resume them.
+  std::vector<SlurmAction> SlurmSync(const SlurmSnapshot& snapshot, core::TimeMs now);
+  // Imports a topology.conf unless the store already holds the same
+  // topology; an error when it differs and jobs are still active.
+  core::Status SlurmImportTopology(const std::string& text, int gpus_per_node, core::TimeMs now);
 
   // What the startup replay did (for the log line).
   const store::ReplayReport& replay_report() const;

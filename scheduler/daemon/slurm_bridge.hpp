@@ -1,0 +1,56 @@
+#pragma once
+// The Slurm bridge of topo-scheduler's Slurm mode (docs/slurm.md).
+//
+// Two threads of its own, never the service strand:
+//   - the listener: a unix stream socket (slurm_socket) where job_submit/topo
+//     sends one JSON line per submission; the request is handed to the strand
+//     (Service::SlurmRequest), committed with the next group, and only then
+//     answered. Peers must be root, slurm_user or the daemon's own user
+//     (SO_PEERCRED).
+//   - the poller: every slurm_poll_interval_ms (and on demand) it runs
+//     `scontrol show node -o` and `scontrol show job -o`, hands the snapshot
+//     to the strand (Service::SlurmSync), and after the commit carries out
+//     what that asked for in Slurm (`scontrol update JobId=.. ReqNodeList=..`
+//     + `scontrol release`, `scontrol update NodeName=.. State=DRAIN`).
+// Neither ever runs inside slurmctld's job_submit call: the plugin is
+// answered from the cached view.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/config.hpp"
+#include "daemon/service.hpp"
+#include "topo/core/status.hpp"
+
+namespace topo::daemon {
+
+// Runs work on the service strand, commits, then calls done with its answer
+// (a 5xx answer when the commit failed). Server::Post.
+using StrandPost = std::function<void(std::function<HttpResponse(core::TimeMs)> work,
+                                      std::function<void(HttpResponse)> done)>;
+
+class SlurmBridge {
+ public:
+  SlurmBridge(const DaemonConfig& config, Service& service, StrandPost post);
+  ~SlurmBridge();  // Stop()
+
+  // Binds the socket and starts both threads. The listener answers only
+  // after the first sync (until then the plugin fails open).
+  core::Status Start();
+  void Stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- parsing scontrol's one-line output (exposed for tests)
+// `KEY=VALUE KEY=VALUE ...`; a token without '=' continues the previous value.
+std::vector<std::pair<std::string, std::string>> ParseScontrolLine(const std::string& line);
+// `scontrol show node -o` / `scontrol show job -o` output.
+std::vector<SlurmNodeView> ParseScontrolNodes(const std::string& text);
+std::vector<SlurmJobView> ParseScontrolJobs(const std::string& text);
+
+}  // namespace topo::daemon
