@@ -80,5 +80,12 @@ bench: build
 	./$(BUILD)/bench/replay/bench_replay --quick
 	./$(BUILD)/bench/api/bench_api
 
+# Recovery (detection, MTTR, lost work over 24 injected faults) and agents held
+# at 1 Hz heartbeats, against a real daemon and `topo-agent --simulate`; takes
+# about 10 minutes. Not part of `bench`: it starts tens of thousands of loopback
+# connections (see docs/benchmarks.md).
+bench-recovery: build
+	./$(BUILD)/bench/recovery/bench_recovery
+
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -6,10 +6,13 @@
 #include <string>
 
 #include "agent.hpp"
+#include "simulate.hpp"
 
 int main(int argc, char** argv) {
   topo::agent::AgentOptions o;
   std::string scheduler_state_dir;
+  topo::agent::SimulateOptions sim;
+  std::string sim_nodes_file;
   CLI::App app{
       "topo-agent: the toposched node agent. One process per node: registers the node's GPUs "
       "with topo-scheduler over a mutually authenticated TLS WebSocket, starts and watches the "
@@ -31,21 +34,31 @@ int main(int argc, char** argv) {
   # inject a fault into a simulated GPU of a running agent
   timeout 5 sh -c 'echo "xid 3 79" > /tmp/agent-n1/inject'
 
-Protocol gap: `start` messages from topo-scheduler carry no command yet. The agent runs the
-message's optional `command` array when present, else --job-command with /bin/sh -c.)");
-  app.add_option("--node", o.node, "this node's name (the CN of its certificate)")->required();
+  # 1,000 simulated nodes n0000..n0999 in this one process (certificates minted
+  # from the local daemon's CA key); control commands on stdin, events on stdout
+  topo-agent --simulate 1000 --node-prefix n --node-width 4 --scheduler-state-dir /tmp/sched
+
+Jobs: a `start` message's `command` (argv) is what every rank runs; a start without one
+runs --job-command with /bin/sh -c.
+
+Simulate mode (--simulate N) runs no ranks: each simulated node has its own TLS
+WebSocket, certificate and registration; it records `start`, answers `stop`,
+`checkpoint` (the node of rank 0 reports the current step) and `drain`. It reads
+commands on stdin: kill NODE | hang NODE | revive NODE | xid NODE GPU CODE |
+gpu NODE GPU KIND CODE | exit NODE JOB RANK CODE | checkpoint JOB | status | quit,
+and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
+  app.add_option("--node", o.node, "this node's name (the CN of its certificate)");
   app.add_option("--server", o.server_url,
                  "the scheduler's agent endpoint, wss://HOST:PORT/v1/agent (default: "
                  "SCHEDULER_STATE/agent-endpoint with --scheduler-state-dir)");
   app.add_option("--scheduler-state-dir", scheduler_state_dir,
                  "a local daemon's state directory: --server and --ca default from it");
   app.add_option("--ca", o.ca_file, "the scheduler's CA certificate (ca.pem)");
-  app.add_option("--cert", o.cert_file, "this node's client certificate (NAME.pem)")->required();
-  app.add_option("--key", o.key_file, "its private key (NAME-key.pem)")->required();
+  app.add_option("--cert", o.cert_file, "this node's client certificate (NAME.pem)");
+  app.add_option("--key", o.key_file, "its private key (NAME-key.pem)");
   app.add_option("--state-dir", o.state_dir,
                  "agent state: supervisor state, rank logs, local checkpoints, the inject FIFO "
-                 "(created 0700)")
-      ->required();
+                 "(created 0700)");
   app.add_option("--persistent-checkpoint-dir", o.persistent_checkpoint_dir,
                  "the persistent checkpoint tier (shared storage); none by default");
   app.add_option("--addr", o.addr, "the address this node registers (MASTER_ADDR of its jobs)")
@@ -75,6 +88,59 @@ message's optional `command` array when present, else --job-command with /bin/sh
   app.add_flag("--stop-ranks-on-exit", o.stop_ranks_on_exit,
                "on SIGTERM/SIGINT stop every rank (default: leave them for the next agent)");
   app.add_option("--seed", o.seed, "reconnect jitter seed (0: from the node name and pid)");
+
+  auto* simulate =
+      app.add_option("--simulate", sim.nodes,
+                     "run N simulated nodes in this process instead of one real node (no "
+                     "--node, --cert, --key or --state-dir; see below)")
+          ->check(CLI::Range(1, 1000000));
+  app.add_option("--simulate-nodes", sim_nodes_file,
+                 "simulate: node names, one a line (default: --node-prefix and an index)")
+      ->needs(simulate);
+  app.add_option("--node-prefix", sim.node_prefix, "simulate: node name prefix")
+      ->needs(simulate)
+      ->capture_default_str();
+  app.add_option("--node-width", sim.node_width, "simulate: zero-padded index width")
+      ->needs(simulate)
+      ->check(CLI::Range(0, 12))
+      ->capture_default_str();
+  app.add_option("--node-first", sim.first_index,
+                 "simulate: the first index (or the first line of --simulate-nodes) used")
+      ->needs(simulate)
+      ->check(CLI::Range(0, 100000000))
+      ->capture_default_str();
+  app.add_option("--ca-key", sim.ca_key_file,
+                 "simulate: the scheduler's CA key, to mint each node's certificate (default: "
+                 "SCHEDULER_STATE/ca-key.pem)")
+      ->needs(simulate);
+  app.add_option("--max-connecting", sim.max_connecting,
+                 "simulate: connections being set up at once")
+      ->needs(simulate)
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--step-ms", sim.step_ms, "simulate: one training step of a simulated rank")
+      ->needs(simulate)
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
+  app.add_option("--checkpoint-every-ms", sim.checkpoint_every_ms,
+                 "simulate: rank 0's node also reports a checkpoint this often (0: only when the "
+                 "scheduler asks)")
+      ->needs(simulate)
+      ->check(CLI::Range(0, 86400000))
+      ->capture_default_str();
+  app.add_option("--run-ms", sim.run_ms,
+                 "simulate: ranks exit 0 this long after their start (0: they run until stopped)")
+      ->needs(simulate)
+      ->check(CLI::Range(0, 86400000))
+      ->capture_default_str();
+  bool no_up_events = false;
+  app.add_flag("--no-up-events", no_up_events, "simulate: no \"up\" event per registration")
+      ->needs(simulate);
+  app.add_option("--stats-every-s", sim.stats_every_s,
+                 "simulate: a counters line on stderr this often (0: never)")
+      ->needs(simulate)
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (!scheduler_state_dir.empty()) {
@@ -96,6 +162,43 @@ message's optional `command` array when present, else --job-command with /bin/sh
   if (o.ca_file.empty()) {
     std::cerr << "topo-agent: --ca is required (or --scheduler-state-dir)\n";
     return 2;
+  }
+  if (*simulate) {
+    sim.up_events = !no_up_events;
+    if (!sim_nodes_file.empty()) {
+      std::ifstream f(sim_nodes_file);
+      if (!f) {
+        std::cerr << "topo-agent: cannot read --simulate-nodes " << sim_nodes_file << "\n";
+        return 2;
+      }
+      for (std::string line; std::getline(f, line);) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!line.empty()) sim.names.push_back(line);
+      }
+    }
+    if (sim.ca_key_file.empty() && !scheduler_state_dir.empty()) {
+      sim.ca_key_file = scheduler_state_dir + "/ca-key.pem";
+    }
+    if (sim.ca_key_file.empty()) {
+      std::cerr << "topo-agent: --simulate needs --ca-key (or --scheduler-state-dir)\n";
+      return 2;
+    }
+    sim.server_url = o.server_url;
+    sim.ca_file = o.ca_file;
+    sim.addr = o.addr;
+    sim.gpus = o.gpus;
+    sim.gpu_model = o.gpu_model;
+    sim.heartbeat_ms = o.heartbeat_ms;
+    sim.seed = o.seed;
+    return topo::agent::RunSimulation(sim);
+  }
+  for (const auto& [value, flag] :
+       {std::pair{&o.node, "--node"}, std::pair{&o.cert_file, "--cert"},
+        std::pair{&o.key_file, "--key"}, std::pair{&o.state_dir, "--state-dir"}}) {
+    if (value->empty()) {
+      std::cerr << "topo-agent: " << flag << " is required (unless --simulate)\n";
+      return 2;
+    }
   }
   return topo::agent::RunAgent(o);
 }

@@ -646,6 +646,7 @@ Status Server::Impl::ListenAgents(const std::string& cert, const std::string& ke
   if (!ec) agent_acceptor_.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) agent_acceptor_.bind(endpoint, ec);
   if (!ec) agent_acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (!ec) agent_acceptor_.non_blocking(true, ec);  // AcceptAgents drains the backlog
   if (ec) return Status::Error("cannot listen for agents on " + where + ": " + ec.message());
   agent_port_ = agent_acceptor_.local_endpoint().port();
   return Status::Ok();
@@ -656,6 +657,25 @@ void Server::Impl::AcceptAgents() {
       net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
         if (ec == net::error::operation_aborted) return;
         if (!ec) std::make_shared<AgentSession>(std::move(socket), *this)->Start();
+        // Thousands of agents connect at once when a cluster comes up: take
+        // what waits in the backlog now, not one connection per reactor
+        // cycle (under heartbeat load that was ~20/s, and handshakes timed
+        // out in the backlog).
+        for (int i = 0; !ec && i < 256; ++i) {
+          tcp::socket more(net::make_strand(ioc_));
+          agent_acceptor_.accept(more, ec);  // non-blocking: would_block ends it
+          if (!ec) std::make_shared<AgentSession>(std::move(more), *this)->Start();
+        }
+        if (ec && ec != net::error::would_block && ec != net::error::try_again) {
+          // Out of file descriptors (EMFILE) and the like: accepting again
+          // at once would spin; retry in 100 ms (on the strand, which owns stopping_).
+          LogLine("topo-scheduler: accepting an agent connection: " + ec.message());
+          auto timer = std::make_shared<net::steady_timer>(strand_, std::chrono::milliseconds(100));
+          timer->async_wait([this, timer](beast::error_code) {
+            if (!stopping_) AcceptAgents();
+          });
+          return;
+        }
         AcceptAgents();
       });
 }
