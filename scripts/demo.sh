@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What `make demo` runs: topo-scheduler on its embedded default (no
 # configuration file; a fresh state directory so the demo can be run again),
-# a demo topology of 16 NVL72-style racks, a few jobs from two tenants, then
-# the queue, the placements and the dashboard's address. The daemon keeps
-# running afterwards so the dashboard can be looked at; the last lines say how
-# to stop it.
+# a demo topology of 16 NVL72-style racks, node agents on loopback (one real
+# topo-agent that runs a real job's ranks, and one `topo-agent --simulate`
+# process for the other 287 nodes), a few jobs from two tenants, then the
+# queue, the placements, a real job's log and the dashboard's address. The
+# daemon and the agents keep running afterwards so the dashboard can be
+# looked at; the last lines say how to stop them.
 #
 #   scripts/demo.sh [BUILD_DIR]
 set -euo pipefail
@@ -12,14 +14,20 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 TOPO=$BUILD/cli/topo
 SCHED=$BUILD/scheduler/topo-scheduler
+AGENT=$BUILD/node-agent/agent/topo-agent
 STATE=${TOPO_DEMO_STATE:-$PWD/$BUILD/demo-state}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-# A daemon left by an earlier demo holds the state directory's lock.
+# A daemon left by an earlier demo holds the state directory's lock; its
+# agents' pids are in demo-agents.pid.
 if [ -f "$STATE/lock" ]; then
   old=$(cat "$STATE/lock" 2>/dev/null || true)
   if [ -n "$old" ] && kill -0 "$old" 2>/dev/null; then kill "$old" && sleep 0.5; fi
+fi
+if [ -f "$STATE/demo-agents.pid" ]; then
+  for old in $(cat "$STATE/demo-agents.pid"); do kill "$old" 2>/dev/null || true; done
+  sleep 0.5
 fi
 rm -rf "$STATE"
 mkdir -p "$STATE"
@@ -42,15 +50,59 @@ TOPO_SERVER=$(cat "$STATE/endpoint")
 TOPO_CA=$STATE/ca.pem
 TOPO_TOKEN=$(cat "$STATE/admin-token")
 
-say "Importing the demo topology and bringing its nodes up"
+say "Importing the demo topology"
 "$TOPO" topology import packaging/demo-topology.json
-"$TOPO" resume 'gb[000-287]' >/dev/null
 "$TOPO" quota set lab/llm --guaranteed 768 --shares 3
 "$TOPO" quota set lab/vision --guaranteed 256 --shares 1
 "$TOPO" users create ada --tenant lab/llm --role user
 "$TOPO" users create grace --tenant lab/vision --role user
 ada=$("$TOPO" token create --user ada --json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
 grace=$("$TOPO" token create --user grace --json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p')
+
+say "Starting a real node agent for gb000 (mutual TLS, simulated GPUs)"
+mkdir -p "$STATE/agents"
+"$SCHED" --state-dir "$STATE" ca issue --node gb000 --out "$STATE/agents" >/dev/null
+nohup "$AGENT" --node gb000 --scheduler-state-dir "$STATE" --cert "$STATE/agents/gb000.pem" \
+  --key "$STATE/agents/gb000-key.pem" --state-dir "$STATE/agents/gb000" \
+  --persistent-checkpoint-dir "$STATE/checkpoints" --gpu-backend simulated --gpus 4 \
+  --gpu-model GB200 --stop-ranks-on-exit >"$STATE/agent-gb000.log" 2>&1 &
+echo $! >"$STATE/demo-agents.pid"
+for _ in $(seq 100); do
+  "$TOPO" nodes gb000 --json 2>/dev/null | grep -q '"state": "up"' && break
+  sleep 0.1
+done
+"$TOPO" nodes gb000 | head -3
+
+# The only node up: the real job lands there, submitted the way a user
+# would: a batch script with #TOPO lines. PyTorch when Debian's is installed
+# (make deps installs it), else a shell loop that checkpoints the same way
+# (node-agent/supervisor/CHECKPOINTS.md).
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  body="exec /usr/bin/python3 $PWD/tests/torch/train_ddp.py --steps 100000 --step-sleep 0.5 --checkpoint-every 100"
+else
+  body='s=0; trap '"'"'s=$((s+1)); mkdir -p "$TOPO_CHECKPOINT_DIR/step-$s"; echo $s >"$TOPO_CHECKPOINT_DIR/step-$s/COMPLETE"'"'"' USR1
+i=0; while :; do i=$((i+1)); echo "rank $RANK step $i"; sleep 1; done'
+fi
+cat >"$STATE/ddp-demo.sh" <<SCRIPT
+#!/bin/sh
+#TOPO --name ddp-demo --gpus 4 --tp 4 --time 24h
+$body
+SCRIPT
+say "Submitting a real 4-rank job as ada (a #TOPO batch script): its ranks run on gb000"
+cat "$STATE/ddp-demo.sh"
+TOPO_TOKEN=$ada "$TOPO" submit "$STATE/ddp-demo.sh"
+
+say "Starting 287 simulated node agents in one process (gb001..gb287)"
+seq -f 'gb%03g' 1 287 >"$STATE/agents/simulated-nodes"
+nohup "$AGENT" --simulate 287 --simulate-nodes "$STATE/agents/simulated-nodes" \
+  --scheduler-state-dir "$STATE" </dev/null >"$STATE/agents-simulated.log" 2>&1 &
+echo $! >>"$STATE/demo-agents.pid"
+for _ in $(seq 300); do
+  up=$("$TOPO" nodes --state up --json 2>/dev/null | grep -c '"name"' || true)
+  [ "$up" -ge 288 ] && break
+  sleep 0.2
+done
+echo "$up of 288 nodes up"
 
 say "Submitting jobs as ada (lab/llm) and grace (lab/vision)"
 TOPO_TOKEN=$ada "$TOPO" submit --name llama-405b --gpus 512 --tp 8 --pp 8 --time 12h
@@ -63,8 +115,11 @@ say "The queue (as the cluster admin)"
 "$TOPO" queue
 say "What ada sees: only lab/llm"
 TOPO_TOKEN=$ada "$TOPO" queue
-say "Where job 1 runs"
-"$TOPO" show 1
+say "Where job 2 runs"
+"$TOPO" show 2
+say "The real job's rank 0, read from gb000 through the scheduler"
+sleep 3
+"$TOPO" logs 1 --tail 600
 say "Tenants"
 "$TOPO" tenants
 
@@ -72,7 +127,9 @@ say "Dashboard"
 echo "  $TOPO_SERVER/#token=$TOPO_TOKEN"
 echo "  (the browser needs to trust $TOPO_CA, or accept the certificate once)"
 echo
-echo "topo-scheduler keeps running as pid $pid. Try, with the same settings:"
+echo "topo-scheduler keeps running as pid $pid, the agents as $(tr '\n' ' ' <"$STATE/demo-agents.pid")."
+echo "Try, with the same settings:"
 echo "  export TOPO_SERVER=$TOPO_SERVER TOPO_CA=$TOPO_CA TOPO_TOKEN=\$(cat $STATE/admin-token)"
-echo "  $TOPO queue --all; $TOPO nodes; $TOPO events --limit 5"
-echo "Stop it with: kill $pid"
+echo "  $TOPO queue --all; $TOPO nodes; $TOPO events --limit 5; $TOPO logs 1 --follow"
+echo "  $TOPO drain gb000 --reason demo     # job 1 checkpoints and moves (to a simulated node)"
+echo "Stop them with: kill $pid \$(cat $STATE/demo-agents.pid)"

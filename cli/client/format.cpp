@@ -374,6 +374,35 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
     for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
   }
 
+  const json& incidents = Field(job, "incidents");
+  if (incidents.is_array() && !incidents.empty()) {
+    os << "\nIncidents:\n";
+    Table t({"TIME", "CAUSE", "DETECTED", "RESTART", "FROM STEP", "LOST WORK", "REASON"});
+    // Seconds, to the hundredth under a minute.
+    auto secs = [](double v) {
+      if (v >= 60) return FormatSeconds(static_cast<int64_t>(v));
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2fs", v);
+      return std::string(buf);
+    };
+    auto ms = [&](const json& v) {
+      return v.is_number() ? secs(v.get<double>() / 1000.0) : std::string("-");
+    };
+    for (const json& i : incidents) {
+      const json& step = Field(i, "checkpoint_step");
+      t.AddRow(
+          {FormatTime(Field(i, "time_ms")), Str(i, "cause"), ms(Field(i, "detection_ms")),
+           Field(i, "requeued").is_boolean() && Field(i, "requeued").get<bool>()
+               ? "requeued " + ms(Field(i, "restart_ms"))
+               : ms(Field(i, "restart_ms")),
+           step.is_number() && step.get<int64_t>() >= 0 ? Str(i, "checkpoint_step") : "-",
+           Field(i, "lost_work_s").is_number() ? secs(Field(i, "lost_work_s").get<double>()) : "-",
+           Str(i, "reason")});
+    }
+    std::istringstream lines(t.Render());
+    for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
+  }
+
   const json& history = Field(job, "history");
   if (history.is_array() && !history.empty()) {
     os << "\nHistory:\n";

@@ -40,7 +40,8 @@ std::string FormatSeconds(int64_t seconds);
 // run time (until now_ms while running), 0:00 for jobs that have not started.
 std::string FormatJobTable(const nlohmann::json& jobs, int64_t now_ms);
 // GET /v1/jobs/{id}: state, times, layout, placement per HBD/leaf/pod,
-// metrics, ranks (the first 16 unless all_ranks) and history.
+// metrics, ranks (the first 16 unless all_ranks), incidents (restarts and
+// requeues: cause, detection, restart, step, lost work) and history.
 std::string FormatJobDetails(const nlohmann::json& job, int64_t now_ms, bool all_ranks);
 
 // GET /v1/nodes: NAME STATE GPUS FREE HBD LEAF POD REASON; FREE counts the

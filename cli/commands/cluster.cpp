@@ -96,12 +96,14 @@ int RunNodes(const NodesArgs& args) {
 struct NodeActionArgs {
   std::string hostlist;
   std::string reason;
+  std::string mode;  // drain only; empty: the server's default (graceful)
   bool json = false;
 };
 
 int RunNodeAction(const NodeActionArgs& args, const std::string& action) {
   core::Result<json> body = NodeActionBody(args.hostlist, args.reason);
   if (!body.ok()) return Fail(body.message());
+  if (!args.mode.empty()) body.value()["mode"] = args.mode;
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
@@ -349,12 +351,22 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   auto drain = std::make_shared<NodeActionArgs>();
   CLI::App* d =
       AddVerb(app, "drain",
-              "Drain nodes (cluster-admin): no new work; running jobs keep their nodes until they\n"
-              "end. Every name must exist or nothing changes.\n\n"
+              "Drain nodes (cluster-admin): no new work, and their running jobs move.\n\n"
+              "--mode graceful (the default): each node's agent asks its jobs to checkpoint,\n"
+              "waits until the step is on the persistent tier (--drain-checkpoint-ms at most),\n"
+              "stops the ranks, and the jobs restart on other nodes from that step.\n"
+              "--mode immediate: the ranks stop now; the jobs restart from their newest stored\n"
+              "checkpoint. --mode wait: running jobs keep the nodes until they end.\n"
+              "A node is drained once no job is left on it. Every name must exist or nothing\n"
+              "changes.\n\n"
               "Examples:\n"
-              "  topo drain 'gpu[0001-0016],gpu0020' --reason 'bad cable'");
+              "  topo drain 'gpu[0001-0016],gpu0020' --reason 'bad cable'\n"
+              "  topo drain gpu0007 --reason 'PSU swap' --mode immediate\n"
+              "  topo drain 'gpu[0100-0199]' --reason 'OS upgrade' --mode wait");
   d->add_option("HOSTLIST", drain->hostlist, "Slurm-style hostlist, e.g. n[0-15],n20")->required();
   d->add_option("--reason", drain->reason, "Why (shown in topo nodes)")->required();
+  d->add_option("--mode", drain->mode, "graceful (default), immediate or wait")
+      ->check(CLI::IsMember({"graceful", "immediate", "wait"}));
   d->add_flag("--json", drain->json, std::string(kJsonHelp));
   AddConnectionFlags(*d, SharedConnectionFlags());
   d->callback([drain, exit_code] { *exit_code = RunNodeAction(*drain, "drain"); });

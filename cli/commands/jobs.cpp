@@ -1,8 +1,11 @@
-// topo submit | queue | show | cancel | hold | release: jobs on a running
-// topo-scheduler (docs/cli.md, docs/api.md "Jobs").
+// topo submit | queue | show | cancel | hold | release | checkpoint | logs: jobs
+// on a running topo-scheduler (docs/cli.md, docs/api.md "Jobs").
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <map>
+#include <thread>
 
 #include "client/format.hpp"
 #include "client/requests.hpp"
@@ -231,6 +234,11 @@ int RunJobAction(const JobActionArgs& args, const std::string& action, const std
     }
     if (args.json) {
       answers.push_back(reply.body);
+    } else if (action == "checkpoint") {
+      const int64_t step = reply.body.value("checkpoint_step", int64_t{-1});
+      std::cout << "Asked job " << id << "'s ranks on " << reply.body.value("nodes", 0)
+                << " node(s) to checkpoint (newest stored step: "
+                << (step >= 0 ? std::to_string(step) : std::string("none")) << ")\n";
     } else {
       std::cout << done << " job " << id << " (" << StateAndReason(reply.body) << ")\n";
     }
@@ -244,7 +252,7 @@ void AddJobAction(CLI::App& app, int* exit_code, const std::string& name, const 
   auto args = std::make_shared<JobActionArgs>();
   CLI::App* cmd = AddVerb(app, name, help);
   cmd->add_option("JOB", args->jobs, "Job ids")->required();
-  if (action == "cancel") {
+  if (action == "cancel" || action == "checkpoint") {
     cmd->add_option("--reason", args->reason, "Why (kept in the job's history)");
   }
   cmd->add_flag("--json", args->json,
@@ -252,6 +260,68 @@ void AddJobAction(CLI::App& app, int* exit_code, const std::string& name, const 
   AddConnectionFlags(*cmd, SharedConnectionFlags());
   cmd->callback(
       [args, exit_code, action, done] { *exit_code = RunJobAction(*args, action, done); });
+}
+
+// ---- logs
+
+struct LogsArgs {
+  std::string job;
+  int rank = 0;
+  int64_t tail = -1;  // bytes from the end; -1: the whole log
+  bool follow = false;
+  double interval_s = 1.0;
+  bool json = false;
+};
+
+int RunLogs(const LogsArgs& args) {
+  std::optional<int64_t> id = ParseJobId(args.job);
+  if (!id) return kExitError;
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  const std::string base =
+      "/v1/jobs/" + std::to_string(*id) + "/logs?rank=" + std::to_string(args.rank);
+  int64_t offset = args.tail >= 0 ? -args.tail : 0;
+  std::string node;
+  while (true) {
+    Reply reply = session->Call("GET", base + "&max=262144&offset=" + std::to_string(offset));
+    if (!reply.ok()) return reply.exit_code;
+    const json& b = reply.body;
+    if (!b.is_object() || !b.contains("data") || !b["data"].is_string() ||
+        !b.contains("next_offset") || !b["next_offset"].is_number_integer()) {
+      std::cerr << "topo: the server's answer has no log data\n";
+      return kExitServerError;
+    }
+    const std::string where = b.value("node", "");
+    if (!node.empty() && where != node) {
+      // The rank restarted on another node: its log there starts afresh.
+      std::cerr << "topo: rank " << args.rank << " now runs on " << where << " (was " << node
+                << "); following its log there\n";
+      offset = 0;
+      node = where;
+      continue;
+    }
+    node = where;
+    if (args.json) {
+      PrintJson(b);
+    } else {
+      std::cout << b["data"].get<std::string>() << std::flush;
+    }
+    const int64_t next = b["next_offset"].get<int64_t>();
+    const bool more = next < b.value("size", next);
+    offset = next;
+    if (more) continue;
+    if (!args.follow) return kExitOk;
+    // Follow until the job has ended and everything it wrote is out.
+    Reply job = session->Call("GET", "/v1/jobs/" + std::to_string(*id));
+    if (!job.ok()) return job.exit_code;
+    const std::string state = job.body.value("state", "");
+    if (state == "completed" || state == "failed" || state == "cancelled" || state == "rejected") {
+      return kExitOk;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        static_cast<int64_t>(std::clamp(args.interval_s, 0.05, 60.0) * 1000)));
+  }
 }
 
 }  // namespace
@@ -339,6 +409,43 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
                "  topo hold 17\n"
                "  topo hold $(topo queue --state queued --json | jq '.jobs[].id')",
                "hold", "Held");
+  AddJobAction(app, exit_code, "checkpoint",
+               "Ask running jobs to checkpoint now.\n\n"
+               "The agents signal every rank (SIGUSR1 unless the agent is set otherwise); the\n"
+               "step the job completes is stored and shows in `topo show` as checkpoint_step.\n"
+               "See node-agent/supervisor/CHECKPOINTS.md for what a job writes.\n\n"
+               "Examples:\n"
+               "  topo checkpoint 17\n"
+               "  topo checkpoint 17 --reason 'before the switch upgrade'",
+               "checkpoint", "Checkpointing");
+  // logs
+  auto logs = std::make_shared<LogsArgs>();
+  CLI::App* lg = AddVerb(
+      app, "logs",
+      "Print a rank's output (stdout and stderr), read from its node through the scheduler.\n\n"
+      "The log is the one on the node that runs the rank now (or ran it last): after a\n"
+      "restart on another node it holds that run's output. --follow keeps printing until\n"
+      "the job ends, and follows the rank to its new node on a restart.\n\n"
+      "Examples:\n"
+      "  topo logs 17                 # rank 0\n"
+      "  topo logs 17 --rank 5 --tail 4096\n"
+      "  topo logs 17 --follow");
+  lg->add_option("JOB", logs->job, "Job id")->required();
+  lg->add_option("--rank,-r", logs->rank, "Which rank")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  lg->add_option("--tail", logs->tail, "Only the last BYTES bytes")
+      ->type_name("BYTES")
+      ->check(CLI::NonNegativeNumber);
+  lg->add_flag("--follow,-f", logs->follow, "Keep printing new output until the job ends");
+  lg->add_option("--interval", logs->interval_s, "--follow: seconds between polls")
+      ->check(CLI::Range(0.05, 60.0))
+      ->capture_default_str();
+  lg->add_flag("--json", logs->json,
+               "Print each piece as the server's JSON ({job, rank, node, offset, next_offset, "
+               "size, data})");
+  AddConnectionFlags(*lg, SharedConnectionFlags());
+  lg->callback([logs, exit_code] { *exit_code = RunLogs(*logs); });
   AddJobAction(app, exit_code, "release",
                "Release held jobs back into the queue.\n\n"
                "Examples:\n"

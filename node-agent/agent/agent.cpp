@@ -28,6 +28,7 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -142,10 +143,12 @@ class Agent {
   void HandleStart(const Json& j);
   void HandleStop(const std::string& job, const std::string& reason);
   void HandleDrain(const Json& j);
+  void HandleLogs(const Json& j);
   void Reconcile(const Json& keep);
   void TryPendingLaunches();
   void FailLaunch(const JobLaunch& l, const std::string& why);
   void DrainProgress();
+  int64_t DrainStep(const std::string& job) const;
   int RestartCountOf(const std::string& job);
   void Shutdown(int sig);
 
@@ -374,7 +377,9 @@ void Agent::Disconnected() {
 
 void Agent::Send(const Json& m) {
   if (!ws_) return;
-  outbox_.push_back(std::make_shared<std::string>(m.dump()));
+  // Rank logs are bytes, not always UTF-8: invalid sequences become U+FFFD.
+  outbox_.push_back(
+      std::make_shared<std::string>(m.dump(-1, ' ', false, Json::error_handler_t::replace)));
   if (!writing_) WriteNext();
 }
 
@@ -466,6 +471,8 @@ void Agent::HandleMessage(const std::string& text) {
           (st.ok() ? "" : ": " + st.message()));
     } else if (type == "drain") {
       HandleDrain(j);
+    } else if (type == "logs") {
+      HandleLogs(j);
     } else if (type == "error") {
       last_refusal_ = j.value("message", "");
       Log("the scheduler refused: " + last_refusal_);
@@ -790,6 +797,38 @@ void Agent::Reconcile(const Json& keep) {
   }
 }
 
+// A piece of one rank's log for `topo logs` (through the scheduler): bytes
+// [offset, offset + max) of LOG_DIR/JOB/rank-N.log; a negative offset counts
+// from the end. Answered at once: a read of at most 256 KiB.
+void Agent::HandleLogs(const Json& j) {
+  const int64_t req = j.at("req").get<int64_t>();
+  const std::string job = std::to_string(j.at("job").get<int64_t>());
+  const int rank = j.at("rank").get<int>();
+  const int64_t max = std::clamp<int64_t>(j.value("max", int64_t{65536}), 1, 256 << 10);
+  int64_t offset = j.value("offset", int64_t{0});
+  Json reply = {{"type", "logs"}, {"req", req}};
+  const std::string path = sup_->LogPath(job, rank);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    reply["error"] = "no log file on this node (" + path + ")";
+    Send(reply);
+    return;
+  }
+  in.seekg(0, std::ios::end);
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  if (offset < 0) offset = std::max<int64_t>(0, size + offset);
+  offset = std::min(offset, size);
+  std::string data(static_cast<size_t>(std::min(max, size - offset)), '\0');
+  in.seekg(offset);
+  in.read(data.data(), static_cast<std::streamsize>(data.size()));
+  data.resize(static_cast<size_t>(in.gcount()));
+  reply["offset"] = offset;
+  reply["next_offset"] = offset + static_cast<int64_t>(data.size());
+  reply["size"] = size;
+  reply["data"] = std::move(data);
+  Send(reply);
+}
+
 void Agent::HandleDrain(const Json& j) {
   const std::string mode = j.value("mode", "graceful");
   Log("drain (" + mode + "): " + j.value("reason", ""));
@@ -800,7 +839,7 @@ void Agent::HandleDrain(const Json& j) {
     drain_ = DrainPhase::kStopping;
   } else {
     for (const std::string& job : RunningJobs()) {
-      drain_baseline_[job] = sup_->NewestCompleteStep(job).value_or(-1);
+      drain_baseline_[job] = DrainStep(job);
       (void)sup_->RequestCheckpoint(job);
     }
     drain_deadline_ = NowMs() + o_.drain_checkpoint_ms;
@@ -809,11 +848,19 @@ void Agent::HandleDrain(const Json& j) {
   DrainProgress();
 }
 
+// The step a graceful drain waits for: persisted when there is a persistent
+// tier (the job restarts on other nodes, which read that tier), else local.
+int64_t Agent::DrainStep(const std::string& job) const {
+  return (o_.persistent_checkpoint_dir.empty() ? sup_->NewestCompleteStep(job)
+                                               : sup_->NewestPersistedStep(job))
+      .value_or(-1);
+}
+
 void Agent::DrainProgress() {
   if (drain_ == DrainPhase::kCheckpoint) {
     bool all = true;
     for (const auto& [job, before] : drain_baseline_) {
-      if (HasRunning(job) && sup_->NewestCompleteStep(job).value_or(-1) <= before) all = false;
+      if (HasRunning(job) && DrainStep(job) <= before) all = false;
     }
     if (!all && NowMs() < drain_deadline_) return;
     if (!all) Log("drain: not every job checkpointed in time; stopping anyway");

@@ -31,7 +31,7 @@ struct AgentOptions {
   std::string nvml_library = "libnvidia-ml.so.1";
   int heartbeat_ms = 0;  // 0: what `registered` says
   // The command run for every rank of a `start` that carries no `command`
-  // (the protocol has none yet): a shell command line for /bin/sh -c.
+  // (a job submitted without one): a shell command line for /bin/sh -c.
   std::string job_command;
   int stop_grace_ms = 5000;
   int drain_checkpoint_ms = 3000;  // graceful drain: wait this long for a checkpoint

@@ -113,6 +113,13 @@ class Server::Impl {
   net::steady_timer liveness_;
   // Strand only: the live session of each registered node.
   std::unordered_map<std::string, std::weak_ptr<class AgentSession>> agent_sessions_;
+  // Strand only: requests waiting on an agent's answer (Service deferred them).
+  struct Deferred {
+    std::function<void(HttpResponse)> done;
+    std::shared_ptr<net::steady_timer> timer;
+  };
+  std::unordered_map<int64_t, Deferred> deferred_;
+  static constexpr int kAgentAnswerTimeoutS = 10;
   std::atomic<int> connections_{0};
   int port_ = 0;
   int agent_port_ = 0;
@@ -124,6 +131,7 @@ class Server::Impl {
 
  private:
   void Drain();
+  void Defer(int64_t id, std::function<void(HttpResponse)> done);
   void ScheduleWakeup();
   void ScheduleLiveness();
   void Sample();
@@ -392,11 +400,43 @@ void Server::Impl::Drain() {
     }
     Stop(c);
   }
-  for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(answers[i]));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (answers[i].deferred != 0 && !stopping_) {
+      Defer(answers[i].deferred, std::move(batch[i].done));
+    } else {
+      batch[i].done(std::move(answers[i]));
+    }
+  }
+  for (auto& [id, answer] : service_.TakeDeferredAnswers()) {
+    auto it = deferred_.find(id);
+    if (it == deferred_.end()) continue;
+    it->second.timer->cancel();
+    auto done = std::move(it->second.done);
+    deferred_.erase(it);
+    done(std::move(answer));
+  }
   if (!stopping_) {
     RouteAgentMessages();
     ScheduleWakeup();
   }
+}
+
+void Server::Impl::Defer(int64_t id, std::function<void(HttpResponse)> done) {
+  auto timer = std::make_shared<net::steady_timer>(strand_);
+  timer->expires_after(std::chrono::seconds(kAgentAnswerTimeoutS));
+  timer->async_wait([this, id](beast::error_code ec) {
+    if (ec) return;
+    auto it = deferred_.find(id);
+    if (it == deferred_.end()) return;
+    auto late = std::move(it->second.done);
+    deferred_.erase(it);
+    service_.ForgetDeferred(id);
+    HttpResponse r = Error(504, "the node's agent did not answer within " +
+                                    std::to_string(kAgentAnswerTimeoutS) + " s; retry");
+    r.route = "/v1/jobs/{id}/logs";
+    late(std::move(r));
+  });
+  deferred_.emplace(id, Deferred{std::move(done), std::move(timer)});
 }
 
 void Server::Impl::ScheduleWakeup() {
@@ -416,8 +456,9 @@ void Server::Impl::ScheduleWakeup() {
 }
 
 void Server::Impl::ScheduleLiveness() {
+  // A twentieth of an interval: a node is declared down at most that late.
   liveness_.expires_after(
-      std::chrono::milliseconds(std::max(10, config_.heartbeat_interval_ms / 2)));
+      std::chrono::milliseconds(std::max(10, config_.heartbeat_interval_ms / 20)));
   liveness_.async_wait([this](beast::error_code ec) {
     if (ec || stopping_) return;
     service_.CheckLiveness(WallMs());
@@ -446,6 +487,11 @@ void Server::Impl::Stop(Status why) {
   liveness_.cancel();
   agent_acceptor_.close(ignored);
   signals_.cancel();
+  for (auto& [id, d] : deferred_) {
+    d.timer->cancel();
+    d.done(Error(503, "topo-scheduler is stopping; retry against the restarted daemon"));
+  }
+  deferred_.clear();
   // Let queued answers go out, then stop.
   net::post(strand_, [this] {
     auto timer = std::make_shared<net::steady_timer>(ioc_, std::chrono::milliseconds(200));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "daemon/service_internal.hpp"
@@ -303,6 +304,37 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
     Result<std::vector<store::NodeRow>> nodes = st.ListNodes();
     if (!nodes.ok()) return nodes.status();
     for (const store::NodeRow& n : nodes.value()) s->node_reason[n.name] = n.reason;
+    // Where each running job's ranks are, for the stop messages of a later
+    // cancel, preemption or restart (the agents re-report their ranks).
+    for (const auto& [id, job] : s->core->jobs()) {
+      if (job.state != core::JobState::kRunning && job.state != core::JobState::kPreempting) {
+        continue;
+      }
+      ServiceState::Run& run = s->runs[id];
+      run.restart_count = job.restarts;
+      run.exited_ok.assign(job.ranks.size(), false);
+      std::set<std::string> seen;
+      for (const core::GpuSlot& slot : job.ranks) {
+        const std::string& name = s->topology->node(slot.node).name;
+        if (seen.insert(name).second) run.nodes.push_back(name);
+      }
+    }
+    // Nodes an agent brought up before the restart: their agents, retrying
+    // with backoff meanwhile, get kAgentReconnectGraceMs to reconnect (the
+    // heartbeat limit when that is longer); the nodes whose agents do not
+    // come back go down and their jobs are recovered. Heartbeats are not
+    // logged, so the node's last reason says who brought it up.
+    const core::TimeMs limit =
+        static_cast<core::TimeMs>(config.heartbeat_interval_ms) * config.missed_heartbeats_down;
+    const core::TimeMs heard =
+        s->now + std::max<core::TimeMs>(0, ServiceState::kAgentReconnectGraceMs - limit);
+    for (const store::NodeRow& n : nodes.value()) {
+      const core::NodeId id = s->topology->FindNode(n.name);
+      if (id < 0 || s->core->cluster().node_state(id) == core::NodeState::kDown) continue;
+      if (n.reason == "agent registered" || n.reason == "heartbeat resumed") {
+        s->agents[n.name] = ServiceState::Agent{false, heard, -1, {}};
+      }
+    }
   }
   Result<core::JobId> max_id = st.MaxJobId();
   if (!max_id.ok()) return max_id.status();

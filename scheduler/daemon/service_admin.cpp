@@ -149,7 +149,21 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
     if (!caller.cluster_admin()) return AdminOnly("draining or resuming nodes");
     Body b = ParseBody(*route.request, false);
     if (b.error) return *b.error;
-    if (auto e = UnknownField(b.json, {"nodes", "reason"})) return *e;
+    if (auto e = UnknownField(b.json, {"nodes", "reason", "mode"})) return *e;
+    std::string mode = "graceful";
+    if (auto it = b.json.find("mode"); it != b.json.end()) {
+      if (p[1] != "drain" || !it->is_string() ||
+          (*it != "graceful" && *it != "immediate" && *it != "wait")) {
+        return Error(400,
+                     p[1] == "drain"
+                         ? "mode must be \"graceful\" (checkpoint, stop, restart elsewhere), "
+                           "\"immediate\" (stop now, restart from the last checkpoint) or "
+                           "\"wait\" (let running jobs finish)"
+                         : "mode is for drain only",
+                     "mode");
+      }
+      mode = it->get<std::string>();
+    }
     auto nodes_it = b.json.find("nodes");
     if (nodes_it == b.json.end() || !nodes_it->is_string() ||
         nodes_it->get<std::string>().empty()) {
@@ -180,8 +194,14 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
     if (drain && reason.empty()) reason = "drained by " + caller.user.name;
     if (!drain && reason.empty()) reason = "resumed by " + caller.user.name;
     for (NodeId n : ids) {
+      if (drain) {
+        s.drain_modes[topo.node(n).name] = mode;
+      } else {
+        s.drain_modes.erase(topo.node(n).name);
+      }
       s.Step(core::NodeStateRequested{n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
-                                      reason},
+                                      drain && mode != "graceful" ? reason + " (" + mode + ")"
+                                                                  : reason},
              s.Actor(caller));
     }
     std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);

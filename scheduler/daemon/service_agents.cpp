@@ -58,6 +58,7 @@ Result<std::string> Service::AgentRegister(const std::string& cert_node, const s
   ServiceState::Agent& a = s.agents[node];
   a.connected = true;
   a.last_seen = s.now;
+  a.disconnected_at = -1;
   a.addr = j.contains("addr") && j["addr"].is_string() ? j["addr"].get<std::string>() : node;
   const core::NodeState state = s.core->cluster().node_state(n);
   if (state == core::NodeState::kDown || state == core::NodeState::kSuspect) {
@@ -151,7 +152,58 @@ Status Service::AgentMessage(const std::string& node, const std::string& message
     }
     return Status::Ok();
   }
-  if (type == "drained") return Status::Ok();
+  if (type == "logs") {
+    Result<int64_t> req = IntOf(j, "req", 1, INT64_MAX);
+    if (!req.ok()) return req.status();
+    auto it = s.agent_requests.find(req.value());
+    if (it == s.agent_requests.end()) {
+      // Answered late, after the server gave up waiting: not an error.
+      if (req.value() < s.next_agent_request) return Status::Ok();
+      return Status::Error("logs: no request " + std::to_string(req.value()) + " was made");
+    }
+    if (it->second.node != node) {
+      return Status::Error("logs: request " + std::to_string(req.value()) +
+                           " went to another node");
+    }
+    const ServiceState::AgentRequest ask = it->second;
+    s.agent_requests.erase(it);
+    HttpResponse answer;
+    if (j.contains("error") && j["error"].is_string()) {
+      answer =
+          Error(404, "rank " + std::to_string(ask.rank) + " of job " + std::to_string(ask.job) +
+                         " on node " + node + ": " + j["error"].get<std::string>().substr(0, 500));
+    } else {
+      Result<int64_t> offset = IntOf(j, "offset", 0, INT64_MAX);
+      Result<int64_t> next = IntOf(j, "next_offset", 0, INT64_MAX);
+      Result<int64_t> size = IntOf(j, "size", 0, INT64_MAX);
+      if (!offset.ok() || !next.ok() || !size.ok() || !j.contains("data") ||
+          !j["data"].is_string()) {
+        return Status::Error("logs: needs offset, next_offset, size and data");
+      }
+      answer = JsonResponse(200, Json{{"job", ask.job},
+                                      {"rank", ask.rank},
+                                      {"node", node},
+                                      {"offset", offset.value()},
+                                      {"next_offset", next.value()},
+                                      {"size", size.value()},
+                                      {"data", j["data"]}});
+    }
+    answer.route = "/v1/jobs/{id}/logs";
+    s.deferred_answers.emplace_back(req.value(), std::move(answer));
+    return Status::Ok();
+  }
+  if (type == "drained") {
+    // The agent stopped every rank here (after a checkpoint, when graceful):
+    // the core restarts the node's jobs elsewhere.
+    bool busy = false;
+    for (const auto& [id, job] : s.core->jobs()) {
+      if (job.state != core::JobState::kRunning) continue;
+      for (const core::GpuSlot& slot : job.ranks) busy |= slot.node == n;
+      if (busy) break;
+    }
+    if (busy) s.Step(core::NodeEvacuated{n, "agent stopped its ranks"}, actor);
+    return Status::Ok();
+  }
   return Status::Error("unknown message type \"" + type.substr(0, 40) + "\"");
 }
 
@@ -159,26 +211,48 @@ void Service::AgentDisconnected(const std::string& node, TimeMs now) {
   ServiceState& s = *s_;
   s.now = std::max(s.now, now);
   auto it = s.agents.find(node);
-  if (it != s.agents.end()) it->second.connected = false;
+  if (it != s.agents.end()) {
+    it->second.connected = false;
+    it->second.disconnected_at = s.now;
+  }
+  // Requests that waited on this agent get their answer now.
+  for (auto r = s.agent_requests.begin(); r != s.agent_requests.end();) {
+    if (r->second.node != node) {
+      ++r;
+      continue;
+    }
+    HttpResponse answer = Error(503, "node " + node +
+                                         "'s agent disconnected before it answered; retry "
+                                         "when it is back");
+    answer.route = "/v1/jobs/{id}/logs";
+    s.deferred_answers.emplace_back(r->first, std::move(answer));
+    r = s.agent_requests.erase(r);
+  }
 }
 
 void Service::CheckLiveness(TimeMs now) {
   ServiceState& s = *s_;
   if (s.core == nullptr) return;
   s.now = std::max(s.now, now);
-  const TimeMs limit =
-      static_cast<TimeMs>(s.config.heartbeat_interval_ms) * s.config.missed_heartbeats_down;
+  const TimeMs interval = s.config.heartbeat_interval_ms;
+  const TimeMs limit = interval * s.config.missed_heartbeats_down;
+  // A closed connection is a known moment of loss (a killed agent, a crashed
+  // node): one interval less of grace, still time for an agent restarted on
+  // purpose to come back. A cut network closes nothing: the heartbeats tell.
+  const TimeMs closed_limit = std::max(interval, limit - interval);
   for (auto& [name, agent] : s.agents) {
-    if (s.now - agent.last_seen < limit) continue;
+    const bool closed = !agent.connected && agent.disconnected_at >= 0 &&
+                        s.now - agent.disconnected_at >= closed_limit;
+    if (s.now - agent.last_seen < limit && !closed) continue;
     const NodeId n = s.topology->FindNode(name);
     if (n < 0) continue;
     const core::NodeState state = s.core->cluster().node_state(n);
     if (state == core::NodeState::kDown) continue;
-    s.Step(core::NodeStateRequested{n, core::NodeState::kDown,
-                                    "agent silent for " +
-                                        std::to_string((s.now - agent.last_seen)) + " ms (" +
-                                        (agent.connected ? "connected" : "disconnected") + ")"},
-           "scheduler");
+    const std::string why =
+        closed ? "agent disconnected for " + std::to_string(s.now - agent.disconnected_at) + " ms"
+               : "agent silent for " + std::to_string(s.now - agent.last_seen) + " ms (" +
+                     (agent.connected ? "connected" : "disconnected") + ")";
+    s.Step(core::NodeStateRequested{n, core::NodeState::kDown, why}, "scheduler");
   }
 }
 
@@ -186,7 +260,19 @@ std::vector<std::pair<std::string, std::string>> Service::TakeAgentMessages() {
   return std::exchange(s_->outbox, {});
 }
 
+std::vector<std::pair<int64_t, HttpResponse>> Service::TakeDeferredAnswers() {
+  return std::exchange(s_->deferred_answers, {});
+}
+
+void Service::ForgetDeferred(int64_t id) { s_->agent_requests.erase(id); }
+
 void ServiceState::Dispatch(const std::vector<core::Command>& commands) {
+  // In Slurm mode slurmd runs the jobs; agents beside it only report health
+  // (their `start` would launch every rank a second time).
+  if (!config.slurm_socket.empty()) {
+    drain_modes.clear();
+    return;
+  }
   const core::Topology& topo = *topology;
   auto nodes_of = [&](const std::vector<core::GpuSlot>& ranks) {
     std::vector<std::string> out;
@@ -213,7 +299,8 @@ void ServiceState::Dispatch(const std::vector<core::Command>& commands) {
                   {"restart_count", restart},
                   {"checkpoint_step", step},
                   {"world_size", ranks.size()},
-                  {"master_addr", addr != agents.end() ? addr->second.addr : master},
+                  {"master_addr",
+                   addr != agents.end() && !addr->second.addr.empty() ? addr->second.addr : master},
                   {"master_port", 20000 + (id * 16 + restart) % 40000},
                   {"ranks", mine},
                   {"layout", spec["parallelism"]},
@@ -251,8 +338,13 @@ void ServiceState::Dispatch(const std::vector<core::Command>& commands) {
         }
       }
     } else if (const auto* x = std::get_if<core::DrainNode>(&c)) {
-      send(topo.node(x->node).name,
-           {{"type", "drain"}, {"mode", "graceful"}, {"reason", x->reason}});
+      auto mode = drain_modes.find(topo.node(x->node).name);
+      if (mode == drain_modes.end()) continue;
+      if (mode->second != "wait") {
+        send(topo.node(x->node).name,
+             {{"type", "drain"}, {"mode", mode->second}, {"reason", x->reason}});
+      }
+      drain_modes.erase(mode);
     }
   }
 }

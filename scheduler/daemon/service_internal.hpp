@@ -84,9 +84,13 @@ struct ServiceState {
   struct Agent {
     bool connected = false;
     core::TimeMs last_seen = 0;
-    std::string addr;  // where its ranks listen (MASTER_ADDR), as it reported
+    core::TimeMs disconnected_at = -1;  // when its connection closed (-1: open, or unknown)
+    std::string addr;                   // where its ranks listen (MASTER_ADDR), as it reported
   };
   std::unordered_map<std::string, Agent> agents;
+  // After a daemon restart, how long agents have to reconnect: twice
+  // topo-agent's longest reconnect backoff (5 s).
+  static constexpr core::TimeMs kAgentReconnectGraceMs = 10000;
   // Rank exits of the current run of each job: which ranks ended with 0.
   struct Run {
     int restart_count = 0;
@@ -96,6 +100,19 @@ struct ServiceState {
   };
   std::unordered_map<core::JobId, Run> runs;
   std::vector<std::pair<std::string, std::string>> outbox;
+  // Requests waiting on an agent's answer (GET /v1/jobs/ID/logs), by id.
+  struct AgentRequest {
+    std::string node;
+    core::JobId job = 0;
+    int rank = 0;
+  };
+  std::unordered_map<int64_t, AgentRequest> agent_requests;
+  int64_t next_agent_request = 1;
+  std::vector<std::pair<int64_t, HttpResponse>> deferred_answers;
+  // How an admin asked each node to drain (graceful, immediate, wait), until
+  // the drain message goes out; a drain the core makes itself (a failed GPU)
+  // has none and lets the node's other jobs run to their end.
+  std::unordered_map<std::string, std::string> drain_modes;
   // Writes the staged entries in one transaction, then hands their commands
   // to Dispatch (Service::Commit).
   core::Status CommitStaged();

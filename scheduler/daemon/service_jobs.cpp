@@ -114,14 +114,91 @@ Json PlacementSummary(const core::Topology& topo, const std::vector<core::GpuSlo
               {"pods", per_tier(topo.pod_tier())}};
 }
 
-Json History(ServiceState& s, JobId id) {
-  Json out = Json::array();
+std::vector<store::RawEvent> JobEvents(ServiceState& s, JobId id) {
   store::EventQuery q;
   q.job = id;
   q.limit = 1000;
   Result<std::vector<store::RawEvent>> events = s.store->ListEvents(q);
-  if (!events.ok()) return out;
-  for (const store::RawEvent& e : events.value()) {
+  return events.ok() ? std::move(events).value() : std::vector<store::RawEvent>{};
+}
+
+// The job's failures and moves, from its log: each restart (or requeue) with
+// what caused it and when it was decided, how long the fault went unnoticed
+// where the log says (a node silent for N ms; a GPU fault is reported at
+// once), how long until the job was started again, the checkpoint step it
+// restarted from and the wall time of work lost since that step was stored
+// (or since the run began, without one).
+Json Incidents(const std::vector<store::RawEvent>& events, JobId id) {
+  Json out = Json::array();
+  std::map<int64_t, int64_t> stored_at;  // checkpoint step -> when it was stored
+  int64_t run_start = -1;
+  int64_t waiting = -1;  // the incident that requeued the job: restart_ms when it starts
+  for (const store::RawEvent& e : events) {
+    Json body = Json::parse(e.body, nullptr, false);
+    if (!body.is_object()) continue;
+    const Json ev = body.value("event", Json::object());
+    if (e.kind == "checkpoint_completed" && ev.value("id", JobId{0}) == id) {
+      stored_at.emplace(ev.value("step", int64_t{-1}), e.time_ms);
+    }
+    for (const Json& c : body.value("commands", Json::array())) {
+      if (c.value("id", JobId{0}) != id) continue;
+      const std::string type = c.value("type", "");
+      const bool restart = type == "restart_job";
+      const bool requeue = type == "job_state_changed" && c.value("state", "") == "queued" &&
+                           c.value("reason", "").find("requeued") != std::string::npos;
+      if (type == "start_job" && waiting >= 0) {
+        Json& w = out[static_cast<size_t>(waiting)];
+        w["restart_ms"] = e.time_ms - w["time_ms"].get<int64_t>();
+        waiting = -1;
+      }
+      if (!restart && !requeue) {
+        if (type == "start_job") run_start = e.time_ms;
+        continue;
+      }
+      std::string reason = ev.value("reason", "");
+      if (e.kind == "gpu_event") {
+        reason = ev.value("kind", "") + " " + std::to_string(ev.value("code", 0)) + " on " +
+                 ev.value("node", "") + " GPU " + std::to_string(ev.value("gpu", 0));
+      } else if (e.kind == "rank_exited") {
+        reason = "rank " + std::to_string(ev.value("rank", 0)) + " exited with status " +
+                 std::to_string(ev.value("exit_code", 0));
+      } else if (requeue) {
+        reason = c.value("reason", "");
+      }
+      Json detection = nullptr;
+      if (e.kind == "gpu_event") detection = 0;
+      for (const std::string_view mark : {"silent for ", "disconnected for "}) {
+        const size_t at = reason.find(mark);
+        int64_t ms = 0;
+        if (at == std::string::npos) continue;
+        const char* from = reason.data() + at + mark.size();
+        if (std::from_chars(from, reason.data() + reason.size(), ms).ec == std::errc()) {
+          detection = ms;
+        }
+      }
+      const int64_t step = restart ? c.value("checkpoint_step", int64_t{-1}) : -1;
+      auto it = stored_at.find(step);
+      const int64_t since = it != stored_at.end() ? it->second : run_start;
+      out.push_back({{"time_ms", e.time_ms},
+                     {"cause", e.kind},
+                     {"actor", e.actor},
+                     {"reason", reason},
+                     {"detection_ms", detection},
+                     {"restart_ms", restart ? Json(0) : Json(nullptr)},
+                     {"requeued", requeue},
+                     {"checkpoint_step", step},
+                     {"restart_count", restart ? Json(c.value("restart_count", 0)) : Json(nullptr)},
+                     {"lost_work_s", since >= 0 ? (e.time_ms - since) / 1000.0 : 0.0}});
+      if (requeue) waiting = static_cast<int64_t>(out.size()) - 1;
+      if (restart) run_start = e.time_ms;
+    }
+  }
+  return out;
+}
+
+Json History(const std::vector<store::RawEvent>& events, JobId id) {
+  Json out = Json::array();
+  for (const store::RawEvent& e : events) {
     Json item = {{"seq", e.seq},   {"time_ms", e.time_ms}, {"actor", e.actor},
                  {"type", e.kind}, {"state", nullptr},     {"reason", nullptr}};
     Json body = Json::parse(e.body, nullptr, false);
@@ -162,7 +239,9 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
         out["metrics"] =
             common::MetricsToJson(core::Evaluate(j->request.spec, topo, j->ranks), topo);
       }
-      out["history"] = History(s, id);
+      const std::vector<store::RawEvent> events = JobEvents(s, id);
+      out["history"] = History(events, id);
+      out["incidents"] = Incidents(events, id);
     }
     return std::optional<Json>(std::move(out));
   }
@@ -183,7 +262,9 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
     out["spares"] = Json::parse(row.value()->spares_json, nullptr, false);
     out["placement"] = nullptr;
     out["metrics"] = nullptr;
-    out["history"] = History(s, id);
+    const std::vector<store::RawEvent> events = JobEvents(s, id);
+    out["history"] = History(events, id);
+    out["incidents"] = Incidents(events, id);
   }
   return std::optional<Json>(std::move(out));
 }
@@ -383,6 +464,87 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
       200, Json{{"jobs", std::move(jobs)}, {"next_after", more ? Json(last) : Json(nullptr)}});
 }
 
+// Where the rank of a job that holds no GPUs now (it ended, or waits after
+// a requeue) last ran: the newest start or restart in its log ("" if none).
+std::string LastRankNode(ServiceState& s, JobId id, int64_t rank) {
+  std::string node;
+  for (const store::RawEvent& e : JobEvents(s, id)) {
+    Json body = Json::parse(e.body, nullptr, false);
+    if (!body.is_object() || !body.contains("commands")) continue;
+    for (const Json& c : body["commands"]) {
+      const std::string type = c.value("type", "");
+      if ((type != "start_job" && type != "restart_job") || c.value("id", JobId{0}) != id) continue;
+      const Json& ranks = c.contains("ranks") ? c["ranks"] : Json();
+      if (ranks.is_array() && rank < static_cast<int64_t>(ranks.size()) && ranks[rank].is_array() &&
+          !ranks[rank].empty() && ranks[rank][0].is_string()) {
+        node = ranks[rank][0];
+      }
+    }
+  }
+  return node;
+}
+
+// GET /v1/jobs/ID/logs?rank=N&offset=O&max=M: a piece of one rank's log,
+// read by the agent of the node that runs (or last ran) the rank. Deferred:
+// the agent's `logs` reply answers it (Service::TakeDeferredAnswers).
+HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
+                  std::optional<JobId> id) {
+  if (!id) return NoSuchJob(route.path[1]);
+  Result<std::optional<Json>> job = FindJob(s, caller, *id, true);
+  if (!job.ok()) return Error(503, "the store failed: " + job.message());
+  if (!job.value()) return NoSuchJob(route.path[1]);
+  const Json& view = *job.value();
+  const auto& q = route.query;
+  int64_t rank = 0;
+  int64_t offset = 0;
+  int64_t max = 64 << 10;
+  auto number = [&](const char* key, int64_t lo, int64_t hi, int64_t& out) -> bool {
+    auto it = q.find(key);
+    if (it == q.end()) return true;
+    const std::string& v = it->second;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    return ec == std::errc() && end == v.data() + v.size() && out >= lo && out <= hi;
+  };
+  const int64_t gpus = view["spec"].is_object() ? view["spec"].value("gpus", int64_t{0}) : 0;
+  if (!number("rank", 0, std::max<int64_t>(gpus - 1, 0), rank)) {
+    return Error(400, "rank must be a rank of the job: 0.." + std::to_string(gpus - 1), "rank");
+  }
+  if (!number("offset", INT64_MIN / 2, INT64_MAX / 2, offset)) {
+    return Error(400, "offset must be a byte offset (negative: that many bytes from the end)",
+                 "offset");
+  }
+  if (!number("max", 1, 256 << 10, max)) return Error(400, "max must be 1..262144 bytes", "max");
+  std::string node;
+  for (const Json& r : view.value("ranks", Json::array())) {
+    if (r.value("rank", int64_t{-1}) == rank && r.contains("node") && r["node"].is_string()) {
+      node = r["node"];
+    }
+  }
+  if (node.empty()) node = LastRankNode(s, *id, rank);
+  if (node.empty()) {
+    return Error(409, "job " + std::to_string(*id) + " is " + view.value("state", "") +
+                          " and rank " + std::to_string(rank) +
+                          " has not run anywhere yet; no log to read");
+  }
+  auto agent = s.agents.find(node);
+  if (agent == s.agents.end() || !agent->second.connected) {
+    return Error(503, "rank " + std::to_string(rank) + "'s log is on node " + node +
+                          ", whose agent is not connected; retry when it is back");
+  }
+  const int64_t req = s.next_agent_request++;
+  s.agent_requests[req] = ServiceState::AgentRequest{node, *id, static_cast<int>(rank)};
+  s.outbox.emplace_back(node, Json{{"type", "logs"},
+                                   {"req", req},
+                                   {"job", *id},
+                                   {"rank", rank},
+                                   {"offset", offset},
+                                   {"max", max}}
+                                  .dump());
+  HttpResponse r;
+  r.deferred = req;
+  return r;
+}
+
 }  // namespace
 
 HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& route) {
@@ -422,13 +584,20 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
     return r;
   }
   const std::string action = p.size() == 3 ? p[2] : "";
-  r.route =
-      "/v1/jobs/{id}/" +
-      (action == "cancel" || action == "hold" || action == "release" ? action : std::string("?"));
-  if (r.route.back() == '?') {
-    HttpResponse e = Error(404, "no such route; jobs take /cancel, /hold or /release");
+  const bool known = action == "cancel" || action == "hold" || action == "release" ||
+                     action == "checkpoint" || action == "logs";
+  r.route = "/v1/jobs/{id}/" + (known ? action : std::string("?"));
+  if (!known) {
+    HttpResponse e =
+        Error(404, "no such route; jobs take /cancel, /hold, /release, /checkpoint or /logs");
     e.route = r.route;
     return e;
+  }
+  if (action == "logs") {
+    HttpResponse x =
+        m == "GET" ? Logs(s, caller, route, id) : Error(405, "use GET /v1/jobs/ID/logs");
+    x.route = r.route;
+    return x;
   }
   if (m != "POST") {
     HttpResponse e = Error(405, "use POST /v1/jobs/ID/" + action);
@@ -458,6 +627,27 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
   if (j == nullptr || core::IsTerminal(j->state)) {
     return finish(Error(
         409, "job " + std::to_string(*id) + " is already " + state + "; nothing to " + action));
+  }
+  if (action == "checkpoint") {
+    // Not a state change: the agents signal the ranks, and the step they
+    // complete comes back as a logged checkpoint event.
+    if (j->state != core::JobState::kRunning || j->ranks.empty()) {
+      return finish(Error(409, "job " + std::to_string(*id) + " is " + state +
+                                   "; only a running job can checkpoint"));
+    }
+    if (reason.empty()) reason = "requested by " + caller.user.name;
+    std::set<core::NodeId> nodes;
+    for (const core::GpuSlot& slot : j->ranks) nodes.insert(slot.node);
+    for (core::NodeId n : nodes) {
+      s.outbox.emplace_back(s.topology->node(n).name,
+                            Json{{"type", "checkpoint"}, {"job", *id}, {"reason", reason}}.dump());
+    }
+    (void)s.store->AppendAudit(s.now, s.Actor(caller), "job.checkpoint",
+                               Json{{"job", *id}, {"reason", reason}}.dump());
+    return finish(JsonResponse(202, Json{{"id", *id},
+                                         {"checkpoint_step", j->checkpoint_step},
+                                         {"nodes", nodes.size()},
+                                         {"reason", reason}}));
   }
   if (action == "cancel") {
     if (reason.empty()) reason = "cancelled by " + caller.user.name;

@@ -11,121 +11,43 @@
               agent stops on SIGTERM with status 0.
   wrong_cert  an agent presenting another node's certificate never brings its
               node up and logs the refusal.
+  restart     the scheduler restarts under two agents running a job: they
+              reconnect, the ranks keep running and are adopted (no restart);
+              a cancel then stops them; a node whose agent does not come back
+              after a restart goes down.
+  drain       `topo checkpoint` stores a step; a graceful drain checkpoints,
+              stops and restarts the job on another node from that step; an
+              immediate drain restarts it from the stored step; resume;
+              `topo logs --follow` follows rank 0 across its nodes.
 
-usage: test_agent.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN [cluster|wrong_cert]
+usage: test_agent.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN [cluster|wrong_cert|restart|drain]
 Standard library only (/usr/bin/python3).
 """
 
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from harness import Daemon, Failure, check, tiny_topology  # noqa: E402
+from harness import Daemon, Failure, check  # noqa: E402
+from agents import Agent, job, kill_leftover_ranks, nodes, setup, wait_for  # noqa: E402
 
 CONFIG = "heartbeat_interval_ms = 200\n"
 
 
-def issue(binary, state_dir, node, out):
-    subprocess.run([binary, "--state-dir", state_dir, "ca", "issue", "--node", node, "--out", out],
-                   check=True, capture_output=True)
-    return os.path.join(out, node + ".pem"), os.path.join(out, node + "-key.pem")
+def cli(d, topo_bin, *args, timeout=30):
+    """The real `topo` CLI against the daemon, as the admin: (exit code, stdout, stderr)."""
+    env = dict(os.environ, HOME=os.path.join(d.state_dir, "home"), TOPO_SERVER=d.url,
+               TOPO_CA=os.path.join(d.state_dir, "ca.pem"), TOPO_TOKEN=d.admin_token)
+    p = subprocess.run([topo_bin] + list(args), env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
 
 
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return time.time()
-        time.sleep(0.05)
-    raise Failure("timed out after %ss waiting for %s" % (timeout, what))
-
-
-class Agent:
-    def __init__(self, binary, daemon, work, node, cert, key, job_command):
-        self.node = node
-        self.state_dir = os.path.join(work, "agent-" + node)
-        self.log_path = os.path.join(work, "agent-%s.log" % node)
-        self.args = [binary, "--node", node, "--scheduler-state-dir", daemon.state_dir,
-                     "--cert", cert, "--key", key, "--state-dir", self.state_dir,
-                     "--gpu-backend", "simulated", "--gpus", "8", "--gpu-model", "H100",
-                     "--stop-grace-ms", "1000", "--job-command", job_command,
-                     "--persistent-checkpoint-dir", os.path.join(work, "persistent")]
-        self.proc = None
-
-    def start(self):
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=log, stderr=log)
-        return self
-
-    def log(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self):
-        if self.alive():
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def terminate(self, timeout=10):
-        if not self.alive():
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill9()
-            raise Failure("agent %s did not stop on SIGTERM" % self.node)
-
-    def inject(self, line):
-        fifo = os.path.join(self.state_dir, "inject")
-        subprocess.run(["timeout", "5", "sh", "-c", 'printf "%s\\n" "$1" > "$2"', "sh", line, fifo],
-                       check=True)
-
-
-def kill_leftover_ranks(work):
-    """Ranks outlive their agents on purpose (adoption); end them at cleanup."""
-    for path in glob.glob(os.path.join(work, "agent-*", "supervisor", "jobs", "*.json")):
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            continue
-        for r in doc.get("ranks", []):
-            try:
-                os.killpg(int(r["pid"]), signal.SIGKILL)
-            except (OSError, KeyError, ValueError):
-                pass
-
-
-def nodes(d):
-    out = d.api("GET", "/v1/nodes", expect=200)
-    return {n["name"]: n for n in out["nodes"]}
-
-
-def job(d, jid):
-    return d.api("GET", "/v1/jobs/%d" % jid, expect=200)
-
-
-def setup(d, work, names):
-    d.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())}, expect=200)
-    certs = os.path.join(work, "certs")
-    os.makedirs(certs, exist_ok=True)
-    return {n: issue(d.binary, d.state_dir, n, certs) for n in names}
-
-
-def test_cluster(d, agent_bin, work, agents):
+def test_cluster(d, agent_bin, topo_bin, work, agents):
     certs = setup(d, work, ["n0", "n1", "n2", "n3"])
     duration = os.path.join(work, "duration")
     with open(duration, "w") as f:
@@ -163,6 +85,15 @@ def test_cluster(d, agent_bin, work, agents):
     for n in ran_on:
         logs = glob.glob(os.path.join(agents[n].state_dir, "logs", str(short["id"]), "rank-*.log"))
         check(len(logs) == 8, "8 rank logs on %s: %s" % (n, logs))
+    # `topo logs`: rank 9's output, read by its node's agent through the scheduler.
+    rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9")
+    check(rc == 0 and "restart_step=none restart=0" in out, "topo logs --rank 9: %s %r %r" % (rc, out, err))
+    rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9", "--tail", "4", "--json")
+    piece = json.loads(out) if rc == 0 else {}
+    check(piece.get("data") == "t=0\n" and piece.get("next_offset") == piece.get("size"),
+          "--tail 4 gives the last 4 bytes: %s %r %r" % (rc, out, err))
+    rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "16")
+    check(rc == 8 and "rank" in err, "rank 16 of a 16-rank job is refused: %s %r" % (rc, err))
 
     # A long job; kill -9 one of its agents.
     with open(duration, "w") as f:
@@ -242,7 +173,7 @@ def test_cluster(d, agent_bin, work, agents):
                                       "kept" if kept else "node went down meanwhile"))
 
 
-def test_wrong_cert(d, agent_bin, work, agents):
+def test_wrong_cert(d, agent_bin, topo_bin, work, agents):
     certs = setup(d, work, ["n4"])
     # n5's agent with n4's certificate.
     a = Agent(agent_bin, d, work, "n5", certs["n4"][0], certs["n4"][1], "true").start()
@@ -263,15 +194,212 @@ def test_wrong_cert(d, agent_bin, work, agents):
     print("ok: wrong certificate refused, %d attempts logged, node stays down" % attempts)
 
 
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rank_pids(agent, jid):
+    """The pids the agent's supervisor records for the job's ranks there."""
+    path = os.path.join(agent.state_dir, "supervisor", "jobs", "%d.json" % jid)
+    try:
+        with open(path) as f:
+            return sorted(int(r["pid"]) for r in json.load(f).get("ranks", []))
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def counting_script(work):
+    """Each rank prints a line every 0.2 s until stopped; on SIGUSR1 rank 0
+    writes the next checkpoint step (node-agent/supervisor/CHECKPOINTS.md)."""
+    path = os.path.join(work, "count.sh")
+    with open(path, "w") as f:
+        f.write('#!/bin/sh\n'
+                'step=${TOPO_RESTART_STEP:-0}; [ "$step" -ge 0 ] 2>/dev/null || step=0\n'
+                'checkpoint() {\n'
+                '  step=$((step + 1))\n'
+                '  if [ "$RANK" = 0 ]; then\n'
+                '    mkdir -p "$TOPO_CHECKPOINT_DIR/step-$step"\n'
+                '    echo "$step" > "$TOPO_CHECKPOINT_DIR/step-$step/state"\n'
+                '    echo "$step" > "$TOPO_CHECKPOINT_DIR/.c" && '
+                'mv "$TOPO_CHECKPOINT_DIR/.c" "$TOPO_CHECKPOINT_DIR/step-$step/COMPLETE"\n'
+                '  fi\n'
+                '}\n'
+                'trap checkpoint USR1\n'
+                'echo "start restart=$TOPO_RESTART_COUNT from=${TOPO_RESTART_STEP:-none}"\n'
+                'i=0\n'
+                'while :; do i=$((i + 1)); echo "tick $i"; sleep 0.2; done\n')
+    # exec: the rank process is the script's shell, which traps the signal.
+    return "exec /bin/sh " + path
+
+
+def test_restart(d, agent_bin, topo_bin, work, agents):
+    """The scheduler restarts under running agents: they reconnect, their ranks
+    keep running and are adopted (no restart); then a cancel stops them."""
+    certs = setup(d, work, ["n0", "n1"])
+    command = counting_script(work)
+    for n in ("n0", "n1"):
+        agents[n] = Agent(agent_bin, d, work, n, certs[n][0], certs[n][1], command).start()
+    wait_for(lambda: all(nodes(d)[n]["state"] == "up" for n in agents), 20, "n0, n1 to come up")
+    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "long", "parallelism": {"tp": 8}}},
+              expect=201)
+    check(j["state"] == "running", "the job starts: %s" % j)
+    jid = j["id"]
+    wait_for(lambda: all(len(rank_pids(a, jid)) == 8 for a in agents.values()), 10, "16 ranks to start")
+    pids = {n: rank_pids(a, jid) for n, a in agents.items()}
+    registrations = {n: a.log().count("registered;") for n, a in agents.items()}
+
+    d.stop()
+    time.sleep(1.0)  # the agents lose the connection and retry with backoff
+    check(all(alive(p) for ps in pids.values() for p in ps), "ranks outlive the scheduler")
+    d.start()
+    wait_for(lambda: all(a.log().count("registered;") > registrations[n] for n, a in agents.items()),
+             30, "both agents to register with the restarted scheduler")
+    for n, a in agents.items():
+        check(("keep [%d]" % jid) in a.log(), "%s is told to keep job %d:\n%s" % (n, jid, a.log()[-2000:]))
+        check("not in the scheduler's keep list" not in a.log(), "%s stopped nothing:\n%s" % (n, a.log()))
+    time.sleep(1.0)  # longer than 3 heartbeats: a node whose agent is back stays up
+    after = job(d, jid)
+    check(after["state"] == "running" and after["restarts"] == 0,
+          "the job runs on, never restarted: %s" % {k: after[k] for k in ("state", "restarts", "reason")})
+    check({n: rank_pids(a, jid) for n, a in agents.items()} == pids, "the same rank processes")
+    check(all(alive(p) for ps in pids.values() for p in ps), "ranks still alive after the restart")
+    check(all(nodes(d)[n]["state"] == "up" for n in agents), "nodes up after the restart")
+
+    # The scheduler reconciles: a cancel stops the adopted ranks.
+    rc, out, err = cli(d, topo_bin, "cancel", str(jid))
+    check(rc == 0, "topo cancel: %s %r %r" % (rc, out, err))
+    wait_for(lambda: not any(alive(p) for ps in pids.values() for p in ps), 10,
+             "the cancelled job's adopted ranks to stop")
+
+    # An agent that does not come back after a restart: its node goes down
+    # within the heartbeat grace.
+    agents["n1"].kill9()
+    d.stop()
+    d.start()
+    # (after the reconnect grace of a restart: 10 s, twice the agents' longest backoff)
+    t0 = time.time()
+    wait_for(lambda: nodes(d)["n1"]["state"] == "down", 20, "n1 (no agent) to go down after the restart")
+    check(time.time() - t0 > 8, "n1 kept its reconnect grace: down after %.1f s" % (time.time() - t0))
+    check(nodes(d)["n0"]["state"] == "up", "n0 (agent back) stays up")
+    print("ok: 16 ranks kept running through a scheduler restart and were adopted (no restart); "
+          "cancel stopped them; a node whose agent never came back went down")
+
+
+def test_drain(d, agent_bin, topo_bin, work, agents):
+    """Graceful drain: checkpoint, stop, restart elsewhere from that step.
+    Immediate drain: stop now, restart from the last stored step. Resume."""
+    names = ["n0", "n1", "n2", "n3"]
+    certs = setup(d, work, names)
+    command = counting_script(work)
+    for n in names:
+        agents[n] = Agent(agent_bin, d, work, n, certs[n][0], certs[n][1], command,
+                          extra=["--drain-checkpoint-ms", "5000"]).start()
+    wait_for(lambda: all(nodes(d)[n]["state"] == "up" for n in agents), 20, "n0..n3 to come up")
+    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "drainee", "parallelism": {"tp": 8}}},
+              expect=201)
+    jid = j["id"]
+    first = job(d, jid)["ranks"][0]["node"]
+    wait_for(lambda: len(rank_pids(agents[first], jid)) == 8, 10, "8 ranks on " + first)
+    # A checkpoint signal before the job's handler is in place would end the
+    # rank (CHECKPOINTS.md): wait for every rank's first line.
+    logdir = os.path.join(agents[first].state_dir, "logs", str(jid))
+    wait_for(lambda: all("tick 1" in open(p).read() for p in glob.glob(logdir + "/rank-*.log"))
+             and len(glob.glob(logdir + "/rank-*.log")) == 8, 10, "the ranks to run")
+
+    # `topo checkpoint`: the scheduler asks, rank 0 writes step 1, it is stored.
+    rc, out, err = cli(d, topo_bin, "checkpoint", str(jid))
+    check(rc == 0 and "to checkpoint" in out, "topo checkpoint: %s %r %r" % (rc, out, err))
+    wait_for(lambda: job(d, jid)["checkpoint_step"] == 1, 10, "checkpoint step 1 to be stored")
+    # `topo logs --follow` follows rank 0 while it runs.
+    follow = subprocess.Popen([topo_bin, "logs", str(jid), "--follow", "--interval", "0.1"],
+                              env=dict(os.environ, HOME=os.path.join(d.state_dir, "home"),
+                                       TOPO_SERVER=d.url, TOPO_CA=os.path.join(d.state_dir, "ca.pem"),
+                                       TOPO_TOKEN=d.admin_token),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # Graceful: the agent asks for a checkpoint (step 2), waits until it is
+    # persisted, stops the ranks; the job restarts elsewhere from step 2.
+    rc, out, err = cli(d, topo_bin, "drain", first, "--reason", "maintenance")
+    check(rc == 0, "topo drain: %s %r %r" % (rc, out, err))
+    wait_for(lambda: job(d, jid)["restarts"] == 1 and job(d, jid)["state"] == "running", 15,
+             "the job to restart off the drained node")
+    after = job(d, jid)
+    second = after["ranks"][0]["node"]
+    check(second != first, "moved off %s: %s" % (first, second))
+    check(after["checkpoint_step"] == 2, "the drain's checkpoint (step 2) was stored: %s" % after)
+    wait_for(lambda: nodes(d)[first]["state"] == "drained", 10, first + " to be drained")
+    check(not rank_pids(agents[first], jid) or not any(alive(p) for p in rank_pids(agents[first], jid)),
+          "no rank left on " + first)
+    wait_for(lambda: "start restart=1 from=2" in open(os.path.join(
+        agents[second].state_dir, "logs", str(jid), "rank-0.log")).read(), 10,
+        "rank 0 restarted from step 2 on " + second)
+    check("drained: no rank runs here" in agents[first].log(), "the agent drained:\n" + agents[first].log())
+    ev = json.dumps(d.api("GET", "/v1/events?job=%d" % jid, expect=200))
+    check("node_evacuated" in ev, "the evacuation is in the job's events: %s" % ev[-1500:])
+    check("was drained" in after["reason"] and "checkpoint step 2" in after["reason"],
+          "the job's reason names the drain and the step: %s" % after["reason"])
+
+    # Immediate: no checkpoint; the job restarts from step 2 again.
+    rc, out, err = cli(d, topo_bin, "drain", second, "--reason", "now", "--mode", "immediate")
+    check(rc == 0, "topo drain --mode immediate: %s %r %r" % (rc, out, err))
+    wait_for(lambda: job(d, jid)["restarts"] == 2 and job(d, jid)["state"] == "running", 15,
+             "the job to restart after the immediate drain")
+    final = job(d, jid)
+    third = final["ranks"][0]["node"]
+    check(third not in (first, second) and final["checkpoint_step"] == 2,
+          "restarted on a third node from step 2: %s" % final)
+    wait_for(lambda: "start restart=2 from=2" in open(os.path.join(
+        agents[third].state_dir, "logs", str(jid), "rank-0.log")).read(), 10,
+        "rank 0 restarted from step 2 on " + third)
+    wait_for(lambda: nodes(d)[second]["state"] == "drained", 10, second + " to be drained")
+
+    # Resume: both nodes take work again.
+    rc, out, err = cli(d, topo_bin, "resume", first + "," + second)
+    check(rc == 0, "topo resume: %s %r %r" % (rc, out, err))
+    check(all(nodes(d)[n]["state"] == "up" for n in (first, second)), "resumed nodes are up")
+
+    rc, out, err = cli(d, topo_bin, "cancel", str(jid))
+    check(rc == 0, "cancel: %s %r" % (rc, err))
+    try:
+        fout, ferr = follow.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        follow.kill()
+        raise Failure("topo logs --follow did not end with the job")
+    check(follow.returncode == 0, "logs --follow exit %s: %r" % (follow.returncode, ferr))
+    check("start restart=0 from=none" in fout and "start restart=2 from=2" in fout and "tick 3" in fout,
+          "--follow printed the first run and followed rank 0 to its new nodes:\n%s\n%s"
+          % (fout[:500], ferr))
+    print("ok: checkpoint on request stored step 1; graceful drain checkpointed step 2 and the job "
+          "restarted on %s from it; immediate drain restarted it on %s from step 2; resume; "
+          "logs --follow followed rank 0 across nodes" % (second, third))
+
+
 def main():
-    sched_bin, agent_bin = sys.argv[1], sys.argv[2]
-    which = sys.argv[3] if len(sys.argv) > 3 else "cluster"
-    d = Daemon(sched_bin, config=CONFIG).start()
+    sched_bin, agent_bin, topo_bin = sys.argv[1], sys.argv[2], sys.argv[3]
+    which = sys.argv[4] if len(sys.argv) > 4 else "cluster"
+    config = CONFIG
+    if which == "restart":  # agents must find the restarted daemon where it was
+        config += "agent_listen = 127.0.0.1:%d\n" % free_port()
+    d = Daemon(sched_bin, config=config).start()
     work = tempfile.mkdtemp(prefix="topo-agent-test-")
     agents = {}
     ok = False
     try:
-        {"cluster": test_cluster, "wrong_cert": test_wrong_cert}[which](d, agent_bin, work, agents)
+        tests = {"cluster": test_cluster, "wrong_cert": test_wrong_cert, "restart": test_restart,
+                 "drain": test_drain}
+        tests[which](d, agent_bin, topo_bin, work, agents)
         ok = True
     finally:
         for a in agents.values():

@@ -26,7 +26,6 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 _signalled = False
 
@@ -98,6 +97,17 @@ def write_checkpoint(ckdir, step, state):
     fsync_path(ckdir)
 
 
+def average_gradients(model, world):
+    """Data parallelism: each gradient summed over the ranks, one all-reduce
+    per parameter in parameter order. Not DistributedDataParallel: DDP
+    regroups its gradient buckets after the first step of every run, so a
+    resumed run reduces in another grouping than the uninterrupted one and,
+    with more than 2 ranks, its sums differ in the last bits."""
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world
+
+
 def main():
     global _signalled
     args = parse_args()
@@ -119,8 +129,7 @@ def main():
         torch.nn.Dropout(p=0.1),  # uses the global RNG: its state is checkpointed
         torch.nn.Linear(args.hidden, 1),
     )
-    ddp = DDP(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     # Per-rank data stream, and a per-rank global RNG for dropout.
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     torch.manual_seed(args.seed * 7919 + rank)
@@ -179,8 +188,9 @@ def main():
         x = torch.randn(args.batch, args.input, generator=gen)
         y = (x @ target_w).unsqueeze(1) + 0.01 * torch.randn(args.batch, 1, generator=gen)
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
+        average_gradients(model, world)
         opt.step()
         done = step + 1
         if rank == 0:
