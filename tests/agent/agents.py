@@ -4,11 +4,15 @@ pieces the agent tests share (tests/agent, tests/torch).
 Standard library only (/usr/bin/python3).
 """
 
+import contextlib
 import glob
 import json
 import os
 import signal
 import subprocess
+import shutil
+import sys
+import tempfile
 import time
 
 from harness import Failure, tiny_topology
@@ -110,3 +114,26 @@ def setup(d, work, names, topology=None):
     certs = os.path.join(work, "certs")
     os.makedirs(certs, exist_ok=True)
     return {n: issue(d.binary, d.state_dir, n, certs) for n in names}
+
+
+@contextlib.contextmanager
+def agent_cluster(daemon, prefix):
+    """Yields (work dir, {node: Agent}) for a test to fill; afterwards kills
+    every agent and the ranks they left, prints the daemon's and the agents'
+    logs when the block failed, stops the daemon and removes the work dir."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    agents = {}
+    ok = False
+    try:
+        yield work, agents
+        ok = True
+    finally:
+        for a in agents.values():
+            a.kill9()
+        kill_leftover_ranks(work)
+        if not ok:
+            print("---- daemon log\n" + daemon.log(), file=sys.stderr)
+            for n, a in agents.items():
+                print("---- agent %s log\n%s" % (n, a.log()[-4000:]), file=sys.stderr)
+        daemon.cleanup()
+        shutil.rmtree(work, ignore_errors=True)

@@ -29,12 +29,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from harness import Daemon, Failure, check  # noqa: E402
-from agents import Agent, job, kill_leftover_ranks, nodes, setup, wait_for  # noqa: E402
+from harness import Daemon, Failure, check, run  # noqa: E402
+from agents import Agent, agent_cluster, job, nodes, setup, wait_for  # noqa: E402
 
 CONFIG = "heartbeat_interval_ms = 200\n"
 
@@ -393,29 +392,11 @@ def main():
     if which == "restart":  # agents must find the restarted daemon where it was
         config += "agent_listen = 127.0.0.1:%d\n" % free_port()
     d = Daemon(sched_bin, config=config).start()
-    work = tempfile.mkdtemp(prefix="topo-agent-test-")
-    agents = {}
-    ok = False
-    try:
+    with agent_cluster(d, "topo-agent-test-") as (work, agents):
         tests = {"cluster": test_cluster, "wrong_cert": test_wrong_cert, "restart": test_restart,
                  "drain": test_drain}
         tests[which](d, agent_bin, topo_bin, work, agents)
-        ok = True
-    finally:
-        for a in agents.values():
-            a.kill9()
-        kill_leftover_ranks(work)
-        if not ok:
-            print("---- daemon log\n" + d.log(), file=sys.stderr)
-            for n, a in agents.items():
-                print("---- agent %s log\n%s" % (n, a.log()[-4000:]), file=sys.stderr)
-        d.cleanup()
-        subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run(main)

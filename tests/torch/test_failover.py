@@ -31,14 +31,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 sys.path.insert(0, os.path.join(HERE, "..", "agent"))
-from harness import Daemon, Failure, check  # noqa: E402
-from agents import Agent, job, kill_leftover_ranks, nodes, setup, wait_for  # noqa: E402
+from harness import Daemon, Failure, check, run  # noqa: E402
+from agents import Agent, agent_cluster, job, nodes, setup, wait_for  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 SCRIPT = os.path.join(HERE, "train_ddp.py")
@@ -188,10 +187,7 @@ def main():
     which = sys.argv[4] if len(sys.argv) > 4 else "all"
     cases = ["kill", "xid"] if which == "all" else [which]
     d = Daemon(sched_bin, config="heartbeat_interval_ms = 200\n").start()
-    work = tempfile.mkdtemp(prefix="topo-torch-failover-")
-    agents = {}
-    ok = False
-    try:
+    with agent_cluster(d, "topo-torch-failover-") as (work, agents):
         certs = setup(d, work, NODES, topology())
 
         def start_all():
@@ -211,22 +207,7 @@ def main():
             start_all()
             d.api("POST", "/v1/nodes/resume", {"nodes": victim}, expect=200)
             wait_for(lambda: nodes(d)[victim]["state"] == "up", 10, victim + " back up")
-        ok = True
-    finally:
-        for a in agents.values():
-            a.kill9()
-        kill_leftover_ranks(work)
-        if not ok:
-            print("---- daemon log\n" + d.log(), file=sys.stderr)
-            for n, a in agents.items():
-                print("---- agent %s log\n%s" % (n, a.log()[-3000:]), file=sys.stderr)
-        d.cleanup()
-        subprocess.run(["rm", "-rf", work])
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run(main)
