@@ -490,10 +490,23 @@ std::string LastRankNode(ServiceState& s, JobId id, int64_t rank) {
 HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
                   std::optional<JobId> id) {
   if (!id) return NoSuchJob(route.path[1]);
-  Result<std::optional<Json>> job = FindJob(s, caller, *id, true);
-  if (!job.ok()) return Error(503, "the store failed: " + job.message());
-  if (!job.value()) return NoSuchJob(route.path[1]);
-  const Json& view = *job.value();
+  // What this needs of the job, without the full view (its metrics and
+  // history): `topo logs --follow` asks every second.
+  int64_t gpus = 0;
+  std::string state;
+  const core::JobRecord* live = s.core != nullptr ? s.core->job(*id) : nullptr;
+  if (live != nullptr) {
+    if (!caller.InScope(live->request.tenant)) return NoSuchJob(route.path[1]);
+    gpus = live->request.spec.gpus;
+    state = std::string(core::JobStateName(live->state));
+  } else {
+    Result<std::optional<store::JobRow>> row = s.store->GetJob(*id);
+    if (!row.ok()) return Error(503, "the store failed: " + row.message());
+    if (!row.value() || !caller.InScope(row.value()->tenant)) return NoSuchJob(route.path[1]);
+    const Json spec = Json::parse(row.value()->spec_json, nullptr, false);
+    gpus = spec.is_object() ? spec.value("gpus", int64_t{0}) : 0;
+    state = std::string(core::JobStateName(row.value()->state));
+  }
   const auto& q = route.query;
   int64_t rank = 0;
   int64_t offset = 0;
@@ -505,7 +518,6 @@ HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
     return ec == std::errc() && end == v.data() + v.size() && out >= lo && out <= hi;
   };
-  const int64_t gpus = view["spec"].is_object() ? view["spec"].value("gpus", int64_t{0}) : 0;
   if (!number("rank", 0, std::max<int64_t>(gpus - 1, 0), rank)) {
     return Error(400, "rank must be a rank of the job: 0.." + std::to_string(gpus - 1), "rank");
   }
@@ -515,16 +527,13 @@ HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
   }
   if (!number("max", 1, 256 << 10, max)) return Error(400, "max must be 1..262144 bytes", "max");
   std::string node;
-  for (const Json& r : view.value("ranks", Json::array())) {
-    if (r.value("rank", int64_t{-1}) == rank && r.contains("node") && r["node"].is_string()) {
-      node = r["node"];
-    }
+  if (live != nullptr && rank < static_cast<int64_t>(live->ranks.size())) {
+    node = s.topology->node(live->ranks[rank].node).name;
   }
   if (node.empty()) node = LastRankNode(s, *id, rank);
   if (node.empty()) {
-    return Error(409, "job " + std::to_string(*id) + " is " + view.value("state", "") +
-                          " and rank " + std::to_string(rank) +
-                          " has not run anywhere yet; no log to read");
+    return Error(409, "job " + std::to_string(*id) + " is " + state + " and rank " +
+                          std::to_string(rank) + " has not run anywhere yet; no log to read");
   }
   auto agent = s.agents.find(node);
   if (agent == s.agents.end() || !agent->second.connected) {
