@@ -14,6 +14,32 @@
 #include "topo/common/job_io.hpp"
 
 namespace topo::common {
+
+namespace {
+constexpr std::array<std::pair<core::GpuEventKind, std::string_view>, 6> kGpuEventKinds = {{
+    {core::GpuEventKind::kXid, "xid"},
+    {core::GpuEventKind::kEccSingleBit, "ecc_single_bit"},
+    {core::GpuEventKind::kEccDoubleBit, "ecc_double_bit"},
+    {core::GpuEventKind::kThermal, "thermal"},
+    {core::GpuEventKind::kOffBus, "off_bus"},
+    {core::GpuEventKind::kCleared, "cleared"},
+}};
+}  // namespace
+
+std::string_view GpuEventKindName(core::GpuEventKind k) {
+  for (const auto& [kind, name] : kGpuEventKinds) {
+    if (kind == k) return name;
+  }
+  return "unknown";
+}
+
+std::optional<core::GpuEventKind> ParseGpuEventKind(std::string_view name) {
+  for (const auto& [kind, n] : kGpuEventKinds) {
+    if (n == name) return kind;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 using core::NodeId;
@@ -28,22 +54,6 @@ constexpr int64_t kIntMin = std::numeric_limits<int>::min();
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
-
-constexpr std::array<std::pair<core::GpuEventKind, std::string_view>, 6> kGpuEventKinds = {{
-    {core::GpuEventKind::kXid, "xid"},
-    {core::GpuEventKind::kEccSingleBit, "ecc_single_bit"},
-    {core::GpuEventKind::kEccDoubleBit, "ecc_double_bit"},
-    {core::GpuEventKind::kThermal, "thermal"},
-    {core::GpuEventKind::kOffBus, "off_bus"},
-    {core::GpuEventKind::kCleared, "cleared"},
-}};
-
-std::string_view GpuEventKindName(core::GpuEventKind k) {
-  for (const auto& [kind, name] : kGpuEventKinds) {
-    if (kind == k) return name;
-  }
-  return "unknown";
-}
 
 // The core's name functions say "unknown" past the last value, so a value
 // added to the core parses without a change here.
@@ -181,13 +191,6 @@ class Reader {
   Status status_;
 };
 
-std::optional<core::GpuEventKind> ParseGpuEventKind(std::string_view name) {
-  for (const auto& [kind, n] : kGpuEventKinds) {
-    if (n == name) return kind;
-  }
-  return std::nullopt;
-}
-
 // ---------------------------------------------------------------- events
 
 template <typename T>
@@ -219,6 +222,11 @@ Json EventBody(const T& e, const core::Topology& topo) {
     return {{"tenant", TenantConfigToJson(e.tenant)}};
   } else if constexpr (std::is_same_v<T, core::NodeEvacuated>) {
     return {{"node", NodeName(e.node, topo)}, {"reason", e.reason}};
+  } else if constexpr (std::is_same_v<T, core::JobLaunchFailed>) {
+    return {{"id", e.id},
+            {"node", NodeName(e.node, topo)},
+            {"reason", e.reason},
+            {"permanent", e.permanent}};
   } else {
     static_assert(std::is_same_v<T, core::Tick>);
     return Json::object();
@@ -306,27 +314,32 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
     Reader r = fields({"type"});
     return done(r, core::Tick{});
   }
+  if (type == "job_launch_failed") {
+    Reader r = fields({"type", "id", "node", "reason", "permanent"});
+    core::JobLaunchFailed e{r.Int64("id"), r.Node("node", topo), r.String("reason"),
+                            r.Bool("permanent")};
+    return done(r, std::move(e));
+  }
   return PathError("", "\"type\": unknown event type \"" + std::string(type) +
                            "\"; known: job_submitted, job_cancelled, job_hold_changed, "
                            "job_finished, rank_exited, checkpoint_completed, "
                            "node_state_requested, heartbeat, gpu_event, tenant_configured, tick, "
-                           "node_evacuated");
+                           "node_evacuated, job_launch_failed");
 }
 
 // ---------------------------------------------------------------- commands
 
 template <typename T>
 Json CommandBody(const T& c, const core::Topology& topo) {
-  if constexpr (std::is_same_v<T, core::StartJob>) {
-    return {{"id", c.id},
-            {"ranks", GpuSlotsToJson(c.ranks, topo)},
-            {"spares", NodeListToJson(c.spares, topo)}};
-  } else if constexpr (std::is_same_v<T, core::RestartJob>) {
+  if constexpr (std::is_same_v<T, core::StartJob> || std::is_same_v<T, core::RestartJob>) {
+    // The launch's request-carried fields are the job's request, logged at
+    // submission; the per-node grouping follows from the ranks.
     return {{"id", c.id},
             {"ranks", GpuSlotsToJson(c.ranks, topo)},
             {"spares", NodeListToJson(c.spares, topo)},
-            {"checkpoint_step", c.checkpoint_step},
-            {"restart_count", c.restart_count}};
+            {"checkpoint_step", c.launch.checkpoint_step},
+            {"restart_count", c.launch.restart_count},
+            {"master_port", c.launch.master_port}};
   } else if constexpr (std::is_same_v<T, core::StopJob> ||
                        std::is_same_v<T, core::RequestCheckpoint>) {
     return {{"id", c.id}, {"reason", c.reason}};
@@ -368,19 +381,35 @@ Result<core::Command> ReadCommand(std::string_view type, const Json& j,
       if (nodes.ok()) spares = std::move(nodes).value();
     }
   };
-  if (type == "start_job") {
-    Reader r = fields({"type", "id", "ranks", "spares"});
-    core::StartJob c{r.Int64("id"), {}, {}};
-    placement(r, c.ranks, c.spares);
-    return done(r, std::move(c));
-  }
-  if (type == "restart_job") {
-    Reader r = fields({"type", "id", "ranks", "spares", "checkpoint_step", "restart_count"});
-    core::RestartJob c{r.Int64("id"), {}, {}, 0, 0};
-    placement(r, c.ranks, c.spares);
-    c.checkpoint_step = r.Int64("checkpoint_step");
-    c.restart_count = r.Int("restart_count");
-    return done(r, std::move(c));
+  // A start's launch from its logged fields. checkpoint_step,
+  // restart_count and master_port are optional for start_job (logs written
+  // before they were logged).
+  auto launch = [&](Reader& r, const std::vector<core::GpuSlot>& ranks, bool optional) {
+    core::Launch l;
+    auto read = [&](std::string_view key, int64_t lo, int64_t hi, int64_t fallback) -> int64_t {
+      if (optional && r.ok() && !j.contains(std::string(key))) return fallback;
+      return r.Int64(key, lo, hi);
+    };
+    l.checkpoint_step = read("checkpoint_step", -1, kI64Max, -1);
+    l.restart_count = static_cast<int>(read("restart_count", 0, kIntMax, 0));
+    l.master_port = static_cast<int>(read("master_port", 0, 65535, 0));
+    l.world_size = static_cast<int>(ranks.size());
+    l.nodes = core::GroupByNode(ranks);
+    l.master_node = ranks.empty() ? -1 : ranks[0].node;
+    return l;
+  };
+  if (type == "start_job" || type == "restart_job") {
+    Reader r = fields(
+        {"type", "id", "ranks", "spares", "checkpoint_step", "restart_count", "master_port"});
+    const core::JobId id = r.Int64("id");
+    std::vector<core::GpuSlot> ranks;
+    std::vector<NodeId> spares;
+    placement(r, ranks, spares);
+    core::Launch l = launch(r, ranks, type == "start_job");
+    if (type == "start_job") {
+      return done(r, core::StartJob{id, std::move(ranks), std::move(spares), std::move(l)});
+    }
+    return done(r, core::RestartJob{id, std::move(ranks), std::move(spares), std::move(l)});
   }
   if (type == "stop_job") {
     Reader r = fields({"type", "id", "reason"});
@@ -457,7 +486,8 @@ std::string_view EventTypeName(const core::Event& event) {
       "job_submitted",        "job_cancelled", "job_hold_changed",
       "job_finished",         "rank_exited",   "checkpoint_completed",
       "node_state_requested", "heartbeat",     "gpu_event",
-      "tenant_configured",    "tick",          "node_evacuated"};
+      "tenant_configured",    "tick",          "node_evacuated",
+      "job_launch_failed"};
   static_assert(std::size(kNames) == std::variant_size_v<core::Event>, "name every event");
   return kNames[event.index()];
 }
@@ -533,13 +563,14 @@ Json JobRequestToJson(const core::JobRequest& request) {
           {"priority", request.priority},
           {"time_limit_ms", request.time_limit},
           {"checkpoint_interval_ms", request.checkpoint_interval},
-          {"command", request.command}};
+          {"command", request.command},
+          {"unix_user", request.unix_user}};
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
-  Reader r(
-      j, "",
-      {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command"});
+  Reader r(j, "",
+           {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms",
+            "command", "unix_user"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -561,6 +592,11 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
       }
       request.command.push_back((*it)[i].get<std::string>());
     }
+  }
+  // Optional: logs written before jobs ran as their submitter have none.
+  if (auto it = j.find("unix_user"); it != j.end()) {
+    if (!it->is_string()) return PathError("unix_user", "must be a string");
+    request.unix_user = it->get<std::string>();
   }
   return request;
 }

@@ -64,15 +64,28 @@ std::vector<Event> SampleEvents(const core::Topology& t) {
       core::TenantConfigured{core::TenantConfig{"org/team", 16, -1, 64, 3, 0.1}},
       core::Tick{},
       core::NodeEvacuated{b1, "agent stopped its ranks"},
+      core::JobLaunchFailed{7, b1, "no Unix account 'ada' on b1", true},
   };
+}
+
+core::Launch LaunchOf(const std::vector<core::GpuSlot>& ranks, int64_t step, int restarts,
+                      int port) {
+  core::Launch l;
+  l.checkpoint_step = step;
+  l.restart_count = restarts;
+  l.master_port = port;
+  l.world_size = static_cast<int>(ranks.size());
+  l.nodes = core::GroupByNode(ranks);
+  l.master_node = ranks.empty() ? -1 : ranks[0].node;
+  return l;
 }
 
 std::vector<Command> SampleCommands(const core::Topology& t) {
   const core::NodeId a0 = t.FindNode("a0"), a1 = t.FindNode("a1"), b0 = t.FindNode("b0");
   std::vector<core::GpuSlot> ranks = {{a0, 0}, {a0, 1}, {a1, 3}, {b0, 2}};
   return {
-      core::StartJob{7, ranks, {b0}},
-      core::RestartJob{7, ranks, {}, 42, 2},
+      core::StartJob{7, ranks, {b0}, LaunchOf(ranks, -1, 0, 20000)},
+      core::RestartJob{7, ranks, {}, LaunchOf(ranks, 42, 2, 20001)},
       core::StopJob{7, "time limit reached"},
       core::RequestCheckpoint{7, "periodic"},
       core::DrainNode{a1, "a1 GPU 0 failed (XID 79)"},
@@ -156,20 +169,43 @@ TEST_CASE("field values survive the round trip") {
 
   const core::NodeId b0 = t.FindNode("b0");
   core::Result<Command> c = common::CommandFromJson(
-      common::CommandToJson(core::RestartJob{9, {{b0, 3}}, {b0}, -1, 4}, t), t);
+      common::CommandToJson(core::RestartJob{9, {{b0, 3}}, {b0}, LaunchOf({{b0, 3}}, -1, 4, 20005)},
+                            t),
+      t);
   REQUIRE(c.ok());
   const auto& r = std::get<core::RestartJob>(c.value());
   CHECK(r.ranks == std::vector<core::GpuSlot>{{b0, 3}});
   CHECK(r.spares == std::vector<core::NodeId>{b0});
-  CHECK(r.checkpoint_step == -1);
-  CHECK(r.restart_count == 4);
+  CHECK(r.launch.checkpoint_step == -1);
+  CHECK(r.launch.restart_count == 4);
+  CHECK(r.launch.master_port == 20005);
+  // The per-node grouping is rebuilt from the ranks.
+  REQUIRE(r.launch.nodes.size() == 1);
+  CHECK(r.launch.nodes[0].node == b0);
+  CHECK(r.launch.nodes[0].gpus == std::vector<int>{3});
+}
+
+TEST_CASE("a start_job logged before launches were logged still reads") {
+  const core::Topology t = MakeTopology();
+  const json old = json::parse(R"({"type": "start_job", "id": 3, "ranks": [["a0", 1]],
+                                   "spares": []})");
+  core::Result<Command> c = common::CommandFromJson(old, t);
+  REQUIRE(c.ok());
+  const auto& s = std::get<core::StartJob>(c.value());
+  CHECK(s.launch.checkpoint_step == -1);
+  CHECK(s.launch.restart_count == 0);
+  CHECK(s.launch.master_port == 0);
+  // A restart_job always carried its step and count.
+  const json bad = json::parse(R"({"type": "restart_job", "id": 3, "ranks": [["a0", 1]],
+                                   "spares": []})");
+  CHECK_FALSE(common::CommandFromJson(bad, t).ok());
 }
 
 TEST_CASE("nodes are written by name, so a log survives a renumbering") {
   const core::Topology before = MakeTopology(false);
   const core::Topology after = MakeTopology(true);
   REQUIRE(before.FindNode("b1") != after.FindNode("b1"));
-  json j = common::CommandToJson(core::StartJob{1, {{before.FindNode("b1"), 2}}, {}}, before);
+  json j = common::CommandToJson(core::StartJob{1, {{before.FindNode("b1"), 2}}, {}, {}}, before);
   CHECK(j.at("ranks") == json::parse(R"([["b1", 2]])"));
   core::Result<Command> c = common::CommandFromJson(j, after);
   REQUIRE(c.ok());

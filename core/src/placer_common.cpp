@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <bit>
+#include <numeric>
 #include <string>
 
 #include "placer_internal.hpp"
@@ -241,6 +242,79 @@ Placement ExplainShortfall(const JobSpec& job, const JobShape& shape, const Clus
   return out;
 }
 
+namespace {
+
+// Whether every group of a required kind sits inside one domain of its tier.
+bool RequiredGroupsHold(const JobShape& shape, const Topology& topo,
+                        const std::vector<GpuSlot>& ranks) {
+  for (GroupKind k : kAllGroupKinds) {
+    const int t = shape.required_tier[static_cast<int>(k)];
+    if (t < 0) continue;
+    std::vector<DomainId> domain(shape.layout.GroupCount(k), kNoDomain);
+    for (int r = 0; r < shape.world; ++r) {
+      const DomainId d = topo.Ancestor(ranks[r].node, t);
+      DomainId& want = domain[shape.layout.GroupOf(k, r)];
+      if (want == kNoDomain) want = d;
+      if (want != d) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// torchrun's ranks are contiguous per node (RANK == GROUP_RANK *
+// LOCAL_WORLD_SIZE + LOCAL_RANK) and frameworks derive the device and the
+// host-local mesh from that. When the job takes the same number G of GPUs on
+// every node, hand each node one block of G consecutive ranks, keeping the
+// nodes and GPUs chosen and putting the blocks in the order the sequence
+// wanted their first ranks (pipelines stay together across nodes); keep the
+// sequence's own mapping when that would break a required group.
+void KeepNodeBlocksContiguous(const JobSpec& job, const JobShape& shape, const Topology& topo,
+                              std::vector<GpuSlot>& ranks) {
+  (void)job;
+  if (shape.world <= 1) return;
+  // Nodes in the order the sequence filled them, and GPUs per node.
+  std::vector<NodeId> nodes;
+  std::vector<std::vector<int>> gpus;
+  std::vector<int> position(shape.world);
+  for (int p = 0; p < shape.world; ++p) {
+    const int r = SequenceRank(shape, p);
+    position[r] = p;
+  }
+  for (int p = 0; p < shape.world; ++p) {
+    const GpuSlot& slot = ranks[SequenceRank(shape, p)];
+    if (nodes.empty() || nodes.back() != slot.node) {
+      nodes.push_back(slot.node);
+      gpus.emplace_back();
+    }
+    gpus.back().push_back(slot.gpu);
+  }
+  const size_t g = gpus.front().size();
+  if (nodes.size() * g != static_cast<size_t>(shape.world)) return;
+  for (const auto& v : gpus) {
+    if (v.size() != g) return;
+  }
+  // Already contiguous: nothing to do.
+  bool contiguous = true;
+  for (int r = 0; r < shape.world && contiguous; ++r) {
+    contiguous = ranks[r].node == ranks[r - r % static_cast<int>(g)].node;
+  }
+  if (contiguous) return;
+  std::vector<int> blocks(nodes.size());
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::stable_sort(blocks.begin(), blocks.end(), [&](int a, int b) {
+    return position[a * static_cast<int>(g)] < position[b * static_cast<int>(g)];
+  });
+  std::vector<GpuSlot> remapped(shape.world);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t j = 0; j < g; ++j) {
+      remapped[blocks[i] * g + j] = GpuSlot{nodes[i], gpus[i][j]};
+    }
+  }
+  if (RequiredGroupsHold(shape, topo, remapped)) ranks = std::move(remapped);
+}
+
 Placement BuildPlacement(const JobSpec& job, const JobShape& shape, const ClusterState& state,
                          std::vector<std::pair<NodeId, int>> picks) {
   const Topology& topo = state.topology();
@@ -268,6 +342,7 @@ Placement BuildPlacement(const JobSpec& job, const JobShape& shape, const Cluste
     // Capacity said yes; reaching here is a bug in a placer, not the job.
     return Placement{PlaceOutcome::kBusy, "internal: selection fell short", {}, {}};
   }
+  KeepNodeBlocksContiguous(job, shape, topo, out.ranks);
   if (job.spares == 0) return out;
 
   // Spares: whole healthy free nodes, nearest first (same HBD, leaf, ...).

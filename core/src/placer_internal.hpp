@@ -73,6 +73,11 @@ void ComputeSubtreeCapacity(const JobShape& shape, const ClusterState& state, Do
 // Units the whole job needs at tier t.
 inline int NeedAt(const JobShape& shape, int tier) { return shape.world / shape.unit[tier]; }
 
+// Remaps ranks (a placement built from shape's sequence) so that every node
+// holds one contiguous block of ranks, when the job takes the same number
+// of GPUs on every node and the required groups still hold.
+void KeepNodeBlocksContiguous(const JobSpec& job, const JobShape& shape, const Topology& topo,
+                              std::vector<GpuSlot>& ranks);
 // Rank that fills position p of the placement sequence.
 int SequenceRank(const JobShape& shape, int p);
 

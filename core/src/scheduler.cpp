@@ -84,7 +84,8 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       node_jobs_(topology.node_count()),
       spare_owner_(topology.node_count(), 0),
       admin_drain_(topology.node_count(), 0),
-      empty_(topology) {
+      empty_(topology),
+      ports_(topology.node_count(), config_.master_ports) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
   if (judge_ == nullptr) judge_ = MakePlacer("toposched", config_.placer_options);
   if (config_.heartbeats_required || config_.nodes_start_down) {
@@ -112,6 +113,7 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
         if constexpr (std::is_same_v<T, GpuEvent>) OnGpuEvent(e);
         if constexpr (std::is_same_v<T, TenantConfigured>) OnTenant(e);
         if constexpr (std::is_same_v<T, NodeEvacuated>) OnEvacuated(e);
+        if constexpr (std::is_same_v<T, JobLaunchFailed>) OnLaunchFailed(e);
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
@@ -288,6 +290,7 @@ void SchedulerCore::Impl::Hold(JobRecord& job, std::vector<GpuSlot> ranks,
 }
 
 void SchedulerCore::Impl::Unhold(JobRecord& job) {
+  if (!job.ranks.empty()) ports_.Release(job.ranks[0].node, job.id);
   std::vector<GpuSlot> all = job.ranks;
   std::vector<GpuSlot> spare_slots = SpareSlots(job.spares);
   all.insert(all.end(), spare_slots.begin(), spare_slots.end());
@@ -312,6 +315,23 @@ void SchedulerCore::Impl::Unhold(JobRecord& job) {
   job.ranks.clear();
   job.spares.clear();
   job.borrowed = false;
+}
+
+Launch SchedulerCore::Impl::MakeLaunch(JobRecord& job) {
+  Launch l;
+  l.restart_count = job.restarts;
+  l.checkpoint_step = job.checkpoint_step;
+  l.world_size = static_cast<int>(job.ranks.size());
+  l.nodes = GroupByNode(job.ranks);
+  l.master_node = job.ranks.empty() ? -1 : job.ranks[0].node;
+  // -1 only when every port of the range is held on that node: more jobs
+  // than the range has ports, which no node's GPU count allows.
+  const int port = ports_.Take(l.master_node, job.id);
+  l.master_port = port >= 0 ? port : config_.master_ports.first;
+  l.command = job.request.command;
+  l.parallelism = job.request.spec.parallelism;
+  l.unix_user = job.request.unix_user;
+  return l;
 }
 
 // Work is kept up to the newest checkpoint of the current run.

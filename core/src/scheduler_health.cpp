@@ -95,6 +95,22 @@ void SchedulerCore::Impl::OnEvacuated(const NodeEvacuated& e) {
   }
 }
 
+void SchedulerCore::Impl::OnLaunchFailed(const JobLaunchFailed& e) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  JobRecord& job = it->second;
+  const std::string where =
+      e.node >= 0 && e.node < topo_.node_count() ? " on node " + topo_.node(e.node).name : "";
+  if (e.permanent) {
+    LoseProgress(job);
+    Emit(StopJob{job.id, "cannot start" + where});
+    Unhold(job);
+    SetState(job, JobState::kFailed, "cannot start" + where + ": " + e.reason);
+    return;
+  }
+  Recover(job, "could not start" + where + " (" + e.reason + ")");
+}
+
 void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count()) return;
@@ -277,7 +293,7 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
       job.restarts += 1;
       job.last_start = now_;
       checkpoint_asked_[job.id] = now_;
-      Emit(RestartJob{job.id, job.ranks, job.spares, job.checkpoint_step, job.restarts});
+      Emit(RestartJob{job.id, job.ranks, job.spares, MakeLaunch(job)});
       job.reason = "restarted after " + reason + " from checkpoint step " +
                    std::to_string(job.checkpoint_step);
       return;

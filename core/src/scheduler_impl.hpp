@@ -78,6 +78,7 @@ class SchedulerCore::Impl {
   std::map<JobId, int> restarts_without_progress_;
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
+  MasterPorts ports_;  // MASTER_PORT held by running jobs, per master node
 
   // ---- scheduler.cpp
   std::vector<Command>* out_ = nullptr;
@@ -95,6 +96,10 @@ class SchedulerCore::Impl {
   void Hold(JobRecord& job, std::vector<GpuSlot> ranks, std::vector<NodeId> spares);
   void Unhold(JobRecord& job);
   std::vector<GpuSlot> SpareSlots(const std::vector<NodeId>& spares) const;
+  // Everything a start of the held job needs on its nodes, with a fresh
+  // master port (the one of its last run was freed by Unhold).
+  // REQUIRES: the job holds its ranks (Hold).
+  Launch MakeLaunch(JobRecord& job);
   // Accounts the run time since the last mark as kept (productive) or lost.
   void KeepProgress(JobRecord& job, TimeMs until);
   void LoseProgress(JobRecord& job);
@@ -136,6 +141,7 @@ class SchedulerCore::Impl {
   // ---- scheduler_health.cpp
   void OnNodeRequest(const NodeStateRequested& e);
   void OnEvacuated(const NodeEvacuated& e);
+  void OnLaunchFailed(const JobLaunchFailed& e);
   void OnHeartbeat(const Heartbeat& e);
   void OnGpuEvent(const GpuEvent& e);
   void CheckHeartbeats();

@@ -121,7 +121,7 @@ void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
   job.requeued_at_head = false;
   preemptors_.erase(job.id);
   checkpoint_asked_[job.id] = now_;
-  Emit(StartJob{job.id, job.ranks, job.spares});
+  Emit(StartJob{job.id, job.ranks, job.spares, MakeLaunch(job)});
   SetState(job, JobState::kRunning,
            job.checkpoint_step >= 0
                ? "running from checkpoint step " + std::to_string(job.checkpoint_step)

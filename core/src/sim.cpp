@@ -246,7 +246,7 @@ void Simulator::Handle(std::vector<Command>& commands) {
             if (pos >= 0) OnStart(pos, c.ranks, std::nullopt);
           } else if constexpr (std::is_same_v<T, RestartJob>) {
             const int32_t pos = PosOf(c.id, "RestartJob");
-            if (pos >= 0) OnStart(pos, c.ranks, c.checkpoint_step);
+            if (pos >= 0) OnStart(pos, c.ranks, c.launch.checkpoint_step);
           } else if constexpr (std::is_same_v<T, StopJob>) {
             const int32_t pos = PosOf(c.id, "StopJob");
             if (pos < 0) return;

@@ -267,8 +267,8 @@ TEST_CASE("a failed GPU drains its node and the job restarts on the nearest spar
   CHECK(core.cluster().node_state(victim) == NodeState::kDrained);
   auto restarts = Only<RestartJob>(cmds);
   REQUIRE(restarts.size() == 1);
-  CHECK(restarts[0].checkpoint_step == 100);
-  CHECK(restarts[0].restart_count == 1);
+  CHECK(restarts[0].launch.checkpoint_step == 100);
+  CHECK(restarts[0].launch.restart_count == 1);
   std::set<NodeId> nodes;
   for (const GpuSlot& s : restarts[0].ranks) nodes.insert(s.node);
   CHECK(nodes.count(victim) == 0);
@@ -303,8 +303,8 @@ TEST_CASE("an evacuated drained node's jobs restart elsewhere from their checkpo
   cmds = core.Step(NodeEvacuated{node, "agent stopped its ranks"}, 13 * kMinute);
   auto restarts = Only<RestartJob>(cmds);
   REQUIRE(restarts.size() == 1);
-  CHECK(restarts[0].checkpoint_step == 8);
-  CHECK(restarts[0].restart_count == 1);
+  CHECK(restarts[0].launch.checkpoint_step == 8);
+  CHECK(restarts[0].launch.restart_count == 1);
   for (const GpuSlot& slot : restarts[0].ranks) CHECK(slot.node != node);
   CHECK(Evaluate(core.job(1)->request.spec, topo, core.job(1)->ranks).required_met);
   CHECK(core.cluster().node_state(node) == NodeState::kDrained);

@@ -200,6 +200,21 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"backfill", [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.backfill); }},
       {"preemption",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.preemption); }},
+      {"allow_root_jobs",
+       [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.allow_root_jobs); }},
+      {"master_ports",
+       [](std::string_view v, DaemonConfig& c) {
+         const size_t dash = v.find('-');
+         int64_t first = 0, last = 0;
+         if (dash == std::string_view::npos ||
+             !ParseInt(Trim(v.substr(0, dash)), 1024, 65535, first).ok() ||
+             !ParseInt(Trim(v.substr(dash + 1)), 1024, 65535, last).ok() || last < first) {
+           return Status::Error("expected FIRST-LAST within 1024-65535, e.g. 20000-31999");
+         }
+         c.master_port_first = static_cast<int>(first);
+         c.master_port_count = static_cast<int>(last - first + 1);
+         return Status::Ok();
+       }},
   };
   return *setters;
 }
@@ -218,6 +233,7 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->preemption = preemption;
   c->heartbeats_required = false;
   c->nodes_start_down = true;
+  c->master_ports = core::PortRange{master_port_first, master_port_count};
   return *c;
 }
 
@@ -299,7 +315,9 @@ std::string PolicyJson(const DaemonConfig& c) {
                         {"default_checkpoint_interval_s", c.default_checkpoint_interval_s},
                         {"preempt_grace_s", c.preempt_grace_s},
                         {"backfill", c.backfill},
-                        {"preemption", c.preemption}}
+                        {"preemption", c.preemption},
+                        {"master_port_first", c.master_port_first},
+                        {"master_port_count", c.master_port_count}}
       .dump();
 }
 
@@ -314,6 +332,11 @@ Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
     next.preempt_grace_s = j.at("preempt_grace_s").get<int64_t>();
     next.backfill = j.at("backfill").get<bool>();
     next.preemption = j.at("preemption").get<bool>();
+    // Stores from before master ports were policy keep the default range.
+    if (j.contains("master_port_first")) {
+      next.master_port_first = j.at("master_port_first").get<int>();
+      next.master_port_count = j.at("master_port_count").get<int>();
+    }
     if (!core::SchedulerConfig::ForStack(next.stack)) {
       return Status::Error("the stored policy names an unknown stack \"" + next.stack + "\"");
     }

@@ -66,6 +66,14 @@ struct DaemonConfig {
   int64_t preempt_grace_s = 120;
   bool backfill = true;
   bool preemption = true;
+  // MASTER_PORT of every job start comes from this range on its master node
+  // (below Linux's default ephemeral ports, 32768-60999).
+  int master_port_first = 20000;
+  int master_port_count = 12000;
+
+  // Jobs whose user maps to the Unix account root (uid 0 on the node) are
+  // refused unless this is true (docs/jobs.md).
+  bool allow_root_jobs = false;
 
   // The SchedulerConfig these settings give: the stack with the overrides,
   // nodes down until registered, liveness tracked by the daemon.

@@ -3,6 +3,7 @@
 #include "daemon/server.hpp"
 
 #include "daemon/service_internal.hpp"
+#include "topo/common/agent_protocol.hpp"
 
 #include <array>
 #include <atomic>
@@ -538,7 +539,7 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
           beast::get_lowest_layer(self->ws_).expires_never();
           self->ws_.set_option(
               beast::websocket::stream_base::timeout::suggested(beast::role_type::server));
-          self->ws_.read_message_max(1u << 20);
+          self->ws_.read_message_max(proto::kMaxMessageBytes);
           self->ws_.async_accept([self](beast::error_code ec2) {
             if (!ec2) self->Read();
           });
@@ -584,34 +585,45 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
     p.work = [self, text = std::move(text), first](core::TimeMs now) {
       HttpResponse r;
       Server::Impl& srv = self->server_;
-      if (first) {
-        core::Result<std::string> reply = srv.service_.AgentRegister(self->cert_node_, text, now);
-        if (!reply.ok()) {
-          r.status = 400;
-          r.body = reply.message();
+      // Nothing an agent sends may end the daemon: the protocol's reader
+      // throws nothing, and this catches what a bug elsewhere might.
+      try {
+        if (first) {
+          core::Result<std::string> reply = srv.service_.AgentRegister(self->cert_node_, text, now);
+          if (!reply.ok()) {
+            r.status = 400;
+            r.body = reply.message();
+            return r;
+          }
+          self->node_ = self->cert_node_;
+          if (auto old = srv.agent_sessions_[self->node_].lock(); old && old != self) {
+            old->Send(proto::WriteSchedulerMessage(
+                          proto::Error{"replaced by a newer connection of this node", "", ""}),
+                      true);
+          }
+          srv.agent_sessions_[self->node_] = self;
+          r.body = std::move(reply).value();
           return r;
         }
-        self->node_ = self->cert_node_;
-        if (auto old = srv.agent_sessions_[self->node_].lock(); old && old != self) {
-          old->Send(Json{{"type", "error"}, {"message", "replaced by a newer connection"}}.dump(),
-                    true);
+        if (std::optional<std::string> reply = srv.service_.AgentMessage(self->node_, text, now)) {
+          r.body = std::move(*reply);
         }
-        srv.agent_sessions_[self->node_] = self;
-        r.body = std::move(reply).value();
-        return r;
-      }
-      Status st = srv.service_.AgentMessage(self->node_, text, now);
-      if (!st.ok()) {
-        r.status = 400;
-        r.body = st.message();
+      } catch (const std::exception& e) {
+        LogLine("topo-scheduler: agent " + self->cert_node_ +
+                ": internal error on a message: " + e.what());
+        r.body = proto::WriteSchedulerMessage(
+            proto::Error{"internal error; the message was not applied", "", ""});
       }
       return r;
     };
     p.done = [self](HttpResponse r) {
       if (r.status != 200) {
+        // Only a refused registration closes the connection.
         LogLine("topo-scheduler: agent " + (self->cert_node_.empty() ? "?" : self->cert_node_) +
-                ": refused a message: " + r.body);
-        self->Send(Json{{"type", "error"}, {"message", r.body}}.dump(), true);
+                ": registration refused: " + r.body);
+        self->Send(proto::WriteSchedulerMessage(
+                       proto::Error{r.body.substr(0, proto::kMaxReasonBytes), "", "register"}),
+                   true);
         return;
       }
       if (!r.body.empty()) self->Send(std::move(r.body));

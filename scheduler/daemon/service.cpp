@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <system_error>
@@ -250,11 +251,47 @@ const store::ReplayReport& Service::replay_report() const { return s_->replay; }
 bool Service::has_topology() const { return s_->topology != nullptr; }
 size_t Service::staged() const { return s_->staged.size(); }
 
+namespace {
+
+// The registry's view of the daemon: the core, the store, the log.
+class ServiceAgentHost : public AgentHost {
+ public:
+  explicit ServiceAgentHost(ServiceState& s) : s_(s) {}
+  const core::SchedulerCore* core() const override { return s_.core.get(); }
+  const core::Topology* topology() const override { return s_.topology.get(); }
+  void StepCore(const core::Event& event, const std::string& actor) override {
+    s_.Step(event, actor);
+  }
+  bool JobEnded(core::JobId id) override { return s_.JobTenant(id).has_value(); }
+  void Audit(const std::string& actor, std::string_view action, const Json& detail) override {
+    (void)s_.store->AppendAudit(s_.now, actor, action, detail.dump());
+  }
+  void Log(const std::string& line) override {
+    // One write per line, so lines from threads do not interleave.
+    const std::string out = line + "\n";
+    std::fwrite(out.data(), 1, out.size(), stderr);
+  }
+  std::string UnixUserOf(const std::string& api_user) override {
+    Result<std::optional<store::User>> u = s_.store->GetUser(api_user);
+    if (!u.ok() || !u.value()) return api_user;
+    return u.value()->unix_user.empty() ? api_user : u.value()->unix_user;
+  }
+
+ private:
+  ServiceState& s_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metrics* metrics,
                                                TimeMs now) {
   auto s = std::make_unique<ServiceState>();
   s->config = config;
   s->metrics = metrics;
+  s->agent_host = std::make_unique<ServiceAgentHost>(*s);
+  s->agents = std::make_unique<AgentRegistry>(
+      *s->agent_host, AgentSettings{config.heartbeat_interval_ms, config.missed_heartbeats_down,
+                                    /*send_jobs=*/config.slurm_socket.empty()});
   Result<store::Store> opened = store::Store::Open(config.state_dir + "/topo.db");
   if (!opened.ok()) return opened.status();
   s->store = std::make_unique<store::Store>(std::move(opened).value());
@@ -304,37 +341,20 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
     Result<std::vector<store::NodeRow>> nodes = st.ListNodes();
     if (!nodes.ok()) return nodes.status();
     for (const store::NodeRow& n : nodes.value()) s->node_reason[n.name] = n.reason;
-    // Where each running job's ranks are, for the stop messages of a later
-    // cancel, preemption or restart (the agents re-report their ranks).
-    for (const auto& [id, job] : s->core->jobs()) {
-      if (job.state != core::JobState::kRunning && job.state != core::JobState::kPreempting) {
-        continue;
-      }
-      ServiceState::Run& run = s->runs[id];
-      run.restart_count = job.restarts;
-      run.exited_ok.assign(job.ranks.size(), false);
-      std::set<std::string> seen;
-      for (const core::GpuSlot& slot : job.ranks) {
-        const std::string& name = s->topology->node(slot.node).name;
-        if (seen.insert(name).second) run.nodes.push_back(name);
-      }
-    }
     // Nodes an agent brought up before the restart: their agents, retrying
     // with backoff meanwhile, get kAgentReconnectGraceMs to reconnect (the
     // heartbeat limit when that is longer); the nodes whose agents do not
     // come back go down and their jobs are recovered. Heartbeats are not
     // logged, so the node's last reason says who brought it up.
-    const core::TimeMs limit =
-        static_cast<core::TimeMs>(config.heartbeat_interval_ms) * config.missed_heartbeats_down;
-    const core::TimeMs heard =
-        s->now + std::max<core::TimeMs>(0, ServiceState::kAgentReconnectGraceMs - limit);
+    std::vector<std::string> agent_nodes;
     for (const store::NodeRow& n : nodes.value()) {
       const core::NodeId id = s->topology->FindNode(n.name);
       if (id < 0 || s->core->cluster().node_state(id) == core::NodeState::kDown) continue;
       if (n.reason == "agent registered" || n.reason == "heartbeat resumed") {
-        s->agents[n.name] = ServiceState::Agent{false, heard, -1, {}};
+        agent_nodes.push_back(n.name);
       }
     }
+    s->agents->Restore(agent_nodes, ServiceState::kAgentReconnectGraceMs, s->now);
   }
   Result<core::JobId> max_id = st.MaxJobId();
   if (!max_id.ok()) return max_id.status();
@@ -343,7 +363,7 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
   Result<std::vector<store::User>> users = st.ListUsers();
   if (!users.ok()) return users.status();
   if (users.value().empty()) {
-    store::User admin{"admin", "default", store::Role::kClusterAdmin, s->now};
+    store::User admin{"admin", "default", store::Role::kClusterAdmin, s->now, "admin"};
     if (Status u = st.CreateUser(admin); !u.ok()) return u;
     Result<store::IssuedToken> token = st.CreateToken("admin", s->now);
     if (!token.ok()) return token.status();
@@ -363,7 +383,7 @@ Status ServiceState::CommitStaged() {
   const auto t0 = std::chrono::steady_clock::now();
   Result<store::AppendResult> r = store->Append(*topology, staged);
   if (!r.ok()) return r.status();
-  for (const store::LogEntry& e : staged) Dispatch(e.commands);
+  for (const store::LogEntry& e : staged) agents->Dispatch(e.commands);
   if (metrics != nullptr) {
     metrics->Commit(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                     staged.size());
@@ -532,5 +552,39 @@ HttpResponse Service::Handle(const HttpRequest& request, TimeMs now) {
   if (r.route.empty()) r.route = "/v1/" + root;
   return r;
 }
+
+// ---------------------------------------------------------------- agents
+
+Result<std::string> Service::AgentRegister(const std::string& cert_node, const std::string& message,
+                                           TimeMs now) {
+  s_->now = std::max(s_->now, now);
+  return s_->agents->Register(cert_node, message, s_->now);
+}
+
+std::optional<std::string> Service::AgentMessage(const std::string& node,
+                                                 const std::string& message, TimeMs now) {
+  s_->now = std::max(s_->now, now);
+  return s_->agents->Message(node, message, s_->now);
+}
+
+void Service::AgentDisconnected(const std::string& node, TimeMs now) {
+  s_->now = std::max(s_->now, now);
+  s_->agents->Disconnected(node, s_->now);
+}
+
+void Service::CheckLiveness(TimeMs now) {
+  s_->now = std::max(s_->now, now);
+  s_->agents->CheckLiveness(s_->now);
+}
+
+std::vector<std::pair<std::string, std::string>> Service::TakeAgentMessages() {
+  return s_->agents->TakeMessages();
+}
+
+std::vector<std::pair<int64_t, HttpResponse>> Service::TakeDeferredAnswers() {
+  return s_->agents->TakeDeferredAnswers();
+}
+
+void Service::ForgetDeferred(int64_t id) { s_->agents->ForgetDeferred(id); }
 
 }  // namespace topo::daemon

@@ -117,8 +117,10 @@ class Service {
   // close). Brings a node that was down up (a logged event).
   core::Result<std::string> AgentRegister(const std::string& cert_node, const std::string& message,
                                           core::TimeMs now);
-  // Any later message of that agent; an error means refuse and close.
-  core::Status AgentMessage(const std::string& node, const std::string& message, core::TimeMs now);
+  // Any later message of that agent: the reply to send (an `error` naming
+  // the refused field), or nothing. Never closes the connection.
+  std::optional<std::string> AgentMessage(const std::string& node, const std::string& message,
+                                          core::TimeMs now);
   void AgentDisconnected(const std::string& node, core::TimeMs now);
   // Nodes whose agent was silent for missed_heartbeats_down intervals go
   // down (stages entries; the core recovers their jobs).

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "daemon/service_internal.hpp"
+#include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
 #include "topo/common/topology_io.hpp"
@@ -103,7 +104,22 @@ Json UserView(const store::User& u) {
   return Json{{"name", u.name},
               {"tenant", u.tenant},
               {"role", store::RoleName(u.role)},
+              {"unix_user", u.unix_user},
               {"created_ms", u.created_ms}};
+}
+
+// The optional "unix_user" of a users request: an error naming the field.
+std::optional<HttpResponse> UnixUserField(const Json& body, std::string& out) {
+  auto it = body.find("unix_user");
+  if (it == body.end()) return std::nullopt;
+  if (!it->is_string() || !proto::ValidUnixUser(it->get<std::string>())) {
+    return Error(400,
+                 "unix_user must be the name of a Unix account on the nodes: 1-32 of A-Z a-z 0-9 "
+                 "_ . -, not starting with '-' or '.'",
+                 "unix_user");
+  }
+  out = it->get<std::string>();
+  return std::nullopt;
 }
 
 // May caller manage (create tokens for, delete) user u?
@@ -194,11 +210,7 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
     if (drain && reason.empty()) reason = "drained by " + caller.user.name;
     if (!drain && reason.empty()) reason = "resumed by " + caller.user.name;
     for (NodeId n : ids) {
-      if (drain) {
-        s.drain_modes[topo.node(n).name] = mode;
-      } else {
-        s.drain_modes.erase(topo.node(n).name);
-      }
+      s.agents->SetDrainMode(topo.node(n).name, drain ? mode : "");
       s.Step(core::NodeStateRequested{n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
                                       drain && mode != "graceful" ? reason + " (" + mode + ")"
                                                                   : reason},
@@ -332,16 +344,26 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
     if (!caller.admin()) return Error(403, "creating users needs a tenant-admin or cluster-admin");
     Body b = ParseBody(*route.request, false);
     if (b.error) return *b.error;
-    if (auto e = UnknownField(b.json, {"name", "tenant", "role"})) return *e;
+    if (auto e = UnknownField(b.json, {"name", "tenant", "role", "unix_user"})) return *e;
     for (const char* f : {"name", "tenant", "role"}) {
       if (!b.json.contains(f) || !b.json[f].is_string()) {
         return Error(400, std::string(f) + " is required and must be a string", f);
       }
     }
-    store::User u{b.json["name"], b.json["tenant"], store::Role::kUser, s.now};
+    store::User u{b.json["name"], b.json["tenant"], store::Role::kUser, s.now, {}};
     if (!ValidUserName(u.name)) {
       return Error(400, "name: user names are 1-64 of a-z 0-9 _ . - (and @ after the first)",
                    "name");
+    }
+    // Jobs run as this Unix account on the nodes; by default the user's name.
+    u.unix_user = u.name;
+    if (auto e = UnixUserField(b.json, u.unix_user)) return *e;
+    if (!b.json.contains("unix_user") && !proto::ValidUnixUser(u.unix_user)) {
+      return Error(400,
+                   "user " + u.name +
+                       " is not a Unix account name: give unix_user, the account "
+                       "its jobs run as on the nodes",
+                   "unix_user");
     }
     if (!ValidTenantName(u.tenant)) return Error(400, "tenant: not a tenant name", "tenant");
     std::optional<store::Role> role = store::ParseRole(b.json["role"].get<std::string>());
@@ -363,9 +385,35 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
     if (existing.value()) return Error(409, "user " + u.name + " exists already");
     if (Status st = s.store->CreateUser(u); !st.ok()) return StoreFailed(st);
     Audit(s, caller, "user.create",
-          {{"user", u.name}, {"tenant", u.tenant}, {"role", store::RoleName(u.role)}});
+          {{"user", u.name},
+           {"tenant", u.tenant},
+           {"role", store::RoleName(u.role)},
+           {"unix_user", u.unix_user}});
     s.auth_cache.clear();
     return JsonResponse(201, UserView(u));
+  }
+  if (p.size() == 2 && m == "PATCH") {
+    // PATCH /v1/users/NAME {"unix_user": ...}: the account later starts run as.
+    Result<std::optional<store::User>> u = s.store->GetUser(p[1]);
+    if (!u.ok()) return StoreFailed(u.status());
+    if (!u.value() || !caller.admin() || !Manages(caller, *u.value())) {
+      if (u.value() && !caller.admin()) return Error(403, "changing users needs an admin");
+      return Error(404, "no user " + p[1].substr(0, 64) + " that you manage");
+    }
+    Body b = ParseBody(*route.request, false);
+    if (b.error) return *b.error;
+    if (auto e = UnknownField(b.json, {"unix_user"})) return *e;
+    store::User changed = *u.value();
+    if (!b.json.contains("unix_user")) return Error(400, "give unix_user", "unix_user");
+    if (auto e = UnixUserField(b.json, changed.unix_user)) return *e;
+    if (Status st = s.store->UpdateUser(changed); !st.ok()) return StoreFailed(st);
+    Audit(
+        s, caller, "user.update",
+        {{"user", changed.name}, {"unix_user", changed.unix_user}, {"was", u.value()->unix_user}});
+    s.auth_cache.clear();
+    HttpResponse r = JsonResponse(200, UserView(changed));
+    r.route = "/v1/users/{name}";
+    return r;
   }
   if (p.size() == 2 && m == "DELETE") {
     HttpResponse r;
@@ -385,7 +433,8 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
     r.route = "/v1/users/{name}";
     return r;
   }
-  return Error(p.size() <= 2 ? 405 : 404, "use GET or POST /v1/users, or DELETE /v1/users/NAME");
+  return Error(p.size() <= 2 ? 405 : 404,
+               "use GET or POST /v1/users, or PATCH or DELETE /v1/users/NAME");
 }
 
 // ---------------------------------------------------------------- tokens

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/agent_registry.hpp"
 #include "daemon/service.hpp"
 
 namespace topo::daemon {
@@ -80,44 +81,16 @@ struct ServiceState {
   };
   std::unordered_map<std::string, Bucket> rate;
 
-  // Node agents: liveness in memory only (heartbeats are never logged).
-  struct Agent {
-    bool connected = false;
-    core::TimeMs last_seen = 0;
-    core::TimeMs disconnected_at = -1;  // when its connection closed (-1: open, or unknown)
-    std::string addr;                   // where its ranks listen (MASTER_ADDR), as it reported
-  };
-  std::unordered_map<std::string, Agent> agents;
+  // Node agents: registration, liveness, authority, messages.
+  std::unique_ptr<AgentRegistry> agents;
   // After a daemon restart, how long agents have to reconnect: twice
   // topo-agent's longest reconnect backoff (5 s).
   static constexpr core::TimeMs kAgentReconnectGraceMs = 10000;
-  // Rank exits of the current run of each job: which ranks ended with 0.
-  struct Run {
-    int restart_count = 0;
-    std::vector<bool> exited_ok;
-    int ok_count = 0;
-    std::vector<std::string> nodes;  // where its ranks run now
-  };
-  std::unordered_map<core::JobId, Run> runs;
-  std::vector<std::pair<std::string, std::string>> outbox;
-  // Requests waiting on an agent's answer (GET /v1/jobs/ID/logs), by id.
-  struct AgentRequest {
-    std::string node;
-    core::JobId job = 0;
-    int rank = 0;
-  };
-  std::unordered_map<int64_t, AgentRequest> agent_requests;
-  int64_t next_agent_request = 1;
-  std::vector<std::pair<int64_t, HttpResponse>> deferred_answers;
-  // How an admin asked each node to drain (graceful, immediate, wait), until
-  // the drain message goes out; a drain the core makes itself (a failed GPU)
-  // has none and lets the node's other jobs run to their end.
-  std::unordered_map<std::string, std::string> drain_modes;
   // Writes the staged entries in one transaction, then hands their commands
-  // to Dispatch (Service::Commit).
+  // to the agents (Service::Commit).
   core::Status CommitStaged();
-  // Turns committed commands into messages for agents (service_agents.cpp).
-  void Dispatch(const std::vector<core::Command>& commands);
+  // What the agent registry reaches of this state (service.cpp).
+  std::unique_ptr<AgentHost> agent_host;
 
   // Steps the core and stages the entry; returns the commands.
   const std::vector<core::Command>& Step(const core::Event& event, std::string actor);

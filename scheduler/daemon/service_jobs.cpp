@@ -6,6 +6,7 @@
 #include <set>
 
 #include "daemon/service_internal.hpp"
+#include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/core/evaluator.hpp"
@@ -327,25 +328,51 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                  "checkpoint_interval_s");
   }
   if (auto it = body.find("command"); it != body.end()) {
-    size_t total = 0;
-    if (!it->is_array() || it->empty() || it->size() > 1024) {
-      return Error(400, "command must be a non-empty array of at most 1024 strings (argv)",
+    // What exec accepts on Linux, and what fits in the agents' `start`.
+    if (!it->is_array() || it->empty() || it->size() > proto::kMaxCommandArgs) {
+      return Error(400,
+                   "command must be a non-empty array of at most " +
+                       std::to_string(proto::kMaxCommandArgs) + " strings (argv)",
                    "command");
     }
+    size_t total = 0;
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& arg = (*it)[i];
-      if (!arg.is_string()) {
-        return Error(400, "command[" + std::to_string(i) + "] must be a string", "command");
+      const std::string where = "command[" + std::to_string(i) + "]";
+      if (!arg.is_string()) return Error(400, where + " must be a string", "command");
+      const std::string& a = arg.get_ref<const std::string&>();
+      if (a.size() > proto::kMaxArgBytes) {
+        return Error(400,
+                     where + " is " + std::to_string(a.size()) +
+                         " bytes; Linux runs no argument longer than " +
+                         std::to_string(proto::kMaxArgBytes) +
+                         ": put a long script in a file the job reads",
+                     "command");
       }
-      total += arg.get<std::string>().size();
-      request.command.push_back(arg.get<std::string>());
+      if (a.find('\0') != std::string::npos) {
+        return Error(400, where + " contains a NUL byte, which no argument can", "command");
+      }
+      total += a.size() + 1;
+      request.command.push_back(a);
     }
-    if (total > 256 * 1024 || request.command[0].empty()) {
+    if (total > proto::kMaxCommandBytes || request.command[0].empty()) {
       return Error(400,
-                   "command: the program (command[0]) must be given and the whole "
-                   "command must stay under 256 KiB",
+                   "command: the program (command[0]) must be given and the whole command must "
+                   "stay under " +
+                       std::to_string(proto::kMaxCommandBytes >> 10) + " KiB (it is " +
+                       std::to_string(total >> 10) + " KiB)",
                    "command");
     }
+  }
+  // The ranks run as the submitter's Unix account (docs/jobs.md).
+  request.unix_user = caller.user.unix_user.empty() ? caller.user.name : caller.user.unix_user;
+  if (request.unix_user == "root" && !s.config.allow_root_jobs) {
+    return Error(403,
+                 "user " + caller.user.name +
+                     " maps to the Unix account root, and jobs may not run as root on this "
+                     "cluster: map the user to an unprivileged account (topo users set " +
+                     caller.user.name + " --unix-user ACCOUNT), or set allow_root_jobs = true",
+                 "unix_user");
   }
   request.priority = static_cast<int>(priority);
   request.time_limit = time_limit * core::kSecond;
@@ -525,7 +552,10 @@ HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
     return Error(400, "offset must be a byte offset (negative: that many bytes from the end)",
                  "offset");
   }
-  if (!number("max", 1, 256 << 10, max)) return Error(400, "max must be 1..262144 bytes", "max");
+  if (!number("max", 1, proto::kMaxLogChunkBytes, max)) {
+    return Error(400, "max must be 1.." + std::to_string(proto::kMaxLogChunkBytes) + " bytes",
+                 "max");
+  }
   std::string node;
   if (live != nullptr && rank < static_cast<int64_t>(live->ranks.size())) {
     node = s.topology->node(live->ranks[rank].node).name;
@@ -535,22 +565,10 @@ HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
     return Error(409, "job " + std::to_string(*id) + " is " + state + " and rank " +
                           std::to_string(rank) + " has not run anywhere yet; no log to read");
   }
-  auto agent = s.agents.find(node);
-  if (agent == s.agents.end() || !agent->second.connected) {
-    return Error(503, "rank " + std::to_string(rank) + "'s log is on node " + node +
-                          ", whose agent is not connected; retry when it is back");
-  }
-  const int64_t req = s.next_agent_request++;
-  s.agent_requests[req] = ServiceState::AgentRequest{node, *id, static_cast<int>(rank)};
-  s.outbox.emplace_back(node, Json{{"type", "logs"},
-                                   {"req", req},
-                                   {"job", *id},
-                                   {"rank", rank},
-                                   {"offset", offset},
-                                   {"max", max}}
-                                  .dump());
+  Result<int64_t> req = s.agents->AskLogs(node, *id, static_cast<int>(rank), offset, max);
+  if (!req.ok()) return Error(503, req.message());
   HttpResponse r;
-  r.deferred = req;
+  r.deferred = req.value();
   return r;
 }
 
@@ -645,12 +663,11 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
                                    "; only a running job can checkpoint"));
     }
     if (reason.empty()) reason = "requested by " + caller.user.name;
-    std::set<core::NodeId> nodes;
-    for (const core::GpuSlot& slot : j->ranks) nodes.insert(slot.node);
-    for (core::NodeId n : nodes) {
-      s.outbox.emplace_back(s.topology->node(n).name,
-                            Json{{"type", "checkpoint"}, {"job", *id}, {"reason", reason}}.dump());
+    std::vector<std::string> nodes;
+    for (const core::NodeLaunch& n : core::GroupByNode(j->ranks)) {
+      nodes.push_back(s.topology->node(n.node).name);
     }
+    s.agents->AskCheckpoint(nodes, *id, reason);
     (void)s.store->AppendAudit(s.now, s.Actor(caller), "job.checkpoint",
                                Json{{"job", *id}, {"reason", reason}}.dump());
     return finish(JsonResponse(202, Json{{"id", *id},

@@ -419,7 +419,7 @@ Status Service::SlurmImportTopology(const std::string& text, int gpus_per_node, 
   Route route;
   route.request = &request;
   route.path = {"topology"};
-  Caller caller{store::User{"scheduler", "default", store::Role::kClusterAdmin, s.now}};
+  Caller caller{store::User{"scheduler", "default", store::Role::kClusterAdmin, s.now, "root"}};
   HttpResponse r = HandleTopology(s, caller, route);
   if (r.status / 100 != 2) return Status::Error("importing slurm_topology: " + r.body);
   return s.CommitStaged();

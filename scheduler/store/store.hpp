@@ -168,6 +168,7 @@ struct User {
   std::string tenant;
   Role role = Role::kUser;
   TimeMs created_ms = 0;
+  std::string unix_user;  // the account its jobs run as on the nodes
 };
 
 struct TokenInfo {

@@ -38,12 +38,14 @@ bool IsHex(std::string_view s) {
 }
 
 User ReadUser(const Statement& q) {
-  return User{q.Text(0), q.Text(1), ParseRole(q.Text(2)).value_or(Role::kUser), q.Int64(3)};
+  return User{q.Text(0), q.Text(1), ParseRole(q.Text(2)).value_or(Role::kUser), q.Int64(3),
+              q.Text(4)};
 }
 
 Status CheckUser(const User& u) {
   if (u.name.empty()) return Status::Error("a user needs a name");
   if (u.tenant.empty()) return Status::Error("user \"" + u.name + "\" needs a tenant");
+  if (u.unix_user.empty()) return Status::Error("user \"" + u.name + "\" needs a unix_user");
   return Status::Ok();
 }
 
@@ -93,11 +95,11 @@ std::string Sha256Hex(std::string_view text) {
 Status Store::CreateUser(const User& user) {
   if (Status s = CheckUser(user); !s.ok()) return impl_->Error("creating user", s);
   Result<Statement> q = impl_->db.Prepare(
-      "INSERT INTO users(name, tenant, role, created_ms) VALUES (?1, ?2, ?3, ?4) "
+      "INSERT INTO users(name, tenant, role, created_ms, unix_user) VALUES (?1, ?2, ?3, ?4, ?5) "
       "ON CONFLICT(name) DO NOTHING");
   if (!q.ok()) return impl_->Error("creating user", q.status());
   q.value().Bind(1, user.name).Bind(2, user.tenant).Bind(3, RoleName(user.role));
-  q.value().Bind(4, user.created_ms);
+  q.value().Bind(4, user.created_ms).Bind(5, user.unix_user);
   Result<int> changed = WriteOne(*impl_, q.value());
   if (!changed.ok()) return impl_->Error("creating user \"" + user.name + "\"", changed.status());
   if (changed.value() == 0) {
@@ -110,9 +112,10 @@ Status Store::CreateUser(const User& user) {
 Status Store::UpdateUser(const User& user) {
   if (Status s = CheckUser(user); !s.ok()) return impl_->Error("updating user", s);
   Result<Statement> q =
-      impl_->db.Prepare("UPDATE users SET tenant = ?2, role = ?3 WHERE name = ?1");
+      impl_->db.Prepare("UPDATE users SET tenant = ?2, role = ?3, unix_user = ?4 WHERE name = ?1");
   if (!q.ok()) return impl_->Error("updating user", q.status());
   q.value().Bind(1, user.name).Bind(2, user.tenant).Bind(3, RoleName(user.role));
+  q.value().Bind(4, user.unix_user);
   Result<int> changed = WriteOne(*impl_, q.value());
   if (!changed.ok()) return impl_->Error("updating user \"" + user.name + "\"", changed.status());
   if (changed.value() == 0) {
@@ -134,7 +137,7 @@ Status Store::DeleteUser(std::string_view name) {
 
 Result<std::optional<User>> Store::GetUser(std::string_view name) {
   Result<Statement> q =
-      impl_->db.Prepare("SELECT name, tenant, role, created_ms FROM users WHERE name = ?1");
+      impl_->db.Prepare("SELECT name, tenant, role, created_ms, unix_user FROM users WHERE name = ?1");
   if (!q.ok()) return impl_->Error("reading user", q.status());
   q.value().Bind(1, name);
   Result<bool> row = q.value().Step();
@@ -145,8 +148,9 @@ Result<std::optional<User>> Store::GetUser(std::string_view name) {
 
 Result<std::vector<User>> Store::ListUsers(std::optional<std::string_view> tenant) {
   Result<Statement> q = impl_->db.Prepare(
-      tenant ? "SELECT name, tenant, role, created_ms FROM users WHERE tenant = ?1 ORDER BY name"
-             : "SELECT name, tenant, role, created_ms FROM users ORDER BY name");
+      tenant ? "SELECT name, tenant, role, created_ms, unix_user FROM users WHERE tenant = ?1 "
+               "ORDER BY name"
+             : "SELECT name, tenant, role, created_ms, unix_user FROM users ORDER BY name");
   if (!q.ok()) return impl_->Error("listing users", q.status());
   if (tenant) q.value().Bind(1, *tenant);
   std::vector<User> users;
@@ -189,7 +193,8 @@ Result<IssuedToken> Store::CreateToken(std::string_view user, TimeMs now_ms) {
 Result<std::optional<User>> Store::Authenticate(std::string_view token) {
   if (token.substr(0, kTokenPrefix.size()) != kTokenPrefix) return std::optional<User>();
   Result<Statement> q = impl_->db.Prepare(
-      "SELECT u.name, u.tenant, u.role, u.created_ms FROM tokens t JOIN users u ON u.name = "
+      "SELECT u.name, u.tenant, u.role, u.created_ms, u.unix_user FROM tokens t JOIN users u ON "
+      "u.name = "
       "t.user WHERE t.hash = ?1 AND t.revoked = 0");
   if (!q.ok()) return impl_->Error("checking a token", q.status());
   q.value().Bind(1, Sha256Hex(token));

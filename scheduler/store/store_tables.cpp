@@ -165,7 +165,7 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
           } else if constexpr (std::is_same_v<T, core::RestartJob>) {
             Statement& q = write.job_restart;
             q.Bind(1, c.id).Bind(2, json.at("ranks").dump()).Bind(3, json.at("spares").dump());
-            q.Bind(4, time).Bind(5, c.restart_count).Bind(6, c.checkpoint_step);
+            q.Bind(4, time).Bind(5, c.launch.restart_count).Bind(6, c.launch.checkpoint_step);
             return q.Bind(7, seq).Run();
           } else if constexpr (std::is_same_v<T, core::StopJob>) {
             return write.job_stop.Bind(1, c.id).Bind(2, seq).Run();

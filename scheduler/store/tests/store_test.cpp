@@ -78,7 +78,7 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   const std::string path = dir.File("state.db");
   {
     Store store = OpenOk(path);
-    CHECK(store.SchemaVersion() == 2);
+    CHECK(store.SchemaVersion() == 3);
     CHECK(store.LastSeq() == 0);
     CHECK(store.MaxJobId().value() == 0);
     std::vector<core::TenantConfig> tenants = store.ListTenants().value();
@@ -90,7 +90,7 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   CHECK(raw.Text("PRAGMA journal_mode") == "wal");
   CHECK(raw.Text("PRAGMA application_id") == std::to_string(0x746f706f));
   CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") ==
-        "1:init,2:job_events_audit");
+        "1:init,2:job_events_audit,3:unix_user");
   for (const char* table : {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens",
                             "meta", "job_events", "audit"}) {
     CAPTURE(table);
@@ -115,7 +115,7 @@ TEST_CASE("reopening keeps everything and applies no migration twice") {
   CHECK(store.GetMeta("topology").value() == "{}");
   CHECK(store.GetJob(1).value().has_value());
   RawDb raw(path);
-  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "2");
+  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "3");
 }
 
 TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
@@ -131,7 +131,7 @@ TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
   CAPTURE(s.message());
   CHECK(s.message().find(path) != std::string::npos);
   CHECK(s.message().find("schema version is 7") != std::string::npos);
-  CHECK(s.message().find("(1..2)") != std::string::npos);
+  CHECK(s.message().find("(1..3)") != std::string::npos);
   CHECK(s.message().find("newer release") != std::string::npos);
   RawDb raw(path);
   CHECK(raw.Text("SELECT MAX(version) FROM schema_version") == "7");
@@ -220,7 +220,7 @@ TEST_CASE("appended events read back with their seq, time, actor and commands") 
        "user:ada",
        core::JobSubmitted{1, SmallRequest()},
        {core::JobStateChanged{1, core::JobState::kQueued, "submitted"},
-        core::StartJob{1, {{n3, 0}, {n3, 1}, {n3, 2}, {n3, 3}}, {}},
+        core::StartJob{1, {{n3, 0}, {n3, 1}, {n3, 2}, {n3, 3}}, {}, {}},
         core::JobStateChanged{1, core::JobState::kRunning, "running"}}},
       {20, "agent:n3", core::Heartbeat{n3}, {}},
       {15,
@@ -442,18 +442,22 @@ TEST_CASE("users and tokens: create, authenticate, revoke, delete") {
   TempDir dir;
   const std::string path = dir.File("state.db");
   Store store = OpenOk(path);
-  CHECK(store.CreateUser({"ada", "org/a", Role::kTenantAdmin, 1}).ok());
-  CHECK(store.CreateUser({"bob", "org/b", Role::kUser, 2}).ok());
-  core::Status dup = store.CreateUser({"ada", "org/b", Role::kUser, 3});
+  CHECK(store.CreateUser({"ada", "org/a", Role::kTenantAdmin, 1, "ada"}).ok());
+  CHECK(store.CreateUser({"bob", "org/b", Role::kUser, 2, "bob"}).ok());
+  core::Status dup = store.CreateUser({"ada", "org/b", Role::kUser, 3, "ada"});
   CHECK(dup.message().find("user \"ada\" already exists") != std::string::npos);
-  CHECK(store.CreateUser({"", "org/a", Role::kUser, 3}).message().find("needs a name") !=
+  CHECK(store.CreateUser({"", "org/a", Role::kUser, 3, "x"}).message().find("needs a name") !=
         std::string::npos);
-  CHECK(store.CreateUser({"eve", "", Role::kUser, 3}).message().find("needs a tenant") !=
+  CHECK(store.CreateUser({"eve", "", Role::kUser, 3, "eve"}).message().find("needs a tenant") !=
         std::string::npos);
-  CHECK(store.UpdateUser({"bob", "org/a", Role::kClusterAdmin, 0}).ok());
-  CHECK(store.UpdateUser({"nobody", "org/a", Role::kUser, 0}).message().find("no user") !=
+  CHECK(
+      store.CreateUser({"eve", "org/a", Role::kUser, 3, ""}).message().find("needs a unix_user") !=
+      std::string::npos);
+  CHECK(store.UpdateUser({"bob", "org/a", Role::kClusterAdmin, 0, "robert"}).ok());
+  CHECK(store.UpdateUser({"nobody", "org/a", Role::kUser, 0, "x"}).message().find("no user") !=
         std::string::npos);
   CHECK(store.GetUser("bob").value()->role == Role::kClusterAdmin);
+  CHECK(store.GetUser("bob").value()->unix_user == "robert");
   CHECK(store.GetUser("bob").value()->created_ms == 2);
   CHECK_FALSE(store.GetUser("nobody").value().has_value());
   CHECK(store.ListUsers().value().size() == 2);

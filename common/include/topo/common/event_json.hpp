@@ -84,5 +84,9 @@ core::Result<std::vector<core::NodeId>> NodeListFromJson(const nlohmann::json& j
 std::optional<core::JobState> ParseJobState(std::string_view name);
 std::optional<core::NodeState> ParseNodeState(std::string_view name);
 std::optional<core::GpuHealth> ParseGpuHealth(std::string_view name);
+// GPU event kinds by their wire names (xid, ecc_single_bit, ...), shared with
+// the agent protocol; "unknown" past the last kind.
+std::string_view GpuEventKindName(core::GpuEventKind kind);
+std::optional<core::GpuEventKind> ParseGpuEventKind(std::string_view name);
 
 }  // namespace topo::common

@@ -44,6 +44,7 @@
 
 #include "topo/core/cluster_state.hpp"
 #include "topo/core/job.hpp"
+#include "topo/core/launch.hpp"
 #include "topo/core/placement.hpp"
 #include "topo/core/topology.hpp"
 
@@ -93,6 +94,8 @@ struct SchedulerConfig {
   // Nodes start down until registered (NodeStateRequested up) even when the
   // core does not time heartbeats out (the daemon tracks liveness itself).
   bool nodes_start_down = false;
+  // MASTER_PORT of every start, per master node (launch.hpp).
+  PortRange master_ports;
 
   // Named stacks of ../shared/BENCHMARKS.md: "toposched", "slurm-tree",
   // "fifo-firstfit". nullopt for an unknown name.
@@ -112,6 +115,9 @@ struct JobRequest {
   // What each rank runs (argv; empty: the agent's default). Carried, never
   // interpreted by the core.
   std::vector<std::string> command;
+  // The Unix account the ranks run as (the submitter's, from the daemon's
+  // user record). Carried, never interpreted.
+  std::string unix_user;
 };
 
 enum class JobState : uint8_t {
@@ -213,25 +219,39 @@ struct NodeEvacuated {
   std::string reason;
 };
 
+// Agent: the job's ranks could not be started on a node. permanent: no
+// node can (its Unix account is missing, a root job is refused): the job
+// fails with the reason. Otherwise the node could not (a port in use, a
+// full disk): the job restarts like after a failure.
+struct JobLaunchFailed {
+  JobId id;
+  NodeId node;
+  std::string reason;
+  bool permanent = false;
+};
+
 using Event = std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
                            CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent,
-                           TenantConfigured, Tick, NodeEvacuated>;
+                           TenantConfigured, Tick, NodeEvacuated, JobLaunchFailed>;
 
 // ---------------------------------------------------------------- commands
 
+// Start the job's ranks: everything each node needs is in launch
+// (launch.hpp), with launch.restart_count and launch.checkpoint_step (a job
+// requeued after a failure starts from its checkpoint with its restarts).
 struct StartJob {
   JobId id;
   std::vector<GpuSlot> ranks;
   std::vector<NodeId> spares;
+  Launch launch;
 };
-// Stop every rank, start them again on `ranks` from checkpoint_step (-1: from
-// scratch).
+// Stop every rank, start them again on `ranks` from launch.checkpoint_step
+// (-1: from scratch) as run launch.restart_count.
 struct RestartJob {
   JobId id;
   std::vector<GpuSlot> ranks;
   std::vector<NodeId> spares;
-  int64_t checkpoint_step;
-  int restart_count;
+  Launch launch;
 };
 struct StopJob {
   JobId id;
