@@ -5,7 +5,10 @@
 #include <iostream>
 #include <string>
 
+#include <ctime>
+
 #include "agent.hpp"
+#include "cert_check.hpp"
 #include "simulate.hpp"
 
 int main(int argc, char** argv) {
@@ -18,8 +21,10 @@ int main(int argc, char** argv) {
       "with topo-scheduler over a mutually authenticated TLS WebSocket, starts and watches the "
       "node's ranks, relays checkpoints and reports GPU faults at once."};
   app.footer(R"(Examples:
-  # certificates for node n0, signed by the scheduler's CA
+  # certificates for node n0, signed by the scheduler's CA, valid agent_cert_days (90);
+  # the agent warns --cert-warn-days (14) before they expire: renew them then
   topo-scheduler --state-dir /var/lib/topo ca issue --node n0 --out /etc/topo-agent
+  topo-scheduler --state-dir /var/lib/topo ca renew --node n0 --out /etc/topo-agent
 
   # a real node (NVML when libnvidia-ml.so.1 loads, else simulated GPUs)
   topo-agent --node n0 --server wss://sched.example:8444/v1/agent \
@@ -88,6 +93,12 @@ and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
   app.add_flag("--stop-ranks-on-exit", o.stop_ranks_on_exit,
                "on SIGTERM/SIGINT stop every rank (default: leave them for the next agent)");
   app.add_option("--seed", o.seed, "reconnect jitter seed (0: from the node name and pid)");
+  int cert_warn_days = 14;
+  app.add_option("--cert-warn-days", cert_warn_days,
+                 "warn (at start and every 12 h) when --cert expires within this many days; "
+                 "an error line once it has expired (0: only then)")
+      ->check(CLI::Range(0, 3650))
+      ->capture_default_str();
 
   auto* simulate =
       app.add_option("--simulate", sim.nodes,
@@ -200,5 +211,12 @@ and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
       return 2;
     }
   }
+  // Checked here, beside the agent's event loop (cert_check.hpp). An
+  // unreadable --cert is left for RunAgent to report and refuse.
+  topo::agent::CertExpiryWatch expiry(
+      {o.cert_file, o.node, cert_warn_days},
+      [node = o.node](const std::string& line) { topo::agent::LogAgentLine(node, line); },
+      [] { return static_cast<int64_t>(::time(nullptr)); });
+  (void)expiry.Start();
   return topo::agent::RunAgent(o);
 }

@@ -88,6 +88,9 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                            [](DaemonConfig& c, int64_t x) {
                                              c.missed_heartbeats_down = static_cast<int>(x);
                                            })},
+      {"agent_cert_days",
+       IntSetter(1, 3650,
+                 [](DaemonConfig& c, int64_t x) { c.agent_cert_days = static_cast<int>(x); })},
       {"state_dir",
        [](std::string_view v, DaemonConfig& c) {
          c.state_dir = std::string(v);

@@ -45,6 +45,10 @@ struct DaemonConfig {
   int agent_listen_port = -1;
   int heartbeat_interval_ms = 1000;
   int missed_heartbeats_down = 3;  // a node silent this many intervals is down
+  // Lifetime of the node certificates `topo-scheduler ca issue` and `ca
+  // renew` sign when no --days is given (1..3650). The server certificate
+  // keeps its own.
+  int agent_cert_days = 90;
 
   // ---- Slurm mode (docs/slurm.md): on when slurm_socket is set. The
   // job_submit/topo plugin asks on that unix socket; scontrol keeps the

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -58,6 +59,62 @@ Status LockStateDir(const std::string& dir) {
   return Status::Ok();  // fd stays open: the lock lives as long as the process
 }
 
+// `ca issue` and `ca renew`: sign, record, write DIR/NODE.pem and
+// DIR/NODE-key.pem, say what was written.
+int IssueNode(const daemon::PkiPaths& pki, const std::string& node, const std::string& out_dir,
+              int days, bool revoke_old, bool renew) {
+  if (Status s = daemon::CheckNodeName(node); !s.ok()) return Fail(s.message());
+  const std::string dir = out_dir.empty() ? "." : out_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Fail("--out " + dir + ": " + ec.message());
+  topo::core::Result<daemon::CertIndex> before = daemon::ReadCertIndex(pki);
+  if (!before.ok()) return Fail(before.message());
+  const std::string cert = dir + "/" + node + ".pem", key = dir + "/" + node + "-key.pem";
+  const int64_t now = ::time(nullptr);
+  topo::core::Result<daemon::IssuedCert> issued =
+      daemon::IssueNodeCertificate(pki, node, days, cert, key, now, revoke_old);
+  if (!issued.ok()) return Fail(issued.message());
+  std::cout << "wrote " << cert << " and " << key << " (CA " << pki.ca_cert << ")\n"
+            << "serial " << issued.value().serial << ", valid until "
+            << daemon::FormatUtc(issued.value().not_after) << " (" << days << " days); recorded in "
+            << pki.issued_index << "\n";
+  if (renew) {
+    int earlier = 0, revoked = 0;
+    for (const daemon::IssuedCert& c : before.value().issued) {
+      if (c.node != node) continue;
+      ++earlier;
+      if (revoke_old && c.revoked_at == 0) ++revoked;
+    }
+    std::cout << "node " << node << " had " << earlier << " earlier certificate(s)";
+    if (revoke_old) {
+      std::cout << "; revoked " << revoked << " of them now (" << pki.crl
+                << "): the running daemon refuses them at the next handshake";
+    } else if (earlier > 0) {
+      std::cout << "; they stay valid until they expire (--revoke-old revokes them)";
+    }
+    std::cout << "\n";
+  }
+  std::cout << "install both on the node and restart topo-agent (--cert " << cert << " --key "
+            << key << ")\n";
+  return 0;
+}
+
+int RevokeNode(const daemon::PkiPaths& pki, const std::string& node) {
+  topo::core::Result<daemon::RevokeReport> r = daemon::RevokeNode(pki, node, ::time(nullptr));
+  if (!r.ok()) return Fail(r.message());
+  std::cout << "revoked " << r.value().revoked.size() << " certificate(s) of node " << node;
+  for (const daemon::IssuedCert& c : r.value().revoked) {
+    std::cout << (&c == &r.value().revoked.front() ? ": " : ", ") << c.serial;
+  }
+  std::cout << "\nwrote " << pki.crl << "; any other certificate for " << node
+            << " with notBefore before " << daemon::FormatUtc(r.value().revoked_at)
+            << " is refused too.\nA running topo-scheduler refuses them at the next TLS "
+               "handshake and closes the node's connection within a second.\n"
+            << "New certificate: topo-scheduler ca renew --node " << node << " --out DIR\n";
+  return 0;
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -76,8 +133,11 @@ int main(int argc, char** argv) {
       "  topo-scheduler\n"
       "  topo-scheduler --state-dir /var/lib/toposched --listen 0.0.0.0:8443\n"
       "  topo-scheduler --config /etc/toposched/topo-scheduler.conf\n"
-      "  topo-scheduler ca issue --node n17 --out /etc/toposched/agent\n",
+      "  topo-scheduler ca issue --node n17 --out /etc/toposched/agent\n"
+      "  topo-scheduler ca revoke --node n17 --state-dir /var/lib/toposched\n",
       "topo-scheduler"};
+  // --state-dir and --config also after `ca ...`, where people type them.
+  app.fallthrough();
   app.set_version_flag("--version", "topo-scheduler 0.1.0");
   std::string config_file, state_dir, listen;
   app.add_option("--config", config_file, "settings file (packaging/topo-scheduler.conf)")
@@ -86,10 +146,35 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "HOST:PORT to serve HTTPS on (default 127.0.0.1:8443)");
 
   CLI::App* ca = app.add_subcommand("ca", "the daemon's certificate authority");
-  CLI::App* issue = ca->add_subcommand("issue", "sign a client certificate for a node's agent");
+  ca->footer(
+      "Node certificates (docs/daemon.md, Certificates) live agent_cert_days (90) unless --days\n"
+      "says otherwise; each is recorded in STATE_DIR/pki/issued.tsv. `revoke` writes\n"
+      "STATE_DIR/crl.pem; the running daemon refuses a revoked certificate at the next TLS\n"
+      "handshake and closes the node's open connection, no restart needed.\n\n"
+      "Examples:\n"
+      "  topo-scheduler ca issue --node n17 --out /etc/toposched/agent\n"
+      "  topo-scheduler ca issue --node n17 --out certs --days 30\n"
+      "  topo-scheduler ca renew --node n17 --out /etc/toposched/agent --revoke-old\n"
+      "  topo-scheduler ca revoke --node n17 --state-dir /var/lib/toposched\n"
+      "  openssl crl -in /var/lib/toposched/crl.pem -noout -text    # what is revoked");
   std::string node, out_dir;
+  int days = 0;
+  bool revoke_old = false;
+  CLI::App* issue = ca->add_subcommand("issue", "sign a client certificate for a node's agent");
   issue->add_option("--node", node, "node name (the certificate's CN)")->required();
   issue->add_option("--out", out_dir, "directory for NODE.pem and NODE-key.pem (default .)");
+  issue->add_option("--days", days, "lifetime in days (default: agent_cert_days, 90)")
+      ->check(CLI::Range(1, 3650));
+  CLI::App* renew = ca->add_subcommand(
+      "renew", "sign a fresh certificate (new key, new serial) for a node, written like issue");
+  renew->add_option("--node", node, "node name (the certificate's CN)")->required();
+  renew->add_option("--out", out_dir, "directory for NODE.pem and NODE-key.pem (default .)");
+  renew->add_option("--days", days, "lifetime in days (default: agent_cert_days, 90)")
+      ->check(CLI::Range(1, 3650));
+  renew->add_flag("--revoke-old", revoke_old, "also revoke the node's earlier certificates");
+  CLI::App* revoke = ca->add_subcommand(
+      "revoke", "revoke every certificate issued for a node (writes STATE_DIR/crl.pem)");
+  revoke->add_option("--node", node, "node name")->required();
   ca->require_subcommand(1);
 
   CLI11_PARSE(app, argc, argv);
@@ -103,23 +188,21 @@ int main(int argc, char** argv) {
   if (!listen.empty()) {
     if (Status s = daemon::ParseListen(listen, config); !s.ok()) return Fail(s.message());
   }
+  if ((*revoke || *renew) && !std::filesystem::exists(config.state_dir + "/ca.pem")) {
+    // Would make a new CA that no agent trusts: a mistyped --state-dir.
+    return Fail("no CA in " + config.state_dir + " (ca.pem): give the daemon's --state-dir (or " +
+                "--config with its state_dir)");
+  }
   if (Status s = MakeStateDir(config.state_dir); !s.ok()) return Fail(s.message());
   topo::core::Result<daemon::PkiPaths> pki =
       daemon::EnsurePki(config.state_dir, config.server_names);
   if (!pki.ok()) return Fail(pki.message());
 
-  if (*issue) {
-    const std::string dir = out_dir.empty() ? "." : out_dir;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    const std::string cert = dir + "/" + node + ".pem", key = dir + "/" + node + "-key.pem";
-    if (Status s = daemon::IssueCertificate(pki.value(), node, {node}, /*client=*/true, cert, key);
-        !s.ok()) {
-      return Fail(s.message());
-    }
-    std::cout << "wrote " << cert << " and " << key << " (CA " << pki.value().ca_cert << ")\n";
-    return 0;
+  if (*issue || *renew) {
+    return IssueNode(pki.value(), node, out_dir, days > 0 ? days : config.agent_cert_days,
+                     revoke_old, renew->parsed());
   }
+  if (*revoke) return RevokeNode(pki.value(), node);
 
   if (Status s = LockStateDir(config.state_dir); !s.ok()) return Fail(s.message());
   daemon::Metrics metrics;

@@ -90,6 +90,11 @@ void Metrics::ConnectionRefused() {
   connections_refused_ += 1;
 }
 
+void Metrics::AgentCertificateRevoked(bool at_handshake) {
+  std::lock_guard lock(mu_);
+  (at_handshake ? agent_revoked_handshakes_ : agent_revoked_sessions_) += 1;
+}
+
 void Metrics::Render(std::string& out) const {
   std::lock_guard lock(mu_);
   out += "# HELP topo_api_requests_total API requests answered, by route, method and status.\n";
@@ -120,6 +125,14 @@ void Metrics::Render(std::string& out) const {
   out += "# HELP topo_api_connections_refused_total Connections closed at the limit.\n";
   out += "# TYPE topo_api_connections_refused_total counter\n";
   out += "topo_api_connections_refused_total " + std::to_string(connections_refused_) + "\n";
+  out +=
+      "# HELP topo_agent_certificates_revoked_total Agent connections refused for a revoked "
+      "certificate: at the TLS handshake, or closed while connected.\n";
+  out += "# TYPE topo_agent_certificates_revoked_total counter\n";
+  out += "topo_agent_certificates_revoked_total{stage=\"handshake\"} " +
+         std::to_string(agent_revoked_handshakes_) + "\n";
+  out += "topo_agent_certificates_revoked_total{stage=\"connected\"} " +
+         std::to_string(agent_revoked_sessions_) + "\n";
 }
 
 }  // namespace topo::daemon

@@ -38,6 +38,9 @@ class Metrics {
   void ConnectionOpened();
   void ConnectionClosed();
   void ConnectionRefused();
+  // An agent refused for a revoked certificate: at the TLS handshake, or
+  // an already connected session closed when the revocation was loaded.
+  void AgentCertificateRevoked(bool at_handshake);
 
   // HELP/TYPE and samples of everything above.
   void Render(std::string& out) const;
@@ -53,6 +56,8 @@ class Metrics {
   uint64_t committed_entries_ = 0;
   int64_t connections_ = 0;
   uint64_t connections_refused_ = 0;
+  uint64_t agent_revoked_handshakes_ = 0;
+  uint64_t agent_revoked_sessions_ = 0;
 };
 
 // "value" with \ " and newline escaped, for a label.

@@ -2,6 +2,7 @@
 
 #include "daemon/server.hpp"
 
+#include "daemon/revocation.hpp"
 #include "daemon/service_internal.hpp"
 #include "topo/common/agent_protocol.hpp"
 
@@ -78,7 +79,8 @@ class Server::Impl {
         signals_(ioc_, SIGINT, SIGTERM),
         agent_acceptor_(ioc_),
         agent_tls_(ssl::context::tls_server),
-        liveness_(strand_) {}
+        liveness_(strand_),
+        revocation_watch_(strand_) {}
 
   Status Listen(const std::string& cert, const std::string& key);
   Status ListenAgents(const std::string& cert, const std::string& key, const std::string& ca);
@@ -112,6 +114,11 @@ class Server::Impl {
   tcp::acceptor agent_acceptor_;
   ssl::context agent_tls_;
   net::steady_timer liveness_;
+  // Agents' certificates revoked since start (revocation.hpp): checked at
+  // every handshake; the strand's watch closes connected sessions too.
+  std::unique_ptr<RevocationList> revocations_;
+  net::steady_timer revocation_watch_;
+  uint64_t revocation_generation_ = 0;  // strand only
   // Strand only: the live session of each registered node.
   std::unordered_map<std::string, std::weak_ptr<class AgentSession>> agent_sessions_;
   // Strand only: requests waiting on an agent's answer (Service deferred them).
@@ -135,6 +142,7 @@ class Server::Impl {
   void Defer(int64_t id, std::function<void(HttpResponse)> done);
   void ScheduleWakeup();
   void ScheduleLiveness();
+  void WatchRevocations();
   void Sample();
   void Stop(Status why);
 };
@@ -486,6 +494,7 @@ void Server::Impl::Stop(Status why) {
   wakeup_.cancel();
   sampler_.cancel();
   liveness_.cancel();
+  revocation_watch_.cancel();
   agent_acceptor_.close(ignored);
   signals_.cancel();
   for (auto& [id, d] : deferred_) {
@@ -513,6 +522,7 @@ Status Server::Impl::Run() {
     if (Status c = service_.Commit(); !c.ok()) return Stop(c);
     ScheduleWakeup();
     ScheduleLiveness();
+    if (revocations_ != nullptr) WatchRevocations();
   });
   Accept();
   if (agent_acceptor_.is_open()) AcceptAgents();
@@ -532,9 +542,25 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
 
   void Start() {
     beast::get_lowest_layer(ws_).expires_after(std::chrono::seconds(10));
+    if (server_.revocations_ != nullptr) {
+      // `this`, not a shared_ptr: the stream owning the callback is ours.
+      ws_.next_layer().set_verify_callback([this](bool preverified, ssl::verify_context& ctx) {
+        return server_.revocations_->VerifyPeer(preverified, ctx.native_handle(), &verdict_);
+      });
+    }
     ws_.next_layer().async_handshake(
         ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
-          if (ec) return;  // no certificate, or one from another CA: refused
+          if (ec) {
+            // A refused certificate (revoked, expired, another CA's) is
+            // said once per connection, here; no certificate at all is not.
+            const PeerVerdict& v = self->verdict_;
+            if (!v.refusal.empty()) {
+              LogLine("topo-scheduler: agent " + (v.peer.node.empty() ? "?" : v.peer.node) +
+                      ": TLS handshake refused: " + v.refusal);
+            }
+            if (v.revoked) self->server_.metrics_.AgentCertificateRevoked(true);
+            return;
+          }
           self->cert_node_ = self->PeerCommonName();
           beast::get_lowest_layer(self->ws_).expires_never();
           self->ws_.set_option(
@@ -557,6 +583,19 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
   }
 
   const std::string& node() const { return node_; }
+
+  // Strand only, once registered: closes the session when its certificate
+  // was revoked after the handshake.
+  void CloseIfRevoked() {
+    if (closing_revoked_) return;
+    std::optional<std::string> why = server_.revocations_->Refusal(verdict_.peer);
+    if (!why) return;
+    closing_revoked_ = true;
+    LogLine("topo-scheduler: agent " + node_ + ": closing the connection: " + *why);
+    server_.metrics_.AgentCertificateRevoked(false);
+    Send(proto::WriteSchedulerMessage(proto::Error{why->substr(0, proto::kMaxReasonBytes), "", ""}),
+         true);
+  }
 
  private:
   std::string PeerCommonName() {
@@ -589,6 +628,13 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
       // throws nothing, and this catches what a bug elsewhere might.
       try {
         if (first) {
+          // Revoked between its handshake and this message: the watch only
+          // closes sessions that were registered when it looked.
+          if (std::optional<std::string> why = srv.revocations_->Refusal(self->verdict_.peer)) {
+            r.status = 400;
+            r.body = *why;
+            return r;
+          }
           core::Result<std::string> reply = srv.service_.AgentRegister(self->cert_node_, text, now);
           if (!reply.ok()) {
             r.status = 400;
@@ -669,11 +715,29 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
   Server::Impl& server_;
   beast::flat_buffer buffer_;
   std::string cert_node_;
-  std::string node_;  // set on the strand once registered
+  PeerVerdict verdict_;           // written by the handshake, read on the strand after
+  bool closing_revoked_ = false;  // strand only
+  std::string node_;              // set on the strand once registered
   std::deque<std::string> out_;
   bool close_after_ = false;
   bool gone_ = false;
 };
+
+void Server::Impl::WatchRevocations() {
+  // Handshakes reload the revocations themselves; this also catches a
+  // revocation while no agent connects, to close the sessions it concerns.
+  revocation_watch_.expires_after(std::chrono::seconds(1));
+  revocation_watch_.async_wait([this](beast::error_code ec) {
+    if (ec || stopping_) return;
+    if (const uint64_t generation = revocations_->Refresh(); generation != revocation_generation_) {
+      revocation_generation_ = generation;
+      for (auto& [node, weak] : agent_sessions_) {
+        if (auto session = weak.lock()) session->CloseIfRevoked();
+      }
+    }
+    WatchRevocations();
+  });
+}
 
 void Server::Impl::RouteAgentMessages() {
   for (auto& [node, text] : service_.TakeAgentMessages()) {
@@ -693,6 +757,9 @@ Status Server::Impl::ListenAgents(const std::string& cert, const std::string& ke
   if (!ec) agent_tls_.use_private_key_file(key, ssl::context::pem, ec);
   if (!ec) agent_tls_.load_verify_file(ca, ec);
   if (ec) return Status::Error("agent TLS (" + cert + ", " + ca + "): " + ec.message());
+  revocations_ = std::make_unique<RevocationList>(PkiPathsIn(config_.state_dir), LogLine);
+  if (Status s = revocations_->Load(); !s.ok()) return s;
+  revocation_generation_ = revocations_->Refresh();
   // Mutual TLS: no client certificate signed by our CA, no connection.
   agent_tls_.set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
   const std::string where =
