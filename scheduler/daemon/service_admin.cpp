@@ -771,6 +771,11 @@ std::string RenderMetrics(ServiceState& s, const Caller& caller) {
   out += "# HELP topo_event_log_seq The newest event in the durable log.\n";
   out += "# TYPE topo_event_log_seq gauge\ntopo_event_log_seq " +
          std::to_string(s.store->LastSeq()) + "\n";
+  out +=
+      "# HELP topo_agent_messages_refused_total Agent messages refused (malformed, or about "
+      "another node's jobs or GPUs).\n# TYPE topo_agent_messages_refused_total counter\n"
+      "topo_agent_messages_refused_total " +
+      std::to_string(s.agents->refused_messages()) + "\n";
   if (s.core == nullptr) return out;
   const core::Topology& topo = *s.topology;
   GpuCounts g = CountGpus(s);

@@ -55,25 +55,59 @@ class AgentConnection:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
-    def recv(self):
-        """The next text message as JSON; None when the server closed."""
-        while True:
-            b0, b1 = self._read(2)
-            opcode, n = b0 & 0x0F, b1 & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self._read(8))[0]
-            payload = self._read(n)
-            if opcode == 0x8:
+    def _frame(self):
+        """(opcode, payload) of the first whole frame in the buffer, consumed;
+        None while it is incomplete."""
+        if len(self.buf) < 2:
+            return None
+        b0, b1 = self.buf[0], self.buf[1]
+        n, head = b1 & 0x7F, 2
+        if n == 126:
+            if len(self.buf) < 4:
                 return None
-            if opcode == 0x9:  # ping: answer with a pong
-                mask = os.urandom(4)
-                self.sock.sendall(bytes([0x8A, 0x80 | len(payload)]) + mask +
-                                  bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-                continue
-            if opcode in (0x1, 0x2):
-                return json.loads(payload.decode())
+            n, head = struct.unpack(">H", self.buf[2:4])[0], 4
+        elif n == 127:
+            if len(self.buf) < 10:
+                return None
+            n, head = struct.unpack(">Q", self.buf[2:10])[0], 10
+        if len(self.buf) < head + n:
+            return None
+        payload = self.buf[head:head + n]
+        self.buf = self.buf[head + n:]
+        return b0 & 0x0F, payload
+
+    def recv(self, timeout=None):
+        """The next text message as JSON; None when the server closed. With a
+        timeout, raises TimeoutError when no whole message came in time (a
+        partial one stays buffered for the next call)."""
+        old = self.sock.gettimeout()
+        if timeout is not None:
+            self.sock.settimeout(timeout)
+        try:
+            while True:
+                frame = self._frame()
+                if frame is None:
+                    try:
+                        chunk = self.sock.recv(65536)
+                    except socket.timeout:
+                        raise TimeoutError("no message within %s s" % timeout)
+                    if not chunk:
+                        raise ConnectionError("connection closed")
+                    self.buf += chunk
+                    continue
+                opcode, payload = frame
+                if opcode == 0x8:
+                    return None
+                if opcode == 0x9:  # ping: answer with a pong
+                    mask = os.urandom(4)
+                    self.sock.sendall(bytes([0x8A, 0x80 | len(payload)]) + mask +
+                                      bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+                    continue
+                if opcode in (0x1, 0x2):
+                    return json.loads(payload.decode())
+        finally:
+            if timeout is not None:
+                self.sock.settimeout(old)
 
     def close(self):
         try:

@@ -1,9 +1,13 @@
 #!/usr/bin/python3
-"""Node agents over mutual TLS against a real daemon: who may connect,
-registration bringing nodes up, liveness (a silent node goes down within the
-configured heartbeat intervals), start/finish of a job through agent
-messages, a GPU fault reported at once, and malformed messages refused
-without affecting anything else.
+"""Node agents over mutual TLS against a real daemon, with test agents that
+speak the protocol from its schema (agent_protocol.py): who may connect,
+registration, liveness (silence, a closed connection: suspect at once, down
+after the grace), a GPU count that differs from the topology, starts that
+carry every node's GROUP_RANK and local ranks, node-scoped authority (no node
+may report on another node's jobs or GPUs), and a table of hostile messages
+generated from the schema: every one refused with an `error` naming its
+field, on a connection that stays open, with the daemon up and its event log
+unchanged.
 
 usage: test_agents.py TOPO_SCHEDULER_BIN [TOPO_BIN]
 """
@@ -14,12 +18,15 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from agent_client import AgentConnection
+from agent_protocol import Protocol
 from harness import Daemon, Failure, check, run, serving, tiny_topology
 
 CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\n"
+P = Protocol()
 
 
 def issue(binary, state_dir, node, out):
@@ -37,8 +44,79 @@ def wait_for(pred, timeout, what):
     while time.time() < deadline:
         if pred():
             return
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise Failure("timed out waiting for " + what)
+
+
+def gpus(n=8):
+    return [{"index": i, "model": "H100", "uuid": "GPU-test-%d" % i, "memory_mb": 81559}
+            for i in range(n)]
+
+
+def register(node, n_gpus=8, protocol=None):
+    return P.agent("register", node=node, addr="127.0.0.1", gpus=gpus(n_gpus), ranks=[],
+                   agent="test-agent", protocol=protocol or P.version)
+
+
+class Agent:
+    """A registered test agent; with beat=True a thread heartbeats every 50 ms."""
+
+    def __init__(self, port, ca, cert, node, n_gpus=8, beat=False):
+        self.node = node
+        self.c = AgentConnection(port, ca, *cert)
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.c.send(register(node, n_gpus))
+        self.registered = P.check_scheduler(self.c.recv())
+        check(self.registered["type"] == "registered", "%s: %s" % (node, self.registered))
+        if beat:
+            threading.Thread(target=self._beat, daemon=True).start()
+
+    def _beat(self):
+        seq = 0
+        while not self.stopped.wait(0.05):
+            seq += 1
+            try:
+                self.send(P.agent("heartbeat", seq=seq))
+            except OSError:
+                return
+
+    def send(self, message):
+        with self.lock:
+            self.c.send(message)
+
+    def recv(self, timeout=10):
+        """The next message; raises TimeoutError when none comes in time. The
+        lock is taken per short read, so the heartbeat thread keeps beating."""
+        deadline = time.time() + timeout
+        while True:
+            with self.lock:
+                try:
+                    return P.check_scheduler(self.c.recv(timeout=0.02))
+                except TimeoutError:
+                    pass
+            if time.time() >= deadline:
+                raise TimeoutError("%s: no message within %s s" % (self.node, timeout))
+            time.sleep(0.005)
+
+    def refused(self, message, field, what):
+        """Sends a message that must be refused naming field."""
+        self.send(message)
+        reply = self.recv()
+        check(reply["type"] == "error", "%s: expected an error, got %s" % (what, reply))
+        check(reply["field"] == field,
+              "%s: the error names %r, expected %r (%s)" % (what, reply["field"], field,
+                                                            reply["message"]))
+        return reply
+
+    def close(self):
+        self.stopped.set()
+        with self.lock:
+            self.c.close()
+
+
+def last_seq(d):
+    return d.api("GET", "/v1/cluster", expect=200)["last_seq"]
 
 
 def main():
@@ -49,85 +127,189 @@ def main():
         with open(os.path.join(d.state_dir, "agent-endpoint")) as f:
             port = int(f.read().strip().rsplit(":", 1)[1].split("/")[0])
         ca = os.path.join(d.state_dir, "ca.pem")
-        d.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())}, expect=200)
-        n0 = issue(binary, d.state_dir, "n0", work)
-        n1 = issue(binary, d.state_dir, "n1", work)
+        d.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())},
+              expect=200)
+        certs = {n: issue(binary, d.state_dir, n, work) for n in ("n0", "n1", "n2", "n3")}
         other_state = os.path.join(work, "other-ca")
         os.makedirs(other_state)
         foreign = issue(binary, other_state, "n0", os.path.join(work, "foreign"))
 
-        # Who may connect.
+        # ---- who may connect
         for name, cert in (("no certificate", None), ("another CA's certificate", foreign)):
             try:
                 c = AgentConnection(port, ca, *(cert or (None, None)))
-                c.send({"type": "register", "node": "n0"})
+                c.send(register("n0"))
                 reply = c.recv()
                 raise Failure("%s: the daemon accepted the agent (%s)" % (name, reply))
             except (ssl.SSLError, ConnectionError, OSError):
                 pass
-        c = AgentConnection(port, ca, *n1)
-        c.send({"type": "register", "node": "n0", "gpus": [], "ranks": []})
-        reply = c.recv()
-        check(reply is not None and reply["type"] == "error" and "n1" in reply["message"],
-              "another node's certificate: %s" % reply)
-        check(c.recv() is None, "the connection closes after the refusal")
+        # A refused registration closes the connection.
+        refusals = [
+            ("another node's certificate", certs["n1"], register("n0"), "n1"),
+            ("another protocol version", certs["n0"], register("n0", protocol=P.version + 1),
+             "protocol"),
+            ("a wrong type", certs["n0"], dict(register("n0"), gpus="eight"), "register.gpus"),
+            ("an unknown node", issue(binary, d.state_dir, "n99", work), register("n99"),
+             "not in the topology"),
+        ]
+        for what, cert, message, needle in refusals:
+            c = AgentConnection(port, ca, *cert)
+            c.send(message)
+            reply = P.check_scheduler(c.recv())
+            check(reply["type"] == "error" and needle in reply["message"],
+                  "%s: %s" % (what, reply))
+            check(c.recv() is None, "%s: the connection closes after the refusal" % what)
+            c.close()
         check(node_state(d, "n0")["state"] == "down", "n0 must stay down")
 
-        # Registration brings the node up; silence takes it down again.
-        a0 = AgentConnection(port, ca, *n0)
-        a0.send({"type": "register", "node": "n0", "addr": "127.0.0.1", "gpus": [], "ranks": []})
-        reply = a0.recv()
-        check(reply["type"] == "registered" and reply["heartbeat_interval_ms"] == 200, str(reply))
+        # ---- liveness: silence takes a registered node down
+        a0 = Agent(port, ca, certs["n0"], "n0")
+        check(a0.registered["heartbeat_interval_ms"] == 200, str(a0.registered))
         check(node_state(d, "n0")["state"] == "up", "n0 up after registering")
         t0 = time.time()
         wait_for(lambda: node_state(d, "n0")["state"] == "down", 5, "n0 to go down")
         silent = time.time() - t0
-        check(silent < 0.6 + 0.6, "down after %.2f s; the limit is 3 x 200 ms (+ the check period)" % silent)
+        check(silent < 0.6 + 0.6, "down after %.2f s; the limit is 3 x 200 ms" % silent)
         a0.close()
 
-        # A live agent: heartbeats keep it up, a job starts on it and finishes
-        # when every rank has exited 0.
-        a0 = AgentConnection(port, ca, *n0)
-        a0.send({"type": "register", "node": "n0", "addr": "127.0.0.1", "gpus": [], "ranks": []})
-        check(a0.recv()["type"] == "registered", "re-register")
-        job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "on-n0"}}, expect=201)
-        check(job["state"] == "running", "job starts on the only up node: %s" % job)
-        start = a0.recv()
-        check(start["type"] == "start" and start["job"] == job["id"] and len(start["ranks"]) == 8,
-              "start message: %s" % start)
-        check(start["master_addr"] == "127.0.0.1" and start["world_size"] == 8, str(start))
-        for _ in range(5):
-            a0.send({"type": "heartbeat"})
-            time.sleep(0.1)
-        check(node_state(d, "n0")["state"] == "up", "heartbeats keep n0 up")
+        # A closed connection: suspect at once (no restart target), down after
+        # the grace of 2 intervals.
+        a0 = Agent(port, ca, certs["n0"], "n0")
+        check(node_state(d, "n0")["state"] == "up", "n0 up again")
+        a0.close()
+        wait_for(lambda: node_state(d, "n0")["state"] == "suspect", 1, "n0 suspect at once")
+        wait_for(lambda: node_state(d, "n0")["state"] == "down", 2, "n0 down after the grace")
+
+        # An agent whose GPU count differs from the topology leaves its node
+        # drained with that reason.
+        a2 = Agent(port, ca, certs["n2"], "n2", n_gpus=4)
+        n2 = node_state(d, "n2")
+        check(n2["state"] == "drained" and "4 GPUs" in n2.get("reason", ""), "n2: %s" % n2)
+        a2.close()
+
+        # ---- starts carry each node's part; a job finishes when every rank exits 0
+        agents = {n: Agent(port, ca, certs[n], n, beat=True) for n in ("n0", "n1", "n3")}
+
+        job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "one-node"}}, expect=201)
+        check(job["state"] == "running", "job starts: %s" % job)
+        # The node that runs it gets exactly one start.
+        starts = {}
+        for name, a in agents.items():
+            try:
+                starts[name] = a.recv(timeout=0.5)
+            except TimeoutError:
+                pass
+        check(len(starts) == 1, "one start for a one-node job: %s" % starts)
+        (runner, start), = starts.items()
+        check(start["type"] == "start" and start["job"] == job["id"], str(start))
+        check(start["group_rank"] == 0 and start["group_world_size"] == 1, str(start))
+        check([r["local_rank"] for r in start["ranks"]] == list(range(8)), str(start))
+        check([r["rank"] for r in start["ranks"]] == list(range(8)), str(start))
+        check(start["unix_user"] == "admin", "the submitter's account: %s" % start["unix_user"])
+        check(20000 <= start["master_port"] < 32000, "master port %d" % start["master_port"])
         for r in range(8):
-            a0.send({"type": "rank_exited", "job": job["id"], "rank": r, "exit_code": 0,
-                     "restart_count": 0})
-        wait_for(lambda: d.api("GET", "/v1/jobs/%d" % job["id"], expect=200)["state"] == "completed", 5,
-                 "the job to complete")
+            agents[runner].send(P.agent("rank_exited", job=job["id"], rank=r, restart_count=0,
+                                        exit_code=0, signal=0, status_known=True))
+        wait_for(lambda: d.api("GET", "/v1/jobs/%d" % job["id"], expect=200)["state"] ==
+                 "completed", 5, "the job to complete")
 
-        # A GPU fault is reported at once and acted on.
-        a0.send({"type": "gpu_event", "gpu": 3, "kind": "xid", "code": 79})
-        wait_for(lambda: node_state(d, "n0")["gpu_health"][3] == "failed", 2, "GPU 3 to fail")
+        # A two-node job: distinct GROUP_RANKs, contiguous ranks per node.
+        big = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "two-nodes",
+                                                  "parallelism": {"tp": 4, "pp": 2}}},
+                    expect=201)
+        check(big["state"] == "running", "two-node job starts: %s" % big)
+        starts = {}
+        for name, a in agents.items():
+            try:
+                starts[name] = a.recv(timeout=0.5)
+            except TimeoutError:
+                pass
+        check(len(starts) == 2, "two starts: %s" % list(starts))
+        by_group = sorted(starts.values(), key=lambda m: m["group_rank"])
+        check([m["group_rank"] for m in by_group] == [0, 1], "GROUP_RANK 0 and 1")
+        for g, m in enumerate(by_group):
+            check(m["group_world_size"] == 2 and m["world_size"] == 16, str(m))
+            check([r["rank"] for r in m["ranks"]] == list(range(8 * g, 8 * g + 8)),
+                  "node %d holds ranks %d-%d: %s" % (g, 8 * g, 8 * g + 7, m["ranks"]))
+            check(m["master_port"] == by_group[0]["master_port"], "one master port")
+        (on_a, on_b) = [n for n, m in sorted(starts.items(), key=lambda kv: kv[1]["group_rank"])]
+        outsider = [n for n in agents if n not in starts][0]
+        jid = big["id"]
+        before_job = d.api("GET", "/v1/jobs/%d" % jid, expect=200)
 
-        # Malformed and hostile messages: refused, the connection closed,
-        # nothing else affected.
-        before = d.api("GET", "/v1/jobs?all=1", expect=200)
-        for bad in ("not json", {"type": "warp"}, {"type": "rank_exited", "job": 999999, "rank": 0},
-                    {"type": "gpu_event", "gpu": 99, "kind": "xid", "code": 79}):
-            a = AgentConnection(port, ca, *n0)
-            a.send({"type": "register", "node": "n0", "gpus": [], "ranks": []})
-            check(a.recv()["type"] == "registered", "register")
-            a.send(bad)
-            reply = a.recv()
-            check(reply is not None and reply["type"] == "error", "bad message %r: %s" % (bad, reply))
-            check(a.recv() is None, "closed after %r" % (bad,))
-            a.close()
-        check(d.api("GET", "/v1/jobs?all=1", expect=200) == before, "bad messages changed jobs")
+        # ---- node-scoped authority: refused, audited, nothing changes
+        seq0 = last_seq(d)
+        o = agents[outsider]
+        o.refused(P.agent("rank_exited", job=jid, rank=0, restart_count=0, exit_code=1, signal=0,
+                          status_known=True), "rank_exited.job", "exit of another node's job")
+        o.refused(P.agent("checkpoint", job=jid, step=2000000, tier="persistent"),
+                  "checkpoint.job", "checkpoint of another node's job")
+        o.refused(P.agent("launch_failed", job=jid, restart_count=0, reason="x", permanent=True),
+                  "launch_failed.job", "launch failure of another node's job")
+        agents[on_b].refused(P.agent("rank_exited", job=jid, rank=0, restart_count=0, exit_code=1,
+                                     signal=0, status_known=True),
+                             "rank_exited.rank", "exit of a rank that runs on the other node")
+        o.refused(P.agent("gpu_event", gpu=8, kind="xid", code=79), "gpu_event.gpu",
+                  "a GPU the node does not have")
+        o.refused(P.agent("rank_exited", job=987654, rank=0, restart_count=0, exit_code=0, signal=0,
+                          status_known=True), "rank_exited.job", "an unknown job")
+        o.refused(P.agent("logs", req=424242, offset=0, next_offset=0, size=0, data=""),
+                  "logs.req", "an answer to no request")
+        check(last_seq(d) == seq0, "authority refusals logged no event")
+        after_job = d.api("GET", "/v1/jobs/%d" % jid, expect=200)
+        check(after_job["state"] == "running" and
+              after_job.get("checkpoint_step") == before_job.get("checkpoint_step"),
+              "the job is untouched: %s" % after_job)
+        audit = d.api("GET", "/v1/audit?after=0&limit=1000", expect=200)["audit"]
+        refused = [a for a in audit if a["action"] == "agent.refused" and
+                   a["actor"] == "agent:" + outsider]
+        check(refused, "the outsider's refusals are audited")
+
+        # ---- the hostile table, generated from the schema
+        bases = [
+            P.agent("heartbeat", seq=1),
+            P.agent("gpu_event", gpu=3, kind="xid", code=79),
+            P.agent("rank_exited", job=jid, rank=0, restart_count=0, exit_code=0, signal=0,
+                    status_known=True),
+            P.agent("checkpoint", job=jid, step=5, tier="persistent"),
+            P.agent("drained"),
+            P.agent("logs", req=1, offset=0, next_offset=1, size=1, data="x"),
+            P.agent("launch_failed", job=jid, restart_count=0, reason="no account",
+                    permanent=True),
+        ]
+        a = agents[on_a]
+        seq0 = last_seq(d)
+        cases = 0
+        for base in bases:
+            for what, message, field in P.hostile(base):
+                a.refused(message, field, what)
+                cases += 1
+        for raw, what in (("not json", "not JSON"), ("[1, 2]", "an array"),
+                          ('{"type": "warp"}', "an unknown type"), ('{"seq": 1}', "no type")):
+            reply = a.refused(raw, "type" if "type" in raw or "seq" in raw else "", what)
+            cases += 1
+        check(last_seq(d) == seq0, "hostile messages changed the event log")
+        check(d.api("GET", "/v1/jobs/%d" % jid, expect=200)["state"] == "running",
+              "the job still runs")
+        check(node_state(d, on_a)["state"] == "up", "the node is still up")
         status, _ = d.request("GET", "/healthz")
-        check(status == 200, "the daemon still serves")
-        print("ok: mTLS refusals, registration, liveness in %.2f s, job start/finish, GPU fault, "
-              "bad messages refused" % silent)
+        check(status == 200 and d.proc.poll() is None, "the daemon still serves")
+        metrics = d.request("GET", "/metrics", token=d.admin_token)[1]
+        check("topo_agent_messages_refused_total" in metrics, "refusals are counted in /metrics")
+
+        # ---- a permanent launch failure fails the job with the reason
+        agents[on_a].send(P.agent("launch_failed", job=jid, restart_count=0,
+                                  reason="no Unix account 'admin' on node " + on_a,
+                                  permanent=True))
+        wait_for(lambda: d.api("GET", "/v1/jobs/%d" % jid, expect=200)["state"] == "failed", 5,
+                 "the job to fail")
+        failed = d.api("GET", "/v1/jobs/%d" % jid, expect=200)
+        check("no Unix account" in failed["reason"], "the reason says why: %s" % failed["reason"])
+        for x in agents.values():
+            x.close()
+        print("ok: mTLS and registration refusals, liveness in %.2f s, suspect on close, GPU "
+              "count drain, starts with GROUP_RANKs, authority refusals audited, %d hostile "
+              "messages refused by field, permanent launch failure" % (silent, cases))
 
 
 if __name__ == "__main__":

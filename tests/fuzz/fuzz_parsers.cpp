@@ -1,6 +1,6 @@
 // libFuzzer target for the text parsers of common/ (topo_common).
 //
-// The first byte of the input selects the parser (byte % 8), the rest is its
+// The first byte of the input selects the parser (byte % 16; past 9, % 8), the rest is its
 // text; the seed corpus (tests/fuzz/corpus) starts each file with the digit:
 //
 //   0 ParseJobSpec          JobSpecFromJson(JobSpecToJson(x)) == x, and
@@ -13,6 +13,8 @@
 //   5 CommandFromJson       CommandToJson likewise
 //   6 ParseTraceCsv         must not crash
 //   7 ParseKalosCsv         must not crash
+//   8 ParseAgentMessage     WriteAgentMessage reads back equal, a fixed point
+//   9 ParseSchedulerMessage WriteSchedulerMessage likewise
 //
 // Parsers return core::Result and must never throw: nothing is caught here,
 // so an exception, a sanitizer report or a broken round trip (Fail below,
@@ -29,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
 #include "topo/common/job_io.hpp"
@@ -302,12 +305,26 @@ void FuzzCommand(std::string_view text) {
       "command");
 }
 
+// ---------------------------------------------------------------- agent protocol
+
+template <typename Parse, typename Write>
+void FuzzProtocol(std::string_view text, Parse parse, Write write, const char* what) {
+  auto m = parse(text);
+  if (!m.ok()) return;
+  const std::string once = write(m.value());
+  auto back = parse(once);
+  Require(back.ok(), std::string(what) + " written does not read back: " + back.message());
+  Require(back.value() == m.value(), std::string(what) + " reads back different");
+  Require(write(back.value()) == once, std::string(what) + " writer is not a fixed point");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 8) {
+  const unsigned selector = data[0] % 16;
+  switch (selector < 10 ? selector : selector % 8) {
     case 0:
       FuzzJobSpec(text);
       break;
@@ -331,6 +348,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 7:
       (void)common::ParseKalosCsv(text);
+      break;
+    case 8:
+      FuzzProtocol(
+          text, [](std::string_view t) { return proto::ParseAgentMessage(t); },
+          [](const proto::AgentMessage& m) { return proto::WriteAgentMessage(m); },
+          "agent message");
+      break;
+    case 9:
+      FuzzProtocol(
+          text, [](std::string_view t) { return proto::ParseSchedulerMessage(t); },
+          [](const proto::SchedulerMessage& m) { return proto::WriteSchedulerMessage(m); },
+          "scheduler message");
       break;
   }
   return 0;
