@@ -233,8 +233,11 @@ void JobCgroup::KillAll() const {
 
 bool JobCgroup::Remove() const {
   if (!valid()) return true;
-  for (size_t i = dirs.size(); i-- > 0;) ::rmdir(dirs[i].c_str());
-  return !Exists();
+  bool all_gone = true;
+  for (size_t i = dirs.size(); i-- > 0;) {
+    if (::rmdir(dirs[i].c_str()) != 0 && errno != ENOENT) all_gone = false;
+  }
+  return all_gone;
 }
 
 bool JobCgroup::KillAndRemove(int timeout_ms) const {

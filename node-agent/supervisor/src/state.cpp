@@ -107,7 +107,12 @@ void RankSupervisor::Impl::LoadStates() {
         const auto& c = doc["cgroup"];
         j.cgroup.mode = c.value("version", 2) == 2 ? CgroupMode::kV2 : CgroupMode::kV1;
         j.cgroup.dirs = c.at("dirs").get<std::vector<std::string>>();
-        j.cgroup_live = j.cgroup.Exists();
+        // Live while any of its directories is left (the v1 limit ones too).
+        j.cgroup_live =
+            std::any_of(j.cgroup.dirs.begin(), j.cgroup.dirs.end(), [](const std::string& d) {
+              std::error_code dec;
+              return fs::is_directory(d, dec);
+            });
         if (j.cgroup_live) members = j.cgroup.Members();
       }
       for (const auto& r : doc.at("ranks")) {

@@ -119,7 +119,7 @@ bool RankSupervisor::Impl::CleanUpAfterRanks(JobRec& j, Clock::time_point now,
                                              std::string* message) {
   if (!j.cgroup_live) return true;
   if (!j.cgroup.Exists()) {
-    j.cgroup_live = false;
+    if (j.cgroup.Remove()) j.cgroup_live = false;  // the v1 limit directories too
     return true;
   }
   if (j.cgroup.Members().empty()) {

@@ -109,8 +109,8 @@ struct JobCgroup {
   // One round of the kill protocol above; returns without waiting for the
   // processes to be reaped.
   void KillAll() const;
-  // rmdir in every hierarchy; true once the tracking directory is gone.
-  // Fails (false) while processes remain.
+  // rmdir in every hierarchy; true once every directory is gone. Fails
+  // (false) while processes remain.
   bool Remove() const;
   // KillAll + Remove until gone or timeout_ms passed; true when gone.
   // Blocking: for launch failures and tests.
