@@ -335,10 +335,8 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
 
   for (const auto& spec : launch.ranks) {
     auto env = base;
-    for (auto& [k, v] : RankEnvironment(launch, spec, j.local_dir)) {
-      if (k == "OMP_NUM_THREADS" && launch.env.count(k)) continue;
-      env[k] = v;
-    }
+    // RankEnvironment already keeps the job's own OMP_NUM_THREADS.
+    for (auto& [k, v] : RankEnvironment(launch, spec, j.local_dir)) env[k] = v;
     req.env.clear();
     for (const auto& [k, v] : env) req.env.push_back(k + "=" + v);
     req.what = "rank " + std::to_string(spec.rank);

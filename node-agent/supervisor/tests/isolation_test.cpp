@@ -255,12 +255,21 @@ TEST_CASE("a rank sees none of the agent's environment and inherits no descripto
   }
   CHECK(got == std::set<long>{0, 1, 2, 3});
 
-  // The job's LANG is passed when it gives one.
+  CHECK(env["OMP_NUM_THREADS"] == "1");  // omp_num_threads' default
+
+  // The job's LANG is passed when it gives one, and its own OMP_NUM_THREADS
+  // wins over omp_num_threads (as under torchrun); RANK and the like do not.
   job.job_id = "env2";
   job.env["LANG"] = "C.UTF-8";
+  job.env["OMP_NUM_THREADS"] = "3";
+  job.env["RANK"] = "99";
+  job.omp_num_threads = 8;
   REQUIRE(sup.Launch(job).ok());
   PollUntil(sup, Finished("env2"));
-  CHECK(ParseEnvDump(ReadFile(sup.LogPath("env2", 0)))["LANG"] == "C.UTF-8");
+  auto env2 = ParseEnvDump(ReadFile(sup.LogPath("env2", 0)));
+  CHECK(env2["LANG"] == "C.UTF-8");
+  CHECK(env2["OMP_NUM_THREADS"] == "3");
+  CHECK(env2["RANK"] == "0");
 }
 
 TEST_CASE("the working directory must be accessible to the account") {
