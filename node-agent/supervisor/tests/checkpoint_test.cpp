@@ -91,11 +91,12 @@ TEST_CASE("CopyCompleteStep refuses an incomplete step and replaces a crashed co
 }
 
 TEST_CASE("the persistent copy appears complete, and only after the local COMPLETE") {
-  TempDir t;
-  auto opt = Options(t);
-  RankSupervisor sup(opt);
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   auto script = WriteScript(t / "rank.sh", "exec sleep 30");
-  REQUIRE(sup.Launch(SimpleJob("tiers", script, 1)).ok());
+  REQUIRE(sup.Launch(sb.Job("tiers", script, 1)).ok());
   const std::string local = t / "local/tiers", pers = t / "persistent/tiers";
   constexpr size_t kBytes = 32u << 20;
   MakeStep(local, 3, false, kBytes);  // written, not yet complete
@@ -162,19 +163,21 @@ TEST_CASE("the persistent copy appears complete, and only after the local COMPLE
 }
 
 TEST_CASE("a restarted supervisor does not report or copy old steps again") {
-  TempDir t;
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
   auto script = WriteScript(t / "rank.sh", "exec sleep 30");
   const std::string local = t / "local/again";
   {
-    RankSupervisor sup(Options(t));
-    REQUIRE(sup.Launch(SimpleJob("again", script, 1)).ok());
+    RankSupervisor sup(sb.Options());
+    REQUIRE(sup.Launch(sb.Job("again", script, 1)).ok());
     MakeStep(local, 2, true);
     auto evs = PollUntil(sup, [](const std::vector<SupervisorEvent>& e) {
       return HasEvent(e, EventKind::kCheckpointPersisted, "again", 2);
     });
     REQUIRE(HasEvent(evs, EventKind::kCheckpointPersisted, "again", 2));
   }
-  RankSupervisor sup(Options(t));
+  RankSupervisor sup(sb.Options());
   CHECK(sup.NewestCompleteStep("again") == 2);
   CHECK(sup.NewestPersistedStep("again") == 2);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -23,21 +23,19 @@ const RankExit* FindExit(const std::vector<SupervisorEvent>& evs, int rank) {
   }
   return nullptr;
 }
-auto Finished(const std::string& job) {
-  return [job](const std::vector<SupervisorEvent>& evs) {
-    return HasEvent(evs, EventKind::kJobFinished, job);
-  };
-}
 }  // namespace
 
 TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   auto script = WriteScript(t / "rank.sh", "env > \"$OUT_DIR/env-$RANK.txt\"");
   JobLaunch l;
   l.job_id = "envjob";
   l.argv = {script};
-  l.env = {{"OUT_DIR", t.path()}, {"RANK", "overridden-by-the-supervisor"}};
+  l.unix_user = sb.user.name();
+  l.env = {{"OUT_DIR", sb.out}, {"RANK", "overridden-by-the-supervisor"}};
   // tp 2, ep 2, pp 2, dp 2: world 8 in the order tp-cp-ep-dp-pp.
   l.parallelism.tp = 2;
   l.parallelism.ep = 2;
@@ -49,14 +47,16 @@ TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
   l.group_world_size = 4;
   l.restart_count = 3;
   l.restart_step = 40;
-  l.ranks = {LocalRankSpec{5, 0, {4, 5}}, LocalRankSpec{6, 1, {6}}};
+  l.max_restarts = 5;
+  l.omp_num_threads = 4;
+  l.ranks = {LocalRankSpec{6, 1, {4}}, LocalRankSpec{5, 0, {7}}};
   REQUIRE(sup.Launch(l).ok());
   auto evs = PollUntil(sup, Finished("envjob"));
   REQUIRE(HasEvent(evs, EventKind::kJobFinished, "envjob"));
 
   topo::core::RankLayout layout(l.parallelism);
   for (const auto& spec : l.ranks) {
-    auto env = ParseEnvDump(ReadFile(t / ("env-" + std::to_string(spec.rank) + ".txt")));
+    auto env = ParseEnvDump(ReadFile(sb.out + ("/env-" + std::to_string(spec.rank) + ".txt")));
     CAPTURE(spec.rank);
     CHECK(env["RANK"] == std::to_string(spec.rank));
     CHECK(env["WORLD_SIZE"] == "8");
@@ -69,11 +69,19 @@ TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
     CHECK(env["TOPO_JOB_ID"] == "envjob");
     CHECK(env["TOPO_RESTART_COUNT"] == "3");
     CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "3");
+    CHECK(env["TORCHELASTIC_MAX_RESTARTS"] == "5");
+    CHECK(env["TORCHELASTIC_RUN_ID"] == "topo-envjob");
+    CHECK(env["ROLE_RANK"] == std::to_string(spec.rank));
+    CHECK(env["ROLE_WORLD_SIZE"] == "8");
+    CHECK(env["ROLE_NAME"] == "default");
+    CHECK(env["OMP_NUM_THREADS"] == "4");
+    // Every GPU of the job here, in local-rank order.
+    CHECK(env["CUDA_VISIBLE_DEVICES"] == "7,4");
     CHECK(env["TOPO_RESTART_STEP"] == "40");
     CHECK(env["TOPO_CHECKPOINT_DIR"] == t / "local/envjob");
     CHECK(env["TOPO_CHECKPOINT_SIGNAL"] == std::to_string(SIGUSR1));
-    CHECK(env["OUT_DIR"] == t.path());
-    CHECK(env.count("PATH") == 1);  // inherited from the agent
+    CHECK(env["OUT_DIR"] == sb.out);
+    CHECK(env["PATH"] == "/usr/local/bin:/usr/bin:/bin");  // the documented base
     using topo::core::Dim;
     using topo::core::GroupKind;
     CHECK(env["TOPO_TP_RANK"] == std::to_string(layout.Coord(spec.rank, Dim::kTp)));
@@ -89,10 +97,8 @@ TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
     CHECK(env["TOPO_CP_GROUP"] == std::to_string(layout.GroupOf(GroupKind::kCp, spec.rank)));
   }
   // Hand-computed for the default order (strides tp 1, ep 2, pp 4).
-  auto e5 = ParseEnvDump(ReadFile(t / "env-5.txt"));
-  auto e6 = ParseEnvDump(ReadFile(t / "env-6.txt"));
-  CHECK(e5["CUDA_VISIBLE_DEVICES"] == "4,5");
-  CHECK(e6["CUDA_VISIBLE_DEVICES"] == "6");
+  auto e5 = ParseEnvDump(ReadFile(sb.out + "/env-5.txt"));
+  auto e6 = ParseEnvDump(ReadFile(sb.out + "/env-6.txt"));
   CHECK(e5["TOPO_TP_RANK"] == "1");
   CHECK(e5["TOPO_EP_RANK"] == "0");
   CHECK(e5["TOPO_PP_RANK"] == "1");
@@ -105,11 +111,13 @@ TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
 }
 
 TEST_CASE("exit codes and signals are reported once, never blocking") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   auto script =
       WriteScript(t / "rank.sh", "case \"$RANK\" in 0) exit 0;; 1) exit 3;; 2) kill -9 $$;; esac");
-  REQUIRE(sup.Launch(SimpleJob("exits", script, 3)).ok());
+  REQUIRE(sup.Launch(sb.Job("exits", script, 3)).ok());
   auto evs = PollUntil(sup, Finished("exits"));
   REQUIRE(HasEvent(evs, EventKind::kJobFinished, "exits"));
   const RankExit* e0 = FindExit(evs, 0);
@@ -132,9 +140,11 @@ TEST_CASE("exit codes and signals are reported once, never blocking") {
 }
 
 TEST_CASE("a command that cannot be executed exits 127 with the reason in its log") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
-  REQUIRE(sup.Launch(SimpleJob("noexec", t / "does-not-exist", 1)).ok());
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
+  REQUIRE(sup.Launch(sb.Job("noexec", t / "does-not-exist", 1)).ok());
   auto evs = PollUntil(sup, Finished("noexec"));
   const RankExit* e = FindExit(evs, 0);
   REQUIRE(e);
@@ -143,15 +153,17 @@ TEST_CASE("a command that cannot be executed exits 127 with the reason in its lo
 }
 
 TEST_CASE("bad launches are refused without starting anything") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   auto script = WriteScript(t / "rank.sh", "exit 0");
-  auto bad = SimpleJob("../escape", script, 1);
+  auto bad = sb.Job("../escape", script, 1);
   CHECK(!sup.Launch(bad).ok());
-  bad = SimpleJob("ok", script, 2);
+  bad = sb.Job("ok", script, 2);
   bad.ranks[1].rank = 5;  // outside world 2
   CHECK(!sup.Launch(bad).ok());
-  bad = SimpleJob("ok", script, 2);
+  bad = sb.Job("ok", script, 2);
   bad.parallelism.tp = 3;
   bad.parallelism.dp = 1;
   bad.parallelism.ep = 2;  // ep must divide dp
@@ -160,12 +172,14 @@ TEST_CASE("bad launches are refused without starting anything") {
 }
 
 TEST_CASE("stdout and stderr go to the per-rank log, appended across restarts") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   auto script = WriteScript(t / "rank.sh",
                             "echo \"out rank $RANK restart $TOPO_RESTART_COUNT\"; "
                             "echo \"err rank $RANK\" >&2");
-  auto job = SimpleJob("logs", script, 2);
+  auto job = sb.Job("logs", script, 2);
   REQUIRE(sup.Launch(job).ok());
   PollUntil(sup, Finished("logs"));
   job.restart_count = 1;
@@ -179,8 +193,8 @@ TEST_CASE("stdout and stderr go to the per-rank log, appended across restarts") 
   CHECK(log.find("err rank 1") != std::string::npos);
   CHECK(log.find("rank 0") == std::string::npos);
   size_t headers = 0;
-  for (size_t p = log.find("=== topo-agent"); p != std::string::npos;
-       p = log.find("=== topo-agent", p + 1)) {
+  for (size_t p = log.find(" start job "); p != std::string::npos;
+       p = log.find(" start job ", p + 1)) {
     ++headers;
   }
   CHECK(headers == 2);
@@ -188,11 +202,13 @@ TEST_CASE("stdout and stderr go to the per-rank log, appended across restarts") 
 }
 
 TEST_CASE("a second launch of a job that still runs is refused") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   auto script = WriteScript(t / "rank.sh", "exec sleep 30");
-  REQUIRE(sup.Launch(SimpleJob("busy", script, 1)).ok());
-  CHECK(!sup.Launch(SimpleJob("busy", script, 1)).ok());
+  REQUIRE(sup.Launch(sb.Job("busy", script, 1)).ok());
+  CHECK(!sup.Launch(sb.Job("busy", script, 1)).ok());
   CHECK(!sup.Forget("busy").ok());
   REQUIRE(sup.Stop("busy", 1000).ok());
   auto evs = PollUntil(sup, Finished("busy"));
@@ -203,20 +219,24 @@ TEST_CASE("a second launch of a job that still runs is refused") {
   CHECK(!fs::exists(sup.StatePath("busy")));
 }
 
-TEST_CASE("Stop kills the rank's whole process group") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+TEST_CASE("without cgroups, Stop kills the rank's whole process group and the log says so") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  auto opt = sb.Options();
+  opt.cgroup_root = "none";
+  RankSupervisor sup(opt);
+  CHECK(sup.Cgroups().mode == CgroupMode::kNone);
   auto script =
       WriteScript(t / "rank.sh", "sleep 1000 & echo $! > \"$OUT_DIR/child-$RANK.pid\"; wait");
-  auto job = SimpleJob("pgroup", script, 2);
-  job.env["OUT_DIR"] = t.path();
+  auto job = sb.Job("pgroup", script, 2);
   REQUIRE(sup.Launch(job).ok());
-  REQUIRE(WaitForFile(t / "child-0.pid"));
-  REQUIRE(WaitForFile(t / "child-1.pid"));
+  REQUIRE(WaitForFile(sb.out + "/child-0.pid"));
+  REQUIRE(WaitForFile(sb.out + "/child-1.pid"));
   std::vector<pid_t> children;
   for (int r = 0; r < 2; ++r) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    children.push_back(std::stoi(ReadFile(t / ("child-" + std::to_string(r) + ".pid"))));
+    children.push_back(std::stoi(ReadFile(sb.out + ("/child-" + std::to_string(r) + ".pid"))));
   }
   auto ranks = sup.List();
   REQUIRE(ranks.size() == 2);
@@ -226,20 +246,23 @@ TEST_CASE("Stop kills the rank's whole process group") {
   auto evs = PollUntil(sup, Finished("pgroup"));
   REQUIRE(HasEvent(evs, EventKind::kJobFinished, "pgroup"));
   for (pid_t c : children) CHECK(WaitGone(c));
+  CHECK(sup.CgroupPath("pgroup").empty());
+  CHECK(ReadFile(sup.LogPath("pgroup", 0)).find("no cgroups (disabled") != std::string::npos);
 }
 
 TEST_CASE("Stop escalates to SIGKILL after the grace when SIGTERM is ignored") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   auto script = WriteScript(t / "rank.sh",
                             "trap '' TERM; sleep 1000 & echo $! > \"$OUT_DIR/child.pid\"; "
                             "while :; do wait; done");
-  auto job = SimpleJob("stubborn", script, 1);
-  job.env["OUT_DIR"] = t.path();
+  auto job = sb.Job("stubborn", script, 1);
   REQUIRE(sup.Launch(job).ok());
-  REQUIRE(WaitForFile(t / "child.pid"));
+  REQUIRE(WaitForFile(sb.out + "/child.pid"));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  pid_t child = std::stoi(ReadFile(t / "child.pid"));
+  pid_t child = std::stoi(ReadFile(sb.out + "/child.pid"));
   auto start = std::chrono::steady_clock::now();
   REQUIRE(sup.Stop("stubborn", 300).ok());
   // Still there within the grace.
@@ -255,8 +278,10 @@ TEST_CASE("Stop escalates to SIGKILL after the grace when SIGTERM is ignored") {
 }
 
 TEST_CASE("SIGUSR1 reaches every rank and the checkpoint it writes is detected and persisted") {
-  TempDir t;
-  RankSupervisor sup(Options(t));
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
   // Rank 0 writes step-7 on SIGUSR1; every rank records the signal.
   auto script = WriteScript(
       t / "rank.sh",
@@ -271,11 +296,10 @@ TEST_CASE("SIGUSR1 reaches every rank and the checkpoint it writes is detected a
       "trap on_usr1 USR1\n"
       "touch \"$OUT_DIR/ready-$RANK\"\n"
       "while :; do sleep 0.05; done");
-  auto job = SimpleJob("ckpt", script, 2);
-  job.env["OUT_DIR"] = t.path();
+  auto job = sb.Job("ckpt", script, 2);
   REQUIRE(sup.Launch(job).ok());
-  REQUIRE(WaitForFile(t / "ready-0"));
-  REQUIRE(WaitForFile(t / "ready-1"));
+  REQUIRE(WaitForFile(sb.out + "/ready-0"));
+  REQUIRE(WaitForFile(sb.out + "/ready-1"));
   CHECK(sup.Poll().empty());
   REQUIRE(sup.RequestCheckpoint("ckpt").ok());
   auto evs = PollUntil(sup, [](const std::vector<SupervisorEvent>& e) {
@@ -283,8 +307,8 @@ TEST_CASE("SIGUSR1 reaches every rank and the checkpoint it writes is detected a
   });
   CHECK(HasEvent(evs, EventKind::kCheckpointComplete, "ckpt", 7));
   CHECK(HasEvent(evs, EventKind::kCheckpointPersisted, "ckpt", 7));
-  CHECK(fs::exists(t / "usr1-0"));
-  CHECK(fs::exists(t / "usr1-1"));
+  CHECK(fs::exists(sb.out + "/usr1-0"));
+  CHECK(fs::exists(sb.out + "/usr1-1"));
   CHECK(ReadFile(t / "persistent/ckpt/step-7/model.bin") == "weights\n");
   CHECK(ReadFile(t / "persistent/ckpt/step-7/optim/m.bin") == "m\n");
   CHECK(ReadFile(t / "persistent/ckpt/step-7/COMPLETE") == "7\n");
@@ -306,18 +330,21 @@ TEST_CASE("SIGUSR1 reaches every rank and the checkpoint it writes is detected a
 }
 
 TEST_CASE("a restarted agent adopts the ranks it started through the state file") {
-  TempDir t;
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
   auto script = WriteScript(t / "rank.sh", "exec sleep 30");
-  auto first = std::make_unique<RankSupervisor>(Options(t));
-  REQUIRE(first->Launch(SimpleJob("adopt", script, 2)).ok());
+  auto first = std::make_unique<RankSupervisor>(sb.Options());
+  REQUIRE(first->Launch(sb.Job("adopt", script, 2)).ok());
   auto before = first->List();
   REQUIRE(before.size() == 2);
   CHECK(fs::exists(first->StatePath("adopt")));
   first.reset();  // the agent goes away; its ranks keep running
   for (const auto& r : before) CHECK(!ProcessGone(r.pid));
 
-  // A stale job in the state dir: a pid that now belongs to another process
-  // (ours, with another start time) and a dead one.
+  // A stale job in the state dir (no cgroup recorded, as an older agent
+  // wrote it): a pid that now belongs to another process (ours, with another
+  // start time) and a dead one.
   {
     std::ofstream out(t / "state/jobs/stale.json");
     out << R"({"job_id":"stale","ranks":[)"
@@ -325,7 +352,7 @@ TEST_CASE("a restarted agent adopts the ranks it started through the state file"
         << R"(,"start_time":1,"running":true},)"
         << R"({"rank":1,"local_rank":1,"pid":999999999,"start_time":5,"running":true}]})";
   }
-  RankSupervisor second(Options(t));
+  RankSupervisor second(sb.Options());
   auto after = second.List();
   std::vector<RankInfo> adopt;
   for (const auto& r : after) {

@@ -33,9 +33,10 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-JobLaunch TorchJob(const std::string& id, const std::string& out) {
+JobLaunch TorchJob(const std::string& id, const std::string& out, const std::string& user) {
   JobLaunch l;
   l.job_id = id;
+  l.unix_user = user;
   l.argv = {"/usr/bin/python3",
             TOPO_TORCH_TRAIN_SCRIPT,
             "--steps",
@@ -63,37 +64,35 @@ bool AllExitedZero(const std::vector<SupervisorEvent>& evs) {
   return n == 2;
 }
 
-auto Finished(const std::string& job) {
-  return [job](const std::vector<SupervisorEvent>& evs) {
-    return HasEvent(evs, EventKind::kJobFinished, job);
-  };
-}
-
 }  // namespace
 
 TEST_CASE("a DDP job checkpointed, lost and restarted elsewhere ends bit-identical") {
-  TempDir t;
+  // Run as an ordinary account, in the job's cgroup, like every job.
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  const std::string user = sb.user.name();
   // Reference: uninterrupted.
-  const std::string ref = t / "ref.bin";
+  const std::string ref = sb.out + "/ref.bin";
   {
-    SupervisorOptions o = Options(t);
+    SupervisorOptions o = sb.Options();
     o.local_checkpoint_root = t / "ref-local";
     o.persistent_checkpoint_root = "";
     RankSupervisor sup(o);
-    REQUIRE(sup.Launch(TorchJob("ref", ref)).ok());
+    REQUIRE(sup.Launch(TorchJob("ref", ref, user)).ok());
     auto evs = PollUntil(sup, Finished("ref"), 240000);
     REQUIRE(AllExitedZero(evs));
   }
   REQUIRE(fs::exists(ref));
 
   // Node A: checkpoint on request, persisted, then the job is stopped.
-  const std::string out = t / "resumed.bin";
+  const std::string out = sb.out + "/resumed.bin";
   int64_t step = -1;
   {
-    SupervisorOptions o = Options(t);
+    SupervisorOptions o = sb.Options();
     o.local_checkpoint_root = t / "nodeA";
     RankSupervisor sup(o);
-    REQUIRE(sup.Launch(TorchJob("ddp", out)).ok());
+    REQUIRE(sup.Launch(TorchJob("ddp", out, user)).ok());
     const std::string log0 = sup.LogPath("ddp", 0);
     auto evs = PollUntil(
         sup,
@@ -123,14 +122,14 @@ TEST_CASE("a DDP job checkpointed, lost and restarted elsewhere ends bit-identic
   REQUIRE(!fs::exists(out));
 
   // Node A is lost; node B restarts the job from the persistent tier.
-  SupervisorOptions o = Options(t);
+  SupervisorOptions o = sb.Options();
   o.local_checkpoint_root = t / "nodeB";
   RankSupervisor sup(o);
   auto rp = NewestRestartStep(t / "nodeB/ddp", t / "persistent/ddp", false);
   REQUIRE(rp);
   CHECK(rp->step == step);
   REQUIRE(CopyCompleteStep(t / "persistent/ddp", t / "nodeB/ddp", rp->step).ok());
-  auto job = TorchJob("ddp", out);
+  auto job = TorchJob("ddp", out, user);
   job.restart_count = 1;
   job.restart_step = rp->step;
   REQUIRE(sup.Launch(job).ok());
@@ -147,6 +146,11 @@ int main(int argc, char** argv) {
     std::puts("SKIP: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
     return 77;
   }
+  if (!IsRoot()) {
+    std::puts("SKIP: the supervisor tests create Unix accounts and cgroups: run them as root");
+    return 77;
+  }
+  CleanStaleTestArtifacts();
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

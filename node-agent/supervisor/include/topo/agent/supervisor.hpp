@@ -1,24 +1,45 @@
 #pragma once
 // topo-agent's rank supervisor and checkpoint coordination (issue 5).
 //
-// RankSupervisor starts the local ranks of jobs (fork/exec, one process group
-// per rank, the torchrun-compatible environment plus TOPO_*), logs each rank to
-// LOG_DIR/JOB/rank-N.log, reports exits, stops jobs (SIGTERM to each rank's
-// process group, SIGKILL after a grace), asks for checkpoints (a signal to each
-// rank), watches the node-local checkpoint directory for complete steps and
-// copies each one to the persistent tier on a worker thread.
-// The checkpoint protocol is node-agent/supervisor/CHECKPOINTS.md.
+// RankSupervisor starts the local ranks of jobs as the job's Unix account
+// (fork/exec, one process group per rank, one cgroup per job, the
+// environment documented at RankEnvironment below), logs each rank to
+// LOG_DIR/JOB/rank-N.log, reports exits, stops jobs (every process of the
+// job's cgroup: SIGTERM, SIGKILL after a grace), asks for checkpoints (a
+// signal to each rank), watches the node-local checkpoint directory for
+// complete steps and copies each one to the persistent tier on a worker
+// thread. The checkpoint protocol is node-agent/supervisor/CHECKPOINTS.md;
+// the cgroup layout and what it enforces, cgroup.hpp; the account and the
+// private directories, account.hpp.
+//
+// What a rank gets (the trust boundary, ARCHITECTURE.md):
+//   - uid/gid/supplementary groups of JobLaunch::unix_user, resolved before
+//     fork; uid 0 only when allow_root (launch or site) says so (an agent
+//     that is not root can only run jobs as its own account);
+//   - the environment of RankEnvironment only: nothing of the agent's;
+//   - file descriptors 0 (/dev/null), 1 and 2 (its log) only;
+//   - working directory: launch.working_dir (must be accessible to the
+//     account, else Launch fails), else the account's home if the account
+//     can enter it, else the job's node-local checkpoint dir, else "/";
+//   - its job's private directories (account.hpp): LOG_DIR/JOB, the
+//     node-local and persistent checkpoint dirs, all 0700 owned by the
+//     account under root-owned 0711 roots; STATE_DIR stays root 0700.
 //
 // Contract with the agent's event loop (poll API, no callbacks):
-//   - Every method returns without blocking on a rank. Only the persistent
-//     copy runs on the supervisor's own worker thread.
+//   - Every method returns without blocking on a rank, except that Launch()
+//     waits for each new process to reach exec (milliseconds; at most 30 s)
+//     so that a failure before exec fails the launch, and cleans up a failed
+//     launch synchronously (at most a few seconds). Only the persistent copy
+//     runs on the supervisor's own worker thread.
 //   - Poll() reaps exited ranks (waitpid(pid, WNOHANG) on each rank's own pid,
 //     never waitpid(-1): the agent must not reap with waitpid(-1) either),
-//     escalates stops whose grace has ended to SIGKILL, scans the checkpoint
-//     directories and collects finished copies. It returns each event exactly
-//     once, in the order observed. Call it on a timer (100-250 ms is plenty),
-//     and also whenever SIGCHLD arrives or wake_fd() becomes readable (the
-//     worker thread writes to it when a copy ends).
+//     escalates stops whose grace has ended to SIGKILL of the whole cgroup,
+//     ends what is left in a job's cgroup once its ranks have exited and
+//     removes the cgroup, scans the checkpoint directories and collects
+//     finished copies. It returns each event exactly once, in the order
+//     observed. Call it on a timer (100-250 ms is plenty), and also whenever
+//     SIGCHLD arrives or wake_fd() becomes readable (the worker thread writes
+//     to it when a copy ends).
 //   - One thread: the methods are not thread-safe with each other; call them
 //     from the event loop's thread.
 //
@@ -26,15 +47,19 @@
 // STATE_DIR/jobs/JOB.json (write to a temp name, then rename). A new
 // RankSupervisor over the same state dir reads those files and adopts the
 // ranks still alive, recognised by pid *and* the process start time from
-// /proc/PID/stat (so a recycled pid is not mistaken for a rank). Limits:
+// /proc/PID/stat (so a recycled pid is not mistaken for a rank) *and*, for a
+// job with a cgroup, membership of the job's cgroup. Empty cgroups of jobs
+// no state file names are removed. Limits:
 //   - An adopted rank that is not our child (the old agent process died and
 //     the rank was reparented) cannot be waited for: its exit is seen by
 //     polling /proc, and reported with exit_status_known == false.
-//   - A rank that exited while no agent ran is reported as exited, status
-//     unknown, by the first Poll() after adoption.
+//   - A rank that exited while no agent ran, or whose job's cgroup is gone,
+//     is reported as exited, status unknown, by the first Poll() after
+//     adoption.
 //   - Linux only (/proc); start times are in clock ticks since boot, so state
 //     files do not survive a reboot (ranks do not either).
-//   - Stop/RequestCheckpoint on adopted ranks re-check the start time first.
+//   - Stop/RequestCheckpoint on adopted ranks re-check the start time first;
+//     Stop on an adopted job with a cgroup ends every process in it.
 
 #include <sys/types.h>
 #include <csignal>
@@ -45,46 +70,63 @@
 #include <string>
 #include <vector>
 
+#include "topo/agent/account.hpp"
+#include "topo/agent/cgroup.hpp"
 #include "topo/core/job.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::agent {
 
 struct SupervisorOptions {
-  std::string state_dir;  // STATE_DIR/jobs/JOB.json (created if missing)
-  std::string log_dir;    // LOG_DIR/JOB/rank-N.log
+  std::string state_dir;  // STATE_DIR/jobs/JOB.json (created if missing; root 0700)
+  std::string log_dir;    // LOG_DIR/JOB/rank-N.log (LOG_DIR: root 0711)
   // Defaults for the checkpoint tiers of a job that names none:
-  // ROOT/JOB. An empty persistent root means "no persistent tier".
+  // ROOT/JOB (ROOT: root 0711). An empty persistent root means "no
+  // persistent tier".
   std::string local_checkpoint_root;
   std::string persistent_checkpoint_root;
   int checkpoint_signal = SIGUSR1;
-  // Ranks inherit the agent's environment (as under torchrun); the job's env
-  // and the variables the supervisor sets win over it.
-  bool inherit_environment = true;
+  // Site policy: let every job run as uid 0. false (the default): only a
+  // launch with allow_root may.
+  bool allow_root_jobs = false;
+  // Where job cgroups go (cgroup.hpp): "" = detect, "none" = no cgroups
+  // (process groups only), else a directory inside a cgroup v2 or v1
+  // freezer/pids hierarchy.
+  std::string cgroup_root;
+  // Where the GPU device nodes nvidiaN are (JobLimits::restrict_gpu_devices).
+  std::string gpu_device_dir = "/dev";
 };
 
 // One rank to run on this node.
 struct LocalRankSpec {
   int rank = 0;           // global rank, RANK
-  int local_rank = 0;     // LOCAL_RANK
-  std::vector<int> gpus;  // CUDA_VISIBLE_DEVICES (left unset when empty)
+  int local_rank = 0;     // LOCAL_RANK; the launch's local ranks are 0..N-1
+  std::vector<int> gpus;  // this rank's GPU: empty, or exactly one (see CUDA_VISIBLE_DEVICES)
 };
 
 struct JobLaunch {
   std::string job_id;                      // [A-Za-z0-9._-], not starting with '.'
   std::vector<std::string> argv;           // argv[0]: a path, or a name found on PATH
   std::map<std::string, std::string> env;  // the job's own variables
-  std::string working_dir;                 // empty: the agent's
-  core::Parallelism parallelism;           // WORLD_SIZE = tp * cp * pp * dp
-  std::string master_addr = "127.0.0.1";   // MASTER_ADDR
-  int master_port = 29500;                 // MASTER_PORT
-  int group_rank = 0;                      // GROUP_RANK: this node's index in the job
-  int group_world_size = 1;                // GROUP_WORLD_SIZE: nodes of the job
-  int restart_count = 0;                   // TOPO_RESTART_COUNT
-  std::vector<LocalRankSpec> ranks;        // the ranks of this node
-  std::string local_checkpoint_dir;        // TOPO_CHECKPOINT_DIR; empty: default root/JOB
-  std::string persistent_checkpoint_dir;   // empty: default root/JOB (or none)
-  std::optional<int64_t> restart_step;     // TOPO_RESTART_STEP when set
+  std::string working_dir;                 // empty: the account's home (see above)
+  // The Unix account every rank runs as (the submitter's). Required.
+  std::string unix_user;
+  // This job may run as uid 0 (also allowed when the site sets
+  // SupervisorOptions::allow_root_jobs). Otherwise a root account is refused.
+  bool allow_root = false;
+  core::Parallelism parallelism;          // WORLD_SIZE = tp * cp * pp * dp
+  std::string master_addr = "127.0.0.1";  // MASTER_ADDR
+  int master_port = 29500;                // MASTER_PORT
+  int group_rank = 0;                     // GROUP_RANK: this node's index in the job
+  int group_world_size = 1;               // GROUP_WORLD_SIZE: nodes of the job
+  int restart_count = 0;                  // TOPO_RESTART_COUNT
+  int max_restarts = 0;                   // TORCHELASTIC_MAX_RESTARTS
+  int omp_num_threads = 1;                // OMP_NUM_THREADS (at least 1): CPUs per rank
+  std::vector<LocalRankSpec> ranks;       // the ranks of this node
+  std::string local_checkpoint_dir;       // TOPO_CHECKPOINT_DIR; empty: default root/JOB
+  std::string persistent_checkpoint_dir;  // empty: default root/JOB (or none)
+  std::optional<int64_t> restart_step;    // TOPO_RESTART_STEP when set
+  JobLimits limits;                       // per-job cgroup limits (cgroup.hpp)
 };
 
 struct RankInfo {
@@ -148,7 +190,16 @@ std::optional<RestartPoint> NewestRestartStep(const std::string& local_dir,
 // SRC must be complete. Blocking; the supervisor runs it on its worker thread,
 // the agent may run it to stage a persistent step onto a new node's local tier
 // before a restart.
-core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst_dir, int64_t step);
+// Ownership: the copy is made *as* owner (the calling thread's file-system
+// uid/gid and groups switched to owner for the call, so a symlink the job
+// planted cannot make root write elsewhere): files 0600, directories 0700,
+// owned by owner. Without owner: DST_DIR's owner when DST_DIR exists, else
+// the caller (DST_DIR then created 0700). Symlinks are copied as symlinks.
+// REQUIRES: euid 0 when owner differs from the caller.
+// Thread safety: the identity switch is per thread; other threads are not
+// affected.
+core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst_dir, int64_t step,
+                              std::optional<FileOwner> owner = std::nullopt);
 
 class RankSupervisor {
  public:
@@ -160,12 +211,20 @@ class RankSupervisor {
   RankSupervisor(const RankSupervisor&) = delete;
   RankSupervisor& operator=(const RankSupervisor&) = delete;
 
-  // Starts every rank of launch. Fails without starting anything on a bad
-  // spec or when a rank of the job still runs here; a failed fork/exec of one
-  // rank shows as that rank exiting with code 127 (message in its log).
+  // Starts every rank of launch as launch.unix_user in the job's cgroup.
+  // Fails, leaving nothing running, on a bad spec, when a rank of the job
+  // still runs here, when the account is missing ("no Unix account 'ada' on
+  // this node (N): create it or set the user's unix_user") or is root without
+  // allow_root ("jobs may not run as root; ..."), when a private directory
+  // or the cgroup cannot be made, or when any rank fails before exec (fork,
+  // cgroup join, account switch, log, working directory): the ranks already
+  // started are killed and the cgroup removed first. An execve failure (no
+  // such program) is not a launch failure: that rank exits 127 with the
+  // reason in its log.
   core::Status Launch(const JobLaunch& launch);
-  // SIGTERM to each running rank's process group now; Poll() sends SIGKILL to
-  // the groups still alive once grace_ms has passed. Unknown job: an error.
+  // SIGTERM to every process of the job's cgroup (without a cgroup: each
+  // running rank's process group) now; Poll() SIGKILLs the whole cgroup
+  // (groups) once grace_ms has passed. Unknown job: an error.
   core::Status Stop(const std::string& job_id, int grace_ms);
   // The configured signal to every running rank's process (the rank's pid,
   // not its group: helpers it forked keep their default disposition).
@@ -183,11 +242,17 @@ class RankSupervisor {
                                                 bool node_survived = true) const;
   std::optional<int64_t> NewestCompleteStep(const std::string& job_id) const;
   std::optional<int64_t> NewestPersistedStep(const std::string& job_id) const;
-  // Drops a job whose ranks have all exited: its state file is removed.
+  // Drops a job whose ranks have all exited: its state file is removed (and
+  // its cgroup, if something kept it alive until now).
   core::Status Forget(const std::string& job_id);
   // Paths, for tests and `topo logs`.
   std::string LogPath(const std::string& job_id, int rank) const;
   std::string StatePath(const std::string& job_id) const;
+  // The job's cgroup directory in the tracking hierarchy ("" without one).
+  std::string CgroupPath(const std::string& job_id) const;
+  // What this node enforces (cgroup.hpp); summary is also written into
+  // every rank's log when something is not enforced.
+  const CgroupInfo& Cgroups() const;
 
   struct Impl;
 
@@ -195,16 +260,40 @@ class RankSupervisor {
   std::unique_ptr<Impl> impl_;
 };
 
-// The rank's environment as the supervisor sets it (without the inherited
-// and the job's own variables, which it overrides): exposed for tests.
+// The environment of a rank is, in this order (a later source wins):
+//   1. the base, from the account's passwd entry (RankBaseEnvironment):
+//        PATH=/usr/local/bin:/usr/bin:/bin
+//        HOME, USER, LOGNAME, SHELL (pw_dir, pw_name, pw_name, pw_shell or
+//        /bin/sh when empty)
+//   2. launch.env, the job's own variables (LANG and the like come only from
+//      here);
+//   3. the supervisor's variables (RankEnvironment), except OMP_NUM_THREADS,
+//      which the job's own value overrides (as under torchrun);
+//   4. TOPO_CHECKPOINT_SIGNAL (SupervisorOptions::checkpoint_signal's number),
+//      added by Launch().
+// Nothing of the agent's own environment reaches a rank.
+std::map<std::string, std::string> RankBaseEnvironment(const UnixAccount& account);
+
+// The supervisor's variables for one rank (source 3 above), exactly:
 //   MASTER_ADDR, MASTER_PORT  launch.master_addr / master_port
 //   RANK, WORLD_SIZE          global rank; tp * cp * pp * dp
-//   LOCAL_RANK                spec.local_rank
+//   ROLE_RANK, ROLE_WORLD_SIZE = RANK, WORLD_SIZE (one role)
+//   ROLE_NAME                 "default"
+//   LOCAL_RANK                spec.local_rank (0..LOCAL_WORLD_SIZE-1)
 //   LOCAL_WORLD_SIZE          launch.ranks.size() (ranks on this node)
 //   GROUP_RANK                launch.group_rank (this node's index in the job)
 //   GROUP_WORLD_SIZE          launch.group_world_size
 //   TORCHELASTIC_RESTART_COUNT = TOPO_RESTART_COUNT = launch.restart_count
-//   CUDA_VISIBLE_DEVICES      spec.gpus joined by ',' (unset when empty)
+//   TORCHELASTIC_MAX_RESTARTS launch.max_restarts
+//   TORCHELASTIC_RUN_ID       "topo-" + launch.job_id
+//   OMP_NUM_THREADS           max(1, launch.omp_num_threads), unless launch.env
+//                             sets it
+//   CUDA_VISIBLE_DEVICES      every GPU of the job on this node, in local-rank
+//                             order (the gpus of launch.ranks sorted by
+//                             local_rank, joined by ','), the same for every
+//                             rank, so that LOCAL_RANK indexes it
+//                             (torch.cuda.set_device(LOCAL_RANK) picks the
+//                             rank's own GPU); unset when no rank has a GPU
 //   TOPO_JOB_ID               launch.job_id
 //   TOPO_{TP,CP,PP,EP}_RANK   core::RankLayout::Coord(rank, Dim::k..): the
 //                             rank's coordinate along that dimension (EP: its
@@ -218,7 +307,7 @@ class RankSupervisor {
 //                             degree 1 gives every rank its own group
 //   TOPO_CHECKPOINT_DIR       the node-local checkpoint dir (CHECKPOINTS.md)
 //   TOPO_RESTART_STEP         launch.restart_step, when set
-// Launch() adds TOPO_CHECKPOINT_SIGNAL (the signal number) to every rank.
+// REQUIRES: launch passes Launch()'s validation (ranks and GPUs as above).
 std::map<std::string, std::string> RankEnvironment(const JobLaunch& launch,
                                                    const LocalRankSpec& rank,
                                                    const std::string& local_checkpoint_dir);

@@ -1,0 +1,53 @@
+#pragma once
+// Starting one rank process: fork, then in the child (async-signal-safe
+// calls only) its own process group, default signal handling, the job's
+// cgroups, the job's account, its log, its working directory, exec.
+// Internal to the supervisor.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "topo/agent/account.hpp"
+#include "topo/core/status.hpp"
+
+namespace topo::agent {
+
+struct SpawnRequest {
+  std::string what;                      // "job J rank R", for messages
+  std::string exe;                       // resolved path
+  std::vector<std::string> argv;         // argv[0] as given
+  std::vector<std::string> env;          // "K=V", the whole environment
+  const UnixAccount* account = nullptr;  // REQUIRES: non-null
+  std::vector<int> cgroup_fds;           // cgroup.procs files to join (written "0")
+  std::string log_path;                  // opened (created 0600) as the account
+  std::string log_header;                // written before the pid; the child adds "PID ===\n"
+  // Working directories to try in order as the account; the first that
+  // chdir() accepts wins. When required, only wd_candidates[0] is tried
+  // and failing it fails the spawn.
+  std::vector<std::string> wd_candidates;
+  bool wd_required = false;
+  // A directory the rank must be able to use (its checkpoint dir): checked
+  // as the account before exec, so a parent it cannot traverse fails the
+  // launch instead of the job. Empty: none.
+  std::string required_dir;
+};
+
+struct SpawnResult {
+  pid_t pid = 0;
+  // The rank exists but execve failed: it exits 127 (the reason is in its
+  // log) and is reaped like any rank.
+  bool exec_failed = false;
+};
+
+// Forks and waits (bounded, ~30 s) until the child has exec'd or failed.
+// A failure before exec (cgroup join, account switch, log, working directory,
+// required_dir) is an error naming the step and the fix; the child is reaped
+// before returning. Blocks all signals in the calling thread across fork.
+// The account switch (setgroups, setgid, setuid) happens when the caller is
+// root; otherwise the child keeps the caller's identity.
+// REQUIRES: euid 0, or account->uid == geteuid().
+core::Result<SpawnResult> SpawnRank(const SpawnRequest& req);
+
+}  // namespace topo::agent

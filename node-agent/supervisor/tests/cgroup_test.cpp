@@ -1,0 +1,413 @@
+// One cgroup per job, with real cgroups: nothing a rank starts survives a
+// stop, a failed launch leaves nothing running, a restarted agent adopts a
+// job by its cgroup, and limits land where cgroup.hpp says. A case skips
+// (with a message) only where the kernel has no usable cgroup hierarchy.
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "test_util.hpp"
+#include "topo/agent/cgroup.hpp"
+#include "topo/agent/supervisor.hpp"
+
+namespace fs = std::filesystem;
+using namespace topo::agent;
+using namespace topo::agent::testing;
+
+namespace {
+
+#define SKIP_WITHOUT_CGROUPS(sandbox)                                \
+  do {                                                               \
+    if (!(sandbox).cgroup.usable()) {                                \
+      MESSAGE("skipped: no usable cgroup hierarchy on this kernel"); \
+      return;                                                        \
+    }                                                                \
+  } while (0)
+
+// A rank that escapes its process group and session: a double fork, setsid,
+// SIGTERM ignored everywhere; every pid goes to OUT_DIR/pids-R.
+const char* kEscapeScript =
+    "trap '' TERM\n"
+    "( setsid sh -c 'sleep 1000 & echo $! >> \"$OUT_DIR/pids-$RANK\"; "
+    "echo $$ >> \"$OUT_DIR/pids-$RANK\"; while :; do wait; done' & )\n"
+    "echo $$ >> \"$OUT_DIR/pids-$RANK\"\n"
+    "touch \"$OUT_DIR/ready-$RANK\"\n"
+    "while :; do sleep 0.05; done";
+
+std::vector<pid_t> RecordedPids(const std::string& file, size_t want) {
+  std::vector<pid_t> out;
+  for (int i = 0; i < 500 && out.size() < want; ++i) {
+    out.clear();
+    std::istringstream ss(ReadFile(file));
+    long v;
+    while (ss >> v) out.push_back(static_cast<pid_t>(v));
+    if (out.size() < want) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return out;
+}
+
+void NothingSurvivesStop(TestCgroupRoot::Kind kind) {
+  Sandbox sb(kind);
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  RankSupervisor sup(sb.Options());
+  auto script = WriteScript(sb.t / "rank.sh", kEscapeScript);
+  REQUIRE(sup.Launch(sb.Job("escape", script, 2)).ok());
+  const std::string cg = sup.CgroupPath("escape");
+  REQUIRE(!cg.empty());
+  CHECK(fs::is_directory(cg));
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    auto p = RecordedPids(sb.out + "/pids-" + std::to_string(r), 3);
+    REQUIRE(p.size() == 3);
+    pids.insert(pids.end(), p.begin(), p.end());
+  }
+  // The escaped helpers run in another session, yet in the job's cgroup.
+  JobCgroup job_cg{sup.Cgroups().mode, {cg}};
+  for (pid_t p : pids) {
+    CAPTURE(p);
+    CHECK(!ProcessGone(p));
+    CHECK(job_cg.Contains(p));
+  }
+  const auto ranks = sup.List();
+  REQUIRE(ranks.size() == 2);
+  CHECK(std::any_of(pids.begin(), pids.end(),
+                    [&](pid_t p) { return ::getsid(p) != ::getsid(ranks[0].pid); }));
+
+  auto start = std::chrono::steady_clock::now();
+  REQUIRE(sup.Stop("escape", 300).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(!HasEvent(sup.Poll(), EventKind::kJobFinished, "escape"));  // within the grace
+  auto evs = PollUntil(sup, Finished("escape"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "escape"));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(300));
+  for (const auto& e : evs) {
+    if (e.kind == EventKind::kRankExited) {
+      CHECK((e.exit.signaled && e.exit.signal == SIGKILL && e.exit.stopped));
+    }
+  }
+  // Every recorded pid is gone (a /proc scan), and so is the cgroup.
+  for (pid_t p : pids) {
+    CAPTURE(p);
+    CHECK(WaitGone(p, 2000));
+  }
+  CHECK(ProcessesWithEnv("TOPO_JOB_ID=escape").empty());
+  CHECK(!fs::exists(cg));
+}
+
+}  // namespace
+
+TEST_CASE("the node's cgroup layout is detected, and a bad root is refused") {
+  auto m = CgroupManager::Detect(CgroupOptions{});
+  const auto& info = m.Describe();
+  MESSAGE("this node: " << info.summary);
+  if (!m.usable()) {
+    MESSAGE("skipped: no usable cgroup hierarchy: " << m.problem());
+    return;
+  }
+  CHECK(fs::path(info.track_root).filename() == "toposched");
+  CHECK(fs::exists(fs::path(info.track_root).parent_path() / "cgroup.procs"));
+  if (info.mode == CgroupMode::kV2) {
+    CHECK(info.freezer);
+    // No BPF device program: GPUs are isolated by CUDA_VISIBLE_DEVICES alone
+    // unless a v1 devices hierarchy is mounted beside.
+    CHECK(info.gpu_devices.empty() == !fs::exists("/sys/fs/cgroup/devices/devices.deny"));
+  }
+  CHECK(!info.summary.empty());
+
+  auto bad = CgroupManager::Detect(CgroupOptions{"/tmp/not-a-cgroup"});
+  CHECK(!bad.usable());
+  CHECK(bad.problem().find("cgroup_root /tmp/not-a-cgroup") != std::string::npos);
+  auto off = CgroupManager::Detect(CgroupOptions{"none"});
+  CHECK(!off.usable());
+  CHECK(off.Describe().summary.find("process group only") != std::string::npos);
+}
+
+TEST_CASE("setsid and a double fork do not survive Stop (the node's cgroup layout)") {
+  NothingSurvivesStop(TestCgroupRoot::Kind::kDetected);
+}
+
+TEST_CASE("setsid and a double fork do not survive Stop (v1 freezer)") {
+  if (!fs::exists("/sys/fs/cgroup/freezer/cgroup.procs")) {
+    MESSAGE("skipped: no v1 freezer hierarchy here");
+    return;
+  }
+  NothingSurvivesStop(TestCgroupRoot::Kind::kV1Freezer);
+}
+
+TEST_CASE("what a rank leaves behind when it exits is ended with it") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  RankSupervisor sup(sb.Options());
+  auto script = WriteScript(sb.t / "rank.sh",
+                            "( setsid sh -c 'echo $$ > \"$OUT_DIR/daemon.pid\"; exec sleep 1000' "
+                            "& )\n"
+                            "while [ ! -s \"$OUT_DIR/daemon.pid\" ]; do sleep 0.01; done\nexit 0");
+  REQUIRE(sup.Launch(sb.Job("leaver", script, 1)).ok());
+  const std::string cg = sup.CgroupPath("leaver");
+  auto evs = PollUntil(sup, Finished("leaver"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "leaver"));
+  pid_t daemon = ReadPidFile(sb.out + "/daemon.pid");
+  REQUIRE(daemon > 0);
+  CHECK(WaitGone(daemon, 2000));
+  CHECK(!fs::exists(cg));
+}
+
+TEST_CASE("a launch whose second rank fails leaves no process of the first running") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  RankSupervisor sup(sb.Options());
+  auto script = WriteScript(sb.t / "rank.sh", kEscapeScript);
+  // Rank 1's log cannot be opened: a directory sits at its path.
+  fs::create_directories(sb.t / "logs/half/rank-1.log");
+  const std::string job_env = "TOPO_JOB_ID=half";
+  auto st = sup.Launch(sb.Job("half", script, 2));
+  REQUIRE(!st.ok());
+  CHECK(st.message().find("rank 1: cannot open the log") != std::string::npos);
+  CHECK(st.message().find("1 rank(s) already started were killed") != std::string::npos);
+  CHECK(sup.List(false).empty());
+  CHECK(ProcessesWithEnv(job_env).empty());
+  CHECK(!fs::exists(fs::path(sb.cgroup.root()) / "job-half"));
+  // What rank 0 managed to record before it died is gone too.
+  std::istringstream ss(ReadFile(sb.out + "/pids-0"));
+  long v;
+  while (ss >> v) CHECK(WaitGone(static_cast<pid_t>(v), 2000));
+}
+
+TEST_CASE("a restarted agent adopts a job by its cgroup and Stop ends all of it") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  auto script = WriteScript(sb.t / "rank.sh", kEscapeScript);
+  auto first = std::make_unique<RankSupervisor>(sb.Options());
+  REQUIRE(first->Launch(sb.Job("kept", script, 2)).ok());
+  auto lost = sb.Job("lost", script, 1);
+  lost.env["OUT_DIR"] = sb.out + "/lost";  // its pid files apart from kept's
+  fs::create_directories(sb.out + "/lost");
+  ::chmod((sb.out + "/lost").c_str(), 01777);
+  REQUIRE(first->Launch(lost).ok());
+  const std::string kept_cg = first->CgroupPath("kept");
+  const std::string lost_cg = first->CgroupPath("lost");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    auto p = RecordedPids(sb.out + "/pids-" + std::to_string(r), 3);
+    REQUIRE(p.size() == 3);
+    pids.insert(pids.end(), p.begin(), p.end());
+  }
+  const auto before = first->List();
+  first.reset();  // the agent goes away; its ranks keep running
+
+  // While no agent runs, job "lost" is killed and its cgroup removed; an
+  // empty cgroup of a job nobody knows is left behind; and a state file
+  // names a live process (this test) that is not in its job's cgroup.
+  JobCgroup{sb.cgroup.info().mode, {lost_cg}}.KillAndRemove(3000);
+  REQUIRE(!fs::exists(lost_cg));
+  const fs::path orphan = fs::path(sb.cgroup.root()) / "job-orphan";
+  fs::create_directories(orphan);
+  const fs::path outsider_cg = fs::path(sb.cgroup.root()) / "job-outsider";
+  fs::create_directories(outsider_cg);
+  {
+    std::ifstream stat("/proc/self/stat");
+    std::string line;
+    std::getline(stat, line);
+    std::istringstream ss(line.substr(line.rfind(')') + 2));
+    std::string f;
+    for (int i = 3; i <= 21; ++i) ss >> f;
+    uint64_t start = 0;
+    ss >> start;
+    std::ofstream out(sb.t / "state/jobs/outsider.json");
+    out << R"({"job_id":"outsider","cgroup":{"version":)"
+        << (sb.cgroup.info().mode == CgroupMode::kV2 ? 2 : 1) << R"(,"dirs":[")"
+        << outsider_cg.string() << R"("],"live":true},"ranks":[{"rank":0,"local_rank":0,"pid":)"
+        << ::getpid() << R"(,"start_time":)" << start << R"(,"running":true}]})";
+  }
+
+  RankSupervisor second(sb.Options());
+  CHECK(!fs::exists(orphan));  // removed: empty and unknown
+  std::vector<RankInfo> kept;
+  for (const auto& r : second.List()) {
+    if (r.job_id == "kept") kept.push_back(r);
+  }
+  REQUIRE(kept.size() == 2);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    CHECK(kept[i].adopted);
+    CHECK(kept[i].pid == before[i].pid);
+  }
+  CHECK(second.CgroupPath("kept") == kept_cg);
+  auto evs = PollUntil(second, [](const std::vector<SupervisorEvent>& e) {
+    return HasEvent(e, EventKind::kJobFinished, "lost") &&
+           HasEvent(e, EventKind::kJobFinished, "outsider");
+  });
+  CHECK(HasEvent(evs, EventKind::kJobFinished, "lost"));
+  CHECK(HasEvent(evs, EventKind::kJobFinished, "outsider"));
+  CHECK(!HasEvent(evs, EventKind::kRankExited, "kept"));
+  for (const auto& e : evs) {
+    if (e.kind == EventKind::kRankExited) CHECK(!e.exit.exit_status_known);
+  }
+  CHECK(::kill(::getpid(), 0) == 0);  // the outsider was not signalled
+  CHECK(!fs::exists(outsider_cg));    // its (empty) cgroup went with it
+
+  REQUIRE(second.Stop("kept", 300).ok());
+  evs = PollUntil(second, Finished("kept"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "kept"));
+  for (pid_t p : pids) {
+    CAPTURE(p);
+    CHECK(WaitGone(p, 2000));
+  }
+  CHECK(ProcessesWithEnv("TOPO_JOB_ID=kept").empty());
+  CHECK(!fs::exists(kept_cg));
+}
+
+TEST_CASE("every rank sees all the job's GPUs in local-rank order; LOCAL_RANK picks its own") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  RankSupervisor sup(sb.Options());
+  auto script = WriteScript(sb.t / "rank.sh",
+                            "echo \"cvd=$CUDA_VISIBLE_DEVICES\"\n"
+                            "set -- $(echo \"$CUDA_VISIBLE_DEVICES\" | tr , ' ')\n"
+                            "shift \"$LOCAL_RANK\"\n"
+                            "echo \"mine=$1\"");
+  auto job = sb.Job("gpus", script, 2);
+  // Given out of order: rank 1 has local rank 0 and GPU 5.
+  job.ranks = {LocalRankSpec{0, 1, {2}}, LocalRankSpec{1, 0, {5}}};
+  REQUIRE(sup.Launch(job).ok());
+  PollUntil(sup, Finished("gpus"));
+  const std::string l0 = ReadFile(sup.LogPath("gpus", 0));
+  const std::string l1 = ReadFile(sup.LogPath("gpus", 1));
+  CHECK(l0.find("cvd=5,2\n") != std::string::npos);
+  CHECK(l1.find("cvd=5,2\n") != std::string::npos);
+  CHECK(l1.find("mine=5\n") != std::string::npos);  // local rank 0
+  CHECK(l0.find("mine=2\n") != std::string::npos);  // local rank 1
+  auto env = RankEnvironment(job, job.ranks[0], "/ck");
+  CHECK(env["CUDA_VISIBLE_DEVICES"] == "5,2");
+  CHECK(env["LOCAL_RANK"] == "1");
+
+  // A rank with two GPUs, a GPU twice, or sparse local ranks break LOCAL_RANK.
+  auto bad = job;
+  bad.ranks = {LocalRankSpec{0, 0, {2, 3}}, LocalRankSpec{1, 1, {5}}};
+  CHECK(sup.Launch(bad).message().find("a rank drives one GPU") != std::string::npos);
+  bad.ranks = {LocalRankSpec{0, 0, {2}}, LocalRankSpec{1, 1, {2}}};
+  CHECK(!sup.Launch(bad).ok());
+  bad.ranks = {LocalRankSpec{0, 0, {2}}, LocalRankSpec{1, 3, {5}}};
+  CHECK(sup.Launch(bad).message().find("0..LOCAL_WORLD_SIZE-1") != std::string::npos);
+  bad.ranks = {LocalRankSpec{0, 0, {2}}, LocalRankSpec{1, 1, {}}};
+  CHECK(!sup.Launch(bad).ok());
+}
+
+TEST_CASE("limits land where the node enforces them; the others are named in the log") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  // Two fake GPU device nodes (the nvidia major, no driver behind them).
+  const std::string dev = sb.t / "dev";
+  fs::create_directories(dev);
+  ::chmod(dev.c_str(), 0755);
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = dev + "/nvidia" + std::to_string(i);
+    REQUIRE(::mknod(n.c_str(), S_IFCHR | 0666, makedev(195, i)) == 0);
+    ::chmod(n.c_str(), 0666);
+  }
+  auto opt = sb.Options();
+  opt.gpu_device_dir = dev;
+  RankSupervisor sup(opt);
+  const CgroupInfo& info = sup.Cgroups();
+  MESSAGE("enforced here: " << info.summary);
+  auto script = WriteScript(
+      sb.t / "rank.sh",
+      "for g in 0 1; do if head -c1 \"$DEV/nvidia$g\" >/dev/null 2>\"$OUT_DIR/err$g\"; then "
+      "echo \"nvidia$g=opened\"; else echo \"nvidia$g=$(cat \"$OUT_DIR/err$g\")\"; fi; done\n"
+      "cat /proc/self/cgroup > \"$OUT_DIR/cgroups\"");
+  auto job = sb.Job("lim", script, 1);
+  job.env["DEV"] = dev;
+  job.ranks[0].gpus = {1};
+  job.limits.memory_bytes = 256ll << 20;
+  job.limits.cpus = 0.5;
+  job.limits.restrict_gpu_devices = true;
+  REQUIRE(sup.Launch(job).ok());
+  auto evs = PollUntil(sup, Finished("lim"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "lim"));
+  const std::string log = ReadFile(sup.LogPath("lim", 0));
+  CAPTURE(log);
+  const std::string cgroups = ReadFile(sb.out + "/cgroups");
+  CAPTURE(cgroups);
+  // Where the memory limit went: read it back from the rank's own cgroup
+  // (the rank recorded /proc/self/cgroup; the cgroup itself is gone now, so
+  // check the record and the log's absence of a "not enforced" note).
+  if (info.memory.empty()) {
+    CHECK(log.find("memory limit of 268435456 bytes is not enforced") != std::string::npos);
+  } else {
+    CHECK(log.find("memory limit") == std::string::npos);
+    if (info.memory.find("v1") != std::string::npos) {
+      CHECK(cgroups.find(":memory:") != std::string::npos);
+      CHECK(cgroups.find("/job-lim") != std::string::npos);
+    }
+  }
+  if (info.cpu.empty()) {
+    CHECK(log.find("CPU limit of") != std::string::npos);
+  } else {
+    CHECK(log.find("CPU limit") == std::string::npos);
+  }
+  if (info.gpu_devices.empty()) {
+    CHECK(log.find("GPU isolation is CUDA_VISIBLE_DEVICES only") != std::string::npos);
+    CHECK(log.find("nvidia0=opened") == std::string::npos);  // no driver: ENXIO either way
+  } else {
+    CHECK(log.find("nvidia0=") != std::string::npos);
+    CHECK(log.find("Operation not permitted") != std::string::npos);  // denied by the cgroup
+    // nvidia1 is allowed: it reaches the (absent) driver.
+    CHECK(log.find("nvidia1=head: cannot open") != std::string::npos);
+    CHECK(log.find("No such device") != std::string::npos);
+  }
+}
+
+TEST_CASE("limit files hold the values asked for while the job runs") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  RankSupervisor sup(sb.Options());
+  const CgroupInfo& info = sup.Cgroups();
+  if (info.memory.empty() && info.cpu.empty()) {
+    MESSAGE("skipped: this node enforces neither memory nor CPU limits");
+    return;
+  }
+  auto job = sb.Job("files", "/bin/sleep", 1);
+  job.argv = {"/bin/sleep", "30"};
+  job.limits.memory_bytes = 128ll << 20;
+  job.limits.cpus = 1.5;
+  REQUIRE(sup.Launch(job).ok());
+  const pid_t pid = sup.List()[0].pid;
+  // The rank's cgroups, from /proc/PID/cgroup, mapped to the mounts.
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line, mem_dir, cpu_dir;
+  while (std::getline(in, line)) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    const std::string ctrls = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (ctrls == "memory") mem_dir = "/sys/fs/cgroup/memory" + path;
+    if (ctrls == "cpu" || ctrls == "cpu,cpuacct") cpu_dir = "/sys/fs/cgroup/" + ctrls + path;
+  }
+  if (info.memory.find("v1") != std::string::npos) {
+    CHECK(ReadFile(mem_dir + "/memory.limit_in_bytes") == std::to_string(128ll << 20) + "\n");
+  } else if (!info.memory.empty()) {
+    CHECK(ReadFile(sup.CgroupPath("files") + "/memory.max") == std::to_string(128ll << 20) + "\n");
+  }
+  if (info.cpu.find("v1") != std::string::npos) {
+    CHECK(ReadFile(cpu_dir + "/cpu.cfs_quota_us") == "150000\n");
+    CHECK(ReadFile(cpu_dir + "/cpu.cfs_period_us") == "100000\n");
+  } else if (!info.cpu.empty()) {
+    CHECK(ReadFile(sup.CgroupPath("files") + "/cpu.max") == "150000 100000\n");
+  }
+  REQUIRE(sup.Stop("files", 200).ok());
+  PollUntil(sup, Finished("files"));
+  if (!mem_dir.empty()) CHECK(!fs::exists(mem_dir));
+}
