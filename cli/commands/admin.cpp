@@ -89,6 +89,7 @@ struct UsersArgs {
   std::string name;
   std::string tenant;
   std::string role;
+  std::string unix_user;
   bool json = false;
 };
 
@@ -101,7 +102,8 @@ int RunUsersList(const UsersArgs& args) {
   if (args.json) {
     PrintJson(reply.body);
   } else {
-    std::cout << FormatObjectTable(ListOf(reply.body, "users"), {"name", "tenant", "role"});
+    std::cout << FormatObjectTable(ListOf(reply.body, "users"),
+                                   {"name", "tenant", "role", "unix_user"});
   }
   return kExitOk;
 }
@@ -110,15 +112,33 @@ int RunUsersCreate(const UsersArgs& args) {
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
-  Reply reply = session->Call(
-      "POST", "/v1/users", json{{"name", args.name}, {"tenant", args.tenant}, {"role", args.role}});
+  json body = {{"name", args.name}, {"tenant", args.tenant}, {"role", args.role}};
+  if (!args.unix_user.empty()) body["unix_user"] = args.unix_user;
+  Reply reply = session->Call("POST", "/v1/users", body);
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {
     PrintJson(reply.body);
   } else {
     std::cout << "Created user " << args.name << " (tenant " << args.tenant << ", role "
-              << args.role << "); give them a token: topo token create --user " << args.name
-              << "\n";
+              << args.role << ", jobs run as Unix account "
+              << reply.body.value("unix_user", args.name)
+              << "); give them a token: topo token create --user " << args.name << "\n";
+  }
+  return kExitOk;
+}
+
+int RunUsersSet(const UsersArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("PATCH", "/v1/users/" + PercentEncode(args.name),
+                              json{{"unix_user", args.unix_user}});
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << "User " << args.name << "'s jobs now run as Unix account " << args.unix_user
+              << " (from their next start)\n";
   }
   return kExitOk;
 }
@@ -263,13 +283,17 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   AddConnectionFlags(*qset, conn);
   qset->callback([set, exit_code] { *exit_code = RunQuotaSet(*set); });
 
-  // users [create | delete]
+  // users [create | set | delete]
   auto users = std::make_shared<UsersArgs>();
   CLI::App* u = AddVerb(app, "users",
-                        "List users (those in your scope), or create and delete them.\n\n"
+                        "List users (those in your scope), or create, change and delete them.\n"
+                        "Each user's jobs run as a Unix account on the nodes (unix_user; by\n"
+                        "default the user's name), never as root unless the cluster allows it.\n\n"
                         "Examples:\n"
                         "  topo users\n"
                         "  topo users create ada --tenant org/team --role user\n"
+                        "  topo users create ada@example.com --tenant org --role user --unix-user ada\n"
+                        "  topo users set ada --unix-user ada2\n"
                         "  topo users delete ada");
   u->add_flag("--json", users->json, std::string(kJsonHelp));
   AddConnectionFlags(*u, conn);
@@ -279,16 +303,31 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
               "Create a user (tenant-admin: users of their tenants; cluster-admin: any).\n\n"
               "Examples:\n"
               "  topo users create ada --tenant org/team --role user\n"
-              "  topo users create bob@example.com --tenant org --role tenant-admin");
+              "  topo users create bob@example.com --tenant org --role tenant-admin "
+              "--unix-user bob");
   uc->add_option("NAME", create->name, "User name: [a-z0-9_.-], '@' after the first character")
       ->required();
   uc->add_option("--tenant", create->tenant, "The user's tenant")->required();
   uc->add_option("--role", create->role, "user, tenant-admin or cluster-admin")
       ->required()
       ->check(CLI::IsMember({"user", "tenant-admin", "cluster-admin"}));
+  uc->add_option("--unix-user", create->unix_user,
+                 "The Unix account the user's jobs run as on the nodes (default: the user's "
+                 "name, which must then be an account name)");
   uc->add_flag("--json", create->json, std::string(kJsonHelp));
   AddConnectionFlags(*uc, conn);
   uc->callback([create, exit_code] { *exit_code = RunUsersCreate(*create); });
+  auto uset = std::make_shared<UsersArgs>();
+  CLI::App* us = AddVerb(*u, "set",
+                         "Change a user's Unix account (the account their jobs run as on the\n"
+                         "nodes, from each job's next start).\n\n"
+                         "Examples:\n"
+                         "  topo users set ada --unix-user ada2");
+  us->add_option("NAME", uset->name, "User name")->required();
+  us->add_option("--unix-user", uset->unix_user, "The Unix account on the nodes")->required();
+  us->add_flag("--json", uset->json, std::string(kJsonHelp));
+  AddConnectionFlags(*us, conn);
+  us->callback([uset, exit_code] { *exit_code = RunUsersSet(*uset); });
   auto del = std::make_shared<UsersArgs>();
   CLI::App* ud = AddVerb(*u, "delete",
                          "Delete a user; their tokens are revoked.\n\n"

@@ -115,6 +115,22 @@ def main():
         users = {u["name"] for u in js(["users"], carol)["users"]}
         check("alice" in users and "dave" in users and "bob" not in users, "carol's users: %s" % users)
 
+        # Unix accounts: by default the user's name; an admin maps a user to
+        # another account; a user mapped to root cannot submit.
+        accounts = {u["name"]: u["unix_user"] for u in js(["users"])["users"]}
+        check(accounts["alice"] == "alice" and accounts["admin"] == "admin", str(accounts))
+        made = js(["users", "create", "frank@example.com", "--tenant", "org/a", "--role", "user",
+                   "--unix-user", "frank"], carol)
+        check(made["unix_user"] == "frank", str(made))
+        check(js(["users", "set", "dave", "--unix-user", "dave2"], carol)["unix_user"] == "dave2",
+              "users set")
+        topo(["users", "set", "dave", "--unix-user", "x"], alice, expect=AUTH)
+        topo(["users", "set", "dave", "--unix-user", "root"], carol)
+        dave = js(["token", "create", "--user", "dave"], carol)["token"]
+        out = topo(["submit", "--gpus", "8"], dave, expect=AUTH).stderr
+        check("root" in out and "allow_root_jobs" in out, "a root job is refused with the fix: %s" % out)
+        topo(["users", "set", "dave", "--unix-user", "dave2"], carol)
+
         # hold / release / cancel.
         wait = js(["submit", "--gpus", "64", "--tp", "8"], alice)
         check(wait["state"] == "queued", "64 GPUs must wait: %s" % wait)
