@@ -203,6 +203,12 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"backfill", [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.backfill); }},
       {"preemption",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.preemption); }},
+      {"min_free_disk_mb",
+       IntSetter(0, 1 << 20, [](DaemonConfig& c, int64_t x) { c.min_free_disk_mb = x; })},
+      {"read_threads", IntSetter(1, 64,
+                                 [](DaemonConfig& c, int64_t x) {
+                                   c.read_threads = static_cast<int>(x);
+                                 })},
       {"allow_root_jobs",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.allow_root_jobs); }},
       {"master_ports",

@@ -37,6 +37,10 @@ struct DaemonConfig {
   double rate_limit_per_second = 20000;  // per user; burst twice that
   int request_timeout_s = 30;            // reading a request, writing an answer, queueing
   int idle_timeout_s = 120;              // a kept-alive connection with no request
+  // Below this much free space on the state directory's filesystem, writes
+  // are refused with 507 (reads go on; agents' reports still commit).
+  int64_t min_free_disk_mb = 256;
+  int read_threads = 2;  // threads (and read-only store connections) for off-strand reads
 
   // Node agents (docs/agent-protocol.md): a second listener that requires a
   // client certificate signed by the daemon's CA. Host "off" disables it.

@@ -95,7 +95,8 @@ void Metrics::AgentCertificateRevoked(bool at_handshake) {
   (at_handshake ? agent_revoked_handshakes_ : agent_revoked_sessions_) += 1;
 }
 
-void Metrics::Render(std::string& out) const {
+void Metrics::Render(std::string& out,
+                     const std::function<bool(std::string_view tenant)>& sees_tenant) const {
   std::lock_guard lock(mu_);
   out += "# HELP topo_api_requests_total API requests answered, by route, method and status.\n";
   out += "# TYPE topo_api_requests_total counter\n";
@@ -108,6 +109,7 @@ void Metrics::Render(std::string& out) const {
   out += "# HELP topo_submissions_total Jobs accepted, by tenant.\n";
   out += "# TYPE topo_submissions_total counter\n";
   for (const auto& [tenant, n] : submissions_) {
+    if (!sees_tenant(tenant)) continue;
     out += "topo_submissions_total{tenant=" + PromLabel(tenant) + "} " + std::to_string(n) + "\n";
   }
   out += "# HELP topo_placement_seconds Scheduler steps that placed or restarted a job.\n";

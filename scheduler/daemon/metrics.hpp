@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,8 +43,10 @@ class Metrics {
   // an already connected session closed when the revocation was loaded.
   void AgentCertificateRevoked(bool at_handshake);
 
-  // HELP/TYPE and samples of everything above.
-  void Render(std::string& out) const;
+  // HELP/TYPE and samples of everything above; per-tenant series only for
+  // the tenants sees_tenant accepts (the caller's scope, scope.hpp).
+  void Render(std::string& out,
+              const std::function<bool(std::string_view tenant)>& sees_tenant) const;
 
  private:
   mutable std::mutex mu_;

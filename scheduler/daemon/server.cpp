@@ -24,6 +24,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
@@ -79,6 +80,7 @@ class Server::Impl {
         signals_(ioc_, SIGINT, SIGTERM),
         agent_acceptor_(ioc_),
         agent_tls_(ssl::context::tls_server),
+        read_threads_(static_cast<size_t>(std::max(1, config.read_threads))),
         liveness_(strand_),
         revocation_watch_(strand_) {}
 
@@ -96,6 +98,9 @@ class Server::Impl {
       net::post(strand_, [this] { Drain(); });
     }
   }
+  // Called by sessions (any thread): a read route that needs no strand,
+  // answered on the read threads.
+  void ServeOffStrand(Pending p);
   void Accept();
   void AcceptAgents();
   // Strand only: sends what the last commit produced to the agents' sessions.
@@ -113,6 +118,8 @@ class Server::Impl {
   net::signal_set signals_;
   tcp::acceptor agent_acceptor_;
   ssl::context agent_tls_;
+  // Reads off the strand (Service::HandleRead): the event log and friends.
+  net::thread_pool read_threads_;
   net::steady_timer liveness_;
   // Agents' certificates revoked since start (revocation.hpp): checked at
   // every handshake; the strand's watch closes connected sessions too.
@@ -134,8 +141,8 @@ class Server::Impl {
   std::mutex mu_;
   std::vector<Pending> queue_;
   bool drain_posted_ = false;
-  bool stopping_ = false;  // strand only
-  Status fatal_;           // strand only
+  std::atomic<bool> stopping_ = false;  // written on the strand; read threads look too
+  Status fatal_;                        // strand only
 
  private:
   void Drain();
@@ -287,6 +294,7 @@ class Session : public std::enable_shared_from_this<Session> {
                   self->Write(std::move(r), keep_alive, route, method, received);
                 });
     };
+    if (server_.service_.ServedOffStrand(p.request)) return server_.ServeOffStrand(std::move(p));
     server_.Enqueue(std::move(p));
   }
 
@@ -379,6 +387,23 @@ void Server::Impl::Accept() {
       }
     }
     Accept();
+  });
+}
+
+void Server::Impl::ServeOffStrand(Pending p) {
+  net::post(read_threads_, [this, p = std::move(p)]() mutable {
+    HttpResponse r;
+    if (stopping_) {
+      r = Error(503, "topo-scheduler is stopping; retry against the restarted daemon");
+    } else {
+      try {
+        r = service_.HandleRead(p.request, WallMs());
+      } catch (const std::exception& e) {
+        LogLine(std::string("topo-scheduler: internal error on a read: ") + e.what());
+        r = Error(500, "internal error; nothing was changed");
+      }
+    }
+    p.done(std::move(r));
   });
 }
 
@@ -530,6 +555,7 @@ Status Server::Impl::Run() {
   for (int i = 1; i < config_.io_threads; ++i) threads.emplace_back([this] { ioc_.run(); });
   ioc_.run();
   for (std::thread& t : threads) t.join();
+  read_threads_.join();
   return fatal_;
 }
 

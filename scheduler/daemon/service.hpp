@@ -101,6 +101,12 @@ class Service {
   const std::optional<std::string>& first_admin_token() const;
 
   HttpResponse Handle(const HttpRequest& request, core::TimeMs now);
+  // Reads that need no strand (the event log, the audit log, whoami;
+  // routes.cpp marks them): ServedOffStrand says which, HandleRead serves
+  // one on a read-only store connection. Both are thread-safe and may run
+  // beside the strand.
+  bool ServedOffStrand(const HttpRequest& request) const;
+  HttpResponse HandleRead(const HttpRequest& request, core::TimeMs now);
   // Writes the staged entries in one transaction (nothing staged: Ok).
   core::Status Commit();
   size_t staged() const;

@@ -20,35 +20,17 @@ using core::NodeId;
 using core::Result;
 using core::Status;
 
-HttpResponse StoreFailed(const Status& s) { return Error(503, "the store failed: " + s.message()); }
-
 HttpResponse AdminOnly(std::string_view what) {
   return Error(403, std::string(what) + " needs a cluster-admin token");
-}
-
-std::optional<int64_t> QueryInt(const Route& route, const std::string& key, int64_t lo, int64_t hi,
-                                int64_t fallback, HttpResponse& error) {
-  auto it = route.query.find(key);
-  if (it == route.query.end()) return fallback;
-  int64_t v = 0;
-  const std::string& t = it->second;
-  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-  if (ec != std::errc() || p != t.data() + t.size() || v < lo || v > hi) {
-    error = Error(
-        400, key + " must be a whole number in " + std::to_string(lo) + ".." + std::to_string(hi),
-        key);
-    return std::nullopt;
-  }
-  return v;
 }
 
 // GPU -> job id for every running job (0: free; -1: a job outside the
 // caller's scope).
 std::vector<std::vector<JobId>> GpuJobs(const ServiceState& s, const Caller& caller) {
-  const core::Topology& topo = *s.topology;
+  const core::Topology& topo = *s.driver.topology;
   std::vector<std::vector<JobId>> out(topo.node_count());
   for (NodeId n = 0; n < topo.node_count(); ++n) out[n].assign(topo.node(n).gpus, 0);
-  for (const auto& [id, j] : s.core->jobs()) {
+  for (const auto& [id, j] : s.driver.core->jobs()) {
     if (j.ranks.empty()) continue;
     const JobId shown = caller.InScope(j.request.tenant) ? id : -1;
     for (const core::GpuSlot& slot : j.ranks) out[slot.node][slot.gpu] = shown;
@@ -57,15 +39,15 @@ std::vector<std::vector<JobId>> GpuJobs(const ServiceState& s, const Caller& cal
 }
 
 Json NodeView(const ServiceState& s, NodeId n, const std::vector<JobId>& gpu_jobs) {
-  const core::Topology& topo = *s.topology;
-  const core::ClusterState& cluster = s.core->cluster();
+  const core::Topology& topo = *s.driver.topology;
+  const core::ClusterState& cluster = s.driver.core->cluster();
   const core::Node& node = topo.node(n);
   Json health = Json::array();
   for (int g = 0; g < node.gpus; ++g)
     health.push_back(core::GpuHealthName(cluster.gpu_health(n, g)));
-  auto it = s.node_reason.find(node.name);
+  auto it = s.driver.node_reason.find(node.name);
   const core::NodeState state = cluster.node_state(n);
-  std::string reason = it != s.node_reason.end() ? it->second : "";
+  std::string reason = it != s.driver.node_reason.end() ? it->second : "";
   if (reason.empty() && state == core::NodeState::kDown) {
     reason = "not registered: an agent or `topo resume` brings it up";
   }
@@ -84,8 +66,8 @@ Json NodeView(const ServiceState& s, NodeId n, const std::vector<JobId>& gpu_job
 Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
   Json out = common::TenantConfigToJson(t);
   int running = 0, queued = 0;
-  if (s.core != nullptr) {
-    for (const auto& [id, j] : s.core->jobs()) {
+  if (s.driver.core != nullptr) {
+    for (const auto& [id, j] : s.driver.core->jobs()) {
       if (j.request.tenant != t.name) continue;
       if (j.state == core::JobState::kRunning || j.state == core::JobState::kPreempting) {
         ++running;
@@ -94,7 +76,7 @@ Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
       }
     }
   }
-  out["usage_gpus"] = s.core != nullptr ? s.core->TenantUsage(t.name) : 0;
+  out["usage_gpus"] = s.driver.core != nullptr ? s.driver.core->TenantUsage(t.name) : 0;
   out["running_jobs"] = running;
   out["queued_jobs"] = queued;
   return out;
@@ -133,15 +115,15 @@ bool Manages(const Caller& caller, const store::User& u) {
 
 bool TenantExists(ServiceState& s, const std::string& name) {
   if (name == "default") return true;
-  if (s.core != nullptr) return s.core->tenant(name) != nullptr;
-  Result<std::vector<core::TenantConfig>> all = s.store->ListTenants();
+  if (s.driver.core != nullptr) return s.driver.core->tenant(name) != nullptr;
+  Result<std::vector<core::TenantConfig>> all = s.driver.store->ListTenants();
   if (!all.ok()) return false;
   return std::any_of(all.value().begin(), all.value().end(),
                      [&](const core::TenantConfig& t) { return t.name == name; });
 }
 
 void Audit(ServiceState& s, const Caller& caller, std::string_view action, const Json& detail) {
-  (void)s.store->AppendAudit(s.now, s.Actor(caller), action, detail.dump());
+  (void)s.driver.store->AppendAudit(s.driver.now, s.Actor(caller), action, detail.dump());
 }
 
 }  // namespace
@@ -151,8 +133,8 @@ void Audit(ServiceState& s, const Caller& caller, std::string_view action, const
 HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& route) {
   const auto& p = route.path;
   const std::string& m = route.method();
-  if (s.core == nullptr) return s.NoTopology();
-  const core::Topology& topo = *s.topology;
+  if (s.driver.core == nullptr) return NoTopology();
+  const core::Topology& topo = *s.driver.topology;
   if (p.size() == 1) {
     if (m != "GET") return Error(405, "use GET /v1/nodes");
     std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
@@ -211,10 +193,11 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
     if (!drain && reason.empty()) reason = "resumed by " + caller.user.name;
     for (NodeId n : ids) {
       s.agents->SetDrainMode(topo.node(n).name, drain ? mode : "");
-      s.Step(core::NodeStateRequested{n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
-                                      drain && mode != "graceful" ? reason + " (" + mode + ")"
-                                                                  : reason},
-             s.Actor(caller));
+      s.driver.Step(
+          core::NodeStateRequested{
+              n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
+              drain && mode != "graceful" ? reason + " (" + mode + ")" : reason},
+          s.Actor(caller));
     }
     std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
     Json out = Json::array();
@@ -228,7 +211,7 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
     if (n < 0) return Error(404, "no node named \"" + p[1].substr(0, 100) + "\"");
     std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
     Json out = NodeView(s, n, jobs[n]);
-    Result<std::vector<store::GpuHealthRow>> history = s.store->GpuHealthHistory(p[1]);
+    Result<std::vector<store::GpuHealthRow>> history = s.driver.store->GpuHealthHistory(p[1]);
     if (!history.ok()) return StoreFailed(history.status());
     Json h = Json::array();
     for (const store::GpuHealthRow& row : history.value()) {
@@ -254,12 +237,13 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
   const std::string& m = route.method();
   if (p.size() == 1) {
     if (m != "GET") return Error(405, "use GET /v1/tenants, or PUT /v1/tenants/NAME");
-    Result<std::vector<core::TenantConfig>> all = s.store->ListTenants();
+    Result<std::vector<core::TenantConfig>> all = s.driver.store->ListTenants();
     if (!all.ok()) return StoreFailed(all.status());
     Json out = Json::array();
     for (const core::TenantConfig& t : all.value()) {
       if (!caller.InScope(t.name)) continue;
-      const core::TenantConfig* live = s.core != nullptr ? s.core->tenant(t.name) : nullptr;
+      const core::TenantConfig* live =
+          s.driver.core != nullptr ? s.driver.core->tenant(t.name) : nullptr;
       out.push_back(TenantView(s, live != nullptr ? *live : t));
     }
     return JsonResponse(200, Json{{"tenants", std::move(out)}});
@@ -276,12 +260,13 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
     if (!caller.InScope(name) || !TenantExists(s, name)) {
       return Error(404, "no tenant " + name + " that you can see");
     }
-    const core::TenantConfig* live = s.core != nullptr ? s.core->tenant(name) : nullptr;
+    const core::TenantConfig* live =
+        s.driver.core != nullptr ? s.driver.core->tenant(name) : nullptr;
     core::TenantConfig t = live != nullptr ? *live : core::TenantConfig{name};
     r = JsonResponse(200, TenantView(s, t));
   } else if (m == "PUT") {
     if (!caller.cluster_admin()) return AdminOnly("setting tenants and quotas");
-    if (s.core == nullptr) return s.NoTopology();
+    if (s.driver.core == nullptr) return NoTopology();
     Body b = ParseBody(*route.request, false);
     if (b.error) return *b.error;
     const Json& body = b.json;
@@ -289,7 +274,7 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
                                      "max_running_jobs", "shares"})) {
       return *e;
     }
-    const core::TenantConfig* live = s.core->tenant(name);
+    const core::TenantConfig* live = s.driver.core->tenant(name);
     core::TenantConfig t = live != nullptr ? *live : core::TenantConfig{name};
     int64_t v = 0;
     const int64_t kMax = 100'000'000;
@@ -315,8 +300,8 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
       }
       t.shares = it->get<double>();
     }
-    s.Step(core::TenantConfigured{t}, s.Actor(caller));
-    r = JsonResponse(live != nullptr ? 200 : 201, TenantView(s, *s.core->tenant(name)));
+    s.driver.Step(core::TenantConfigured{t}, s.Actor(caller));
+    r = JsonResponse(live != nullptr ? 200 : 201, TenantView(s, *s.driver.core->tenant(name)));
   } else {
     return Error(405, "use GET or PUT /v1/tenants/NAME");
   }
@@ -330,7 +315,7 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
   const auto& p = route.path;
   const std::string& m = route.method();
   if (p.size() == 1 && m == "GET") {
-    Result<std::vector<store::User>> users = s.store->ListUsers();
+    Result<std::vector<store::User>> users = s.driver.store->ListUsers();
     if (!users.ok()) return StoreFailed(users.status());
     Json out = Json::array();
     for (const store::User& u : users.value()) {
@@ -350,7 +335,7 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
         return Error(400, std::string(f) + " is required and must be a string", f);
       }
     }
-    store::User u{b.json["name"], b.json["tenant"], store::Role::kUser, s.now, {}};
+    store::User u{b.json["name"], b.json["tenant"], store::Role::kUser, s.driver.now, {}};
     if (!ValidUserName(u.name)) {
       return Error(400, "name: user names are 1-64 of a-z 0-9 _ . - (and @ after the first)",
                    "name");
@@ -380,21 +365,21 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
                        u.tenant + "`",
                    "tenant");
     }
-    Result<std::optional<store::User>> existing = s.store->GetUser(u.name);
+    Result<std::optional<store::User>> existing = s.driver.store->GetUser(u.name);
     if (!existing.ok()) return StoreFailed(existing.status());
     if (existing.value()) return Error(409, "user " + u.name + " exists already");
-    if (Status st = s.store->CreateUser(u); !st.ok()) return StoreFailed(st);
+    if (Status st = s.driver.store->CreateUser(u); !st.ok()) return StoreFailed(st);
     Audit(s, caller, "user.create",
           {{"user", u.name},
            {"tenant", u.tenant},
            {"role", store::RoleName(u.role)},
            {"unix_user", u.unix_user}});
-    s.auth_cache.clear();
+    s.auth.Forget();
     return JsonResponse(201, UserView(u));
   }
   if (p.size() == 2 && m == "PATCH") {
     // PATCH /v1/users/NAME {"unix_user": ...}: the account later starts run as.
-    Result<std::optional<store::User>> u = s.store->GetUser(p[1]);
+    Result<std::optional<store::User>> u = s.driver.store->GetUser(p[1]);
     if (!u.ok()) return StoreFailed(u.status());
     if (!u.value() || !caller.admin() || !Manages(caller, *u.value())) {
       if (u.value() && !caller.admin()) return Error(403, "changing users needs an admin");
@@ -406,18 +391,18 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
     store::User changed = *u.value();
     if (!b.json.contains("unix_user")) return Error(400, "give unix_user", "unix_user");
     if (auto e = UnixUserField(b.json, changed.unix_user)) return *e;
-    if (Status st = s.store->UpdateUser(changed); !st.ok()) return StoreFailed(st);
+    if (Status st = s.driver.store->UpdateUser(changed); !st.ok()) return StoreFailed(st);
     Audit(
         s, caller, "user.update",
         {{"user", changed.name}, {"unix_user", changed.unix_user}, {"was", u.value()->unix_user}});
-    s.auth_cache.clear();
+    s.auth.Forget();
     HttpResponse r = JsonResponse(200, UserView(changed));
     r.route = "/v1/users/{name}";
     return r;
   }
   if (p.size() == 2 && m == "DELETE") {
     HttpResponse r;
-    Result<std::optional<store::User>> u = s.store->GetUser(p[1]);
+    Result<std::optional<store::User>> u = s.driver.store->GetUser(p[1]);
     if (!u.ok()) return StoreFailed(u.status());
     if (!u.value() || !caller.admin() || !Manages(caller, *u.value())) {
       if (u.value() && !caller.admin()) return Error(403, "deleting users needs an admin");
@@ -426,9 +411,9 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
     if (u.value()->name == caller.user.name) {
       return Error(409, "you cannot delete yourself; another admin can");
     }
-    if (Status st = s.store->DeleteUser(p[1]); !st.ok()) return StoreFailed(st);
+    if (Status st = s.driver.store->DeleteUser(p[1]); !st.ok()) return StoreFailed(st);
     Audit(s, caller, "user.delete", {{"user", p[1]}});
-    s.auth_cache.clear();
+    s.auth.Forget();
     r = JsonResponse(200, UserView(*u.value()));
     r.route = "/v1/users/{name}";
     return r;
@@ -443,13 +428,13 @@ HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& ro
   const auto& p = route.path;
   const std::string& m = route.method();
   auto user_of = [&](const std::string& name) -> std::optional<store::User> {
-    Result<std::optional<store::User>> u = s.store->GetUser(name);
+    Result<std::optional<store::User>> u = s.driver.store->GetUser(name);
     return u.ok() ? u.value() : std::nullopt;
   };
   if (p.size() == 1 && m == "GET") {
     std::optional<std::string> only;
     if (auto it = route.query.find("user"); it != route.query.end()) only = it->second;
-    Result<std::vector<store::TokenInfo>> tokens = s.store->ListTokens();
+    Result<std::vector<store::TokenInfo>> tokens = s.driver.store->ListTokens();
     if (!tokens.ok()) return StoreFailed(tokens.status());
     Json out = Json::array();
     std::map<std::string, bool> manages;
@@ -479,7 +464,7 @@ HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& ro
       if (u) return Error(403, "you may create tokens only for yourself or users you manage");
       return Error(404, "no user " + name.substr(0, 64) + " that you manage", "user");
     }
-    Result<store::IssuedToken> t = s.store->CreateToken(name, s.now);
+    Result<store::IssuedToken> t = s.driver.store->CreateToken(name, s.driver.now);
     if (!t.ok()) return StoreFailed(t.status());
     Audit(s, caller, "token.create", {{"user", name}, {"id", t.value().id}});
     return JsonResponse(201,
@@ -490,7 +475,7 @@ HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& ro
     const bool hex = id.size() >= 8 && id.size() <= 64 &&
                      id.find_first_not_of("0123456789abcdef") == std::string::npos;
     if (!hex) return Error(400, "a token id is 8 to 64 lowercase hex digits (topo token list)");
-    Result<std::vector<store::TokenInfo>> tokens = s.store->ListTokens();
+    Result<std::vector<store::TokenInfo>> tokens = s.driver.store->ListTokens();
     if (!tokens.ok()) return StoreFailed(tokens.status());
     std::vector<store::TokenInfo> hits;
     for (const store::TokenInfo& t : tokens.value()) {
@@ -501,9 +486,9 @@ HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& ro
       return Error(404, "no token " + id + " that you manage");
     }
     if (hits.size() > 1) return Error(400, "token id " + id + " is ambiguous; give more digits");
-    if (Status st = s.store->RevokeToken(hits[0].id); !st.ok()) return StoreFailed(st);
+    if (Status st = s.driver.store->RevokeToken(hits[0].id); !st.ok()) return StoreFailed(st);
     Audit(s, caller, "token.revoke", {{"user", hits[0].user}, {"id", hits[0].id}});
-    s.auth_cache.clear();
+    s.auth.Forget();
     HttpResponse r =
         JsonResponse(200, Json{{"id", hits[0].id}, {"user", hits[0].user}, {"revoked", true}});
     r.route = "/v1/tokens/{id}";
@@ -518,16 +503,16 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
   const std::string& m = route.method();
   if (route.path.size() != 1) return Error(404, "use /v1/topology");
   if (m == "GET") {
-    if (s.topology == nullptr) return s.NoTopology();
+    if (s.driver.topology == nullptr) return NoTopology();
     std::string format = "json";
     if (auto it = route.query.find("format"); it != route.query.end()) format = it->second;
     if (format != "json" && format != "slurm") {
       return Error(400, "format must be json or slurm", "format");
     }
-    return JsonResponse(200,
-                        Json{{"format", format},
-                             {"content", format == "json" ? common::TopologyToJson(*s.topology)
-                                                          : common::TopologyToSlurm(*s.topology)}});
+    return JsonResponse(
+        200, Json{{"format", format},
+                  {"content", format == "json" ? common::TopologyToJson(*s.driver.topology)
+                                               : common::TopologyToSlurm(*s.driver.topology)}});
   }
   if (m != "PUT") return Error(405, "use GET or PUT /v1/topology");
   if (!caller.cluster_admin()) return AdminOnly("importing a topology");
@@ -564,8 +549,8 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
       break;
   }
   if (!parsed.ok()) return Error(400, "content: " + parsed.message(), "content");
-  if (s.core != nullptr) {
-    for (const auto& [id, j] : s.core->jobs()) {
+  if (s.driver.core != nullptr) {
+    for (const auto& [id, j] : s.driver.core->jobs()) {
       if (!core::IsTerminal(j.state)) {
         return Error(409, "job " + std::to_string(id) + " is " +
                               std::string(core::JobStateName(j.state)) +
@@ -575,27 +560,27 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
     }
   }
   // Write what the old topology's core staged, then start the new epoch.
-  if (s.core != nullptr) {
-    if (Status c = s.CommitStaged(); !c.ok()) return StoreFailed(c);
+  if (s.driver.core != nullptr) {
+    if (Status c = s.Commit(); !c.ok()) return StoreFailed(c);
   }
   auto topology = std::make_unique<core::Topology>(std::move(parsed).value());
   const std::pair<std::string, std::string> meta[] = {
       {"topology", common::TopologyToJson(*topology)},
-      {"topology_from_seq", std::to_string(s.store->LastSeq() + 1)}};
-  if (Status st = s.store->SetMetas(meta); !st.ok()) return StoreFailed(st);
-  s.core.reset();
-  s.topology = std::move(topology);
-  BuildCore(s);
-  s.node_reason.clear();
-  Result<std::vector<core::TenantConfig>> tenants = s.store->ListTenants();
+      {"topology_from_seq", std::to_string(s.driver.store->LastSeq() + 1)}};
+  if (Status st = s.driver.store->SetMetas(meta); !st.ok()) return StoreFailed(st);
+  s.driver.core.reset();
+  s.driver.topology = std::move(topology);
+  s.driver.BuildCore();
+  s.driver.node_reason.clear();
+  Result<std::vector<core::TenantConfig>> tenants = s.driver.store->ListTenants();
   if (!tenants.ok()) return StoreFailed(tenants.status());
   for (const core::TenantConfig& t : tenants.value()) {
-    if (t.name != "default" ||
-        common::TenantConfigToJson(t) != common::TenantConfigToJson(*s.core->tenant("default"))) {
-      s.Step(core::TenantConfigured{t}, s.Actor(caller));
+    if (t.name != "default" || common::TenantConfigToJson(t) !=
+                                   common::TenantConfigToJson(*s.driver.core->tenant("default"))) {
+      s.driver.Step(core::TenantConfigured{t}, s.Actor(caller));
     }
   }
-  const core::Topology& topo = *s.topology;
+  const core::Topology& topo = *s.driver.topology;
   Json summary = {
       {"name", topo.name()},
       {"nodes", topo.node_count()},
@@ -605,85 +590,6 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
       {"pods", topo.pod_tier() < topo.tier_count() ? topo.tier_size(topo.pod_tier()) : 1}};
   Audit(s, caller, "topology.import", summary);
   return JsonResponse(200, summary);
-}
-
-// ---------------------------------------------------------------- events
-
-HttpResponse HandleEvents(ServiceState& s, const Caller& caller, const Route& route) {
-  if (route.method() != "GET") return Error(405, "use GET");
-  if (route.path.size() != 1) return Error(404, "use /v1/events or /v1/audit");
-  HttpResponse err;
-  std::optional<int64_t> after = QueryInt(route, "after", 0, INT64_MAX, 0, err);
-  if (!after) return err;
-  std::optional<int64_t> limit = QueryInt(route, "limit", 1, 10000, 1000, err);
-  if (!limit) return err;
-  if (route.path[0] == "audit") {
-    if (!caller.cluster_admin()) return AdminOnly("the audit log");
-    Result<std::vector<store::AuditRow>> rows = s.store->ListAudit(*after, int(*limit));
-    if (!rows.ok()) return StoreFailed(rows.status());
-    Json out = Json::array();
-    for (const store::AuditRow& a : rows.value()) {
-      out.push_back({{"seq", a.seq},
-                     {"time_ms", a.time_ms},
-                     {"actor", a.actor},
-                     {"action", a.action},
-                     {"detail", Json::parse(a.detail, nullptr, false)}});
-    }
-    return JsonResponse(200, Json{{"audit", std::move(out)}});
-  }
-  store::EventQuery q;
-  q.after_seq = *after;
-  q.limit = static_cast<int>(*limit);
-  if (route.query.count("job")) {
-    std::optional<int64_t> job = QueryInt(route, "job", 1, INT64_MAX, 0, err);
-    if (!job) return err;
-    std::optional<std::string> tenant = s.JobTenant(*job);
-    if (!tenant || !caller.InScope(*tenant)) {
-      return Error(404, "no job " + std::to_string(*job) + " that you can see");
-    }
-    q.job = *job;
-  }
-  std::map<JobId, bool> visible;
-  auto can_see = [&](const Json& body) {
-    if (caller.cluster_admin() || q.job) return true;
-    std::vector<JobId> ids;
-    if (body.contains("event") && body["event"].contains("id")) ids.push_back(body["event"]["id"]);
-    for (const Json& c : body.value("commands", Json::array())) {
-      if (c.contains("id")) ids.push_back(c["id"]);
-    }
-    for (JobId id : ids) {
-      if (!visible.count(id)) {
-        std::optional<std::string> t = s.JobTenant(id);
-        visible[id] = t && caller.InScope(*t);
-      }
-      if (visible[id]) return true;
-    }
-    return false;
-  };
-  Json out = Json::array();
-  int64_t scanned_to = *after;
-  // Non-admins page through the log until they have `limit` visible events
-  // (at most 20 pages per request).
-  for (int page = 0; page < 20 && static_cast<int64_t>(out.size()) < *limit; ++page) {
-    q.after_seq = scanned_to;
-    Result<std::vector<store::RawEvent>> events = s.store->ListEvents(q);
-    if (!events.ok()) return StoreFailed(events.status());
-    if (events.value().empty()) break;
-    for (const store::RawEvent& e : events.value()) {
-      scanned_to = e.seq;
-      Json body = Json::parse(e.body, nullptr, false);
-      if (!body.is_object() || !can_see(body)) continue;
-      out.push_back({{"seq", e.seq},
-                     {"time_ms", e.time_ms},
-                     {"actor", e.actor},
-                     {"event", body["event"]},
-                     {"commands", body["commands"]}});
-      if (static_cast<int64_t>(out.size()) == *limit) break;
-    }
-  }
-  return JsonResponse(200, Json{{"events", std::move(out)},
-                                {"scanned_to", scanned_to},
-                                {"last_seq", s.store->LastSeq()}});
 }
 
 // ---------------------------------------------------------------- cluster
@@ -696,8 +602,8 @@ struct GpuCounts {
 
 GpuCounts CountGpus(const ServiceState& s) {
   GpuCounts c;
-  const core::ClusterState& cluster = s.core->cluster();
-  for (NodeId n = 0; n < s.topology->node_count(); ++n) {
+  const core::ClusterState& cluster = s.driver.core->cluster();
+  for (NodeId n = 0; n < s.driver.topology->node_count(); ++n) {
     const int gpus = cluster.node_gpus(n);
     const int busy = std::popcount(cluster.busy_mask(n));
     const int failed = std::popcount(cluster.failed_mask(n) & ~cluster.busy_mask(n));
@@ -719,30 +625,25 @@ HttpResponse HandleCluster(ServiceState& s, const Caller& caller, const Route& r
   if (route.method() != "GET") return Error(405, "use GET");
   if (route.path.size() != 1) return Error(404, "no such route");
   const std::string& what = route.path[0];
-  if (what == "whoami") {
-    return JsonResponse(200, Json{{"user", caller.user.name},
-                                  {"tenant", caller.user.tenant},
-                                  {"role", store::RoleName(caller.user.role)}});
-  }
   if (what == "utilization") {
     Json samples = Json::array();
-    for (const UtilizationSample& u : s.utilization) {
+    for (const UtilizationSample& u : s.driver.utilization) {
       samples.push_back({{"time_ms", u.time_ms}, {"allocated", u.allocated}, {"total", u.total}});
     }
     return JsonResponse(200, Json{{"samples", std::move(samples)}});
   }
-  if (s.core == nullptr) {
+  if (s.driver.core == nullptr) {
     return JsonResponse(200, Json{{"topology", nullptr},
                                   {"gpus", nullptr},
                                   {"jobs", nullptr},
-                                  {"last_seq", s.store->LastSeq()}});
+                                  {"last_seq", s.driver.store->LastSeq()}});
   }
-  const core::Topology& topo = *s.topology;
+  const core::Topology& topo = *s.driver.topology;
   Json tiers = Json::array();
   for (int t = 0; t < topo.tier_count(); ++t) tiers.push_back(topo.tier(t).name);
   GpuCounts g = CountGpus(s);
   int queued = 0, running = 0, held = 0;
-  for (const auto& [id, j] : s.core->jobs()) {
+  for (const auto& [id, j] : s.driver.core->jobs()) {
     if (!caller.InScope(j.request.tenant)) continue;
     queued += j.state == core::JobState::kQueued;
     held += j.state == core::JobState::kHeld;
@@ -762,22 +663,25 @@ HttpResponse HandleCluster(ServiceState& s, const Caller& caller, const Route& r
                              {"failed", g.failed},
                              {"unavailable", g.unavailable}}},
                            {"jobs", {{"queued", queued}, {"running", running}, {"held", held}}},
-                           {"last_seq", s.store->LastSeq()}});
+                           {"last_seq", s.driver.store->LastSeq()}});
 }
 
 std::string RenderMetrics(ServiceState& s, const Caller& caller) {
   std::string out;
-  if (s.metrics != nullptr) s.metrics->Render(out);
+  if (s.metrics != nullptr) {
+    s.metrics->Render(out,
+                      [&](std::string_view tenant) { return SeesTenantSeries(caller, tenant); });
+  }
   out += "# HELP topo_event_log_seq The newest event in the durable log.\n";
   out += "# TYPE topo_event_log_seq gauge\ntopo_event_log_seq " +
-         std::to_string(s.store->LastSeq()) + "\n";
+         std::to_string(s.driver.store->LastSeq()) + "\n";
   out +=
       "# HELP topo_agent_messages_refused_total Agent messages refused (malformed, or about "
       "another node's jobs or GPUs).\n# TYPE topo_agent_messages_refused_total counter\n"
       "topo_agent_messages_refused_total " +
       std::to_string(s.agents->refused_messages()) + "\n";
-  if (s.core == nullptr) return out;
-  const core::Topology& topo = *s.topology;
+  if (s.driver.core == nullptr) return out;
+  const core::Topology& topo = *s.driver.topology;
   GpuCounts g = CountGpus(s);
   out += "# HELP topo_gpus GPUs in the cluster by state.\n# TYPE topo_gpus gauge\n";
   for (auto [state, n] : {std::pair<const char*, int>{"allocated", g.allocated},
@@ -786,7 +690,7 @@ std::string RenderMetrics(ServiceState& s, const Caller& caller) {
                           {"unavailable", g.unavailable}}) {
     out += std::string("topo_gpus{state=\"") + state + "\"} " + std::to_string(n) + "\n";
   }
-  const core::ClusterState& cluster = s.core->cluster();
+  const core::ClusterState& cluster = s.driver.core->cluster();
   out += "# HELP topo_domain_gpus GPUs per domain of each tier above the HBD, by state.\n";
   out += "# TYPE topo_domain_gpus gauge\n";
   for (int t = topo.leaf_tier(); t < topo.tier_count(); ++t) {
@@ -804,8 +708,8 @@ std::string RenderMetrics(ServiceState& s, const Caller& caller) {
     }
   }
   std::map<std::string, std::map<std::string, int>> per_tenant;  // tenant -> state -> jobs
-  for (const auto& [id, j] : s.core->jobs()) {
-    if (!caller.InScope(j.request.tenant)) continue;
+  for (const auto& [id, j] : s.driver.core->jobs()) {
+    if (!SeesTenantSeries(caller, j.request.tenant)) continue;
     per_tenant[j.request.tenant][std::string(core::JobStateName(j.state))] += 1;
   }
   out += "# HELP topo_queue_depth Queued jobs per tenant.\n# TYPE topo_queue_depth gauge\n";

@@ -12,19 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/agent_registry.hpp"
+#include "daemon/auth.hpp"
+#include "daemon/core_driver.hpp"
+#include "daemon/disk_guard.hpp"
+#include "daemon/reads.hpp"
+#include "daemon/scope.hpp"
 #include "daemon/service.hpp"
 
 namespace topo::daemon {
 
 using Json = nlohmann::json;
-
-struct Caller {
-  store::User user;
-  bool cluster_admin() const { return user.role == store::Role::kClusterAdmin; }
-  bool admin() const { return user.role != store::Role::kUser; }
-  // May this caller see and act on the tenant's jobs?
-  bool InScope(std::string_view tenant) const;
-};
 
 // A request with its target split: path segments after "/v1" and the query.
 struct Route {
@@ -56,52 +53,48 @@ std::optional<HttpResponse> IntField(const Json& body, std::string_view field, i
 bool ValidTenantName(std::string_view name);
 bool ValidUserName(std::string_view name);
 
+// The daemon's parts, each with its owner: the core and its log (driver),
+// who calls (auth), the node agents (agents). Routes reach them through here.
 struct ServiceState {
+  ServiceState(const DaemonConfig& c, Metrics* m)
+      : config(c),
+        metrics(m),
+        driver(m),
+        auth(c.rate_limit_per_second),
+        disk(c.state_dir, c.min_free_disk_mb << 20) {}
   DaemonConfig config;
-  core::SchedulerConfig scheduler_config;
   Metrics* metrics = nullptr;
-  std::unique_ptr<store::Store> store;
-  std::unique_ptr<core::Topology> topology;
-  std::unique_ptr<core::SchedulerCore> core;
-  std::unique_ptr<core::ClusterState> empty;  // the empty cluster: refuses infeasible jobs
-  std::unique_ptr<core::Placer> judge;
-  std::vector<store::LogEntry> staged;
-  core::JobId next_job_id = 1;
-  core::TimeMs now = 0;
-  store::ReplayReport replay;
-  std::optional<std::string> first_admin_token;
-  std::unordered_map<std::string, std::string> node_reason;  // name -> last reason
-  std::deque<UtilizationSample> utilization;
-  // SHA-256 of a token -> its user (nullopt: refused). Cleared when users or
-  // tokens change.
-  std::unordered_map<std::string, std::optional<store::User>> auth_cache;
-  struct Bucket {
-    double tokens = 0;
-    core::TimeMs last_ms = -1;
-  };
-  std::unordered_map<std::string, Bucket> rate;
-
+  CoreDriver driver;
+  Authenticator auth;
+  DiskGuard disk;
+  // Read-only store connections for the routes served off the strand.
+  std::unique_ptr<ReadPool> reads;
   // Node agents: registration, liveness, authority, messages.
+  std::unique_ptr<AgentHost> agent_host;
   std::unique_ptr<AgentRegistry> agents;
+  std::optional<std::string> first_admin_token;
   // After a daemon restart, how long agents have to reconnect: twice
   // topo-agent's longest reconnect backoff (5 s).
   static constexpr core::TimeMs kAgentReconnectGraceMs = 10000;
-  // Writes the staged entries in one transaction, then hands their commands
-  // to the agents (Service::Commit).
-  core::Status CommitStaged();
-  // What the agent registry reaches of this state (service.cpp).
-  std::unique_ptr<AgentHost> agent_host;
 
-  // Steps the core and stages the entry; returns the commands.
-  const std::vector<core::Command>& Step(const core::Event& event, std::string actor);
-  // A job by id, from the core or (terminal jobs) the store; nullopt if
-  // unknown. Errors (store failures) are 503 responses.
-  core::Result<std::optional<Json>> JobView(core::JobId id, bool detail);
-  // The tenant of a job, if the job exists.
-  std::optional<std::string> JobTenant(core::JobId id);
+  // Commits the driver's staged entries, then hands their commands to the
+  // agents (Service::Commit).
+  core::Status Commit();
   std::string Actor(const Caller& c) const { return "user:" + c.user.name; }
-  HttpResponse NoTopology() const;
 };
+
+// 503 naming a store failure.
+HttpResponse StoreFailed(const core::Status& s);
+// An integer query parameter in [lo, hi] (absent: fallback); nullopt with
+// `error` set (400 naming the key) otherwise.
+std::optional<int64_t> QueryInt(const Route& route, const std::string& key, int64_t lo, int64_t hi,
+                                int64_t fallback, HttpResponse& error);
+// 409 for a route that needs the topology before one was imported.
+HttpResponse NoTopology();
+// An error Status as an answer: its code mapped to the HTTP status (the one
+// place that does), {"error": {"code", "message", "field"}}.
+HttpResponse StatusResponse(const core::Status& status, std::string_view field = {});
+int HttpStatusOf(core::ErrorCode code);
 
 // Route files.
 HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& route);
@@ -110,11 +103,7 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
 HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& route);
-HttpResponse HandleEvents(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleCluster(ServiceState& s, const Caller& caller, const Route& route);
 std::string RenderMetrics(ServiceState& s, const Caller& caller);
-
-// Rebuilds core, empty and judge over s.topology (after Open or an import).
-void BuildCore(ServiceState& s);
 
 }  // namespace topo::daemon

@@ -40,7 +40,7 @@ int CountNodes(const std::vector<core::GpuSlot>& ranks) {
 }
 
 TimeMs TimeLimit(const ServiceState& s, TimeMs requested) {
-  return requested > 0 ? requested : s.scheduler_config.default_time_limit;
+  return requested > 0 ? requested : s.driver.scheduler_config.default_time_limit;
 }
 
 Json RecordSummary(const ServiceState& s, const core::JobRecord& j,
@@ -119,7 +119,7 @@ std::vector<store::RawEvent> JobEvents(ServiceState& s, JobId id) {
   store::EventQuery q;
   q.job = id;
   q.limit = 1000;
-  Result<std::vector<store::RawEvent>> events = s.store->ListEvents(q);
+  Result<std::vector<store::RawEvent>> events = s.driver.store->ListEvents(q);
   return events.ok() ? std::move(events).value() : std::vector<store::RawEvent>{};
 }
 
@@ -218,13 +218,13 @@ Json History(const std::vector<store::RawEvent>& events, JobId id) {
 
 // A job in the caller's scope as JSON, or nullopt.
 Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId id, bool detail) {
-  if (const core::JobRecord* j = s.core != nullptr ? s.core->job(id) : nullptr) {
+  if (const core::JobRecord* j = s.driver.core != nullptr ? s.driver.core->job(id) : nullptr) {
     if (!caller.InScope(j->request.tenant)) return std::optional<Json>();
     std::map<JobId, int> positions;
-    if (detail && (j->state == core::JobState::kQueued)) positions = QueuePositions(*s.core);
+    if (detail && (j->state == core::JobState::kQueued)) positions = QueuePositions(*s.driver.core);
     Json out = RecordSummary(s, *j, &positions);
     if (detail) {
-      const core::Topology& topo = *s.topology;
+      const core::Topology& topo = *s.driver.topology;
       out["spec"] = common::JobSpecToJson(j->request.spec);
       out["command"] = j->request.command;
       Json ranks = Json::array();
@@ -246,7 +246,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
     }
     return std::optional<Json>(std::move(out));
   }
-  Result<std::optional<store::JobRow>> row = s.store->GetJob(id);
+  Result<std::optional<store::JobRow>> row = s.driver.store->GetJob(id);
   if (!row.ok()) return row.status();
   if (!row.value() || !caller.InScope(row.value()->tenant)) return std::optional<Json>();
   Json out = RowSummary(s, *row.value());
@@ -278,7 +278,7 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                                    "checkpoint_interval_s", "command"})) {
     return *e;
   }
-  if (s.core == nullptr) return s.NoTopology();
+  if (s.driver.core == nullptr) return NoTopology();
   if (!body.contains("spec")) {
     return Error(400, "spec is missing: give the job spec v1, e.g. {\"spec\": {\"gpus\": 8}}",
                  "spec");
@@ -303,7 +303,7 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
     return Error(403, "user " + caller.user.name + " (tenant " + caller.user.tenant +
                           ") may not submit to tenant " + request.tenant);
   }
-  if (s.core->tenant(request.tenant) == nullptr) {
+  if (s.driver.core->tenant(request.tenant) == nullptr) {
     return Error(400,
                  "tenant " + request.tenant +
                      " does not exist; a cluster-admin creates it with `topo quota set " +
@@ -379,23 +379,23 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   request.checkpoint_interval = checkpoint < 0 ? -1 : checkpoint * core::kSecond;
 
   // Refuse what can never run here, before it is logged.
-  if (request.spec.gpus > s.topology->total_gpus()) {
+  if (request.spec.gpus > s.driver.topology->total_gpus()) {
     return Error(400,
                  "spec.gpus: " + std::to_string(request.spec.gpus) +
                      " GPUs is more than the cluster has (" +
-                     std::to_string(s.topology->total_gpus()) + ")",
+                     std::to_string(s.driver.topology->total_gpus()) + ")",
                  "spec.gpus");
   }
-  core::Placement fit = s.judge->Place(request.spec, *s.empty);
+  core::Placement fit = s.driver.judge->Place(request.spec, *s.driver.empty);
   if (fit.outcome == core::PlaceOutcome::kInfeasible) {
     return Error(400, "spec: the job can never be placed on this cluster: " + fit.reason, "spec");
   }
 
-  const JobId id = s.next_job_id++;
+  const JobId id = s.driver.next_job_id++;
   const std::string tenant = request.tenant;
-  s.Step(core::JobSubmitted{id, std::move(request)}, s.Actor(caller));
+  s.driver.Step(core::JobSubmitted{id, std::move(request)}, s.Actor(caller));
   if (s.metrics != nullptr) s.metrics->Submission(tenant);
-  const core::JobRecord* j = s.core->job(id);
+  const core::JobRecord* j = s.driver.core->job(id);
   Json out = {{"id", id}};
   if (j != nullptr) {
     out["state"] = core::JobStateName(j->state);
@@ -450,12 +450,13 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
     return all || !core::IsTerminal(state);
   };
   std::map<JobId, int> positions;
-  if (s.core != nullptr) positions = QueuePositions(*s.core);
+  if (s.driver.core != nullptr) positions = QueuePositions(*s.driver.core);
   Json jobs = Json::array();
   JobId last = after;
   bool more = false;
-  if (!all && s.core != nullptr) {
-    for (auto it = s.core->jobs().upper_bound(after); it != s.core->jobs().end(); ++it) {
+  if (!all && s.driver.core != nullptr) {
+    for (auto it = s.driver.core->jobs().upper_bound(after); it != s.driver.core->jobs().end();
+         ++it) {
       const core::JobRecord& j = it->second;
       if (!wanted(j.request.tenant, j.state)) continue;
       if (static_cast<int64_t>(jobs.size()) == limit) {
@@ -471,12 +472,12 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
     query.limit = 1000;
     query.after_id = after;
     while (!more) {
-      Result<std::vector<store::JobRow>> rows = s.store->ListJobs(query);
+      Result<std::vector<store::JobRow>> rows = s.driver.store->ListJobs(query);
       if (!rows.ok()) return Error(503, "the store failed: " + rows.message());
       if (rows.value().empty()) break;
       for (const store::JobRow& r : rows.value()) {
         query.after_id = r.id;
-        const core::JobRecord* live = s.core != nullptr ? s.core->job(r.id) : nullptr;
+        const core::JobRecord* live = s.driver.core != nullptr ? s.driver.core->job(r.id) : nullptr;
         if (!wanted(r.tenant, live != nullptr ? live->state : r.state)) continue;
         if (static_cast<int64_t>(jobs.size()) == limit) {
           more = true;
@@ -521,13 +522,13 @@ HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
   // history): `topo logs --follow` asks every second.
   int64_t gpus = 0;
   std::string state;
-  const core::JobRecord* live = s.core != nullptr ? s.core->job(*id) : nullptr;
+  const core::JobRecord* live = s.driver.core != nullptr ? s.driver.core->job(*id) : nullptr;
   if (live != nullptr) {
     if (!caller.InScope(live->request.tenant)) return NoSuchJob(route.path[1]);
     gpus = live->request.spec.gpus;
     state = std::string(core::JobStateName(live->state));
   } else {
-    Result<std::optional<store::JobRow>> row = s.store->GetJob(*id);
+    Result<std::optional<store::JobRow>> row = s.driver.store->GetJob(*id);
     if (!row.ok()) return Error(503, "the store failed: " + row.message());
     if (!row.value() || !caller.InScope(row.value()->tenant)) return NoSuchJob(route.path[1]);
     const Json spec = Json::parse(row.value()->spec_json, nullptr, false);
@@ -558,7 +559,7 @@ HttpResponse Logs(ServiceState& s, const Caller& caller, const Route& route,
   }
   std::string node;
   if (live != nullptr && rank < static_cast<int64_t>(live->ranks.size())) {
-    node = s.topology->node(live->ranks[rank].node).name;
+    node = s.driver.topology->node(live->ranks[rank].node).name;
   }
   if (node.empty()) node = LastRankNode(s, *id, rank);
   if (node.empty()) {
@@ -649,7 +650,7 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
   Result<std::optional<Json>> job = FindJob(s, caller, *id, false);
   if (!job.ok()) return finish(Error(503, "the store failed: " + job.message()));
   if (!job.value()) return finish(NoSuchJob(p[1]));
-  const core::JobRecord* j = s.core != nullptr ? s.core->job(*id) : nullptr;
+  const core::JobRecord* j = s.driver.core != nullptr ? s.driver.core->job(*id) : nullptr;
   const std::string state = (*job.value())["state"];
   if (j == nullptr || core::IsTerminal(j->state)) {
     return finish(Error(
@@ -665,11 +666,11 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
     if (reason.empty()) reason = "requested by " + caller.user.name;
     std::vector<std::string> nodes;
     for (const core::NodeLaunch& n : core::GroupByNode(j->ranks)) {
-      nodes.push_back(s.topology->node(n.node).name);
+      nodes.push_back(s.driver.topology->node(n.node).name);
     }
     s.agents->AskCheckpoint(nodes, *id, reason);
-    (void)s.store->AppendAudit(s.now, s.Actor(caller), "job.checkpoint",
-                               Json{{"job", *id}, {"reason", reason}}.dump());
+    (void)s.driver.store->AppendAudit(s.driver.now, s.Actor(caller), "job.checkpoint",
+                                      Json{{"job", *id}, {"reason", reason}}.dump());
     return finish(JsonResponse(202, Json{{"id", *id},
                                          {"checkpoint_step", j->checkpoint_step},
                                          {"nodes", nodes.size()},
@@ -677,19 +678,19 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
   }
   if (action == "cancel") {
     if (reason.empty()) reason = "cancelled by " + caller.user.name;
-    s.Step(core::JobCancelled{*id, reason}, s.Actor(caller));
+    s.driver.Step(core::JobCancelled{*id, reason}, s.Actor(caller));
   } else if (action == "hold") {
     if (j->state != core::JobState::kQueued) {
       return finish(Error(
           409, "job " + std::to_string(*id) + " is " + state + "; only a queued job can be held"));
     }
-    s.Step(core::JobHoldChanged{*id, true}, s.Actor(caller));
+    s.driver.Step(core::JobHoldChanged{*id, true}, s.Actor(caller));
   } else {
     if (j->state != core::JobState::kHeld) {
       return finish(Error(
           409, "job " + std::to_string(*id) + " is " + state + ", not held; nothing to release"));
     }
-    s.Step(core::JobHoldChanged{*id, false}, s.Actor(caller));
+    s.driver.Step(core::JobHoldChanged{*id, false}, s.Actor(caller));
   }
   Result<std::optional<Json>> after = FindJob(s, caller, *id, false);
   if (!after.ok() || !after.value()) return finish(JsonResponse(200, Json{{"id", *id}}));

@@ -185,12 +185,12 @@ Want CoreWant(NodeState s) {
 
 std::string Service::SlurmRequest(const std::string& line, const std::string& user, TimeMs now) {
   ServiceState& s = *s_;
-  s.now = std::max(s.now, now);
+  s.driver.now = std::max(s.driver.now, now);
   Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!req.is_object()) return "PASS the request is not a JSON object";
   const std::string op = Str(req, "op");
   if (op != "submit" && op != "test") return "PASS unknown op \"" + op.substr(0, 40) + "\"";
-  if (s.core == nullptr) return "PASS topo-scheduler has no topology yet";
+  if (s.driver.core == nullptr) return "PASS topo-scheduler has no topology yet";
 
   const std::string comment = Str(req, "comment");
   Json env = req.contains("env") && req["env"].is_object() ? req["env"] : Json::object();
@@ -225,7 +225,7 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   }
 
   // The shape: nodes and GPUs.
-  const int node_gpus = s.topology->node(0).gpus;
+  const int node_gpus = s.driver.topology->node(0).gpus;
   int64_t nodes = Int(req, "min_nodes");
   const int64_t per_node = TresGpus(Str(req, "tres_per_node"));
   const int64_t per_job = TresGpus(Str(req, "tres_per_job"));
@@ -259,34 +259,35 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   request.spec = std::move(parsed).value();
   request.user = user.empty() ? "uid:" + std::to_string(Int(req, "uid")) : user;
   const std::string account = Str(req, "account");
-  request.tenant = !account.empty() && s.core->tenant(account) != nullptr ? account : "default";
+  request.tenant =
+      !account.empty() && s.driver.core->tenant(account) != nullptr ? account : "default";
   const int64_t minutes = Int(req, "time_limit_min");
   if (minutes > 0) request.time_limit = std::min<int64_t>(minutes, 365ll * 24 * 60) * core::kMinute;
   request.checkpoint_interval = -1;  // Slurm jobs checkpoint on their own
 
-  if (request.spec.gpus > s.topology->total_gpus()) {
+  if (request.spec.gpus > s.driver.topology->total_gpus()) {
     return "REJECT " + std::to_string(request.spec.gpus) + " GPUs is more than the cluster has (" +
-           std::to_string(s.topology->total_gpus()) + "): ask for fewer nodes";
+           std::to_string(s.driver.topology->total_gpus()) + "): ask for fewer nodes";
   }
-  core::Placement fit = s.judge->Place(request.spec, *s.empty);
+  core::Placement fit = s.driver.judge->Place(request.spec, *s.driver.empty);
   if (fit.outcome == core::PlaceOutcome::kInfeasible) {
     return "REJECT the job can never be placed on this cluster: " + OneLine(fit.reason);
   }
   if (op == "test") {
-    core::Placement p = s.judge->Place(request.spec, s.core->cluster());
+    core::Placement p = s.driver.judge->Place(request.spec, s.driver.core->cluster());
     if (!p.placed()) return "BUSY " + OneLine(p.reason);
     core::JobRecord tmp;
     tmp.ranks = p.ranks;
-    return "PLACE 0 " + Join(RankNodes(*s.topology, tmp));
+    return "PLACE 0 " + Join(RankNodes(*s.driver.topology, tmp));
   }
 
-  const JobId id = s.next_job_id++;
-  s.Step(core::JobSubmitted{id, std::move(request)}, "slurm:" + (user.empty() ? "?" : user));
-  const core::JobRecord* j = s.core->job(id);
+  const JobId id = s.driver.next_job_id++;
+  s.driver.Step(core::JobSubmitted{id, std::move(request)}, "slurm:" + (user.empty() ? "?" : user));
+  const core::JobRecord* j = s.driver.core->job(id);
   if (j == nullptr) return "PASS the job ended at once";
   if (s.metrics != nullptr) s.metrics->Submission(j->request.tenant);
   if (Running(j->state))
-    return "PLACE " + std::to_string(id) + " " + Join(RankNodes(*s.topology, *j));
+    return "PLACE " + std::to_string(id) + " " + Join(RankNodes(*s.driver.topology, *j));
   if (j->state == core::JobState::kQueued || j->state == core::JobState::kHeld) {
     return "HOLD " + std::to_string(id) + " " + OneLine(j->reason.empty() ? "queued" : j->reason);
   }
@@ -296,10 +297,10 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
 
 std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs now) {
   ServiceState& s = *s_;
-  s.now = std::max(s.now, now);
+  s.driver.now = std::max(s.driver.now, now);
   std::vector<SlurmAction> actions;
-  if (s.core == nullptr) return actions;
-  const core::Topology& topo = *s.topology;
+  if (s.driver.core == nullptr) return actions;
+  const core::Topology& topo = *s.driver.topology;
 
   // Jobs: which Slurm job carries which toposched job; nodes busy with jobs
   // toposched did not place.
@@ -318,29 +319,31 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
     }
   }
   std::vector<std::pair<JobId, core::JobState>> live;
-  for (const auto& [id, j] : s.core->jobs()) {
+  for (const auto& [id, j] : s.driver.core->jobs()) {
     if (!core::IsTerminal(j.state)) live.emplace_back(id, j.state);
   }
   for (const auto& [id, state] : live) {
     auto it = tagged.find(id);
-    const core::JobRecord* j = s.core->job(id);
+    const core::JobRecord* j = s.driver.core->job(id);
     if (j == nullptr || core::IsTerminal(j->state)) continue;
     if (it == tagged.end()) {
-      if (s.now - j->submit_time > int64_t(s.config.slurm_job_grace_s) * core::kSecond) {
-        s.Step(core::JobCancelled{id,
-                                  "no Slurm job carries it (ended and purged while unobserved, "
-                                  "or the plugin gave up before the answer)"},
-               "slurm");
+      if (s.driver.now - j->submit_time > int64_t(s.config.slurm_job_grace_s) * core::kSecond) {
+        s.driver.Step(
+            core::JobCancelled{id,
+                               "no Slurm job carries it (ended and purged while unobserved, "
+                               "or the plugin gave up before the answer)"},
+            "slurm");
       }
       continue;
     }
     const SlurmJobView& sj = *it->second;
     if (SlurmTerminal(sj.state)) {
       if (Running(j->state)) {
-        s.Step(core::JobFinished{id, sj.state == "COMPLETED" ? 0 : 1}, "slurm");
+        s.driver.Step(core::JobFinished{id, sj.state == "COMPLETED" ? 0 : 1}, "slurm");
       } else {
-        s.Step(core::JobCancelled{id, "Slurm job " + std::to_string(sj.id) + " is " + sj.state},
-               "slurm");
+        s.driver.Step(
+            core::JobCancelled{id, "Slurm job " + std::to_string(sj.id) + " is " + sj.state},
+            "slurm");
       }
     }
   }
@@ -364,8 +367,8 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
         reason = "slurm: in use by Slurm job " + std::to_string(f->second);
       }
     }
-    const NodeState cs = s.core->cluster().node_state(n);
-    const std::string& core_reason = s.node_reason[name];
+    const NodeState cs = s.driver.core->cluster().node_state(n);
+    const std::string& core_reason = s.driver.node_reason[name];
     // Taken out by toposched itself (agent health, an admin): Slurm follows.
     const bool ours =
         CoreWant(cs) != Want::kUp && !core_reason.empty() && !StartsWith(core_reason, "slurm:");
@@ -385,13 +388,14 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
     const NodeState target = want == Want::kUp      ? NodeState::kUp
                              : want == Want::kDrain ? NodeState::kDrained
                                                     : NodeState::kDown;
-    s.Step(core::NodeStateRequested{n, target, want == Want::kUp ? "slurm: up" : reason}, "slurm");
+    s.driver.Step(core::NodeStateRequested{n, target, want == Want::kUp ? "slurm: up" : reason},
+                  "slurm");
   }
 
   // Held jobs the core has started: Slurm runs them there.
   for (const auto& [id, sj] : tagged) {
     if (sj->state != "PENDING" || sj->priority != 0) continue;
-    const core::JobRecord* j = s.core->job(id);
+    const core::JobRecord* j = s.driver.core->job(id);
     if (j == nullptr || !Running(j->state)) continue;
     actions.push_back({SlurmAction::Kind::kRelease, sj->id, RankNodes(topo, *j), ""});
   }
@@ -400,13 +404,13 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
 
 Status Service::SlurmImportTopology(const std::string& text, int gpus_per_node, TimeMs now) {
   ServiceState& s = *s_;
-  s.now = std::max(s.now, now);
+  s.driver.now = std::max(s.driver.now, now);
   common::SlurmTopologyOptions options;
   options.gpus_per_node = gpus_per_node;
   Result<core::Topology> parsed = common::ParseSlurmTopology(text, options);
   if (!parsed.ok()) return Status::Error("slurm_topology: " + parsed.message());
-  if (s.topology != nullptr &&
-      common::TopologyToJson(*s.topology) == common::TopologyToJson(parsed.value())) {
+  if (s.driver.topology != nullptr &&
+      common::TopologyToJson(*s.driver.topology) == common::TopologyToJson(parsed.value())) {
     return Status::Ok();
   }
   // The same path as PUT /v1/topology, as the scheduler itself.
@@ -419,10 +423,11 @@ Status Service::SlurmImportTopology(const std::string& text, int gpus_per_node, 
   Route route;
   route.request = &request;
   route.path = {"topology"};
-  Caller caller{store::User{"scheduler", "default", store::Role::kClusterAdmin, s.now, "root"}};
+  Caller caller{
+      store::User{"scheduler", "default", store::Role::kClusterAdmin, s.driver.now, "root"}};
   HttpResponse r = HandleTopology(s, caller, route);
   if (r.status / 100 != 2) return Status::Error("importing slurm_topology: " + r.body);
-  return s.CommitStaged();
+  return s.Commit();
 }
 
 }  // namespace topo::daemon

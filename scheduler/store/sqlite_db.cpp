@@ -120,12 +120,14 @@ Database& Database::operator=(Database&& other) noexcept {
   return *this;
 }
 
-Result<Database> Database::Open(const std::string& path) {
+Result<Database> Database::Open(const std::string& path, bool read_only) {
   sqlite3* db = nullptr;
   // NOMUTEX: one owner per connection; the store is not shared between
   // threads.
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int flags =
+      (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+      SQLITE_OPEN_NOMUTEX;
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string m = Message(db, rc);
     sqlite3_close_v2(db);

@@ -62,8 +62,9 @@ class Database {
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 
-  // Opens (creating if absent) the file at path for reading and writing.
-  static core::Result<Database> Open(const std::string& path);
+  // Opens (creating if absent) the file at path for reading and writing,
+  // or an existing file for reading only.
+  static core::Result<Database> Open(const std::string& path, bool read_only = false);
 
   // Runs one or more statements with no parameters.
   core::Status Exec(std::string_view sql);

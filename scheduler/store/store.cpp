@@ -251,10 +251,24 @@ Store::~Store() = default;
 Result<Store> Store::Open(const std::string& path, const OpenOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  Result<Database> db = Database::Open(path);
+  impl->read_only = options.read_only;
+  Result<Database> db = Database::Open(path, options.read_only);
   if (!db.ok()) return impl->Error("opening", db.status());
   impl->db = std::move(db).value();
   sqlite3_busy_timeout(impl->db.get(), options.busy_timeout_ms);
+  if (options.read_only) {
+    const int known = options.migrations.empty() ? 0 : options.migrations.back().version;
+    Result<int64_t> version =
+        impl->db.QueryInt("SELECT COALESCE(MAX(version), 0) FROM schema_version");
+    if (!version.ok()) return impl->Error("opening for reading", version.status());
+    if (version.value() < 1 || version.value() > known) {
+      return impl->Error("opening for reading",
+                         "schema version " + std::to_string(version.value()) +
+                             " is not one this binary knows (1.." + std::to_string(known) + ")");
+    }
+    impl->schema_version = static_cast<int>(version.value());
+    return Store(std::move(impl));
+  }
   // Outside any transaction: the journal mode cannot change inside one. WAL
   // sticks to the file once set.
   Result<std::string> mode = impl->db.QueryText("PRAGMA journal_mode = WAL");
@@ -307,7 +321,13 @@ Result<ReplayReport> Store::Replay(core::SchedulerCore& core, int64_t from_seq) 
   }
 }
 
-int64_t Store::LastSeq() const { return impl_->last_seq; }
+int64_t Store::LastSeq() const {
+  if (impl_->read_only) {
+    Result<int64_t> seq = impl_->db.QueryInt("SELECT COALESCE(MAX(seq), 0) FROM events");
+    return seq.ok() ? seq.value() : 0;
+  }
+  return impl_->last_seq;
+}
 TimeMs Store::LastTime() const { return impl_->last_time; }
 int Store::SchemaVersion() const { return impl_->schema_version; }
 const std::string& Store::path() const { return impl_->path; }

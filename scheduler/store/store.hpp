@@ -187,6 +187,10 @@ struct OpenOptions {
   // The migrations this binary knows; tests pass their own.
   std::span<const Migration> migrations = EmbeddedMigrations();
   int busy_timeout_ms = 5000;
+  // A second connection for reads beside the writer (WAL lets readers run
+  // while it writes): opens an existing store of a schema this binary knows
+  // without creating, migrating or writing anything; every write fails.
+  bool read_only = false;
 };
 
 class Store {
@@ -228,6 +232,7 @@ class Store {
   core::Result<ReplayReport> Replay(core::SchedulerCore& core, int64_t from_seq = 1);
 
   // The seq of the newest event; 0 for an empty log.
+  // The newest seq (a read-only store asks the file each time).
   int64_t LastSeq() const;
   // The time of the newest event; 0 for an empty log.
   TimeMs LastTime() const;

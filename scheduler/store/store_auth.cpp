@@ -136,8 +136,8 @@ Status Store::DeleteUser(std::string_view name) {
 }
 
 Result<std::optional<User>> Store::GetUser(std::string_view name) {
-  Result<Statement> q =
-      impl_->db.Prepare("SELECT name, tenant, role, created_ms, unix_user FROM users WHERE name = ?1");
+  Result<Statement> q = impl_->db.Prepare(
+      "SELECT name, tenant, role, created_ms, unix_user FROM users WHERE name = ?1");
   if (!q.ok()) return impl_->Error("reading user", q.status());
   q.value().Bind(1, name);
   Result<bool> row = q.value().Step();

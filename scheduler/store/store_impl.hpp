@@ -55,6 +55,7 @@ class Store::Impl {
   std::string path;
   internal::Database db;
   int schema_version = 0;
+  bool read_only = false;
   int64_t last_seq = 0;
   TimeMs last_time = 0;
   WriteStatements write;

@@ -1,11 +1,26 @@
 #pragma once
 // Errors as values. No exception crosses a module boundary of the core.
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <variant>
 
 namespace topo::core {
+
+// What kind of error a Status is, for the shells that answer it (the daemon
+// maps each to one HTTP status in one place, daemon/http_errors.cpp).
+enum class ErrorCode : uint8_t {
+  kOk,
+  kInvalid,              // the input is wrong: the message names the field and the fix
+  kNotFound,             // no such thing (or none the caller may see)
+  kForbidden,            // the caller may not do this
+  kConflict,             // not in this state
+  kUnavailable,          // a dependency failed or is not there now: retry later
+  kInsufficientStorage,  // the disk is too full to write
+  kUnauthenticated,      // no valid credentials
+  kRateLimited,          // too many requests: retry later
+};
 
 // A success, or an error with a message written for the person who caused it:
 // it names the field or line and the fix.
@@ -13,15 +28,19 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status Ok() { return Status(); }
-  static Status Error(std::string message) { return Status(std::move(message), true); }
+  // An error; kInvalid unless said otherwise.
+  static Status Error(std::string message, ErrorCode code = ErrorCode::kInvalid) {
+    return Status(std::move(message), code == ErrorCode::kOk ? ErrorCode::kInvalid : code);
+  }
 
-  bool ok() const { return !error_; }
+  bool ok() const { return code_ == ErrorCode::kOk; }
+  ErrorCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
  private:
-  Status(std::string message, bool error) : message_(std::move(message)), error_(error) {}
+  Status(std::string message, ErrorCode code) : message_(std::move(message)), code_(code) {}
   std::string message_;
-  bool error_ = false;
+  ErrorCode code_ = ErrorCode::kOk;
 };
 
 // A value or the Status that explains why there is none.
