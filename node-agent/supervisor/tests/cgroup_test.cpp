@@ -61,9 +61,12 @@ void NothingSurvivesStop(TestCgroupRoot::Kind kind) {
   REQUIRE(sb.user.ok());
   SKIP_WITHOUT_CGROUPS(sb);
   RankSupervisor sup(sb.Options());
+  // Unique per test process: ctest may run the two variants side by side,
+  // and the /proc scan below must see only this one's processes.
+  const std::string job = "escape-" + std::to_string(::getpid());
   auto script = WriteScript(sb.t / "rank.sh", kEscapeScript);
-  REQUIRE(sup.Launch(sb.Job("escape", script, 2)).ok());
-  const std::string cg = sup.CgroupPath("escape");
+  REQUIRE(sup.Launch(sb.Job(job, script, 2)).ok());
+  const std::string cg = sup.CgroupPath(job);
   REQUIRE(!cg.empty());
   CHECK(fs::is_directory(cg));
   std::vector<pid_t> pids;
@@ -85,11 +88,11 @@ void NothingSurvivesStop(TestCgroupRoot::Kind kind) {
                     [&](pid_t p) { return ::getsid(p) != ::getsid(ranks[0].pid); }));
 
   auto start = std::chrono::steady_clock::now();
-  REQUIRE(sup.Stop("escape", 300).ok());
+  REQUIRE(sup.Stop(job, 300).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  CHECK(!HasEvent(sup.Poll(), EventKind::kJobFinished, "escape"));  // within the grace
-  auto evs = PollUntil(sup, Finished("escape"));
-  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "escape"));
+  CHECK(!HasEvent(sup.Poll(), EventKind::kJobFinished, job));  // within the grace
+  auto evs = PollUntil(sup, Finished(job));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, job));
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(300));
   for (const auto& e : evs) {
     if (e.kind == EventKind::kRankExited) {
@@ -101,7 +104,7 @@ void NothingSurvivesStop(TestCgroupRoot::Kind kind) {
     CAPTURE(p);
     CHECK(WaitGone(p, 2000));
   }
-  CHECK(ProcessesWithEnv("TOPO_JOB_ID=escape").empty());
+  CHECK(ProcessesWithEnv("TOPO_JOB_ID=" + job).empty());
   CHECK(!fs::exists(cg));
 }
 
