@@ -51,6 +51,7 @@ struct Header {
   std::optional<int> gpus;
   std::optional<std::string> model;
   std::optional<std::vector<double>> costs;
+  std::optional<std::vector<core::TierLink>> links;  // per tier, then the cluster's
 };
 
 std::string LineError(int line, std::string_view problem) {
@@ -213,10 +214,34 @@ Status SlurmReader::ReadHeader(std::string_view rest, int number) {
         costs.push_back(cost);
       }
       header_.costs = std::move(costs);
+    } else if (key == "links") {
+      std::vector<core::TierLink> links;
+      for (std::string_view item : SplitOn(value, ',')) {
+        const size_t colon = item.find(':');
+        core::TierLink link;
+        bool ok = colon != std::string_view::npos;
+        if (ok) {
+          std::string_view bw = item.substr(0, colon), lat = item.substr(colon + 1);
+          auto [e1, c1] = std::from_chars(bw.data(), bw.data() + bw.size(), link.bandwidth_gbs);
+          auto [e2, c2] = std::from_chars(lat.data(), lat.data() + lat.size(), link.latency_us);
+          ok = c1 == std::errc() && e1 == bw.data() + bw.size() && c2 == std::errc() &&
+               e2 == lat.data() + lat.size() && link.bandwidth_gbs > 0 &&
+               link.bandwidth_gbs < 1e9 && link.latency_us > 0 && link.latency_us < 1e9;
+        }
+        if (!ok) {
+          return Status::Error(
+              LineError(number,
+                        "#toposched: links are GBPS:US pairs of positive numbers, one per tier "
+                        "and one for the cluster (got " +
+                            Q(item) + ")"));
+        }
+        links.push_back(link);
+      }
+      header_.links = std::move(links);
     } else {
       return Status::Error(LineError(number, "#toposched: unknown key " + Q(key) +
                                                  "; allowed: name, tiers, hbd, gpus, model, "
-                                                 "costs"));
+                                                 "costs, links"));
     }
   }
   return Status::Ok();
@@ -557,7 +582,20 @@ Result<core::Topology> SlurmReader::Finish(const SlurmTopologyOptions& options) 
                                     " values for " + std::to_string(tiers.size()) + " tiers"));
   }
 
+  if (header_.links && header_.links->size() != tiers.size() + 1) {
+    return Status::Error(
+        LineError(header_.line, "#toposched: links lists " + std::to_string(header_.links->size()) +
+                                    " values for " + std::to_string(tiers.size()) +
+                                    " tiers and the cluster (" + std::to_string(tiers.size() + 1) +
+                                    " expected)"));
+  }
+
   TopologyBuilder builder(name, tiers, hbd);
+  if (header_.links) {
+    for (size_t t = 0; t < header_.links->size(); ++t) {
+      builder.SetTierLink(static_cast<int>(t), (*header_.links)[t]);
+    }
+  }
   if (header_.costs) {
     for (size_t t = 0; t < tiers.size(); ++t) {
       builder.SetTierCost(static_cast<int>(t), (*header_.costs)[t]);
@@ -609,10 +647,17 @@ std::string TopologyToSlurm(const core::Topology& topology) {
   for (int t = first_switch; t < tier_count; ++t) kept.push_back(t);
   const int kept_hbd = blocks ? 1 : hbd;
 
-  std::string tiers, costs;
-  bool default_costs = true;
+  std::string tiers, costs, links;
+  bool default_costs = true, default_links = true;
+  kept.push_back(topology.root_tier());
   for (size_t i = 0; i < kept.size(); ++i) {
     const core::Tier& tier = topology.tier(kept[i]);
+    const core::TierLink def = core::DefaultTierLink(static_cast<int>(i), kept_hbd);
+    links += (i ? "," : "") + internal::FormatDouble(tier.link.bandwidth_gbs) + ":" +
+             internal::FormatDouble(tier.link.latency_us);
+    default_links = default_links && tier.link.bandwidth_gbs == def.bandwidth_gbs &&
+                    tier.link.latency_us == def.latency_us;
+    if (i + 1 == kept.size()) break;  // the root has no name or cost here
     tiers += (i ? "," : "") + EncodeHeaderValue(tier.name);
     costs += (i ? "," : "") + internal::FormatDouble(tier.cost);
     default_costs =
@@ -632,6 +677,7 @@ std::string TopologyToSlurm(const core::Topology& topology) {
     out += " model=" + EncodeHeaderValue(topology.node(0).gpu_model);
   }
   if (!default_costs) out += " costs=" + costs;
+  if (!default_links) out += " links=" + links;
   out += "\n";
   if (blocks && hbd > 1) {
     out +=
