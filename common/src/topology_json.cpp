@@ -71,14 +71,16 @@ Status JsonTopologyReader::ReadLink(const Json& object, const std::string& path,
   core::TierLink link = core::DefaultTierLink(tier, hbd_);
   bool any = false;
   for (auto [key, field] : {std::pair<const char*, double*>{"bandwidth_gbs", &link.bandwidth_gbs},
-                            {"latency_us", &link.latency_us}}) {
+                            {"latency_us", &link.latency_us},
+                            {"oversubscription", &link.oversubscription}}) {
     if (!object.contains(key)) continue;
     const Json& v = object.at(key);
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0 ||
-        v.get<double>() >= 1e9) {
-      return PathError(path, "\"" + std::string(key) +
-                                 "\" must be a positive number below 1e9 (got " +
-                                 internal::Shown(v) + ")");
+    const double lo = std::string_view(key) == "oversubscription" ? 1 : 0;
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
+        v.get<double>() <= 0 || v.get<double>() >= 1e9) {
+      return PathError(path, "\"" + std::string(key) + "\" must be a number " +
+                                 (lo > 0 ? "1" : "above 0") + " .. 1e9 (got " + internal::Shown(v) +
+                                 ")");
     }
     *field = v.get<double>();
     any = true;
@@ -104,8 +106,8 @@ Status JsonTopologyReader::ReadTiers(const Json& tiers) {
     if (t.is_string()) {
       name = t.get<std::string>();
     } else if (t.is_object()) {
-      if (Status s =
-              internal::CheckFields(t, path, {"name", "cost", "bandwidth_gbs", "latency_us"});
+      if (Status s = internal::CheckFields(
+              t, path, {"name", "cost", "bandwidth_gbs", "latency_us", "oversubscription"});
           !s.ok()) {
         return s;
       }
@@ -121,7 +123,8 @@ Status JsonTopologyReader::ReadTiers(const Json& tiers) {
         }
         tier_costs_.emplace_back(static_cast<int>(i), c.get<double>());
       }
-      if (t.contains("bandwidth_gbs") || t.contains("latency_us")) {
+      if (t.contains("bandwidth_gbs") || t.contains("latency_us") ||
+          t.contains("oversubscription")) {
         link_objects_.emplace_back(static_cast<int>(i), path);
       }
     } else {
@@ -177,7 +180,8 @@ Result<core::Topology> JsonTopologyReader::Read(const Json& root) {
       return PathError("cluster_link",
                        "must be an object {\"bandwidth_gbs\": ..., \"latency_us\": ...}");
     }
-    if (Status s = internal::CheckFields(c, "cluster_link", {"bandwidth_gbs", "latency_us"});
+    if (Status s = internal::CheckFields(c, "cluster_link",
+                                         {"bandwidth_gbs", "latency_us", "oversubscription"});
         !s.ok()) {
       return s;
     }
@@ -406,7 +410,8 @@ std::string TopologyToJson(const core::Topology& topology) {
     const core::TierLink def = core::DefaultTierLink(t, topology.hbd_tier());
     const bool default_bw = tier.link.bandwidth_gbs == def.bandwidth_gbs;
     const bool default_lat = tier.link.latency_us == def.latency_us;
-    if (default_cost && default_bw && default_lat) {
+    const bool default_os = tier.link.oversubscription == def.oversubscription;
+    if (default_cost && default_bw && default_lat && default_os) {
       tiers.push_back(tier.name);
       continue;
     }
@@ -414,6 +419,7 @@ std::string TopologyToJson(const core::Topology& topology) {
     if (!default_cost) o["cost"] = tier.cost;
     if (!default_bw) o["bandwidth_gbs"] = tier.link.bandwidth_gbs;
     if (!default_lat) o["latency_us"] = tier.link.latency_us;
+    if (!default_os) o["oversubscription"] = tier.link.oversubscription;
     tiers.push_back(std::move(o));
   }
   j["tiers"] = std::move(tiers);
@@ -424,6 +430,9 @@ std::string TopologyToJson(const core::Topology& topology) {
     OrderedJson o = OrderedJson::object();
     if (root.bandwidth_gbs != def.bandwidth_gbs) o["bandwidth_gbs"] = root.bandwidth_gbs;
     if (root.latency_us != def.latency_us) o["latency_us"] = root.latency_us;
+    if (root.oversubscription != def.oversubscription) {
+      o["oversubscription"] = root.oversubscription;
+    }
     if (!o.empty()) j["cluster_link"] = std::move(o);
   }
   j["gpus_per_node"] = defaults.gpus;

@@ -217,17 +217,17 @@ Status SlurmReader::ReadHeader(std::string_view rest, int number) {
     } else if (key == "links") {
       std::vector<core::TierLink> links;
       for (std::string_view item : SplitOn(value, ',')) {
-        const size_t colon = item.find(':');
+        std::vector<std::string_view> parts = SplitOn(item, ':');
         core::TierLink link;
-        bool ok = colon != std::string_view::npos;
-        if (ok) {
-          std::string_view bw = item.substr(0, colon), lat = item.substr(colon + 1);
-          auto [e1, c1] = std::from_chars(bw.data(), bw.data() + bw.size(), link.bandwidth_gbs);
-          auto [e2, c2] = std::from_chars(lat.data(), lat.data() + lat.size(), link.latency_us);
-          ok = c1 == std::errc() && e1 == bw.data() + bw.size() && c2 == std::errc() &&
-               e2 == lat.data() + lat.size() && link.bandwidth_gbs > 0 &&
-               link.bandwidth_gbs < 1e9 && link.latency_us > 0 && link.latency_us < 1e9;
+        bool ok = parts.size() == 2 || parts.size() == 3;
+        double* fields[] = {&link.bandwidth_gbs, &link.latency_us, &link.oversubscription};
+        for (size_t i = 0; ok && i < parts.size(); ++i) {
+          auto [end, ec] =
+              std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), *fields[i]);
+          ok = ec == std::errc() && end == parts[i].data() + parts[i].size() && *fields[i] > 0 &&
+               *fields[i] < 1e9;
         }
+        ok = ok && link.oversubscription >= 1;
         if (!ok) {
           return Status::Error(
               LineError(number,
@@ -655,8 +655,12 @@ std::string TopologyToSlurm(const core::Topology& topology) {
     const core::TierLink def = core::DefaultTierLink(static_cast<int>(i), kept_hbd);
     links += (i ? "," : "") + internal::FormatDouble(tier.link.bandwidth_gbs) + ":" +
              internal::FormatDouble(tier.link.latency_us);
+    if (tier.link.oversubscription != 1) {
+      links += ":" + internal::FormatDouble(tier.link.oversubscription);
+    }
     default_links = default_links && tier.link.bandwidth_gbs == def.bandwidth_gbs &&
-                    tier.link.latency_us == def.latency_us;
+                    tier.link.latency_us == def.latency_us &&
+                    tier.link.oversubscription == def.oversubscription;
     if (i + 1 == kept.size()) break;  // the root has no name or cost here
     tiers += (i ? "," : "") + EncodeHeaderValue(tier.name);
     costs += (i ? "," : "") + internal::FormatDouble(tier.cost);

@@ -73,7 +73,7 @@ Result<Topology> BuildRegular(const Regular& r, int gpus_override) {
 //   400 Gb/s NDR InfiniBand / RoCE per GPU (ConnectX-7, and the CM384 RDMA
 //     plane): 50 GB/s.
 //   meta-24k above the pods: the Llama 3 paper's 1:7 aggregation-layer
-//     oversubscription, 50 / 7 GB/s.
+//     oversubscription (50 GB/s per GPU unloaded, 1/7 of it at full load).
 //   Latencies: 3 us per step inside the scale-up domain, 6 us through a leaf
 //     switch, 8 us through the next layer, 12 us above (assumptions of the
 //     order of nccl-tests' small-message times).
@@ -82,7 +82,7 @@ constexpr TierLink kNvlink5{900, 3};
 constexpr TierLink kUb{392, 3};
 constexpr TierLink kNdrLeaf{50, 6};
 constexpr TierLink kNdrSpine{50, 8};
-constexpr TierLink kAboveSpine{25, 12};  // assumption: 2:1 oversubscribed
+constexpr TierLink kAboveSpine{50, 12, 2};  // assumption: 2:1 oversubscribed
 
 const std::vector<Regular>& Catalog() {
   static const std::vector<Regular> kCatalog = {
@@ -104,7 +104,7 @@ const std::vector<Regular>& Catalog() {
        8,
        8,
        "H100",
-       {kNvlink4, kNdrLeaf, kNdrSpine, {50.0 / 7.0, 12}}},
+       {kNvlink4, kNdrLeaf, kNdrSpine, {50, 12, 7}}},
       // GB200 NVL72: racks of 18 x 4, leaves of 8 racks, spines of 16 leaves.
       {"nvl72-64k",
        {"node", "hbd", "leaf", "spine"},

@@ -14,10 +14,10 @@ double DefaultTierCost(int tier, int hbd_tier) {
 }
 
 TierLink DefaultTierLink(int tier, int hbd_tier) {
-  if (tier <= hbd_tier) return {450.0, 3.0};
-  if (tier == hbd_tier + 1) return {50.0, 6.0};
-  if (tier == hbd_tier + 2) return {50.0, 8.0};
-  return {25.0, 12.0};
+  if (tier <= hbd_tier) return {450.0, 3.0, 1.0};
+  if (tier == hbd_tier + 1) return {50.0, 6.0, 1.0};
+  if (tier == hbd_tier + 2) return {50.0, 8.0, 1.0};
+  return {50.0, 12.0, 2.0};
 }
 
 Result<int> Topology::FindTier(std::string_view name) const {
@@ -97,9 +97,11 @@ Result<Topology> TopologyBuilder::Build() && {
   for (int t = 0; t <= tiers; ++t) {
     const TierLink& link = t < tiers ? tiers_[t].link : root_link_;
     auto positive = [](double v) { return v > 0 && v < 1e12; };
-    if (!positive(link.bandwidth_gbs) || !positive(link.latency_us)) {
+    if (!positive(link.bandwidth_gbs) || !positive(link.latency_us) ||
+        !(link.oversubscription >= 1 && link.oversubscription < 1e6)) {
       return Status::Error("tier '" + (t < tiers ? tiers_[t].name : std::string("cluster")) +
-                           "' has a link bandwidth or latency that is not a positive number");
+                           "' has a link bandwidth or latency that is not a positive number, or "
+                           "an oversubscription below 1");
     }
   }
   if (nodes_.empty()) return Status::Error("topology '" + name_ + "' has no nodes");

@@ -32,15 +32,17 @@ inline constexpr DomainId kNoDomain = -1;
 inline constexpr int kMaxGpusPerNode = 64;
 
 // The fabric that joins the children of one domain of a tier, as one GPU
-// sees it: the bandwidth each GPU can push across it when every GPU below
-// does (so oversubscription is already divided in) and the latency of one
-// message step. Tier 0's fabric joins the GPUs of a node (NVLink/UB inside
-// an 8-GPU HGX node); the HBD tier's is the scale-up domain; the tiers above
-// are the NIC/leaf fabric and the spine layers. docs/perf-model.md lists the
-// published figures of every reference topology.
+// sees it: the bandwidth one GPU can push across it when the fabric is not
+// loaded, the latency of one message step, and the oversubscription (the
+// fabric carries bandwidth x GPUs below / oversubscription at once; the
+// simulator shares that among the jobs crossing it). Tier 0's fabric joins the GPUs of a node
+// (NVLink/UB inside an 8-GPU HGX node); the HBD tier's is the scale-up domain; the tiers above are
+// the NIC/leaf fabric and the spine layers. docs/perf-model.md lists the published figures of every
+// reference topology.
 struct TierLink {
-  double bandwidth_gbs = 0;  // GB/s per GPU, one direction
-  double latency_us = 0;     // microseconds per message step
+  double bandwidth_gbs = 0;     // GB/s per GPU, one direction
+  double latency_us = 0;        // microseconds per message step
+  double oversubscription = 1;  // >= 1
 };
 
 struct Tier {
@@ -136,8 +138,8 @@ double DefaultTierCost(int tier, int hbd_tier);
 // Default link of a tier by its position relative to the HBD, for files that
 // give none (docs/perf-model.md, "Defaults"): an H100 HGX node and a
 // 400 Gb/s NDR fabric. Up to the HBD 450 GB/s and 3 us; the first tier above
-// 50 GB/s and 6 us; the next 50 GB/s and 8 us (non-blocking); higher tiers
-// 25 GB/s and 12 us (an assumed 2:1 oversubscription). tier may be the root
+// 50 GB/s and 6 us; the next 50 GB/s and 8 us (both non-blocking); higher
+// tiers 50 GB/s, 12 us and an assumed 2:1 oversubscription. tier may be the root
 // tier (one past the listed tiers).
 TierLink DefaultTierLink(int tier, int hbd_tier);
 
