@@ -29,22 +29,15 @@ double SpeedModel::WorstSlowdown(const JobSpec& spec) {
   if (!model.ok()) return 1;
   const LinkView links{&topo_, base_scale_};
   const double rate = rate_;
-  // Every group at the widest tier its constraints allow: its required tier,
-  // else the whole cluster, with one member per child.
+  // Every group across the whole cluster, one member per child: the slowest
+  // placement any placer could give it (constraints are not assumed, since
+  // the baselines break them).
   CommSpans worst = IdealSpans(spec, topo_);
-  for (GroupKind kind : kAllGroupKinds) {
-    KindSpan& k = worst.kind[static_cast<int>(kind)];
+  for (KindSpan& k : worst.kind) {
     const bool active = std::any_of(k.min_members_per_child.begin(), k.min_members_per_child.end(),
                                     [](double g) { return g > 0; });
-    if (!active) continue;
-    int tier = topo_.root_tier();
-    const TierConstraint& c = spec.constraint(kind);
-    if (c.strength == Strength::kRequired && kind != GroupKind::kPp) {
-      Result<int> t = topo_.FindTier(c.tier);
-      if (t.ok()) tier = t.value();
-    }
     std::fill(k.min_members_per_child.begin(), k.min_members_per_child.end(), 0.0);
-    k.min_members_per_child[tier] = 1;
+    if (active) k.min_members_per_child.back() = 1;
   }
   const double ideal =
       PredictStep(spec, model.value(), links, IdealSpans(spec, topo_), rate).total_s;

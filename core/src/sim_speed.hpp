@@ -35,9 +35,9 @@ class SpeedModel {
   // The job's step time on the best placement of the empty cluster, in
   // seconds (0 when its model cannot be resolved: then it runs at speed 1).
   double IdealStep(const JobSpec& spec);
-  // Its step time with every group at the widest tier its required
-  // constraints allow (else the whole cluster), unloaded, over the ideal:
-  // the most a placement alone can slow it down.
+  // Its step time with every group spanning the whole cluster, one member
+  // per child, unloaded, over the ideal: the most any placement alone can
+  // slow it down.
   double WorstSlowdown(const JobSpec& spec);
 
   // A job starts on ranks. Appends to *changed the running jobs (other than

@@ -59,9 +59,10 @@
 // job's speed, and so its completion time, is recomputed whenever a job
 // sharing a fabric with it starts or stops (only those jobs are touched).
 // Time limits are the trace's times the job's worst unloaded slowdown (every
-// group at the widest tier its required constraints allow: its user sized
-// the limit for the slowest placement it could get alone); a job slowed
-// beyond that by neighbours reaches its limit and fails. With the
+// group across the whole cluster: its user sized the limit for the slowest
+// placement it could get alone, so no stack's jobs are killed by their
+// placement alone); a job slowed beyond that by neighbours reaches its limit
+// and fails. With the
 // speed model off every job runs at speed 1, as before.
 //
 // Memory: per job a fixed-size record (SimJobResult plus a few words of run
