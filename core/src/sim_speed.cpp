@@ -63,6 +63,11 @@ void SpeedModel::Recompute(int32_t pos) {
   for (const Crossing& c : r.crossings) {
     scale_[c.tier] = std::min(scale_[c.tier], base_scale_[c.tier] * ScaleOf(c));
   }
+  // Most neighbours' shares do not move (their fabric is not full): keep
+  // their speed without re-predicting.
+  if (r.ideal_done && scale_ == r.scale) return;
+  r.scale = scale_;
+  r.ideal_done = true;
   const LinkView links{&topo_, scale_};
   const double step = PredictStep(*r.spec, r.model, links, r.spans, r.rate).total_s;
   r.speed = step > 0 ? std::clamp(r.ideal / step, 1e-6, 1.0) : 1.0;

@@ -62,6 +62,8 @@ class SpeedModel {
     double ideal = 0;
     double speed = 1;
     std::vector<Crossing> crossings;
+    std::vector<double> scale;  // the link scales its speed was predicted with
+    bool ideal_done = false;    // speed predicted at least once
   };
   struct Fabric {
     int demand = 0;
