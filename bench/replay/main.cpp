@@ -78,9 +78,19 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p) {
   Prepared out;
   WorkloadResult& r = out.result;
   r.name = name;
-  r.failures = name.size() > 2 && name.substr(name.size() - 2) == "+F";
-  const std::string base = r.failures ? name.substr(0, name.size() - 2) : name;
+  // NAME[@SCALE]: SCALE multiplies the cross-HBD bandwidth (sensitivity).
+  const size_t at = name.find('@');
+  const std::string plain = name.substr(0, at);
   out.options = p.sim;
+  if (at != std::string::npos) {
+    try {
+      out.options.cross_hbd_scale = std::stod(name.substr(at + 1));
+    } catch (const std::exception&) {
+      return core::Status::Error("bad bandwidth scale in workload '" + name + "'");
+    }
+  }
+  r.failures = plain.size() > 2 && plain.substr(plain.size() - 2) == "+F";
+  const std::string base = r.failures ? plain.substr(0, plain.size() - 2) : plain;
   out.options.seed = p.seed;
   out.options.large_gpus = p.large_gpus;
   out.options.ettr_gpus = p.ettr_gpus;
@@ -144,6 +154,14 @@ int Run(int argc, char** argv) {
   app.add_option("--jobs", p.jobs, "jobs of workload S")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000000));
+  std::string speed_model = "on";
+  bool sensitivity = true;
+  app.add_option("--speed-model", speed_model,
+                 "on (default): jobs run at their placement's speed; off: trace durations")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--sensitivity", sensitivity,
+                 "also run every workload at 0.5x and 2x the cross-HBD bandwidth (NAME@0.5, "
+                 "NAME@2; default true with the speed model)");
   app.add_flag("--quick", p.quick, "S at 10,000 jobs (unless --jobs), output replay-quick.json");
   app.add_option("--load", p.load, "target offered load")->capture_default_str();
   app.add_option("--seed", p.seed, "seed of the workloads and failures")->capture_default_str();
@@ -159,6 +177,17 @@ int Run(int argc, char** argv) {
     return app.exit(e);
   }
   if (p.quick && app.count("--jobs") == 0) p.jobs = 10000;
+  p.sim.speed_model = speed_model == "on";
+  if (p.sim.speed_model && sensitivity) {
+    std::vector<std::string> all;
+    for (const std::string& w : p.workloads) {
+      all.push_back(w);
+      if (w.find('@') != std::string::npos) continue;
+      all.push_back(w + "@0.5");
+      all.push_back(w + "@2");
+    }
+    p.workloads = std::move(all);
+  }
   p.synthetic.jobs = p.jobs;
   p.synthetic.load = p.load;
   p.out = !out_path.empty() ? out_path

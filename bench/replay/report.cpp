@@ -49,6 +49,28 @@ std::vector<Goal> EvaluateGoals(const Report& report) {
       }
       u.target = "+5.0 points";
       goals.push_back(u);
+      Goal gp{"goodput >= slurm-tree + 5 points", w.name, "", "+5.0 points", std::nullopt};
+      if (ours->goodput && slurm->goodput) {
+        const double delta = (*ours->goodput - *slurm->goodput) * 100;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours->goodput * 100,
+                      *slurm->goodput * 100, delta);
+        gp.measured = buf;
+        gp.met = delta >= 5.0;
+      }
+      goals.push_back(gp);
+      Goal jl{
+          "mean JCT, >= " + std::to_string(report.params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
+          w.name, "", "<= 0.70 x", std::nullopt};
+      if (ours->jct_by_size[2].mean_jct_s && slurm->jct_by_size[2].mean_jct_s) {
+        const double ratio = *ours->jct_by_size[2].mean_jct_s / *slurm->jct_by_size[2].mean_jct_s;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)",
+                      *ours->jct_by_size[2].mean_jct_s, *slurm->jct_by_size[2].mean_jct_s, ratio);
+        jl.measured = buf;
+        jl.met = ratio <= 0.7;
+      }
+      goals.push_back(jl);
       Goal q{"mean queue delay, >= " + std::to_string(report.params.large_gpus) +
                  " GPUs <= 0.5 x slurm-tree",
              w.name, "", "<= 0.50 x", std::nullopt};
@@ -122,6 +144,17 @@ std::string RenderText(const Report& report) {
       {"days with jobs waiting", [](auto& r) { return Fixed(r.backlog_days, 1); }},
       {"mean JCT s", [](auto& r) { return Fixed(r.mean_jct_s, 0); }},
       {"p95 JCT s", [](auto& r) { return Fixed(r.p95_jct_s, 0); }},
+      {"goodput %", [](auto& r) { return Fixed(r.goodput, 1, 100); }},
+      {"mean slowdown", [](auto& r) { return Fixed(r.mean_slowdown, 3); }},
+      {"GPU-hours lost to slow placements",
+       [](auto& r) { return Fixed(std::optional<double>(r.slow_gpu_hours), 0); }},
+      {"mean JCT < 64 GPUs s", [](auto& r) { return Fixed(r.jct_by_size[0].mean_jct_s, 0); }},
+      {"mean JCT 64-" + std::to_string(report.params.large_gpus - 1) + " GPUs s",
+       [](auto& r) { return Fixed(r.jct_by_size[1].mean_jct_s, 0); }},
+      {"mean JCT >= " + large + " GPUs s",
+       [](auto& r) { return Fixed(r.jct_by_size[2].mean_jct_s, 0); }},
+      {"p95 JCT >= " + large + " GPUs s",
+       [](auto& r) { return Fixed(r.jct_by_size[2].p95_jct_s, 0); }},
       {"mean queue delay s", [](auto& r) { return Fixed(r.mean_queue_delay_s, 0); }},
       {"mean queue delay >= " + large + " GPUs s",
        [](auto& r) { return Fixed(r.mean_queue_delay_large_s, 0); }},
@@ -264,8 +297,23 @@ nlohmann::ordered_json ToJson(const Report& report) {
       pj["utilization"] = Opt(r.utilization);
       pj["utilization_backlogged"] = Opt(r.utilization_backlogged);
       pj["backlog_days"] = Opt(r.backlog_days);
+      pj["goodput"] = Opt(r.goodput);
       pj["mean_jct_s"] = Opt(r.mean_jct_s);
       pj["p95_jct_s"] = Opt(r.p95_jct_s);
+      pj["speed_model"] = r.speed_model;
+      pj["cross_hbd_scale"] = r.cross_hbd_scale;
+      pj["mean_slowdown"] = Opt(r.mean_slowdown);
+      pj["slow_placement_gpu_hours"] = r.slow_gpu_hours;
+      {
+        J sizes = J::object();
+        const char* const names[] = {"small", "medium", "large"};
+        for (size_t c = 0; c < r.jct_by_size.size(); ++c) {
+          sizes[names[c]] = {{"jobs", r.jct_by_size[c].jobs},
+                             {"mean_jct_s", Opt(r.jct_by_size[c].mean_jct_s)},
+                             {"p95_jct_s", Opt(r.jct_by_size[c].p95_jct_s)}};
+        }
+        pj["jct_by_size"] = std::move(sizes);
+      }
       pj["mean_queue_delay_s"] = Opt(r.mean_queue_delay_s);
       pj["mean_queue_delay_large_s"] = Opt(r.mean_queue_delay_large_s);
       pj["ettr_large"] = Opt(r.ettr_large);

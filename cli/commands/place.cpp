@@ -9,6 +9,7 @@
 #include "topo/common/job_io.hpp"
 #include "topo/common/render.hpp"
 #include "topo/core/fill.hpp"
+#include "topo/core/perf_model.hpp"
 
 namespace topo::cli {
 
@@ -23,7 +24,43 @@ struct PlaceArgs {
   bool json = false;
   bool ranks = false;
   bool no_map = false;
+  std::string model;  // --model: a preset, overriding the job file's model
 };
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s >= 100) {
+    std::snprintf(buf, sizeof buf, "%.1f s", s);
+  } else if (s >= 0.1) {
+    std::snprintf(buf, sizeof buf, "%.3f s", s);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1000);
+  }
+  return buf;
+}
+
+void PrintPrediction(std::ostream& os, const core::StepPrediction& p, const std::string& model) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%.3f", p.slowdown);
+  os << "\npredicted step (" << model << "): " << Seconds(p.step.total_s) << ", ideal "
+     << Seconds(p.ideal.total_s) << ", slowdown " << buf << "\n";
+  struct Part {
+    const char* name;
+    double now, ideal;
+  };
+  for (Part part : {Part{"compute", p.step.compute_s, p.ideal.compute_s},
+                    {"tp", p.step.tp_s, p.ideal.tp_s},
+                    {"cp", p.step.cp_s, p.ideal.cp_s},
+                    {"ep", p.step.ep_s, p.ideal.ep_s},
+                    {"pp", p.step.pp_s, p.ideal.pp_s},
+                    {"dp (exposed)", p.step.dp_s, p.ideal.dp_s},
+                    {"bubble", p.step.bubble_s, p.ideal.bubble_s}}) {
+    if (part.now == 0 && part.ideal == 0) continue;
+    std::snprintf(buf, sizeof buf, "  %-13s %12s  (ideal %s)\n", part.name,
+                  Seconds(part.now).c_str(), Seconds(part.ideal).c_str());
+    os << buf;
+  }
+}
 
 // Indented JSON, but one line per rank so a 16k-rank map stays readable.
 void PrintJsonWithCompactRanks(std::ostream& os, const nlohmann::json& j) {
@@ -61,7 +98,16 @@ int RunPlace(const PlaceArgs& args) {
   if (!text.ok()) return Fail(text.message());
   core::Result<core::JobSpec> job_or = common::ParseJobSpec(text.value());
   if (!job_or.ok()) return Fail(args.job_file + ": " + job_or.message());
-  const core::JobSpec& job = job_or.value();
+  core::JobSpec& job = job_or.value();
+  if (!args.model.empty()) {
+    core::ModelSpec m;
+    m.preset = args.model;
+    job.model = m;
+  }
+  core::Result<core::ResolvedModel> model = core::ResolveModel(job);
+  if (!model.ok()) return Fail(model.message());
+  const std::string model_name =
+      model.value().spec.preset.empty() ? "custom" : model.value().spec.preset;
   auto placer = core::MakePlacer(args.policy);
   if (placer == nullptr) return Fail("unknown policy '" + args.policy + "'");
 
@@ -76,6 +122,8 @@ int RunPlace(const PlaceArgs& args) {
     out["busy_fraction"] = static_cast<double>(state.total_busy_gpus()) / topo.total_gpus();
     if (placement.placed()) {
       out["metrics"] = common::MetricsToJson(core::Evaluate(job, topo, placement.ranks), topo);
+      core::Result<core::StepPrediction> p = core::PredictPlacement(job, topo, placement.ranks);
+      if (p.ok()) out["predicted"] = common::PredictionToJson(p.value(), model_name);
     }
     PrintJsonWithCompactRanks(std::cout, out);
   } else {
@@ -85,6 +133,10 @@ int RunPlace(const PlaceArgs& args) {
               << common::FormatMetric(100.0 * state.total_busy_gpus() / topo.total_gpus(), 1)
               << "% busy before the job\n\n";
     PrintPlacementReport(std::cout, job, state, placement, args.policy, !args.no_map);
+    if (placement.placed()) {
+      core::Result<core::StepPrediction> p = core::PredictPlacement(job, topo, placement.ranks);
+      if (p.ok()) PrintPrediction(std::cout, p.value(), model_name);
+    }
     if (args.ranks && placement.placed()) {
       std::cout << "\nrank  node            gpu\n";
       for (size_t r = 0; r < placement.ranks.size(); ++r) {
@@ -129,6 +181,9 @@ void RegisterPlace(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", args->json, "Print the outcome, rank map and metrics as JSON");
   cmd->add_flag("--ranks", args->ranks, "Also list every rank's node and GPU");
   cmd->add_flag("--no-map", args->no_map, "Leave out the cluster map");
+  cmd->add_option("--model", args->model,
+                  "Model preset for the predicted step time (overrides the job's \"model\")")
+      ->check(CLI::IsMember(core::ModelPresetNames()));
   cmd->callback([args, exit_code] { *exit_code = RunPlace(*args); });
 }
 

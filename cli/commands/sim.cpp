@@ -37,6 +37,8 @@ struct SimArgs {
   bool json = false;
   std::string per_job_csv;
   bool no_timing = false;
+  std::string speed_model = "on";
+  double cross_hbd_scale = 1.0;
 };
 
 std::vector<std::string> SplitList(const std::string& text) {
@@ -153,6 +155,29 @@ void PrintTable(const std::vector<core::SimReport>& reports, const SimArgs& args
       {"wall s", [](auto& r) { return Fixed(r.wall_s, 2); }},
       {"peak RSS MB", [](auto& r) { return Fixed(r.peak_rss_mb, 0); }},
   };
+  if (!reports.empty() && reports.front().speed_model) {
+    // The speed model's rows, after the JCT rows (absent with it off, whose
+    // table stays as it was).
+    const std::string mid = "64-" + std::to_string(args.large_gpus - 1);
+    auto cls = [](size_t c, bool p95) {
+      return [c, p95](const core::SimReport& r) {
+        return Fixed(p95 ? r.jct_by_size[c].p95_jct_s : r.jct_by_size[c].mean_jct_s, 0);
+      };
+    };
+    std::vector<RowSpec> speed = {
+        {"goodput %", [](auto& r) { return Fixed(r.goodput, 1, 100); }},
+        {"mean slowdown", [](auto& r) { return Fixed(r.mean_slowdown, 3); }},
+        {"GPU-hours lost to slow placements",
+         [](auto& r) { return Fixed(std::optional<double>(r.slow_gpu_hours), 1); }},
+        {"mean JCT, < 64 GPUs, s", cls(0, false)},
+        {"p95 JCT, < 64 GPUs, s", cls(0, true)},
+        {"mean JCT, " + mid + " GPUs, s", cls(1, false)},
+        {"p95 JCT, " + mid + " GPUs, s", cls(1, true)},
+        {"mean JCT, >= " + large + " GPUs, s", cls(2, false)},
+        {"p95 JCT, >= " + large + " GPUs, s", cls(2, true)},
+    };
+    rows.insert(rows.begin() + 4, speed.begin(), speed.end());
+  }
   size_t label_width = 6;
   for (const RowSpec& row : rows) label_width = std::max(label_width, row.label.size());
   std::vector<size_t> widths;
@@ -241,6 +266,16 @@ int RunSim(const SimArgs& args) {
   options.failures = *model;
   options.large_gpus = args.large_gpus;
   options.keep_job_results = !args.per_job_csv.empty();
+  options.speed_model = args.speed_model == "on";
+  options.cross_hbd_scale = args.cross_hbd_scale;
+  if (options.speed_model) {
+    std::snprintf(buf, sizeof buf,
+                  "speed model: on (durations at the ideal placement), cross-HBD bandwidth x%g\n",
+                  args.cross_hbd_scale);
+    notes << buf;
+  } else if (args.cross_hbd_scale != 1.0) {
+    return Fail("--cross-hbd-scale needs the speed model (--speed-model on)");
+  }
   std::vector<core::SimReport> reports;
   for (const std::string& stack : stacks) {
     const double cpu0 = CpuSeconds();
@@ -330,6 +365,14 @@ void RegisterSim(CLI::App& app, int* exit_code) {
   cmd->add_option("--per-job-csv", args->per_job_csv,
                   "Write one row per job and policy to FILE (- : to standard output, instead "
                   "of the table)");
+  cmd->add_option("--speed-model", args->speed_model,
+                  "on (default): jobs run at the speed their placement and neighbours allow, "
+                  "trace durations being at the ideal placement; off: every job runs its trace "
+                  "duration wherever it lands")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--cross-hbd-scale", args->cross_hbd_scale,
+                  "Multiply the bandwidth of every tier above the HBD (sensitivity: 0.5, 2)")
+      ->check(CLI::Range(0.001, 1000.0));
   cmd->add_flag("--no-timing", args->no_timing,
                 "Leave out CPU time, wall time and memory (reproducible output)");
   cmd->callback([args, exit_code] { *exit_code = RunSim(*args); });

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "json_util.hpp"
+#include "topo/core/perf_model.hpp"
 
 namespace topo::common {
 namespace {
@@ -73,6 +74,98 @@ Status ReadParallelism(const Json& p, const std::string& path, core::Parallelism
   return Status::Ok();
 }
 
+// "model": a preset name, or an object of the fields of core::ModelSpec
+// (every one optional; "preset" names the base the others override).
+Result<core::ModelSpec> ReadModel(const Json& v) {
+  core::ModelSpec m;
+  if (v.is_string()) {
+    m.preset = v.get<std::string>();
+    if (m.preset.empty()) return PathError("model", "a preset name must not be empty");
+    return m;
+  }
+  if (!v.is_object()) {
+    return PathError("model",
+                     "a model is a preset name (e.g. \"llama3-70b\") or an object "
+                     "{\"parameters\": ..., \"layers\": ..., ...} (got " +
+                         internal::Shown(v) + ")");
+  }
+  if (Status s = internal::CheckFields(
+          v, "model",
+          {"preset", "parameters", "active_parameters", "layers", "hidden", "heads", "kv_heads",
+           "sequence", "micro_batch", "global_batch", "experts", "top_k", "bytes_per_element",
+           "virtual_stages", "recompute"});
+      !s.ok()) {
+    return s;
+  }
+  if (v.contains("preset")) {
+    Result<std::string> name = internal::GetString(v, "model", "preset", false);
+    if (!name.ok()) return name.status();
+    m.preset = name.value();
+  }
+  for (auto [key, field] : {std::pair<const char*, double*>{"parameters", &m.parameters},
+                            {"active_parameters", &m.active_parameters}}) {
+    if (!v.contains(key)) continue;
+    const Json& x = v.at(key);
+    if (!x.is_number() || !(x.get<double>() >= 1) || !(x.get<double>() <= 1e15)) {
+      return PathError("model", "\"" + std::string(key) +
+                                    "\" must be a number of parameters 1..1e15 (got " +
+                                    internal::Shown(x) + ")");
+    }
+    *field = x.get<double>();
+  }
+  struct IntField {
+    const char* key;
+    int* field;
+    int64_t hi;
+  };
+  for (IntField f : {IntField{"layers", &m.layers, 100000},
+                     {"hidden", &m.hidden, 1000000},
+                     {"heads", &m.heads, 100000},
+                     {"kv_heads", &m.kv_heads, 100000},
+                     {"sequence", &m.sequence, 100000000},
+                     {"micro_batch", &m.micro_batch, 1000000},
+                     {"global_batch", &m.global_batch, 100000000},
+                     {"experts", &m.experts, 100000},
+                     {"top_k", &m.top_k, 100000},
+                     {"bytes_per_element", &m.bytes_per_element, 16},
+                     {"virtual_stages", &m.virtual_stages, 1000}}) {
+    if (!v.contains(f.key)) continue;
+    Result<int64_t> x = internal::GetInt(v, "model", f.key, 1, f.hi);
+    if (!x.ok()) return x.status();
+    *f.field = static_cast<int>(x.value());
+  }
+  if (v.contains("recompute")) {
+    if (!v.at("recompute").is_boolean()) {
+      return PathError("model", "\"recompute\" must be true or false (got " +
+                                    internal::Shown(v.at("recompute")) + ")");
+    }
+    m.recompute = v.at("recompute").get<bool>() ? 1 : 0;
+  }
+  return m;
+}
+
+Json ModelToJson(const core::ModelSpec& m) {
+  Json j = Json::object();
+  if (!m.preset.empty()) j["preset"] = m.preset;
+  if (m.parameters > 0) j["parameters"] = m.parameters;
+  if (m.active_parameters > 0) j["active_parameters"] = m.active_parameters;
+  for (auto [key, value] : {std::pair<const char*, int>{"layers", m.layers},
+                            {"hidden", m.hidden},
+                            {"heads", m.heads},
+                            {"kv_heads", m.kv_heads},
+                            {"sequence", m.sequence},
+                            {"micro_batch", m.micro_batch},
+                            {"global_batch", m.global_batch},
+                            {"experts", m.experts},
+                            {"top_k", m.top_k},
+                            {"bytes_per_element", m.bytes_per_element},
+                            {"virtual_stages", m.virtual_stages}}) {
+    if (value > 0) j[key] = value;
+  }
+  if (m.recompute >= 0) j["recompute"] = m.recompute > 0;
+  return j;
+}
+
 Json ConstraintToJson(const TierConstraint& c) {
   switch (c.strength) {
     case Strength::kRequired:
@@ -92,7 +185,8 @@ Json Optional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullp
 Result<core::JobSpec> JobSpecFromJson(const Json& j) {
   if (!j.is_object()) return PathError("", "a job spec is a JSON object");
   if (Status s = internal::CheckFields(
-          j, "", {"name", "gpus", "gpus_per_node", "parallelism", "constraints", "spares"});
+          j, "",
+          {"name", "gpus", "gpus_per_node", "parallelism", "constraints", "spares", "model"});
       !s.ok()) {
     return s;
   }
@@ -175,7 +269,17 @@ Result<core::JobSpec> JobSpecFromJson(const Json& j) {
       job.constraints[static_cast<int>(kind)] = std::move(tc).value();
     }
   }
+  if (j.contains("model")) {
+    Result<core::ModelSpec> m = ReadModel(j.at("model"));
+    if (!m.ok()) return m.status();
+    job.model = std::move(m).value();
+  }
   if (Status s = core::ValidateJobSpec(job); !s.ok()) return s;
+  if (job.model) {
+    // Presets, top_k <= experts and the like: errors name the model field.
+    Result<core::ResolvedModel> resolved = core::ResolveModel(job);
+    if (!resolved.ok()) return PathError("model", resolved.message());
+  }
   return job;
 }
 
@@ -191,18 +295,20 @@ Json JobSpecToJson(const core::JobSpec& job) {
   for (GroupKind kind : core::kAllGroupKinds) {
     constraints[std::string(core::GroupKindName(kind))] = ConstraintToJson(job.constraint(kind));
   }
-  return Json{{"name", job.name},
-              {"gpus", job.gpus},
-              {"gpus_per_node", job.gpus_per_node},
-              {"parallelism",
-               {{"tp", p.tp},
-                {"cp", p.cp},
-                {"ep", p.ep},
-                {"pp", p.pp},
-                {"dp", p.dp},
-                {"order", core::FormatRankOrder(p.order)}}},
-              {"constraints", std::move(constraints)},
-              {"spares", job.spares}};
+  Json out{{"name", job.name},
+           {"gpus", job.gpus},
+           {"gpus_per_node", job.gpus_per_node},
+           {"parallelism",
+            {{"tp", p.tp},
+             {"cp", p.cp},
+             {"ep", p.ep},
+             {"pp", p.pp},
+             {"dp", p.dp},
+             {"order", core::FormatRankOrder(p.order)}}},
+           {"constraints", std::move(constraints)},
+           {"spares", job.spares}};
+  if (job.model) out["model"] = ModelToJson(*job.model);
+  return out;
 }
 
 Json PlacementToJson(const core::Placement& placement, const core::Topology& topology) {
@@ -242,6 +348,23 @@ Json MetricsToJson(const core::PlacementMetrics& metrics, const core::Topology& 
               {"comm_cost_bound", metrics.comm_cost_bound},
               {"required_met", metrics.required_met},
               {"tier_histogram", std::move(histogram)}};
+}
+
+namespace {
+Json BreakdownToJson(const core::StepBreakdown& b) {
+  return Json{{"compute_s", b.compute_s}, {"tp_s", b.tp_s},       {"cp_s", b.cp_s},
+              {"ep_s", b.ep_s},           {"pp_s", b.pp_s},       {"dp_s", b.dp_s},
+              {"bubble_s", b.bubble_s},   {"total_s", b.total_s}, {"dp_raw_s", b.dp_raw_s}};
+}
+}  // namespace
+
+Json PredictionToJson(const core::StepPrediction& prediction, const std::string& model) {
+  return Json{{"step_s", prediction.step.total_s},
+              {"ideal_step_s", prediction.ideal.total_s},
+              {"slowdown", prediction.slowdown},
+              {"model", model},
+              {"breakdown", BreakdownToJson(prediction.step)},
+              {"ideal_breakdown", BreakdownToJson(prediction.ideal)}};
 }
 
 }  // namespace topo::common

@@ -39,6 +39,7 @@ class JsonTopologyReader {
 
  private:
   Status ReadTiers(const Json& tiers);
+  Status ReadLink(const Json& object, const std::string& path, int tier);
   Status ReadDomain(const Json& domain, const std::string& path, int tier, int parent);
   Status ReadNodes(const Json& nodes, const std::string& path, int parent);
   Status ReadNode(const Json& node, const std::string& path, int parent);
@@ -46,6 +47,9 @@ class JsonTopologyReader {
 
   std::vector<std::string> tier_names_;
   std::vector<std::pair<int, double>> tier_costs_;
+  std::vector<std::pair<int, core::TierLink>> tier_links_;
+  std::vector<std::pair<int, std::string>> link_objects_;  // tier, path: read once hbd is known
+  int hbd_ = 0;
   NodeDefaults defaults_;
   std::unordered_map<std::string, std::string> name_paths_;  // name -> where first used
   std::unique_ptr<TopologyBuilder> builder_;
@@ -57,6 +61,31 @@ Status JsonTopologyReader::ClaimName(const std::string& name, const std::string&
     return PathError(path, "name \"" + name + "\" is already used at " + it->second +
                                "; domain and node names must be unique");
   }
+  return Status::Ok();
+}
+
+// "bandwidth_gbs" and "latency_us" of a tier object (or of "cluster_link"),
+// each optional; the other keeps its default.
+Status JsonTopologyReader::ReadLink(const Json& object, const std::string& path, int tier) {
+  const int tiers = static_cast<int>(tier_names_.size());
+  core::TierLink link = core::DefaultTierLink(tier, hbd_);
+  bool any = false;
+  for (auto [key, field] : {std::pair<const char*, double*>{"bandwidth_gbs", &link.bandwidth_gbs},
+                            {"latency_us", &link.latency_us},
+                            {"oversubscription", &link.oversubscription}}) {
+    if (!object.contains(key)) continue;
+    const Json& v = object.at(key);
+    const double lo = std::string_view(key) == "oversubscription" ? 1 : 0;
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
+        v.get<double>() <= 0 || v.get<double>() >= 1e9) {
+      return PathError(path, "\"" + std::string(key) + "\" must be a number " +
+                                 (lo > 0 ? "1" : "above 0") + " .. 1e9 (got " + internal::Shown(v) +
+                                 ")");
+    }
+    *field = v.get<double>();
+    any = true;
+  }
+  if (any) tier_links_.emplace_back(tier <= tiers ? tier : tiers, link);
   return Status::Ok();
 }
 
@@ -77,7 +106,11 @@ Status JsonTopologyReader::ReadTiers(const Json& tiers) {
     if (t.is_string()) {
       name = t.get<std::string>();
     } else if (t.is_object()) {
-      if (Status s = internal::CheckFields(t, path, {"name", "cost"}); !s.ok()) return s;
+      if (Status s = internal::CheckFields(
+              t, path, {"name", "cost", "bandwidth_gbs", "latency_us", "oversubscription"});
+          !s.ok()) {
+        return s;
+      }
       if (!t.contains("name")) return PathError(path, "\"name\" is required");
       Result<std::string> n = internal::GetString(t, path, "name", false);
       if (!n.ok()) return n.status();
@@ -89,6 +122,10 @@ Status JsonTopologyReader::ReadTiers(const Json& tiers) {
                            "\"cost\" must be a positive number (got " + internal::Shown(c) + ")");
         }
         tier_costs_.emplace_back(static_cast<int>(i), c.get<double>());
+      }
+      if (t.contains("bandwidth_gbs") || t.contains("latency_us") ||
+          t.contains("oversubscription")) {
+        link_objects_.emplace_back(static_cast<int>(i), path);
       }
     } else {
       return PathError(path, "a tier is a name or {\"name\": ..., \"cost\": ...} (got " +
@@ -105,9 +142,9 @@ Status JsonTopologyReader::ReadTiers(const Json& tiers) {
 
 Result<core::Topology> JsonTopologyReader::Read(const Json& root) {
   if (!root.is_object()) return PathError("", "a topology is a JSON object");
-  if (Status s = internal::CheckFields(
-          root, "",
-          {"version", "name", "tiers", "hbd", "gpus_per_node", "gpu_model", "domains", "nodes"});
+  if (Status s = internal::CheckFields(root, "",
+                                       {"version", "name", "tiers", "hbd", "cluster_link",
+                                        "gpus_per_node", "gpu_model", "domains", "nodes"});
       !s.ok()) {
     return s;
   }
@@ -132,6 +169,26 @@ Result<core::Topology> JsonTopologyReader::Read(const Json& root) {
     }
     hbd = static_cast<int>(it - tier_names_.begin());
   }
+  hbd_ = hbd;
+  const Json& tiers_json = root.at("tiers");
+  for (const auto& [tier, path] : link_objects_) {
+    if (Status s = ReadLink(tiers_json[static_cast<size_t>(tier)], path, tier); !s.ok()) return s;
+  }
+  if (root.contains("cluster_link")) {
+    const Json& c = root.at("cluster_link");
+    if (!c.is_object()) {
+      return PathError("cluster_link",
+                       "must be an object {\"bandwidth_gbs\": ..., \"latency_us\": ...}");
+    }
+    if (Status s = internal::CheckFields(c, "cluster_link",
+                                         {"bandwidth_gbs", "latency_us", "oversubscription"});
+        !s.ok()) {
+      return s;
+    }
+    if (Status s = ReadLink(c, "cluster_link", static_cast<int>(tier_names_.size())); !s.ok()) {
+      return s;
+    }
+  }
   if (root.contains("gpus_per_node")) {
     Result<int64_t> g = internal::GetInt(root, "", "gpus_per_node", 1, core::kMaxGpusPerNode);
     if (!g.ok()) return g.status();
@@ -145,6 +202,7 @@ Result<core::Topology> JsonTopologyReader::Read(const Json& root) {
 
   builder_ = std::make_unique<TopologyBuilder>(name.value(), tier_names_, hbd);
   for (const auto& [tier, cost] : tier_costs_) builder_->SetTierCost(tier, cost);
+  for (const auto& [tier, link] : tier_links_) builder_->SetTierLink(tier, link);
 
   int top = static_cast<int>(tier_names_.size()) - 1;
   if (top == 0) {
@@ -348,14 +406,35 @@ std::string TopologyToJson(const core::Topology& topology) {
   OrderedJson tiers = OrderedJson::array();
   for (int t = 0; t < topology.tier_count(); ++t) {
     const core::Tier& tier = topology.tier(t);
-    if (tier.cost == core::DefaultTierCost(t, topology.hbd_tier())) {
+    const bool default_cost = tier.cost == core::DefaultTierCost(t, topology.hbd_tier());
+    const core::TierLink def = core::DefaultTierLink(t, topology.hbd_tier());
+    const bool default_bw = tier.link.bandwidth_gbs == def.bandwidth_gbs;
+    const bool default_lat = tier.link.latency_us == def.latency_us;
+    const bool default_os = tier.link.oversubscription == def.oversubscription;
+    if (default_cost && default_bw && default_lat && default_os) {
       tiers.push_back(tier.name);
-    } else {
-      tiers.push_back(OrderedJson{{"name", tier.name}, {"cost", tier.cost}});
+      continue;
     }
+    OrderedJson o{{"name", tier.name}};
+    if (!default_cost) o["cost"] = tier.cost;
+    if (!default_bw) o["bandwidth_gbs"] = tier.link.bandwidth_gbs;
+    if (!default_lat) o["latency_us"] = tier.link.latency_us;
+    if (!default_os) o["oversubscription"] = tier.link.oversubscription;
+    tiers.push_back(std::move(o));
   }
   j["tiers"] = std::move(tiers);
   j["hbd"] = topology.tier(topology.hbd_tier()).name;
+  {
+    const core::TierLink& root = topology.tier(topology.root_tier()).link;
+    const core::TierLink def = core::DefaultTierLink(topology.root_tier(), topology.hbd_tier());
+    OrderedJson o = OrderedJson::object();
+    if (root.bandwidth_gbs != def.bandwidth_gbs) o["bandwidth_gbs"] = root.bandwidth_gbs;
+    if (root.latency_us != def.latency_us) o["latency_us"] = root.latency_us;
+    if (root.oversubscription != def.oversubscription) {
+      o["oversubscription"] = root.oversubscription;
+    }
+    if (!o.empty()) j["cluster_link"] = std::move(o);
+  }
   j["gpus_per_node"] = defaults.gpus;
   j["gpu_model"] = defaults.gpu_model;
   OrderedJson top = OrderedJson::array();

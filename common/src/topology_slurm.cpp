@@ -51,6 +51,7 @@ struct Header {
   std::optional<int> gpus;
   std::optional<std::string> model;
   std::optional<std::vector<double>> costs;
+  std::optional<std::vector<core::TierLink>> links;  // per tier, then the cluster's
 };
 
 std::string LineError(int line, std::string_view problem) {
@@ -213,10 +214,34 @@ Status SlurmReader::ReadHeader(std::string_view rest, int number) {
         costs.push_back(cost);
       }
       header_.costs = std::move(costs);
+    } else if (key == "links") {
+      std::vector<core::TierLink> links;
+      for (std::string_view item : SplitOn(value, ',')) {
+        std::vector<std::string_view> parts = SplitOn(item, ':');
+        core::TierLink link;
+        bool ok = parts.size() == 2 || parts.size() == 3;
+        double* fields[] = {&link.bandwidth_gbs, &link.latency_us, &link.oversubscription};
+        for (size_t i = 0; ok && i < parts.size(); ++i) {
+          auto [end, ec] =
+              std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), *fields[i]);
+          ok = ec == std::errc() && end == parts[i].data() + parts[i].size() && *fields[i] > 0 &&
+               *fields[i] < 1e9;
+        }
+        ok = ok && link.oversubscription >= 1;
+        if (!ok) {
+          return Status::Error(
+              LineError(number,
+                        "#toposched: links are GBPS:US pairs of positive numbers, one per tier "
+                        "and one for the cluster (got " +
+                            Q(item) + ")"));
+        }
+        links.push_back(link);
+      }
+      header_.links = std::move(links);
     } else {
       return Status::Error(LineError(number, "#toposched: unknown key " + Q(key) +
                                                  "; allowed: name, tiers, hbd, gpus, model, "
-                                                 "costs"));
+                                                 "costs, links"));
     }
   }
   return Status::Ok();
@@ -557,7 +582,20 @@ Result<core::Topology> SlurmReader::Finish(const SlurmTopologyOptions& options) 
                                     " values for " + std::to_string(tiers.size()) + " tiers"));
   }
 
+  if (header_.links && header_.links->size() != tiers.size() + 1) {
+    return Status::Error(
+        LineError(header_.line, "#toposched: links lists " + std::to_string(header_.links->size()) +
+                                    " values for " + std::to_string(tiers.size()) +
+                                    " tiers and the cluster (" + std::to_string(tiers.size() + 1) +
+                                    " expected)"));
+  }
+
   TopologyBuilder builder(name, tiers, hbd);
+  if (header_.links) {
+    for (size_t t = 0; t < header_.links->size(); ++t) {
+      builder.SetTierLink(static_cast<int>(t), (*header_.links)[t]);
+    }
+  }
   if (header_.costs) {
     for (size_t t = 0; t < tiers.size(); ++t) {
       builder.SetTierCost(static_cast<int>(t), (*header_.costs)[t]);
@@ -609,10 +647,21 @@ std::string TopologyToSlurm(const core::Topology& topology) {
   for (int t = first_switch; t < tier_count; ++t) kept.push_back(t);
   const int kept_hbd = blocks ? 1 : hbd;
 
-  std::string tiers, costs;
-  bool default_costs = true;
+  std::string tiers, costs, links;
+  bool default_costs = true, default_links = true;
+  kept.push_back(topology.root_tier());
   for (size_t i = 0; i < kept.size(); ++i) {
     const core::Tier& tier = topology.tier(kept[i]);
+    const core::TierLink def = core::DefaultTierLink(static_cast<int>(i), kept_hbd);
+    links += (i ? "," : "") + internal::FormatDouble(tier.link.bandwidth_gbs) + ":" +
+             internal::FormatDouble(tier.link.latency_us);
+    if (tier.link.oversubscription != 1) {
+      links += ":" + internal::FormatDouble(tier.link.oversubscription);
+    }
+    default_links = default_links && tier.link.bandwidth_gbs == def.bandwidth_gbs &&
+                    tier.link.latency_us == def.latency_us &&
+                    tier.link.oversubscription == def.oversubscription;
+    if (i + 1 == kept.size()) break;  // the root has no name or cost here
     tiers += (i ? "," : "") + EncodeHeaderValue(tier.name);
     costs += (i ? "," : "") + internal::FormatDouble(tier.cost);
     default_costs =
@@ -632,6 +681,7 @@ std::string TopologyToSlurm(const core::Topology& topology) {
     out += " model=" + EncodeHeaderValue(topology.node(0).gpu_model);
   }
   if (!default_costs) out += " costs=" + costs;
+  if (!default_links) out += " links=" + links;
   out += "\n";
   if (blocks && hbd > 1) {
     out +=

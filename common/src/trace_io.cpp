@@ -363,8 +363,24 @@ void WritePerJobCsv(std::ostream& out, std::span<const core::SimReport> reports)
 nlohmann::ordered_json SimMetricsToJson(const core::SimReport& r) {
   nlohmann::ordered_json j;
   j["utilization"] = Opt(r.utilization);
+  if (r.speed_model) j["goodput"] = Opt(r.goodput);
   j["mean_jct_s"] = Opt(r.mean_jct_s);
   j["p95_jct_s"] = Opt(r.p95_jct_s);
+  if (r.speed_model) {
+    // The speed model's metrics (docs/sim.md); absent with --speed-model off,
+    // whose output stays as it was.
+    j["mean_slowdown"] = Opt(r.mean_slowdown);
+    j["slow_placement_gpu_hours"] = Round6(r.slow_gpu_hours);
+    nlohmann::ordered_json sizes = nlohmann::ordered_json::object();
+    const char* const names[] = {"small", "medium", "large"};
+    for (size_t c = 0; c < r.jct_by_size.size(); ++c) {
+      sizes[names[c]] = {{"jobs", r.jct_by_size[c].jobs},
+                         {"mean_jct_s", Opt(r.jct_by_size[c].mean_jct_s)},
+                         {"p95_jct_s", Opt(r.jct_by_size[c].p95_jct_s)}};
+    }
+    j["jct_by_size"] = std::move(sizes);
+    j["cross_hbd_scale"] = Round6(r.cross_hbd_scale);
+  }
   j["mean_queue_delay_s"] = Opt(r.mean_queue_delay_s);
   j["mean_queue_delay_large_s"] = Opt(r.mean_queue_delay_large_s);
   j["ettr_large"] = Opt(r.ettr_large);

@@ -17,6 +17,9 @@ struct Regular {
   int top;
   int gpus;
   const char* model;
+  // One link per listed tier, then the implicit root's (docs/perf-model.md
+  // gives the source of each figure).
+  std::vector<TierLink> links;
 };
 
 std::string Label(const std::string& prefix, int index, int width) {
@@ -37,6 +40,7 @@ int Digits(int n) {
 Result<Topology> BuildRegular(const Regular& r, int gpus_override) {
   const int gpus = gpus_override > 0 ? gpus_override : r.gpus;
   TopologyBuilder b(r.name, r.tiers, r.hbd_tier);
+  for (size_t t = 0; t < r.links.size(); ++t) b.SetTierLink(static_cast<int>(t), r.links[t]);
   const int tiers = static_cast<int>(r.tiers.size());
   // Totals per tier for zero-padded names.
   std::vector<int> total(tiers, 0);
@@ -60,17 +64,65 @@ Result<Topology> BuildRegular(const Regular& r, int gpus_override) {
   return std::move(b).Build();
 }
 
+// Link figures (GB/s per GPU one way, us per step), docs/perf-model.md:
+//   NVLink 4 (H100 SXM): 900 GB/s bidirectional = 450 one way.
+//   NVLink 5 (GB200 NVL72): 1.8 TB/s bidirectional = 900 one way, every GPU
+//     of the 72-GPU rack at that rate through the NVLink switches.
+//   UB (CloudMatrix384, Ascend 910C): 392 GB/s one way, non-blocking over the
+//     384-NPU supernode.
+//   400 Gb/s NDR InfiniBand / RoCE per GPU (ConnectX-7, and the CM384 RDMA
+//     plane): 50 GB/s.
+//   meta-24k above the pods: the Llama 3 paper's 1:7 aggregation-layer
+//     oversubscription (50 GB/s per GPU unloaded, 1/7 of it at full load).
+//   Latencies: 3 us per step inside the scale-up domain, 6 us through a leaf
+//     switch, 8 us through the next layer, 12 us above (assumptions of the
+//     order of nccl-tests' small-message times).
+constexpr TierLink kNvlink4{450, 3};
+constexpr TierLink kNvlink5{900, 3};
+constexpr TierLink kUb{392, 3};
+constexpr TierLink kNdrLeaf{50, 6};
+constexpr TierLink kNdrSpine{50, 8};
+constexpr TierLink kAboveSpine{50, 12, 2};  // assumption: 2:1 oversubscribed
+
 const std::vector<Regular>& Catalog() {
   static const std::vector<Regular> kCatalog = {
       // 64 GPUs: nodes of 8, 2 nodes per leaf, 2 leaves per spine, 2 spines.
-      {"tiny", {"node", "leaf", "spine"}, 0, {2, 2}, 2, 8, "H100"},
+      {"tiny",
+       {"node", "leaf", "spine"},
+       0,
+       {2, 2},
+       2,
+       8,
+       "H100",
+       {kNvlink4, kNdrLeaf, kNdrSpine, kAboveSpine}},
       // Llama 3 cluster: racks of 2 nodes (16 GPUs per ToR), pods of 192
       // racks (3,072 GPUs), 8 pods.
-      {"meta-24k", {"node", "leaf", "pod"}, 0, {2, 192}, 8, 8, "H100"},
+      {"meta-24k",
+       {"node", "leaf", "pod"},
+       0,
+       {2, 192},
+       8,
+       8,
+       "H100",
+       {kNvlink4, kNdrLeaf, kNdrSpine, {50, 12, 7}}},
       // GB200 NVL72: racks of 18 x 4, leaves of 8 racks, spines of 16 leaves.
-      {"nvl72-64k", {"node", "hbd", "leaf", "spine"}, 1, {18, 8, 16}, 7, 4, "GB200"},
+      {"nvl72-64k",
+       {"node", "hbd", "leaf", "spine"},
+       1,
+       {18, 8, 16},
+       7,
+       4,
+       "GB200",
+       {kNvlink5, kNvlink5, kNdrLeaf, kNdrSpine, kAboveSpine}},
       // CloudMatrix384: supernodes of 48 x 8, leaves of 4, pods of 12 leaves.
-      {"cm384-166k", {"node", "hbd", "leaf", "pod"}, 1, {48, 4, 12}, 9, 8, "Ascend 910C"},
+      {"cm384-166k",
+       {"node", "hbd", "leaf", "pod"},
+       1,
+       {48, 4, 12},
+       9,
+       8,
+       "Ascend 910C",
+       {kUb, kUb, kNdrLeaf, kNdrSpine, kAboveSpine}},
   };
   return kCatalog;
 }

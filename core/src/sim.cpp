@@ -9,6 +9,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "sim_speed.hpp"
 #include "topo/core/rng.hpp"
 #include "topo/core/sim_workload.hpp"
 
@@ -63,7 +64,11 @@ struct Later {
 // Run state of one job, simulator side.
 struct JobRun {
   TimeMs run_start = -1;
-  TimeMs kept = 0;              // progress when the current run started
+  TimeMs kept = 0;       // progress when the current run started
+  TimeMs mark_time = 0;  // progress is mark_progress + (now - mark_time) x speed
+  TimeMs mark_progress = 0;
+  double speed = 1;
+  uint32_t speed_version = 0;   // completions carry it; a speed change makes them stale
   TimeMs checkpoint = 0;        // progress saved by the newest complete checkpoint
   TimeMs progress_at_stop = 0;  // progress when the last run ended
   uint32_t epoch = 0;           // bumped at every start and stop; stale events carry old ones
@@ -83,6 +88,8 @@ double StandardNormal(Rng& rng) {
 
 constexpr double kMsPerHour = 3600.0 * 1000.0;
 constexpr int kTakeFinishedEvery = 32;
+// A periodic checkpoint whose progress is taken when it fires (speed model).
+constexpr int64_t kPeriodicNow = -2;
 
 class Simulator {
  public:
@@ -97,6 +104,7 @@ class Simulator {
         failure_rng_(options.seed * 0x9E3779B97F4A7C15ULL + 0xF417),
         runs_(workload.jobs.size()),
         results_(workload.jobs.size()) {
+    if (options.speed_model) speed_.emplace(topology, options.cross_hbd_scale);
     gpu_base_.reserve(topology.node_count() + 1);
     int base = 0;
     for (NodeId n = 0; n < topology.node_count(); ++n) {
@@ -135,6 +143,10 @@ class Simulator {
   void OnStart(int32_t pos, const std::vector<GpuSlot>& ranks, std::optional<int64_t> step);
   void BeginRun(int32_t pos, const std::vector<GpuSlot>& ranks, TimeMs kept);
   void EndRun(int32_t pos, TimeMs progress);
+  // The speed model moved pos's speed: keep its progress, reschedule its end.
+  void Respeed(int32_t pos);
+  void RespeedChanged();
+  void PushCompletion(int32_t pos);
   TimeMs Progress(int32_t pos) const;
   void OnStateChanged(const JobStateChanged& c);
   void OnModelFailure();
@@ -171,6 +183,8 @@ class Simulator {
   SimOptions options_;
   SchedulerCore core_;
   PlacementScorer scorer_;
+  std::optional<internal::SpeedModel> speed_;
+  std::vector<int32_t> changed_;  // scratch: jobs whose speed moved
   Rng failure_rng_;
   SimReport report_;
 
@@ -276,7 +290,36 @@ void Simulator::Handle(std::vector<Command>& commands) {
 TimeMs Simulator::Progress(int32_t pos) const {
   const JobRun& r = runs_[pos];
   if (!r.running) return r.progress_at_stop;
-  return std::min(r.kept + (now_ - r.run_start), workload_.jobs[pos].duration);
+  const TimeMs wall = now_ - r.mark_time;
+  const TimeMs done =
+      r.speed == 1 ? wall : static_cast<TimeMs>(static_cast<double>(wall) * r.speed);
+  return std::min(r.mark_progress + done, workload_.jobs[pos].duration);
+}
+
+void Simulator::PushCompletion(int32_t pos) {
+  const JobRun& r = runs_[pos];
+  const TimeMs remaining = workload_.jobs[pos].duration - r.mark_progress;
+  const TimeMs wall =
+      r.speed == 1 ? remaining
+                   : static_cast<TimeMs>(std::ceil(static_cast<double>(remaining) / r.speed));
+  Push(now_ + std::max<TimeMs>(0, wall), kComplete, pos, 0, r.epoch, r.speed_version);
+}
+
+void Simulator::Respeed(int32_t pos) {
+  JobRun& r = runs_[pos];
+  if (!r.running) return;
+  const double speed = speed_->Speed(pos);
+  if (speed == r.speed) return;
+  r.mark_progress = Progress(pos);
+  r.mark_time = now_;
+  r.speed = speed;
+  ++r.speed_version;
+  PushCompletion(pos);
+}
+
+void Simulator::RespeedChanged() {
+  for (int32_t other : changed_) Respeed(other);
+  changed_.clear();
 }
 
 // StartJob (step nullopt) or RestartJob (step given).
@@ -327,6 +370,9 @@ void Simulator::BeginRun(int32_t pos, const std::vector<GpuSlot>& ranks, TimeMs 
   r.kept = kept;
   r.checkpoint = kept;
   r.hit = false;
+  r.mark_time = now_;
+  r.mark_progress = kept;
+  r.speed = 1;
   ++r.epoch;
   ++running_jobs_;
   stall_since_ = -1;
@@ -369,16 +415,31 @@ void Simulator::BeginRun(int32_t pos, const std::vector<GpuSlot>& ranks, TimeMs 
     }
   }
 
+  if (speed_ && valid) {
+    changed_.clear();
+    speed_->Start(pos, spec, ranks, &changed_);
+    r.speed = speed_->Speed(pos);
+    RespeedChanged();
+  }
   const TimeMs remaining = workload_.jobs[pos].duration - kept;
-  Push(now_ + remaining, kComplete, pos, 0, r.epoch);
+  PushCompletion(pos);
   const TimeMs interval = CheckpointInterval(pos);
-  if (options_.checkpoints == CheckpointMode::kPeriodic && interval > 0 && interval < remaining) {
-    Push(now_ + interval, kCheckpoint, pos, 0, r.epoch, kept + interval);
+  if (options_.checkpoints == CheckpointMode::kPeriodic && interval > 0 &&
+      (speed_ || interval < remaining)) {
+    Push(now_ + interval, kCheckpoint, pos, 0, r.epoch, speed_ ? kPeriodicNow : kept + interval);
   }
 }
 
 void Simulator::EndRun(int32_t pos, TimeMs progress) {
   JobRun& r = runs_[pos];
+  {
+    SimJobResult& res = results_[pos];
+    const double wall = static_cast<double>(now_ - r.run_start);
+    const double work = static_cast<double>(progress - r.kept);
+    res.run_ms += wall;
+    res.work_ms += work;
+    res.slow_gpu_ms += std::max(0.0, wall - work) * Spec(pos).gpus;
+  }
   r.running = false;
   r.progress_at_stop = progress;
   r.stopped_by_failure = r.hit;
@@ -396,6 +457,11 @@ void Simulator::EndRun(int32_t pos, TimeMs progress) {
       if (owner == pos) owner = -1;
     }
     ranks_.erase(it);
+  }
+  if (speed_) {
+    changed_.clear();
+    speed_->Stop(pos, &changed_);
+    RespeedChanged();
   }
 }
 
@@ -426,7 +492,8 @@ void Simulator::OnStateChanged(const JobStateChanged& c) {
 
 void Simulator::OnComplete(const SimEvent& ev) {
   JobRun& r = runs_[ev.a];
-  if (!r.running || r.epoch != ev.epoch) return;  // stopped meanwhile
+  // Stopped meanwhile, or its speed changed since this was due.
+  if (!r.running || r.epoch != ev.epoch || ev.value != r.speed_version) return;
   EndRun(ev.a, workload_.jobs[ev.a].duration);
   StepCore(JobFinished{IdOf(ev.a), 0});
   if (!runs_[ev.a].terminal) Anomaly("JobFinished did not end the job");
@@ -442,6 +509,9 @@ void Simulator::OnCheckpoint(const SimEvent& ev) {
     if (next < workload_.jobs[ev.a].duration) {
       Push(now_ + CheckpointInterval(ev.a), kCheckpoint, ev.a, 0, r.epoch, next);
     }
+  } else if (ev.value == kPeriodicNow) {
+    // Every interval of run time; a job that ends first makes it stale.
+    Push(now_ + CheckpointInterval(ev.a), kCheckpoint, ev.a, 0, r.epoch, kPeriodicNow);
   }
   if (progress <= r.checkpoint) return;
   r.checkpoint = progress;
@@ -546,7 +616,8 @@ void Simulator::TakeFinished() {
   for (const JobRecord& rec : core_.TakeFinishedJobs()) {
     if (rec.id < 1 || rec.id > static_cast<JobId>(workload_.jobs.size())) continue;
     const SimJobResult& res = results_[rec.id - 1];
-    if (rec.first_start >= 0 && res.state == JobState::kCompleted &&
+    // The core counts wall time; with the speed model the simulator counts work.
+    if (!speed_ && rec.first_start >= 0 && res.state == JobState::kCompleted &&
         std::llabs(rec.productive_ms - res.productive_ms) > kSecond) {
       Anomaly("the core's productive_ms differs from the simulator's by more than 1 s");
     }
@@ -619,7 +690,19 @@ SimReport Simulator::Run() {
       stall_since_ = -1;
       ++submitted_;
       Advance(submit_time);
-      StepCore(JobSubmitted{IdOf(pos), jobs[pos].request});
+      if (speed_) {
+        // The user's time limit allows the slowest placement the job could
+        // get alone (sim.hpp, "Speed").
+        JobRequest request = jobs[pos].request;
+        const double worst = speed_->WorstSlowdown(request.spec);
+        if (request.time_limit > 0 && worst > 1) {
+          request.time_limit = static_cast<TimeMs>(
+              std::ceil(static_cast<double>(request.time_limit) * worst / kMinute) * kMinute);
+        }
+        StepCore(JobSubmitted{IdOf(pos), std::move(request)});
+      } else {
+        StepCore(JobSubmitted{IdOf(pos), jobs[pos].request});
+      }
       continue;
     }
     const SimEvent ev = queue_.top();
@@ -678,6 +761,9 @@ void Simulator::Finish() {
   SimReport& r = report_;
   const double ms_per_s = 1000.0;
   std::vector<double> jcts;
+  std::array<std::vector<double>, 3> class_jcts;
+  double useful_gpu_ms = 0, slow_gpu_ms = 0, slowdown_sum = 0;
+  int64_t slowdown_n = 0;
   double queue_sum = 0, queue_large_sum = 0;
   int64_t queue_n = 0, queue_large_n = 0;
   double ettr_productive = 0, ettr_wall = 0;
@@ -709,6 +795,12 @@ void Simulator::Finish() {
     }
     lost_failure += res.lost_failure_gpu_ms;
     lost_other += res.lost_other_gpu_ms;
+    useful_gpu_ms += static_cast<double>(res.productive_ms) * res.gpus;
+    slow_gpu_ms += res.slow_gpu_ms;
+    if (res.work_ms > 0) {
+      slowdown_sum += res.run_ms / res.work_ms;
+      ++slowdown_n;
+    }
     if (res.first_start >= 0) {
       any_ran = true;
       const double delay = static_cast<double>(res.first_start - res.submit) / ms_per_s;
@@ -726,7 +818,9 @@ void Simulator::Finish() {
       }
     }
     if (res.state == JobState::kCompleted) {
-      jcts.push_back(static_cast<double>(res.end - res.submit) / ms_per_s);
+      const double jct = static_cast<double>(res.end - res.submit) / ms_per_s;
+      jcts.push_back(jct);
+      class_jcts[res.gpus < 64 ? 0 : res.gpus < options_.large_gpus ? 1 : 2].push_back(jct);
     }
   }
   if (r.unfinished > 0) last_end = std::max(last_end, now_);
@@ -745,14 +839,26 @@ void Simulator::Finish() {
         backlog_gpu_ms_ / (static_cast<double>(r.capacity_gpus) * backlog_ms_);
     r.backlog_days = backlog_ms_ / (24.0 * kMsPerHour);
   }
-  if (!jcts.empty()) {
+  auto mean_p95 = [](std::vector<double>& v, std::optional<double>& mean,
+                     std::optional<double>& p95) {
+    if (v.empty()) return;
     double sum = 0;
-    for (double j : jcts) sum += j;
-    r.mean_jct_s = sum / static_cast<double>(jcts.size());
-    const size_t rank = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(jcts.size()))) - 1;
-    std::nth_element(jcts.begin(), jcts.begin() + rank, jcts.end());
-    r.p95_jct_s = jcts[rank];
+    for (double j : v) sum += j;
+    mean = sum / static_cast<double>(v.size());
+    const size_t rank = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(v.size()))) - 1;
+    std::nth_element(v.begin(), v.begin() + rank, v.end());
+    p95 = v[rank];
+  };
+  mean_p95(jcts, r.mean_jct_s, r.p95_jct_s);
+  for (size_t c = 0; c < class_jcts.size(); ++c) {
+    r.jct_by_size[c].jobs = static_cast<int64_t>(class_jcts[c].size());
+    mean_p95(class_jcts[c], r.jct_by_size[c].mean_jct_s, r.jct_by_size[c].p95_jct_s);
   }
+  if (alloc_gpu_ms_ > 0) r.goodput = useful_gpu_ms / alloc_gpu_ms_;
+  if (slowdown_n > 0) r.mean_slowdown = slowdown_sum / static_cast<double>(slowdown_n);
+  r.slow_gpu_hours = slow_gpu_ms / kMsPerHour;
+  r.speed_model = options_.speed_model;
+  r.cross_hbd_scale = options_.cross_hbd_scale;
   if (queue_n > 0) r.mean_queue_delay_s = queue_sum / static_cast<double>(queue_n);
   if (queue_large_n > 0) r.mean_queue_delay_large_s = queue_large_sum / queue_large_n;
   if (ettr_wall > 0) r.ettr_large = ettr_productive / ettr_wall;
@@ -779,6 +885,9 @@ Result<SimReport> RunSimulation(const Topology& topology, SchedulerConfig config
       return Status::Error("job " + std::to_string(j.index) + ": duration " +
                            std::to_string(j.duration) + " ms must be positive");
     }
+  }
+  if (options.speed_model && !(options.cross_hbd_scale > 0 && options.cross_hbd_scale < 1e6)) {
+    return Status::Error("cross-HBD bandwidth scale must be a positive number");
   }
   if (options.failures.kind != FailureKind::kNone &&
       !(options.failures.gpu_hours_per_interruption > 0)) {

@@ -13,6 +13,13 @@ double DefaultTierCost(int tier, int hbd_tier) {
   return 64.0;
 }
 
+TierLink DefaultTierLink(int tier, int hbd_tier) {
+  if (tier <= hbd_tier) return {450.0, 3.0, 1.0};
+  if (tier == hbd_tier + 1) return {50.0, 6.0, 1.0};
+  if (tier == hbd_tier + 2) return {50.0, 8.0, 1.0};
+  return {50.0, 12.0, 2.0};
+}
+
 Result<int> Topology::FindTier(std::string_view name) const {
   for (int t = 0; t < tier_count(); ++t) {
     if (tiers_[t].name == name) return t;
@@ -42,9 +49,15 @@ TopologyBuilder::TopologyBuilder(std::string name, std::vector<std::string> tier
                                  int hbd_tier)
     : name_(std::move(name)), hbd_tier_(hbd_tier) {
   for (size_t t = 0; t < tier_names.size(); ++t) {
-    tiers_.push_back(
-        Tier{std::move(tier_names[t]), DefaultTierCost(static_cast<int>(t), hbd_tier)});
+    tiers_.push_back(Tier{std::move(tier_names[t]), DefaultTierCost(static_cast<int>(t), hbd_tier),
+                          DefaultTierLink(static_cast<int>(t), hbd_tier)});
   }
+  root_link_ = DefaultTierLink(static_cast<int>(tiers_.size()), hbd_tier);
+}
+
+void TopologyBuilder::SetTierLink(int tier, TierLink link) {
+  if (tier >= 0 && tier < static_cast<int>(tiers_.size())) tiers_[tier].link = link;
+  if (tier == static_cast<int>(tiers_.size())) root_link_ = link;
 }
 
 void TopologyBuilder::SetTierCost(int tier, double cost) {
@@ -79,6 +92,16 @@ Result<Topology> TopologyBuilder::Build() && {
     }
     if (!(tiers_[t].cost > 0)) {
       return Status::Error("tier '" + tiers_[t].name + "' has a cost that is not positive");
+    }
+  }
+  for (int t = 0; t <= tiers; ++t) {
+    const TierLink& link = t < tiers ? tiers_[t].link : root_link_;
+    auto positive = [](double v) { return v > 0 && v < 1e12; };
+    if (!positive(link.bandwidth_gbs) || !positive(link.latency_us) ||
+        !(link.oversubscription >= 1 && link.oversubscription < 1e6)) {
+      return Status::Error("tier '" + (t < tiers ? tiers_[t].name : std::string("cluster")) +
+                           "' has a link bandwidth or latency that is not a positive number, or "
+                           "an oversubscription below 1");
     }
   }
   if (nodes_.empty()) return Status::Error("topology '" + name_ + "' has no nodes");
@@ -136,6 +159,7 @@ Result<Topology> TopologyBuilder::Build() && {
   Topology topo;
   topo.name_ = name_;
   topo.tiers_ = tiers_;
+  topo.root_tier_.link = root_link_;
   topo.hbd_tier_ = hbd_tier_;
   const int node_total = static_cast<int>(nodes_.size());
 

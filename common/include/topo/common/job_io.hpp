@@ -8,6 +8,7 @@
 
 #include "topo/core/evaluator.hpp"
 #include "topo/core/job.hpp"
+#include "topo/core/perf_model.hpp"
 #include "topo/core/placement.hpp"
 #include "topo/core/topology.hpp"
 
@@ -29,5 +30,10 @@ nlohmann::json PlacementToJson(const core::Placement& placement, const core::Top
 // The metrics of evaluator.hpp; ratios that do not apply are null;
 // "tier_histogram": {kind: {tier name: count}} with non-zero counts only.
 nlohmann::json MetricsToJson(const core::PlacementMetrics& metrics, const core::Topology& topology);
+// {"step_s", "ideal_step_s", "slowdown", "model", "breakdown": {"compute_s", "tp_s",
+// "cp_s", "ep_s", "pp_s", "dp_s", "bubble_s"}, "ideal_breakdown": {...}}: seconds per
+// optimizer step (docs/perf-model.md); "model" is the preset the prediction used, or
+// "custom".
+nlohmann::json PredictionToJson(const core::StepPrediction& prediction, const std::string& model);
 
 }  // namespace topo::common

@@ -50,6 +50,27 @@ struct Parallelism {
 Result<std::vector<Dim>> ParseRankOrder(std::string_view text);
 std::string FormatRankOrder(const std::vector<Dim>& order);
 
+// The model a job trains, for the step-time model (perf_model.hpp). A field
+// left 0 is "not given": it comes from the named preset, or from the default
+// model sized from the job's layout (docs/perf-model.md, ResolveModel).
+struct ModelSpec {
+  std::string preset;            // a name of ModelPresetNames(), or empty
+  double parameters = 0;         // total parameters
+  double active_parameters = 0;  // parameters a token passes through (MoE); 0: all
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;              // attention heads
+  int kv_heads = 0;           // key/value heads (GQA); 0: as many as heads
+  int sequence = 0;           // tokens per sequence
+  int micro_batch = 0;        // sequences per microbatch
+  int global_batch = 0;       // sequences per optimizer step, over all replicas
+  int experts = 0;            // routed experts per MoE layer; 0 or 1: dense
+  int top_k = 0;              // experts a token is routed to
+  int bytes_per_element = 0;  // of activations and gradients on the wire (2: bf16)
+  int virtual_stages = 0;     // interleaved pipeline chunks per rank; 0: 1
+  int recompute = -1;         // full activation recomputation: 1 yes, 0 no, -1 not given
+};
+
 enum class Strength : uint8_t { kNone, kPreferred, kRequired };
 
 // Every group of a kind must (required) or should (preferred) sit inside one
@@ -72,6 +93,8 @@ struct JobSpec {
   std::array<TierConstraint, kGroupKindCount> constraints = DefaultConstraints();
   // Extra whole nodes held next to the job's domains for fast recovery.
   int spares = 0;
+  // What the job trains (optional): the step-time model's input.
+  std::optional<ModelSpec> model;
 
   const TierConstraint& constraint(GroupKind k) const { return constraints[static_cast<int>(k)]; }
   static std::array<TierConstraint, kGroupKindCount> DefaultConstraints();

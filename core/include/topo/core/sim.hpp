@@ -50,6 +50,21 @@
 // the simulator reports the rank's death (RankExited, as an agent would) and
 // counts it in rank_exit_fallbacks.
 //
+// Speed (SimOptions::speed_model): a job's trace duration is its work at
+// its ideal placement (perf_model.hpp, the best placement of the empty
+// cluster). While it runs, it progresses at speed = ideal step / step on its
+// placement with its neighbours' traffic (<= 1): progress is work done, not
+// wall time, and checkpoint steps count work. Jobs crossing the same
+// oversubscribed fabric share it by the fair-share rule of sim_speed.hpp; a
+// job's speed, and so its completion time, is recomputed whenever a job
+// sharing a fabric with it starts or stops (only those jobs are touched).
+// Time limits are the trace's times the job's worst unloaded slowdown (every
+// group across the whole cluster: its user sized the limit for the slowest
+// placement it could get alone, so no stack's jobs are killed by their
+// placement alone); a job slowed beyond that by neighbours reaches its limit
+// and fails. With the
+// speed model off every job runs at speed 1, as before.
+//
 // Memory: per job a fixed-size record (SimJobResult plus a few words of run
 // state); finished jobs are taken out of the core (TakeFinishedJobs) as the
 // replay goes; no per-event history is kept.
@@ -135,6 +150,11 @@ struct SimOptions {
   // jobs not ended as unfinished (a job that fails faster than it can
   // checkpoint would otherwise restart forever).
   TimeMs horizon_after_last_submit = 365 * 24 * kHour;
+  // Jobs run at the speed their placement and neighbours allow (above).
+  bool speed_model = false;
+  // Multiplies the bandwidth of every tier above the HBD (the sensitivity
+  // runs: 0.5, 1, 2); with the speed model only.
+  double cross_hbd_scale = 1.0;
 };
 
 // ---------------------------------------------------------------- output
@@ -155,6 +175,9 @@ struct SimJobResult {
   TimeMs productive_ms = 0;        // work kept at the end (duration when completed)
   double lost_failure_gpu_ms = 0;  // work lost to failures, GPU-ms
   double lost_other_gpu_ms = 0;    // lost to preemption or requeue without a failure
+  double run_ms = 0;               // wall time run, all runs
+  double work_ms = 0;              // work progressed, all runs (lost work included)
+  double slow_gpu_ms = 0;          // GPU-ms run beyond the work done (slow placements)
   // Of the first placement; NaN when absent.
   double leaf_span_ratio = 0;
   double comm_cost_ratio = 0;
@@ -195,6 +218,21 @@ struct SimReport {
   std::optional<double> comm_cost_ratio_mean;  // over placements
   double lost_gpu_hours = 0;                   // work lost to failures
   double lost_other_gpu_hours = 0;             // lost to preemption / requeue without a failure
+  // Useful GPU-hours (work kept, at slowdown 1: gpus x productive time) /
+  // allocated GPU-hours.
+  std::optional<double> goodput;
+  // Mean over jobs that ran of (wall time run / work progressed).
+  std::optional<double> mean_slowdown;
+  double slow_gpu_hours = 0;  // allocated GPU-hours beyond the work done
+  // JCT of completed jobs by size: < 64 GPUs, 64 .. large_gpus - 1, >= large_gpus.
+  struct SizeClass {
+    int64_t jobs = 0;
+    std::optional<double> mean_jct_s;
+    std::optional<double> p95_jct_s;
+  };
+  std::array<SizeClass, 3> jct_by_size;
+  bool speed_model = false;
+  double cross_hbd_scale = 1.0;
 
   // Counters.
   int64_t events = 0;  // Step calls

@@ -31,11 +31,26 @@ inline constexpr DomainId kNoDomain = -1;
 // GPU masks are 64 bits wide.
 inline constexpr int kMaxGpusPerNode = 64;
 
+// The fabric that joins the children of one domain of a tier, as one GPU
+// sees it: the bandwidth one GPU can push across it when the fabric is not
+// loaded, the latency of one message step, and the oversubscription (the
+// fabric carries bandwidth x GPUs below / oversubscription at once; the
+// simulator shares that among the jobs crossing it). Tier 0's fabric joins the GPUs of a node
+// (NVLink/UB inside an 8-GPU HGX node); the HBD tier's is the scale-up domain; the tiers above are
+// the NIC/leaf fabric and the spine layers. docs/perf-model.md lists the published figures of every
+// reference topology.
+struct TierLink {
+  double bandwidth_gbs = 0;     // GB/s per GPU, one direction
+  double latency_us = 0;        // microseconds per message step
+  double oversubscription = 1;  // >= 1
+};
+
 struct Tier {
   std::string name;
   // Relative cost of a communication group whose widest span is this tier
   // (../shared/BENCHMARKS.md: hbd 1, leaf 4, pod 16, above 64).
   double cost = 1.0;
+  TierLink link;
 };
 
 struct Domain {
@@ -105,7 +120,7 @@ class Topology {
   friend class TopologyBuilder;
   std::string name_;
   std::vector<Tier> tiers_;
-  Tier root_tier_{"cluster", 64.0};
+  Tier root_tier_{"cluster", 64.0, {}};
   int hbd_tier_ = 0;
   std::vector<Domain> domains_;
   std::vector<DomainId> child_ids_;
@@ -120,6 +135,13 @@ class Topology {
 
 // Default tier cost by the tier's position relative to the HBD.
 double DefaultTierCost(int tier, int hbd_tier);
+// Default link of a tier by its position relative to the HBD, for files that
+// give none (docs/perf-model.md, "Defaults"): an H100 HGX node and a
+// 400 Gb/s NDR fabric. Up to the HBD 450 GB/s and 3 us; the first tier above
+// 50 GB/s and 6 us; the next 50 GB/s and 8 us (both non-blocking); higher
+// tiers 50 GB/s, 12 us and an assumed 2:1 oversubscription. tier may be the root
+// tier (one past the listed tiers).
+TierLink DefaultTierLink(int tier, int hbd_tier);
 
 // Builds a Topology from domains and nodes added in any order.
 //
@@ -138,8 +160,12 @@ class TopologyBuilder {
 
   // tier_names: innermost first; tier_names[0] is the node tier.
   // Tier costs default to DefaultTierCost; SetTierCost overrides.
+  // Links default to DefaultTierLink; SetTierLink overrides (tier ==
+  // tier_names.size() sets the implicit root's link). Build() rejects a link
+  // whose bandwidth or latency is not a positive finite number.
   TopologyBuilder(std::string name, std::vector<std::string> tier_names, int hbd_tier);
   void SetTierCost(int tier, double cost);
+  void SetTierLink(int tier, TierLink link);
 
   // Adds a domain of tier (1 .. tier_count-1) under parent (a builder handle
   // from AddDomain, or kTop for the top tier). Returns its builder handle.
@@ -163,6 +189,7 @@ class TopologyBuilder {
   };
   std::string name_;
   std::vector<Tier> tiers_;
+  TierLink root_link_;
   int hbd_tier_;
   std::vector<PendingDomain> domains_;
   std::vector<PendingNode> nodes_;
