@@ -532,6 +532,7 @@ std::string FormatQuota(const json& x) {
   kv("Borrow limit", Limit(Field(x, "borrow_limit_gpus"), -1));
   kv("Max GPUs per job", Limit(Field(x, "max_job_gpus"), 0));
   kv("Max running jobs", Limit(Field(x, "max_running_jobs"), 0));
+  kv("Max queued jobs", Limit(Field(x, "max_queued_jobs"), 0));
   kv("Shares", Str(x, "shares"));
   kv("In use", Str(x, "usage_gpus") + " GPUs, " + Str(x, "running_jobs") + " running, " +
                    Str(x, "queued_jobs") + " queued");

@@ -52,6 +52,7 @@ Result<json> QuotaSetBody(const QuotaFlags& flags) {
       {"--borrow-limit", "borrow_limit_gpus", flags.borrow_limit, -1},
       {"--max-job-gpus", "max_job_gpus", flags.max_job_gpus, 0},
       {"--max-running-jobs", "max_running_jobs", flags.max_running_jobs, 0},
+      {"--max-queued-jobs", "max_queued_jobs", flags.max_queued_jobs, 0},
   };
   for (const Count& c : counts) {
     if (c.text.empty()) continue;

@@ -22,6 +22,7 @@ struct QuotaFlags {
   std::string borrow_limit;      // N | none (-> -1)
   std::string max_job_gpus;      // N | none (-> 0)
   std::string max_running_jobs;  // N | none (-> 0)
+  std::string max_queued_jobs;   // N | none (-> 0)
   std::string shares;            // X > 0
 };
 // PUT /v1/tenants/{name}: only the fields given.

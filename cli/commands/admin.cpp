@@ -278,6 +278,10 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   qset->add_option("--max-running-jobs", set->quota.max_running_jobs,
                    "Running jobs at most, or none")
       ->type_name("N|none");
+  qset->add_option("--max-queued-jobs", set->quota.max_queued_jobs,
+                   "Jobs waiting (queued or held) at most; submissions past it are refused; or "
+                   "none")
+      ->type_name("N|none");
   qset->add_option("--shares", set->quota.shares, "Fairshare weight (> 0)")->type_name("X");
   qset->add_flag("--json", set->json, std::string(kJsonHelp));
   AddConnectionFlags(*qset, conn);

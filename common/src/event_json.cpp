@@ -538,13 +538,14 @@ Json TenantConfigToJson(const core::TenantConfig& t) {
           {"borrow_limit_gpus", t.borrow_limit_gpus},
           {"max_job_gpus", t.max_job_gpus},
           {"max_running_jobs", t.max_running_jobs},
+          {"max_queued_jobs", t.max_queued_jobs},
           {"shares", t.shares}};
 }
 
 Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
   Reader r(j, "",
            {"name", "guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
-            "shares"});
+            "max_queued_jobs", "shares"});
   core::TenantConfig t;
   t.name = r.String("name");
   t.guaranteed_gpus = r.Int("guaranteed_gpus");
@@ -553,6 +554,13 @@ Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
   t.max_running_jobs = r.Int("max_running_jobs");
   t.shares = r.Number("shares");
   if (!r.ok()) return r.status();
+  // Optional: logs written before the field existed have none.
+  if (auto it = j.find("max_queued_jobs"); it != j.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kIntMax) {
+      return PathError("", "\"max_queued_jobs\" must be an integer 0.." + std::to_string(kIntMax));
+    }
+    t.max_queued_jobs = it->get<int>();
+  }
   return t;
 }
 

@@ -194,6 +194,10 @@ Result<core::JobSpec> JobSpecFromJson(const Json& j) {
   if (j.contains("name")) {
     Result<std::string> name = internal::GetString(j, "", "name", /*allow_empty=*/true);
     if (!name.ok()) return name.status();
+    if (name.value().size() > core::kMaxJobNameBytes) {
+      return PathError("", "\"name\" is " + std::to_string(name.value().size()) +
+                               " bytes; at most " + std::to_string(core::kMaxJobNameBytes));
+    }
     job.name = name.value();
   }
   if (!j.contains("gpus")) return PathError("", "\"gpus\" is required");

@@ -1,5 +1,7 @@
 #include "json_util.hpp"
 
+#include "topo/common/strict_json.hpp"
+
 #include <charconv>
 #include <set>
 #include <string>
@@ -126,7 +128,7 @@ void Write(const OrderedJson& v, size_t indent, size_t column, size_t width, std
 
 }  // namespace
 
-core::Result<Json> ParseStrictJson(std::string_view text) {
+core::Result<Json> ParseStrictJson(std::string_view text, std::string* duplicate_path) {
   std::vector<Frame> stack;
   std::string duplicate;
   auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
@@ -143,6 +145,7 @@ core::Result<Json> ParseStrictJson(std::string_view text) {
           top.key = parsed.get<std::string>();
           if (!top.keys.insert(top.key).second && duplicate.empty()) {
             duplicate = Where(FramePath(stack)) + ": duplicate field \"" + top.key + "\"";
+            if (duplicate_path != nullptr) *duplicate_path = Child(FramePath(stack), top.key);
           }
         }
         break;
@@ -215,3 +218,11 @@ bool IsUtf8(std::string_view s) {
 }
 
 }  // namespace topo::common::internal
+
+namespace topo::common {
+
+core::Result<nlohmann::json> ParseJson(std::string_view text, std::string* duplicate) {
+  return internal::ParseStrictJson(text, duplicate);
+}
+
+}  // namespace topo::common

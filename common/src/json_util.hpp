@@ -103,7 +103,8 @@ inline core::Result<std::string> GetString(const Json& object, std::string_view 
 
 // Parses text, rejecting duplicate keys (nlohmann would keep the last one
 // silently) and reporting syntax errors with their line and column.
-core::Result<Json> ParseStrictJson(std::string_view text);
+// duplicate_path, when given, gets the path of the first duplicate key.
+core::Result<Json> ParseStrictJson(std::string_view text, std::string* duplicate_path = nullptr);
 
 // Compact, readable layout: containers that fit in the line stay on one line,
 // arrays of scalars are packed several to a line, the rest is indented.

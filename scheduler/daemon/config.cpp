@@ -209,6 +209,10 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                  [](DaemonConfig& c, int64_t x) {
                                    c.read_threads = static_cast<int>(x);
                                  })},
+      {"max_queued_jobs_per_user", IntSetter(0, 100000000,
+                                             [](DaemonConfig& c, int64_t x) {
+                                               c.max_queued_jobs_per_user = static_cast<int>(x);
+                                             })},
       {"allow_root_jobs",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.allow_root_jobs); }},
       {"master_ports",

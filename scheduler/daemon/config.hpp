@@ -82,6 +82,10 @@ struct DaemonConfig {
   // Jobs whose user maps to the Unix account root (uid 0 on the node) are
   // refused unless this is true (docs/jobs.md).
   bool allow_root_jobs = false;
+  // Jobs one user may have waiting (queued or held) at once; submissions
+  // past it are refused with the reason. 0: no limit. Tenants have their own
+  // cap (max_queued_jobs in their quota).
+  int max_queued_jobs_per_user = 10000;
 
   // The SchedulerConfig these settings give: the stack with the overrides,
   // nodes down until registered, liveness tracked by the daemon.

@@ -26,6 +26,9 @@ const std::vector<core::Command>& CoreDriver::Step(const core::Event& event, std
     if (const auto* n = std::get_if<core::NodeStateChanged>(&c)) {
       node_reason[topology->node(n->node).name] = n->reason;
     }
+    if (const auto* j = std::get_if<core::JobStateChanged>(&c)) {
+      if (const core::JobRecord* job = core->job(j->id)) waiting_.Changed(*job, j->state);
+    }
   }
   if (placed && metrics_ != nullptr) metrics_->Placement(seconds);
   staged_.push_back(std::move(entry));
@@ -53,6 +56,44 @@ std::optional<std::string> CoreDriver::JobTenant(core::JobId id) {
   Result<std::optional<store::JobRow>> row = store->GetJob(id);
   if (!row.ok() || !row.value()) return std::nullopt;
   return row.value()->tenant;
+}
+
+void WaitingJobs::Changed(const core::JobRecord& job, core::JobState state) {
+  const bool now = state == core::JobState::kQueued || state == core::JobState::kHeld;
+  auto it = waiting_.find(job.id);
+  const bool was = it != waiting_.end() && it->second;
+  if (now != was) {
+    const int d = now ? 1 : -1;
+    tenants_[job.request.tenant] += d;
+    users_[job.request.user] += d;
+  }
+  if (core::IsTerminal(state)) {
+    if (it != waiting_.end()) waiting_.erase(it);
+  } else {
+    waiting_[job.id] = now;
+  }
+}
+
+void WaitingJobs::Clear() {
+  waiting_.clear();
+  tenants_.clear();
+  users_.clear();
+}
+
+int WaitingJobs::OfTenant(const std::string& tenant) const {
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? 0 : it->second;
+}
+
+int WaitingJobs::OfUser(const std::string& user) const {
+  auto it = users_.find(user);
+  return it == users_.end() ? 0 : it->second;
+}
+
+void CoreDriver::RecountWaiting() {
+  waiting_.Clear();
+  if (core == nullptr) return;
+  for (const auto& [id, job] : core->jobs()) waiting_.Changed(job, job.state);
 }
 
 void CoreDriver::BuildCore() {

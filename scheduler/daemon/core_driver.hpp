@@ -28,6 +28,21 @@
 
 namespace topo::daemon {
 
+// Jobs waiting (queued or held) per tenant and per user, kept from the
+// core's state changes, for the caps on queued jobs.
+class WaitingJobs {
+ public:
+  void Changed(const core::JobRecord& job, core::JobState state);
+  void Clear();
+  int OfTenant(const std::string& tenant) const;
+  int OfUser(const std::string& user) const;
+
+ private:
+  std::unordered_map<core::JobId, bool> waiting_;
+  std::unordered_map<std::string, int> tenants_;
+  std::unordered_map<std::string, int> users_;
+};
+
 class CoreDriver {
  public:
   explicit CoreDriver(Metrics* metrics) : metrics_(metrics) {}
@@ -55,10 +70,14 @@ class CoreDriver {
   std::optional<std::string> JobTenant(core::JobId id);
   // Rebuilds core, empty and judge over topology (after Open or an import).
   void BuildCore();
+  const WaitingJobs& waiting() const { return waiting_; }
+  // Counts the waiting jobs afresh (after a replay or an import).
+  void RecountWaiting();
 
  private:
   Metrics* metrics_;
   std::vector<store::LogEntry> staged_;
+  WaitingJobs waiting_;
 };
 
 }  // namespace topo::daemon

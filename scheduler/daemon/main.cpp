@@ -251,9 +251,11 @@ int main(int argc, char** argv) {
                                ? "[" + config.listen_host + "]"
                                : config.listen_host;
   const std::string url = "https://" + host + ":" + std::to_string(server.port());
+  // The endpoint files only help local clients find the daemon: on a full
+  // disk it still starts and serves reads (docs/daemon.md).
   if (Status s = daemon::WriteFileAtomic(config.state_dir + "/endpoint", url + "\n", 0644);
       !s.ok()) {
-    return Fail(s.message());
+    std::cerr << "topo-scheduler: warning: " << s.message() << "\n";
   }
   if (config.agent_listen_host != "off") {
     if (Status s = server.ListenAgents(cert, key, pki.value().ca_cert); !s.ok()) {
@@ -264,7 +266,7 @@ int main(int argc, char** argv) {
     if (Status s =
             daemon::WriteFileAtomic(config.state_dir + "/agent-endpoint", agent_url + "\n", 0644);
         !s.ok()) {
-      return Fail(s.message());
+      std::cerr << "topo-scheduler: warning: " << s.message() << "\n";
     }
     std::cout << "Agents (mutual TLS): " << agent_url << "\n";
   }

@@ -96,13 +96,14 @@ HttpResponse Events(store::Store& store, const Caller& caller, const Route& rout
     if (events.value().empty()) break;
     for (const store::RawEvent& e : events.value()) {
       scanned_to = e.seq;
-      std::optional<Json> seen = ScopeEvent(caller, Json::parse(e.body, nullptr, false), tenant_of);
+      std::optional<ScopedEvent> seen =
+          ScopeEvent(caller, Json::parse(e.body, nullptr, false), e.actor, tenant_of);
       if (!seen) continue;
       out.push_back({{"seq", e.seq},
                      {"time_ms", e.time_ms},
-                     {"actor", e.actor},
-                     {"event", (*seen)["event"]},
-                     {"commands", (*seen)["commands"]}});
+                     {"actor", std::move(seen->actor)},
+                     {"event", std::move(seen->event)},
+                     {"commands", std::move(seen->commands)}});
       if (static_cast<int64_t>(out.size()) == limit) break;
     }
   }

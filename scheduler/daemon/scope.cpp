@@ -37,9 +37,13 @@ Json Reduced(const Json& item, int64_t id, const std::string& tenant) {
 
 }  // namespace
 
-std::optional<Json> ScopeEvent(const Caller& caller, const Json& body, const TenantOf& tenant_of) {
+std::optional<ScopedEvent> ScopeEvent(const Caller& caller, const Json& body,
+                                      const std::string& actor, const TenantOf& tenant_of) {
   if (!body.is_object()) return std::nullopt;
-  if (caller.cluster_admin()) return body;
+  if (caller.cluster_admin()) {
+    return ScopedEvent{body.value("event", Json::object()), body.value("commands", Json::array()),
+                       actor};
+  }
   std::map<int64_t, std::optional<std::string>> tenants;
   auto tenant = [&](int64_t id) -> const std::optional<std::string>& {
     auto it = tenants.find(id);
@@ -63,13 +67,14 @@ std::optional<Json> ScopeEvent(const Caller& caller, const Json& body, const Ten
     sees_one = sees_one || in;
     return in;
   };
-  Json out = Json::object();
+  ScopedEvent out{Json::object(), Json::array(), actor};
   const Json event = body.value("event", Json::object());
   if (std::optional<bool> in = visible(event); in && !*in) {
     const int64_t id = *job_id(event);
-    out["event"] = Reduced(event, id, tenant(id).value_or(""));
+    out.event = Reduced(event, id, tenant(id).value_or(""));
+    out.actor = "another tenant";
   } else {
-    out["event"] = event;
+    out.event = event;
   }
   Json commands = Json::array();
   for (const Json& c : body.value("commands", Json::array())) {
@@ -81,8 +86,8 @@ std::optional<Json> ScopeEvent(const Caller& caller, const Json& body, const Ten
       commands.push_back(c);
     }
   }
-  out["commands"] = std::move(commands);
-  if (!any_job) return caller.admin() ? std::optional<Json>(out) : std::nullopt;
+  out.commands = std::move(commands);
+  if (!any_job) return caller.admin() ? std::optional<ScopedEvent>(out) : std::nullopt;
   if (!sees_one) return std::nullopt;
   return out;
 }

@@ -38,12 +38,20 @@ struct Caller {
 // The tenant of a job id (nullopt: no such job), for ScopeEvent.
 using TenantOf = std::function<std::optional<std::string>(int64_t job)>;
 
-// The logged event body {"event": ..., "commands": [...]} as `caller` may see
-// it, or nullopt when it must not see it at all. Out-of-scope jobs keep only
-// {"type", "id", "tenant", "state"?}; an out-of-scope job's submission keeps
-// no request. tenant_of is asked once per job id the body names.
-std::optional<nlohmann::json> ScopeEvent(const Caller& caller, const nlohmann::json& body,
-                                         const TenantOf& tenant_of);
+// A logged event as a caller may see it.
+struct ScopedEvent {
+  nlohmann::json event;     // the event, or its reduction
+  nlohmann::json commands;  // each command, or its reduction
+  std::string actor;        // "another tenant" when the event is another tenant's job's
+};
+
+// The logged event body {"event": ..., "commands": [...]} and its actor as
+// `caller` may see them, or nullopt when it must not see the event at all.
+// Out-of-scope jobs keep only {"type", "id", "tenant", "state"?}; an
+// out-of-scope job's submission keeps no request, and its actor (a user of
+// another tenant) is not named. tenant_of is asked once per job id.
+std::optional<ScopedEvent> ScopeEvent(const Caller& caller, const nlohmann::json& body,
+                                      const std::string& actor, const TenantOf& tenant_of);
 
 // Whether a per-tenant metric series (a label tenant="...") is shown.
 bool SeesTenantSeries(const Caller& caller, std::string_view tenant);

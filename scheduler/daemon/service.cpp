@@ -13,6 +13,7 @@
 #include "daemon/service_internal.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/common/strict_json.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::daemon {
@@ -100,19 +101,18 @@ Body ParseBody(const HttpRequest& request, bool allow_empty) {
     b.error = Error(400, "the JSON body is nested deeper than 32 levels");
     return b;
   }
-  b.json = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (b.json.is_discarded()) {
-    // Parse again for the message that says where.
-    try {
-      Json again = Json::parse(request.body);
-      (void)again;
-    } catch (const Json::exception& e) {
-      b.error = Error(400, std::string("the body is not valid JSON: ") + e.what());
-      return b;
-    }
-    b.error = Error(400, "the body is not valid JSON");
+  std::string duplicate;
+  Result<Json> parsed = common::ParseJson(request.body, &duplicate);
+  if (!parsed.ok()) {
+    b.error = duplicate.empty()
+                  ? Error(400, "the body is not valid JSON: " + parsed.message())
+                  : Error(400,
+                          "the body names " + duplicate +
+                              " twice; give each field once (readers disagree on which one wins)",
+                          duplicate);
     return b;
   }
+  b.json = std::move(parsed).value();
   if (!b.json.is_object()) {
     b.error = Error(400, std::string("the body must be a JSON object, not ") + b.json.type_name());
   }
@@ -328,6 +328,7 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
     if (!replay.ok()) return replay.status();
     s->driver.replay = replay.value();
     s->driver.core->TakeFinishedJobs();
+    s->driver.RecountWaiting();
     // Tenants the log of this topology does not configure yet (an import
     // that crashed before its first batch): configure them again.
     Result<std::vector<core::TenantConfig>> tenants = st.ListTenants();

@@ -65,20 +65,16 @@ Json NodeView(const ServiceState& s, NodeId n, const std::vector<JobId>& gpu_job
 
 Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
   Json out = common::TenantConfigToJson(t);
-  int running = 0, queued = 0;
+  int running = 0;
   if (s.driver.core != nullptr) {
     for (const auto& [id, j] : s.driver.core->jobs()) {
       if (j.request.tenant != t.name) continue;
-      if (j.state == core::JobState::kRunning || j.state == core::JobState::kPreempting) {
-        ++running;
-      } else if (j.state == core::JobState::kQueued) {
-        ++queued;
-      }
+      running += j.state == core::JobState::kRunning || j.state == core::JobState::kPreempting;
     }
   }
   out["usage_gpus"] = s.driver.core != nullptr ? s.driver.core->TenantUsage(t.name) : 0;
   out["running_jobs"] = running;
-  out["queued_jobs"] = queued;
+  out["queued_jobs"] = s.driver.waiting().OfTenant(t.name);
   return out;
 }
 
@@ -178,6 +174,7 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
         common::ExpandHostlist(nodes_it->get<std::string>(), 100000);
     if (!names.ok()) return Error(400, "nodes: " + names.message(), "nodes");
     std::vector<NodeId> ids;
+    std::set<NodeId> seen;  // a node named twice is drained once, one event
     for (const std::string& name : names.value()) {
       const NodeId n = topo.FindNode(name);
       if (n < 0) {
@@ -186,7 +183,7 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
                          "\" in the topology; nothing was changed (`topo nodes` lists them)",
                      "nodes");
       }
-      ids.push_back(n);
+      if (seen.insert(n).second) ids.push_back(n);
     }
     const bool drain = p[1] == "drain";
     if (drain && reason.empty()) reason = "drained by " + caller.user.name;
@@ -271,7 +268,7 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
     if (b.error) return *b.error;
     const Json& body = b.json;
     if (auto e = UnknownField(body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus",
-                                     "max_running_jobs", "shares"})) {
+                                     "max_running_jobs", "max_queued_jobs", "shares"})) {
       return *e;
     }
     const core::TenantConfig* live = s.driver.core->tenant(name);
@@ -293,6 +290,10 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
     if (body.contains("max_running_jobs")) {
       if (auto e = IntField(body, "max_running_jobs", 0, kMax, v)) return *e;
       t.max_running_jobs = static_cast<int>(v);
+    }
+    if (body.contains("max_queued_jobs")) {
+      if (auto e = IntField(body, "max_queued_jobs", 0, kMax, v)) return *e;
+      t.max_queued_jobs = static_cast<int>(v);
     }
     if (auto it = body.find("shares"); it != body.end()) {
       if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1e6) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -129,7 +130,8 @@ std::vector<store::RawEvent> JobEvents(ServiceState& s, JobId id) {
 // once), how long until the job was started again, the checkpoint step it
 // restarted from and the wall time of work lost since that step was stored
 // (or since the run began, without one).
-Json Incidents(const std::vector<store::RawEvent>& events, JobId id) {
+Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
+               const std::function<std::string(const store::RawEvent&)>& actor_of) {
   Json out = Json::array();
   std::map<int64_t, int64_t> stored_at;  // checkpoint step -> when it was stored
   int64_t run_start = -1;
@@ -182,7 +184,7 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id) {
       const int64_t since = it != stored_at.end() ? it->second : run_start;
       out.push_back({{"time_ms", e.time_ms},
                      {"cause", e.kind},
-                     {"actor", e.actor},
+                     {"actor", actor_of(e)},
                      {"reason", reason},
                      {"detection_ms", detection},
                      {"restart_ms", restart ? Json(0) : Json(nullptr)},
@@ -197,12 +199,29 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id) {
   return out;
 }
 
-Json History(const std::vector<store::RawEvent>& events, JobId id) {
+// Who an event's actor is, as the caller may see it (scope.hpp).
+std::function<std::string(const store::RawEvent&)> ScopedActor(ServiceState& s,
+                                                               const Caller& caller) {
+  return [&s, &caller](const store::RawEvent& e) {
+    const TenantOf tenant_of = [&](int64_t job) { return s.driver.JobTenant(job); };
+    std::optional<ScopedEvent> seen =
+        ScopeEvent(caller, Json::parse(e.body, nullptr, false), e.actor, tenant_of);
+    return seen ? seen->actor : std::string("another tenant");
+  };
+}
+
+// The job's events as the caller may see them (scope.hpp): another tenant's
+// job that preempted this one shows as that, without its user.
+Json History(ServiceState& s, const Caller& caller, const std::vector<store::RawEvent>& events,
+             JobId id) {
+  const TenantOf tenant_of = [&](int64_t job) { return s.driver.JobTenant(job); };
   Json out = Json::array();
   for (const store::RawEvent& e : events) {
-    Json item = {{"seq", e.seq},   {"time_ms", e.time_ms}, {"actor", e.actor},
-                 {"type", e.kind}, {"state", nullptr},     {"reason", nullptr}};
     Json body = Json::parse(e.body, nullptr, false);
+    std::optional<ScopedEvent> seen = ScopeEvent(caller, body, e.actor, tenant_of);
+    if (!seen) continue;
+    Json item = {{"seq", e.seq},   {"time_ms", e.time_ms}, {"actor", seen->actor},
+                 {"type", e.kind}, {"state", nullptr},     {"reason", nullptr}};
     if (body.is_object() && body.contains("commands")) {
       for (const Json& c : body["commands"]) {
         if (c.value("type", "") == "job_state_changed" && c.value("id", JobId{0}) == id) {
@@ -241,8 +260,8 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
             common::MetricsToJson(core::Evaluate(j->request.spec, topo, j->ranks), topo);
       }
       const std::vector<store::RawEvent> events = JobEvents(s, id);
-      out["history"] = History(events, id);
-      out["incidents"] = Incidents(events, id);
+      out["history"] = History(s, caller, events, id);
+      out["incidents"] = Incidents(events, id, ScopedActor(s, caller));
     }
     return std::optional<Json>(std::move(out));
   }
@@ -264,8 +283,8 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
     out["placement"] = nullptr;
     out["metrics"] = nullptr;
     const std::vector<store::RawEvent> events = JobEvents(s, id);
-    out["history"] = History(events, id);
-    out["incidents"] = Incidents(events, id);
+    out["history"] = History(s, caller, events, id);
+    out["incidents"] = Incidents(events, id, ScopedActor(s, caller));
   }
   return std::optional<Json>(std::move(out));
 }
@@ -363,6 +382,27 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                        std::to_string(total >> 10) + " KiB)",
                    "command");
     }
+  }
+  // Caps on waiting jobs: a tenant's quota and each user's.
+  if (const core::TenantConfig* t = s.driver.core->tenant(request.tenant);
+      t != nullptr && t->max_queued_jobs > 0 &&
+      s.driver.waiting().OfTenant(request.tenant) >= t->max_queued_jobs) {
+    return Error(409,
+                 "tenant " + request.tenant + " has " +
+                     std::to_string(s.driver.waiting().OfTenant(request.tenant)) +
+                     " jobs waiting, its max_queued_jobs: wait for some to start, or cancel "
+                     "some (topo queue --tenant " +
+                     request.tenant + ")",
+                 "tenant");
+  }
+  if (s.config.max_queued_jobs_per_user > 0 &&
+      s.driver.waiting().OfUser(request.user) >= s.config.max_queued_jobs_per_user) {
+    return Error(409,
+                 "user " + request.user + " has " +
+                     std::to_string(s.driver.waiting().OfUser(request.user)) +
+                     " jobs waiting, the cluster's max_queued_jobs_per_user: wait for some to "
+                     "start, or cancel some (topo queue --me)",
+                 "user");
   }
   // The ranks run as the submitter's Unix account (docs/jobs.md).
   request.unix_user = caller.user.unix_user.empty() ? caller.user.name : caller.user.unix_user;

@@ -278,6 +278,11 @@ Result<Store> Store::Open(const std::string& path, const OpenOptions& options) {
                                       "\"); the directory must let it create " + path +
                                       "-wal and " + path + "-shm");
   }
+  // The WAL and its index stay on disk when the store closes: a restart on a
+  // full disk then finds them and needs no new blocks to open and read (a
+  // fresh index could not be sized there), so it serves reads.
+  int persist = 1;
+  sqlite3_file_control(impl->db.get(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
   // FULL: every commit fsyncs the WAL, so an acknowledged write survives a
   // power loss, not only a process crash.
   if (Status s = impl->db.Exec("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON"); !s.ok()) {

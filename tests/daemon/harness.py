@@ -20,15 +20,17 @@ import time
 
 
 class Daemon:
-    def __init__(self, binary, state_dir=None, config=None, extra_args=()):
+    def __init__(self, binary, state_dir=None, config=None, extra_args=(), log_dir=None,
+                 config_dir=None):
         self.binary = binary
         self.own_dir = state_dir is None
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="topo-daemon-")
         self.config = config
+        self.config_dir = config_dir or self.state_dir
         self.extra_args = list(extra_args)
         self.proc = None
         self.url = None
-        self.log_path = os.path.join(self.state_dir, "daemon.log")
+        self.log_path = os.path.join(log_dir or self.state_dir, "daemon.log")
 
     # ---- lifecycle
     def start(self, timeout=20):
@@ -37,12 +39,14 @@ class Daemon:
             os.unlink(endpoint)
         args = [self.binary, "--state-dir", self.state_dir, "--listen", "127.0.0.1:0"]
         if self.config:
-            path = os.path.join(self.state_dir, "test.conf")
+            path = os.path.join(self.config_dir, "test.conf")
             with open(path, "w") as f:
                 f.write(self.config)
             args += ["--config", path]
         args += self.extra_args
         log = open(self.log_path, "ab")
+        log_start = log.tell()
+        self.url = None
         self.proc = subprocess.Popen(args, stdout=log, stderr=log)
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -51,9 +55,19 @@ class Daemon:
             if os.path.exists(endpoint):
                 with open(endpoint) as f:
                     self.url = f.read().strip()
-                if self.url:
-                    self.ctx = ssl.create_default_context(cafile=os.path.join(self.state_dir, "ca.pem"))
-                    return self
+            else:
+                # On a full disk the daemon cannot write the endpoint file;
+                # its log says where it listens.
+                marker = "topo-scheduler listening on "
+                with open(self.log_path, errors="replace") as f:
+                    f.seek(log_start)
+                    lines = f.read().splitlines()
+                for line in lines:
+                    if line.startswith(marker):
+                        self.url = line[len(marker):].split()[0]
+            if self.url:
+                self.ctx = ssl.create_default_context(cafile=os.path.join(self.state_dir, "ca.pem"))
+                return self
             time.sleep(0.05)
         raise RuntimeError("topo-scheduler did not start in %ss:\n%s" % (timeout, self.log()))
 

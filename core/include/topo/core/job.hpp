@@ -81,8 +81,11 @@ struct TierConstraint {
   std::string tier;
 };
 
+// Job names are for people: a line in a table, not a payload.
+inline constexpr size_t kMaxJobNameBytes = 256;
+
 struct JobSpec {
-  std::string name;
+  std::string name;  // at most kMaxJobNameBytes (the wire readers check)
   int gpus = 0;
   // GPUs the job takes on each node it uses; 0 = whole nodes for jobs of at
   // least a node, one node otherwise.

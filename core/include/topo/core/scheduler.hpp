@@ -66,6 +66,9 @@ struct TenantConfig {
   int max_job_gpus = 0;        // 0: no limit
   int max_running_jobs = 0;    // 0: no limit
   double shares = 1.0;         // fairshare weight among its siblings
+  // Jobs waiting (queued or held) at once; the daemon refuses submissions
+  // past it. 0: no limit. Not used by the core's decisions.
+  int max_queued_jobs = 0;
 };
 
 enum class QueueOrder : uint8_t { kFifo, kMultifactor };

@@ -1,0 +1,288 @@
+// The Service in process (Service::Handle, no network): the one scoping rule
+// over every read route with three roles and two tenants, and the limits on
+// input, queues and storage. A real SQLite store in a temp directory; the
+// network side is tested against the real daemon in tests/daemon.
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/service.hpp"
+#include "daemon/service_internal.hpp"
+
+using namespace topo::daemon;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/topo-service-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+json TinyTopology() {
+  json domains = json::array();
+  for (int s = 0; s < 2; ++s) {
+    json children = json::array();
+    for (int l = 0; l < 2; ++l) {
+      const int leaf = 2 * s + l;
+      children.push_back({{"name", "leaf" + std::to_string(leaf)},
+                          {"nodes",
+                           {"n" + std::to_string(2 * leaf), "n" + std::to_string(2 * leaf + 1)}}});
+    }
+    domains.push_back({{"name", "spine" + std::to_string(s)}, {"children", children}});
+  }
+  return {{"version", 1},        {"name", "tiny"},  {"tiers", {"node", "leaf", "spine"}},
+          {"hbd", "node"},       {"gpus_per_node", 8}, {"gpu_model", "H100"},
+          {"domains", domains}};
+}
+
+class Fixture {
+ public:
+  explicit Fixture(std::function<void(DaemonConfig&)> tweak = {}) {
+    DaemonConfig config;
+    config.state_dir = dir.path;
+    config.min_free_disk_mb = 0;
+    if (tweak) tweak(config);
+    auto opened = Service::Open(config, &metrics, now);
+    REQUIRE_MESSAGE(opened.ok(), opened.message());
+    service = std::move(opened).value();
+    admin = *service->first_admin_token();
+  }
+
+  // One request; commits like the server's group commit.
+  std::pair<int, std::string> Call(const std::string& method, const std::string& target,
+                                   const std::string& token, const std::string& body = "") {
+    HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.authorization = token.empty() ? "" : "Bearer " + token;
+    r.content_type = body.empty() ? "" : "application/json";
+    r.body = body;
+    now += 10;
+    HttpResponse answer = service->Handle(r, now);
+    const topo::core::Status committed = service->Commit();
+    REQUIRE_MESSAGE(committed.ok(), committed.message());
+    return {answer.status, answer.body};
+  }
+  json Ok(const std::string& method, const std::string& target, const std::string& token,
+          const json& body = nullptr, int want = 200) {
+    auto [status, text] = Call(method, target, token, body.is_null() ? "" : body.dump());
+    INFO(method << " " << target << " -> " << status << " " << text);
+    REQUIRE(status == want);
+    return json::parse(text, nullptr, false);
+  }
+  std::string TokenFor(const std::string& user) {
+    return Ok("POST", "/v1/tokens", admin, {{"user", user}}, 201)["token"];
+  }
+
+  TempDir dir;
+  Metrics metrics;
+  topo::core::TimeMs now = 1'700'000'000'000;
+  std::unique_ptr<Service> service;
+  std::string admin;
+};
+
+void SetUpTwoTenants(Fixture& f) {
+  f.Ok("PUT", "/v1/topology", f.admin,
+       {{"format", "json"}, {"content", TinyTopology().dump()}});
+  f.Ok("POST", "/v1/nodes/resume", f.admin, {{"nodes", "n[0-7]"}});
+  // org/a borrows everything; org/b is guaranteed the whole cluster, so its
+  // job preempts org/a's: one event names both tenants' jobs.
+  f.Ok("PUT", "/v1/tenants/org/a", f.admin, {{"guaranteed_gpus", 0}}, 201);
+  f.Ok("PUT", "/v1/tenants/org/b", f.admin, {{"guaranteed_gpus", 64}}, 201);
+  f.Ok("POST", "/v1/users", f.admin, {{"name", "alice"}, {"tenant", "org/a"}, {"role", "user"}},
+       201);
+  f.Ok("POST", "/v1/users", f.admin,
+       {{"name", "carol"}, {"tenant", "org/a"}, {"role", "tenant-admin"}}, 201);
+  f.Ok("POST", "/v1/users", f.admin, {{"name", "bob"}, {"tenant", "org/b"}, {"role", "user"}},
+       201);
+}
+
+}  // namespace
+
+TEST_CASE("scoping: no byte of another tenant's job names, commands or users in any read") {
+  Fixture f;
+  SetUpTwoTenants(f);
+  const std::string alice = f.TokenFor("alice");
+  const std::string carol = f.TokenFor("carol");
+  const std::string bob = f.TokenFor("bob");
+  auto submit = [&](const std::string& token, const std::string& name, const std::string& secret) {
+    return f.Ok("POST", "/v1/jobs", token,
+                {{"spec", {{"gpus", 64}, {"name", name}}},
+                 {"command", {"/usr/bin/train", "--hf-token", secret}}},
+                201)["id"]
+        .get<int64_t>();
+  };
+  const int64_t a_job = submit(alice, "alpha-run-ZQX", "hf_aaaSECRETaaa");
+  const int64_t b_job = submit(bob, "bravo-run-KWV", "hf_bbbSECRETbbb");
+  // bob's job preempted alice's: the event of bob's submission names both.
+  const json a_view = f.Ok("GET", "/v1/jobs/" + std::to_string(a_job), alice);
+  CHECK(a_view["state"] == "preempting");
+
+  const std::vector<std::string> a_secrets = {"alpha-run-ZQX", "hf_aaaSECRETaaa", "alice",
+                                              "carol"};
+  const std::vector<std::string> b_secrets = {"bravo-run-KWV", "hf_bbbSECRETbbb", "bob"};
+  const std::vector<std::string> routes = {
+      "/v1/jobs",
+      "/v1/jobs?all=1",
+      "/v1/jobs/" + std::to_string(a_job),
+      "/v1/jobs/" + std::to_string(b_job),
+      "/v1/events",
+      "/v1/events?job=" + std::to_string(a_job),
+      "/v1/events?job=" + std::to_string(b_job),
+      "/v1/nodes",
+      "/v1/nodes/n0",
+      "/v1/tenants",
+      "/v1/users",
+      "/v1/tokens",
+      "/v1/cluster",
+      "/v1/utilization",
+      "/v1/whoami",
+      "/v1/audit",
+      "/v1/topology",
+      "/metrics",
+  };
+  struct Role {
+    const char* name;
+    std::string token;
+    const std::vector<std::string>* others;  // must never appear
+    const char* other_tenant;
+  };
+  const Role roles[] = {{"alice (user, org/a)", alice, &b_secrets, "org/b"},
+                        {"carol (tenant-admin, org/a)", carol, &b_secrets, "org/b"},
+                        {"bob (user, org/b)", bob, &a_secrets, "org/a"}};
+  int bodies = 0;
+  for (const Role& role : roles) {
+    for (const std::string& route : routes) {
+      auto [status, body] = f.Call("GET", route, role.token);
+      CAPTURE(role.name);
+      CAPTURE(route);
+      CAPTURE(body);
+      CHECK((status == 200 || status == 403 || status == 404));
+      for (const std::string& secret : *role.others) {
+        // Names and commands: not one byte (the user name "bob" may be a
+        // substring of nothing else here; the names are chosen to be unique).
+        CHECK(body.find(secret) == std::string::npos);
+      }
+      if (route == "/metrics") {
+        CHECK(body.find(std::string("tenant=\"") + role.other_tenant) == std::string::npos);
+      }
+      ++bodies;
+    }
+  }
+  CHECK(bodies == 3 * static_cast<int>(routes.size()));
+
+  // The preemption event is shown to both, each with the other's job reduced.
+  auto events = [&](const std::string& token) {
+    return f.Ok("GET", "/v1/events?limit=1000", token)["events"];
+  };
+  bool alice_saw_bob = false;
+  for (const json& e : events(alice)) {
+    if (e["event"].value("id", int64_t{0}) == b_job) {
+      alice_saw_bob = true;
+      CHECK_FALSE(e["event"].contains("request"));
+      CHECK(e["event"]["tenant"] == "org/b");
+    }
+  }
+  CHECK(alice_saw_bob);
+  // Events that name no job (nodes resumed) are for admins only.
+  for (const json& e : events(alice)) CHECK(e["event"].contains("id"));
+  bool admin_sees_nodes = false;
+  for (const json& e : events(f.admin)) {
+    admin_sees_nodes = admin_sees_nodes || e["event"].value("type", "") == "node_state_requested";
+  }
+  CHECK(admin_sees_nodes);
+  // The check can fail: a cluster-admin sees every secret.
+  std::string all;
+  for (const std::string& route : routes) all += f.Call("GET", route, f.admin).second;
+  for (const char* secret : {"hf_aaaSECRETaaa", "hf_bbbSECRETbbb", "bravo-run-KWV"}) {
+    CHECK(all.find(secret) != std::string::npos);
+  }
+}
+
+TEST_CASE("limits: names, duplicate keys, host lists, queues and the storage floor") {
+  Fixture f([](DaemonConfig& c) { c.max_queued_jobs_per_user = 3; });
+  SetUpTwoTenants(f);
+  const std::string alice = f.TokenFor("alice");
+  struct Case {
+    const char* what;
+    std::string method, target, body;
+    int status;
+    const char* field;
+  };
+  const std::string long_name(257, 'n');
+  const Case cases[] = {
+      {"a 257-byte job name", "POST", "/v1/jobs",
+       json{{"spec", {{"gpus", 8}, {"name", long_name}}}}.dump(), 400, "spec"},
+      {"a duplicate key", "POST", "/v1/jobs", R"({"spec": {"gpus": 8}, "spec": {"gpus": 16}})", 400,
+       "spec"},
+      {"a nested duplicate key", "POST", "/v1/jobs", R"({"spec": {"gpus": 8, "gpus": 16}})", 400,
+       "spec.gpus"},
+      {"an argument longer than exec takes", "POST", "/v1/jobs",
+       json{{"spec", {{"gpus", 8}}}, {"command", {"/bin/sh", std::string(131072, 'x')}}}.dump(),
+       400, "command"},
+      {"a reason over 1000 bytes", "POST", "/v1/jobs/1/cancel",
+       json{{"reason", std::string(1001, 'r')}}.dump(), 400, "reason"},
+      {"an unknown method on a route", "PATCH", "/v1/jobs", "{}", 405, ""},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    auto [status, body] = f.Call(c.method, c.target, alice, c.body);
+    CAPTURE(body);
+    CHECK(status == c.status);
+    if (*c.field) CHECK(json::parse(body)["error"]["field"] == c.field);
+  }
+
+  // A host list naming one node many times drains it once: one event.
+  const int64_t before = f.Ok("GET", "/v1/cluster", f.admin)["last_seq"];
+  std::string many = "n0";
+  for (int i = 0; i < 500; ++i) many += ",n0";
+  f.Ok("POST", "/v1/nodes/drain", f.admin, {{"nodes", many}, {"mode", "wait"}});
+  CHECK(f.Ok("GET", "/v1/cluster", f.admin)["last_seq"].get<int64_t>() == before + 1);
+  f.Ok("POST", "/v1/nodes/resume", f.admin, {{"nodes", "n0"}});
+
+  // Caps on waiting jobs: the tenant's quota, then each user's.
+  f.Ok("PUT", "/v1/tenants/org/a", f.admin, {{"max_queued_jobs", 2}});
+  const json big = {{"spec", {{"gpus", 64}}}};
+  f.Ok("POST", "/v1/jobs", alice, big, 201);  // runs
+  f.Ok("POST", "/v1/jobs", alice, big, 201);  // waits (1)
+  f.Ok("POST", "/v1/jobs", alice, big, 201);  // waits (2)
+  auto [status, body] = f.Call("POST", "/v1/jobs", alice, big.dump());
+  CHECK(status == 409);
+  CHECK(body.find("max_queued_jobs") != std::string::npos);
+  CHECK(f.Ok("GET", "/v1/tenants/org/a", f.admin)["queued_jobs"] == 2);
+  f.Ok("PUT", "/v1/tenants/org/a", f.admin, {{"max_queued_jobs", 0}});
+  f.Ok("POST", "/v1/jobs", alice, big, 201);  // waits (3)
+  auto [status2, body2] = f.Call("POST", "/v1/jobs", alice, big.dump());
+  CHECK(status2 == 409);
+  CHECK(body2.find("max_queued_jobs_per_user") != std::string::npos);
+}
+
+TEST_CASE("storage floor: below it writes get 507 with the reason; reads go on") {
+  // A floor no filesystem here reaches: every write is below it.
+  Fixture f([](DaemonConfig& c) { c.min_free_disk_mb = int64_t{1} << 40; });
+  auto [status, body] =
+      f.Call("PUT", "/v1/topology", f.admin,
+             json{{"format", "json"}, {"content", TinyTopology().dump()}}.dump());
+  CHECK(status == 507);
+  CHECK(json::parse(body)["error"]["code"] == "insufficient_storage");
+  CHECK(body.find("min_free_disk_mb") != std::string::npos);
+  CHECK(f.Call("GET", "/v1/whoami", f.admin).first == 200);
+  CHECK(f.Call("GET", "/v1/users", f.admin).first == 200);
+  CHECK(f.Call("GET", "/v1/events", f.admin).first == 200);
+}
