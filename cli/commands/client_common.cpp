@@ -5,6 +5,7 @@
 #include <iterator>
 #include <thread>
 
+#include "client/format.hpp"
 #include "commands/commands.hpp"
 #include "topo/common/topology_source.hpp"
 
@@ -82,7 +83,7 @@ Reply Session::Call(std::string_view method, const std::string& target,
   for (int attempt = 0;; ++attempt) {
     core::Result<ApiResponse> res = client_->Request(method, target, body);
     if (!res.ok()) {
-      if (!quiet) std::cerr << "topo: " << res.message() << "\n";
+      if (!quiet) std::cerr << "topo: " << TerminalSafe(res.message()) << "\n";
       reply.exit_code = kExitUnreachable;
       return reply;
     }
@@ -98,9 +99,10 @@ Reply Session::Call(std::string_view method, const std::string& target,
     reply.status = answer.status;
     reply.exit_code = ExitCodeForHttpStatus(answer.status);
     if (!answer.ok() && !quiet) {
-      std::cerr << "topo: " << answer.ErrorMessage();
+      // The server's message quotes what it refused, which may be anyone's name.
+      std::cerr << "topo: " << TerminalSafe(answer.ErrorMessage());
       if (answer.status == 429 && !answer.retry_after.empty()) {
-        std::cerr << " (retry after " << answer.retry_after << " s)";
+        std::cerr << " (retry after " << TerminalSafe(answer.retry_after) << " s)";
       }
       std::cerr << "\n";
       if (answer.status == 401) {

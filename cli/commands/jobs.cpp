@@ -32,7 +32,7 @@ std::string StateAndReason(const json& job) {
   std::string s = job.is_object() && job.contains("state") ? Cell(job["state"]) : "?";
   if (job.is_object() && job.contains("reason") && job["reason"].is_string() &&
       !job["reason"].get<std::string>().empty() && job["reason"] != job.value("state", "")) {
-    s += ": " + job["reason"].get<std::string>();
+    s += ": " + Cell(job["reason"]);
   }
   return s;
 }
@@ -295,8 +295,8 @@ int RunLogs(const LogsArgs& args) {
     const std::string where = b.value("node", "");
     if (!node.empty() && where != node) {
       // The rank restarted on another node: its log there starts afresh.
-      std::cerr << "topo: rank " << args.rank << " now runs on " << where << " (was " << node
-                << "); following its log there\n";
+      std::cerr << "topo: rank " << args.rank << " now runs on " << TerminalSafe(where) << " (was "
+                << TerminalSafe(node) << "); following its log there\n";
       offset = 0;
       node = where;
       continue;
