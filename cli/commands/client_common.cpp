@@ -2,12 +2,10 @@
 
 #include <chrono>
 #include <iostream>
-#include <iterator>
 #include <thread>
 
 #include "client/format.hpp"
 #include "commands/commands.hpp"
-#include "topo/common/topology_source.hpp"
 
 namespace topo::cli {
 
@@ -144,15 +142,6 @@ int64_t NowMs() {
 
 void PrintJson(const nlohmann::json& j) {
   std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-}
-
-core::Result<std::string> ReadInput(const std::string& path) {
-  if (path == "-") {
-    std::string text(std::istreambuf_iterator<char>(std::cin), {});
-    if (std::cin.bad()) return core::Status::Error("cannot read standard input");
-    return text;
-  }
-  return common::ReadFile(path);
 }
 
 std::string Query(const std::vector<std::pair<std::string, std::string>>& params) {
