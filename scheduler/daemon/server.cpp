@@ -69,6 +69,13 @@ class Server::Impl {
       : config_(config),
         service_(service),
         metrics_(metrics),
+        connections_(config.max_connections, config.max_connections_per_peer),
+        // tls_ is bound here and used only once listening.
+        http_{config_, tls_, metrics_, connections_,
+              [this](HttpRequest request, Clock::time_point received,
+                     std::function<void(HttpResponse)> done) {
+                Enqueue(Pending{std::move(request), {}, received, std::move(done)});
+              }},
         ioc_(config.io_threads),
         strand_(net::make_strand(ioc_)),
         acceptor_(ioc_),
@@ -79,13 +86,7 @@ class Server::Impl {
         agent_acceptor_(ioc_),
         agent_tls_(ssl::context::tls_server),
         liveness_(strand_),
-        revocation_watch_(strand_),
-        connections_(config.max_connections, config.max_connections_per_peer),
-        http_{config_, tls_, metrics_, connections_,
-              [this](HttpRequest request, Clock::time_point received,
-                     std::function<void(HttpResponse)> done) {
-                Enqueue(Pending{std::move(request), {}, received, std::move(done)});
-              }} {}
+        revocation_watch_(strand_) {}
 
   Status Listen(const std::string& cert, const std::string& key);
   Status ListenAgents(const std::string& cert, const std::string& key, const std::string& ca);
@@ -109,6 +110,10 @@ class Server::Impl {
   const DaemonConfig config_;
   Service& service_;
   Metrics& metrics_;
+  // Before ioc_: the sessions its unrun handlers hold end when it is
+  // destroyed, and they release their slots here.
+  ConnectionTable connections_;  // the API's connection slots
+  HttpSessionContext http_;      // what the API's sessions see of the server
   net::io_context ioc_;
   net::strand<net::io_context::executor_type> strand_;
   tcp::acceptor acceptor_;
@@ -133,8 +138,6 @@ class Server::Impl {
   };
   std::unordered_map<int64_t, Deferred> deferred_;
   static constexpr int kAgentAnswerTimeoutS = 10;
-  ConnectionTable connections_;  // the API's connection slots
-  HttpSessionContext http_;      // what the API's sessions see of the server
   int port_ = 0;
   int agent_port_ = 0;
   std::mutex mu_;
