@@ -115,7 +115,7 @@ std::string Summarize(const json& obj, const std::vector<std::string>& skip) {
     } else if (x.is_array() &&
                std::all_of(x.begin(), x.end(), [](const json& e) { return e.is_string(); })) {
       std::vector<std::string> names;
-      for (const json& e : x) names.push_back(e.get<std::string>());
+      for (const json& e : x) names.push_back(Cell(e));
       v = names.empty() ? "-" : common::CompressHostlist(names);
     } else if (it.key() == "request" && x.is_object()) {
       const json& spec = Field(x, "spec");

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "client/api_client.hpp"
 #include "client/requests.hpp"
@@ -127,6 +129,96 @@ TEST_CASE("A hostile job name cannot forge a row, color the table or reverse it"
   CHECK(users.find("eve\\n1  admin") != std::string::npos);
   // Structured values are JSON-escaped, and bidi controls escaped on top.
   CHECK(users.find("[\"\\u2066\"]") != std::string::npos);
+}
+
+// Every string of `v` with hostile bytes appended; with `add_fields`, a
+// hostile extra field (key and value) in every object too.
+json Poison(const json& v, bool add_fields) {
+  const std::string bad = "\n\r\x1b[2J\x07\x7f\xc2\x9b\xe2\x80\xae\xe2\x81\xa6\xff";
+  if (v.is_string()) return v.get<std::string>() + bad;
+  if (v.is_array()) {
+    json out = json::array();
+    for (const json& x : v) out.push_back(Poison(x, add_fields));
+    return out;
+  }
+  if (!v.is_object()) return v;
+  json out = json::object();
+  for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = Poison(it.value(), add_fields);
+  if (add_fields) out["x" + bad] = json::array({bad});
+  return out;
+}
+
+// No byte a terminal acts on in any line: no control character but the
+// newlines that end lines, no C1, bidi control or separator, nothing that
+// is not UTF-8.
+bool Inert(const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(start, nl - start);
+    if (TerminalSafe(line) != line) return false;
+    start = nl + 1;
+  }
+  return true;
+}
+
+size_t Lines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+TEST_CASE("Every formatter: hostile strings in any field stay inert and on their own line") {
+  UseUtc();
+  const json job = json::parse(R"({
+    "id": 17, "name": "llama", "tenant": "org/team", "user": "ada", "state": "running",
+    "reason": "started", "gpus": 16, "nodes": 2, "priority": 5, "queue_position": 3,
+    "submit_ms": 1767225000000, "start_ms": 1767225540000, "time_limit_s": 7200,
+    "restarts": 1, "checkpoint_step": 300,
+    "spec": {"name": "llama", "gpus": 16, "parallelism": {"tp": 8, "dp": 2, "order": "tp-dp"}},
+    "spares": ["n9"],
+    "placement": {"nodes": 2, "hbds": [{"name": "n0", "gpus": 8}, {"name": "n1", "gpus": 8}],
+                  "leaves": [{"name": "leaf0", "gpus": 16}], "pods": [{"name": "pod0", "gpus": 16}]},
+    "metrics": {"tp_in_hbd": 1.0, "note": "m", "tier_histogram": {"tp": {"node": 2}}},
+    "ranks": [{"rank": 0, "node": "n0", "gpu": 0}],
+    "incidents": [{"time_ms": 1767225000000, "cause": "xid", "detection_ms": 10,
+                   "restart_ms": 20, "checkpoint_step": 3, "lost_work_s": 5, "reason": "r"}],
+    "history": [{"seq": 4, "time_ms": 1767225000000, "actor": "ada", "type": "job_submitted",
+                 "state": "queued", "reason": "q"}]})");
+  const json node = json::parse(R"({"name": "n0", "state": "up", "reason": "r", "gpus": 2,
+    "hbd": "n0", "leaf": "l0", "pod": "p0", "gpu_health": ["healthy", "failed"],
+    "gpu_jobs": [17, 0], "gpu_history": [{"time_ms": 1767225000000, "gpu": 1,
+    "health": "failed", "kind": "xid", "reason": "79"}]})");
+  const json tenant = {{"name", "org/team"}, {"guaranteed_gpus", 64}, {"shares", 1.5}};
+  const json entry = json::parse(R"({"seq": 42, "time_ms": 1767225600000, "actor": "ada",
+    "event": {"type": "job_submitted", "id": 7, "note": "two words", "nodes": ["n1", "n2"],
+              "request": {"spec": {"gpus": 64, "name": "x"}, "tenant": "org", "user": "u"}},
+    "commands": [{"type": "start_job", "id": 7, "command": ["sh", "-c", "echo"],
+                  "node": {"name": "n0"}, "env": {"A": "b"}}]})");
+  const std::vector<std::function<std::string(const json&)>> formatters = {
+      [](const json& j) { return FormatJobTable(json::array({j}), kT0); },
+      [](const json& j) { return FormatJobDetails(j, kT0, true); },
+  };
+  for (const auto& f : formatters) {
+    CHECK(Inert(f(Poison(job, true))));
+    // The same fields with hostile values: not one line more.
+    CHECK(Lines(f(Poison(job, false))) == Lines(f(job)));
+  }
+  const std::vector<std::pair<std::function<std::string(const json&)>, json>> others = {
+      {[](const json& j) { return FormatNodeTable(json::array({j})); }, node},
+      {[](const json& j) { return FormatNodeDetails(j); }, node},
+      {[](const json& j) { return SummarizeNodesByState(json::array({j})); }, node},
+      {[](const json& j) { return FormatTenantTable(json::array({j})); }, tenant},
+      {[](const json& j) { return FormatQuota(j); }, tenant},
+      {[](const json& j) { return FormatEvent(j); }, entry},
+      {[](const json& j) {
+         return FormatObjectTable(json::array({j}), {"name", "gpu_jobs"});
+       },
+       node},
+  };
+  for (const auto& [f, sample] : others) {
+    const std::string hostile = f(Poison(sample, true));
+    CAPTURE(hostile);
+    CHECK(Inert(hostile));
+    CHECK(Lines(f(Poison(sample, false))) == Lines(f(sample)));
+  }
 }
 
 TEST_CASE("FormatElapsed and FormatSeconds") {
