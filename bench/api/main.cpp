@@ -74,6 +74,7 @@ bool StartDaemon(const std::string& binary, Daemon& d) {
   d.dir = tmpl;
   std::ofstream(d.dir + "/bench.conf") << "rate_limit_per_second = 100000000\n"
                                           "max_connections = 100000\n"
+                                          "max_connections_per_peer = 100000\n"
                                           "io_threads = 2\n";
   d.pid = fork();
   if (d.pid == 0) {

@@ -36,9 +36,53 @@ int64_t Int(const json& obj, const char* key, int64_t fallback = 0) {
   return IsInt(v) ? v.get<int64_t>() : fallback;
 }
 
+// Cuts at a character boundary, so the cut never leaves half a UTF-8
+// sequence behind.
 std::string Truncate(std::string s, size_t width) {
   if (s.size() <= width) return s;
-  return s.substr(0, width - 3) + "...";
+  size_t cut = width - 3;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
+// The JSON text of a value, never throwing on bad UTF-8 (replaced).
+std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// The code point of the UTF-8 sequence at text[i] and its length; length 0
+// when the bytes there are not one well-formed sequence (overlong forms,
+// surrogates and values past U+10FFFF included).
+std::pair<uint32_t, size_t> DecodeUtf8(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  // Lead byte -> length, its payload bits, the smallest code point that
+  // length may carry.
+  struct Form {
+    unsigned char lo, hi, mask;
+    size_t len;
+    uint32_t min;
+  };
+  static constexpr Form kForms[] = {
+      {0xC2, 0xDF, 0x1F, 2, 0x80}, {0xE0, 0xEF, 0x0F, 3, 0x800}, {0xF0, 0xF4, 0x07, 4, 0x10000}};
+  const Form* form = nullptr;
+  for (const Form& f : kForms) {
+    if (b0 >= f.lo && b0 <= f.hi) form = &f;
+  }
+  if (form == nullptr) return {0, 0};
+  const size_t len = form->len;
+  const uint32_t min = form->min;
+  uint32_t cp = b0 & form->mask;
+  if (i + len > text.size()) return {0, 0};
+  for (size_t k = 1; k < len; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return {0, 0};
+    cp = (cp << 6) | (byte(i + k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
+  return {cp, len};
+}
+
+bool MovesTheText(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029;
 }
 
 std::string Upper(std::string s) {
@@ -71,7 +115,7 @@ std::string Summarize(const json& obj, const std::vector<std::string>& skip) {
     } else if (x.is_array() &&
                std::all_of(x.begin(), x.end(), [](const json& e) { return e.is_string(); })) {
       std::vector<std::string> names;
-      for (const json& e : x) names.push_back(e.get<std::string>());
+      for (const json& e : x) names.push_back(Cell(e));
       v = names.empty() ? "-" : common::CompressHostlist(names);
     } else if (it.key() == "request" && x.is_object()) {
       const json& spec = Field(x, "spec");
@@ -82,12 +126,15 @@ std::string Summarize(const json& obj, const std::vector<std::string>& skip) {
     } else if (x.is_object() && Field(x, "name").is_string()) {
       v = Str(x, "name");  // a tenant, a node: its name says enough
     } else if (x.is_structured()) {
-      v = Truncate(x.dump(), 60);
+      v = Truncate(TerminalSafe(Dump(x)), 60);
     } else {
       v = Cell(x);
-      if (x.is_string() && (v.empty() || v.find(' ') != std::string::npos)) v = json(v).dump();
+      // Quoted as JSON (from the raw string, so nothing is escaped twice).
+      if (x.is_string() && (v.empty() || v.find(' ') != std::string::npos)) {
+        v = TerminalSafe(Dump(x));
+      }
     }
-    out += (out.empty() ? "" : " ") + it.key() + "=" + v;
+    out += (out.empty() ? "" : " ") + TerminalSafe(it.key()) + "=" + v;
   }
   return out;
 }
@@ -138,11 +185,56 @@ std::string FormatMetric(const json& v) {
 
 }  // namespace
 
-Table::Table(std::vector<std::string> headers)
-    : headers_(std::move(headers)), right_(headers_.size(), false) {}
+std::string TerminalSafe(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  char buf[16];
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {  // C0 and DEL
+      if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else {
+        std::snprintf(buf, sizeof buf, "\\x%02x", c);
+        out += buf;
+      }
+      ++i;
+      continue;
+    }
+    const auto [cp, len] = DecodeUtf8(text, i);
+    if (len == 0) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+      ++i;
+    } else if (MovesTheText(cp)) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+      i += len;
+    } else {
+      out.append(text.substr(i, len));
+      i += len;
+    }
+  }
+  return out;
+}
+
+Table::Table(std::vector<std::string> headers) : right_(headers.size(), false) {
+  for (std::string& h : headers) headers_.push_back(TerminalSafe(h));
+}
 
 void Table::AddRow(std::vector<std::string> cells) {
   cells.resize(headers_.size());
+  for (std::string& c : cells) c = TerminalSafe(c);
   rows_.push_back(std::move(cells));
 }
 
@@ -180,14 +272,14 @@ std::string Table::Render() const {
 
 std::string Cell(const json& v) {
   if (v.is_null() || v.is_discarded()) return "-";
-  if (v.is_string()) return v.get<std::string>();
+  if (v.is_string()) return TerminalSafe(v.get_ref<const std::string&>());
   if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
   if (v.is_number_float()) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", v.get<double>());
     return buf;
   }
-  return v.dump();
+  return TerminalSafe(Dump(v));
 }
 
 std::string FormatElapsed(int64_t ms) {
@@ -600,7 +692,7 @@ std::string FormatObjectTable(const json& items, const std::vector<std::string>&
       for (const std::string& k : keys) {
         const bool time = k.size() > 3 && k.compare(k.size() - 3, 3, "_ms") == 0;
         const json& v = Field(x, k.c_str());
-        row.push_back(time ? FormatTime(v) : (v.is_structured() ? v.dump() : Cell(v)));
+        row.push_back(time ? FormatTime(v) : Cell(v));
       }
       t.AddRow(std::move(row));
     }

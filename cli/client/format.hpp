@@ -2,17 +2,36 @@
 // Tables and summaries of the daemon's JSON for people (docs/api.md shapes).
 // Every function tolerates missing fields and wrong types: a field the
 // server did not send shows as "-". Times are shown in local time.
+//
+// Everything here prints other people's strings (job names, reasons, tenant,
+// user and node names, commands) on an admin's terminal, so every string
+// from the server passes TerminalSafe: through Cell() for text, and again in
+// Table for every cell (it is idempotent). No field can start a line of its
+// own, move the cursor or reorder what follows. `--json` output does not
+// come through here.
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace topo::cli {
 
+// `text` as it may be printed on a terminal: control characters (C0, DEL and
+// C1: U+0080-U+009F), the bidirectional embeddings, overrides and isolates
+// (U+202A-U+202E, U+2066-U+2069; they reorder the rest of the line, so a name
+// could make a row read as another job's), the line and paragraph separators
+// (U+2028, U+2029) and bytes that are not UTF-8 become escapes: "\n", "\r",
+// "\t", "\x1b", "\u202e", "\xff". Everything else is kept as it is,
+// backslashes included, so applying it twice changes nothing (a name holding
+// a backslash and an "n" looks like one holding a newline; --json tells
+// them apart).
+std::string TerminalSafe(std::string_view text);
+
 // Columns separated by two spaces, padded to the widest cell; the last
-// column is not padded.
+// column is not padded. Headers and cells pass TerminalSafe.
 class Table {
  public:
   explicit Table(std::vector<std::string> headers);
@@ -27,7 +46,8 @@ class Table {
   std::vector<bool> right_;
 };
 
-// A scalar as text: strings as they are, null/absent "-", true "yes".
+// A scalar as text: strings through TerminalSafe, null/absent "-", true
+// "yes"; arrays and objects as compact JSON, through TerminalSafe too.
 std::string Cell(const nlohmann::json& value);
 // Run time the way squeue shows it: "0:05", "1:02:03", "2-03:04:05".
 std::string FormatElapsed(int64_t ms);

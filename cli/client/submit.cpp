@@ -4,6 +4,7 @@
 #include <charconv>
 #include <limits>
 
+#include "client/input.hpp"
 #include "topo/common/job_io.hpp"
 
 namespace topo::cli {
@@ -315,6 +316,55 @@ Result<ScriptDirectives> ParseScriptDirectives(std::string_view script, const st
     }
   }
   return out;
+}
+
+std::vector<std::string> ScriptCommand(std::string_view text) {
+  std::vector<std::string> command = {"/bin/sh"};
+  if (text.substr(0, 2) == "#!") {
+    const std::string_view line = text.substr(2, text.find('\n') - 2);
+    Result<std::vector<std::string>> words = SplitWords(line);
+    if (words.ok() && !words.value().empty()) command = words.value();
+  }
+  command.push_back("-c");
+  command.emplace_back(text);
+  return command;
+}
+
+Status CheckCommand(const nlohmann::json& command, const ArgumentOrigin& origin) {
+  if (!command.is_array() || command.empty()) {
+    return Status::Error(origin(0) + ": the command must be a non-empty list of strings (argv)");
+  }
+  if (command.size() > proto::kMaxCommandArgs) {
+    return Status::Error(origin(0) + ": the command has " + std::to_string(command.size()) +
+                         " arguments; at most " + std::to_string(proto::kMaxCommandArgs));
+  }
+  size_t total = 0;
+  size_t largest = 0;
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (!command[i].is_string()) return Status::Error(origin(i) + " must be a string");
+    const std::string& arg = command[i].get_ref<const std::string&>();
+    if (arg.size() > proto::kMaxArgBytes) {
+      return Status::Error(
+          origin(i) + " is " + FormatBytes(arg.size()) + " (" + std::to_string(arg.size()) +
+          " bytes); Linux runs no argument longer than " + std::to_string(proto::kMaxArgBytes) +
+          " bytes (MAX_ARG_STRLEN; exec fails with E2BIG): put the bulk in a "
+          "file the job reads");
+    }
+    if (arg.find('\0') != std::string::npos) {
+      return Status::Error(origin(i) + " holds a NUL byte, which no argument can");
+    }
+    if (i == 0 && arg.empty()) return Status::Error(origin(0) + ": the program must not be empty");
+    total += arg.size() + 1;
+    if (arg.size() > command[largest].get_ref<const std::string&>().size()) largest = i;
+  }
+  if (total > proto::kMaxCommandBytes) {
+    return Status::Error(
+        "the command's " + std::to_string(command.size()) + " arguments take " +
+        FormatBytes(total) + " with their NULs; at most " + FormatBytes(proto::kMaxCommandBytes) +
+        " fit beside the job's environment (the largest is " + origin(largest) + ", " +
+        FormatBytes(command[largest].get_ref<const std::string&>().size()) + ")");
+  }
+  return Status::Ok();
 }
 
 SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over) {

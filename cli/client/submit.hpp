@@ -4,6 +4,7 @@
 // #SBATCH). Pure functions; no I/O except where a path is named.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "topo/common/agent_protocol.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::cli {
@@ -64,6 +66,25 @@ struct ScriptDirectives {
 // --flag=VALUE). Errors name path:line.
 core::Result<ScriptDirectives> ParseScriptDirectives(std::string_view script,
                                                      const std::string& path);
+
+// What every rank of a batch-script job runs: the script's text through its
+// "#!" interpreter (/bin/sh without one), `INTERPRETER... -c TEXT`, so the
+// script need not be on a file system the nodes share. The text is one
+// argument, hence kMaxScriptBytes.
+std::vector<std::string> ScriptCommand(std::string_view text);
+// The most a batch script may hold: one exec argument on Linux
+// (topo::proto::kMaxArgBytes, MAX_ARG_STRLEN less its NUL).
+inline constexpr size_t kMaxScriptBytes = proto::kMaxArgBytes;
+
+// Says in the user's terms where argument `index` of a command came from:
+// "job.json: command[3]", "the script train.sh".
+using ArgumentOrigin = std::function<std::string(size_t index)>;
+// Checks a command (argv) against what exec accepts on Linux and the API
+// takes (common/include/topo/common/agent_protocol.hpp): a non-empty array
+// of at most kMaxCommandArgs strings, a non-empty program, no argument over
+// kMaxArgBytes or holding a NUL, kMaxCommandBytes in all with their NULs.
+// The error names the argument through `origin`.
+core::Status CheckCommand(const nlohmann::json& command, const ArgumentOrigin& origin);
 
 // `over` wins over `base`.
 SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over);

@@ -2,11 +2,10 @@
 
 #include <chrono>
 #include <iostream>
-#include <iterator>
 #include <thread>
 
+#include "client/format.hpp"
 #include "commands/commands.hpp"
-#include "topo/common/topology_source.hpp"
 
 namespace topo::cli {
 
@@ -82,7 +81,7 @@ Reply Session::Call(std::string_view method, const std::string& target,
   for (int attempt = 0;; ++attempt) {
     core::Result<ApiResponse> res = client_->Request(method, target, body);
     if (!res.ok()) {
-      if (!quiet) std::cerr << "topo: " << res.message() << "\n";
+      if (!quiet) std::cerr << "topo: " << TerminalSafe(res.message()) << "\n";
       reply.exit_code = kExitUnreachable;
       return reply;
     }
@@ -98,9 +97,10 @@ Reply Session::Call(std::string_view method, const std::string& target,
     reply.status = answer.status;
     reply.exit_code = ExitCodeForHttpStatus(answer.status);
     if (!answer.ok() && !quiet) {
-      std::cerr << "topo: " << answer.ErrorMessage();
+      // The server's message quotes what it refused, which may be anyone's name.
+      std::cerr << "topo: " << TerminalSafe(answer.ErrorMessage());
       if (answer.status == 429 && !answer.retry_after.empty()) {
-        std::cerr << " (retry after " << answer.retry_after << " s)";
+        std::cerr << " (retry after " << TerminalSafe(answer.retry_after) << " s)";
       }
       std::cerr << "\n";
       if (answer.status == 401) {
@@ -142,15 +142,6 @@ int64_t NowMs() {
 
 void PrintJson(const nlohmann::json& j) {
   std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-}
-
-core::Result<std::string> ReadInput(const std::string& path) {
-  if (path == "-") {
-    std::string text(std::istreambuf_iterator<char>(std::cin), {});
-    if (std::cin.bad()) return core::Status::Error("cannot read standard input");
-    return text;
-  }
-  return common::ReadFile(path);
 }
 
 std::string Query(const std::vector<std::pair<std::string, std::string>>& params) {

@@ -62,8 +62,6 @@ std::optional<int64_t> ParseJobId(const std::string& text);
 int64_t NowMs();
 // Indented JSON and a newline on stdout.
 void PrintJson(const nlohmann::json& j);
-// A file's text, or standard input for "-"; errors name the file.
-core::Result<std::string> ReadInput(const std::string& path);
 // "a=1&b=x%20y" from pairs whose value is not empty.
 std::string Query(const std::vector<std::pair<std::string, std::string>>& params);
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "client/format.hpp"
+#include "client/input.hpp"
 #include "client/requests.hpp"
 #include "commands/client_common.hpp"
 #include "commands/commands.hpp"
@@ -236,7 +237,11 @@ struct ImportArgs {
 };
 
 int RunImport(const ImportArgs& args) {
-  core::Result<std::string> text = ReadInput(args.file);
+  constexpr InputLimit kTopologyLimit = {
+      kMaxTopologyFileBytes, "a topology file",
+      "the daemon's default max_topology_bytes for PUT /v1/topology",
+      "check the file; a daemon configured for more takes it through the API directly"};
+  core::Result<std::string> text = ReadInputFile(args.file, kTopologyLimit);
   if (!text.ok()) return Fail(text.message());
   const std::string shown = args.file == "-" ? "<stdin>" : args.file;
   std::string format = args.format;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "client/format.hpp"
+#include "client/input.hpp"
 #include "client/requests.hpp"
 #include "client/submit.hpp"
 #include "commands/client_common.hpp"
@@ -32,7 +33,7 @@ std::string StateAndReason(const json& job) {
   std::string s = job.is_object() && job.contains("state") ? Cell(job["state"]) : "?";
   if (job.is_object() && job.contains("reason") && job["reason"].is_string() &&
       !job["reason"].get<std::string>().empty() && job["reason"] != job.value("state", "")) {
-    s += ": " + job["reason"].get<std::string>();
+    s += ": " + Cell(job["reason"]);
   }
   return s;
 }
@@ -48,30 +49,26 @@ struct SubmitArgs {
   bool dry_run = false;
 };
 
-// What every rank of a batch-script job runs: the script's text through its
-// "#!" interpreter (/bin/sh without one), so the script need not be on a
-// file system the nodes share.
-std::vector<std::string> ScriptCommand(const std::string& text) {
-  std::vector<std::string> command = {"/bin/sh"};
-  if (text.rfind("#!", 0) == 0) {
-    const std::string line = text.substr(2, text.find('\n') - 2);
-    core::Result<std::vector<std::string>> words = SplitWords(line);
-    if (words.ok() && !words.value().empty()) command = words.value();
-  }
-  command.push_back("-c");
-  command.push_back(text);
-  return command;
-}
+// What the limits on read files say in `topo submit`'s terms.
+constexpr InputLimit kScriptLimit = {
+    kMaxScriptBytes, "a batch script",
+    "since the script is sent as one argument of its interpreter (`sh -c SCRIPT`) and Linux "
+    "execs no longer argument (MAX_ARG_STRLEN)",
+    "keep the bulk (data, long code) in files the nodes can read and run them from a short "
+    "script"};
+constexpr InputLimit kSpecLimit = {
+    kMaxSpecFileBytes, "a job spec (--spec)", "the API's request body limit",
+    "a job spec is a few KiB of JSON; check that --spec names the right file"};
 
 int RunSubmit(SubmitArgs& args) {
   SubmitFlags script_flags;
   std::string script_text;
+  const std::string script_shown = args.script == "-" ? "<stdin>" : args.script;
   if (!args.script.empty()) {
-    core::Result<std::string> text = ReadInput(args.script);
+    core::Result<std::string> text = ReadInputFile(args.script, kScriptLimit);
     if (!text.ok()) return Fail(text.message());
     script_text = text.value();
-    const std::string shown = args.script == "-" ? "<stdin>" : args.script;
-    core::Result<ScriptDirectives> d = ParseScriptDirectives(text.value(), shown);
+    core::Result<ScriptDirectives> d = ParseScriptDirectives(text.value(), script_shown);
     if (!d.ok()) return Fail(d.message());
     for (const std::string& w : d.value().warnings) std::cerr << "topo: warning: " << w << "\n";
     script_flags = d.value().flags;
@@ -92,13 +89,18 @@ int RunSubmit(SubmitArgs& args) {
   const SubmitFlags flags = MergeSubmitFlags(script_flags, cmd_flags);
 
   std::optional<json> spec_file;
+  std::string spec_shown;
   if (auto it = flags.find("spec"); it != flags.end()) {
     const std::string& path = it->second.value;
     if (path == "-" && args.script == "-") {
       return Fail("the script and --spec cannot both come from standard input");
     }
-    core::Result<std::string> text = ReadInput(path);
-    if (!text.ok()) return Fail(text.message());
+    spec_shown = path == "-" ? "<stdin>" : path;
+    core::Result<std::string> text = ReadInputFile(path, kSpecLimit);
+    if (!text.ok()) {
+      const std::string& origin = it->second.origin;  // the #TOPO line that named it
+      return Fail(origin.empty() ? text.message() : origin + ": --spec " + text.message());
+    }
     json parsed = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded()) {
       return Fail((path == "-" ? std::string("<stdin>") : path) +
@@ -110,8 +112,22 @@ int RunSubmit(SubmitArgs& args) {
   if (!args.script.empty()) default_name = args.script == "-" ? "stdin" : Basename(args.script);
   core::Result<json> request = BuildSubmitRequest(flags, spec_file, default_name);
   if (!request.ok()) return Fail(request.message());
-  if (!args.script.empty() && !request.value().contains("command")) {
-    request.value()["command"] = ScriptCommand(script_text);
+  if (request.value().contains("command")) {
+    // From the spec file: the API would refuse it; say so here, by index.
+    const ArgumentOrigin origin = [&](size_t i) {
+      return spec_shown + ": command[" + std::to_string(i) + "]";
+    };
+    if (core::Status s = CheckCommand(request.value()["command"], origin); !s.ok()) {
+      return Fail(s.message());
+    }
+  } else if (!args.script.empty()) {
+    const std::vector<std::string> command = ScriptCommand(script_text);
+    const ArgumentOrigin origin = [&](size_t i) {
+      return i + 1 == command.size() ? "the script " + script_shown
+                                     : script_shown + ":1 (the #! line)";
+    };
+    if (core::Status s = CheckCommand(command, origin); !s.ok()) return Fail(s.message());
+    request.value()["command"] = command;
   }
   if (args.dry_run) {
     PrintJson(request.value());
@@ -295,8 +311,8 @@ int RunLogs(const LogsArgs& args) {
     const std::string where = b.value("node", "");
     if (!node.empty() && where != node) {
       // The rank restarted on another node: its log there starts afresh.
-      std::cerr << "topo: rank " << args.rank << " now runs on " << where << " (was " << node
-                << "); following its log there\n";
+      std::cerr << "topo: rank " << args.rank << " now runs on " << TerminalSafe(where) << " (was "
+                << TerminalSafe(node) << "); following its log there\n";
       offset = 0;
       node = where;
       continue;

@@ -2,9 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "client/api_client.hpp"
 #include "client/requests.hpp"
@@ -35,6 +38,187 @@ TEST_CASE("Table: padded columns, right-aligned numbers, no trailing blanks") {
         " 7  a               8\n"
         "12  longer-name  4096\n"
         " 3\n");
+}
+
+TEST_CASE("TerminalSafe: control characters, C1, bidi controls and bad UTF-8 become escapes") {
+  CHECK(TerminalSafe("plain name-1.2_x/y") == "plain name-1.2_x/y");
+  CHECK(TerminalSafe("a\nb\rc\td") == "a\\nb\\rc\\td");
+  CHECK(TerminalSafe("\x1b[2J\x1b]0;title\x07") == "\\x1b[2J\\x1b]0;title\\x07");
+  CHECK(TerminalSafe(std::string("nul\0x", 5)) == "nul\\x00x");
+  CHECK(TerminalSafe("del\x7f") == "del\\x7f");
+  // C1 as UTF-8 (U+009B is CSI) and as a lone byte.
+  CHECK(TerminalSafe("\xc2\x9b"
+                     "31m") == "\\u009b31m");
+  CHECK(TerminalSafe("\x9b"
+                     "31m") == "\\x9b31m");
+  // Bidi embeddings, overrides and isolates; line and paragraph separators.
+  CHECK(TerminalSafe("job\xe2\x80\xaegnp.exe") == "job\\u202egnp.exe");
+  CHECK(TerminalSafe("\xe2\x80\xaa\xe2\x81\xa6\xe2\x81\xa9\xe2\x80\xa8") ==
+        "\\u202a\\u2066\\u2069\\u2028");
+  // Other text is kept: accents, CJK, emoji, a backslash.
+  CHECK(TerminalSafe("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x9a\x80 a\\b") ==
+        "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x9a\x80 a\\b");
+  // Malformed UTF-8: overlong, surrogate, truncated, past U+10FFFF.
+  CHECK(TerminalSafe("\xc0\x8a") == "\\xc0\\x8a");
+  CHECK(TerminalSafe("\xed\xa0\x80") == "\\xed\\xa0\\x80");
+  CHECK(TerminalSafe("x\xe2\x80") == "x\\xe2\\x80");
+  CHECK(TerminalSafe("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");
+  // Idempotent: Cell() and Table may both apply it.
+  for (const char* s : {"a\nb", "\x1b[31m", "\xe2\x80\xae", "\xff", "a\\nb"}) {
+    CHECK(TerminalSafe(TerminalSafe(s)) == TerminalSafe(s));
+  }
+}
+
+TEST_CASE("A hostile job name cannot forge a row, color the table or reverse it") {
+  UseUtc();
+  // Bob names his job so that, printed raw, admin's `topo queue` would show
+  // an extra job of alice's, or a cleared screen, or a reversed line.
+  const json jobs = json::array({
+      json{{"id", 41},
+           {"name", "x\n42  org/a     alice  prod  running  4096  512  9:99:99  started"},
+           {"tenant", "org/b"},
+           {"user", "bob"},
+           {"state", "queued"},
+           {"reason", "\x1b[2J\x1b[1;1Hfake"},
+           {"gpus", 8},
+           {"nodes", 1}},
+      json{{"id", 43},
+           {"name",
+            "\xe2\x80\xae"
+            "gninnur"},
+           {"tenant", "org/b\x9b"},
+           {"user", "bob\xc2\x85"},
+           {"state", "queued"},
+           {"gpus", 8},
+           {"nodes", 1}},
+  });
+  const std::string out = FormatJobTable(jobs, kT0);
+  // A header and two rows: three lines, nothing else.
+  CHECK(std::count(out.begin(), out.end(), '\n') == 3);
+  for (char c : out) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    CHECK_MESSAGE((c == '\n' || (u >= 0x20 && u != 0x7f)), "raw control byte ", int(u));
+  }
+  CHECK(out.find("\xe2\x80\xae") == std::string::npos);
+  CHECK(out.find("\xc2\x85") == std::string::npos);
+  CHECK(out.find("x\\n42  org/a     alice") != std::string::npos);
+  CHECK(out.find("\\x1b[2J\\x1b[1;1Hfake") != std::string::npos);
+  CHECK(out.find("\\u202egninnur") != std::string::npos);
+  CHECK(out.find("org/b\\x9b") != std::string::npos);
+  CHECK(out.find("bob\\u0085") != std::string::npos);
+  // The same in text output, event lines and generic tables.
+  const json job = {{"id", 41}, {"name", "a\nb"}, {"state", "held"}, {"reason", "r\x1b[0m"}};
+  const std::string details = FormatJobDetails(job, kT0, false);
+  CHECK(details.find("Job 41: a\\nb\n") == 0);
+  CHECK(details.find("held (r\\x1b[0m)") != std::string::npos);
+  const std::string event = FormatEvent({{"seq", 1},
+                                         {"time_ms", kT0},
+                                         {"actor", "bob\n"},
+                                         {"event",
+                                          {{"type", "job_submitted"},
+                                           {"k\x1b", "v w\x1b"},
+                                           {"request", {{"spec", {{"name", "n\r"}}}}}}}});
+  CHECK(std::count(event.begin(), event.end(), '\n') == 1);
+  CHECK(event.find("bob\\n") != std::string::npos);
+  CHECK(event.find("k\\x1b=\"v w\\u001b\"") != std::string::npos);
+  CHECK(event.find("n\\r") != std::string::npos);
+  const std::string users = FormatObjectTable(
+      json::array({json{{"name", "eve\n1  admin"}, {"tags", json::array({"\xe2\x81\xa6"})}}}),
+      {"name", "tags"});
+  CHECK(std::count(users.begin(), users.end(), '\n') == 2);
+  CHECK(users.find("eve\\n1  admin") != std::string::npos);
+  // Structured values are JSON-escaped, and bidi controls escaped on top.
+  CHECK(users.find("[\"\\u2066\"]") != std::string::npos);
+}
+
+// Every string of `v` with hostile bytes appended; with `add_fields`, a
+// hostile extra field (key and value) in every object too.
+json Poison(const json& v, bool add_fields) {
+  const std::string bad = "\n\r\x1b[2J\x07\x7f\xc2\x9b\xe2\x80\xae\xe2\x81\xa6\xff";
+  if (v.is_string()) return v.get<std::string>() + bad;
+  if (v.is_array()) {
+    json out = json::array();
+    for (const json& x : v) out.push_back(Poison(x, add_fields));
+    return out;
+  }
+  if (!v.is_object()) return v;
+  json out = json::object();
+  for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = Poison(it.value(), add_fields);
+  if (add_fields) out["x" + bad] = json::array({bad});
+  return out;
+}
+
+// No byte a terminal acts on in any line: no control character but the
+// newlines that end lines, no C1, bidi control or separator, nothing that
+// is not UTF-8.
+bool Inert(const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(start, nl - start);
+    if (TerminalSafe(line) != line) return false;
+    start = nl + 1;
+  }
+  return true;
+}
+
+size_t Lines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+TEST_CASE("Every formatter: hostile strings in any field stay inert and on their own line") {
+  UseUtc();
+  const json job = json::parse(R"({
+    "id": 17, "name": "llama", "tenant": "org/team", "user": "ada", "state": "running",
+    "reason": "started", "gpus": 16, "nodes": 2, "priority": 5, "queue_position": 3,
+    "submit_ms": 1767225000000, "start_ms": 1767225540000, "time_limit_s": 7200,
+    "restarts": 1, "checkpoint_step": 300,
+    "spec": {"name": "llama", "gpus": 16, "parallelism": {"tp": 8, "dp": 2, "order": "tp-dp"}},
+    "spares": ["n9"],
+    "placement": {"nodes": 2, "hbds": [{"name": "n0", "gpus": 8}, {"name": "n1", "gpus": 8}],
+                  "leaves": [{"name": "leaf0", "gpus": 16}], "pods": [{"name": "pod0", "gpus": 16}]},
+    "metrics": {"tp_in_hbd": 1.0, "note": "m", "tier_histogram": {"tp": {"node": 2}}},
+    "ranks": [{"rank": 0, "node": "n0", "gpu": 0}],
+    "incidents": [{"time_ms": 1767225000000, "cause": "xid", "detection_ms": 10,
+                   "restart_ms": 20, "checkpoint_step": 3, "lost_work_s": 5, "reason": "r"}],
+    "history": [{"seq": 4, "time_ms": 1767225000000, "actor": "ada", "type": "job_submitted",
+                 "state": "queued", "reason": "q"}]})");
+  const json node = json::parse(R"({"name": "n0", "state": "up", "reason": "r", "gpus": 2,
+    "hbd": "n0", "leaf": "l0", "pod": "p0", "gpu_health": ["healthy", "failed"],
+    "gpu_jobs": [17, 0], "gpu_history": [{"time_ms": 1767225000000, "gpu": 1,
+    "health": "failed", "kind": "xid", "reason": "79"}]})");
+  const json tenant = {{"name", "org/team"}, {"guaranteed_gpus", 64}, {"shares", 1.5}};
+  const json entry = json::parse(R"({"seq": 42, "time_ms": 1767225600000, "actor": "ada",
+    "event": {"type": "job_submitted", "id": 7, "note": "two words", "nodes": ["n1", "n2"],
+              "request": {"spec": {"gpus": 64, "name": "x"}, "tenant": "org", "user": "u"}},
+    "commands": [{"type": "start_job", "id": 7, "command": ["sh", "-c", "echo"],
+                  "node": {"name": "n0"}, "env": {"A": "b"}}]})");
+  const std::vector<std::function<std::string(const json&)>> formatters = {
+      [](const json& j) { return FormatJobTable(json::array({j}), kT0); },
+      [](const json& j) { return FormatJobDetails(j, kT0, true); },
+  };
+  for (const auto& f : formatters) {
+    CHECK(Inert(f(Poison(job, true))));
+    // The same fields with hostile values: not one line more.
+    CHECK(Lines(f(Poison(job, false))) == Lines(f(job)));
+  }
+  const std::vector<std::pair<std::function<std::string(const json&)>, json>> others = {
+      {[](const json& j) { return FormatNodeTable(json::array({j})); }, node},
+      {[](const json& j) { return FormatNodeDetails(j); }, node},
+      {[](const json& j) { return SummarizeNodesByState(json::array({j})); }, node},
+      {[](const json& j) { return FormatTenantTable(json::array({j})); }, tenant},
+      {[](const json& j) { return FormatQuota(j); }, tenant},
+      {[](const json& j) { return FormatEvent(j); }, entry},
+      {[](const json& j) {
+         return FormatObjectTable(json::array({j}), {"name", "gpu_jobs"});
+       },
+       node},
+  };
+  for (const auto& [f, sample] : others) {
+    const std::string hostile = f(Poison(sample, true));
+    CAPTURE(hostile);
+    CHECK(Inert(hostile));
+    CHECK(Lines(f(Poison(sample, false))) == Lines(f(sample)));
+  }
 }
 
 TEST_CASE("FormatElapsed and FormatSeconds") {

@@ -215,5 +215,52 @@ TEST_CASE("SubmitFlagTable: every flag checks its values") {
   CHECK_FALSE(CheckSubmitFlag("tenant", "").ok());
 }
 
+TEST_CASE("ScriptCommand: the script through its #! interpreter, as one argument") {
+  CHECK(ScriptCommand("echo hi\n") == std::vector<std::string>{"/bin/sh", "-c", "echo hi\n"});
+  CHECK(ScriptCommand("#!/usr/bin/env python3 -u\nprint(1)\n") ==
+        std::vector<std::string>{"/usr/bin/env", "python3", "-u", "-c",
+                                 "#!/usr/bin/env python3 -u\nprint(1)\n"});
+  CHECK(ScriptCommand("#!") == std::vector<std::string>{"/bin/sh", "-c", "#!"});
+  CHECK(kMaxScriptBytes == proto::kMaxArgBytes);
+}
+
+TEST_CASE("CheckCommand: what exec accepts, with the argument named in the user's terms") {
+  const ArgumentOrigin origin = [](size_t i) {
+    return "job.json: command[" + std::to_string(i) + "]";
+  };
+  CHECK(CheckCommand(json{"python", "train.py"}, origin).ok());
+  CHECK(CheckCommand(json{"x", std::string(proto::kMaxArgBytes, 'a')}, origin).ok());
+
+  core::Status s = CheckCommand(json{"x", "y", std::string(proto::kMaxArgBytes + 1, 'a')}, origin);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message() ==
+        "job.json: command[2] is 128 KiB (131072 bytes); Linux runs no argument longer than "
+        "131071 bytes (MAX_ARG_STRLEN; exec fails with E2BIG): put the bulk in a file the job "
+        "reads");
+
+  // Five arguments that fit alone but not together.
+  json many = json::array({"x"});
+  for (int i = 0; i < 5; ++i) many.push_back(std::string(proto::kMaxArgBytes - 1000, 'b'));
+  s = CheckCommand(many, origin);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("the command's 6 arguments take 635.1 KiB with their NULs; at most "
+                         "512 KiB") == 0);
+  CHECK(s.message().find("(the largest is job.json: command[1], 127.0 KiB)") != std::string::npos);
+
+  s = CheckCommand(json::array({"x", std::string("a\0b", 3)}), origin);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message() == "job.json: command[1] holds a NUL byte, which no argument can");
+  s = CheckCommand(json::array({"x", 3}), origin);
+  CHECK(s.message() == "job.json: command[1] must be a string");
+  CHECK_FALSE(CheckCommand(json::array(), origin).ok());
+  CHECK_FALSE(CheckCommand(json::array({""}), origin).ok());
+  CHECK_FALSE(CheckCommand(json("sh -c x"), origin).ok());
+  json too_many = json::array();
+  for (size_t i = 0; i <= proto::kMaxCommandArgs; ++i) too_many.push_back("a");
+  s = CheckCommand(too_many, origin);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("8193 arguments; at most 8192") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace topo::cli

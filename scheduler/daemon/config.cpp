@@ -128,6 +128,14 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"max_connections",
        IntSetter(1, 1000000,
                  [](DaemonConfig& c, int64_t x) { c.max_connections = static_cast<int>(x); })},
+      {"max_connections_per_peer", IntSetter(1, 1000000,
+                                             [](DaemonConfig& c, int64_t x) {
+                                               c.max_connections_per_peer = static_cast<int>(x);
+                                             })},
+      {"first_request_timeout_s", IntSetter(1, 3600,
+                                            [](DaemonConfig& c, int64_t x) {
+                                              c.first_request_timeout_s = static_cast<int>(x);
+                                            })},
       {"rate_limit_per_second",
        IntSetter(1, 100000000,
                  [](DaemonConfig& c, int64_t x) { c.rate_limit_per_second = double(x); })},

@@ -34,6 +34,8 @@ struct DaemonConfig {
   int64_t max_topology_bytes = 64ll << 20;  // PUT /v1/topology
   int64_t max_header_bytes = 16 << 10;
   int max_connections = 1024;
+  // Per peer address (IPv4, or IPv6 as a whole address; loopback included).
+  int max_connections_per_peer = 64;
   double rate_limit_per_second = 20000;  // per user; burst twice that
   int request_timeout_s = 30;            // reading a request, writing an answer, queueing
   int idle_timeout_s = 120;              // a kept-alive connection with no request
@@ -41,6 +43,8 @@ struct DaemonConfig {
   // are refused with 507 (reads go on; agents' reports still commit).
   int64_t min_free_disk_mb = 256;
   int read_threads = 2;  // threads (and read-only store connections) for off-strand reads
+  // A new connection's TLS handshake and whole first request, together.
+  int first_request_timeout_s = 10;
 
   // Node agents (docs/agent-protocol.md): a second listener that requires a
   // client certificate signed by the daemon's CA. Host "off" disables it.

@@ -85,9 +85,13 @@ void Metrics::ConnectionClosed() {
   std::lock_guard lock(mu_);
   connections_ -= 1;
 }
-void Metrics::ConnectionRefused() {
+void Metrics::ConnectionRefused(RefuseReason why) {
   std::lock_guard lock(mu_);
-  connections_refused_ += 1;
+  connections_refused_.at(static_cast<size_t>(why)) += 1;
+}
+void Metrics::ConnectionCutOff(CloseReason why) {
+  std::lock_guard lock(mu_);
+  connections_cut_off_.at(static_cast<size_t>(why)) += 1;
 }
 
 void Metrics::AgentCertificateRevoked(bool at_handshake) {
@@ -124,9 +128,26 @@ void Metrics::Render(std::string& out,
   out += "# HELP topo_api_connections Open API connections.\n";
   out += "# TYPE topo_api_connections gauge\n";
   out += "topo_api_connections " + std::to_string(connections_) + "\n";
-  out += "# HELP topo_api_connections_refused_total Connections closed at the limit.\n";
+  out +=
+      "# HELP topo_api_connections_refused_total Connections closed at accept, by the limit "
+      "that was reached.\n";
   out += "# TYPE topo_api_connections_refused_total counter\n";
-  out += "topo_api_connections_refused_total " + std::to_string(connections_refused_) + "\n";
+  static constexpr std::array<const char*, static_cast<size_t>(RefuseReason::kCount)> kRefuseNames =
+      {"max_connections", "max_connections_per_peer"};
+  for (size_t i = 0; i < kRefuseNames.size(); ++i) {
+    out += std::string("topo_api_connections_refused_total{reason=\"") + kRefuseNames[i] + "\"} " +
+           std::to_string(connections_refused_[i]) + "\n";
+  }
+  out +=
+      "# HELP topo_api_connections_closed_total Connections the server ended itself: "
+      "unauthenticated ones evicted near max_connections, and those past a deadline.\n";
+  out += "# TYPE topo_api_connections_closed_total counter\n";
+  static constexpr std::array<const char*, static_cast<size_t>(CloseReason::kCount)> kCloseNames = {
+      "evicted_unauthenticated", "first_request_timeout", "idle_timeout", "request_timeout"};
+  for (size_t i = 0; i < kCloseNames.size(); ++i) {
+    out += std::string("topo_api_connections_closed_total{reason=\"") + kCloseNames[i] + "\"} " +
+           std::to_string(connections_cut_off_[i]) + "\n";
+  }
   out +=
       "# HELP topo_agent_certificates_revoked_total Agent connections refused for a revoked "
       "certificate: at the TLS handshake, or closed while connected.\n";

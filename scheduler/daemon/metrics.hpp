@@ -28,6 +28,19 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// Why the server refused an API connection at accept (the config key).
+enum class RefuseReason { kMaxConnections, kMaxConnectionsPerPeer, kCount };
+// Why the server itself ended an API connection (docs/daemon.md,
+// Connections): evicted while unauthenticated to make room near
+// max_connections, or past one of its deadlines.
+enum class CloseReason {
+  kEvictedUnauthenticated,
+  kFirstRequestTimeout,
+  kIdleTimeout,
+  kRequestTimeout,
+  kCount
+};
+
 class Metrics {
  public:
   // An API request served: its route pattern ("/v1/jobs/{id}"), method,
@@ -38,7 +51,8 @@ class Metrics {
   void Commit(double seconds, size_t entries);
   void ConnectionOpened();
   void ConnectionClosed();
-  void ConnectionRefused();
+  void ConnectionRefused(RefuseReason why);
+  void ConnectionCutOff(CloseReason why);
   // An agent refused for a revoked certificate: at the TLS handshake, or
   // an already connected session closed when the revocation was loaded.
   void AgentCertificateRevoked(bool at_handshake);
@@ -58,7 +72,8 @@ class Metrics {
   uint64_t commits_ = 0;
   uint64_t committed_entries_ = 0;
   int64_t connections_ = 0;
-  uint64_t connections_refused_ = 0;
+  std::array<uint64_t, static_cast<size_t>(RefuseReason::kCount)> connections_refused_{};
+  std::array<uint64_t, static_cast<size_t>(CloseReason::kCount)> connections_cut_off_{};
   uint64_t agent_revoked_handshakes_ = 0;
   uint64_t agent_revoked_sessions_ = 0;
 };

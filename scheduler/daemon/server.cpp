@@ -1,13 +1,14 @@
-// Server: Beast HTTPS sessions, the service strand, group commit, timers.
+// Server: the service strand, group commit, timers, the agents' listener.
+// The API's HTTP sessions are in http_session.cpp.
 
 #include "daemon/server.hpp"
 
+#include "daemon/connection_table.hpp"
+#include "daemon/http_session.hpp"
 #include "daemon/revocation.hpp"
 #include "daemon/service_internal.hpp"
 #include "topo/common/agent_protocol.hpp"
 
-#include <array>
-#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <deque>
@@ -26,7 +27,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
@@ -34,7 +34,6 @@
 namespace topo::daemon {
 
 namespace beast = boost::beast;
-namespace http = beast::http;
 namespace net = boost::asio;
 namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
@@ -71,6 +70,15 @@ class Server::Impl {
       : config_(config),
         service_(service),
         metrics_(metrics),
+        connections_(config.max_connections, config.max_connections_per_peer),
+        // tls_ is bound here and used only once listening.
+        http_{config_, tls_, metrics_, connections_,
+              [this](HttpRequest request, Clock::time_point received,
+                     std::function<void(HttpResponse)> done) {
+                Pending p{std::move(request), {}, received, std::move(done)};
+                if (service_.ServedOffStrand(p.request)) return ServeOffStrand(std::move(p));
+                Enqueue(std::move(p));
+              }},
         ioc_(config.io_threads),
         strand_(net::make_strand(ioc_)),
         acceptor_(ioc_),
@@ -109,6 +117,10 @@ class Server::Impl {
   const DaemonConfig config_;
   Service& service_;
   Metrics& metrics_;
+  // Before ioc_: the sessions its unrun handlers hold end when it is
+  // destroyed, and they release their slots here.
+  ConnectionTable connections_;  // the API's connection slots
+  HttpSessionContext http_;      // what the API's sessions see of the server
   net::io_context ioc_;
   net::strand<net::io_context::executor_type> strand_;
   tcp::acceptor acceptor_;
@@ -135,7 +147,6 @@ class Server::Impl {
   };
   std::unordered_map<int64_t, Deferred> deferred_;
   static constexpr int kAgentAnswerTimeoutS = 10;
-  std::atomic<int> connections_{0};
   int port_ = 0;
   int agent_port_ = 0;
   std::mutex mu_;
@@ -153,198 +164,6 @@ class Server::Impl {
   void Sample();
   void Stop(Status why);
 };
-
-// ---------------------------------------------------------------- session
-
-namespace {
-
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, Server::Impl& server)
-      : stream_(std::move(socket), server.tls_), server_(server) {
-    server_.metrics_.ConnectionOpened();
-  }
-  ~Session() {
-    server_.connections_ -= 1;
-    server_.metrics_.ConnectionClosed();
-  }
-
-  void Start() {
-    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(10));
-    stream_.async_handshake(ssl::stream_base::server,
-                            [self = shared_from_this()](beast::error_code ec) {
-                              if (!ec) self->ReadHeader();
-                            });
-  }
-
- private:
-  void ReadHeader() {
-    parser_.emplace();
-    parser_->header_limit(static_cast<uint32_t>(server_.config_.max_header_bytes));
-    parser_->body_limit(static_cast<uint64_t>(server_.config_.max_body_bytes));
-    beast::get_lowest_layer(stream_).expires_after(
-        std::chrono::seconds(server_.config_.idle_timeout_s));
-    http::async_read_header(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
-  }
-
-  void OnHeader(beast::error_code ec) {
-    if (ec) return ReadFailed(ec);
-    const auto& req = parser_->get();
-    if (req.target() == "/v1/topology" && req.method() == http::verb::put) {
-      parser_->body_limit(static_cast<uint64_t>(server_.config_.max_topology_bytes));
-    }
-    beast::get_lowest_layer(stream_).expires_after(
-        std::chrono::seconds(server_.config_.request_timeout_s));
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRequest(ec); });
-  }
-
-  void ReadFailed(beast::error_code ec) {
-    if (ec == http::error::body_limit) {
-      return Reply(413,
-                   "the body is larger than this route allows (max_body_bytes; "
-                   "max_topology_bytes for PUT /v1/topology)",
-                   false);
-    }
-    if (ec == http::error::header_limit) {
-      return Reply(431, "the request headers are larger than max_header_bytes", false);
-    }
-    if (ec.category() == http::make_error_code(http::error::bad_method).category() &&
-        ec != http::error::end_of_stream) {
-      return Reply(400, "malformed HTTP request: " + ec.message(), false);
-    }
-    Close();  // timeout, reset, end of stream
-  }
-
-  void Reply(int status, const std::string& message, bool keep_alive) {
-    HttpResponse r;
-    r.status = status;
-    r.body = std::string("{\"error\":{\"code\":\"") +
-             (status == 413   ? "too_large"
-              : status == 431 ? "headers_too_large"
-                              : "bad_request") +
-             "\",\"message\":\"" + message + "\"}}\n";
-    linger_ = true;
-    Write(std::move(r), keep_alive, "invalid", "-", Clock::now());
-  }
-
-  // After refusing a request the client may still be sending: read and
-  // drop what comes (bounded in bytes and time) so that closing does not
-  // reset the connection before the client has read the answer.
-  void Linger(size_t dropped = 0) {
-    if (dropped > (size_t{64} << 20)) return Close();
-    stream_.async_read_some(net::buffer(discard_),
-                            [self = shared_from_this(), dropped](beast::error_code ec, size_t n) {
-                              if (ec) return self->Close();
-                              self->Linger(dropped + n);
-                            });
-  }
-
-  void OnRequest(beast::error_code ec) {
-    if (ec) return ReadFailed(ec);
-    const Clock::time_point received = Clock::now();
-    auto& req = parser_->get();
-    const bool keep_alive = req.keep_alive();
-    const std::string method(req.method_string());
-    std::string target(req.target());
-    if (target.empty() || target[0] != '/' || target.size() > 4096) {
-      HttpResponse r = Error(400, "the request target must be a path of at most 4096 bytes");
-      return Write(std::move(r), false, "invalid", method, received);
-    }
-    const std::string path = target.substr(0, target.find('?'));
-    if (path == "/favicon.ico") {
-      HttpResponse r;
-      r.status = 204;
-      r.content_type = "image/x-icon";
-      return Write(std::move(r), keep_alive, "/favicon.ico", method, received);
-    }
-    if (path == "/healthz" || path == "/" || path == "/index.html") {
-      HttpResponse r;
-      if (req.method() != http::verb::get && req.method() != http::verb::head) {
-        r = Error(405, "use GET " + path);
-      } else if (path == "/healthz") {
-        r.content_type = "text/plain";
-        r.body = "ok\n";
-      } else {
-        r.content_type = "text/html; charset=utf-8";
-        r.body = std::string(DashboardHtml());
-        r.headers.emplace_back("Content-Security-Policy",
-                               "default-src 'self'; script-src 'self' 'unsafe-inline'; "
-                               "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                               "frame-ancestors 'none'");
-      }
-      return Write(std::move(r), keep_alive, path == "/healthz" ? "/healthz" : "/", method,
-                   received);
-    }
-    Pending p;
-    p.request.method = method;
-    p.request.target = std::move(target);
-    p.request.authorization = std::string(req[http::field::authorization]);
-    p.request.content_type = std::string(req[http::field::content_type]);
-    p.request.body = std::move(req.body());
-    p.received = received;
-    // Nothing reads from the socket until the answer is written.
-    p.done = [self = shared_from_this(), keep_alive, method, received](HttpResponse r) {
-      net::post(self->stream_.get_executor(),
-                [self, r = std::move(r), keep_alive, method, received]() mutable {
-                  const std::string route = r.route.empty() ? "unknown" : r.route;
-                  self->Write(std::move(r), keep_alive, route, method, received);
-                });
-    };
-    if (server_.service_.ServedOffStrand(p.request)) return server_.ServeOffStrand(std::move(p));
-    server_.Enqueue(std::move(p));
-  }
-
-  void Write(HttpResponse r, bool keep_alive, const std::string& route, const std::string& method,
-             Clock::time_point received) {
-    server_.metrics_.ApiRequest(route, method, r.status,
-                                std::chrono::duration<double>(Clock::now() - received).count());
-    auto res = std::make_shared<http::response<http::string_body>>();
-    res->version(11);
-    res->result(static_cast<http::status>(r.status));
-    res->set(http::field::server, "topo-scheduler");
-    res->set(http::field::content_type, r.content_type);
-    res->set(http::field::cache_control, "no-store");
-    res->set("X-Content-Type-Options", "nosniff");
-    for (const auto& [k, v] : r.headers) res->set(k, v);
-    res->body() = std::move(r.body);
-    res->keep_alive(keep_alive && r.status < 500);
-    res->prepare_payload();
-    beast::get_lowest_layer(stream_).expires_after(
-        std::chrono::seconds(server_.config_.request_timeout_s));
-    http::async_write(
-        stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
-          if (ec) return;
-          if (res->keep_alive()) {
-            self->ReadHeader();
-          } else if (self->linger_) {
-            beast::get_lowest_layer(self->stream_).expires_after(std::chrono::seconds(2));
-            self->Linger();
-          } else {
-            self->Close();
-          }
-        });
-  }
-
-  void Close() {
-    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(2));
-    stream_.async_shutdown([self = shared_from_this()](beast::error_code) {
-      beast::get_lowest_layer(self->stream_).close();
-    });
-  }
-
-  beast::ssl_stream<beast::tcp_stream> stream_;
-  Server::Impl& server_;
-  beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  bool linger_ = false;
-  std::array<char, 16384> discard_;
-};
-
-}  // namespace
 
 // ---------------------------------------------------------------- server
 
@@ -376,16 +195,7 @@ Status Server::Impl::Listen(const std::string& cert, const std::string& key) {
 void Server::Impl::Accept() {
   acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;
-    if (!ec) {
-      if (connections_.load() >= config_.max_connections) {
-        metrics_.ConnectionRefused();
-        beast::error_code ignored;
-        socket.close(ignored);
-      } else {
-        connections_ += 1;
-        std::make_shared<Session>(std::move(socket), *this)->Start();
-      }
-    }
+    if (!ec) AcceptHttpConnection(std::move(socket), http_);
     Accept();
   });
 }
@@ -807,7 +617,12 @@ void Server::Impl::AcceptAgents() {
   agent_acceptor_.async_accept(
       net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
         if (ec == net::error::operation_aborted) return;
-        if (!ec) std::make_shared<AgentSession>(std::move(socket), *this)->Start();
+        // Agents' messages are small and latency-bound, like the API's answers.
+        if (!ec) {
+          beast::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
+          std::make_shared<AgentSession>(std::move(socket), *this)->Start();
+        }
         // Thousands of agents connect at once when a cluster comes up: take
         // what waits in the backlog now, not one connection per reactor
         // cycle (under heartbeat load that was ~20/s, and handshakes timed
@@ -815,7 +630,11 @@ void Server::Impl::AcceptAgents() {
         for (int i = 0; !ec && i < 256; ++i) {
           tcp::socket more(net::make_strand(ioc_));
           agent_acceptor_.accept(more, ec);  // non-blocking: would_block ends it
-          if (!ec) std::make_shared<AgentSession>(std::move(more), *this)->Start();
+          if (!ec) {
+            beast::error_code ignored;
+            more.set_option(tcp::no_delay(true), ignored);
+            std::make_shared<AgentSession>(std::move(more), *this)->Start();
+          }
         }
         if (ec && ec != net::error::would_block && ec != net::error::try_again) {
           // Out of file descriptors (EMFILE) and the like: accepting again

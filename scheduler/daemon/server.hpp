@@ -3,8 +3,9 @@
 //
 // I/O threads (config.io_threads) accept connections, do TLS, read and parse
 // requests under limits (headers, body, connections, deadlines) and write
-// answers. Every /v1 and /metrics request is handed to one strand that owns
-// the Service: it drains all the requests queued meanwhile, handles them,
+// answers (http_session.hpp; who gets a connection slot: connection_table.hpp).
+// Every /v1 and /metrics request is handed to one strand that owns the
+// Service: it drains all the requests queued meanwhile, handles them,
 // commits their log entries in one transaction (group commit), then posts
 // the answers back to their connections. While one group commits, the next
 // one queues: the more load, the more requests share an fsync. Timers on the

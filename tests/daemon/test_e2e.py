@@ -26,13 +26,13 @@ def main():
     home = os.path.join(work, "home")
     os.makedirs(home)
 
-    def topo(args, token=None, expect=OK, stdin=None):
+    def topo(args, token=None, expect=OK, stdin=None, timeout=60):
         env = dict(os.environ, HOME=home, TOPO_SERVER=d.url, TOPO_CA=os.path.join(d.state_dir, "ca.pem"),
                    TOPO_TOKEN=token or d.admin_token)
         env.pop("XDG_CONFIG_HOME", None)
         env.pop("XDG_DATA_HOME", None)
         p = subprocess.run([topo_bin] + args, env=env, input=stdin, capture_output=True, text=True,
-                           timeout=60)
+                           timeout=timeout)
         if p.returncode != expect:
             raise Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s" %
                           (" ".join(args), p.returncode, expect, p.stdout[-2000:], p.stderr[-2000:]))
@@ -160,6 +160,47 @@ def main():
             ids = {e["event"].get("id")} | {c.get("id") for c in e["commands"]}
             check(ids & alice_ids, "alice sees an event not about her jobs: %s" % e)
         check(len(mine_ev) >= 4, "alice sees her jobs' events")
+
+        # A researcher's job name can neither forge a row nor send escape
+        # codes to an admin's terminal; --json keeps it exact.
+        hostile = "x\n99  org/a     alice  forged  running\x1b[2J\u202e"
+        hj = js(["submit", "--gpus", "8", "--name", hostile], bob)
+        queue = topo(["queue", "--all"]).stdout
+        check("\x1b" not in queue and "\u202e" not in queue, "raw escape codes in topo queue: %r" % queue)
+        check(not any(l.startswith("99 ") for l in queue.splitlines()), "a forged row: %r" % queue)
+        row = [l for l in queue.splitlines() if l.split()[:1] == [str(hj["id"])]]
+        check(len(row) == 1 and "x\\n99  org/a" in row[0], "the name escaped in its own row: %r" % row)
+        first = topo(["show", str(hj["id"])]).stdout.splitlines()[0]
+        check(first == "Job %d: x\\n99  org/a     alice  forged  running\\x1b[2J\\u202e" % hj["id"],
+              "topo show: %r" % first)
+        check(js(["show", str(hj["id"])])["name"] == hostile, "--json keeps the name exact")
+        topo(["cancel", str(hj["id"])], bob)
+
+        # The CLI reads no more than a request can carry: --spec /dev/zero
+        # (on the command line or a #TOPO line) and an oversized script fail
+        # at once, naming the file, the limit and the fix.
+        p = topo(["submit", "--spec", "/dev/zero"], bob, expect=1, timeout=20)
+        check("/dev/zero" in p.stderr and "1 MiB" in p.stderr, "--spec /dev/zero: %s" % p.stderr)
+        zero = os.path.join(work, "zero.sh")
+        with open(zero, "w") as f:
+            f.write("#!/bin/sh\n#TOPO --gpus 8 --spec /dev/zero\necho hi\n")
+        p = topo(["submit", zero], bob, expect=1, timeout=20)
+        check(zero + ":2: --spec /dev/zero" in p.stderr, "#TOPO --spec /dev/zero: %s" % p.stderr)
+        p = topo(["submit", "--spec", "-"], bob, expect=1, stdin="{" * (2 << 20), timeout=20)
+        check("<stdin>" in p.stderr and "1 MiB" in p.stderr, "--spec - too large: %s" % p.stderr)
+        big = os.path.join(work, "big.sh")
+        with open(big, "w") as f:
+            f.write("#!/bin/sh\n#TOPO --gpus 8\n" + "# padding padding padding\n" * 6000 + "echo hi\n")
+        p = topo(["submit", big], bob, expect=1, timeout=20)
+        check(big in p.stderr and "131071 bytes" in p.stderr and "sh -c" in p.stderr,
+              "a 150 KiB script: %s" % p.stderr)
+        spec = os.path.join(work, "long-arg.json")
+        with open(spec, "w") as f:
+            json.dump({"spec": {"gpus": 8}, "command": ["python", "-c", "x" * 200000]}, f)
+        p = topo(["submit", "--spec", spec], bob, expect=1)
+        check(spec + ": command[2] is 195.3 KiB" in p.stderr and "E2BIG" in p.stderr,
+              "a too-long argument: %s" % p.stderr)
+        check(len(js(["queue", "--all"], bob)["jobs"]) == 3, "nothing was submitted")
 
         # Topology export from the server gives back what was imported.
         exported = json.loads(topo(["topology", "export"]).stdout)

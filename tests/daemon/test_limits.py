@@ -6,6 +6,7 @@ others; past the rate limit a user gets 429 with Retry-After.
 usage: test_limits.py TOPO_SCHEDULER_BIN
 """
 
+import http.client
 import socket
 import ssl
 import sys
@@ -16,6 +17,7 @@ from harness import Daemon, check, run, serving
 CONFIG = """max_connections = 6
 request_timeout_s = 2
 idle_timeout_s = 2
+first_request_timeout_s = 2
 rate_limit_per_second = 5
 """
 
@@ -46,13 +48,29 @@ def main():
         status, _ = d.request("GET", "/healthz")
         check(status == 200 and time.time() - t0 < 1.0, "a slow client stalled the daemon")
         check(closed_by_server(slow, 6), "a half-sent request was not cut off")
+        # A connection that never sends a request is closed after
+        # first_request_timeout_s.
+        silent = tls_connect(d)
+        check(closed_by_server(silent, 6), "a silent connection was kept past first_request_timeout_s")
         # Idle keep-alive connections are closed after idle_timeout_s.
-        idle = tls_connect(d)
-        check(closed_by_server(idle, 6), "an idle connection was kept past idle_timeout_s")
+        idle = http.client.HTTPSConnection("127.0.0.1", d.port, context=d.ctx, timeout=10)
+        idle.request("GET", "/healthz")
+        check(idle.getresponse().read() == b"ok\n", "healthz")
+        check(closed_by_server(idle.sock, 6), "an idle connection was kept past idle_timeout_s")
+        idle.close()
 
-        # The connection limit: past it, new connections are closed at once;
+        # The connection limit: with every slot held by clients that proved
+        # their token, a new connection is closed at once (idle ones that
+        # never did would have been evicted instead: test_connections.py);
         # once the others go, new ones are served again.
-        held = [tls_connect(d) for _ in range(6)]
+        held = []
+        for _ in range(6):
+            c = http.client.HTTPSConnection("127.0.0.1", d.port, context=d.ctx, timeout=10)
+            c.request("GET", "/v1/whoami", headers={"Authorization": "Bearer " + d.admin_token})
+            resp = c.getresponse()
+            resp.read()
+            check(resp.status == 200, "whoami: %s" % resp.status)
+            held.append(c)
         extra = socket.create_connection(("127.0.0.1", d.port), timeout=5)
         refused = False
         try:
@@ -61,11 +79,22 @@ def main():
         except (ssl.SSLError, ConnectionResetError, OSError):
             refused = True
         check(refused, "a connection past max_connections was served")
+        check(not any(closed_by_server(c.sock, 0.2) for c in held),
+              "an authenticated connection was closed for a newcomer")
         for c in held:
             c.close()
-        time.sleep(0.3)
-        status, _ = d.request("GET", "/healthz")
-        check(status == 200, "not served again after connections closed")
+        served = False
+        for _ in range(50):  # bounded: the slots free as the server sees the closes
+            try:
+                served = d.request("GET", "/healthz", timeout=5)[0] == 200
+            except (ssl.SSLError, ConnectionResetError, OSError):
+                served = False
+            if served:
+                break
+            time.sleep(0.1)
+        check(served, "not served again after connections closed")
+        # Let the rate limit's bucket refill after the six whoami requests.
+        time.sleep(2.5)
 
         # The rate limit: bursts of twice the rate, then 429 with Retry-After.
         token = d.admin_token
@@ -79,7 +108,7 @@ def main():
         time.sleep(1.5)
         status, _ = d.request("GET", "/v1/whoami", token=token)
         check(status == 200, "the bucket refills")
-        print("ok: slow and idle clients cut off, connection limit and rate limit enforced")
+        print("ok: slow, silent and idle clients cut off, connection limit and rate limit enforced")
 
 
 if __name__ == "__main__":

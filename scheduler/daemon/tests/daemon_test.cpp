@@ -30,6 +30,13 @@ TEST_CASE("config: values, comments and defaults") {
   CHECK_FALSE(c.backfill);
   CHECK(c.server_names == std::vector<std::string>{"a.example", "10.0.0.1"});
   CHECK(c.max_body_bytes == 1 << 20);  // untouched default
+  CHECK(c.max_connections_per_peer == 64);
+  CHECK(c.first_request_timeout_s == 10);
+  REQUIRE(
+      ApplyConfigText("max_connections_per_peer = 3\nfirst_request_timeout_s = 2\n", "y.conf", c)
+          .ok());
+  CHECK(c.max_connections_per_peer == 3);
+  CHECK(c.first_request_timeout_s == 2);
   auto sc = c.SchedulerConfig();
   REQUIRE(sc.ok());
   CHECK(sc.value().placer == "slurm-tree");
@@ -51,6 +58,11 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
       {"backfill = maybe\n", "not true or false"},
       {"just words\n", "expected `key = value`"},
       {"listen = host:99999\n", "out of range"},
+      {"max_connections_per_peer = 0\n",
+       "x.conf:2: max_connections_per_peer: 0 is out of range; use 1..1000000"},
+      {"first_request_timeout_s = 0\n",
+       "x.conf:2: first_request_timeout_s: 0 is out of range; use 1..3600"},
+      {"first_request_timeout_s = 3601\n", "use 1..3600"},
   };
   for (const Case& k : cases) {
     const std::string text = k.text;

@@ -1,0 +1,102 @@
+#include "client/input.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace topo::cli {
+namespace {
+
+constexpr InputLimit kLimit = {1000, "a test input", "the test's limit", "use a smaller one"};
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/topo-input-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string Write(const std::string& name, const std::string& text) const {
+    const std::string p = path + "/" + name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  std::string path;
+};
+
+TEST_CASE("ReadInputFile: a file within the limit is read whole") {
+  TempDir dir;
+  const std::string p = dir.Write("ok.json", std::string(1000, 'x'));
+  core::Result<std::string> r = ReadInputFile(p, kLimit);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  CHECK(r.value() == std::string(1000, 'x'));
+  CHECK(ReadInputFile(dir.Write("empty", ""), kLimit).value().empty());
+}
+
+TEST_CASE("ReadInputFile: a larger regular file is refused with its size, the limit and the fix") {
+  TempDir dir;
+  const std::string p = dir.Write("big.json", std::string(1001, 'x'));
+  core::Result<std::string> r = ReadInputFile(p, kLimit);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message() ==
+        p + " is 1001 bytes, more than a test input may hold: at most 1000 bytes, the "
+            "test's limit; use a smaller one");
+}
+
+TEST_CASE("ReadInputFile: an endless device stops one byte past the limit") {
+  const InputLimit mib = {size_t{1} << 20, "a job spec (--spec)", "", ""};
+  core::Result<std::string> r = ReadInputFile("/dev/zero", mib);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message() ==
+        "/dev/zero holds more than a job spec (--spec) may hold (reading stopped at 1 MiB): at "
+        "most 1 MiB (1048576 bytes)");
+}
+
+TEST_CASE("ReadInputFd: a pipe is read with the same bound, and within it whole") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  // More than the limit, less than a pipe's buffer: no writer thread needed.
+  const std::string text(3000, 'y');
+  REQUIRE(write(fds[1], text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fds[1]);
+  core::Result<std::string> r = ReadInputFd(fds[0], "<stdin>", kLimit);
+  close(fds[0]);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message().find("<stdin> holds more than a test input may hold") == 0);
+
+  REQUIRE(pipe(fds) == 0);
+  REQUIRE(write(fds[1], "{\"gpus\": 8}", 11) == 11);
+  close(fds[1]);
+  r = ReadInputFd(fds[0], "<stdin>", kLimit);
+  close(fds[0]);
+  REQUIRE(r.ok());
+  CHECK(r.value() == "{\"gpus\": 8}");
+}
+
+TEST_CASE("ReadInputFile: directories and missing files name the path") {
+  TempDir dir;
+  core::Result<std::string> r = ReadInputFile(dir.path, kLimit);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message() == dir.path + ": is a directory, not a file");
+  r = ReadInputFile(dir.path + "/nope", kLimit);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message() == dir.path + "/nope: cannot open (No such file or directory)");
+}
+
+TEST_CASE("FormatBytes") {
+  CHECK(FormatBytes(1) == "1 byte");
+  CHECK(FormatBytes(300) == "300 bytes");
+  CHECK(FormatBytes(10240) == "10 KiB");
+  CHECK(FormatBytes(131071) == "127.9 KiB");
+  CHECK(FormatBytes(153600) == "150 KiB");
+  CHECK(FormatBytes(size_t{1} << 20) == "1 MiB");
+  CHECK(FormatBytes(5033164) == "4.7 MiB");
+  CHECK(FormatBytes(size_t{3} << 30) == "3 GiB");
+}
+
+}  // namespace
+}  // namespace topo::cli
