@@ -2,13 +2,15 @@
 """Failures never fail healthy jobs, against a real daemon with test agents
 that speak the protocol from its schema (issue 12).
 
-mass loss   288 agents register; six 384-GPU jobs fill the cluster and each
-            stores a checkpoint; the connections of 287 agents close at once
-            (the process holding them stopped). The nodes go down in batches
-            (node_states_requested), no job is restarted onto a lost node and
-            none fails: each waits in the queue with the reason. When the
-            agents register again every job starts again, restart_count 1,
-            from its newest checkpoint.
+mass loss   288 agents register; six 320-GPU jobs with a spare node each
+            (246 nodes) run and each stores a checkpoint; the connections of
+            287 agents close at once (the process holding them stopped). The
+            nodes turn suspect, then go down in batches
+            (node_states_requested); no start or restart in the log ever
+            names a node that was not up at that point, no job fails, and
+            each waits in the queue with the reason. When the agents register
+            again every job starts again, restart_count 1, from its newest
+            checkpoint.
 rank 127    with max_app_failures = 3 and a backoff of 1 s doubling: a rank
             exiting 127 requeues the job to restart after 1 s, then 2 s (the
             logged start is never earlier); a lost node in between restarts
@@ -136,12 +138,27 @@ def events(d):
     return d.api("GET", "/v1/events?after=0&limit=10000", expect=200)["events"]
 
 
+def starts_on_unhealthy_nodes(log):
+    """Starts and restarts in the log that name a node whose last logged
+    state before them was not up."""
+    state, bad = {}, []
+    for e in log:
+        for c in e["commands"]:
+            if c["type"] == "node_state_changed":
+                state[c["node"]] = c["state"]
+            elif c["type"] in ("start_job", "restart_job"):
+                used = {n for n, _ in c["ranks"]} | set(c["spares"])
+                bad += [(e["seq"], c["type"], c["id"], n, state.get(n)) for n in sorted(used)
+                        if state.get(n) != "up"]
+    return bad
+
+
 def mass_loss(d, fleet):
-    ids = [d.api("POST", "/v1/jobs", {"spec": {"gpus": 384, "name": "big%d" % i,
+    ids = [d.api("POST", "/v1/jobs", {"spec": {"gpus": 320, "name": "big%d" % i, "spares": 1,
                                                "parallelism": {"tp": 8}}}, expect=201)["id"]
            for i in range(6)]
     js = jobs(d)
-    check(all(js[i]["state"] == "running" for i in ids), "six jobs fill the cluster: %s" % js)
+    check(all(js[i]["state"] == "running" for i in ids), "six jobs run: %s" % js)
     steps, survivor = {}, None
     for k, i in enumerate(ids):
         info = d.api("GET", "/v1/jobs/%d" % i, expect=200)
@@ -167,22 +184,25 @@ def mass_loss(d, fleet):
     batches = [len(e["event"]["requests"]) for e in log
                if e["event"]["type"] == "node_states_requested"]
     check(batches, "the liveness check logged node_states_requested batches")
-    restarts = [c for e in log for c in e["commands"] if c["type"] == "restart_job"]
-    check(not restarts, "no job was restarted while its nodes were being lost: %s" % restarts)
+    bad = starts_on_unhealthy_nodes(log)
+    check(not bad, "restarts onto nodes that were not up (seq, type, job, node, state): %s"
+          % bad[:10])
     reason = js[ids[0]]["reason"]
 
     for n in lost:
         fleet.connect(n)
     wait_for(lambda: all(jobs(d)[i]["state"] == "running" for i in ids), 30,
              "six jobs running again")
-    starts = {c["id"]: c for e in events(d) for c in e["commands"]
+    log = events(d)
+    check(not starts_on_unhealthy_nodes(log), "a start on a node that was not up")
+    starts = {c["id"]: c for e in log for c in e["commands"]
               if c["type"] == "start_job" and c["restart_count"] == 1}
     for i in ids:
         check(i in starts and starts[i]["checkpoint_step"] == steps[i],
               "job %d starts again from step %d: %s" % (i, steps[i], starts.get(i)))
     check(not any(j["state"] == "failed" for j in jobs(d).values()), "no job failed")
     return "287 of 288 nodes lost in batches of %s: no job failed (%r); all six restarted " \
-           "from their checkpoints" % (batches, reason)
+           "from their checkpoints, never onto a node that was not up" % (batches, reason)
 
 
 def rank_127(d, fleet):
