@@ -193,6 +193,20 @@ class Reader {
 
 // ---------------------------------------------------------------- events
 
+// node_state_requested's body, and each item of node_states_requested.
+Json NodeRequestBody(const core::NodeStateRequested& e, const core::Topology& topo) {
+  return {{"node", NodeName(e.node, topo)},
+          {"state", core::NodeStateName(e.state)},
+          {"reason", e.reason}};
+}
+
+// Reads the node, state and reason of r's object.
+core::NodeStateRequested ReadNodeRequest(Reader& r, const core::Topology& topo) {
+  return core::NodeStateRequested{r.Node("node", topo),
+                                  r.Named<core::NodeState>("state", "node state", ParseNodeState),
+                                  r.String("reason")};
+}
+
 template <typename T>
 Json EventBody(const T& e, const core::Topology& topo) {
   if constexpr (std::is_same_v<T, core::JobSubmitted>) {
@@ -208,9 +222,13 @@ Json EventBody(const T& e, const core::Topology& topo) {
   } else if constexpr (std::is_same_v<T, core::CheckpointCompleted>) {
     return {{"id", e.id}, {"step", e.step}};
   } else if constexpr (std::is_same_v<T, core::NodeStateRequested>) {
-    return {{"node", NodeName(e.node, topo)},
-            {"state", core::NodeStateName(e.state)},
-            {"reason", e.reason}};
+    return NodeRequestBody(e, topo);
+  } else if constexpr (std::is_same_v<T, core::NodeStatesRequested>) {
+    Json requests = Json::array();
+    for (const core::NodeStateRequested& r : e.requests) {
+      requests.push_back(NodeRequestBody(r, topo));
+    }
+    return {{"requests", std::move(requests)}};
   } else if constexpr (std::is_same_v<T, core::Heartbeat>) {
     return {{"node", NodeName(e.node, topo)}};
   } else if constexpr (std::is_same_v<T, core::GpuEvent>) {
@@ -278,9 +296,25 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
   }
   if (type == "node_state_requested") {
     Reader r = fields({"type", "node", "state", "reason"});
-    core::NodeStateRequested e{r.Node("node", topo),
-                               r.Named<core::NodeState>("state", "node state", ParseNodeState),
-                               r.String("reason")};
+    core::NodeStateRequested e = ReadNodeRequest(r, topo);
+    return done(r, std::move(e));
+  }
+  if (type == "node_states_requested") {
+    Reader r = fields({"type", "requests"});
+    core::NodeStatesRequested e;
+    if (const Json* list = r.Field("requests")) {
+      if (!list->is_array() || list->empty()) {
+        return PathError("requests", "must be a non-empty array of {node, state, reason} (got " +
+                                         internal::Shown(*list) + ")");
+      }
+      e.requests.reserve(list->size());
+      for (size_t i = 0; i < list->size(); ++i) {
+        Reader item((*list)[i], Index("requests", i), {"node", "state", "reason"});
+        core::NodeStateRequested request = ReadNodeRequest(item, topo);
+        if (!item.ok()) return item.status();
+        e.requests.push_back(std::move(request));
+      }
+    }
     return done(r, std::move(e));
   }
   if (type == "heartbeat") {
@@ -324,7 +358,7 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
                            "\"; known: job_submitted, job_cancelled, job_hold_changed, "
                            "job_finished, rank_exited, checkpoint_completed, "
                            "node_state_requested, heartbeat, gpu_event, tenant_configured, tick, "
-                           "node_evacuated, job_launch_failed");
+                           "node_evacuated, job_launch_failed, node_states_requested");
 }
 
 // ---------------------------------------------------------------- commands
@@ -482,12 +516,20 @@ std::optional<core::GpuHealth> ParseGpuHealth(std::string_view name) {
 }
 
 std::string_view EventTypeName(const core::Event& event) {
-  static constexpr std::string_view kNames[] = {
-      "job_submitted",        "job_cancelled", "job_hold_changed",
-      "job_finished",         "rank_exited",   "checkpoint_completed",
-      "node_state_requested", "heartbeat",     "gpu_event",
-      "tenant_configured",    "tick",          "node_evacuated",
-      "job_launch_failed"};
+  static constexpr std::string_view kNames[] = {"job_submitted",
+                                                "job_cancelled",
+                                                "job_hold_changed",
+                                                "job_finished",
+                                                "rank_exited",
+                                                "checkpoint_completed",
+                                                "node_state_requested",
+                                                "heartbeat",
+                                                "gpu_event",
+                                                "tenant_configured",
+                                                "tick",
+                                                "node_evacuated",
+                                                "job_launch_failed",
+                                                "node_states_requested"};
   static_assert(std::size(kNames) == std::variant_size_v<core::Event>, "name every event");
   return kNames[event.index()];
 }

@@ -65,6 +65,8 @@ std::vector<Event> SampleEvents(const core::Topology& t) {
       core::Tick{},
       core::NodeEvacuated{b1, "agent stopped its ranks"},
       core::JobLaunchFailed{7, b1, "no Unix account 'ada' on b1", true},
+      core::NodeStatesRequested{{{b1, core::NodeState::kDown, "agent silent for 3000 ms"},
+                                 {t.FindNode("a1"), core::NodeState::kSuspect, ""}}},
   };
 }
 
@@ -185,6 +187,33 @@ TEST_CASE("field values survive the round trip") {
   CHECK(r.launch.nodes[0].gpus == std::vector<int>{3});
 }
 
+TEST_CASE("a batch of node requests keeps every request, in order, by node name") {
+  const core::Topology before = MakeTopology(false);
+  const core::Topology after = MakeTopology(true);
+  const core::NodeStatesRequested batch{
+      {{before.FindNode("b1"), core::NodeState::kDown, "agent disconnected for 2000 ms"},
+       {before.FindNode("a0"), core::NodeState::kDown, "agent silent for 3000 ms (connected)"},
+       {before.FindNode("a1"), core::NodeState::kUp, "registered"}}};
+  const json j = common::EventToJson(batch, before);
+  const json want = json::parse(R"j({"type": "node_states_requested", "requests": [
+      {"node": "b1", "state": "down", "reason": "agent disconnected for 2000 ms"},
+      {"node": "a0", "state": "down", "reason": "agent silent for 3000 ms (connected)"},
+      {"node": "a1", "state": "up", "reason": "registered"}]})j");
+  CHECK(j == want);
+  // Read under another node numbering: the same nodes by name.
+  core::Result<Event> e = common::EventFromJson(j, after);
+  REQUIRE(e.ok());
+  const auto& back = std::get<core::NodeStatesRequested>(e.value());
+  REQUIRE(back.requests.size() == 3);
+  CHECK(back.requests[0].node == after.FindNode("b1"));
+  CHECK(back.requests[0].state == core::NodeState::kDown);
+  CHECK(back.requests[0].reason == "agent disconnected for 2000 ms");
+  CHECK(back.requests[1].node == after.FindNode("a0"));
+  CHECK(back.requests[2].node == after.FindNode("a1"));
+  CHECK(back.requests[2].state == core::NodeState::kUp);
+  CHECK(back.requests[2].reason == "registered");
+}
+
 TEST_CASE("a start_job logged before launches were logged still reads") {
   const core::Topology t = MakeTopology();
   const json old = json::parse(R"({"type": "start_job", "id": 3, "ranks": [["a0", 1]],
@@ -247,6 +276,29 @@ TEST_CASE("strict readers name the field and the problem") {
       {R"({"type": "heartbeat", "node": 0})", "node: a node is written by its name"},
       {R"({"type": "node_state_requested", "node": "a0", "state": "sleepy", "reason": ""})",
        "unknown node state \"sleepy\""},
+      {R"({"type": "node_states_requested"})", "\"requests\" is required"},
+      {R"({"type": "node_states_requested", "requests": []})",
+       "requests: must be a non-empty array"},
+      {R"({"type": "node_states_requested", "requests": {"node": "a0"}})",
+       "requests: must be a non-empty array"},
+      {R"({"type": "node_states_requested", "requests": [3]})",
+       "requests[0]: must be a JSON object"},
+      {R"({"type": "node_states_requested", "requests": [
+           {"node": "a0", "state": "down", "reason": ""},
+           {"node": "a1", "state": "down"}]})",
+       "requests[1]: \"reason\" is required"},
+      {R"({"type": "node_states_requested", "requests": [
+           {"node": "zz", "state": "down", "reason": ""}]})",
+       "requests[0].node: unknown node \"zz\""},
+      {R"({"type": "node_states_requested", "requests": [
+           {"node": "a0", "state": "gone", "reason": ""}]})",
+       "requests[0]: \"state\": unknown node state \"gone\""},
+      {R"({"type": "node_states_requested", "requests": [
+           {"node": "a0", "state": "down", "reason": "", "why": 1}]})",
+       "requests[0]: unknown field \"why\""},
+      {R"({"type": "node_states_requested", "node": "a0", "requests": [
+           {"node": "a0", "state": "down", "reason": ""}]})",
+       "unknown field \"node\""},
       {R"({"type": "gpu_event", "node": "a0", "gpu": 0, "kind": "melted", "code": 0})",
        "unknown GPU event kind \"melted\""},
       {R"({"type": "tenant_configured", "tenant": {"name": "x"}})",

@@ -91,6 +91,9 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
   if (config_.heartbeats_required || config_.nodes_start_down) {
     for (NodeId n = 0; n < topology.node_count(); ++n) cluster_.SetNodeState(n, NodeState::kDown);
   }
+  for (NodeId n = 0; n < topology.node_count(); ++n) {
+    ++nodes_in_state_[static_cast<size_t>(cluster_.node_state(n))];
+  }
   tenants_["default"] = TenantConfig{"default"};
 }
 
@@ -108,7 +111,8 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
         if constexpr (std::is_same_v<T, JobFinished>) OnFinished(e);
         if constexpr (std::is_same_v<T, RankExited>) OnRankExited(e);
         if constexpr (std::is_same_v<T, CheckpointCompleted>) OnCheckpoint(e);
-        if constexpr (std::is_same_v<T, NodeStateRequested>) OnNodeRequest(e);
+        if constexpr (std::is_same_v<T, NodeStateRequested>) OnNodeRequests({e});
+        if constexpr (std::is_same_v<T, NodeStatesRequested>) OnNodeRequests(e.requests);
         if constexpr (std::is_same_v<T, Heartbeat>) OnHeartbeat(e);
         if constexpr (std::is_same_v<T, GpuEvent>) OnGpuEvent(e);
         if constexpr (std::is_same_v<T, TenantConfigured>) OnTenant(e);
@@ -117,6 +121,7 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
+  EndBackoffs();
   RunJobTimers();
   StopExpiredPreemptions();
   if (just_submitted_ != 0 && generation_ == last_pass_generation_ &&
@@ -148,6 +153,8 @@ void SchedulerCore::Impl::SetState(JobRecord& job, JobState state, std::string r
   if (IsTerminal(state)) {
     job.end_time = now_;
     waiting_.erase(job.id);
+    if (job.restart_at >= 0) backoff_.erase({job.restart_at, job.id});
+    job.restart_at = -1;
   } else if (state == JobState::kQueued || state == JobState::kHeld) {
     waiting_.insert(job.id);
   } else {
@@ -199,7 +206,10 @@ void SchedulerCore::Impl::OnHold(const JobHoldChanged& e) {
   if (it == jobs_.end()) return;
   JobRecord& job = it->second;
   if (e.hold && job.state == JobState::kQueued) SetState(job, JobState::kHeld, "held");
-  if (!e.hold && job.state == JobState::kHeld) SetState(job, JobState::kQueued, "released");
+  if (!e.hold && job.state == JobState::kHeld) {
+    SetState(job, JobState::kQueued,
+             job.restart_at >= 0 ? "released; waits out its restart backoff first" : "released");
+  }
 }
 
 void SchedulerCore::Impl::OnFinished(const JobFinished& e) {
@@ -220,20 +230,7 @@ void SchedulerCore::Impl::OnRankExited(const RankExited& e) {
   if (e.exit_code == 0) return;  // the job finishes when every rank has
   auto it = jobs_.find(e.id);
   if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
-  JobRecord& job = it->second;
-  constexpr int kMaxRestarts = 10;
-  if (job.restarts >= kMaxRestarts) {
-    LoseProgress(job);
-    Emit(StopJob{job.id, "rank " + std::to_string(e.rank) + " failed again"});
-    Unhold(job);
-    SetState(job, JobState::kFailed,
-             "rank " + std::to_string(e.rank) + " exited with status " +
-                 std::to_string(e.exit_code) + " after " + std::to_string(kMaxRestarts) +
-                 " restarts");
-    return;
-  }
-  Recover(job,
-          "rank " + std::to_string(e.rank) + " exited with status " + std::to_string(e.exit_code));
+  OnAppFailure(it->second, e.rank, e.exit_code);
 }
 
 void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
@@ -245,7 +242,8 @@ void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
     KeepProgress(job, now_);
   job.checkpoint_step = e.step;
   job.checkpoint_time = now_;
-  restarts_without_progress_.erase(job.id);
+  job.app_failures = 0;  // progress: the failures before it no longer add up
+  job.launch_failures = 0;
   timers_dirty_ = true;
   if (job.state == JobState::kPreempting) {
     Requeue(job, "preempted after checkpoint step " + std::to_string(e.step),
@@ -362,6 +360,34 @@ void SchedulerCore::Impl::Requeue(JobRecord& job, const std::string& reason, Req
   SetState(job, JobState::kQueued, reason);
 }
 
+void SchedulerCore::Impl::RequeueWithBackoff(JobRecord& job, TimeMs delay,
+                                             const std::string& reason) {
+  LoseProgress(job);
+  job.restarts += 1;
+  Requeue(job, reason, config_.requeue);
+  job.restart_at = now_ + delay;
+  backoff_.insert({job.restart_at, job.id});
+}
+
+void SchedulerCore::Impl::EndBackoffs() {
+  while (!backoff_.empty() && backoff_.begin()->first <= now_) {
+    const JobId id = backoff_.begin()->second;
+    backoff_.erase(backoff_.begin());
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    it->second.restart_at = -1;
+    ++queue_epoch_;  // the pass considers it again
+  }
+}
+
+TimeMs SchedulerCore::Impl::Backoff(int k) const {
+  if (config_.restart_backoff_initial <= 0 || k < 1) return 0;
+  const TimeMs cap = std::max(config_.restart_backoff_max, config_.restart_backoff_initial);
+  TimeMs delay = config_.restart_backoff_initial;
+  for (int i = 1; i < k && delay < cap; ++i) delay = delay > cap / 2 ? cap : delay * 2;
+  return std::min(delay, cap);
+}
+
 void SchedulerCore::Impl::DecayFairshare() {
   if (now_ <= fs_time_) return;
   // Usage decays continuously: over dt, old usage shrinks by f and a steady
@@ -421,7 +447,6 @@ std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
       impl_->feasible_.erase(it->first);
       impl_->preemptors_.erase(it->first);
       impl_->blocked_at_.erase(it->first);
-      impl_->restarts_without_progress_.erase(it->first);
       impl_->preempt_failed_at_.erase(it->first);
       impl_->checkpoint_asked_.erase(it->first);
       out.push_back(std::move(it->second));

@@ -43,13 +43,60 @@ std::optional<GpuHealth> ClassifyGpuEvent(const GpuEvent& e) {
 }
 
 void SchedulerCore::Impl::SetNodeState(NodeId n, NodeState s, const std::string& reason) {
-  if (cluster_.node_state(n) == s) return;
+  const NodeState was = cluster_.node_state(n);
+  if (was == s) return;
+  --nodes_in_state_[static_cast<size_t>(was)];
+  ++nodes_in_state_[static_cast<size_t>(s)];
   cluster_.SetNodeState(n, s);
   ++generation_;
   Emit(NodeStateChanged{n, s, reason});
 }
 
-void SchedulerCore::Impl::OnNodeRequest(const NodeStateRequested& e) {
+bool SchedulerCore::Impl::Restartable(NodeId n) const {
+  return cluster_.node_state(n) == NodeState::kUp && cluster_.failed_gpus(n) == 0;
+}
+
+namespace {
+
+// "node a is down", "nodes a, b and c are down", "nodes a, b, c and 5 more
+// are down".
+std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
+  if (nodes.size() == 1) return "node " + topo.node(nodes[0]).name + " is down";
+  constexpr size_t kNamed = 3;
+  std::string out = "nodes ";
+  const size_t named = nodes.size() <= kNamed + 1 ? nodes.size() - 1 : kNamed;
+  for (size_t i = 0; i < named; ++i) out += (i > 0 ? ", " : "") + topo.node(nodes[i]).name;
+  if (named + 1 == nodes.size()) {
+    out += " and " + topo.node(nodes.back()).name;
+  } else {
+    out += " and " + std::to_string(nodes.size() - named) + " more";
+  }
+  return out + " are down";
+}
+
+// "40 s", "10 min", "250 ms".
+std::string DurationText(TimeMs ms) {
+  if (ms >= kMinute && ms % kMinute == 0) return std::to_string(ms / kMinute) + " min";
+  if (ms >= kSecond) return std::to_string((ms + kSecond - 1) / kSecond) + " s";
+  return std::to_string(ms) + " ms";
+}
+
+}  // namespace
+
+void SchedulerCore::Impl::OnNodeRequests(const std::vector<NodeStateRequested>& requests) {
+  // Every change first: a job is recovered only once the whole batch is
+  // known, so its replacements are chosen among the nodes still up after it.
+  std::map<JobId, std::vector<NodeId>> lost;
+  for (const NodeStateRequested& e : requests) ApplyNodeRequest(e, lost);
+  for (const auto& [id, nodes] : lost) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    Recover(it->second, NodesDown(topo_, nodes));
+  }
+}
+
+void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
+                                           std::map<JobId, std::vector<NodeId>>& lost) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count()) return;
   const bool busy = !node_jobs_[n].empty() || spare_owner_[n] != 0;
@@ -74,14 +121,13 @@ void SchedulerCore::Impl::OnNodeRequest(const NodeStateRequested& e) {
     case NodeState::kSuspect:
       SetNodeState(n, NodeState::kSuspect, e.reason);
       break;
-    case NodeState::kDown: {
+    case NodeState::kDown:
       SetNodeState(n, NodeState::kDown, e.reason.empty() ? "down" : e.reason);
-      std::vector<JobId> victims = node_jobs_[n];
-      for (JobId id : victims) {
-        Recover(jobs_.at(id), "node " + topo_.node(n).name + " is down");
+      for (JobId id : node_jobs_[n]) {
+        std::vector<NodeId>& nodes = lost[id];
+        if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
       }
       break;
-    }
   }
 }
 
@@ -108,7 +154,61 @@ void SchedulerCore::Impl::OnLaunchFailed(const JobLaunchFailed& e) {
     SetState(job, JobState::kFailed, "cannot start" + where + ": " + e.reason);
     return;
   }
-  Recover(job, "could not start" + where + " (" + e.reason + ")");
+  // An infrastructure failure: it never fails the job. The first restarts
+  // at once, off the node; one that keeps coming back (a node that cannot
+  // start anything, wherever the job lands) waits longer each time.
+  const std::string what = "could not start" + where + " (" + e.reason + ")";
+  job.launch_failures += 1;
+  const TimeMs delay = Backoff(job.launch_failures - 1);
+  if (delay <= 0) {
+    Recover(job, what, e.node);
+    return;
+  }
+  RequeueWithBackoff(job, delay,
+                     "requeued: restarting in " + DurationText(delay) + " after it " + what +
+                         " (launch failure " + std::to_string(job.launch_failures) +
+                         " in a row; these do not count toward the failure limit)");
+}
+
+void SchedulerCore::Impl::OnAppFailure(JobRecord& job, int rank, int exit_code) {
+  const std::string what =
+      "rank " + std::to_string(rank) + " exited with status " + std::to_string(exit_code);
+  const int limit = std::max(1, config_.max_app_failures);
+  job.app_failures += 1;
+  const std::string count =
+      "failure " + std::to_string(job.app_failures) + " of " + std::to_string(limit);
+  if (job.app_failures >= limit) {
+    LoseProgress(job);
+    Emit(StopJob{job.id, what});
+    Unhold(job);
+    SetState(job, JobState::kFailed,
+             what + " (" + count + " without a new checkpoint); not restarted again");
+    return;
+  }
+  const TimeMs delay = Backoff(job.app_failures);
+  if (delay <= 0) {
+    Recover(job, what + " (" + count + ")");
+    return;
+  }
+  RequeueWithBackoff(
+      job, delay,
+      "requeued: restarting in " + DurationText(delay) + " after " + what + " (" + count + ")");
+}
+
+std::string SchedulerCore::Impl::UnavailableNodes() const {
+  std::string out;
+  auto add = [&](NodeState s) {
+    const int count = nodes_in_state_[static_cast<size_t>(s)];
+    if (count == 0) return;
+    out += out.empty() ? std::to_string(count) + (count == 1 ? " node " : " nodes ")
+                       : ", " + std::to_string(count) + " ";
+    out += NodeStateName(s);
+  };
+  for (NodeState s :
+       {NodeState::kDown, NodeState::kSuspect, NodeState::kDraining, NodeState::kDrained}) {
+    add(s);
+  }
+  return out;
 }
 
 void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
@@ -126,18 +226,20 @@ void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
 }
 
 void SchedulerCore::Impl::CheckHeartbeats() {
+  std::vector<NodeStateRequested> down;  // one batch: see OnNodeRequests
   for (NodeId n = 0; n < topo_.node_count(); ++n) {
     const NodeState s = cluster_.node_state(n);
     if (s == NodeState::kDown) continue;
     const TimeMs silent = now_ - last_heartbeat_[n];
     if (silent >= config_.heartbeat_down_after) {
-      OnNodeRequest(NodeStateRequested{
+      down.push_back(NodeStateRequested{
           n, NodeState::kDown, "no heartbeat for " + std::to_string(silent / kSecond) + " s"});
     } else if (silent >= config_.heartbeat_suspect_after && s == NodeState::kUp) {
       SetNodeState(n, NodeState::kSuspect,
                    "no heartbeat for " + std::to_string(silent / kSecond) + " s");
     }
   }
+  if (!down.empty()) OnNodeRequests(down);
 }
 
 void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
@@ -187,40 +289,26 @@ int CommonTier(const Topology& topo, NodeId a, NodeId b) {
 
 }  // namespace
 
-void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
+void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, NodeId avoid) {
   LoseProgress(job);
   if (job.state == JobState::kPreempting) {
     Requeue(job, reason + "; requeued (was being preempted)", RequeuePosition::kHead);
     return;
   }
   if (job.state != JobState::kRunning) return;
-  // A job that keeps failing faster than it checkpoints makes no progress.
-  constexpr int kMaxRestartsWithoutProgress = 10;
-  if (++restarts_without_progress_[job.id] > kMaxRestartsWithoutProgress) {
-    Emit(StopJob{job.id, reason});
-    Unhold(job);
-    SetState(job, JobState::kFailed,
-             reason + "; " + std::to_string(kMaxRestartsWithoutProgress) +
-                 " restarts without a new checkpoint, giving up");
-    return;
-  }
-  // Nodes the job can no longer use.
+  // Nodes the restart must leave: down, suspect (it may be gone), draining
+  // or drained, with a failed GPU, or the one that could not start it. Only
+  // nodes that are up and whole take its ranks.
   std::set<NodeId> bad;
   for (const GpuSlot& s : job.ranks) {
-    if (cluster_.node_state(s.node) == NodeState::kDown || admin_drain_[s.node] ||
-        cluster_.gpu_health(s.node, s.gpu) == GpuHealth::kFailed) {
-      bad.insert(s.node);
-    }
+    if (!Restartable(s.node) || s.node == avoid) bad.insert(s.node);
   }
   if (config_.replace_on_failure) {
     std::set<NodeId> used;
     for (const GpuSlot& s : job.ranks) used.insert(s.node);
-    std::vector<NodeId> spares;
+    std::vector<NodeId> spares;  // a spare that is not up is dropped
     for (NodeId n : job.spares) {
-      if (cluster_.node_state(n) != NodeState::kDown && !admin_drain_[n] &&
-          cluster_.failed_gpus(n) == 0) {
-        spares.push_back(n);
-      }
+      if (Restartable(n) && n != avoid) spares.push_back(n);
     }
     std::vector<GpuSlot> ranks = job.ranks;
     std::set<NodeId> taken;
@@ -275,11 +363,20 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
     bool keeps = complete && Evaluate(job.request.spec, topo_, ranks).required_met;
     if (!keeps) {
       // No nearby node keeps the constraints: place the whole job afresh.
+      // The placers take only up nodes' healthy GPUs; the avoided node is
+      // taken out by marking its free GPUs busy in the trial.
       ClusterState trial = cluster_;
       std::vector<GpuSlot> held = job.ranks;
       std::vector<GpuSlot> sp = SpareSlots(job.spares);
       held.insert(held.end(), sp.begin(), sp.end());
       (void)trial.Release(held);
+      if (avoid >= 0 && avoid < topo_.node_count()) {
+        std::vector<GpuSlot> block;
+        for (int g = 0; g < topo_.node(avoid).gpus; ++g) {
+          if (((trial.busy_mask(avoid) >> g) & 1) == 0) block.push_back({avoid, g});
+        }
+        (void)trial.Allocate(block);
+      }
       Placement p = placer_->Place(job.request.spec, trial);
       if (p.placed()) {
         ranks = p.ranks;
@@ -294,17 +391,22 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason) {
       job.last_start = now_;
       checkpoint_asked_[job.id] = now_;
       Emit(RestartJob{job.id, job.ranks, job.spares, MakeLaunch(job)});
-      job.reason = "restarted after " + reason + " from checkpoint step " +
-                   std::to_string(job.checkpoint_step);
+      job.reason =
+          "restarted after " + reason +
+          (job.checkpoint_step >= 0 ? " from checkpoint step " + std::to_string(job.checkpoint_step)
+                                    : " from the beginning (no checkpoint)");
       return;
     }
   }
+  // No healthy capacity keeps it now: it waits in the queue with its shape
+  // (the pass's reason says for what) and restarts from its checkpoint.
   job.restarts += 1;
-  Requeue(job, reason + "; requeued with its shape", config_.requeue);
+  Requeue(job, reason + "; requeued until healthy nodes can take it", config_.requeue);
 }
 
 TimeMs SchedulerCore::Impl::NextWakeup() const {
   TimeMs next = next_timer_;
+  if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
   if (config_.heartbeats_required) {
     for (NodeId n = 0; n < topo_.node_count(); ++n) {
       const NodeState s = cluster_.node_state(n);

@@ -3,6 +3,7 @@
 // scheduler_pass.cpp (queue order, quotas, backfill, preemption) and
 // scheduler_health.cpp (GPU and node health, failure recovery).
 
+#include <array>
 #include <map>
 #include <memory>
 #include <set>
@@ -75,7 +76,10 @@ class SchedulerCore::Impl {
   // queue behind that head skips the full pass (AdmitBehindHead).
   JobId pass_head_ = 0;
   JobId just_submitted_ = 0;
-  std::map<JobId, int> restarts_without_progress_;
+  // Jobs waiting out a restart backoff, by its end.
+  std::set<std::pair<TimeMs, JobId>> backoff_;
+  // Nodes per NodeState, for the reasons of jobs that wait for capacity.
+  std::array<int, 5> nodes_in_state_{};
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
   MasterPorts ports_;  // MASTER_PORT held by running jobs, per master node
@@ -110,6 +114,13 @@ class SchedulerCore::Impl {
   // it was preempted for).
   void Requeue(JobRecord& job, const std::string& reason, RequeuePosition where,
                bool keep_age_only = false);
+  // Stops a running job and requeues it to restart after `delay` (its
+  // restart_at; the pass leaves it until then). reason should say when.
+  void RequeueWithBackoff(JobRecord& job, TimeMs delay, const std::string& reason);
+  // Ends the backoffs due by now_, so the pass considers those jobs again.
+  void EndBackoffs();
+  // The delay before the restart after the k-th failure in a row (k >= 1).
+  TimeMs Backoff(int k) const;
   void DecayFairshare();
   void MaybeFinishDrain(NodeId n);
 
@@ -120,6 +131,9 @@ class SchedulerCore::Impl {
   // blocked head and cannot start now, so a full pass would only set its
   // reason: sets it and spares the pass.
   bool AdmitBehindHead(JobId id);
+  // A waiting job's reason for `what` it waits on, with the nodes that take
+  // no work now and, for a job that ran before, where it restarts from.
+  std::string WaitReason(const JobRecord& job, const std::string& what) const;
   // Empty when the tenant's quotas let the job start now; else the reason.
   std::string QuotaBlock(const JobRecord& job) const;
   void Start(JobRecord& job, const Placement& p);
@@ -139,15 +153,30 @@ class SchedulerCore::Impl {
   Placement PlaceUnlessBlocked(const JobRecord& job, const ClusterState& where, bool masked);
 
   // ---- scheduler_health.cpp
-  void OnNodeRequest(const NodeStateRequested& e);
+  // Applies the requests in order, then recovers every job they interrupt,
+  // once each, by job id.
+  void OnNodeRequests(const std::vector<NodeStateRequested>& requests);
+  // One request's state change; the running jobs on a node it takes down
+  // are added to lost (job -> its lost nodes), to be recovered after.
+  void ApplyNodeRequest(const NodeStateRequested& e, std::map<JobId, std::vector<NodeId>>& lost);
   void OnEvacuated(const NodeEvacuated& e);
   void OnLaunchFailed(const JobLaunchFailed& e);
   void OnHeartbeat(const Heartbeat& e);
   void OnGpuEvent(const GpuEvent& e);
   void CheckHeartbeats();
   void SetNodeState(NodeId n, NodeState s, const std::string& reason);
-  // A running job lost GPUs or nodes: replace and restart, or requeue.
-  void Recover(JobRecord& job, const std::string& reason);
+  // A node a restart may put ranks on: up, with no failed GPU.
+  bool Restartable(NodeId n) const;
+  // An infrastructure failure of a running job (it lost GPUs or nodes, a
+  // drain evacuated it, a node could not start it; avoid: that node, or -1):
+  // restart it on healthy replacements that keep its topology, else requeue
+  // it to wait for capacity. Never fails the job.
+  void Recover(JobRecord& job, const std::string& reason, NodeId avoid = -1);
+  // A rank exited non-zero: count it, and back off, restart or fail.
+  void OnAppFailure(JobRecord& job, int rank, int exit_code);
+  // "287 nodes down, 1 suspect": the nodes that take no work now ("" when
+  // every node is up).
+  std::string UnavailableNodes() const;
   TimeMs NextWakeup() const;
 };
 

@@ -243,8 +243,22 @@ bool SchedulerCore::Impl::AdmitBehindHead(JobId id) {
   }
   // Backfill needs the GPUs free now; with fewer, the pass would only say so.
   if (cluster_.free_gpus(topo_.root()) >= job.request.spec.gpus) return false;
-  SetState(job, JobState::kQueued, "waiting behind job " + std::to_string(head.id));
+  SetState(job, JobState::kQueued,
+           WaitReason(job, "waiting behind job " + std::to_string(head.id)));
   return true;
+}
+
+std::string SchedulerCore::Impl::WaitReason(const JobRecord& job, const std::string& what) const {
+  std::string out = what;
+  if (std::string unavailable = UnavailableNodes(); !unavailable.empty()) {
+    out += "; " + unavailable;
+  }
+  if (job.first_start >= 0) {
+    out += job.checkpoint_step >= 0
+               ? "; restarts from checkpoint step " + std::to_string(job.checkpoint_step)
+               : "; restarts from the beginning (no checkpoint)";
+  }
+  return out;
 }
 
 void SchedulerCore::Impl::SchedulePass() {
@@ -258,6 +272,7 @@ void SchedulerCore::Impl::SchedulePass() {
   for (JobId id : order) {
     JobRecord& job = jobs_.at(id);
     if (job.state != JobState::kQueued) continue;
+    if (job.restart_at >= 0) continue;  // backing off; its reason says until when
     if (blocked && ++looked > config_.backfill_depth) break;
     const JobSpec& spec = job.request.spec;
     if (std::string q = QuotaBlock(job); !q.empty()) {
@@ -291,7 +306,7 @@ void SchedulerCore::Impl::SchedulePass() {
       // The head of everything that cannot start now.
       blocked = true;
       pass_head_ = id;
-      std::string why = "waiting for resources: " + p.reason;
+      std::string why = WaitReason(job, "waiting for resources: " + p.reason);
       bool waiting_on_victims = false;
       for (const auto& [victim, for_job] : preempted_for_) waiting_on_victims |= for_job == id;
       auto failed = preempt_failed_at_.find(id);
@@ -325,7 +340,8 @@ void SchedulerCore::Impl::SchedulePass() {
     }
     // Backfill: start now only if the reservation keeps its time and GPUs.
     if (cluster_.free_gpus(topo_.root()) < spec.gpus) {
-      SetState(job, JobState::kQueued, "waiting behind job " + std::to_string(res.job));
+      SetState(job, JobState::kQueued,
+               WaitReason(job, "waiting behind job " + std::to_string(res.job)));
       continue;
     }
     const bool ends_in_time = now_ + TimeLimit(job) <= res.start;

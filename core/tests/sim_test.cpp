@@ -376,8 +376,11 @@ TEST_CASE("the llama3 model: seeded, the same failures for every stack, work sti
   CHECK(*again.mean_jct_s == *first.mean_jct_s);
 }
 
-TEST_CASE(
-    "a job that fails faster than it checkpoints is failed by the core, not restarted forever") {
+TEST_CASE("hardware failures faster than the job checkpoints never fail it: one restart each") {
+  // Infrastructure failures never count against a job (scheduler.hpp): a job
+  // on hardware that fails every ~2 minutes keeps waiting and restarting
+  // until the replay's horizon, once per failure that hits it, never in a
+  // loop of its own.
   const Topology topo = Tiny();
   SimWorkload w;
   w.jobs = {Job(0, 0, 10 * kHour, 64, 8)};
@@ -385,14 +388,17 @@ TEST_CASE(
   options.failures = *FailureModel::ByName("llama3");
   options.failures.gpu_hours_per_interruption = 2;  // one every ~2 min on 64 GPUs
   options.failures.repair_median = kMinute;
-  options.horizon_after_last_submit = 2 * 24 * kHour;
+  options.horizon_after_last_submit = 12 * kHour;
   SimReport r = Run(topo, "toposched", w, options);
-  CHECK(r.failed == 1);
-  CHECK(r.unfinished == 0);
-  CHECK(r.job_results[0].state == JobState::kFailed);
-  CHECK(r.job_results[0].end > 0);
-  CHECK(r.job_results[0].end < 10 * kHour);  // well before its work could be done
+  CHECK(r.failed == 0);
+  CHECK(r.unfinished == 1);
+  const SimJobResult& j = r.job_results[0];
+  CHECK(j.state != JobState::kFailed);
+  CHECK(j.interruptions > 100);
+  CHECK(j.restarts >= 1);
+  CHECK(j.restarts <= j.interruptions);
   CHECK(r.lost_gpu_hours > 0);
+  CHECK(r.anomalies.count("replay stopped at the horizon with jobs unfinished") == 1);
 }
 
 TEST_CASE("RunSimulation: errors for bad input, aggregates only on request") {

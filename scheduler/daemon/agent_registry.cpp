@@ -378,6 +378,10 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
   now_ = std::max(now_, now);
   const core::SchedulerCore* core = host_.core();
   if (core == nullptr) return;
+  // Every node expired by now goes down in one event: the core applies them
+  // all before it restarts any job, so no restart lands on a node that this
+  // same check takes down a moment later.
+  core::NodeStatesRequested down;
   while (!deadlines_.empty() && deadlines_.begin()->first <= now_) {
     const std::string node = deadlines_.begin()->second;
     deadlines_.erase(deadlines_.begin());
@@ -390,7 +394,12 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
             ? "agent disconnected for " + std::to_string(now_ - a.disconnected_at) + " ms"
             : "agent silent for " + std::to_string(now_ - a.last_seen) + " ms (" +
                   (a.connected ? "connected" : "disconnected") + ")";
-    host_.StepCore(core::NodeStateRequested{n, core::NodeState::kDown, why}, "scheduler");
+    down.requests.push_back(core::NodeStateRequested{n, core::NodeState::kDown, why});
+  }
+  if (down.requests.size() == 1) {
+    host_.StepCore(down.requests[0], "scheduler");
+  } else if (!down.requests.empty()) {
+    host_.StepCore(down, "scheduler");
   }
 }
 

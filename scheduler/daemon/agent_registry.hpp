@@ -79,7 +79,9 @@ class AgentRegistry {
   std::optional<std::string> Message(const std::string& node, std::string_view text,
                                      core::TimeMs now);
   void Disconnected(const std::string& node, core::TimeMs now);
-  // Nodes past their deadline go down (their jobs are recovered).
+  // Nodes past their deadline go down (their jobs are recovered): one
+  // node_state_requested event, or one node_states_requested batch when
+  // several expired by the same check.
   void CheckLiveness(core::TimeMs now);
   // After a daemon restart: nodes an agent kept up get `grace_ms` to
   // reconnect; running jobs' nodes are remembered for later stops.

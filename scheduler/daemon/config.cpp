@@ -55,6 +55,36 @@ Status ParseBool(std::string_view v, bool& out) {
 
 using Setter = std::function<Status(std::string_view, DaemonConfig&)>;
 
+// The failure policy's keys, their ranges and fields: one table for the
+// config file and the stored policy.
+struct FailureKey {
+  std::string_view key;
+  int64_t lo, hi;
+  int64_t (*get)(const DaemonConfig&);
+  void (*set)(DaemonConfig&, int64_t);
+};
+constexpr FailureKey kFailureKeys[] = {
+    {"max_app_failures", 1, 1000,
+     [](const DaemonConfig& c) -> int64_t { return c.max_app_failures; },
+     [](DaemonConfig& c, int64_t x) { c.max_app_failures = static_cast<int>(x); }},
+    {"restart_backoff_initial_s", 0, 86400,
+     [](const DaemonConfig& c) { return c.restart_backoff_initial_s; },
+     [](DaemonConfig& c, int64_t x) { c.restart_backoff_initial_s = x; }},
+    {"restart_backoff_max_s", 1, 7 * 86400,
+     [](const DaemonConfig& c) { return c.restart_backoff_max_s; },
+     [](DaemonConfig& c, int64_t x) { c.restart_backoff_max_s = x; }},
+};
+
+// What no single key can check: the backoff's cap is not below its start.
+Status CheckFailurePolicy(const DaemonConfig& c) {
+  if (c.restart_backoff_max_s < c.restart_backoff_initial_s) {
+    return Status::Error("restart_backoff_max_s (" + std::to_string(c.restart_backoff_max_s) +
+                         ") must be at least restart_backoff_initial_s (" +
+                         std::to_string(c.restart_backoff_initial_s) + ")");
+  }
+  return Status::Ok();
+}
+
 Setter IntSetter(int64_t lo, int64_t hi, std::function<void(DaemonConfig&, int64_t)> set) {
   return [lo, hi, set](std::string_view v, DaemonConfig& c) {
     int64_t x = 0;
@@ -223,6 +253,11 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                              })},
       {"allow_root_jobs",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.allow_root_jobs); }},
+      {"max_app_failures", IntSetter(kFailureKeys[0].lo, kFailureKeys[0].hi, kFailureKeys[0].set)},
+      {"restart_backoff_initial_s",
+       IntSetter(kFailureKeys[1].lo, kFailureKeys[1].hi, kFailureKeys[1].set)},
+      {"restart_backoff_max_s",
+       IntSetter(kFailureKeys[2].lo, kFailureKeys[2].hi, kFailureKeys[2].set)},
       {"master_ports",
        [](std::string_view v, DaemonConfig& c) {
          const size_t dash = v.find('-');
@@ -255,6 +290,10 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->heartbeats_required = false;
   c->nodes_start_down = true;
   c->master_ports = core::PortRange{master_port_first, master_port_count};
+  if (Status s = CheckFailurePolicy(*this); !s.ok()) return s;
+  c->max_app_failures = max_app_failures;
+  c->restart_backoff_initial = restart_backoff_initial_s * core::kSecond;
+  c->restart_backoff_max = restart_backoff_max_s * core::kSecond;
   return *c;
 }
 
@@ -310,6 +349,7 @@ Status ApplyConfigText(std::string_view text, const std::string& path, DaemonCon
     }
     if (pos > text.size()) break;
   }
+  if (Status s = CheckFailurePolicy(next); !s.ok()) return Status::Error(path + ": " + s.message());
   config = std::move(next);
   return Status::Ok();
 }
@@ -331,15 +371,16 @@ std::string DefaultStateDir() {
 }
 
 std::string PolicyJson(const DaemonConfig& c) {
-  return nlohmann::json{{"stack", c.stack},
-                        {"default_time_limit_s", c.default_time_limit_s},
-                        {"default_checkpoint_interval_s", c.default_checkpoint_interval_s},
-                        {"preempt_grace_s", c.preempt_grace_s},
-                        {"backfill", c.backfill},
-                        {"preemption", c.preemption},
-                        {"master_port_first", c.master_port_first},
-                        {"master_port_count", c.master_port_count}}
-      .dump();
+  nlohmann::json j{{"stack", c.stack},
+                   {"default_time_limit_s", c.default_time_limit_s},
+                   {"default_checkpoint_interval_s", c.default_checkpoint_interval_s},
+                   {"preempt_grace_s", c.preempt_grace_s},
+                   {"backfill", c.backfill},
+                   {"preemption", c.preemption},
+                   {"master_port_first", c.master_port_first},
+                   {"master_port_count", c.master_port_count}};
+  for (const FailureKey& k : kFailureKeys) j[std::string(k.key)] = k.get(c);
+  return j.dump();
 }
 
 Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
@@ -357,6 +398,24 @@ Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
     if (j.contains("master_port_first")) {
       next.master_port_first = j.at("master_port_first").get<int>();
       next.master_port_count = j.at("master_port_count").get<int>();
+    }
+    // Stores from before the failure policy get its built-in defaults, not
+    // the file's: every later start replays them the same way.
+    const DaemonConfig defaults;
+    for (const FailureKey& k : kFailureKeys) {
+      auto it = j.find(std::string(k.key));
+      if (it == j.end()) {
+        k.set(next, k.get(defaults));
+        continue;
+      }
+      if (!it->is_number_integer() || it->get<int64_t>() < k.lo || it->get<int64_t>() > k.hi) {
+        return Status::Error("the stored policy: " + std::string(k.key) + " is " + it->dump() +
+                             "; use " + std::to_string(k.lo) + ".." + std::to_string(k.hi));
+      }
+      k.set(next, it->get<int64_t>());
+    }
+    if (Status s = CheckFailurePolicy(next); !s.ok()) {
+      return Status::Error("the stored policy: " + s.message());
     }
     if (!core::SchedulerConfig::ForStack(next.stack)) {
       return Status::Error("the stored policy names an unknown stack \"" + next.stack + "\"");

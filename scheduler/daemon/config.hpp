@@ -82,6 +82,14 @@ struct DaemonConfig {
   // (below Linux's default ephemeral ports, 32768-60999).
   int master_port_first = 20000;
   int master_port_count = 12000;
+  // Failures (docs/daemon.md, Failures). Only application failures (a rank
+  // exits non-zero) count: the job fails at the max_app_failures-th in a row
+  // without a new checkpoint. Each restart after one waits in the queue,
+  // restart_backoff_initial_s doubling up to restart_backoff_max_s (0: at
+  // once). Lost nodes, failed GPUs and drains never fail a job.
+  int max_app_failures = 10;               // 1..1000
+  int64_t restart_backoff_initial_s = 10;  // 0..86400
+  int64_t restart_backoff_max_s = 600;     // 1..604800, at least the initial
 
   // Jobs whose user maps to the Unix account root (uid 0 on the node) are
   // refused unless this is true (docs/jobs.md).

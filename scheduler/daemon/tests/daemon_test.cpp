@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "daemon/config.hpp"
 #include "daemon/pki.hpp"
 #include "daemon/service_internal.hpp"
@@ -88,6 +90,80 @@ TEST_CASE("config: the stored policy round-trips and overrides the file") {
   CHECK_FALSE(b.preemption);
   CHECK_FALSE(ApplyPolicyJson("{\"stack\": \"nope\"}", b).ok());
   CHECK_FALSE(ApplyPolicyJson("[]", b).ok());
+}
+
+TEST_CASE("config: the failure policy's keys reach the core, and bad values name the key") {
+  DaemonConfig c;
+  auto defaults = c.SchedulerConfig();
+  REQUIRE(defaults.ok());
+  CHECK(defaults.value().max_app_failures == 10);
+  CHECK(defaults.value().restart_backoff_initial == 10 * topo::core::kSecond);
+  CHECK(defaults.value().restart_backoff_max == 600 * topo::core::kSecond);
+  REQUIRE(ApplyConfigText("max_app_failures = 3\nrestart_backoff_initial_s = 0\n"
+                          "restart_backoff_max_s = 60\n",
+                          "x.conf", c)
+              .ok());
+  auto sc = c.SchedulerConfig();
+  REQUIRE(sc.ok());
+  CHECK(sc.value().max_app_failures == 3);
+  CHECK(sc.value().restart_backoff_initial == 0);
+  CHECK(sc.value().restart_backoff_max == 60 * topo::core::kSecond);
+
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"max_app_failures = 0\n", "x.conf:1: max_app_failures: 0 is out of range; use 1..1000"},
+      {"restart_backoff_initial_s = -1\n", "restart_backoff_initial_s: -1 is out of range"},
+      {"restart_backoff_max_s = 0\n", "restart_backoff_max_s: 0 is out of range"},
+      {"restart_backoff_initial_s = 1200\n",
+       "x.conf: restart_backoff_max_s (600) must be at least restart_backoff_initial_s (1200)"},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.text);
+    DaemonConfig d;
+    const auto s = ApplyConfigText(k.text, "x.conf", d);
+    REQUIRE_FALSE(s.ok());
+    CAPTURE(s.message());
+    CHECK(s.message().find(k.expect) != std::string::npos);
+    CHECK(d.restart_backoff_initial_s == 10);  // nothing applied
+  }
+}
+
+TEST_CASE("config: the failure policy is stored with the policy; old stores keep the defaults") {
+  DaemonConfig a;
+  a.max_app_failures = 4;
+  a.restart_backoff_initial_s = 30;
+  a.restart_backoff_max_s = 90;
+  DaemonConfig b;
+  REQUIRE(ApplyPolicyJson(PolicyJson(a), b).ok());
+  CHECK(b.max_app_failures == 4);
+  CHECK(b.restart_backoff_initial_s == 30);
+  CHECK(b.restart_backoff_max_s == 90);
+
+  nlohmann::json old = nlohmann::json::parse(PolicyJson(DaemonConfig{}));
+  for (const char* key : {"max_app_failures", "restart_backoff_initial_s", "restart_backoff_max_s"})
+    old.erase(key);
+  DaemonConfig c = a;  // the file's settings
+  REQUIRE(ApplyPolicyJson(old.dump(), c).ok());
+  // Absent: the built-in defaults, whatever the file says, so that every
+  // start replays an old log alike.
+  CHECK(c.max_app_failures == 10);
+  CHECK(c.restart_backoff_initial_s == 10);
+  CHECK(c.restart_backoff_max_s == 600);
+
+  nlohmann::json bad = nlohmann::json::parse(PolicyJson(a));
+  bad["restart_backoff_max_s"] = 0;
+  topo::core::Status s = ApplyPolicyJson(bad.dump(), c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("restart_backoff_max_s is 0; use 1..604800") != std::string::npos);
+  bad["restart_backoff_max_s"] = 5;
+  s = ApplyPolicyJson(bad.dump(), c);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("must be at least restart_backoff_initial_s (30)") != std::string::npos);
+  bad["max_app_failures"] = "ten";
+  CHECK(ApplyPolicyJson(bad.dump(), c).message().find("max_app_failures") != std::string::npos);
 }
 
 TEST_CASE("names: tenants are paths of safe segments, users are plain") {

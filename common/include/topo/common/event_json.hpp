@@ -20,7 +20,10 @@
 //             rank_exited {id, rank, exit_code}  checkpoint_completed {id, step}
 //             node_state_requested {node, state, reason}       heartbeat {node}
 //             gpu_event {node, gpu, kind, code}  tenant_configured {tenant}
-//             tick {}
+//             tick {}                            node_evacuated {node, reason}
+//             job_launch_failed {id, node, reason, permanent}
+//             node_states_requested {requests: [{node, state, reason}, ...]}
+//               (one batch, applied in order; at least one request)
 //   commands: start_job {id, ranks, spares}
 //             restart_job {id, ranks, spares, checkpoint_step, restart_count}
 //             stop_job {id, reason}              request_checkpoint {id, reason}
@@ -53,8 +56,8 @@ namespace topo::common {
 // REQUIRES (writers): every NodeId is a node of topology (an out-of-range id
 // is written as null, which the readers reject); a JobSubmitted's spec passes
 // core::ValidateJobSpec (JobSpecFromJson insists on it); TenantConfig::shares
-// is finite (JSON has no NaN). The store checks an event reads back before it
-// logs it.
+// is finite (JSON has no NaN); a NodeStatesRequested holds at least one
+// request. The store checks an event reads back before it logs it.
 nlohmann::json EventToJson(const core::Event& event, const core::Topology& topology);
 core::Result<core::Event> EventFromJson(const nlohmann::json& j, const core::Topology& topology);
 

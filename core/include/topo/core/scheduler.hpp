@@ -29,7 +29,17 @@
 //   - recovery: a running job that loses a node or GPU restarts from its
 //     newest complete checkpoint on replacements that keep its topology
 //     (its own spares, then free nodes in the same HBD, leaf, ...), or is
-//     requeued with its shape when none fit.
+//     requeued with its shape when none fit. A restart only ever uses nodes
+//     that are up with no failed GPU (never suspect, draining, drained or
+//     down ones), and a batch of node changes (NodeStatesRequested) is
+//     applied whole before any job of it is recovered;
+//   - failures are of two kinds. Infrastructure failures (a node lost, a GPU
+//     failed, a drain, a transient launch failure) never fail a job: it
+//     restarts on healthy nodes or waits in the queue, with the reason, until
+//     there is capacity again. Application failures (a rank exits non-zero)
+//     count toward max_app_failures, reset by a new checkpoint; the job
+//     waits out an exponential backoff in the queue, holding nothing, before
+//     each restart, and fails with the last exit status at the limit.
 //
 // Thread safety: none; one owner (the daemon's strand, the simulator) calls
 // Step. Time never comes from a clock: `now` is an argument, non-decreasing.
@@ -99,6 +109,17 @@ struct SchedulerConfig {
   bool nodes_start_down = false;
   // MASTER_PORT of every start, per master node (launch.hpp).
   PortRange master_ports;
+  // Application failures (a rank exits non-zero): the job fails at the
+  // max_app_failures-th one in a row without a new checkpoint between them
+  // (1: at the first). Infrastructure failures never count.
+  int max_app_failures = 10;
+  // Restart backoff after an application failure: the k-th in a row waits
+  // initial * 2^(k-1), at most max, in the queue. initial 0: restart at once
+  // (on the same nodes where they are healthy). The second and later
+  // transient launch failures in a row wait the same way, one step behind
+  // (the first restarts at once, off the node that could not start it).
+  TimeMs restart_backoff_initial = 10 * kSecond;
+  TimeMs restart_backoff_max = 10 * kMinute;
 
   // Named stacks of ../shared/BENCHMARKS.md: "toposched", "slurm-tree",
   // "fifo-firstfit". nullopt for an unknown name.
@@ -156,6 +177,13 @@ struct JobRecord {
   TimeMs preempt_deadline = kNever;
   bool borrowed = false;  // started beyond its tenant's guarantee
   bool requeued_at_head = false;
+  // Failures since the newest checkpoint (a new one resets both):
+  // application failures count toward max_app_failures; transient launch
+  // failures only set their backoff.
+  int app_failures = 0;
+  int launch_failures = 0;
+  // Waiting out a restart backoff in the queue until then; -1 when not.
+  TimeMs restart_at = -1;
 };
 
 // ---------------------------------------------------------------- events
@@ -177,7 +205,8 @@ struct JobFinished {
   JobId id;
   int exit_code = 0;
 };
-// One rank exited on its own while the job runs: a failure to recover from.
+// One rank exited on its own while the job runs: an application failure
+// (it counts toward max_app_failures; the restart backs off).
 struct RankExited {
   JobId id;
   int rank;
@@ -192,6 +221,13 @@ struct NodeStateRequested {
   NodeId node;
   NodeState state;
   std::string reason;
+};
+// Several node changes known at the same moment (the daemon's liveness check
+// finding many nodes silent at once): every change is applied, in order,
+// before any job is recovered, so no restart lands on a node the same batch
+// takes down; each job it interrupts is recovered once.
+struct NodeStatesRequested {
+  std::vector<NodeStateRequested> requests;
 };
 struct Heartbeat {
   NodeId node;
@@ -225,7 +261,8 @@ struct NodeEvacuated {
 // Agent: the job's ranks could not be started on a node. permanent: no
 // node can (its Unix account is missing, a root job is refused): the job
 // fails with the reason. Otherwise the node could not (a port in use, a
-// full disk): the job restarts like after a failure.
+// full disk): an infrastructure failure; the job restarts off that node
+// (from the second such failure in a row after a backoff), never failing.
 struct JobLaunchFailed {
   JobId id;
   NodeId node;
@@ -233,9 +270,10 @@ struct JobLaunchFailed {
   bool permanent = false;
 };
 
-using Event = std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
-                           CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent,
-                           TenantConfigured, Tick, NodeEvacuated, JobLaunchFailed>;
+using Event =
+    std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
+                 CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent, TenantConfigured,
+                 Tick, NodeEvacuated, JobLaunchFailed, NodeStatesRequested>;
 
 // ---------------------------------------------------------------- commands
 
@@ -319,8 +357,8 @@ class SchedulerCore {
   // keeps memory flat.
   std::vector<JobRecord> TakeFinishedJobs();
   // The time of the next decision the core has scheduled for itself (a
-  // preemption deadline, a heartbeat timeout); kNever when none. The caller
-  // sends a Tick then.
+  // preemption deadline, a heartbeat timeout, the end of a restart backoff);
+  // kNever when none. The caller sends a Tick then.
   TimeMs NextWakeup() const;
 
  private:

@@ -1,0 +1,562 @@
+// Failures never fail healthy jobs: batches of node changes, restarts only
+// onto healthy nodes, infrastructure vs application failures, and the
+// restart backoff, each against hand-computed expectations.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+#include <string>
+
+#include "test_util.hpp"
+#include "topo/core/evaluator.hpp"
+#include "topo/core/rng.hpp"
+#include "topo/core/scheduler.hpp"
+
+using namespace topo::core;
+using testing::MakeJob;
+using testing::MakeRegular;
+
+namespace {
+
+SchedulerConfig SimConfig() {
+  SchedulerConfig c = SchedulerConfig::ForStack("toposched").value();
+  c.heartbeats_required = false;
+  c.default_checkpoint_interval = -1;
+  return c;
+}
+
+JobRequest Request(int gpus, int tp, TimeMs limit = 10 * kHour, int spares = 0) {
+  JobRequest r;
+  r.spec = MakeJob(gpus, tp);
+  r.spec.spares = spares;
+  r.time_limit = limit;
+  r.checkpoint_interval = -1;
+  return r;
+}
+
+template <typename T>
+std::vector<T> Only(const std::vector<Command>& cmds) {
+  std::vector<T> out;
+  for (const Command& c : cmds) {
+    if (const T* t = std::get_if<T>(&c)) out.push_back(*t);
+  }
+  return out;
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::set<NodeId> NodesOf(const std::vector<GpuSlot>& ranks) {
+  std::set<NodeId> nodes;
+  for (const GpuSlot& s : ranks) nodes.insert(s.node);
+  return nodes;
+}
+
+bool Healthy(const SchedulerCore& core, NodeId n) {
+  return core.cluster().node_state(n) == NodeState::kUp && core.cluster().failed_gpus(n) == 0;
+}
+
+// Every start and restart of `cmds` (the output of one step) puts its ranks
+// and spares on nodes that are up with no failed GPU. No step changes a
+// node after recovering a job, so the state after the step is the state the
+// restart was decided in.
+void CheckStartsOnHealthyNodes(const SchedulerCore& core, const std::vector<Command>& cmds) {
+  auto check = [&](JobId id, const std::vector<GpuSlot>& ranks, const std::vector<NodeId>& spares) {
+    CAPTURE(id);
+    for (NodeId n : NodesOf(ranks)) {
+      CAPTURE(n);
+      CHECK(Healthy(core, n));
+    }
+    for (NodeId n : spares) {
+      CAPTURE(n);
+      CHECK(Healthy(core, n));
+    }
+  };
+  for (const StartJob& s : Only<StartJob>(cmds)) check(s.id, s.ranks, s.spares);
+  for (const RestartJob& r : Only<RestartJob>(cmds)) check(r.id, r.ranks, r.spares);
+}
+
+// 288 nodes of 8 GPUs: a node is an HBD, 8 nodes a leaf, 6 leaves a spine,
+// 6 spines.
+Topology Cluster288() { return MakeRegular({"node", "leaf", "spine"}, 0, {8, 6}, 6, 8); }
+
+}  // namespace
+
+TEST_CASE("287 of 288 nodes lost in one batch: no job fails, all wait, all come back") {
+  const Topology topo = Cluster288();
+  REQUIRE(topo.node_count() == 288);
+  SchedulerCore core(topo, SimConfig());
+  // Six jobs of 48 nodes fill the cluster; each has its own checkpoint.
+  for (JobId id = 1; id <= 6; ++id) core.Step(JobSubmitted{id, Request(384, 8)}, 0);
+  for (JobId id = 1; id <= 6; ++id) {
+    REQUIRE(core.job(id)->state == JobState::kRunning);
+    core.Step(CheckpointCompleted{id, 100 * id}, 20 * kMinute);
+  }
+  REQUIRE(core.cluster().total_busy_gpus() == 2304);
+  const NodeId survivor = core.job(6)->ranks.back().node;
+
+  // Half the agents' connections close first: those nodes turn suspect,
+  // which moves no job; the other half just go silent.
+  TimeMs now = kHour;
+  for (NodeId n = 0; n < 288; n += 2) {
+    if (n == survivor) continue;
+    auto cmds = core.Step(NodeStateRequested{n, NodeState::kSuspect, "agent disconnected"}, now);
+    CHECK(Only<StopJob>(cmds).empty());
+  }
+  for (JobId id = 1; id <= 6; ++id) CHECK(core.job(id)->state == JobState::kRunning);
+
+  // Then the liveness check declares them all down at once.
+  NodeStatesRequested batch;
+  for (NodeId n = 0; n < 288; ++n) {
+    if (n != survivor) batch.requests.push_back({n, NodeState::kDown, "agent disconnected"});
+  }
+  now += 2 * kSecond;
+  auto cmds = core.Step(batch, now);
+  CHECK(Only<StopJob>(cmds).size() == 6);  // each job stopped once
+  CHECK(Only<RestartJob>(cmds).empty());   // nowhere healthy to go
+  CHECK(Only<StartJob>(cmds).empty());
+  CHECK(Only<NodeStateChanged>(cmds).size() == 287);
+  CHECK(core.cluster().total_busy_gpus() == 0);
+  for (JobId id = 1; id <= 6; ++id) {
+    CAPTURE(id);
+    const JobRecord& job = *core.job(id);
+    CAPTURE(job.reason);
+    CHECK(job.state == JobState::kQueued);
+    CHECK(job.restarts == 1);
+    CHECK(job.app_failures == 0);
+    CHECK(job.checkpoint_step == 100 * id);
+    // Why it waits, and how it will restart.
+    CHECK(Has(job.reason, "287 nodes down"));
+    CHECK(Has(job.reason, "restarts from checkpoint step " + std::to_string(100 * id)));
+  }
+  const JobId head = core.WaitingJobs().front();
+  CAPTURE(core.job(head)->reason);
+  CHECK(Has(core.job(head)->reason,
+            "waiting for resources: needs 384 GPUs; 8 GPUs free now; 287 nodes down"));
+  for (const JobStateChanged& c : Only<JobStateChanged>(cmds)) {
+    CHECK(c.state == JobState::kQueued);
+    CHECK(Has(c.reason, "are down"));
+  }
+
+  // The agents come back, some registering again, some with a heartbeat.
+  std::map<JobId, StartJob> starts;
+  for (NodeId n = 0; n < 288; ++n) {
+    if (n == survivor) continue;
+    now += 10;
+    const Event back = n % 2 == 0 ? Event{NodeStateRequested{n, NodeState::kUp, "registered"}}
+                                  : Event{Heartbeat{n}};
+    cmds = core.Step(back, now);
+    CheckStartsOnHealthyNodes(core, cmds);
+    CHECK(Only<RestartJob>(cmds).empty());
+    for (const StartJob& s : Only<StartJob>(cmds)) {
+      CHECK(starts.emplace(s.id, s).second);
+    }
+  }
+  REQUIRE(starts.size() == 6);
+  for (const auto& [id, start] : starts) {
+    CAPTURE(id);
+    CHECK(core.job(id)->state == JobState::kRunning);
+    CHECK(start.launch.checkpoint_step == 100 * id);  // from its newest checkpoint
+    CHECK(start.launch.restart_count == 1);
+    CHECK(start.ranks.size() == 384);
+  }
+  CHECK(core.cluster().total_busy_gpus() == 2304);
+  for (const auto& [id, job] : core.jobs()) CHECK(job.state != JobState::kFailed);
+}
+
+TEST_CASE("a batch is applied whole before recovery: no restart onto a node it takes down") {
+  // 4 leaves of 2 nodes x 8 GPUs. A one-node job; the free node beside it
+  // (same leaf) is the nearest replacement, and the batch takes it down too.
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  auto run = [&](bool batched) {
+    SchedulerCore core(topo, SimConfig());
+    core.Step(JobSubmitted{1, Request(8, 8)}, 0);
+    const NodeId home = core.job(1)->ranks[0].node;
+    const NodeId beside =
+        topo.domain(topo.Ancestor(home, 1)).node_begin == home ? home + 1 : home - 1;
+    REQUIRE(topo.Ancestor(beside, 1) == topo.Ancestor(home, 1));
+    const std::vector<NodeStateRequested> lost = {{home, NodeState::kDown, "agent silent"},
+                                                  {beside, NodeState::kDown, "agent silent"}};
+    std::vector<RestartJob> restarts;
+    if (batched) {
+      auto cmds = core.Step(NodeStatesRequested{lost}, kMinute);
+      CheckStartsOnHealthyNodes(core, cmds);
+      restarts = Only<RestartJob>(cmds);
+    } else {
+      for (const NodeStateRequested& e : lost) {
+        auto cmds = core.Step(e, kMinute);
+        auto r = Only<RestartJob>(cmds);
+        restarts.insert(restarts.end(), r.begin(), r.end());
+      }
+    }
+    for (const RestartJob& r : restarts) {
+      CHECK(NodesOf(r.ranks).count(home) == 0);
+    }
+    if (batched) {
+      REQUIRE(restarts.size() == 1);
+      CHECK(NodesOf(restarts[0].ranks).count(beside) == 0);
+      CHECK(core.job(1)->restarts == 1);
+      CHECK(core.job(1)->reason == "restarted after node " + topo.node(home).name +
+                                       " is down from the beginning (no checkpoint)");
+    } else {
+      // One at a time, the first restart goes beside, and moves again.
+      REQUIRE(restarts.size() == 2);
+      CHECK(NodesOf(restarts[0].ranks).count(beside) == 1);
+      CHECK(core.job(1)->restarts == 2);
+    }
+  };
+  run(true);
+  run(false);
+}
+
+TEST_CASE("the same loss as single events fails no job either, and lands nothing on a lost node") {
+  // Without the batch each down is recovered alone; a restart may then land
+  // on a node the next event takes down, but only on a node that was up.
+  const Topology topo = Cluster288();
+  SchedulerCore core(topo, SimConfig());
+  for (JobId id = 1; id <= 6; ++id) core.Step(JobSubmitted{id, Request(384, 8)}, 0);
+  const NodeId survivor = core.job(6)->ranks.back().node;
+  TimeMs now = kHour;
+  for (NodeId n = 0; n < 288; ++n) {
+    if (n == survivor) continue;
+    auto cmds = core.Step(NodeStateRequested{n, NodeState::kDown, "lost"}, now += 10);
+    CheckStartsOnHealthyNodes(core, cmds);
+  }
+  for (JobId id = 1; id <= 6; ++id) {
+    CAPTURE(id);
+    CHECK(core.job(id)->state == JobState::kQueued);
+    CHECK(Has(core.job(id)->reason, "287 nodes down"));
+  }
+}
+
+TEST_CASE("a restart never uses a suspect spare, and moves off a draining node") {
+  // HBDs of 4 nodes x 4 GPUs, 2 HBDs per leaf, 2 leaves: 16 nodes. A TP-8
+  // job of 16 GPUs takes 4 nodes (two HBD-local pairs) and one spare.
+  const Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {4, 2}, 2, 4);
+  SUBCASE("suspect spare") {
+    SchedulerCore core(topo, SimConfig());
+    auto start = Only<StartJob>(core.Step(JobSubmitted{1, Request(16, 8, kHour, 1)}, 0));
+    REQUIRE(start.size() == 1);
+    REQUIRE(start[0].spares.size() == 1);
+    const NodeId spare = start[0].spares[0];
+    core.Step(NodeStateRequested{spare, NodeState::kSuspect, "agent disconnected"}, kMinute);
+    const NodeId lost = start[0].ranks[0].node;
+    auto cmds = core.Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 2 * kMinute);
+    auto restarts = Only<RestartJob>(cmds);
+    REQUIRE(restarts.size() == 1);
+    const std::set<NodeId> nodes = NodesOf(restarts[0].ranks);
+    CHECK(nodes.count(spare) == 0);
+    CHECK(nodes.count(lost) == 0);
+    CHECK(std::count(restarts[0].spares.begin(), restarts[0].spares.end(), spare) == 0);
+    CheckStartsOnHealthyNodes(core, cmds);
+    CHECK(Evaluate(core.job(1)->request.spec, topo, core.job(1)->ranks).required_met);
+  }
+  SUBCASE("draining node of the job") {
+    SchedulerCore core(topo, SimConfig());
+    auto start = Only<StartJob>(core.Step(JobSubmitted{1, Request(16, 8)}, 0));
+    REQUIRE(start.size() == 1);
+    const std::set<NodeId> nodes_of_job = NodesOf(start[0].ranks);
+    const std::vector<NodeId> mine(nodes_of_job.begin(), nodes_of_job.end());
+    REQUIRE(mine.size() == 4);
+    // An admin drains one node: the job keeps running there until the agent
+    // evacuates it.
+    core.Step(NodeStateRequested{mine[1], NodeState::kDrained, "maintenance"}, kMinute);
+    REQUIRE(core.cluster().node_state(mine[1]) == NodeState::kDraining);
+    // Another node of the job is lost first: the restart leaves both.
+    auto cmds = core.Step(NodeStateRequested{mine[0], NodeState::kDown, "lost"}, 2 * kMinute);
+    auto restarts = Only<RestartJob>(cmds);
+    REQUIRE(restarts.size() == 1);
+    const std::set<NodeId> nodes = NodesOf(restarts[0].ranks);
+    CHECK(nodes.count(mine[0]) == 0);
+    CHECK(nodes.count(mine[1]) == 0);
+    CheckStartsOnHealthyNodes(core, cmds);
+    // Nothing is left on the drained node, so its drain completes.
+    CHECK(core.cluster().node_state(mine[1]) == NodeState::kDrained);
+  }
+}
+
+TEST_CASE("a rank exiting 127 restarts after 10, 20, 40 ... s and fails at the limit") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerConfig config = SimConfig();
+  REQUIRE(config.max_app_failures == 10);
+  REQUIRE(config.restart_backoff_initial == 10 * kSecond);
+  REQUIRE(config.restart_backoff_max == 10 * kMinute);
+  SchedulerCore core(topo, config);
+  core.Step(JobSubmitted{1, Request(8, 8)}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  core.Step(CheckpointCompleted{1, 5}, kMinute);
+
+  // Failure k waits 10 s * 2^(k-1), at most 10 min.
+  const TimeMs delays[] = {10 * kSecond,  20 * kSecond,  40 * kSecond,  80 * kSecond, 160 * kSecond,
+                           320 * kSecond, 600 * kSecond, 600 * kSecond, 600 * kSecond};
+  const std::string shown[] = {"10 s",  "20 s",   "40 s",   "80 s",  "160 s",
+                               "320 s", "10 min", "10 min", "10 min"};
+  TimeMs now = 2 * kMinute;
+  for (int k = 1; k <= 9; ++k) {
+    CAPTURE(k);
+    const TimeMs delay = delays[k - 1];
+    auto cmds = core.Step(RankExited{1, 3, 127}, now);
+    CHECK(Only<StopJob>(cmds).size() == 1);
+    CHECK(Only<RestartJob>(cmds).empty());
+    CHECK(Only<StartJob>(cmds).empty());
+    const JobRecord& job = *core.job(1);
+    CHECK(job.state == JobState::kQueued);  // waits holding nothing
+    CHECK(core.cluster().total_busy_gpus() == 0);
+    CHECK(job.app_failures == k);
+    CHECK(job.restart_at == now + delay);
+    CHECK(job.reason == "requeued: restarting in " + shown[k - 1] +
+                            " after rank 3 exited with status 127 (failure " + std::to_string(k) +
+                            " of 10)");
+    CHECK(core.NextWakeup() == now + delay);
+    // Not a moment before its time, even with a pass.
+    cmds = core.Step(Tick{}, now + delay - 1);
+    CHECK(Only<StartJob>(cmds).empty());
+    CHECK(core.job(1)->state == JobState::kQueued);
+    cmds = core.Step(Tick{}, now + delay);
+    auto starts = Only<StartJob>(cmds);
+    REQUIRE(starts.size() == 1);
+    CHECK(starts[0].launch.checkpoint_step == 5);
+    CHECK(starts[0].launch.restart_count == core.job(1)->restarts);
+    CHECK(core.job(1)->state == JobState::kRunning);
+    CHECK(core.job(1)->restart_at == -1);
+    now += delay + 30 * kSecond;
+    if (k == 3) {
+      // Infrastructure failures in between count for nothing: a lost node
+      // restarts the job at once elsewhere, and so does a node that could
+      // not start it.
+      const NodeId lost = core.job(1)->ranks[0].node;
+      cmds = core.Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, now);
+      REQUIRE(Only<RestartJob>(cmds).size() == 1);
+      CHECK(Only<RestartJob>(cmds)[0].ranks[0].node != lost);
+      CHECK(core.job(1)->app_failures == 3);
+      const NodeId refused = core.job(1)->ranks[0].node;
+      cmds = core.Step(JobLaunchFailed{1, refused, "port in use", false}, now + kSecond);
+      REQUIRE(Only<RestartJob>(cmds).size() == 1);
+      CHECK(NodesOf(Only<RestartJob>(cmds)[0].ranks).count(refused) == 0);
+      CHECK(core.job(1)->app_failures == 3);
+      CHECK(core.job(1)->state == JobState::kRunning);
+      core.Step(NodeStateRequested{lost, NodeState::kUp, "back"}, now + 2 * kSecond);
+      now += 30 * kSecond;
+    }
+  }
+  // The tenth in a row without a new checkpoint fails it, with the status.
+  auto cmds = core.Step(RankExited{1, 3, 127}, now);
+  CHECK(Only<StopJob>(cmds).size() == 1);
+  const JobRecord& job = *core.job(1);
+  CHECK(job.state == JobState::kFailed);
+  CHECK(Has(job.reason, "rank 3 exited with status 127"));
+  CHECK(Has(job.reason, "failure 10 of 10"));
+  CHECK(core.NextWakeup() == kNever);
+  CHECK(core.cluster().total_busy_gpus() == 0);
+}
+
+TEST_CASE("a new checkpoint resets the count of application failures and the backoff") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(8, 8)}, 0);
+  TimeMs now = kMinute;
+  for (int k = 1; k <= 3; ++k) {
+    core.Step(RankExited{1, 0, 1}, now);
+    now = core.NextWakeup();
+    core.Step(Tick{}, now);
+    REQUIRE(core.job(1)->state == JobState::kRunning);
+  }
+  CHECK(core.job(1)->app_failures == 3);
+  core.Step(CheckpointCompleted{1, 40}, now + kMinute);
+  CHECK(core.job(1)->app_failures == 0);
+  core.Step(RankExited{1, 0, 1}, now + 2 * kMinute);
+  CHECK(core.job(1)->restart_at == now + 2 * kMinute + 10 * kSecond);
+  CHECK(Has(core.job(1)->reason, "(failure 1 of 10)"));
+}
+
+TEST_CASE("backoff 0 restarts at once in place; the limit still holds") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerConfig config = SimConfig();
+  config.restart_backoff_initial = 0;
+  config.max_app_failures = 3;
+  SchedulerCore core(topo, config);
+  auto start = Only<StartJob>(core.Step(JobSubmitted{1, Request(8, 8)}, 0));
+  REQUIRE(start.size() == 1);
+  for (int k = 1; k <= 2; ++k) {
+    auto cmds = core.Step(RankExited{1, 2, 134}, k * kMinute);
+    auto restarts = Only<RestartJob>(cmds);
+    REQUIRE(restarts.size() == 1);
+    CHECK(restarts[0].ranks == start[0].ranks);  // its nodes are healthy: it stays
+    CHECK(restarts[0].launch.restart_count == k);
+    CHECK(core.job(1)->restart_at == -1);
+    CHECK(core.job(1)->state == JobState::kRunning);
+  }
+  core.Step(RankExited{1, 2, 134}, 3 * kMinute);
+  CHECK(core.job(1)->state == JobState::kFailed);
+  CHECK(Has(core.job(1)->reason, "status 134 (failure 3 of 3"));
+}
+
+TEST_CASE("infrastructure failures never fail a job, however many without a checkpoint") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(8, 8)}, 0);
+  TimeMs now = kMinute;
+  for (int i = 1; i <= 30; ++i) {
+    CAPTURE(i);
+    const NodeId n = core.job(1)->ranks[0].node;
+    auto cmds = i % 2 == 0 ? core.Step(NodeStateRequested{n, NodeState::kDown, "lost"}, now)
+                           : core.Step(GpuEvent{n, 0, GpuEventKind::kXid, 79}, now);
+    CHECK(Only<RestartJob>(cmds).size() == 1);
+    CheckStartsOnHealthyNodes(core, cmds);
+    core.Step(GpuEvent{n, 0, GpuEventKind::kCleared, 0}, now + kSecond);
+    core.Step(NodeStateRequested{n, NodeState::kUp, "repaired"}, now + kSecond);
+    now += kMinute;
+  }
+  CHECK(core.job(1)->state == JobState::kRunning);
+  CHECK(core.job(1)->restarts == 30);
+  CHECK(core.job(1)->app_failures == 0);
+}
+
+TEST_CASE("transient launch failures: off the node at once, then with a growing backoff") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(8, 8)}, 0);
+  const NodeId first = core.job(1)->ranks[0].node;
+  auto cmds = core.Step(JobLaunchFailed{1, first, "disk full", false}, kSecond);
+  auto restarts = Only<RestartJob>(cmds);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].ranks[0].node != first);
+  const TimeMs delays[] = {10 * kSecond, 20 * kSecond, 40 * kSecond};
+  TimeMs now = 2 * kSecond;
+  for (int k = 2; k <= 4; ++k) {
+    CAPTURE(k);
+    cmds = core.Step(JobLaunchFailed{1, core.job(1)->ranks[0].node, "disk full", false}, now);
+    CHECK(Only<StopJob>(cmds).size() == 1);
+    CHECK(core.job(1)->state == JobState::kQueued);
+    CHECK(core.NextWakeup() == now + delays[k - 2]);
+    CHECK(Has(core.job(1)->reason, "launch failure " + std::to_string(k) + " in a row"));
+    now += delays[k - 2];
+    CHECK(Only<StartJob>(core.Step(Tick{}, now)).size() == 1);
+  }
+  CHECK(core.job(1)->launch_failures == 4);
+  CHECK(core.job(1)->app_failures == 0);
+  core.Step(CheckpointCompleted{1, 9}, now + kMinute);
+  CHECK(core.job(1)->launch_failures == 0);
+}
+
+TEST_CASE("heartbeat timeouts of one check are one batch: each job recovered once") {
+  // 4 leaves of 2 nodes x 8 GPUs. A 16-GPU job on two nodes; both stop
+  // beating, with four idle nodes; two nodes keep beating.
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerConfig config = SimConfig();
+  config.heartbeats_required = true;
+  SchedulerCore core(topo, config);
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    core.Step(NodeStateRequested{n, NodeState::kUp, "registered"}, 0);
+  }
+  core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  const std::set<NodeId> mine = NodesOf(core.job(1)->ranks);
+  REQUIRE(mine.size() == 2);
+  std::vector<NodeId> beating;
+  for (NodeId n = 0; n < topo.node_count() && beating.size() < 2; ++n) {
+    if (!mine.count(n)) beating.push_back(n);
+  }
+  std::vector<Command> all;
+  for (TimeMs t = kSecond; t <= config.heartbeat_down_after; t += kSecond) {
+    for (NodeId n : beating) {
+      auto c = core.Step(Heartbeat{n}, t);
+      all.insert(all.end(), c.begin(), c.end());
+    }
+  }
+  CHECK(Only<StopJob>(all).empty());
+  auto restarts = Only<RestartJob>(all);
+  REQUIRE(restarts.size() == 1);
+  CHECK(NodesOf(restarts[0].ranks) == std::set<NodeId>(beating.begin(), beating.end()));
+  CHECK(Has(core.job(1)->reason, "nodes "));
+  CHECK(Has(core.job(1)->reason, " are down"));
+}
+
+TEST_CASE("property: over random failures no restart lands on an unhealthy node") {
+  const Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {2, 2}, 2, 4);
+  int restarts = 0, backoffs = 0, failed = 0;  // the sequences reach every path
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    CAPTURE(seed);
+    Rng rng(seed);
+    SchedulerConfig config = SimConfig();
+    config.max_app_failures = 4;
+    SchedulerCore core(topo, config);
+    TimeMs now = 0;
+    JobId next = 1;
+    std::map<JobId, int> app_failures_seen;
+    const NodeState states[] = {NodeState::kUp, NodeState::kSuspect, NodeState::kDown,
+                                NodeState::kDrained};
+    for (int i = 0; i < 500; ++i) {
+      now += static_cast<TimeMs>(rng.Below(30 * kSecond));
+      std::vector<JobId> running;
+      for (const auto& [id, job] : core.jobs()) {
+        if (job.state == JobState::kRunning) running.push_back(id);
+      }
+      const uint64_t kind = rng.Below(100);
+      auto node = [&] { return static_cast<NodeId>(rng.Below(topo.node_count())); };
+      Event e = Tick{};
+      if (kind < 25) {
+        const int tp = std::array<int, 3>{1, 4, 8}[rng.Below(3)];
+        JobRequest r =
+            Request(tp * static_cast<int>(rng.Range(1, 3)), tp, kHour, rng.Below(4) == 0 ? 1 : 0);
+        e = JobSubmitted{next++, r};
+      } else if (kind < 35 && !running.empty()) {
+        e = JobFinished{running[rng.Below(running.size())], 0};
+      } else if (kind < 45 && !running.empty()) {
+        e = CheckpointCompleted{running[rng.Below(running.size())], i};
+      } else if (kind < 55 && !running.empty()) {
+        const JobId id = running[rng.Below(running.size())];
+        ++app_failures_seen[id];
+        e = RankExited{id, 0, 127};
+      } else if (kind < 60 && !running.empty()) {
+        const JobId id = running[rng.Below(running.size())];
+        e = JobLaunchFailed{id, core.job(id)->ranks[0].node, "busy port", false};
+      } else if (kind < 75) {
+        e = NodeStateRequested{node(), states[rng.Below(4)], "random"};
+      } else if (kind < 85) {
+        NodeStatesRequested batch;
+        const int size = static_cast<int>(rng.Range(2, 6));
+        for (int k = 0; k < size; ++k) {
+          batch.requests.push_back({node(), states[rng.Below(4)], "random batch"});
+        }
+        e = batch;
+      } else if (kind < 92) {
+        const int codes[] = {79, 48, 94};
+        e = GpuEvent{node(), static_cast<int>(rng.Below(4)), GpuEventKind::kXid,
+                     codes[rng.Below(3)]};
+      } else if (kind < 96) {
+        e = GpuEvent{node(), static_cast<int>(rng.Below(4)), GpuEventKind::kCleared, 0};
+      } else {
+        e = Heartbeat{node()};
+      }
+      const std::vector<Command> cmds = core.Step(e, now);
+      CheckStartsOnHealthyNodes(core, cmds);
+      restarts += static_cast<int>(Only<RestartJob>(cmds).size());
+      CHECK(core.NextWakeup() > now);
+      for (const JobStateChanged& c : Only<JobStateChanged>(cmds)) {
+        if (c.state != JobState::kFailed) continue;
+        // Only application failures at the limit (or the time limit) fail.
+        CAPTURE(c.reason);
+        CHECK((Has(c.reason, "of 4 without a new checkpoint") || Has(c.reason, "time limit")));
+        ++failed;
+        if (Has(c.reason, "of 4")) CHECK(app_failures_seen[c.id] >= 4);
+      }
+      // Waiting out a backoff holds nothing and is due in the future.
+      for (const JobStateChanged& c : Only<JobStateChanged>(cmds)) {
+        backoffs += Has(c.reason, "restarting in");
+      }
+      for (const auto& [id, job] : core.jobs()) {
+        if (job.restart_at < 0) continue;
+        CHECK(job.restart_at > now);
+        CHECK(job.ranks.empty());
+        CHECK(core.NextWakeup() <= job.restart_at);
+      }
+    }
+  }
+  CHECK(restarts > 50);
+  CHECK(backoffs > 50);
+  CHECK(failed > 0);
+}
