@@ -9,18 +9,23 @@
 //   fill:  jobs that start at once, until the cluster is full;
 //   queue: jobs that queue behind them (every submission runs a scheduling
 //          pass over a growing queue).
+//   queue+scans: the queue phase again while --scanners clients page through
+//          the whole event log (GET /v1/events) as fast as they can: those
+//          reads run off the scheduling strand on read-only connections, so
+//          submissions should not slow down (the ratio is reported).
 // A submission counts when its 201 arrived: the daemon answers only after
 // the job's group commit is on disk. Bounded in count (--requests per phase)
 // and time (--max-seconds per phase).
 //
 //   bench_api [--topology meta-24k] [--connections 64] [--requests 20000]
-//             [--gpus 8] [--max-seconds 60] [--out bench/results/api.json]
+//             [--gpus 8] [--max-seconds 60] [--scanners 4] [--out bench/results/api.json]
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -248,6 +253,47 @@ class Load {
   std::string first_error_;
 };
 
+// Clients that page through the event log back to back (GET /v1/events,
+// 1,000 a page, from the start again at the end) until stopped.
+class Scanners {
+ public:
+  Scanners(const Daemon& d, int count) : d_(d) {
+    for (int i = 0; i < count; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~Scanners() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  int64_t pages() const { return pages_; }
+  int64_t events() const { return events_; }
+
+ private:
+  void Loop() {
+    ssl::context tls = MakeTls(d_);
+    int64_t after = 0;
+    while (!stop_) {
+      try {
+        const Json page =
+            Call(d_, tls, http::verb::get,
+                 "/v1/events?after=" + std::to_string(after) + "&limit=1000", nullptr);
+        const size_t n = page["events"].size();
+        pages_ += 1;
+        events_ += static_cast<int64_t>(n);
+        after = n == 0 ? 0 : page["scanned_to"].get<int64_t>();
+      } catch (const std::exception&) {
+        after = 0;
+      }
+    }
+  }
+  const Daemon& d_;
+  std::atomic<bool> stop_ = false;
+  std::atomic<int64_t> pages_ = 0, events_ = 0;
+  std::vector<std::thread> threads_;
+};
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -260,7 +306,7 @@ double Percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_api - durable submissions/s through topo-scheduler's HTTPS API"};
   std::string daemon_bin = TOPO_SCHEDULER_BIN, topology = "meta-24k", out;
-  int connections = 64, requests = 20000, gpus = 8;
+  int connections = 64, requests = 20000, gpus = 8, scanners = 4;
   double max_seconds = 60;
   app.add_option("--daemon", daemon_bin, "topo-scheduler binary");
   app.add_option("--topology", topology, "reference topology (core generators)");
@@ -270,6 +316,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10000000));
   app.add_option("--gpus", gpus, "GPUs per submitted job")->check(CLI::Range(1, 64));
   app.add_option("--max-seconds", max_seconds, "time bound per phase")->check(CLI::Range(1, 3600));
+  app.add_option("--scanners", scanners, "event-log readers during the last phase (0: skip it)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--out", out, "JSON results (default bench/results/api.json)");
   CLI11_PARSE(app, argc, argv);
   if (out.empty()) out = std::string(TOPO_BENCH_SOURCE_DIR) + "/bench/results/api.json";
@@ -300,6 +348,15 @@ int main(int argc, char** argv) {
     std::vector<PhaseResult> phases;
     phases.push_back(Load(d, tls, connections, fill, gpus, max_seconds, 0).Run("fill"));
     phases.push_back(Load(d, tls, connections, requests, gpus, max_seconds, fill).Run("queue"));
+    int64_t scan_pages = 0, scan_events = 0;
+    if (scanners > 0) {
+      Scanners scan(d, scanners);
+      phases.push_back(Load(d, tls, connections, requests, gpus, max_seconds, fill + requests)
+                           .Run("queue+" + std::to_string(scanners) + " scanners"));
+      scan.Stop();
+      scan_pages = scan.pages();
+      scan_events = scan.events();
+    }
     const Json cluster = Call(d, tls, http::verb::get, "/v1/cluster", nullptr);
 
     std::printf("\nbench_api: %s (%d GPUs), %d connections, %d-GPU jobs, topo-scheduler at %s\n",
@@ -330,6 +387,17 @@ int main(int argc, char** argv) {
                       {"p999_ms", p999}});
       if (p.errors > 0) rc = 1;
     }
+    if (scanners > 0 && phases.size() == 3) {
+      const double q99 = Percentile(phases[1].latency_ms, 0.99);
+      const double s99 = Percentile(phases[2].latency_ms, 0.99);
+      const double q50 = Percentile(phases[1].latency_ms, 0.50);
+      const double s50 = Percentile(phases[2].latency_ms, 0.50);
+      std::printf(
+          "\nwith %d event-log scanners (%lld pages, %lld events read): submission p50 %.2fx, "
+          "p99 %.2fx of the queue phase without them\n",
+          scanners, static_cast<long long>(scan_pages), static_cast<long long>(scan_events),
+          q50 > 0 ? s50 / q50 : 0.0, q99 > 0 ? s99 / q99 : 0.0);
+    }
     std::printf("\ncluster after the run: %s\n", cluster["gpus"].dump().c_str());
     std::printf("goal: >= 5,000 acknowledged submissions/s (each 201 sent after its fsync)\n");
     Json result = {{"benchmark", "api"},
@@ -342,6 +410,9 @@ int main(int argc, char** argv) {
                    {"topology", topology},
                    {"connections", connections},
                    {"gpus_per_job", gpus},
+                   {"scanners", scanners},
+                   {"scanner_pages", scan_pages},
+                   {"scanner_events", scan_events},
                    {"phases", rows}};
     std::filesystem::create_directories(std::filesystem::path(out).parent_path());
     std::ofstream(out) << result.dump(2) << "\n";
