@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "daemon/log.hpp"
 #include "daemon/service_internal.hpp"
 
 namespace topo::daemon {
@@ -83,9 +84,13 @@ Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::s
     const std::string why = "agent reports " + std::to_string(have) + " GPUs; the topology has " +
                             std::to_string(want) +
                             ": fix the node or import a topology that matches, then resume";
-    host_.Log("topo-scheduler: node " + m->node + ": " + why);
+    log::Warn("node " + m->node + ": " + why, {{"node", m->node}, {"gpus", have}});
     host_.StepCore(core::NodeStateRequested{n, core::NodeState::kDrained, why}, actor);
   }
+  log::Info("agent " + m->node + " registered from " + m->addr + " (" +
+                std::to_string(m->gpus.size()) + " GPUs, " + std::to_string(m->ranks.size()) +
+                " ranks running, " + m->agent + ")",
+            {{"node", m->node}, {"addr", m->addr}, {"gpus", m->gpus.size()}});
   proto::Registered reply{m->node, static_cast<int>(settings_.heartbeat_interval_ms), {}};
   for (const auto& [id, job] : core->jobs()) {
     if (!Holds(job.state)) continue;
@@ -105,9 +110,10 @@ std::optional<std::string> AgentRegistry::Refuse(Agent& a, const std::string& no
   ++a.refused;
   ++refused_total_;
   if (a.refused <= kLoggedRefusals || a.refused % 100 == 0) {
-    host_.Log("topo-scheduler: agent " + node + ": refused " +
-              (type.empty() ? std::string("a message") : std::string(type)) + " (" +
-              std::to_string(a.refused) + " so far): " + message.substr(0, 300));
+    log::Warn("agent " + node + ": refused " +
+                  (type.empty() ? std::string("a message") : std::string(type)) + " (" +
+                  std::to_string(a.refused) + " so far): " + message.substr(0, 300),
+              {{"node", node}, {"type", type}, {"field", field}, {"refusals", a.refused}});
   }
   if (authority) {
     // One audit row a minute per node and kind, with the refusals since
@@ -344,6 +350,7 @@ void AgentRegistry::Disconnected(const std::string& node, TimeMs now) {
   a.connected = false;
   a.disconnected_at = now_;
   a.refused = 0;
+  log::Info("agent " + node + " disconnected", {{"node", node}});
   // A closed connection is a known moment of loss (a killed agent, a
   // crashed node): one interval less of grace, still time for an agent
   // restarted on purpose to come back. A cut network closes nothing: the

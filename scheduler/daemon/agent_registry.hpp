@@ -53,7 +53,6 @@ class AgentHost {
   virtual bool JobEnded(core::JobId id) = 0;
   virtual void Audit(const std::string& actor, std::string_view action,
                      const nlohmann::json& detail) = 0;
-  virtual void Log(const std::string& line) = 0;
   // The Unix account of an API user (jobs submitted before requests carried
   // one); "" when the user is unknown.
   virtual std::string UnixUserOf(const std::string& api_user) = 0;

@@ -251,6 +251,20 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                              [](DaemonConfig& c, int64_t x) {
                                                c.max_queued_jobs_per_user = static_cast<int>(x);
                                              })},
+      {"log_level",
+       [](std::string_view v, DaemonConfig& c) {
+         if (v != "debug" && v != "info" && v != "warn" && v != "error") {
+           return Status::Error("use debug, info, warn or error");
+         }
+         c.log_level = std::string(v);
+         return Status::Ok();
+       }},
+      {"log_format",
+       [](std::string_view v, DaemonConfig& c) {
+         if (v != "text" && v != "json") return Status::Error("use text or json");
+         c.log_format = std::string(v);
+         return Status::Ok();
+       }},
       {"allow_root_jobs",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.allow_root_jobs); }},
       {"max_app_failures", IntSetter(kFailureKeys[0].lo, kFailureKeys[0].hi, kFailureKeys[0].set)},

@@ -43,6 +43,9 @@ struct DaemonConfig {
   // are refused with 507 (reads go on; agents' reports still commit).
   int64_t min_free_disk_mb = 256;
   int read_threads = 2;  // threads (and read-only store connections) for off-strand reads
+  // The log (log.hpp): stderr, one line per record, from this level up.
+  std::string log_level = "info";   // debug | info | warn | error
+  std::string log_format = "text";  // text | json
   // A new connection's TLS handshake and whole first request, together.
   int first_request_timeout_s = 10;
 

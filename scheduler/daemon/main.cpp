@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "daemon/config.hpp"
+#include "daemon/log.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pki.hpp"
 #include "daemon/server.hpp"
@@ -185,6 +186,9 @@ int main(int argc, char** argv) {
   }
   if (!state_dir.empty()) config.state_dir = state_dir;
   if (config.state_dir.empty()) config.state_dir = daemon::DefaultStateDir();
+  if (Status s = daemon::log::Init(config.log_level, config.log_format); !s.ok()) {
+    return Fail(s.message());
+  }
   if (!listen.empty()) {
     if (Status s = daemon::ParseListen(listen, config); !s.ok()) return Fail(s.message());
   }

@@ -5,6 +5,7 @@
 
 #include "daemon/connection_table.hpp"
 #include "daemon/http_session.hpp"
+#include "daemon/log.hpp"
 #include "daemon/revocation.hpp"
 #include "daemon/service_internal.hpp"
 #include "topo/common/agent_protocol.hpp"
@@ -56,10 +57,13 @@ struct Pending {
   std::function<void(HttpResponse)> done;
 };
 
+// The daemon's log (log.hpp); the "topo-scheduler: " prefix of these lines
+// is the logger's now.
 void LogLine(const std::string& line) {
-  // One write per line, so lines from threads do not interleave.
-  std::string out = line + "\n";
-  std::cerr << out << std::flush;
+  constexpr std::string_view kPrefix = "topo-scheduler: ";
+  std::string_view text = line;
+  if (text.substr(0, kPrefix.size()) == kPrefix) text.remove_prefix(kPrefix.size());
+  log::Info(text);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <set>
 #include <system_error>
 
+#include "daemon/log.hpp"
 #include "daemon/service_internal.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_io.hpp"
@@ -266,11 +267,6 @@ class ServiceAgentHost : public AgentHost {
   void Audit(const std::string& actor, std::string_view action, const Json& detail) override {
     (void)s_.driver.store->AppendAudit(s_.driver.now, actor, action, detail.dump());
   }
-  void Log(const std::string& line) override {
-    // One write per line, so lines from threads do not interleave.
-    const std::string out = line + "\n";
-    std::fwrite(out.data(), 1, out.size(), stderr);
-  }
   std::string UnixUserOf(const std::string& api_user) override {
     Result<std::optional<store::User>> u = s_.driver.store->GetUser(api_user);
     if (!u.ok() || !u.value()) return api_user;
@@ -382,7 +378,15 @@ Status Service::Commit() { return s_->Commit(); }
 Status ServiceState::Commit() {
   Result<std::vector<store::LogEntry>> done = driver.Commit();
   if (!done.ok()) return done.status();
-  for (const store::LogEntry& e : done.value()) agents->Dispatch(e.commands);
+  for (const store::LogEntry& e : done.value()) {
+    agents->Dispatch(e.commands);
+    if (driver.topology == nullptr) continue;
+    for (const core::Command& c : e.commands) {
+      for (const log::Record& r : log::Describe(c, *driver.topology)) {
+        log::Write(r.level, r.message, r.fields);
+      }
+    }
+  }
   return Status::Ok();
 }
 

@@ -72,9 +72,12 @@ class Daemon:
         raise RuntimeError("topo-scheduler did not start in %ss:\n%s" % (timeout, self.log()))
 
     def log(self):
+        return self.log_all()[-4000:]
+
+    def log_all(self):
         try:
             with open(self.log_path, errors="replace") as f:
-                return f.read()[-4000:]
+                return f.read()
         except OSError:
             return ""
 

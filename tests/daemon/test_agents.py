@@ -25,7 +25,7 @@ from agent_client import AgentConnection
 from agent_protocol import Protocol
 from harness import Daemon, Failure, check, run, serving, tiny_topology
 
-CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\n"
+CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\nlog_format = json\n"
 P = Protocol()
 
 
@@ -307,6 +307,21 @@ def main():
         check("no Unix account" in failed["reason"], "the reason says why: %s" % failed["reason"])
         for x in agents.values():
             x.close()
+        # The daemon's log has one line per state change (log_format = json
+        # in this test's config: every line is one JSON object).
+        records = []
+        for line in d.log_all().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+        msgs = [r.get("msg", "") for r in records]
+        for needle in ("agent n0 registered", "node n0 suspect: agent disconnected",
+                       "node n0 down: agent", "job %d started on 1 node" % job["id"],
+                       "job %d failed: cannot start" % jid, "node n2 drained: agent reports 4 GPUs"):
+            check(any(needle in m for m in msgs), "the log says %r" % needle)
+        check(all(r.get("level") in ("debug", "info", "warn", "error") for r in records),
+              "levels on every record")
         print("ok: mTLS and registration refusals, liveness in %.2f s, suspect on close, GPU "
               "count drain, starts with GROUP_RANKs, authority refusals audited, %d hostile "
               "messages refused by field, permanent launch failure" % (silent, cases))

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/config.hpp"
+#include "daemon/log.hpp"
 #include "daemon/pki.hpp"
 #include "daemon/service_internal.hpp"
 
@@ -237,4 +238,42 @@ TEST_CASE("pki: a CA, a server certificate and agent certificates, keys kept pri
                           .c_str()) == 0);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("log: every committed state change is one sentence with its fields") {
+  topo::core::TopologyBuilder b("t", {"node", "leaf"}, 0);
+  const int leaf = b.AddDomain("leaf0", 1, topo::core::TopologyBuilder::kTop);
+  b.AddNode("n0", leaf, 8);
+  b.AddNode("n1", leaf, 8);
+  const topo::core::Topology topo = std::move(b).Build().value();
+  topo::core::Launch launch;
+  launch.restart_count = 2;
+  launch.checkpoint_step = 400;
+  launch.nodes = topo::core::GroupByNode({{0, 0}, {1, 0}});
+  struct Case {
+    topo::core::Command command;
+    log::Level level;
+    const char* text;
+  };
+  const Case cases[] = {
+      {topo::core::RestartJob{7, {{0, 0}, {1, 0}}, {}, launch}, log::Level::kInfo,
+       "job 7 restarted (run 2) from checkpoint step 400 on 2 nodes (n0, n1)"},
+      {topo::core::NodeStateChanged{1, topo::core::NodeState::kDown, "agent silent for 3021 ms"},
+       log::Level::kWarn, "node n1 down: agent silent for 3021 ms"},
+      {topo::core::GpuHealthChanged{0, 3, topo::core::GpuHealth::kFailed, "XID 79"},
+       log::Level::kWarn, "node n0 GPU 3 failed: XID 79"},
+      {topo::core::JobStateChanged{7, topo::core::JobState::kFailed, "rank 3 exited with 127"},
+       log::Level::kWarn, "job 7 failed: rank 3 exited with 127"},
+      {topo::core::DrainNode{0, "bad cable"}, log::Level::kInfo, "node n0 drain: bad cable"},
+  };
+  for (const Case& c : cases) {
+    const auto records = log::Describe(c.command, topo);
+    REQUIRE(records.size() == 1);
+    CHECK(records[0].level == c.level);
+    CHECK(records[0].message == c.text);
+    CHECK(records[0].fields.is_object());
+  }
+  CHECK_FALSE(log::Init("verbose", "text").ok());
+  CHECK_FALSE(log::Init("info", "xml").ok());
+  CHECK(log::Init("info", "text").ok());
 }

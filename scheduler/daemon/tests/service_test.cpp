@@ -40,14 +40,14 @@ json TinyTopology() {
     json children = json::array();
     for (int l = 0; l < 2; ++l) {
       const int leaf = 2 * s + l;
-      children.push_back({{"name", "leaf" + std::to_string(leaf)},
-                          {"nodes",
-                           {"n" + std::to_string(2 * leaf), "n" + std::to_string(2 * leaf + 1)}}});
+      children.push_back(
+          {{"name", "leaf" + std::to_string(leaf)},
+           {"nodes", {"n" + std::to_string(2 * leaf), "n" + std::to_string(2 * leaf + 1)}}});
     }
     domains.push_back({{"name", "spine" + std::to_string(s)}, {"children", children}});
   }
-  return {{"version", 1},        {"name", "tiny"},  {"tiers", {"node", "leaf", "spine"}},
-          {"hbd", "node"},       {"gpus_per_node", 8}, {"gpu_model", "H100"},
+  return {{"version", 1},      {"name", "tiny"},     {"tiers", {"node", "leaf", "spine"}},
+          {"hbd", "node"},     {"gpus_per_node", 8}, {"gpu_model", "H100"},
           {"domains", domains}};
 }
 
@@ -98,8 +98,7 @@ class Fixture {
 };
 
 void SetUpTwoTenants(Fixture& f) {
-  f.Ok("PUT", "/v1/topology", f.admin,
-       {{"format", "json"}, {"content", TinyTopology().dump()}});
+  f.Ok("PUT", "/v1/topology", f.admin, {{"format", "json"}, {"content", TinyTopology().dump()}});
   f.Ok("POST", "/v1/nodes/resume", f.admin, {{"nodes", "n[0-7]"}});
   // org/a borrows everything; org/b is guaranteed the whole cluster, so its
   // job preempts org/a's: one event names both tenants' jobs.
@@ -109,8 +108,7 @@ void SetUpTwoTenants(Fixture& f) {
        201);
   f.Ok("POST", "/v1/users", f.admin,
        {{"name", "carol"}, {"tenant", "org/a"}, {"role", "tenant-admin"}}, 201);
-  f.Ok("POST", "/v1/users", f.admin, {{"name", "bob"}, {"tenant", "org/b"}, {"role", "user"}},
-       201);
+  f.Ok("POST", "/v1/users", f.admin, {{"name", "bob"}, {"tenant", "org/b"}, {"role", "user"}}, 201);
 }
 
 }  // namespace
@@ -122,10 +120,11 @@ TEST_CASE("scoping: no byte of another tenant's job names, commands or users in 
   const std::string carol = f.TokenFor("carol");
   const std::string bob = f.TokenFor("bob");
   auto submit = [&](const std::string& token, const std::string& name, const std::string& secret) {
-    return f.Ok("POST", "/v1/jobs", token,
-                {{"spec", {{"gpus", 64}, {"name", name}}},
-                 {"command", {"/usr/bin/train", "--hf-token", secret}}},
-                201)["id"]
+    return f
+        .Ok("POST", "/v1/jobs", token,
+            {{"spec", {{"gpus", 64}, {"name", name}}},
+             {"command", {"/usr/bin/train", "--hf-token", secret}}},
+            201)["id"]
         .get<int64_t>();
   };
   const int64_t a_job = submit(alice, "alpha-run-ZQX", "hf_aaaSECRETaaa");
@@ -134,8 +133,7 @@ TEST_CASE("scoping: no byte of another tenant's job names, commands or users in 
   const json a_view = f.Ok("GET", "/v1/jobs/" + std::to_string(a_job), alice);
   CHECK(a_view["state"] == "preempting");
 
-  const std::vector<std::string> a_secrets = {"alpha-run-ZQX", "hf_aaaSECRETaaa", "alice",
-                                              "carol"};
+  const std::vector<std::string> a_secrets = {"alpha-run-ZQX", "hf_aaaSECRETaaa", "alice", "carol"};
   const std::vector<std::string> b_secrets = {"bravo-run-KWV", "hf_bbbSECRETbbb", "bob"};
   const std::vector<std::string> routes = {
       "/v1/jobs",
@@ -276,9 +274,8 @@ TEST_CASE("limits: names, duplicate keys, host lists, queues and the storage flo
 TEST_CASE("storage floor: below it writes get 507 with the reason; reads go on") {
   // A floor no filesystem here reaches: every write is below it.
   Fixture f([](DaemonConfig& c) { c.min_free_disk_mb = int64_t{1} << 40; });
-  auto [status, body] =
-      f.Call("PUT", "/v1/topology", f.admin,
-             json{{"format", "json"}, {"content", TinyTopology().dump()}}.dump());
+  auto [status, body] = f.Call("PUT", "/v1/topology", f.admin,
+                               json{{"format", "json"}, {"content", TinyTopology().dump()}}.dump());
   CHECK(status == 507);
   CHECK(json::parse(body)["error"]["code"] == "insufficient_storage");
   CHECK(body.find("min_free_disk_mb") != std::string::npos);
