@@ -164,10 +164,15 @@ void AgentCore::HandleLogs(const proto::LogsRequest& m) {
 }
 
 void AgentCore::HandleError(const proto::Error& m) {
+  // One line for the logs (the daemon's refusals may end with a newline).
   last_refusal_ = m.message;
+  for (char& c : last_refusal_) {
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  while (!last_refusal_.empty() && last_refusal_.back() == ' ') last_refusal_.pop_back();
   Log(LogLevel::kWarning,
       "the scheduler refused " + (m.refused.empty() ? std::string("a message") : m.refused) +
-          (m.field.empty() ? std::string() : " (field " + m.field + ")") + ": " + m.message);
+          (m.field.empty() ? std::string() : " (field " + m.field + ")") + ": " + last_refusal_);
 }
 
 // ------------------------------------------------------------------ events

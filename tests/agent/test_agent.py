@@ -33,9 +33,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
 from harness import Daemon, Failure, check, run  # noqa: E402
-from agents import Agent, agent_cluster, job, nodes, setup, wait_for  # noqa: E402
+from agents import Agent, agent_cluster, job, nodes, run_jobs_as, setup, wait_for  # noqa: E402
 
 CONFIG = "heartbeat_interval_ms = 200\n"
+JOB_UID = [0]  # the uid of the account the admin's jobs run as (set by main)
 
 
 def cli(d, topo_bin, *args, timeout=30):
@@ -61,7 +62,7 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
                 '  echo 1 > "$TOPO_CHECKPOINT_DIR/.c" && mv "$TOPO_CHECKPOINT_DIR/.c" '
                 '"$TOPO_CHECKPOINT_DIR/step-1/COMPLETE"\n'
                 'fi\n'
-                'echo "restart_step=${TOPO_RESTART_STEP:-none} restart=$TOPO_RESTART_COUNT"\n'
+                'echo "restart_step=${TOPO_RESTART_STEP:-none} restart=$TOPO_RESTART_COUNT uid=$(id -u)"\n'
                 'sleep "$(cat %s 2>/dev/null || echo 1)"\nexit 0\n' % duration)
     command = "/bin/sh " + script
     for n in ("n0", "n1", "n2", "n3"):
@@ -86,10 +87,12 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
         check(len(logs) == 8, "8 rank logs on %s: %s" % (n, logs))
     # `topo logs`: rank 9's output, read by its node's agent through the scheduler.
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9")
-    check(rc == 0 and "restart_step=none restart=0" in out, "topo logs --rank 9: %s %r %r" % (rc, out, err))
+    check(rc == 0 and "restart_step=none restart=0 uid=%d" % JOB_UID[0] in out,
+          "topo logs --rank 9 shows the rank ran as the job's account: %s %r %r" % (rc, out, err))
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9", "--tail", "4", "--json")
     piece = json.loads(out) if rc == 0 else {}
-    check(piece.get("data") == "t=0\n" and piece.get("next_offset") == piece.get("size"),
+    check(piece.get("data") == ("uid=%d\n" % JOB_UID[0])[-4:]
+          and piece.get("next_offset") == piece.get("size"),
           "--tail 4 gives the last 4 bytes: %s %r %r" % (rc, out, err))
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "16")
     check(rc == 8 and "rank" in err, "rank 16 of a 16-rank job is refused: %s %r" % (rc, err))
@@ -130,7 +133,7 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
         for n in moved:
             for p in glob.glob(os.path.join(agents[n].state_dir, "logs", str(long["id"]), "rank-*.log")):
                 with open(p, errors="replace") as f:
-                    if "restart_step=1 restart=%d" % after["restarts"] in f.read():
+                    if "restart_step=1 restart=%d " % after["restarts"] in f.read():
                         return True
         return False
     wait_for(resumed, 5, "ranks restarted with TOPO_RESTART_STEP=1")
@@ -392,7 +395,13 @@ def main():
     if which == "restart":  # agents must find the restarted daemon where it was
         config += "agent_listen = 127.0.0.1:%d\n" % free_port()
     d = Daemon(sched_bin, config=config).start()
-    with agent_cluster(d, "topo-agent-test-") as (work, agents):
+    with agent_cluster(d, "topo-agent-test-") as cluster:
+        work, agents = cluster
+        # The admin's jobs run as an ordinary account, as every job does.
+        account = cluster.account("jobs")
+        run_jobs_as(d, account)
+        JOB_UID[0] = int(subprocess.run(["id", "-u", account], capture_output=True, text=True,
+                                        check=True).stdout)
         tests = {"cluster": test_cluster, "wrong_cert": test_wrong_cert, "restart": test_restart,
                  "drain": test_drain}
         tests[which](d, agent_bin, topo_bin, work, agents)
