@@ -161,7 +161,14 @@ core::Status SupervisorRunner::RequestCheckpoint(const std::string& job) {
   return sup_.RequestCheckpoint(job);
 }
 
-std::vector<SupervisorEvent> SupervisorRunner::Poll() { return sup_.Poll(); }
+std::vector<SupervisorEvent> SupervisorRunner::Poll() {
+  std::vector<SupervisorEvent> events = sup_.Poll();
+  // A finished run's count is still in its state file if asked again.
+  for (const SupervisorEvent& e : events) {
+    if (e.kind == EventKind::kJobFinished) restart_counts_.erase(e.job_id);
+  }
+  return events;
+}
 
 std::optional<int64_t> SupervisorRunner::NewestCompleteStep(const std::string& job) const {
   return sup_.NewestCompleteStep(job);

@@ -196,6 +196,15 @@ def test_wrong_cert(d, agent_bin, topo_bin, work, agents):
     print("ok: wrong certificate refused, %d attempts logged, node stays down" % attempts)
 
 
+def read(path):
+    """A file's text; "" while it does not exist yet (a rank not started yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def free_port():
     import socket
     with socket.socket() as sock:
@@ -317,7 +326,7 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
     # A checkpoint signal before the job's handler is in place would end the
     # rank (CHECKPOINTS.md): wait for every rank's first line.
     logdir = os.path.join(agents[first].state_dir, "logs", str(jid))
-    wait_for(lambda: all("tick 1" in open(p).read() for p in glob.glob(logdir + "/rank-*.log"))
+    wait_for(lambda: all("tick 1" in read(p) for p in glob.glob(logdir + "/rank-*.log"))
              and len(glob.glob(logdir + "/rank-*.log")) == 8, 10, "the ranks to run")
 
     # `topo checkpoint`: the scheduler asks, rank 0 writes step 1, it is stored.
@@ -344,8 +353,8 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
     wait_for(lambda: nodes(d)[first]["state"] == "drained", 10, first + " to be drained")
     check(not rank_pids(agents[first], jid) or not any(alive(p) for p in rank_pids(agents[first], jid)),
           "no rank left on " + first)
-    wait_for(lambda: "start restart=1 from=2" in open(os.path.join(
-        agents[second].state_dir, "logs", str(jid), "rank-0.log")).read(), 10,
+    wait_for(lambda: "start restart=1 from=2" in read(os.path.join(
+        agents[second].state_dir, "logs", str(jid), "rank-0.log")), 10,
         "rank 0 restarted from step 2 on " + second)
     check("drained: no rank runs here" in agents[first].log(), "the agent drained:\n" + agents[first].log())
     ev = json.dumps(d.api("GET", "/v1/events?job=%d" % jid, expect=200))
@@ -362,8 +371,8 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
     third = final["ranks"][0]["node"]
     check(third not in (first, second) and final["checkpoint_step"] == 2,
           "restarted on a third node from step 2: %s" % final)
-    wait_for(lambda: "start restart=2 from=2" in open(os.path.join(
-        agents[third].state_dir, "logs", str(jid), "rank-0.log")).read(), 10,
+    wait_for(lambda: "start restart=2 from=2" in read(os.path.join(
+        agents[third].state_dir, "logs", str(jid), "rank-0.log")), 10,
         "rank 0 restarted from step 2 on " + third)
     wait_for(lambda: nodes(d)[second]["state"] == "drained", 10, second + " to be drained")
 
