@@ -70,8 +70,12 @@ void AgentCore::OnConnected() {
 
 void AgentCore::OnDisconnected() { registered_ = false; }
 
-void AgentCore::Heartbeat() {
+void AgentCore::Beat() {
   if (registered_) link_.Send(proto::WriteAgentMessage(proto::Heartbeat{++seq_}));
+}
+
+void AgentCore::Heartbeat() {
+  Beat();
   PollGpus();
   Tick();
 }

@@ -24,6 +24,8 @@
 //               same job still here is stopped first and the launch waits
 //               (at most launch_wait_ms) until its ranks have exited. On the
 //               node holding rank 0 the master port is checked free first.
+//               The launch blocks the loop until every rank has reached exec,
+//               so a heartbeat goes out just before and just after it.
 //               Every failure is a `launch_failed` (permanent when no node
 //               can do better: a missing command or account, a root account,
 //               a layout that does not read); nothing is left pending.
@@ -156,6 +158,7 @@ class AgentCore {
   enum class DrainPhase { kNone, kCheckpoint, kStopping };
 
   void Log(LogLevel level, const std::string& text) const;
+  void Beat();  // one heartbeat now, when registered
   void Report(const proto::AgentMessage& message);
   void HandleRegistered(const proto::Registered& m);
   void HandleStart(const proto::Start& m);

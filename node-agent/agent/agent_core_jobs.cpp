@@ -152,7 +152,14 @@ void AgentCore::TryPendingLaunches() {
         continue;
       }
     }
+    // Launch blocks the event loop until each rank has reached exec (a few
+    // ms a rank; far more on a loaded node): a heartbeat on each side keeps
+    // the scheduler's silence limit for the launch alone.
+    Beat();
+    const int64_t launch_began = clock_.NowMs();
     LaunchOutcome out = runner_.Launch(p.launch, p.checkpoint_step);
+    const int64_t launch_ms = clock_.NowMs() - launch_began;
+    Beat();
     if (out.kind == LaunchOutcome::Kind::kBusy) {
       if (wait(out.reason)) {
         it = pending_.erase(it);
@@ -178,7 +185,8 @@ void AgentCore::TryPendingLaunches() {
             p.launch.unix_user + " (group rank " + std::to_string(p.launch.group_rank) + " of " +
             std::to_string(p.launch.group_world_size) + ", master " + p.launch.master_addr + ":" +
             std::to_string(p.launch.master_port) +
-            (out.restart_step ? ", from step " + std::to_string(*out.restart_step) : "") + ")");
+            (out.restart_step ? ", from step " + std::to_string(*out.restart_step) : "") + ")" +
+            (launch_ms >= 100 ? " in " + std::to_string(launch_ms) + " ms" : ""));
     if (!out.note.empty()) Log(LogLevel::kInfo, "job " + job + ": " + out.note);
     it = pending_.erase(it);
   }

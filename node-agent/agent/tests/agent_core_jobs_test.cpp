@@ -67,6 +67,10 @@ TEST_CASE("a start becomes a launch with exactly the start's ranks, GPUs, accoun
                 "master 10.0.0.7:20123, from step 120)"));
   // Not rank 0's node: no port check here.
   CHECK(h.runner.port_checks.empty());
+  // The launch blocks the loop: a heartbeat just before it and just after.
+  const auto beats = h.link.Of<proto::Heartbeat>();
+  REQUIRE(beats.size() == 2);
+  CHECK(beats[1].seq == beats[0].seq + 1);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
 }
 
