@@ -268,19 +268,31 @@ awaitable<void> AgentConnection::ConnectLoop() {
 }
 
 awaitable<void> AgentConnection::HeartbeatLoop() {
+  using Clock = std::chrono::steady_clock;
   boost::system::error_code ec;
   if (shared_.settings.first_beat_spread_ms > 0) {
     std::uniform_int_distribution<int> phase(0, shared_.settings.first_beat_spread_ms);
     beat_timer_.expires_after(milliseconds(phase(shared_.rng)));
     co_await beat_timer_.async_wait(net::redirect_error(use_awaitable, ec));
   }
+  // Beats keep their cadence on a loaded loop: each is due one interval
+  // after the previous one was due, not after it was sent (a loop that lags
+  // would otherwise stretch every interval by its lag).
+  Clock::time_point due = Clock::now();
   while (!shared_.stopping) {
     if (registered_ && !hung_) {
       ++shared_.stats.heartbeats;
       core_->Heartbeat();
     }
-    beat_timer_.expires_after(milliseconds(heartbeat_ms_));
+    const Clock::time_point now = Clock::now();
+    due += milliseconds(heartbeat_ms_);
+    if (due < now) due = now;  // more than an interval behind: no burst to catch up
+    beat_timer_.expires_at(due);
     co_await beat_timer_.async_wait(net::redirect_error(use_awaitable, ec));
+    if (beat_now_) {  // registered: beat now, then count the intervals from here
+      beat_now_ = false;
+      due = Clock::now();
+    }
   }
 }
 
@@ -297,6 +309,7 @@ void AgentConnection::Registered(int heartbeat_ms) {
   if (!registered_) ++shared_.stats.registered;
   registered_ = true;
   heartbeat_ms_ = std::max(10, heartbeat_ms);
+  beat_now_ = true;
   beat_timer_.cancel();  // beat now, then at the interval
 }
 

@@ -162,6 +162,7 @@ class AgentConnection final : public AgentLink {
   bool killed_ = false;
   bool hung_ = false;
   bool slot_granted_ = false;
+  bool beat_now_ = false;  // Registered() woke the heartbeat loop
   int heartbeat_ms_ = 1000;
   boost::asio::steady_timer beat_timer_;
   boost::asio::steady_timer wait_timer_;  // backoff, a turn to connect, a killed node's revive
