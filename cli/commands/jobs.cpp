@@ -14,6 +14,7 @@
 #include "commands/client_common.hpp"
 #include "commands/commands.hpp"
 #include "commands/options.hpp"
+#include "topo/common/agent_protocol.hpp"
 
 namespace topo::cli {
 
@@ -300,7 +301,9 @@ int RunLogs(const LogsArgs& args) {
   int64_t offset = args.tail >= 0 ? -args.tail : 0;
   std::string node;
   while (true) {
-    Reply reply = session->Call("GET", base + "&max=262144&offset=" + std::to_string(offset));
+    // The largest piece an agent may send (the daemon refuses a larger max).
+    Reply reply = session->Call("GET", base + "&max=" + std::to_string(proto::kMaxLogChunkBytes) +
+                                           "&offset=" + std::to_string(offset));
     if (!reply.ok()) return reply.exit_code;
     const json& b = reply.body;
     if (!b.is_object() || !b.contains("data") || !b["data"].is_string() ||

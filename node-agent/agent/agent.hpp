@@ -1,17 +1,26 @@
 #pragma once
-// topo-agent: one process per node. Speaks docs/agent-protocol.md to
-// topo-scheduler over a mutually authenticated TLS WebSocket, launches and
-// watches the node's ranks through RankSupervisor and reports GPU faults
-// from a GpuBackend at once (its wait fd is watched by the event loop).
+// topo-agent on a real node: one process per node. Speaks
+// docs/agent-protocol.md to topo-scheduler over a mutually authenticated
+// TLS WebSocket (connection.hpp), with the agent's logic in AgentCore
+// (agent_core.hpp) over RankSupervisor (supervisor_runner.hpp) and a
+// GpuBackend (NVML, or simulated GPUs with the inject FIFO).
 //
-// Everything runs on one thread: an Asio io_context with coroutines for the
-// connection (connect, register, read loop), a heartbeat loop, a 100 ms tick
-// (supervisor and GPU Poll, deferred launches, drains), watchers on the GPU
-// backend's and the supervisor's wake fds, SIGCHLD, and SIGTERM/SIGINT.
+// Everything runs on one thread: an Asio io_context with the connection's
+// coroutines, a 100 ms tick (runner and GPU polls, launches waiting,
+// drains), watchers on the GPU backend's and the supervisor's wake fds,
+// SIGCHLD, and SIGTERM/SIGINT.
+//
+// The state directory (trust boundaries, ARCHITECTURE.md): STATE is root
+// 0711 (traversable, not listable); STATE/supervisor (pids, accounts) root
+// 0700; STATE/logs and STATE/checkpoints root 0711 with one 0700 directory
+// per job owned by the job's account (account.hpp); STATE/inject (simulated
+// GPUs) a root 0600 FIFO. The persistent tier's root is made root 0711 too.
+// The agent refuses a --key that other users could read.
 
 #include <cstdint>
-#include <memory>
 #include <string>
+
+#include "connection.hpp"  // ServerUrl, ParseServerUrl
 
 namespace topo::agent {
 
@@ -21,7 +30,7 @@ struct AgentOptions {
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
-  std::string state_dir;                  // created 0700
+  std::string state_dir;                  // made root 0711 (see above)
   std::string persistent_checkpoint_dir;  // empty: no persistent tier
   std::string addr = "127.0.0.1";         // what `register` says
   // GPU backend.
@@ -36,18 +45,15 @@ struct AgentOptions {
   int stop_grace_ms = 5000;
   int drain_checkpoint_ms = 3000;  // graceful drain: wait this long for a checkpoint
   bool stop_ranks_on_exit = false;
+  // Site policy: ranks may run as uid 0 (default: such starts fail, permanently).
+  bool allow_root_jobs = false;
+  // Job cgroups: "" = detect, "none" = process groups only, else a
+  // directory in a cgroup v2 or v1 freezer/pids hierarchy (cgroup.hpp).
+  std::string cgroup_root;
   uint64_t seed = 0;  // backoff jitter; 0: derived from the node name and pid
 };
 
 // Runs until SIGTERM/SIGINT; returns the process exit code.
 int RunAgent(const AgentOptions& options);
-
-// "wss://host:port/path" -> parts; false when the URL is not of that form.
-struct ServerUrl {
-  std::string host;
-  std::string port;
-  std::string path;
-};
-bool ParseServerUrl(const std::string& url, ServerUrl* out);
 
 }  // namespace topo::agent

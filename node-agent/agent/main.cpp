@@ -44,14 +44,20 @@ int main(int argc, char** argv) {
   topo-agent --simulate 1000 --node-prefix n --node-width 4 --scheduler-state-dir /tmp/sched
 
 Jobs: a `start` message's `command` (argv) is what every rank runs; a start without one
-runs --job-command with /bin/sh -c.
+runs --job-command with /bin/sh -c. Ranks run as the start's `unix_user` (the submitter's
+account; uid 0 only with --allow-root-jobs) in one cgroup per job, with the environment of
+docs/jobs.md and nothing of the agent's. A start that cannot run here is reported to the
+scheduler as `launch_failed` (permanent when no node can run it).
 
-Simulate mode (--simulate N) runs no ranks: each simulated node has its own TLS
-WebSocket, certificate and registration; it records `start`, answers `stop`,
-`checkpoint` (the node of rank 0 reports the current step) and `drain`. It reads
-commands on stdin: kill NODE | hang NODE | revive NODE | xid NODE GPU CODE |
-gpu NODE GPU KIND CODE | exit NODE JOB RANK CODE | checkpoint JOB | status | quit,
-and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
+State: --state-dir is made root 0711; inside it supervisor/ (root 0700), logs/ and
+checkpoints/ (root 0711, one 0700 directory per job owned by its account). --key must not
+be readable by other users.
+
+Simulate mode (--simulate N) runs the same agent logic for N nodes in one process, with
+simulated ranks (no processes) and GPUs: each simulated node has its own TLS WebSocket,
+certificate and registration. It reads commands on stdin: kill NODE | hang NODE |
+revive NODE | xid NODE GPU CODE | gpu NODE GPU KIND CODE | exit NODE JOB RANK CODE |
+checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
   app.add_option("--node", o.node, "this node's name (the CN of its certificate)");
   app.add_option("--server", o.server_url,
                  "the scheduler's agent endpoint, wss://HOST:PORT/v1/agent (default: "
@@ -63,7 +69,7 @@ and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
   app.add_option("--key", o.key_file, "its private key (NAME-key.pem)");
   app.add_option("--state-dir", o.state_dir,
                  "agent state: supervisor state, rank logs, local checkpoints, the inject FIFO "
-                 "(created 0700)");
+                 "(made root 0711; see below)");
   app.add_option("--persistent-checkpoint-dir", o.persistent_checkpoint_dir,
                  "the persistent checkpoint tier (shared storage); none by default");
   app.add_option("--addr", o.addr, "the address this node registers (MASTER_ADDR of its jobs)")
@@ -92,6 +98,12 @@ and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
       ->capture_default_str();
   app.add_flag("--stop-ranks-on-exit", o.stop_ranks_on_exit,
                "on SIGTERM/SIGINT stop every rank (default: leave them for the next agent)");
+  app.add_flag("--allow-root-jobs", o.allow_root_jobs,
+               "let ranks run as uid 0 (default: a start whose account is root fails, "
+               "permanently)");
+  app.add_option("--cgroup-root", o.cgroup_root,
+                 "where job cgroups go: a directory in a cgroup v2 or v1 freezer/pids "
+                 "hierarchy; \"none\" for process groups only (default: detected)");
   app.add_option("--seed", o.seed, "reconnect jitter seed (0: from the node name and pid)");
   int cert_warn_days = 14;
   app.add_option("--cert-warn-days", cert_warn_days,
@@ -200,6 +212,7 @@ and prints events (JSON, one a line, with wall-clock "t" in ms) on stdout.)");
     sim.gpus = o.gpus;
     sim.gpu_model = o.gpu_model;
     sim.heartbeat_ms = o.heartbeat_ms;
+    sim.drain_checkpoint_ms = o.drain_checkpoint_ms;
     sim.seed = o.seed;
     return topo::agent::RunSimulation(sim);
   }

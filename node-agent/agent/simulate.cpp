@@ -1,4 +1,5 @@
-// topo-agent --simulate N (simulate.hpp): many protocol clients, no ranks.
+// topo-agent --simulate N (simulate.hpp): N real AgentCores over simulated
+// nodes, one process, one event loop.
 
 #include "simulate.hpp"
 
@@ -8,33 +9,27 @@
 
 #include <utility>  // before Boost 1.74's awaitable.hpp, which needs std::exchange
 
-#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/ssl.hpp>
-#include <boost/beast/websocket.hpp>
-#include <boost/beast/websocket/ssl.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <deque>
-#include <map>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <set>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
 
-#include "agent.hpp"
+#include "agent_core.hpp"
+#include "connection.hpp"
+#include "sim_gpus.hpp"
+#include "sim_runner.hpp"
 #include "simulate_cert.hpp"
 #include "topo/core/status.hpp"
 
@@ -44,20 +39,17 @@ namespace {
 
 namespace net = boost::asio;
 namespace ssl = boost::asio::ssl;
-namespace beast = boost::beast;
-namespace websocket = boost::beast::websocket;
 using tcp = net::ip::tcp;
 using net::awaitable;
 using net::use_awaitable;
 using Json = nlohmann::json;
-using Ws = websocket::stream<beast::ssl_stream<beast::tcp_stream>>;
 using core::Result;
 using core::Status;
 using std::chrono::milliseconds;
 
-constexpr const char* kSimVersion = "topo-agent 0.1.0 (simulated)";
+constexpr const char* kSimVersion = "topo-agent 0.2.0 (simulated)";
 
-int64_t NowMs() {
+int64_t WallMs() {
   return std::chrono::duration_cast<milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -68,105 +60,107 @@ void Log(const std::string& msg) {
   std::fflush(stderr);
 }
 
-// ---------------------------------------------------------------- state
-
-struct SimJob {
-  int restart_count = 0;
-  int64_t base_step = 0;  // the step it (re)started from
-  int64_t started_ms = 0;
-  int64_t last_ckpt_ms = 0;
-  int64_t last_step = -1;
-  std::vector<int> ranks;  // global ranks on this node
-  bool rank0 = false;
-  std::shared_ptr<net::steady_timer> finish;  // run_ms
+class SteadyClock final : public AgentClock {
+ public:
+  int64_t NowMs() const override {
+    return std::chrono::duration_cast<milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 };
 
-struct Node {
-  explicit Node(net::io_context& ioc) : hb_timer(ioc), wait_timer(ioc) {}
+class Simulator;
+
+// One simulated node: the real agent over a simulated runner and GPUs.
+struct SimNode {
+  SimNode(Simulator& sim, std::string node_name, int index, CertPtr node_cert);
   std::string name;
   CertPtr cert;
-  std::shared_ptr<Ws> ws;
-  uint64_t gen = 0;  // connection generation: callbacks of an old one do nothing
-  std::deque<std::shared_ptr<std::string>> outbox;
-  bool writing = false;
-  bool connected = false;   // WebSocket open
-  bool registered = false;  // `registered` received on this connection
-  bool killed = false;
-  bool hung = false;
-  bool granted = false;  // a connect slot was handed over while queued
-  int heartbeat_ms = 1000;
-  int64_t seq = 0;
-  net::steady_timer hb_timer;
-  net::steady_timer wait_timer;  // backoff, the connect queue, a killed node's revive
-  std::map<int64_t, SimJob> jobs;
+  SimGpus gpus;
+  SimRunner runner;
+  AgentConnection conn;
+  AgentCore core;
 };
 
-class Simulator {
+class Simulator final : public AgentLog,
+                        public AgentObserver,
+                        public ConnectionEvents,
+                        public SimHost {
  public:
-  explicit Simulator(const SimulateOptions& o) : o_(o), tls_(ssl::context::tls_client) {
-    rng_.seed(o.seed != 0 ? o.seed : static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull);
-  }
+  explicit Simulator(const SimulateOptions& o) : o_(o), tls_(ssl::context::tls_client) {}
   int Run();
 
- private:
-  struct SlotGuard {
-    Simulator* sim;
-    bool held = true;
-    void Release() {
-      // After a shutdown the io_context destroys suspended coroutines, and
-      // with them guards whose queue may already be gone.
-      if (held && !sim->stopping_) sim->ReleaseConnectSlot();
-      held = false;
-    }
-    ~SlotGuard() { Release(); }
-  };
+  // AgentLog: the agents' warnings (refusals, launch failures, messages
+  // the protocol does not allow); their info lines would be thousands.
+  void Line(const std::string& node, LogLevel level, const std::string& text) override {
+    if (level == LogLevel::kWarning) Log(node + ": " + text);
+  }
+  // AgentObserver
+  void OnSchedulerMessage(const std::string& node, const proto::SchedulerMessage& m) override;
+  // ConnectionEvents
+  void OnLost(const AgentConnection& connection, const std::string& why) override {
+    Emit({{"ev", "lost"},
+          {"node", connection.core()->node()},
+          {"why", why},
+          {"killed", connection.killed()}});
+  }
+  // SimHost
+  void WakeAt(int64_t at_ms, int node_index) override;
+  void Emit(Json event) override;
 
-  awaitable<void> NodeLoop(Node& n);
-  awaitable<void> Session(Node& n);
-  awaitable<void> HeartbeatLoop(Node& n);
-  awaitable<void> AcquireConnectSlot(Node& n);
-  void ReleaseConnectSlot();
+ private:
+  friend struct SimNode;
+
+  awaitable<void> WakeLoop();
   awaitable<void> ControlLoop();
   awaitable<void> StatsLoop();
-  void Disconnected(Node& n);
-  void Send(Node& n, std::string text);
-  void WriteNext(Node& n);
-  void HandleMessage(Node& n, const std::string& text);
-  void HandleStart(Node& n, const Json& j);
-  void ReportCheckpoint(Node& n, int64_t job, SimJob& s);
-  void Finish(Node& n, int64_t job, int restart_count);
-  void DropJobs(Node& n);
   std::string Command(const std::string& line);
-  void Emit(Json j);
+  std::string Fault(SimNode& n, const std::string& cmd, std::istringstream& in);
   Json Counters() const;
   void Shutdown();
 
   SimulateOptions o_;
   net::io_context ioc_;
   ssl::context tls_;
-  ServerUrl url_;
-  tcp::endpoint endpoint_;
+  SteadyClock clock_;
   CertMinter minter_;
-  std::mt19937_64 rng_;
-  std::vector<std::unique_ptr<Node>> nodes_;
-  std::unordered_map<std::string, Node*> by_name_;
-  std::deque<Node*> waitq_;
-  int connecting_ = 0;
+  AgentCoreOptions core_options_;
+  SimRunnerSettings runner_settings_;
+  std::unique_ptr<ConnectionShared> shared_;
+  std::vector<std::unique_ptr<SimNode>> nodes_;
+  std::unordered_map<std::string, SimNode*> by_name_;
+  // Node wake-ups the runners asked for (AgentClock ms, node index).
+  using Wake = std::pair<int64_t, int>;
+  std::priority_queue<Wake, std::vector<Wake>, std::greater<Wake>> wakes_;
+  int64_t armed_at_ = INT64_MAX;
+  net::steady_timer wake_timer_{ioc_};
+  net::steady_timer stats_timer_{ioc_};
+  net::posix::stream_descriptor control_{ioc_};
+  net::signal_set stop_signals_{ioc_, SIGTERM, SIGINT};
   bool stopping_ = false;
-  // Counters.
-  int registered_ = 0;
-  int64_t heartbeats_ = 0, messages_in_ = 0, sessions_ = 0, losses_ = 0, refusals_ = 0;
-  int64_t connect_failures_ = 0;
+  int64_t refusals_ = 0;
 };
+
+SimNode::SimNode(Simulator& sim, std::string node_name, int index, CertPtr node_cert)
+    : name(std::move(node_name)),
+      cert(std::move(node_cert)),
+      gpus(name, sim.o_.gpus, sim.o_.gpu_model),
+      runner(name, index, sim.runner_settings_, sim.clock_, sim),
+      conn(*sim.shared_),
+      core(name, sim.core_options_, runner, gpus, conn, sim.clock_, sim, &sim) {
+  conn.SetIdentity(cert.get(), sim.minter_.node_key());
+}
 
 // ---------------------------------------------------------------- setup
 
 int Simulator::Run() {
   ::signal(SIGPIPE, SIG_IGN);
-  if (!ParseServerUrl(o_.server_url, &url_)) {
+  ConnectionSettings cs;
+  if (!ParseServerUrl(o_.server_url, &cs.url)) {
     Log("--server " + o_.server_url + ": expected wss://HOST:PORT/PATH");
     return 2;
   }
+  cs.url_text = o_.server_url;
   const std::vector<std::string> names = SimulatedNodeNames(o_);
   if (names.empty()) {
     Log("no node names (--simulate N with --node-prefix, or --simulate-nodes FILE)");
@@ -177,7 +171,7 @@ int Simulator::Run() {
     lim.rlim_cur = lim.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &lim);
   }
-  const uint64_t need = names.size() + 64;
+  const uint64_t need = names.size() + 64;  // one socket per node
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
       lim.rlim_cur < need) {
     Log(std::to_string(names.size()) + " nodes need " + std::to_string(need) +
@@ -201,24 +195,38 @@ int Simulator::Run() {
   // Idle connections give their TLS buffers back: thousands sit idle between beats.
   SSL_CTX_set_mode(tls_.native_handle(), SSL_MODE_RELEASE_BUFFERS);
   tcp::resolver resolver(ioc_);
-  auto resolved = resolver.resolve(url_.host, url_.port, ec);
+  auto resolved = resolver.resolve(cs.url.host, cs.url.port, ec);
   if (ec || resolved.empty()) {
-    Log("cannot resolve " + url_.host + ":" + url_.port + ": " + ec.message());
+    Log("cannot resolve " + cs.url.host + ":" + cs.url.port + ": " + ec.message());
     return 1;
   }
-  endpoint_ = resolved.begin()->endpoint();
+  cs.endpoint = resolved.begin()->endpoint();
+  cs.connect_timeout = std::chrono::seconds(30);  // thousands of handshakes queue up
+  cs.idle_timeout = milliseconds(0);
+  cs.first_beat_spread_ms = 999;
+  cs.max_connecting = o_.max_connecting;
+
+  core_options_.addr = o_.addr;
+  core_options_.agent_version = kSimVersion;
+  core_options_.job_command = "(simulated: no process runs)";
+  core_options_.heartbeat_ms = o_.heartbeat_ms;
+  core_options_.drain_checkpoint_ms = o_.drain_checkpoint_ms;
+  runner_settings_ = SimRunnerSettings{o_.step_ms, o_.checkpoint_every_ms, o_.run_ms};
+  const uint64_t seed =
+      o_.seed != 0 ? o_.seed : static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull;
+  shared_ = std::make_unique<ConnectionShared>(ioc_, tls_, cs, *this, seed);
+  shared_->events = this;
 
   const auto t0 = std::chrono::steady_clock::now();
   nodes_.reserve(names.size());
   for (const std::string& name : names) {
-    auto n = std::make_unique<Node>(ioc_);
-    n->name = name;
     Result<CertPtr> cert = minter_.Mint(name);
     if (!cert.ok()) {
       Log(cert.message());
       return 1;
     }
-    n->cert = std::move(cert).value();
+    auto n = std::make_unique<SimNode>(*this, name, static_cast<int>(nodes_.size()),
+                                       std::move(cert).value());
     if (!by_name_.emplace(name, n.get()).second) {
       Log("node " + name + " is named twice");
       return 2;
@@ -231,22 +239,19 @@ int Simulator::Run() {
       nodes_.back()->name + "), certificates minted in " + std::to_string(mint_s) +
       " s; scheduler " + o_.server_url);
 
-  net::signal_set stop_signals(ioc_, SIGTERM, SIGINT);
-  stop_signals.async_wait([this](const boost::system::error_code& e, int) {
+  stop_signals_.async_wait([this](const boost::system::error_code& e, int) {
     if (!e) Shutdown();
   });
-  for (auto& n : nodes_) {
-    net::co_spawn(ioc_, NodeLoop(*n), net::detached);
-    net::co_spawn(ioc_, HeartbeatLoop(*n), net::detached);
-  }
+  for (auto& n : nodes_) n->conn.Start(n->core);
+  net::co_spawn(ioc_, WakeLoop(), net::detached);
   net::co_spawn(ioc_, ControlLoop(), net::detached);
   if (o_.stats_every_s > 0) net::co_spawn(ioc_, StatsLoop(), net::detached);
   Emit({{"ev", "ready"}, {"nodes", nodes_.size()}, {"mint_s", mint_s}});
   ioc_.run();
-  // Let every node's coroutines see stopping_ and end (sockets closed and
-  // timers cancelled by Shutdown) before the members they use are destroyed.
+  // Let every node's coroutines see `stopping` and end (Shutdown closed the
+  // sockets and cancelled the timers) before what they use is destroyed.
   ioc_.restart();
-  ioc_.poll();
+  ioc_.run_for(std::chrono::seconds(5));
   Log("exiting: " + Counters().dump());
   return 0;
 }
@@ -254,20 +259,18 @@ int Simulator::Run() {
 void Simulator::Shutdown() {
   if (stopping_) return;
   stopping_ = true;
-  for (auto& n : nodes_) {
-    if (n->ws) {
-      boost::system::error_code ec;
-      beast::get_lowest_layer(*n->ws).socket().close(ec);
-    }
-    DropJobs(*n);
-    n->hb_timer.cancel();
-    n->wait_timer.cancel();
-  }
+  shared_->stopping = true;
+  for (auto& n : nodes_) n->conn.Close();
+  boost::system::error_code ec;
+  wake_timer_.cancel();
+  stats_timer_.cancel();
+  control_.close(ec);
+  stop_signals_.cancel(ec);
   ioc_.stop();
 }
 
 void Simulator::Emit(Json j) {
-  j["t"] = NowMs();
+  j["t"] = WallMs();
   const std::string line = j.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
@@ -276,357 +279,111 @@ void Simulator::Emit(Json j) {
 Json Simulator::Counters() const {
   int connected = 0, killed = 0, hung = 0;
   for (const auto& n : nodes_) {
-    connected += n->connected;
-    killed += n->killed;
-    hung += n->hung;
+    connected += n->conn.connected();
+    killed += n->conn.killed();
+    hung += n->conn.hung();
   }
+  const ConnectionStats& s = shared_->stats;
   return {{"nodes", nodes_.size()},
-          {"registered", registered_},
+          {"registered", s.registered},
           {"connected", connected},
-          {"connecting", connecting_},
-          {"queued", waitq_.size()},
+          {"connecting", shared_->connecting},
+          {"queued", shared_->waiting.size()},
           {"killed", killed},
           {"hung", hung},
-          {"heartbeats", heartbeats_},
-          {"messages_in", messages_in_},
-          {"sessions", sessions_},
-          {"losses", losses_},
+          {"heartbeats", s.heartbeats},
+          {"messages_in", s.messages_in},
+          {"sessions", s.sessions},
+          {"losses", s.losses},
           {"refusals", refusals_},
-          {"connect_failures", connect_failures_}};
+          {"connect_failures", s.connect_failures}};
 }
 
-// ---------------------------------------------------------------- connections
+// ---------------------------------------------------------------- events
 
-awaitable<void> Simulator::AcquireConnectSlot(Node& n) {
-  if (connecting_ < o_.max_connecting && waitq_.empty()) {
-    ++connecting_;
-    co_return;
-  }
-  n.granted = false;
-  waitq_.push_back(&n);
-  while (!n.granted && !stopping_) {
-    n.wait_timer.expires_at(net::steady_timer::time_point::max());
-    boost::system::error_code ec;
-    co_await n.wait_timer.async_wait(net::redirect_error(use_awaitable, ec));
+void Simulator::OnSchedulerMessage(const std::string& node, const proto::SchedulerMessage& m) {
+  if (const auto* r = std::get_if<proto::Registered>(&m)) {
+    (void)r;
+    if (o_.up_events) Emit({{"ev", "up"}, {"node", node}});
+  } else if (const auto* s = std::get_if<proto::Stop>(&m)) {
+    auto it = by_name_.find(node);
+    const bool had =
+        it != by_name_.end() && it->second->runner.RestartCountOf(std::to_string(s->job));
+    Emit({{"ev", "stop"}, {"node", node}, {"job", s->job}, {"reason", s->reason}, {"had", had}});
+  } else if (const auto* c = std::get_if<proto::CheckpointRequest>(&m)) {
+    Emit({{"ev", "checkpoint_request"}, {"node", node}, {"job", c->job}});
+  } else if (const auto* d = std::get_if<proto::Drain>(&m)) {
+    Emit({{"ev", "drain"},
+          {"node", node},
+          {"mode", d->mode == proto::DrainMode::kImmediate ? "immediate" : "graceful"}});
+  } else if (const auto* e = std::get_if<proto::Error>(&m)) {
+    ++refusals_;
+    Emit({{"ev", "refused"},
+          {"node", node},
+          {"message", e->message},
+          {"field", e->field},
+          {"refused", e->refused}});
   }
 }
 
-void Simulator::ReleaseConnectSlot() {
-  --connecting_;
-  while (!waitq_.empty() && connecting_ < o_.max_connecting) {
-    Node* w = waitq_.front();
-    waitq_.pop_front();
-    ++connecting_;
-    w->granted = true;
-    w->wait_timer.cancel();
-  }
+void Simulator::WakeAt(int64_t at_ms, int node_index) {
+  wakes_.push({at_ms, node_index});
+  if (at_ms < armed_at_) wake_timer_.cancel();  // the loop re-arms earlier
 }
 
-awaitable<void> Simulator::NodeLoop(Node& n) {
-  int delay_ms = 100;
+awaitable<void> Simulator::WakeLoop() {
   while (!stopping_) {
-    if (n.killed) {
-      n.wait_timer.expires_at(net::steady_timer::time_point::max());
-      boost::system::error_code ec;
-      co_await n.wait_timer.async_wait(net::redirect_error(use_awaitable, ec));
-      continue;
+    if (wakes_.empty()) {
+      armed_at_ = INT64_MAX;
+      wake_timer_.expires_at(net::steady_timer::time_point::max());
+    } else {
+      armed_at_ = wakes_.top().first;
+      wake_timer_.expires_at(net::steady_timer::time_point(milliseconds(armed_at_)));
     }
-    std::string why = "the connection closed";
-    try {
-      co_await Session(n);
-    } catch (const boost::system::system_error& e) {
-      why = e.code().message();
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    const bool was_registered = n.registered;
-    if (!n.connected && !n.killed && !stopping_) ++connect_failures_;
-    Disconnected(n);
+    boost::system::error_code ec;
+    co_await wake_timer_.async_wait(net::redirect_error(use_awaitable, ec));
     if (stopping_) break;
-    if (was_registered) {
-      ++losses_;
-      delay_ms = 100;
-      Emit({{"ev", "lost"}, {"node", n.name}, {"why", why}, {"killed", n.killed}});
+    armed_at_ = INT64_MAX;
+    const int64_t now = clock_.NowMs();
+    while (!wakes_.empty() && wakes_.top().first <= now) {
+      const int index = wakes_.top().second;
+      wakes_.pop();
+      nodes_[static_cast<size_t>(index)]->core.Tick();
     }
-    if (n.killed) continue;
-    std::uniform_real_distribution<double> jitter(0.8, 1.2);
-    n.wait_timer.expires_after(milliseconds(static_cast<int>(delay_ms * jitter(rng_))));
-    delay_ms = std::min(delay_ms * 2, 5000);
-    boost::system::error_code ec;
-    co_await n.wait_timer.async_wait(net::redirect_error(use_awaitable, ec));
   }
-}
-
-awaitable<void> Simulator::Session(Node& n) {
-  co_await AcquireConnectSlot(n);
-  SlotGuard slot{this};
-  if (n.killed || stopping_) co_return;
-  auto ws = std::make_shared<Ws>(ioc_, tls_);
-  SSL* ssl = ws->next_layer().native_handle();
-  if (SSL_use_certificate(ssl, n.cert.get()) != 1 ||
-      SSL_use_PrivateKey(ssl, minter_.node_key()) != 1) {
-    throw std::runtime_error("cannot use the minted certificate of " + n.name);
-  }
-  n.ws = ws;
-  beast::get_lowest_layer(*ws).expires_after(std::chrono::seconds(30));
-  co_await beast::get_lowest_layer(*ws).async_connect(endpoint_, use_awaitable);
-  ws->next_layer().set_verify_callback(ssl::host_name_verification(url_.host));
-  co_await ws->next_layer().async_handshake(ssl::stream_base::client, use_awaitable);
-  beast::get_lowest_layer(*ws).expires_never();
-  auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::client);
-  timeouts.handshake_timeout = std::chrono::seconds(30);
-  ws->set_option(timeouts);
-  ws->read_message_max(1u << 20);
-  co_await ws->async_handshake(url_.host + ":" + url_.port, url_.path, use_awaitable);
-  slot.Release();
-  ++n.gen;
-  ++sessions_;
-  n.connected = true;
-  Json gpus = Json::array();
-  for (int g = 0; g < o_.gpus; ++g) {
-    gpus.push_back({{"index", g},
-                    {"model", o_.gpu_model},
-                    {"uuid", "GPU-sim-" + n.name + "-" + std::to_string(g)},
-                    {"memory_mb", 81559}});
-  }
-  Send(n, Json{{"type", "register"},
-               {"node", n.name},
-               {"addr", o_.addr},
-               {"gpus", gpus},
-               {"ranks", Json::array()},
-               {"agent", kSimVersion}}
-              .dump());
-  beast::flat_buffer buffer;
-  while (!stopping_) {
-    co_await ws->async_read(buffer, use_awaitable);
-    ++messages_in_;
-    std::string text = beast::buffers_to_string(buffer.data());
-    buffer.consume(buffer.size());
-    if (!n.hung) HandleMessage(n, text);
-  }
-}
-
-void Simulator::Disconnected(Node& n) {
-  if (n.ws) {
-    boost::system::error_code ec;
-    beast::get_lowest_layer(*n.ws).socket().close(ec);
-  }
-  n.ws.reset();
-  ++n.gen;
-  n.outbox.clear();
-  n.writing = false;
-  n.connected = false;
-  if (n.registered) --registered_;
-  n.registered = false;
-}
-
-void Simulator::Send(Node& n, std::string text) {
-  if (!n.connected || n.hung) return;
-  n.outbox.push_back(std::make_shared<std::string>(std::move(text)));
-  if (!n.writing) WriteNext(n);
-}
-
-void Simulator::WriteNext(Node& n) {
-  if (n.outbox.empty() || !n.ws) {
-    n.writing = false;
-    return;
-  }
-  n.writing = true;
-  auto ws = n.ws;
-  auto text = n.outbox.front();
-  n.outbox.pop_front();
-  const uint64_t gen = n.gen;
-  ws->text(true);
-  ws->async_write(net::buffer(*text), [this, &n, ws, text, gen](beast::error_code ec, size_t) {
-    if (gen != n.gen) return;
-    if (ec) {
-      n.writing = false;
-      boost::system::error_code ignored;
-      beast::get_lowest_layer(*ws).socket().close(ignored);  // the read loop ends
-      return;
-    }
-    WriteNext(n);
-  });
-}
-
-awaitable<void> Simulator::HeartbeatLoop(Node& n) {
-  // Spread the nodes' beats over the interval.
-  std::uniform_int_distribution<int> phase(0, 999);
-  n.hb_timer.expires_after(milliseconds(phase(rng_)));
-  boost::system::error_code ec;
-  co_await n.hb_timer.async_wait(net::redirect_error(use_awaitable, ec));
-  while (!stopping_) {
-    if (n.registered && !n.hung) {
-      Send(n, "{\"type\":\"heartbeat\",\"seq\":" + std::to_string(++n.seq) + "}");
-      ++heartbeats_;
-      if (o_.checkpoint_every_ms > 0) {
-        const int64_t now = NowMs();
-        for (auto& [id, job] : n.jobs) {
-          if (job.rank0 && now - job.last_ckpt_ms >= o_.checkpoint_every_ms) {
-            ReportCheckpoint(n, id, job);
-          }
-        }
-      }
-    }
-    n.hb_timer.expires_after(milliseconds(n.heartbeat_ms));
-    co_await n.hb_timer.async_wait(net::redirect_error(use_awaitable, ec));
-  }
-}
-
-// ---------------------------------------------------------------- messages
-
-void Simulator::HandleMessage(Node& n, const std::string& text) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) return;
-  const std::string type = j["type"];
-  try {
-    if (type == "registered") {
-      if (!n.registered) ++registered_;
-      n.registered = true;
-      n.heartbeat_ms = o_.heartbeat_ms > 0 ? o_.heartbeat_ms
-                                           : std::max(10, j.value("heartbeat_interval_ms", 1000));
-      std::set<int64_t> keep;
-      for (const Json& k : j.value("keep", Json::array())) {
-        if (k.is_number_integer()) keep.insert(k.get<int64_t>());
-      }
-      for (auto it = n.jobs.begin(); it != n.jobs.end();) {
-        if (keep.count(it->first)) {
-          ++it;
-          continue;
-        }
-        if (it->second.finish) it->second.finish->cancel();
-        it = n.jobs.erase(it);
-      }
-      if (o_.up_events) Emit({{"ev", "up"}, {"node", n.name}});
-      n.hb_timer.cancel();  // beat now, then at the interval
-    } else if (type == "start") {
-      HandleStart(n, j);
-    } else if (type == "stop") {
-      const int64_t id = j.at("job").get<int64_t>();
-      auto it = n.jobs.find(id);
-      const bool had = it != n.jobs.end();
-      if (had) {
-        if (it->second.finish) it->second.finish->cancel();
-        n.jobs.erase(it);
-      }
-      Emit({{"ev", "stop"},
-            {"node", n.name},
-            {"job", id},
-            {"reason", j.value("reason", "")},
-            {"had", had}});
-    } else if (type == "checkpoint") {
-      const int64_t id = j.at("job").get<int64_t>();
-      Emit({{"ev", "checkpoint_request"}, {"node", n.name}, {"job", id}});
-      auto it = n.jobs.find(id);
-      if (it != n.jobs.end() && it->second.rank0) ReportCheckpoint(n, id, it->second);
-    } else if (type == "drain") {
-      Emit({{"ev", "drain"}, {"node", n.name}, {"mode", j.value("mode", "graceful")}});
-      if (j.value("mode", "graceful") == "graceful") {
-        for (auto& [id, job] : n.jobs) {
-          if (job.rank0) ReportCheckpoint(n, id, job);
-        }
-      }
-      n.jobs.clear();
-      Send(n, R"({"type":"drained"})");
-    } else if (type == "logs") {
-      // No process runs here: a one-line synthetic log per rank.
-      const int64_t id = j.value("job", int64_t{0});
-      const int rank = j.value("rank", 0);
-      Json answer = {{"type", "logs"}, {"req", j.value("req", int64_t{0})}};
-      auto it = n.jobs.find(id);
-      const std::string log =
-          "simulated node " + n.name + ": job " + std::to_string(id) + " rank " +
-          std::to_string(rank) +
-          (it != n.jobs.end() ? " restart " + std::to_string(it->second.restart_count)
-                              : std::string(" (not running here now)")) +
-          "; no process runs\n";
-      const int64_t offset =
-          std::clamp<int64_t>(j.value("offset", int64_t{0}), 0, static_cast<int64_t>(log.size()));
-      const int64_t max = std::max<int64_t>(0, j.value("max", int64_t{65536}));
-      const std::string data = log.substr(static_cast<size_t>(offset), static_cast<size_t>(max));
-      answer["offset"] = offset;
-      answer["next_offset"] = offset + static_cast<int64_t>(data.size());
-      answer["size"] = log.size();
-      answer["data"] = data;
-      Send(n, answer.dump());
-    } else if (type == "error") {
-      ++refusals_;
-      Emit({{"ev", "refused"}, {"node", n.name}, {"message", j.value("message", "")}});
-    }
-  } catch (const std::exception& e) {
-    Log(n.name + ": bad " + type + " message (" + e.what() + "): " + text.substr(0, 200));
-  }
-}
-
-void Simulator::HandleStart(Node& n, const Json& j) {
-  const int64_t id = j.at("job").get<int64_t>();
-  SimJob s;
-  s.restart_count = j.value("restart_count", 0);
-  const int64_t step = j.value("checkpoint_step", int64_t{-1});
-  s.base_step = std::max<int64_t>(0, step);
-  s.last_step = step;
-  s.started_ms = NowMs();
-  s.last_ckpt_ms = s.started_ms;
-  for (const Json& r : j.at("ranks")) {
-    s.ranks.push_back(r.at("rank").get<int>());
-    s.rank0 |= s.ranks.back() == 0;
-  }
-  if (o_.run_ms > 0) {
-    s.finish = std::make_shared<net::steady_timer>(ioc_, milliseconds(o_.run_ms));
-    const int restart = s.restart_count;
-    s.finish->async_wait([this, &n, id, restart](const boost::system::error_code& ec) {
-      if (!ec) Finish(n, id, restart);
-    });
-  }
-  Emit({{"ev", "start"},
-        {"node", n.name},
-        {"job", id},
-        {"restart_count", s.restart_count},
-        {"checkpoint_step", step},
-        {"ranks", s.ranks.size()},
-        {"world_size", j.value("world_size", 0)}});
-  n.jobs[id] = std::move(s);  // a restart replaces the earlier run
-}
-
-void Simulator::ReportCheckpoint(Node& n, int64_t job, SimJob& s) {
-  const int64_t now = NowMs();
-  const int64_t step =
-      std::max(s.base_step + (now - s.started_ms) / std::max(1, o_.step_ms), s.last_step + 1);
-  s.last_step = step;
-  s.last_ckpt_ms = now;
-  Send(n,
-       Json{{"type", "checkpoint"}, {"job", job}, {"step", step}, {"tier", "persistent"}}.dump());
-  Emit({{"ev", "ckpt"},
-        {"node", n.name},
-        {"job", job},
-        {"step", step},
-        {"restart_count", s.restart_count}});
-}
-
-void Simulator::Finish(Node& n, int64_t job, int restart_count) {
-  auto it = n.jobs.find(job);
-  if (it == n.jobs.end() || it->second.restart_count != restart_count) return;
-  for (int r : it->second.ranks) {
-    Send(n, Json{{"type", "rank_exited"},
-                 {"job", job},
-                 {"rank", r},
-                 {"restart_count", restart_count},
-                 {"exit_code", 0},
-                 {"signal", 0}}
-                .dump());
-  }
-  Emit({{"ev", "finished"}, {"node", n.name}, {"job", job}, {"restart_count", restart_count}});
-  n.jobs.erase(it);
-}
-
-void Simulator::DropJobs(Node& n) {
-  for (auto& [id, job] : n.jobs) {
-    if (job.finish) job.finish->cancel();
-  }
-  n.jobs.clear();
 }
 
 // ---------------------------------------------------------------- control
+
+std::string Simulator::Fault(SimNode& n, const std::string& cmd, std::istringstream& in) {
+  int gpu = 0;
+  std::string kind = "xid";
+  int64_t code = 0;
+  if (!(in >> gpu)) return "usage: xid NODE GPU CODE | gpu NODE GPU KIND CODE";
+  if (cmd == "gpu" && !(in >> kind)) return "usage: gpu NODE GPU KIND CODE";
+  if (!(in >> code)) code = 0;
+  using K = gpu::HealthEventKind;
+  gpu::InjectCommand c{K::kXid, gpu, code, 0};
+  if (kind == "xid") {
+    if (code < 0) return "an XID code is not negative";
+  } else if (kind == "ecc_single_bit" || kind == "ecc_double_bit") {
+    if (code < 0) return "an ECC count is not negative";
+    c = gpu::InjectCommand{K::kEccSingleBit, gpu, kind == "ecc_single_bit" ? code : 0,
+                           kind == "ecc_double_bit" ? code : 0};
+  } else if (kind == "thermal") {
+    c = gpu::InjectCommand{K::kThermal, gpu, code != 0 ? 1 : 0, 0};
+  } else if (kind == "off_bus") {
+    c = gpu::InjectCommand{K::kOffBus, gpu, 0, 0};
+  } else if (kind == "cleared") {
+    c = gpu::InjectCommand{K::kCleared, gpu, 0, 0};
+  } else {
+    return "unknown GPU event kind \"" + kind +
+           "\": xid, ecc_single_bit, ecc_double_bit, thermal, off_bus or cleared";
+  }
+  if (Status s = n.gpus.Inject(c); !s.ok()) return s.message();
+  n.core.PollGpus();
+  return "";
+}
 
 std::string Simulator::Command(const std::string& line) {
   std::istringstream in(line);
@@ -647,9 +404,9 @@ std::string Simulator::Command(const std::string& line) {
     int64_t job = 0;
     if (!(in >> job)) return "usage: checkpoint JOB";
     for (auto& n : nodes_) {
-      auto it = n->jobs.find(job);
-      if (it != n->jobs.end() && it->second.rank0 && n->registered) {
-        ReportCheckpoint(*n, job, it->second);
+      if (n->runner.HoldsRankZero(job) && n->core.registered() && !n->conn.hung()) {
+        if (Status s = n->runner.CheckpointNow(job); !s.ok()) return s.message();
+        n->core.PollRunner();
         return "";
       }
     }
@@ -658,78 +415,45 @@ std::string Simulator::Command(const std::string& line) {
   in >> name;
   auto found = by_name_.find(name);
   if (found == by_name_.end()) return "no simulated node named \"" + name + "\"";
-  Node& n = *found->second;
+  SimNode& n = *found->second;
   if (cmd == "kill") {
-    n.killed = true;
-    DropJobs(n);
-    if (n.ws) {
-      boost::system::error_code ec;
-      beast::get_lowest_layer(*n.ws).socket().close(ec);
-    }
+    n.conn.Kill();
+    n.runner.Reset();
+    n.gpus.Reset();
+    n.core.Reset();
     return "";
   }
   if (cmd == "hang") {
-    n.hung = true;
+    n.conn.Hang();
     return "";
   }
   if (cmd == "revive") {
-    DropJobs(n);
-    if (n.hung) {
-      n.hung = false;
-      if (n.ws) {
-        boost::system::error_code ec;
-        beast::get_lowest_layer(*n.ws).socket().close(ec);
-      }
+    if (n.conn.killed() || n.conn.hung()) {
+      n.core.Reset();
+      n.gpus.Reset();
     }
-    if (n.killed) {
-      n.killed = false;
-      n.wait_timer.cancel();
-    }
+    n.runner.Reset();
+    n.conn.Revive();
     return "";
   }
-  if (!n.registered || n.hung) return "node " + name + " is not registered";
-  if (cmd == "xid" || cmd == "gpu") {
-    int gpu = 0;
-    std::string kind = "xid";
-    int64_t code = 0;
-    if (!(in >> gpu)) return "usage: xid NODE GPU CODE | gpu NODE GPU KIND CODE";
-    if (cmd == "gpu" && !(in >> kind)) return "usage: gpu NODE GPU KIND CODE";
-    if (!(in >> code)) code = 0;
-    Send(n, Json{{"type", "gpu_event"}, {"gpu", gpu}, {"kind", kind}, {"code", code}}.dump());
-    return "";
-  }
+  if (!n.core.registered() || n.conn.hung()) return "node " + name + " is not registered";
+  if (cmd == "xid" || cmd == "gpu") return Fault(n, cmd, in);
   if (cmd == "exit") {
     int64_t job = 0;
     int rank = 0, code = 0;
     if (!(in >> job >> rank >> code)) return "usage: exit NODE JOB RANK CODE";
-    auto it = n.jobs.find(job);
-    if (it == n.jobs.end()) return "job " + std::to_string(job) + " does not run on " + name;
-    auto& ranks = it->second.ranks;
-    if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) {
-      return "rank " + std::to_string(rank) + " of job " + std::to_string(job) +
-             " does not run on " + name;
-    }
-    Send(n, Json{{"type", "rank_exited"},
-                 {"job", job},
-                 {"rank", rank},
-                 {"restart_count", it->second.restart_count},
-                 {"exit_code", code},
-                 {"signal", 0}}
-                .dump());
-    ranks.erase(std::find(ranks.begin(), ranks.end(), rank));
-    if (ranks.empty()) n.jobs.erase(it);
+    if (Status s = n.runner.Exit(job, rank, code); !s.ok()) return s.message();
+    n.core.Tick();
     return "";
   }
   return "unknown command \"" + cmd + "\"";
 }
 
 awaitable<void> Simulator::ControlLoop() {
-  auto ex = co_await net::this_coro::executor;
   const int fd = ::dup(STDIN_FILENO);
   if (fd < 0) co_return;
-  net::posix::stream_descriptor in(ex);
   boost::system::error_code ec;
-  in.assign(fd, ec);
+  control_.assign(fd, ec);
   if (ec) {
     ::close(fd);
     Log("no control channel on stdin: " + ec.message());
@@ -737,18 +461,18 @@ awaitable<void> Simulator::ControlLoop() {
   }
   std::string buffer;
   while (!stopping_) {
-    const size_t n = co_await net::async_read_until(in, net::dynamic_buffer(buffer), '\n',
+    const size_t n = co_await net::async_read_until(control_, net::dynamic_buffer(buffer), '\n',
                                                     net::redirect_error(use_awaitable, ec));
     if (ec) {
       // EOF (or stdin is not a pipe or terminal): run without control.
-      if (ec != net::error::eof) Log("control channel on stdin: " + ec.message());
+      if (ec != net::error::eof && !stopping_) Log("control channel on stdin: " + ec.message());
       co_return;
     }
     std::string line = buffer.substr(0, n - 1);
     buffer.erase(0, n);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    const int64_t received = NowMs();  // a fault's time: before it is carried out
+    const int64_t received = WallMs();  // a fault's time: before it is carried out
     const std::string error = Command(line);
     if (line == "status" || line == "quit") continue;
     Json ack = {{"ev", "ack"}, {"cmd", line}, {"t_cmd", received}};
@@ -758,12 +482,11 @@ awaitable<void> Simulator::ControlLoop() {
 }
 
 awaitable<void> Simulator::StatsLoop() {
-  auto ex = co_await net::this_coro::executor;
-  net::steady_timer timer(ex);
   while (!stopping_) {
-    timer.expires_after(std::chrono::seconds(o_.stats_every_s));
+    stats_timer_.expires_after(std::chrono::seconds(o_.stats_every_s));
     boost::system::error_code ec;
-    co_await timer.async_wait(net::redirect_error(use_awaitable, ec));
+    co_await stats_timer_.async_wait(net::redirect_error(use_awaitable, ec));
+    if (stopping_) break;
     Log(Counters().dump());
   }
 }

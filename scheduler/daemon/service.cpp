@@ -347,7 +347,10 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
     for (const store::NodeRow& n : nodes.value()) {
       const core::NodeId id = s->driver.topology->FindNode(n.name);
       if (id < 0 || s->driver.core->cluster().node_state(id) == core::NodeState::kDown) continue;
-      if (n.reason == "agent registered" || n.reason == "heartbeat resumed") {
+      // "agent disconnected": suspect when the daemon stopped (its agent's
+      // connection had closed); it too must come back or go down.
+      if (n.reason == "agent registered" || n.reason == "heartbeat resumed" ||
+          n.reason == "agent disconnected") {
         agent_nodes.push_back(n.name);
       }
     }

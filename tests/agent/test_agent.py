@@ -33,9 +33,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
 from harness import Daemon, Failure, check, run  # noqa: E402
-from agents import Agent, agent_cluster, job, nodes, setup, wait_for  # noqa: E402
+from agents import Agent, agent_cluster, job, nodes, run_jobs_as, setup, wait_for  # noqa: E402
 
 CONFIG = "heartbeat_interval_ms = 200\n"
+JOB_UID = [0]  # the uid of the account the admin's jobs run as (set by main)
 
 
 def cli(d, topo_bin, *args, timeout=30):
@@ -61,7 +62,7 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
                 '  echo 1 > "$TOPO_CHECKPOINT_DIR/.c" && mv "$TOPO_CHECKPOINT_DIR/.c" '
                 '"$TOPO_CHECKPOINT_DIR/step-1/COMPLETE"\n'
                 'fi\n'
-                'echo "restart_step=${TOPO_RESTART_STEP:-none} restart=$TOPO_RESTART_COUNT"\n'
+                'echo "restart_step=${TOPO_RESTART_STEP:-none} restart=$TOPO_RESTART_COUNT uid=$(id -u)"\n'
                 'sleep "$(cat %s 2>/dev/null || echo 1)"\nexit 0\n' % duration)
     command = "/bin/sh " + script
     for n in ("n0", "n1", "n2", "n3"):
@@ -86,10 +87,12 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
         check(len(logs) == 8, "8 rank logs on %s: %s" % (n, logs))
     # `topo logs`: rank 9's output, read by its node's agent through the scheduler.
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9")
-    check(rc == 0 and "restart_step=none restart=0" in out, "topo logs --rank 9: %s %r %r" % (rc, out, err))
+    check(rc == 0 and "restart_step=none restart=0 uid=%d" % JOB_UID[0] in out,
+          "topo logs --rank 9 shows the rank ran as the job's account: %s %r %r" % (rc, out, err))
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9", "--tail", "4", "--json")
     piece = json.loads(out) if rc == 0 else {}
-    check(piece.get("data") == "t=0\n" and piece.get("next_offset") == piece.get("size"),
+    check(piece.get("data") == ("uid=%d\n" % JOB_UID[0])[-4:]
+          and piece.get("next_offset") == piece.get("size"),
           "--tail 4 gives the last 4 bytes: %s %r %r" % (rc, out, err))
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "16")
     check(rc == 8 and "rank" in err, "rank 16 of a 16-rank job is refused: %s %r" % (rc, err))
@@ -130,7 +133,7 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
         for n in moved:
             for p in glob.glob(os.path.join(agents[n].state_dir, "logs", str(long["id"]), "rank-*.log")):
                 with open(p, errors="replace") as f:
-                    if "restart_step=1 restart=%d" % after["restarts"] in f.read():
+                    if "restart_step=1 restart=%d " % after["restarts"] in f.read():
                         return True
         return False
     wait_for(resumed, 5, "ranks restarted with TOPO_RESTART_STEP=1")
@@ -191,6 +194,15 @@ def test_wrong_cert(d, agent_bin, topo_bin, work, agents):
     rc = a.terminate()
     check(rc == 0, "exit status %s on SIGTERM" % rc)
     print("ok: wrong certificate refused, %d attempts logged, node stays down" % attempts)
+
+
+def read(path):
+    """A file's text; "" while it does not exist yet (a rank not started yet)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def free_port():
@@ -314,7 +326,7 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
     # A checkpoint signal before the job's handler is in place would end the
     # rank (CHECKPOINTS.md): wait for every rank's first line.
     logdir = os.path.join(agents[first].state_dir, "logs", str(jid))
-    wait_for(lambda: all("tick 1" in open(p).read() for p in glob.glob(logdir + "/rank-*.log"))
+    wait_for(lambda: all("tick 1" in read(p) for p in glob.glob(logdir + "/rank-*.log"))
              and len(glob.glob(logdir + "/rank-*.log")) == 8, 10, "the ranks to run")
 
     # `topo checkpoint`: the scheduler asks, rank 0 writes step 1, it is stored.
@@ -341,8 +353,8 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
     wait_for(lambda: nodes(d)[first]["state"] == "drained", 10, first + " to be drained")
     check(not rank_pids(agents[first], jid) or not any(alive(p) for p in rank_pids(agents[first], jid)),
           "no rank left on " + first)
-    wait_for(lambda: "start restart=1 from=2" in open(os.path.join(
-        agents[second].state_dir, "logs", str(jid), "rank-0.log")).read(), 10,
+    wait_for(lambda: "start restart=1 from=2" in read(os.path.join(
+        agents[second].state_dir, "logs", str(jid), "rank-0.log")), 10,
         "rank 0 restarted from step 2 on " + second)
     check("drained: no rank runs here" in agents[first].log(), "the agent drained:\n" + agents[first].log())
     ev = json.dumps(d.api("GET", "/v1/events?job=%d" % jid, expect=200))
@@ -359,8 +371,8 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
     third = final["ranks"][0]["node"]
     check(third not in (first, second) and final["checkpoint_step"] == 2,
           "restarted on a third node from step 2: %s" % final)
-    wait_for(lambda: "start restart=2 from=2" in open(os.path.join(
-        agents[third].state_dir, "logs", str(jid), "rank-0.log")).read(), 10,
+    wait_for(lambda: "start restart=2 from=2" in read(os.path.join(
+        agents[third].state_dir, "logs", str(jid), "rank-0.log")), 10,
         "rank 0 restarted from step 2 on " + third)
     wait_for(lambda: nodes(d)[second]["state"] == "drained", 10, second + " to be drained")
 
@@ -369,6 +381,11 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
     check(rc == 0, "topo resume: %s %r %r" % (rc, out, err))
     check(all(nodes(d)[n]["state"] == "up" for n in (first, second)), "resumed nodes are up")
 
+    # --follow polls every 0.1 s: let it read the third run's first lines
+    # before the job ends.
+    wait_for(lambda: "tick 2" in read(os.path.join(agents[third].state_dir, "logs", str(jid),
+                                                  "rank-0.log")), 10, "the third run to tick")
+    time.sleep(1.0)
     rc, out, err = cli(d, topo_bin, "cancel", str(jid))
     check(rc == 0, "cancel: %s %r" % (rc, err))
     try:
@@ -377,7 +394,8 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
         follow.kill()
         raise Failure("topo logs --follow did not end with the job")
     check(follow.returncode == 0, "logs --follow exit %s: %r" % (follow.returncode, ferr))
-    check("start restart=0 from=none" in fout and "start restart=2 from=2" in fout and "tick 3" in fout,
+    check("start restart=0 from=none" in fout and "start restart=2 from=2" in fout
+          and "tick 1" in fout,
           "--follow printed the first run and followed rank 0 to its new nodes:\n%s\n%s"
           % (fout[:500], ferr))
     print("ok: checkpoint on request stored step 1; graceful drain checkpointed step 2 and the job "
@@ -392,7 +410,13 @@ def main():
     if which == "restart":  # agents must find the restarted daemon where it was
         config += "agent_listen = 127.0.0.1:%d\n" % free_port()
     d = Daemon(sched_bin, config=config).start()
-    with agent_cluster(d, "topo-agent-test-") as (work, agents):
+    with agent_cluster(d, "topo-agent-test-") as cluster:
+        work, agents = cluster
+        # The admin's jobs run as an ordinary account, as every job does.
+        account = cluster.account("jobs")
+        run_jobs_as(d, account)
+        JOB_UID[0] = int(subprocess.run(["id", "-u", account], capture_output=True, text=True,
+                                        check=True).stdout)
         tests = {"cluster": test_cluster, "wrong_cert": test_wrong_cert, "restart": test_restart,
                  "drain": test_drain}
         tests[which](d, agent_bin, topo_bin, work, agents)

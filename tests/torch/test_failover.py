@@ -28,6 +28,7 @@ Standard library only besides the job itself (/usr/bin/python3).
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -37,12 +38,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 sys.path.insert(0, os.path.join(HERE, "..", "agent"))
 from harness import Daemon, Failure, check, run  # noqa: E402
-from agents import Agent, agent_cluster, job, nodes, setup, wait_for  # noqa: E402
+from agents import Agent, agent_cluster, job, nodes, run_jobs_as, setup, wait_for  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 SCRIPT = os.path.join(HERE, "train_ddp.py")
 STEPS = 60
 NODES = ["n0", "n1", "n2", "n3", "n4"]
+ACCOUNT_UID = [0]  # the account the ranks run as (set by main)
 
 
 def topology():
@@ -72,6 +74,8 @@ def node_of(view, rank):
 
 
 def submit(d, out):
+    """The job runs as the test's Unix account (not root); out is in a
+    directory that account owns."""
     return d.api("POST", "/v1/jobs", {
         "spec": {"gpus": 4, "name": "ddp", "parallelism": {"tp": 2}},
         "command": [PYTHON, SCRIPT, "--steps", str(STEPS), "--step-sleep", "0.1",
@@ -88,11 +92,15 @@ def wait_done(d, jid, agents, timeout=150):
 
 
 def run_reference(d, agents, work):
-    out = os.path.join(work, "reference.bin")
+    out = os.path.join(work, "out", "reference.bin")
     j = submit(d, out)
     check(j["state"] == "running", "the reference job starts at once: %s" % j)
     wait_done(d, j["id"], agents)
     check(os.path.getsize(out) > 0, "the reference run wrote its parameters")
+    check(os.stat(out).st_uid == ACCOUNT_UID[0],
+          "rank 0 ran as the job's account (uid %d), not as the agent" % ACCOUNT_UID[0])
+    rank0 = [n for n in agents if "(uid %d)" % ACCOUNT_UID[0] in rank_log(agents, n, j["id"], 0)]
+    check(len(rank0) == 1, "rank 0's log names its account's uid")
     with open(out, "rb") as f:
         return f.read()
 
@@ -116,7 +124,7 @@ def kill_node(agent):
 
 
 def run_fault(d, agents, work, case, reference):
-    out = os.path.join(work, "%s.bin" % case)
+    out = os.path.join(work, "out", "%s.bin" % case)
     j = submit(d, out)
     jid = j["id"]
     check(j["state"] == "running", "the job starts: %s" % j)
@@ -187,8 +195,19 @@ def main():
     which = sys.argv[4] if len(sys.argv) > 4 else "all"
     cases = ["kill", "xid"] if which == "all" else [which]
     d = Daemon(sched_bin, config="heartbeat_interval_ms = 200\n").start()
-    with agent_cluster(d, "topo-torch-failover-") as (work, agents):
+    with agent_cluster(d, "topo-torch-failover-") as cluster:
+        work, agents = cluster
         certs = setup(d, work, NODES, topology())
+        # The ranks run as an ordinary account, which owns only its output
+        # directory here.
+        account = cluster.account("ddp")
+        run_jobs_as(d, account)
+        entry = pwd.getpwnam(account)
+        uid = entry.pw_uid
+        os.makedirs(os.path.join(work, "out"))
+        os.chown(os.path.join(work, "out"), uid, entry.pw_gid)
+        os.chmod(os.path.join(work, "out"), 0o700)
+        ACCOUNT_UID[0] = uid
 
         def start_all():
             for n in NODES:

@@ -1,0 +1,81 @@
+#pragma once
+// The seam between the agent's logic (AgentCore, agent_core.hpp) and the
+// node's rank processes. Two implementations:
+//   - SupervisorRunner (supervisor_runner.hpp): real ranks through
+//     RankSupervisor, as the job's Unix account in the job's cgroup;
+//   - SimRunner (sim_runner.hpp): simulated ranks for `topo-agent
+//     --simulate`, timers instead of processes.
+// Both speak the supervisor's value types (JobLaunch, RankInfo,
+// SupervisorEvent), so AgentCore cannot tell them apart.
+//
+// Contract (both implementations):
+//   - Non-blocking, except Launch (the supervisor waits for each rank to
+//     reach exec, and cleans up a failed launch before returning).
+//   - Poll() returns each event exactly once, in the order observed; a rank
+//     ended by Stop() comes with RankExit::stopped set.
+//   - Launch() either starts every rank of the launch or leaves nothing of
+//     it running.
+//   - One thread: the agent's event loop.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "topo/agent/supervisor.hpp"
+#include "topo/common/agent_protocol.hpp"
+#include "topo/core/status.hpp"
+
+namespace topo::agent {
+
+// What became of one Launch().
+struct LaunchOutcome {
+  enum class Kind {
+    kStarted,  // every rank runs
+    kBusy,     // not now, nothing started: try again shortly (e.g. a checkpoint
+               // copy of the earlier run is still being made)
+    kFailed,   // nothing started; reason says why
+  };
+  Kind kind = Kind::kStarted;
+  // kFailed: retrying on another node cannot help (the account is missing,
+  // a root account is refused, the job asks for something no node allows).
+  bool permanent = false;
+  std::string reason;                   // kBusy, kFailed: for the log and launch_failed
+  std::optional<int64_t> restart_step;  // kStarted: TOPO_RESTART_STEP given to the ranks
+  std::string note;                     // kStarted: a line for the agent's log, or ""
+};
+
+class RankRunner {
+ public:
+  virtual ~RankRunner() = default;
+
+  // The running ranks (for `register` after a reconnect), in (job, rank) order.
+  virtual std::vector<RankInfo> Running() const = 0;
+  // The restart count of the run of `job` this runner holds (an adopted
+  // job's from its saved state); nullopt when it holds none.
+  virtual std::optional<int> RestartCountOf(const std::string& job) const = 0;
+  // Ok when MASTER_PORT `port` can be bound here now; otherwise an error
+  // that names the port.
+  virtual core::Status CheckMasterPort(int port) = 0;
+  // Starts every rank of launch. checkpoint_step >= 0: the step the
+  // scheduler restarts the job from; the runner makes it available on the
+  // node-local tier when it can (staging it from the persistent tier) and
+  // then sets TOPO_RESTART_STEP (LaunchOutcome::restart_step).
+  // REQUIRES: no rank of launch.job_id runs (the caller stops and waits).
+  virtual LaunchOutcome Launch(const JobLaunch& launch, int64_t checkpoint_step) = 0;
+  // SIGTERM now, SIGKILL of everything of the job after grace_ms.
+  virtual core::Status Stop(const std::string& job, int grace_ms) = 0;
+  virtual core::Status RequestCheckpoint(const std::string& job) = 0;
+  virtual std::vector<SupervisorEvent> Poll() = 0;
+  // The newest step complete on the node-local tier / copied to the
+  // persistent tier, of the job's current run.
+  virtual std::optional<int64_t> NewestCompleteStep(const std::string& job) const = 0;
+  virtual std::optional<int64_t> NewestPersistedStep(const std::string& job) const = 0;
+  virtual bool HasPersistentTier() const = 0;
+  // A piece of a rank's log (`req` left for the caller to set): bytes
+  // [offset, offset + max) (a negative offset counts from the end), or an
+  // error.
+  virtual proto::LogsReply ReadLog(const proto::LogsRequest& request) = 0;
+};
+
+}  // namespace topo::agent

@@ -1,0 +1,237 @@
+// SupervisorRunner (supervisor_runner.hpp).
+
+#include "supervisor_runner.hpp"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "port_check.hpp"
+#include "topo/agent/account.hpp"
+
+namespace topo::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Whether `name` is missing from this node's passwd database (as opposed
+// to a lookup that failed: NSS down, out of memory), which may be
+// temporary.
+bool AccountMissing(const std::string& name) {
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  const int rc = ::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
+  return found == nullptr && (rc == 0 || rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM);
+}
+
+bool HasStep(const std::string& dir, int64_t step) {
+  if (dir.empty()) return false;
+  const std::vector<int64_t> steps = CompleteSteps(dir);
+  return std::find(steps.begin(), steps.end(), step) != steps.end();
+}
+
+LaunchOutcome Failed(std::string reason, bool permanent) {
+  LaunchOutcome out;
+  out.kind = LaunchOutcome::Kind::kFailed;
+  out.permanent = permanent;
+  out.reason = std::move(reason);
+  return out;
+}
+
+}  // namespace
+
+SupervisorRunner::SupervisorRunner(RankSupervisor& supervisor, SupervisorRunnerOptions options)
+    : sup_(supervisor), options_(std::move(options)) {}
+
+std::vector<RankInfo> SupervisorRunner::Running() const { return sup_.List(true); }
+
+std::optional<int> SupervisorRunner::RestartCountOf(const std::string& job) const {
+  auto it = restart_counts_.find(job);
+  if (it != restart_counts_.end()) return it->second;
+  // An adopted job: its run's count is in the supervisor's state file.
+  std::ifstream in(sup_.StatePath(job));
+  if (!in) return std::nullopt;
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("restart_count") ||
+      !doc["restart_count"].is_number_integer()) {
+    return std::nullopt;
+  }
+  const int rc = doc["restart_count"].get<int>();
+  restart_counts_[job] = rc;
+  return rc;
+}
+
+core::Status SupervisorRunner::CheckMasterPort(int port) { return CheckTcpPortFree(port); }
+
+LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoint_step) {
+  const std::string& job = launch.job_id;
+  // The account first: its absence, or root, is the same on every try.
+  core::Result<UnixAccount> account = ResolveUnixAccount(launch.unix_user);
+  if (!account.ok()) {
+    if (AccountMissing(launch.unix_user)) {
+      return Failed(account.message() +
+                        " (accounts must exist on every node, from the site's passwd database)",
+                    true);
+    }
+    return Failed(account.message(), false);
+  }
+  if (account.value().uid == 0 && !options_.allow_root_jobs && !launch.allow_root) {
+    return Failed("jobs may not run as root: unix_user '" + launch.unix_user +
+                      "' has uid 0 on this node; map the user to an ordinary account (PATCH "
+                      "/v1/users/NAME {\"unix_user\": ...}), or start topo-agent with "
+                      "--allow-root-jobs",
+                  true);
+  }
+  const FileOwner owner{account.value().uid, account.value().gid};
+
+  JobLaunch l = launch;
+  LaunchOutcome out;
+  if (checkpoint_step >= 0) {
+    const std::string local_dir = !launch.local_checkpoint_dir.empty() ? launch.local_checkpoint_dir
+                                  : options_.local_checkpoint_root.empty()
+                                      ? std::string()
+                                      : (fs::path(options_.local_checkpoint_root) / job).string();
+    const std::string persistent_dir =
+        !launch.persistent_checkpoint_dir.empty() ? launch.persistent_checkpoint_dir
+        : options_.persistent_checkpoint_root.empty()
+            ? std::string()
+            : (fs::path(options_.persistent_checkpoint_root) / job).string();
+    const std::string step = std::to_string(checkpoint_step);
+    if (HasStep(local_dir, checkpoint_step)) {
+      l.restart_step = checkpoint_step;
+    } else if (!local_dir.empty() && HasStep(persistent_dir, checkpoint_step)) {
+      // Copied as the account into its own directory: nothing the job
+      // placed in either tier can make root read or write elsewhere.
+      if (launch.local_checkpoint_dir.empty()) {
+        if (core::Status st = EnsureTraversableRoot(options_.local_checkpoint_root); !st.ok()) {
+          return Failed("staging checkpoint step " + step + ": " + st.message(), false);
+        }
+      }
+      if (core::Status st = EnsurePrivateDir(local_dir, owner); !st.ok()) {
+        return Failed("staging checkpoint step " + step + ": " + st.message(), false);
+      }
+      if (core::Status st = CopyCompleteStep(persistent_dir, local_dir, checkpoint_step, owner);
+          !st.ok()) {
+        return Failed(
+            "checkpoint step " + step +
+                " could not be copied from the persistent tier to this node: " + st.message(),
+            false);
+      }
+      l.restart_step = checkpoint_step;
+      out.note = "staged checkpoint step " + step + " from the persistent tier";
+    } else {
+      out.note = "checkpoint step " + step +
+                 " is on neither checkpoint tier of this node; starting without "
+                 "TOPO_RESTART_STEP";
+    }
+  }
+
+  core::Status st = sup_.Launch(l);
+  if (!st.ok()) {
+    // The supervisor refuses while it copies the earlier run's newest step
+    // to the persistent tier; that ends by itself.
+    if (st.message().find("checkpoint copy is in flight") != std::string::npos) {
+      out.kind = LaunchOutcome::Kind::kBusy;
+      out.reason = st.message();
+      return out;
+    }
+    return Failed(st.message(), false);
+  }
+  restart_counts_[job] = launch.restart_count;
+  out.kind = LaunchOutcome::Kind::kStarted;
+  out.restart_step = l.restart_step;
+  return out;
+}
+
+core::Status SupervisorRunner::Stop(const std::string& job, int grace_ms) {
+  return sup_.Stop(job, grace_ms);
+}
+
+core::Status SupervisorRunner::RequestCheckpoint(const std::string& job) {
+  return sup_.RequestCheckpoint(job);
+}
+
+std::vector<SupervisorEvent> SupervisorRunner::Poll() {
+  std::vector<SupervisorEvent> events = sup_.Poll();
+  // A finished run's count is still in its state file if asked again.
+  for (const SupervisorEvent& e : events) {
+    if (e.kind == EventKind::kJobFinished) restart_counts_.erase(e.job_id);
+  }
+  return events;
+}
+
+std::optional<int64_t> SupervisorRunner::NewestCompleteStep(const std::string& job) const {
+  return sup_.NewestCompleteStep(job);
+}
+
+std::optional<int64_t> SupervisorRunner::NewestPersistedStep(const std::string& job) const {
+  return sup_.NewestPersistedStep(job);
+}
+
+bool SupervisorRunner::HasPersistentTier() const {
+  return !options_.persistent_checkpoint_root.empty();
+}
+
+proto::LogsReply SupervisorRunner::ReadLog(const proto::LogsRequest& request) {
+  return ReadLogPiece(sup_.LogPath(std::to_string(request.job), request.rank), request.offset,
+                      request.max);
+}
+
+proto::LogsReply ReadLogPiece(const std::string& path, int64_t offset, int64_t max) {
+  proto::LogsReply reply;
+  // The job's account owns the log's directory: the last component is the
+  // job's to change, so it is never followed, and only a plain file with
+  // one link (not a hard link to someone else's file) is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      reply.error = "no log file on this node (" + path + ")";
+    } else if (err == ELOOP) {
+      reply.error = "the log " + path + " is a symbolic link (not written by the agent); refused";
+    } else {
+      reply.error = "cannot open the log " + path + ": " + std::strerror(err);
+    }
+    return reply;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    ::close(fd);
+    reply.error = "the log " + path +
+                  " is not a plain file with one link (not written by the "
+                  "agent); refused";
+    return reply;
+  }
+  const int64_t size = st.st_size;
+  if (offset < 0) offset = std::max<int64_t>(0, size + offset);
+  offset = std::min(offset, size);
+  max = std::clamp<int64_t>(max, 1, proto::kMaxLogChunkBytes);
+  std::string data(static_cast<size_t>(std::min(max, size - offset)), '\0');
+  size_t got = 0;
+  while (got < data.size()) {
+    const ssize_t n = ::pread(fd, data.data() + got, data.size() - got,
+                              static_cast<off_t>(offset) + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  data.resize(got);
+  reply.offset = offset;
+  reply.next_offset = offset + static_cast<int64_t>(got);
+  reply.size = size;
+  reply.data = std::move(data);
+  return reply;
+}
+
+}  // namespace topo::agent

@@ -1,0 +1,71 @@
+#pragma once
+// SupervisorRunner: the real node's RankRunner (rank_runner.hpp), over
+// RankSupervisor (topo/agent/supervisor.hpp).
+//
+// What it adds to the supervisor:
+//   - classification of launch failures for `launch_failed`: the job's Unix
+//     account missing on this node, or an account with uid 0 while the site
+//     does not allow root jobs, are permanent (retrying elsewhere cannot
+//     help: accounts come from the site's shared passwd database, and
+//     docs/jobs.md says so); every other failure (directories, cgroup, fork,
+//     an exec prerequisite, a checkpoint that cannot be staged) is transient;
+//     a checkpoint copy of the earlier run still in flight is "busy";
+//   - staging the restart checkpoint: a step that is on the persistent tier
+//     but not on this node's local tier is copied there, *as the job's
+//     account* (so nothing the job planted makes root write elsewhere),
+//     before the launch;
+//   - the master port check (port_check.hpp);
+//   - rank logs read for `topo logs` without following anything the job
+//     planted: the log must be a regular file with one link, opened with
+//     O_NOFOLLOW (the job owns LOG_DIR/JOB and could replace its log with a
+//     link to the agent's key);
+//   - the restart count of adopted jobs (from the supervisor's state file).
+//
+// Thread safety: none (the agent's event loop).
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rank_runner.hpp"
+#include "topo/agent/supervisor.hpp"
+
+namespace topo::agent {
+
+struct SupervisorRunnerOptions {
+  bool allow_root_jobs = false;  // the same as SupervisorOptions::allow_root_jobs
+  // The supervisor's default tiers: ROOT/JOB.
+  std::string local_checkpoint_root;
+  std::string persistent_checkpoint_root;  // "" = no persistent tier
+};
+
+class SupervisorRunner final : public RankRunner {
+ public:
+  SupervisorRunner(RankSupervisor& supervisor, SupervisorRunnerOptions options);
+
+  std::vector<RankInfo> Running() const override;
+  std::optional<int> RestartCountOf(const std::string& job) const override;
+  core::Status CheckMasterPort(int port) override;
+  LaunchOutcome Launch(const JobLaunch& launch, int64_t checkpoint_step) override;
+  core::Status Stop(const std::string& job, int grace_ms) override;
+  core::Status RequestCheckpoint(const std::string& job) override;
+  std::vector<SupervisorEvent> Poll() override;
+  std::optional<int64_t> NewestCompleteStep(const std::string& job) const override;
+  std::optional<int64_t> NewestPersistedStep(const std::string& job) const override;
+  bool HasPersistentTier() const override;
+  proto::LogsReply ReadLog(const proto::LogsRequest& request) override;
+
+ private:
+  RankSupervisor& sup_;
+  SupervisorRunnerOptions options_;
+  // Restart counts of runs launched here (adopted ones are read once).
+  mutable std::map<std::string, int> restart_counts_;
+};
+
+// A piece of the file at `path` as a `logs` reply (req unset): regular
+// files with a single link only, never through a symbolic link in the last
+// component. Exposed for tests.
+proto::LogsReply ReadLogPiece(const std::string& path, int64_t offset, int64_t max);
+
+}  // namespace topo::agent

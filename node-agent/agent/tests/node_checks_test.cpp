@@ -1,0 +1,239 @@
+// What the real node checks: MASTER_PORT with real sockets, the log reader
+// against files a job could plant, and SupervisorRunner's classification
+// of launch failures.
+
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "harness.hpp"
+#include "port_check.hpp"
+#include "supervisor_runner.hpp"
+
+using namespace topo;
+using namespace topo::agent;
+using namespace topo::agent::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A TCP socket bound (and listening) on addr:0; its port.
+struct Listener {
+  explicit Listener(int family, bool any) {
+    fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    int rc;
+    if (family == AF_INET) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(any ? INADDR_ANY : INADDR_LOOPBACK);
+      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      socklen_t len = sizeof a;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+      port = ntohs(a.sin_port);
+    } else {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_addr = any ? in6addr_any : in6addr_loopback;
+      rc = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      socklen_t len = sizeof a;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+      port = ntohs(a.sin6_port);
+    }
+    ok = rc == 0 && ::listen(fd, 4) == 0;
+  }
+  ~Listener() { Close(); }
+  void Close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  int fd = -1;
+  int port = 0;
+  bool ok = false;
+};
+
+bool HaveIpv6() {
+  Listener l(AF_INET6, false);
+  return l.ok;
+}
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/topo-agent-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "CheckTcpPortFree: a port held by a listener is busy, and named; once closed it is free") {
+  Listener loopback(AF_INET, false);
+  REQUIRE(loopback.ok);
+  core::Status st = CheckTcpPortFree(loopback.port);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().find("port " + std::to_string(loopback.port) + " is in use") !=
+        std::string::npos);
+  loopback.Close();
+  CHECK(CheckTcpPortFree(loopback.port).ok());
+
+  Listener any(AF_INET, true);
+  REQUIRE(any.ok);
+  CHECK_FALSE(CheckTcpPortFree(any.port).ok());
+
+  if (HaveIpv6()) {
+    Listener v6(AF_INET6, false);
+    REQUIRE(v6.ok);
+    st = CheckTcpPortFree(v6.port);
+    CHECK_FALSE(st.ok());
+    CHECK(st.message().find("IPv6") != std::string::npos);
+  }
+  CHECK_FALSE(CheckTcpPortFree(0).ok());
+  CHECK_FALSE(CheckTcpPortFree(70000).ok());
+}
+
+TEST_CASE("a start whose MASTER_PORT a real socket holds fails as launch_failed naming the port") {
+  Listener held(AF_INET, true);
+  REQUIRE(held.ok);
+  Harness h;
+  h.runner.port_check = [](int port) { return CheckTcpPortFree(port); };
+  h.Register();
+  proto::Start s = MakeStart(77, 0, {0, 1});
+  s.master_port = held.port;
+  h.Send(s);
+  CHECK(h.runner.launches.empty());
+  const auto failed = h.link.Of<proto::LaunchFailed>();
+  REQUIRE(failed.size() == 1);
+  CHECK_FALSE(failed[0].permanent);
+  CHECK(failed[0].reason.find("MASTER_PORT " + std::to_string(held.port) +
+                              " is in use on node n0") != std::string::npos);
+
+  held.Close();
+  s.restart_count = 1;
+  h.Send(s);
+  CHECK(h.runner.launches.size() == 1);
+}
+
+TEST_CASE("ReadLogPiece reads pieces of a plain file and refuses what a job could plant") {
+  TempDir dir;
+  const std::string log = dir.path + "/rank-0.log";
+  WriteFile(log, "0123456789");
+  proto::LogsReply r = ReadLogPiece(log, 2, 5);
+  REQUIRE_FALSE(r.error);
+  CHECK(r.data == "23456");
+  CHECK(r.offset == 2);
+  CHECK(r.next_offset == 7);
+  CHECK(r.size == 10);
+  r = ReadLogPiece(log, -3, 100);
+  CHECK(r.data == "789");
+  CHECK(r.offset == 7);
+  r = ReadLogPiece(log, 50, 100);
+  CHECK(r.data == "");
+  CHECK(r.offset == 10);
+
+  const std::string secret = dir.path + "/agent-key.pem";
+  WriteFile(secret, "PRIVATE KEY");
+  const std::string link = dir.path + "/rank-1.log";
+  fs::create_symlink(secret, link);
+  r = ReadLogPiece(link, 0, 100);
+  REQUIRE(r.error);
+  CHECK(r.error->find("symbolic link") != std::string::npos);
+  CHECK_FALSE(r.data);
+
+  const std::string hard = dir.path + "/rank-2.log";
+  fs::create_hard_link(secret, hard);
+  r = ReadLogPiece(hard, 0, 100);
+  REQUIRE(r.error);
+  CHECK(r.error->find("one link") != std::string::npos);
+
+  const std::string fifo = dir.path + "/rank-3.log";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  r = ReadLogPiece(fifo, 0, 100);  // must not block
+  REQUIRE(r.error);
+
+  r = ReadLogPiece(dir.path + "/rank-9.log", 0, 100);
+  REQUIRE(r.error);
+  CHECK(r.error->find("no log file on this node") != std::string::npos);
+}
+
+TEST_CASE("SupervisorRunner: a missing account and a root account fail for good; staging") {
+  TempDir dir;
+  SupervisorOptions so;
+  so.state_dir = dir.path + "/supervisor";
+  so.log_dir = dir.path + "/logs";
+  so.local_checkpoint_root = dir.path + "/checkpoints";
+  so.persistent_checkpoint_root = dir.path + "/persistent";
+  so.cgroup_root = "none";
+  // The node would allow root: the runner's own check refuses first.
+  so.allow_root_jobs = true;
+  RankSupervisor sup(so);
+  SupervisorRunner runner(sup, {false, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  CHECK(runner.HasPersistentTier());
+
+  JobLaunch l;
+  l.job_id = "5";
+  l.argv = {"/bin/true"};
+  l.unix_user = "topo-no-such-account-x";
+  l.ranks = {LocalRankSpec{0, 0, {}}};
+  LaunchOutcome out = runner.Launch(l, -1);
+  CHECK(out.kind == LaunchOutcome::Kind::kFailed);
+  CHECK(out.permanent);
+  CHECK(out.reason.find("no Unix account 'topo-no-such-account-x'") != std::string::npos);
+
+  l.unix_user = "root";
+  out = runner.Launch(l, -1);
+  CHECK(out.kind == LaunchOutcome::Kind::kFailed);
+  CHECK(out.permanent);
+  CHECK(out.reason.find("jobs may not run as root") != std::string::npos);
+  CHECK(out.reason.find("--allow-root-jobs") != std::string::npos);
+  CHECK(runner.Running().empty());
+
+  if (::geteuid() != 0) return;  // the rest starts a rank as root
+  SupervisorRunner root_ok(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  // Step 3 only on the persistent tier: staged onto the local one.
+  const std::string step = so.persistent_checkpoint_root + "/5/step-3";
+  fs::create_directories(step);
+  WriteFile(step + "/state", "weights");
+  WriteFile(step + "/COMPLETE", "3\n");
+  out = root_ok.Launch(l, 3);
+  REQUIRE_MESSAGE(out.kind == LaunchOutcome::Kind::kStarted, out.reason);
+  CHECK(out.restart_step == 3);
+  CHECK(out.note.find("staged checkpoint step 3") != std::string::npos);
+  CHECK(fs::exists(so.local_checkpoint_root + "/5/step-3/COMPLETE"));
+  CHECK(root_ok.RestartCountOf("5") == 0);
+  // The rank (/bin/true) ends; its exit comes through Poll.
+  bool exited = false;
+  for (int i = 0; i < 200 && !exited; ++i) {
+    for (const SupervisorEvent& e : root_ok.Poll()) exited |= e.kind == EventKind::kRankExited;
+    if (!exited) ::usleep(20000);
+  }
+  CHECK(exited);
+  // A step on neither tier: started without TOPO_RESTART_STEP, and said so.
+  l.restart_count = 1;
+  out = root_ok.Launch(l, 9);
+  REQUIRE(out.kind == LaunchOutcome::Kind::kStarted);
+  CHECK_FALSE(out.restart_step);
+  CHECK(out.note.find("neither checkpoint tier") != std::string::npos);
+  for (int i = 0; i < 200 && !root_ok.Running().empty(); ++i) {
+    (void)root_ok.Poll();
+    ::usleep(20000);
+  }
+  (void)root_ok.Poll();
+}
