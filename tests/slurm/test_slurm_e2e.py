@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 
 import slurm_cluster  # noqa: E402
 from agent_client import AgentConnection  # noqa: E402
+from agent_protocol import Protocol  # noqa: E402
 from harness import Daemon, check, run  # noqa: E402
 from slurm_cluster import SlurmCluster, ask  # noqa: E402
 
@@ -207,9 +208,13 @@ def main():
         agent = AgentConnection(agent_port, os.path.join(daemon.state_dir, "ca.pem"),
                                 os.path.join(certs, "gpu0016.pem"), os.path.join(certs, "gpu0016-key.pem"))
         try:
-            agent.send({"type": "register", "node": "gpu0016", "addr": "127.0.0.1", "gpus": [], "ranks": []})
+            protocol = Protocol()
+            gpus = [{"index": i, "model": "H100", "uuid": "GPU-%d" % i, "memory_mb": 81559}
+                    for i in range(8)]
+            agent.send(protocol.agent("register", node="gpu0016", addr="127.0.0.1", gpus=gpus,
+                                      ranks=[], agent="test-agent", protocol=protocol.version))
             check(agent.recv()["type"] == "registered", "the agent did not register")
-            agent.send({"type": "gpu_event", "gpu": 3, "kind": "xid", "code": 79})
+            agent.send(protocol.agent("gpu_event", gpu=3, kind="xid", code=79))
             node = wait_node(cluster, "gpu0016", lambda n: "DRAIN" in n["State"])
         finally:
             agent.close()
