@@ -289,16 +289,17 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
 
   // users [create | set | delete]
   auto users = std::make_shared<UsersArgs>();
-  CLI::App* u = AddVerb(app, "users",
-                        "List users (those in your scope), or create, change and delete them.\n"
-                        "Each user's jobs run as a Unix account on the nodes (unix_user; by\n"
-                        "default the user's name), never as root unless the cluster allows it.\n\n"
-                        "Examples:\n"
-                        "  topo users\n"
-                        "  topo users create ada --tenant org/team --role user\n"
-                        "  topo users create ada@example.com --tenant org --role user --unix-user ada\n"
-                        "  topo users set ada --unix-user ada2\n"
-                        "  topo users delete ada");
+  CLI::App* u =
+      AddVerb(app, "users",
+              "List users (those in your scope), or create, change and delete them.\n"
+              "Each user's jobs run as a Unix account on the nodes (unix_user; by\n"
+              "default the user's name), never as root unless the cluster allows it.\n\n"
+              "Examples:\n"
+              "  topo users\n"
+              "  topo users create ada --tenant org/team --role user\n"
+              "  topo users create ada@example.com --tenant org --role user --unix-user ada\n"
+              "  topo users set ada --unix-user ada2\n"
+              "  topo users delete ada");
   u->add_flag("--json", users->json, std::string(kJsonHelp));
   AddConnectionFlags(*u, conn);
   auto create = std::make_shared<UsersArgs>();
