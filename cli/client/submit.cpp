@@ -133,6 +133,30 @@ Result<int64_t> ParseDuration(std::string_view text) {
   return total;
 }
 
+Result<int64_t> ParseMemoryMiB(std::string_view text) {
+  const std::string t(text);
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = t.substr(used);
+  int64_t scale = 0;
+  if (unit.empty() || unit == "M" || unit == "MiB" || unit == "m") {
+    scale = 1;
+  } else if (unit == "G" || unit == "GiB" || unit == "g") {
+    scale = 1024;
+  } else if (unit == "T" || unit == "TiB" || unit == "t") {
+    scale = 1024 * 1024;
+  }
+  if (used == 0 || scale == 0 || n <= 0 || n > (int64_t{1} << 30) / scale) {
+    return Status::Error("'" + t + "' is not a size such as 512M, 64G or 1T (at most 1024T)");
+  }
+  return n * scale;
+}
+
 const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
   static const std::vector<SubmitFlagInfo> kTable = {
       {"gpus", "N", "GPUs of the job (required unless --spec gives them)"},
@@ -153,6 +177,11 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
       {"time", "DURATION", "Time limit: 2h, 90m, 3600s, 1d, 1h30m or H:MM:SS (default 24 h)"},
       {"checkpoint-interval", "DURATION",
        "How often the job checkpoints, or 'never' (default 30 min)"},
+      {"mem-per-node", "SIZE",
+       "Memory the job's processes may use on each node: 512M, 64G, 1T (default: no limit)"},
+      {"cpus-per-node", "N",
+       "CPU time the job may use on each node, in CPUs: 32, 0.5 (default: "
+       "no limit)"},
       {"spec", "FILE", "Job spec v1 JSON (or a whole request), - for standard input"},
   };
   return kTable;
@@ -174,6 +203,19 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
   if (name == "time") {
     Result<int64_t> d = ParseDuration(value);
     return d.ok() ? Status::Ok() : err(d.message());
+  }
+  if (name == "mem-per-node") {
+    Result<int64_t> m = ParseMemoryMiB(value);
+    return m.ok() ? Status::Ok() : err(m.message());
+  }
+  if (name == "cpus-per-node") {
+    char* end = nullptr;
+    const std::string text(value);
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !(v >= 0.001) || v > 100000) {
+      return err("'" + text + "' is not a number of CPUs from 0.001 to 100000 (e.g. 32 or 0.5)");
+    }
+    return Status::Ok();
   }
   if (name == "checkpoint-interval") {
     if (value == "never") return Status::Ok();
@@ -425,6 +467,12 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
     Result<int64_t> d = ParseDuration(flags.at("time").value);
     if (!d.ok()) return Status::Error(where("time") + ": " + d.message());
     req["time_limit_s"] = d.value();
+  }
+  if (given("mem-per-node")) {
+    req["memory_mb_per_node"] = ParseMemoryMiB(flags.at("mem-per-node").value).value();
+  }
+  if (given("cpus-per-node")) {
+    req["cpus_per_node"] = std::strtod(flags.at("cpus-per-node").value.c_str(), nullptr);
   }
   if (given("checkpoint-interval")) {
     const std::string& v = flags.at("checkpoint-interval").value;

@@ -22,6 +22,8 @@ namespace topo::cli {
 // "D-H:MM:SS". A bare number is an error (minutes or seconds?). Result in
 // seconds, > 0.
 core::Result<int64_t> ParseDuration(std::string_view text);
+// "512M", "64G", "1T" (binary units; a bare number is MiB) -> MiB.
+core::Result<int64_t> ParseMemoryMiB(std::string_view text);
 
 // The flags `topo submit` takes, on the command line and on #TOPO lines.
 struct SubmitFlagInfo {

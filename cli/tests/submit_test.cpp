@@ -36,6 +36,26 @@ TEST_CASE("ParseDuration: units, compounds and H:MM:SS") {
   CHECK(Seconds("1-12:00:00") == 129600);
 }
 
+TEST_CASE("ParseMemoryMiB: units, bounds and refusals") {
+  auto mib = [](std::string_view t) {
+    core::Result<int64_t> r = ParseMemoryMiB(t);
+    REQUIRE_MESSAGE(r.ok(), r.message());
+    return r.value();
+  };
+  CHECK(mib("512") == 512);
+  CHECK(mib("512M") == 512);
+  CHECK(mib("64G") == 65536);
+  CHECK(mib("64GiB") == 65536);
+  CHECK(mib("1T") == 1048576);
+  CHECK(mib("1024T") == int64_t{1} << 30);
+  for (std::string_view bad :
+       {"", "lots", "0", "-1G", "64X", "1025T", "9999999999999999999G", "64 G"}) {
+    core::Result<int64_t> r = ParseMemoryMiB(bad);
+    CHECK_MESSAGE(!r.ok(), bad);
+    if (!r.ok()) CHECK(r.message().find("512M, 64G or 1T") != std::string::npos);
+  }
+}
+
 TEST_CASE("ParseDuration: errors say what is wrong and show the forms") {
   CHECK(DurationError("60").find("add a unit: 60s, 60m, 60h or 60d") != std::string::npos);
   CHECK(DurationError("2x").find("unknown unit 'x'") != std::string::npos);

@@ -245,7 +245,9 @@ struct Table<Start> {
         F("command", &Start::command, List<Str>{kMaxCommandArgs, {kMaxArgBytes, Chars::kText}}),
         F("unix_user", &Start::unix_user, Str{kMaxUnixUserBytes, Chars::kUnixUser, false}),
         F("env", &Start::env, EnvMap{}),
-        F("working_dir", &Start::working_dir, Str{kMaxPathBytes, Chars::kPath})};
+        F("working_dir", &Start::working_dir, Str{kMaxPathBytes, Chars::kPath}),
+        F("memory_mb", &Start::memory_mb, Int{0, int64_t{1} << 30}),
+        F("cpu_millis", &Start::cpu_millis, Int{0, 100000000})};
   }
 };
 template <>

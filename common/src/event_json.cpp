@@ -614,13 +614,15 @@ Json JobRequestToJson(const core::JobRequest& request) {
           {"time_limit_ms", request.time_limit},
           {"checkpoint_interval_ms", request.checkpoint_interval},
           {"command", request.command},
-          {"unix_user", request.unix_user}};
+          {"unix_user", request.unix_user},
+          {"memory_mb_per_node", request.memory_mb_per_node},
+          {"cpu_millis_per_node", request.cpu_millis_per_node}};
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
   Reader r(j, "",
            {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms",
-            "command", "unix_user"});
+            "command", "unix_user", "memory_mb_per_node", "cpu_millis_per_node"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -647,6 +649,19 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
   if (auto it = j.find("unix_user"); it != j.end()) {
     if (!it->is_string()) return PathError("unix_user", "must be a string");
     request.unix_user = it->get<std::string>();
+  }
+  // Optional likewise: the limits came later.
+  if (auto it = j.find("memory_mb_per_node"); it != j.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kI64Max / 2) {
+      return PathError("memory_mb_per_node", "must be an integer >= 0");
+    }
+    request.memory_mb_per_node = it->get<int64_t>();
+  }
+  if (auto it = j.find("cpu_millis_per_node"); it != j.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kIntMax) {
+      return PathError("cpu_millis_per_node", "must be an integer 0.." + std::to_string(kIntMax));
+    }
+    request.cpu_millis_per_node = it->get<int>();
   }
   return request;
 }

@@ -29,6 +29,8 @@ Start SampleStart() {
   s.unix_user = "ada";
   s.env = {{"HF_HOME", "/data/hf"}, {"NCCL_DEBUG", "WARN"}};
   s.working_dir = "/home/ada";
+  s.memory_mb = 131072;
+  s.cpu_millis = 32000;
   return s;
 }
 

@@ -329,6 +329,8 @@ Launch SchedulerCore::Impl::MakeLaunch(JobRecord& job) {
   l.command = job.request.command;
   l.parallelism = job.request.spec.parallelism;
   l.unix_user = job.request.unix_user;
+  l.memory_mb = job.request.memory_mb_per_node;
+  l.cpu_millis = job.request.cpu_millis_per_node;
   return l;
 }
 

@@ -47,6 +47,9 @@ struct AgentOptions {
   bool stop_ranks_on_exit = false;
   // Site policy: ranks may run as uid 0 (default: such starts fail, permanently).
   bool allow_root_jobs = false;
+  // Leave /dev/nvidia* of other jobs' GPUs open to every job (the default
+  // restricts each job's cgroup to its own GPUs where the node can).
+  bool no_gpu_device_isolation = false;
   // Job cgroups: "" = detect, "none" = process groups only, else a
   // directory in a cgroup v2 or v1 freezer/pids hierarchy (cgroup.hpp).
   std::string cgroup_root;

@@ -51,6 +51,8 @@ core::Result<JobLaunch> LaunchFromStart(const proto::Start& s, const std::string
   }
   l.env = s.env;
   l.working_dir = s.working_dir;
+  l.limits.memory_bytes = s.memory_mb << 20;
+  l.limits.cpus = s.cpu_millis / 1000.0;
   l.unix_user = s.unix_user;
   l.master_addr = s.master_addr;
   l.master_port = s.master_port;

@@ -101,6 +101,9 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
   app.add_flag("--allow-root-jobs", o.allow_root_jobs,
                "let ranks run as uid 0 (default: a start whose account is root fails, "
                "permanently)");
+  app.add_flag("--no-gpu-device-isolation", o.no_gpu_device_isolation,
+               "let every job open every GPU's device node (default: a job's cgroup opens only "
+               "its own GPUs where the node enforces it; CUDA_VISIBLE_DEVICES always lists them)");
   app.add_option("--cgroup-root", o.cgroup_root,
                  "where job cgroups go: a directory in a cgroup v2 or v1 freezer/pids "
                  "hierarchy; \"none\" for process groups only (default: detected)");

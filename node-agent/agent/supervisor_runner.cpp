@@ -95,6 +95,7 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
   const FileOwner owner{account.value().uid, account.value().gid};
 
   JobLaunch l = launch;
+  l.limits.restrict_gpu_devices = options_.restrict_gpu_devices;
   LaunchOutcome out;
   if (checkpoint_step >= 0) {
     const std::string local_dir = !launch.local_checkpoint_dir.empty() ? launch.local_checkpoint_dir

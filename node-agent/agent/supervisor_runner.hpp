@@ -35,6 +35,9 @@ namespace topo::agent {
 
 struct SupervisorRunnerOptions {
   bool allow_root_jobs = false;  // the same as SupervisorOptions::allow_root_jobs
+  // Each job's cgroup may open only its own GPUs' device nodes, where the
+  // node can enforce it (cgroup.hpp says where).
+  bool restrict_gpu_devices = true;
   // The supervisor's default tiers: ROOT/JOB.
   std::string local_checkpoint_root;
   std::string persistent_checkpoint_root;  // "" = no persistent tier

@@ -465,6 +465,8 @@ void AgentRegistry::SendStart(JobId id, const std::vector<core::GpuSlot>& ranks,
   start.layout = proto::FromParallelism(launch.parallelism);
   start.command = launch.command;
   start.unix_user = unix_user;
+  start.memory_mb = launch.memory_mb;
+  start.cpu_millis = launch.cpu_millis;
   std::vector<std::string> nodes;
   for (const core::NodeLaunch& nl : launch.nodes) {
     start.group_rank = nl.group_rank;

@@ -246,6 +246,8 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
       const core::Topology& topo = *s.driver.topology;
       out["spec"] = common::JobSpecToJson(j->request.spec);
       out["command"] = j->request.command;
+      out["limits"] = {{"memory_mb_per_node", j->request.memory_mb_per_node},
+                       {"cpus_per_node", j->request.cpu_millis_per_node / 1000.0}};
       Json ranks = Json::array();
       for (size_t r = 0; r < j->ranks.size(); ++r) {
         ranks.push_back(
@@ -293,8 +295,9 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   Body b = ParseBody(*route.request, false);
   if (b.error) return *b.error;
   const Json& body = b.json;
-  if (auto e = UnknownField(body, {"spec", "tenant", "priority", "time_limit_s",
-                                   "checkpoint_interval_s", "command"})) {
+  if (auto e =
+          UnknownField(body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
+                              "command", "memory_mb_per_node", "cpus_per_node"})) {
     return *e;
   }
   if (s.driver.core == nullptr) return NoTopology();
@@ -413,6 +416,17 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                      "cluster: map the user to an unprivileged account (topo users set " +
                      caller.user.name + " --unix-user ACCOUNT), or set allow_root_jobs = true",
                  "unix_user");
+  }
+  // Limits of the job's cgroup on each node (docs/jobs.md).
+  int64_t memory_mb = 0;
+  if (auto e = IntField(body, "memory_mb_per_node", 1, int64_t{1} << 30, memory_mb)) return *e;
+  request.memory_mb_per_node = memory_mb;
+  if (auto it = body.find("cpus_per_node"); it != body.end()) {
+    if (!it->is_number() || !(it->get<double>() >= 0.001) || it->get<double>() > 100000) {
+      return Error(400, "cpus_per_node must be a number of CPUs, 0.001..100000 (e.g. 12 or 0.5)",
+                   "cpus_per_node");
+    }
+    request.cpu_millis_per_node = static_cast<int>(it->get<double>() * 1000 + 0.5);
   }
   request.priority = static_cast<int>(priority);
   request.time_limit = time_limit * core::kSecond;

@@ -91,11 +91,13 @@ def token_for(d, user):
     return d.api("POST", "/v1/tokens", {"user": user}, expect=201)["token"]
 
 
-def submit(d, token, name, gpus, script, args=(), parallelism=None, priority=None, expect=201):
+def submit(d, token, name, gpus, script, args=(), parallelism=None, priority=None, expect=201,
+           extra=None):
     spec = {"name": name, "gpus": gpus}
     if parallelism:
         spec["parallelism"] = parallelism
     body = {"spec": spec, "command": ["/bin/sh", "-c", script, "sh"] + list(args)}
+    body.update(extra or {})
     if priority is not None:
         body["priority"] = priority
     status, out = d.request("POST", "/v1/jobs", body, token)
@@ -324,6 +326,45 @@ def test_escape(d, c, agents, work):
     print("ok escape: a setsid double fork left nothing after " + ", ".join(results))
 
 
+def job_cgroup_limits(jid):
+    """The limit files of job jid's cgroups in every mounted hierarchy, read
+    by the test itself (as root), so what is checked is what the kernel holds."""
+    found = {}
+    with open("/proc/self/mountinfo") as f:
+        mounts = [l.split()[4] for l in f if l.split(" - ")[1].split()[0] in ("cgroup", "cgroup2")]
+    for mount in mounts:
+        for dirpath, dirs, files in os.walk(mount):
+            if os.path.basename(dirpath) != "job-%d" % jid:
+                continue
+            dirs[:] = []
+            for name in ("memory.max", "memory.limit_in_bytes", "cpu.max", "cpu.cfs_quota_us"):
+                if name in files:
+                    with open(os.path.join(dirpath, name)) as lf:
+                        found[name] = lf.read().strip()
+    return found
+
+
+def test_limits(d, c, agents, work):
+    """A job's memory and CPU limits reach its cgroup on the node."""
+    d.api("PUT", "/v1/tenants/lab-l", {"shares": 1}, expect=201)
+    d.api("POST", "/v1/users", {"name": "lima", "tenant": "lab-l", "role": "user",
+                                "unix_user": c.account("lima")}, expect=201)
+    tok = token_for(d, "lima")
+    jid = submit(d, tok, "limited", 1, "sleep 60",
+                 extra={"memory_mb_per_node": 256, "cpus_per_node": 0.5})["id"]
+    wait_state(d, jid, ("running",))
+    wait_for(lambda: job_cgroup_limits(jid), 15, "job %d's cgroup" % jid)
+    lim = job_cgroup_limits(jid)
+    mem = lim.get("memory.max", lim.get("memory.limit_in_bytes"))
+    check(mem == str(256 << 20), "the memory limit in the job's cgroup: %s" % lim)
+    cpu = lim.get("cpu.max", lim.get("cpu.cfs_quota_us", "")).split()
+    check(cpu[:1] == ["50000"], "half a CPU in the job's cgroup: %s" % lim)
+    check(job(d, jid)["limits"] == {"memory_mb_per_node": 256, "cpus_per_node": 0.5}, str(job(d, jid)))
+    d.request("POST", "/v1/jobs/%d/cancel" % jid, {}, tok)
+    wait_state(d, jid, ("cancelled",))
+    print("ok limits: %s" % lim)
+
+
 def main():
     if os.geteuid() != 0:
         raise Failure("run as root: the test creates Unix accounts (useradd)")
@@ -332,7 +373,8 @@ def main():
         sys.exit(77)
     sched_bin, agent_bin, topo_bin = sys.argv[1:4]
     which = sys.argv[4] if len(sys.argv) > 4 else "all"
-    cases = {"accounts": test_accounts, "root": test_root, "escape": test_escape}
+    cases = {"accounts": test_accounts, "root": test_root, "escape": test_escape,
+             "limits": test_limits}
     chosen = list(cases) if which == "all" else [which]
     d = Daemon(sched_bin, config=CONFIG).start()
     with agent_cluster(d, "topo-security-test-") as c:

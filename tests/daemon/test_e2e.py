@@ -143,6 +143,15 @@ def main():
         check(gone["state"] == "cancelled" and gone["reason"] == "not today", "cancelled: %s" % gone)
         topo(["cancel", str(wait["id"])], alice, expect=CONFLICT)
 
+        # Limits of the job's cgroup on each node.
+        lim = js(["submit", "--gpus", "8", "--mem-per-node", "64G", "--cpus-per-node", "12.5"],
+                 alice)
+        shown = js(["show", str(lim["id"])], alice)["limits"]
+        check(shown == {"memory_mb_per_node": 65536, "cpus_per_node": 12.5}, str(shown))
+        topo(["cancel", str(lim["id"])], alice)
+        bad = topo(["submit", "--gpus", "8", "--mem-per-node", "lots"], alice, expect=1)
+        check("--mem-per-node" in bad.stderr, bad.stderr)
+
         # drain / resume with the admin.
         topo(["drain", "n7", "--reason", "bad cable"])
         n7 = js(["nodes", "n7"])
@@ -155,7 +164,7 @@ def main():
         ev = js(["events", "--limit", "1000"])["events"]
         check(any(e["event"]["type"] == "node_state_requested" for e in ev), "admin sees node events")
         mine_ev = js(["events", "--limit", "1000"], alice)["events"]
-        alice_ids = {j1["id"], j2["id"], j3["id"], wait["id"]}
+        alice_ids = {j1["id"], j2["id"], j3["id"], wait["id"], lim["id"]}
         for e in mine_ev:
             ids = {e["event"].get("id")} | {c.get("id") for c in e["commands"]}
             check(ids & alice_ids, "alice sees an event not about her jobs: %s" % e)

@@ -97,6 +97,22 @@ TEST_CASE("a start without a command runs --job-command; without either it fails
   CHECK(g.core.pending_launches() == 0);
 }
 
+TEST_CASE("a start's limits become the job cgroup's limits on this node") {
+  proto::Start s = MakeStart(5, 0, {0});
+  s.memory_mb = 65536;
+  s.cpu_millis = 12500;
+  core::Result<JobLaunch> l = LaunchFromStart(s, "true");
+  REQUIRE(l.ok());
+  CHECK(l.value().limits.memory_bytes == int64_t{65536} << 20);
+  CHECK(l.value().limits.cpus == doctest::Approx(12.5));
+  s.memory_mb = 0;
+  s.cpu_millis = 0;
+  l = LaunchFromStart(s, "true");
+  REQUIRE(l.ok());
+  CHECK(l.value().limits.memory_bytes == 0);
+  CHECK(l.value().limits.cpus == 0);
+}
+
 TEST_CASE("LaunchFromStart refuses a layout whose order does not read") {
   proto::Start s = MakeStart(5, 0, {0});
   s.layout.order = "tp-xx";

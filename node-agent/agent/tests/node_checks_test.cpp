@@ -184,7 +184,8 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good;
   // The node would allow root: the runner's own check refuses first.
   so.allow_root_jobs = true;
   RankSupervisor sup(so);
-  SupervisorRunner runner(sup, {false, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  SupervisorRunner runner(sup,
+                          {false, true, so.local_checkpoint_root, so.persistent_checkpoint_root});
   CHECK(runner.HasPersistentTier());
 
   JobLaunch l;
@@ -206,7 +207,8 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good;
   CHECK(runner.Running().empty());
 
   if (::geteuid() != 0) return;  // the rest starts a rank as root
-  SupervisorRunner root_ok(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  SupervisorRunner root_ok(sup,
+                           {true, true, so.local_checkpoint_root, so.persistent_checkpoint_root});
   // Step 3 only on the persistent tier: staged onto the local one.
   const std::string step = so.persistent_checkpoint_root + "/5/step-3";
   fs::create_directories(step);

@@ -193,6 +193,8 @@ struct Start {
   std::string unix_user;             // the account the ranks run as
   std::map<std::string, std::string> env;
   std::string working_dir;  // empty: the account's home, else a job dir
+  int64_t memory_mb = 0;    // the job's cgroup on this node; 0: no limit
+  int cpu_millis = 0;       // likewise, CPU time (1000 = one CPU); 0: no limit
   bool operator==(const Start&) const = default;
 };
 struct Stop {

@@ -54,6 +54,8 @@ struct Launch {
   std::vector<std::string> command;
   Parallelism parallelism;
   std::string unix_user;
+  int64_t memory_mb = 0;  // per node; 0: no limit
+  int cpu_millis = 0;     // per node; 0: no limit
 };
 
 // The per-node grouping of a rank map (rank r on ranks[r]).

@@ -142,6 +142,10 @@ struct JobRequest {
   // The Unix account the ranks run as (the submitter's, from the daemon's
   // user record). Carried, never interpreted.
   std::string unix_user;
+  // Limits of the job's cgroup on each node (0: none). Carried, never
+  // interpreted.
+  int64_t memory_mb_per_node = 0;
+  int cpu_millis_per_node = 0;  // 1000 = one CPU's time per second
 };
 
 enum class JobState : uint8_t {
