@@ -2,6 +2,8 @@
 
 #include <exception>
 #include <iostream>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -40,8 +42,18 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     if (sub->get_group() == "Subcommands") sub->group("Cluster (talk to topo-scheduler)");
   }
+  std::vector<char*> args(argv, argv + argc);
+  if (argc > 1 && std::string_view(argv[1]) == "submit") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--") {
+        topo::cli::SetSubmitCommand({argv + i + 1, argv + argc});
+        args.resize(i);
+        break;
+      }
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every usage error is 1, as documented.
     return app.exit(e) == 0 ? topo::cli::kExitOk : topo::cli::kExitError;

@@ -148,11 +148,11 @@ done
 echo "$up of 288 nodes up"
 
 say "Submitting jobs as ada (lab/llm) and grace (lab/vision)"
-TOPO_TOKEN=$ada "$TOPO" submit --name llama-405b --gpus 512 --tp 8 --pp 8 --time 12h
-TOPO_TOKEN=$ada "$TOPO" submit --name moe-235b --gpus 256 --tp 4 --ep 8 --pp 2 --time 6h
-TOPO_TOKEN=$grace "$TOPO" submit --name vit-22b --gpus 128 --tp 4 --time 4h
-TOPO_TOKEN=$grace "$TOPO" submit --name clip-sweep --gpus 8 --time 1h
-TOPO_TOKEN=$ada "$TOPO" submit --name llama-70b --gpus 512 --tp 8 --pp 4 --time 8h
+TOPO_TOKEN=$ada "$TOPO" submit --name llama-405b --gpus 512 --tp 8 --pp 8 --time 12h -- python train.py --model llama3-405b
+TOPO_TOKEN=$ada "$TOPO" submit --name moe-235b --gpus 256 --tp 4 --ep 8 --pp 2 --time 6h -- python train.py --model moe
+TOPO_TOKEN=$grace "$TOPO" submit --name vit-22b --gpus 128 --tp 4 --time 4h -- python train_vit.py
+TOPO_TOKEN=$grace "$TOPO" submit --name clip-sweep --gpus 8 --time 1h --wrap "python sweep.py --trial 1"
+TOPO_TOKEN=$ada "$TOPO" submit --name llama-70b --gpus 512 --tp 8 --pp 4 --time 8h -- python train.py --model llama3-70b
 
 say "The queue (as the cluster admin)"
 "$TOPO" queue

@@ -11,6 +11,9 @@
 //   or no answer in time, 8 the server rejected the request as invalid (400,
 //   413, 415, 431), 9 any other server error (429 after retries, 5xx, ...)
 
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace topo::cli {
@@ -55,6 +58,11 @@ void RegisterSim(CLI::App& app, int* exit_code);
 // admin.cpp); `topology import` and the server side of `topology export` are
 // added to the topology command by RegisterTopology.
 void RegisterJobCommands(CLI::App& app, int* exit_code);
+// `topo submit [flags] -- CMD ARGS...`: main() takes everything after the
+// first "--" following `submit` out of argv before parsing (CLI11 would fill
+// the SCRIPT positional with CMD) and hands it here, so CMD is always run as
+// the command and never read as a batch script.
+void SetSubmitCommand(std::vector<std::string> command);
 void RegisterClusterCommands(CLI::App& app, int* exit_code);
 void RegisterAdminCommands(CLI::App& app, int* exit_code);
 

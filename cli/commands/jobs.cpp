@@ -5,6 +5,8 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "client/format.hpp"
@@ -43,7 +45,9 @@ std::string StateAndReason(const json& job) {
 
 struct SubmitArgs {
   std::string script;
-  std::map<std::string, std::string> values;  // by flag name
+  std::string wrap;                                 // --wrap CMD
+  std::optional<std::vector<std::string>> command;  // after "--"
+  std::map<std::string, std::string> values;        // by flag name
   std::vector<std::string> constraints;
   std::map<std::string, CLI::Option*> options;
   bool json = false;
@@ -61,7 +65,24 @@ constexpr InputLimit kSpecLimit = {
     kMaxSpecFileBytes, "a job spec (--spec)", "the API's request body limit",
     "a job spec is a few KiB of JSON; check that --spec names the right file"};
 
+std::shared_ptr<SubmitArgs>& SubmitArgsOfThisRun() {
+  static std::shared_ptr<SubmitArgs> args = std::make_shared<SubmitArgs>();
+  return args;
+}
+
 int RunSubmit(SubmitArgs& args) {
+  const int ways =
+      (args.command ? 1 : 0) + (args.wrap.empty() ? 0 : 1) + (args.script.empty() ? 0 : 1);
+  if (ways > 1) {
+    return Fail(
+        "give the job's command one way: a batch script (topo submit train.sh), "
+        "--wrap 'CMD', or -- CMD ARGS...");
+  }
+  if (args.command && args.command->empty()) {
+    return Fail(
+        "nothing follows --: put the command and its arguments after it, as in "
+        "`topo submit --gpus 8 -- python train.py`");
+  }
   SubmitFlags script_flags;
   std::string script_text;
   const std::string script_shown = args.script == "-" ? "<stdin>" : args.script;
@@ -113,7 +134,17 @@ int RunSubmit(SubmitArgs& args) {
   if (!args.script.empty()) default_name = args.script == "-" ? "stdin" : Basename(args.script);
   core::Result<json> request = BuildSubmitRequest(flags, spec_file, default_name);
   if (!request.ok()) return Fail(request.message());
-  if (request.value().contains("command")) {
+  if (args.command || !args.wrap.empty()) {
+    // The command line wins over a command in --spec.
+    const std::vector<std::string> command =
+        args.command ? *args.command : std::vector<std::string>{"/bin/sh", "-c", args.wrap};
+    const ArgumentOrigin origin = [&](size_t i) {
+      return args.command ? "the command after --, argument " + std::to_string(i + 1)
+                          : std::string("--wrap");
+    };
+    if (core::Status s = CheckCommand(command, origin); !s.ok()) return Fail(s.message());
+    request.value()["command"] = command;
+  } else if (request.value().contains("command")) {
     // From the spec file: the API would refuse it; say so here, by index.
     const ArgumentOrigin origin = [&](size_t i) {
       return spec_shown + ": command[" + std::to_string(i) + "]";
@@ -129,6 +160,11 @@ int RunSubmit(SubmitArgs& args) {
     };
     if (core::Status s = CheckCommand(command, origin); !s.ok()) return Fail(s.message());
     request.value()["command"] = command;
+  } else {
+    return Fail(
+        "the job has no command: put it after --, as in `topo submit --gpus 8 -- python "
+        "train.py`, give it as --wrap 'CMD', submit a batch script (topo submit train.sh), or "
+        "put \"command\" in --spec");
   }
   if (args.dry_run) {
     PrintJson(request.value());
@@ -345,9 +381,13 @@ int RunLogs(const LogsArgs& args) {
 
 }  // namespace
 
+void SetSubmitCommand(std::vector<std::string> command) {
+  SubmitArgsOfThisRun()->command = std::move(command);
+}
+
 void RegisterJobCommands(CLI::App& app, int* exit_code) {
   // submit
-  auto submit = std::make_shared<SubmitArgs>();
+  std::shared_ptr<SubmitArgs> submit = SubmitArgsOfThisRun();
   CLI::App* s = AddVerb(
       app, "submit",
       "Submit a job to topo-scheduler.\n\n"
@@ -356,13 +396,21 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
       "reads #SBATCH (flags on the command line win over #TOPO lines, which win over\n"
       "the spec file). Prints \"Submitted job ID (STATE: REASON)\"; exit status 3 when the\n"
       "daemon accepted the job but it can never fit the cluster (state rejected).\n\n"
+      "The command every rank runs: what follows --, or --wrap 'CMD' (through /bin/sh -c),\n"
+      "or the batch script (sent as text, run by its #! interpreter), or \"command\" in\n"
+      "the spec; a job without one is refused. After --, nothing is read as a flag or a\n"
+      "script: `-- /bin/true` runs /bin/true.\n\n"
       "Examples:\n"
-      "  topo submit --gpus 64 --tp 8 --pp 2 --time 2h --name llama-8b\n"
+      "  topo submit --gpus 64 --tp 8 --pp 2 --time 2h --name llama-8b -- python train.py\n"
+      "  topo submit --gpus 8 --wrap 'python train.py --lr 3e-4 > out.txt'\n"
       "  topo submit --spec job.json --tenant org/team --priority 10\n"
       "  topo submit train.sh              # with lines like: #TOPO --gpus 4096 --tp 8 --ep 8\n"
       "  topo submit train.sh --time 90m   # overrides the script's #TOPO --time\n"
-      "  id=$(topo submit --gpus 8 --json | jq .id)\n"
+      "  id=$(topo submit --gpus 8 --json -- ./run.sh | jq .id)\n"
       "  topo submit train.sh --dry-run    # print the request, send nothing");
+  s->add_option("--wrap", submit->wrap,
+                "Run CMD through /bin/sh -c as the job's command (like sbatch --wrap)")
+      ->type_name("CMD");
   s->add_option("SCRIPT", submit->script,
                 "Batch script with #TOPO lines (- for standard input); its file name names the "
                 "job");

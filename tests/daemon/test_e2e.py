@@ -39,14 +39,16 @@ def main():
         return p
 
     def js(args, token=None, expect=OK):
-        return json.loads(topo(args + ["--json"], token, expect).stdout)
+        # --json goes before a "--", after which everything is the job's command.
+        at = args.index("--") if "--" in args else len(args)
+        return json.loads(topo(args[:at] + ["--json"] + args[at:], token, expect).stdout)
 
     with serving(d, work):
         topo_file = os.path.join(work, "tiny.json")
         with open(topo_file, "w") as f:
             json.dump(tiny_topology(), f)
         # Before a topology exists, submissions are refused with the fix.
-        p = topo(["submit", "--gpus", "8"], expect=CONFLICT)
+        p = topo(["submit", "--gpus", "8", "--", "python", "train.py"], expect=CONFLICT)
         check("topology import" in p.stderr, "no-topology message: " + p.stderr)
         topo(["topology", "import", topo_file])
         topo(["resume", "n[0-7]"])
@@ -65,8 +67,20 @@ def main():
         check(who["user"] == "alice" and who["tenant"] == "org/a" and who["role"] == "user", str(who))
 
         # Three ways to submit.
-        j1 = js(["submit", "--gpus", "16", "--tp", "8", "--time", "1h", "--name", "flags"], alice)
+        j1 = js(["submit", "--gpus", "16", "--tp", "8", "--time", "1h", "--name", "flags", "--",
+                 "python", "train.py"], alice)
         check(j1["state"] == "running", "16-GPU job should start: %s" % j1)
+        check(js(["show", str(j1["id"])], alice)["command"] == ["python", "train.py"],
+              "what follows -- is the command")
+        # After --, a program is the command, never read as a batch script.
+        dry = js(["submit", "--gpus", "8", "--dry-run", "--", "/bin/true", "--tp", "x"], alice)
+        check(dry["command"] == ["/bin/true", "--tp", "x"] and "parallelism" not in dry["spec"],
+              "-- /bin/true: %s" % dry)
+        wrapped = js(["submit", "--gpus", "8", "--dry-run", "--wrap", "echo hi > out"], alice)
+        check(wrapped["command"] == ["/bin/sh", "-c", "echo hi > out"], str(wrapped))
+        # A job without a command is refused before anything is sent.
+        none = topo(["submit", "--gpus", "8"], alice, expect=1)
+        check("has no command" in none.stderr and "--wrap" in none.stderr, none.stderr)
         script = os.path.join(work, "train.sh")
         with open(script, "w") as f:
             f.write("#!/bin/bash\n#TOPO --gpus 8 --tp 8\n#TOPO --time 30m\necho training\n")
@@ -74,7 +88,7 @@ def main():
         spec = os.path.join(work, "job.json")
         with open(spec, "w") as f:
             json.dump({"gpus": 8, "name": "from-spec", "parallelism": {"tp": 4}}, f)
-        j3 = js(["submit", "--spec", spec], alice)
+        j3 = js(["submit", "--spec", spec, "--wrap", "python train.py"], alice)
         shown = js(["show", str(j2["id"])], alice)
         check(shown["spec"]["gpus"] == 8 and shown["spec"]["parallelism"]["tp"] == 8, "#TOPO: %s" % shown["spec"])
         check(shown["name"] == "train.sh", "script names the job: %r" % shown["name"])
@@ -91,10 +105,11 @@ def main():
         check(js(["queue"], bob)["jobs"] == [], "bob sees no jobs of org/a")
         topo(["show", str(j1["id"])], bob, expect=NOT_FOUND)
         topo(["cancel", str(j1["id"])], bob, expect=NOT_FOUND)
-        topo(["submit", "--gpus", "8", "--tenant", "org/a"], bob, expect=AUTH)
-        big = js(["submit", "--gpus", "32", "--tp", "8"], bob)
+        topo(["submit", "--gpus", "8", "--tenant", "org/a", "--", "python", "train.py"], bob,
+             expect=AUTH)
+        big = js(["submit", "--gpus", "32", "--tp", "8", "--", "python", "train.py"], bob)
         check(big["state"] == "queued" and "quota" in big["reason"], "max_job_gpus holds: %s" % big)
-        b1 = js(["submit", "--gpus", "8"], bob)
+        b1 = js(["submit", "--gpus", "8", "--", "python", "train.py"], bob)
 
         # alice sees exactly her tenant's jobs, all with id and state.
         mine = js(["queue", "--all"], alice)["jobs"]
@@ -127,12 +142,12 @@ def main():
         topo(["users", "set", "dave", "--unix-user", "x"], alice, expect=AUTH)
         topo(["users", "set", "dave", "--unix-user", "root"], carol)
         dave = js(["token", "create", "--user", "dave"], carol)["token"]
-        out = topo(["submit", "--gpus", "8"], dave, expect=AUTH).stderr
+        out = topo(["submit", "--gpus", "8", "--", "python", "train.py"], dave, expect=AUTH).stderr
         check("root" in out and "allow_root_jobs" in out, "a root job is refused with the fix: %s" % out)
         topo(["users", "set", "dave", "--unix-user", "dave2"], carol)
 
         # hold / release / cancel.
-        wait = js(["submit", "--gpus", "64", "--tp", "8"], alice)
+        wait = js(["submit", "--gpus", "64", "--tp", "8", "--", "python", "train.py"], alice)
         check(wait["state"] == "queued", "64 GPUs must wait: %s" % wait)
         topo(["hold", str(wait["id"])], alice)
         check(js(["show", str(wait["id"])], alice)["state"] == "held", "held")
@@ -144,8 +159,8 @@ def main():
         topo(["cancel", str(wait["id"])], alice, expect=CONFLICT)
 
         # Limits of the job's cgroup on each node.
-        lim = js(["submit", "--gpus", "8", "--mem-per-node", "64G", "--cpus-per-node", "12.5"],
-                 alice)
+        lim = js(["submit", "--gpus", "8", "--mem-per-node", "64G", "--cpus-per-node", "12.5", "--",
+                  "python", "train.py"], alice)
         shown = js(["show", str(lim["id"])], alice)["limits"]
         check(shown == {"memory_mb_per_node": 65536, "cpus_per_node": 12.5}, str(shown))
         topo(["cancel", str(lim["id"])], alice)
@@ -173,7 +188,7 @@ def main():
         # A researcher's job name can neither forge a row nor send escape
         # codes to an admin's terminal; --json keeps it exact.
         hostile = "x\n99  org/a     alice  forged  running\x1b[2J\u202e"
-        hj = js(["submit", "--gpus", "8", "--name", hostile], bob)
+        hj = js(["submit", "--gpus", "8", "--name", hostile, "--", "python", "train.py"], bob)
         queue = topo(["queue", "--all"]).stdout
         check("\x1b" not in queue and "\u202e" not in queue, "raw escape codes in topo queue: %r" % queue)
         check(not any(l.startswith("99 ") for l in queue.splitlines()), "a forged row: %r" % queue)
