@@ -82,7 +82,7 @@ struct SlurmAction {
   Kind kind = Kind::kRelease;
   int64_t slurm_job = 0;           // kRelease
   std::vector<std::string> nodes;  // kRelease: in rank order; kDrain/kResume: the node
-  std::string reason;
+  std::string reason;              // kDrain; kRelease: the job's new AdminComment (its rank map)
 };
 
 struct ServiceState;  // service_internal.hpp

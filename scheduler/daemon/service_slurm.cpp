@@ -9,6 +9,7 @@
 
 #include "daemon/service_internal.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/common/slurm_rank_map.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::daemon {
@@ -117,6 +118,20 @@ std::vector<std::string> RankNodes(const core::Topology& topo, const core::JobRe
     if (seen.insert(slot.node).second) nodes.push_back(topo.node(slot.node).name);
   }
   return nodes;
+}
+
+// "ranks=... map=... layout=..." (common/slurm_rank_map.hpp): what the
+// plugin puts into AdminComment and topo-slurm-task lays the tasks out by.
+std::string RankMapText(const core::Topology& topo, const core::JobRecord& j) {
+  common::SlurmRankMap m;
+  std::unordered_map<NodeId, int> index;
+  for (const core::GpuSlot& slot : j.ranks) {
+    auto [it, fresh] = index.emplace(slot.node, static_cast<int>(m.nodes.size()));
+    if (fresh) m.nodes.push_back(topo.node(slot.node).name);
+    m.ranks.push_back({it->second, slot.gpu});
+  }
+  m.parallelism = j.request.spec.parallelism;
+  return common::FormatSlurmRankMap(m);
 }
 
 std::string Join(const std::vector<std::string>& v) {
@@ -287,7 +302,8 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   if (j == nullptr) return "PASS the job ended at once";
   if (s.metrics != nullptr) s.metrics->Submission(j->request.tenant);
   if (Running(j->state))
-    return "PLACE " + std::to_string(id) + " " + Join(RankNodes(*s.driver.topology, *j));
+    return "PLACE " + std::to_string(id) + " " + Join(RankNodes(*s.driver.topology, *j)) + " " +
+           RankMapText(*s.driver.topology, *j);
   if (j->state == core::JobState::kQueued || j->state == core::JobState::kHeld) {
     return "HOLD " + std::to_string(id) + " " + OneLine(j->reason.empty() ? "queued" : j->reason);
   }
@@ -397,7 +413,8 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
     if (sj->state != "PENDING" || sj->priority != 0) continue;
     const core::JobRecord* j = s.driver.core->job(id);
     if (j == nullptr || !Running(j->state)) continue;
-    actions.push_back({SlurmAction::Kind::kRelease, sj->id, RankNodes(topo, *j), ""});
+    actions.push_back({SlurmAction::Kind::kRelease, sj->id, RankNodes(topo, *j),
+                       "toposched:" + std::to_string(id) + " " + RankMapText(topo, *j)});
   }
   return actions;
 }

@@ -365,9 +365,10 @@ void SlurmBridge::Impl::Act(const std::vector<SlurmAction>& actions) {
       std::string list;
       for (const std::string& n : a.nodes) list += (list.empty() ? "" : ",") + n;
       const std::string id = std::to_string(a.slurm_job);
-      Output u = RunCommand({Scontrol(), "update", "JobId=" + id, "ReqNodeList=" + list,
-                             "NumNodes=" + std::to_string(a.nodes.size())},
-                            t);
+      Output u =
+          RunCommand({Scontrol(), "update", "JobId=" + id, "ReqNodeList=" + list,
+                      "NumNodes=" + std::to_string(a.nodes.size()), "AdminComment=" + a.reason},
+                     t);
       Output r = u.exit_code == 0 ? RunCommand({Scontrol(), "release", id}, t) : Output{};
       if (u.exit_code != 0 || r.exit_code != 0) {
         Log("releasing job " + id + " onto " + list +

@@ -150,6 +150,9 @@ def main():
         want_c = check_on_toposched_nodes(cluster, daemon, c, info)
         check(cluster.expand(info["ReqNodeList"]) == want_c, "ReqNodeList %s is not in rank order %s"
               % (info["ReqNodeList"], want_c))
+        check(info.get("ranks", "").strip() == ",".join(want_c) and info.get("map") and info.get("layout"),
+              "the released job's AdminComment lacks its rank map: ranks=%r map=%r layout=%r"
+              % (info.get("ranks"), info.get("map"), info.get("layout")))
         print("held job %d started on %s after job %d ended" % (c, ",".join(want_c), a))
         ta = topo_id_of(cluster.show_job(a))
         deadline = time.time() + 10
