@@ -408,6 +408,31 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
                   "slurm");
   }
 
+  // Jobs Slurm runs where the core no longer does: the core restarted them
+  // elsewhere (a failed GPU or node, onto a spare) or put them back in its
+  // queue (preempted, or no replacement): Slurm requeues them held, and the
+  // release below starts them on the core's nodes. A job the core is
+  // preempting gets the checkpoint signal first.
+  for (const auto& [id, sj] : tagged) {
+    if (sj->state != "RUNNING") continue;
+    const core::JobRecord* j = s.driver.core->job(id);
+    if (j == nullptr || core::IsTerminal(j->state)) continue;
+    if (j->state == core::JobState::kPreempting) {
+      actions.push_back({SlurmAction::Kind::kSignal, sj->id, {}, "toposched: " + j->reason});
+      continue;
+    }
+    const std::vector<std::string> want = RankNodes(topo, *j);
+    const std::set<std::string> want_set(want.begin(), want.end());
+    const std::set<std::string> have(sj->nodes.begin(), sj->nodes.end());
+    if (!Running(j->state)) {
+      actions.push_back(
+          {SlurmAction::Kind::kRequeue, sj->id, {}, "toposched: the job waits again"});
+    } else if (want_set != have) {
+      actions.push_back(
+          {SlurmAction::Kind::kRequeue, sj->id, want, "toposched: the job moves to " + Join(want)});
+    }
+  }
+
   // Held jobs the core has started: Slurm runs them there.
   for (const auto& [id, sj] : tagged) {
     if (sj->state != "PENDING" || sj->priority != 0) continue;

@@ -15,6 +15,8 @@
 //     the rank's GPU;
 //   - for a task of a step of one task per node (torchrun): TOPO_NODE_RANK and
 //     CUDA_VISIBLE_DEVICES = the node's GPUs in rank order.
+// A requeued run also gets TOPO_RESTART_COUNT and, from the job's
+// TOPO_CHECKPOINT_DIR, TOPO_RESTART_STEP (the newest complete checkpoint).
 // A job toposched did not place gets nothing. It never fails the task: what
 // goes wrong is said on the task's output ("print") and on stderr.
 //
@@ -28,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -162,6 +165,28 @@ void ExportRank(const SlurmRankMap& m, int rank) {
   Export("CUDA_VISIBLE_DEVICES", std::to_string(m.ranks[rank].gpu));
 }
 
+// A requeued run (SLURM_RESTART_COUNT > 0) resumes from the newest complete
+// checkpoint in the job's TOPO_CHECKPOINT_DIR (step-N/COMPLETE, the layout
+// of docs/jobs.md), which must be on storage every node sees.
+void ExportRestart() {
+  const int restarts = EnvInt("SLURM_RESTART_COUNT").value_or(0);
+  Export("TOPO_RESTART_COUNT", std::to_string(restarts));
+  Export("TOPO_CHECKPOINT_SIGNAL", "10");
+  const std::string dir = Env("TOPO_CHECKPOINT_DIR");
+  if (restarts == 0 || dir.empty()) return;
+  long best = -1;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() > 23) continue;
+    const std::string digits = name.substr(5);
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    if (!std::filesystem::exists(it->path() / "COMPLETE", ec)) continue;
+    best = std::max(best, std::stol(digits));
+  }
+  if (best >= 0) Export("TOPO_RESTART_STEP", std::to_string(best));
+}
+
 int Run() {
   const std::string job = Env("SLURM_JOB_ID");
   if (job.empty() || !std::all_of(job.begin(), job.end(), ::isdigit) || job.size() > 12) {
@@ -214,6 +239,7 @@ int Run() {
     std::replace(compact.begin(), compact.end(), ' ', ';');
     Export("TOPO_SLURM_MAP", compact);
     if (!topo_id.empty()) Export("TOPO_JOB_ID", topo_id);
+    ExportRestart();
     Export("TOPO_WORLD_SIZE", std::to_string(world));
     ExportSizes(m);
     return 0;
