@@ -39,10 +39,8 @@ JOB_SCRIPT = """#!/bin/sh
 echo "run restart=${SLURM_RESTART_COUNT:-0} step=${TOPO_RESTART_STEP:-none} nodes=$(tr '\\n' ',' < $TOPO_NODEFILE)"
 mkdir -p "$TOPO_CHECKPOINT_DIR/step-5" && touch "$TOPO_CHECKPOINT_DIR/step-5/COMPLETE"
 if [ -n "$TOPO_RESTART_STEP" ]; then echo done; exit 0; fi
-trap 'echo "checkpoint signal"; exit 0' USR1
-sleep 300 &
-wait $!
-sleep 300
+trap 'echo "checkpoint signal"; mkdir -p "$TOPO_CHECKPOINT_DIR/step-7" && touch "$TOPO_CHECKPOINT_DIR/step-7/COMPLETE"' USR1
+while :; do sleep 1; done
 """
 
 
@@ -138,6 +136,43 @@ def xid_requeue(cluster, daemon, scheduler_bin, sock):
           % (job, ",".join(nodes), spares[0], victim))
 
 
+def preempt_requeue(cluster, daemon):
+    daemon.api("PUT", "/v1/tenants/low", {"guaranteed_gpus": 0}, expect=201)
+    daemon.api("PUT", "/v1/tenants/high", {"guaranteed_gpus": 128}, expect=201)
+    ckpt = cluster.path("ckpt-v")
+    out = cluster.path("v.out")
+    script = cluster.path("v.sh")
+    with open(script, "w") as f:
+        f.write(JOB_SCRIPT)
+    env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
+    victim, r = cluster.sbatch("-J", "borrower", "-A", "low", "-N", "8", "--comment", "topo: tp=8",
+                               "--open-mode=append", "-o", out, script, env=env)
+    check(victim is not None, "sbatch failed: %s" % r.stderr)
+    info = cluster.wait_job(victim, {"RUNNING"})
+    v_id, vjob = toposched_job(daemon, info)
+    check(vjob.get("tenant") == "low", "the victim's tenant is %r, not low" % vjob.get("tenant"))
+    wait_for("the victim's first checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
+
+    hout = cluster.path("h.out")
+    head, r = cluster.sbatch("-J", "guaranteed", "-A", "high", "-N", "12", "--comment", "topo: tp=8",
+                             "-o", hout, "--wrap", "echo preemptor ran; sleep 2")
+    check(head is not None, "sbatch failed: %s" % r.stderr)
+    wait_for("the checkpoint signal in the victim", lambda: "checkpoint signal" in read(out))
+    print("requeue: the victim (Slurm job %d) got SIGUSR1 through scancel --signal" % victim)
+    info = cluster.wait_job(head, {"COMPLETED"}, timeout=45)
+    check("preemptor ran" in read(hout), "the preemptor's output: %r" % read(hout))
+    text = wait_for("the victim's second run",
+                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out), timeout=60)
+    info = cluster.wait_job(victim, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
+    check(info["JobState"] == "COMPLETED", "the victim ended %s:\n%s" % (info["JobState"], text))
+    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
+    check("step=7" in second, "requeue: the preempted job did not resume from its checkpoint 7: %r" % second)
+    wait_for("toposched's victim to complete",
+             lambda: daemon.api("GET", "/v1/jobs/%d" % v_id, expect=200)["state"] == "completed")
+    print("requeue: the preempted job requeued, ran again from checkpoint step 7 after the preemptor, "
+          "and finished")
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit("usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK")
@@ -161,6 +196,8 @@ def main():
         "slurm_poll_interval_ms = 300",
         "slurm_job_grace_s = 30",
         "stack = toposched",
+        "preemption = true",
+        "preempt_grace_s = 3",
     ]) + "\n")
     try:
         cluster.start()
@@ -168,6 +205,7 @@ def main():
         slurm_cluster.wait_socket(sock)
         check(ask(sock, {"op": "refresh"}, timeout=30).startswith("OK"), "the first sync did not finish")
         xid_requeue(cluster, daemon, scheduler_bin, sock)
+        preempt_requeue(cluster, daemon)
         print("ok in %.1f s" % (time.time() - t0))
     except Exception:
         print(daemon.log(), file=sys.stderr)
