@@ -352,6 +352,18 @@ static char* build_request(const job_desc_msg_t* d, uint32_t uid) {
   buf_u32(&b, "min_nodes", d->min_nodes);
   buf_u32(&b, "max_nodes", d->max_nodes);
   buf_u32(&b, "time_limit_min", d->time_limit);
+  // --switches=N[@time] (every release since 2.x).
+  buf_u32(&b, "req_switch", d->req_switch);
+  buf_u32(&b, "wait4switch", d->wait4switch);
+#if TOPO_SLURM_HAS_SEGMENT
+  // --segment=N (topology/block, Slurm 24.11 and later; see CMakeLists.txt).
+  buf_u32(&b, "segment", d->segment_size == (uint16_t)NO_VAL16 ? NO_VAL : d->segment_size);
+#endif
+#ifdef JOB_SHARED_TOPO
+  // --exclusive=topo (Slurm 25.05 and later).
+  buf_key(&b, "exclusive_topo", false);
+  buf_str(&b, d->shared == JOB_SHARED_TOPO ? "true" : "false");
+#endif
   buf_key(&b, "batch", false);
   buf_str(&b, d->script != NULL ? "true" : "false");
   buf_key(&b, "array", false);

@@ -100,6 +100,71 @@ Status MergeLayout(std::string_view text, std::string_view source, Json& out) {
   return Status::Ok();
 }
 
+// Slurm's topology options (docs/slurm.md, "Slurm's topology options") as
+// constraints on spec, or an error that says why they contradict the job:
+//   --switches=1      every group kind required inside one leaf (the whole job
+//                     under one leaf switch); N > 1 adds nothing (toposched
+//                     spans the fewest leaves the layout allows); @time is
+//                     not needed (the job waits until its constraints hold);
+//   --segment=N       the group kind whose groups are exactly N whole nodes,
+//                     required inside one HBD (Slurm's block);
+//   --exclusive=topo  refused: toposched does not keep an HBD to one job.
+// *what names the options applied, for the error of an infeasible fit.
+Status ApplySlurmTopologyOptions(const Json& req, const core::Topology& topo, int64_t nodes,
+                                 core::JobSpec& spec, std::string* what) {
+  if (auto it = req.find("exclusive_topo");
+      it != req.end() && it->is_boolean() && it->get<bool>()) {
+    return Status::Error(
+        "--exclusive=topo asks for blocks no other job shares, which toposched does not keep; "
+        "drop it (toposched still keeps the layout's groups inside their domains), or use "
+        "--segment to keep groups inside blocks");
+  }
+  const int64_t switches = Int(req, "req_switch");
+  if (switches == 1) {
+    if (!topo.FindTier("leaf").ok()) {
+      return Status::Error("--switches=1: the topology has no leaf tier; drop --switches");
+    }
+    for (auto k : core::kAllGroupKinds) {
+      spec.constraints[static_cast<int>(k)] = {core::Strength::kRequired, "leaf"};
+    }
+    *what = "--switches=1 (the whole job under one leaf switch)";
+  }
+  const int64_t segment = Int(req, "segment");
+  if (segment > 0) {
+    if (nodes <= 0 || nodes % segment != 0) {
+      return Status::Error("--segment=" + std::to_string(segment) + " does not divide the job's " +
+                           std::to_string(nodes) + " nodes: ask for a multiple of " +
+                           std::to_string(segment) + " nodes or another segment");
+    }
+    if (!topo.FindTier("hbd").ok()) {
+      return Status::Error(
+          "--segment needs blocks (BlockName lines or an HBD tier in the "
+          "topology); drop --segment");
+    }
+    const int64_t per_node = spec.gpus / nodes;
+    core::RankLayout layout(spec.parallelism);
+    std::string sizes;
+    for (auto k : core::kAllGroupKinds) {
+      const int g = layout.GroupSize(k);
+      sizes += std::string(sizes.empty() ? "" : ", ") + std::string(core::GroupKindName(k)) + " " +
+               (g % per_node == 0 ? std::to_string(g / per_node) + " node(s)"
+                                  : std::to_string(g) + " GPU(s)");
+      if (g == segment * per_node) {
+        spec.constraints[static_cast<int>(k)] = {core::Strength::kRequired, "hbd"};
+        *what += std::string(what->empty() ? "" : " and ") +
+                 "--segment=" + std::to_string(segment) + " (each " +
+                 std::string(core::GroupKindName(k)) + " group inside one block)";
+        return Status::Ok();
+      }
+    }
+    return Status::Error("--segment=" + std::to_string(segment) +
+                         ": no parallel group of the layout spans exactly " +
+                         std::to_string(segment) + " whole node(s) (" + sizes +
+                         "); pick a segment equal to one of them, or drop --segment");
+  }
+  return Status::Ok();
+}
+
 // "toposched:17" -> 17; 0 when absent.
 JobId ParseTag(std::string_view comment) {
   const size_t at = comment.find("toposched:");
@@ -272,6 +337,11 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   }
   core::JobRequest request;
   request.spec = std::move(parsed).value();
+  std::string options;
+  if (Status st = ApplySlurmTopologyOptions(req, *s.driver.topology, nodes, request.spec, &options);
+      !st.ok()) {
+    return "REJECT " + OneLine(st.message());
+  }
   request.user = user.empty() ? "uid:" + std::to_string(Int(req, "uid")) : user;
   const std::string account = Str(req, "account");
   request.tenant =
@@ -286,7 +356,8 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   }
   core::Placement fit = s.driver.judge->Place(request.spec, *s.driver.empty);
   if (fit.outcome == core::PlaceOutcome::kInfeasible) {
-    return "REJECT the job can never be placed on this cluster: " + OneLine(fit.reason);
+    return "REJECT the job can never be placed on this cluster" +
+           (options.empty() ? std::string() : " with " + options) + ": " + OneLine(fit.reason);
   }
   if (op == "test") {
     core::Placement p = s.driver.judge->Place(request.spec, s.driver.core->cluster());
