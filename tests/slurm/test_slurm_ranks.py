@@ -58,16 +58,16 @@ def main():
     t0 = time.time()
     cluster = SlurmCluster(plugin_dir=os.path.dirname(os.path.abspath(plugin)), job_submit_plugins="topo",
                            extra_conf=["TaskProlog=%s" % os.path.abspath(task_bin)])
-    # toposched's copy of topology.conf lists leaf002 before leaf001 (a
-    # site's file is in cabling order, not name order): the nodes it numbers
-    # first are gpu0005..gpu0008.
-    lines = slurm_cluster.topology_conf().splitlines()
-    i1 = next(i for i, l in enumerate(lines) if l.startswith("SwitchName=leaf001 "))
-    i2 = next(i for i, l in enumerate(lines) if l.startswith("SwitchName=leaf002 "))
-    lines[i1], lines[i2] = lines[i2], lines[i1]
-    topo_conf = os.path.join(cluster.dir, "toposched-topology.conf")
+    # toposched reads the cluster's tree as Slurm 25.05's topology.yaml
+    # (slurm_topology = ....yaml), written from the same switches.
+    topo_conf = os.path.join(cluster.dir, "topology.yaml")
     with open(topo_conf, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("---\n- topology: fabric\n  cluster_default: true\n  tree:\n    switches:\n")
+        for line in slurm_cluster.topology_conf().splitlines():
+            if line.startswith("SwitchName="):
+                kv = dict(t.split("=", 1) for t in line.split())
+                f.write("      - switch: %s\n        %s: %s\n" % (
+                    kv["SwitchName"], "nodes" if "Nodes" in kv else "children", kv.get("Nodes", kv.get("Switches"))))
     sock = cluster.path("topo.sock")
     with open(cluster.path("topo_plugin.conf"), "w") as f:
         f.write("socket = %s\ntimeout_ms = 2000\n" % sock)
