@@ -106,8 +106,9 @@ Status MergeLayout(std::string_view text, std::string_view source, Json& out) {
 //                     under one leaf switch); N > 1 adds nothing (toposched
 //                     spans the fewest leaves the layout allows); @time is
 //                     not needed (the job waits until its constraints hold);
-//   --segment=N       the group kind whose groups are exactly N whole nodes,
-//                     required inside one HBD (Slurm's block);
+//   --segment=N       the first group kind (tp, cp, ep, pp, dp) whose groups
+//                     each span N nodes, required inside one HBD (Slurm's
+//                     block): the job's nodes in blocks N at a time;
 //   --exclusive=topo  refused: toposched does not keep an HBD to one job.
 // *what names the options applied, for the error of an infeasible fit.
 Status ApplySlurmTopologyOptions(const Json& req, const core::Topology& topo, int64_t nodes,
@@ -136,30 +137,37 @@ Status ApplySlurmTopologyOptions(const Json& req, const core::Topology& topo, in
                            std::to_string(nodes) + " nodes: ask for a multiple of " +
                            std::to_string(segment) + " nodes or another segment");
     }
-    if (!topo.FindTier("hbd").ok()) {
+    if (topo.hbd_tier() <= 0) {  // the HBD is the node: no blocks
       return Status::Error(
           "--segment needs blocks (BlockName lines or an HBD tier in the "
           "topology); drop --segment");
     }
-    const int64_t per_node = spec.gpus / nodes;
+    // The nodes a group of kind k spans, ranks laid out node by node
+    // (-1 when its groups span different counts).
+    const int64_t per_node = std::max<int64_t>(1, spec.gpus / nodes);
     core::RankLayout layout(spec.parallelism);
     std::string sizes;
     for (auto k : core::kAllGroupKinds) {
-      const int g = layout.GroupSize(k);
+      int64_t span = 0;
+      for (int g = 0; g < layout.GroupCount(k) && span >= 0; ++g) {
+        std::set<int64_t> on;
+        for (int r : layout.GroupMembers(k, g)) on.insert(r / per_node);
+        const int64_t n = static_cast<int64_t>(on.size());
+        span = g == 0 || n == span ? n : -1;
+      }
       sizes += std::string(sizes.empty() ? "" : ", ") + std::string(core::GroupKindName(k)) + " " +
-               (g % per_node == 0 ? std::to_string(g / per_node) + " node(s)"
-                                  : std::to_string(g) + " GPU(s)");
-      if (g == segment * per_node) {
+               (span < 0 ? "uneven" : std::to_string(span));
+      if (span == segment) {
         spec.constraints[static_cast<int>(k)] = {core::Strength::kRequired, "hbd"};
         *what += std::string(what->empty() ? "" : " and ") +
                  "--segment=" + std::to_string(segment) + " (each " +
-                 std::string(core::GroupKindName(k)) + " group inside one block)";
+                 std::string(core::GroupKindName(k)) + " group's nodes inside one block)";
         return Status::Ok();
       }
     }
     return Status::Error("--segment=" + std::to_string(segment) +
                          ": no parallel group of the layout spans exactly " +
-                         std::to_string(segment) + " whole node(s) (" + sizes +
+                         std::to_string(segment) + " node(s) (nodes per group: " + sizes +
                          "); pick a segment equal to one of them, or drop --segment");
   }
   return Status::Ok();
