@@ -11,7 +11,9 @@ Slurm mode, and an agent connection beside slurmd that reports GPU health.
   2. preemption: a job of a tenant under its guarantee needs the nodes a
      borrowing job holds: the victim gets the checkpoint signal (SIGUSR1 through
      `scancel --signal=USR1`), is requeued after the grace period, the
-     preemptor runs, and the victim runs again and finishes when capacity frees.
+     preemptor runs, and the victim runs again and finishes when capacity frees;
+  3. an immediate drain (`topo drain --mode immediate`) of a node under a
+     running Slurm job moves it the same way.
 
 Usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK
 Exit 77 (skip) only when Slurm is not installed.
@@ -173,6 +175,34 @@ def preempt_requeue(cluster, daemon):
           "and finished")
 
 
+def drain_requeue(cluster, daemon):
+    ckpt = cluster.path("ckpt-d")
+    out = cluster.path("d.out")
+    script = cluster.path("d.sh")
+    with open(script, "w") as f:
+        f.write(JOB_SCRIPT)
+    env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
+    job, r = cluster.sbatch("-J", "drained", "-N", "2", "--comment", "topo: tp=8,pp=2,spares=1",
+                            "--open-mode=append", "-o", out, script, env=env)
+    check(job is not None, "sbatch failed: %s" % r.stderr)
+    info = cluster.wait_job(job, {"RUNNING"})
+    topo_id, tjob = toposched_job(daemon, info)
+    before = job_nodes(tjob)
+    wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
+    daemon.api("POST", "/v1/nodes/drain", {"nodes": before[0], "reason": "bad optic", "mode": "immediate"},
+               expect=200)
+    text = wait_for("the drained job's second run",
+                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out))
+    info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
+    check(info["JobState"] == "COMPLETED", "the drained job ended %s:\n%s" % (info["JobState"], text))
+    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
+    nodes = second.split("nodes=", 1)[1].strip(",").split(",")
+    check(before[0] not in nodes and "step=5" in second,
+          "requeue: after the immediate drain of %s the job ran on %s (%r)" % (before[0], nodes, second))
+    print("requeue: an immediate drain of %s moved job %d to %s, from checkpoint step 5"
+          % (before[0], job, ",".join(nodes)))
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit("usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK")
@@ -206,6 +236,7 @@ def main():
         check(ask(sock, {"op": "refresh"}, timeout=30).startswith("OK"), "the first sync did not finish")
         xid_requeue(cluster, daemon, scheduler_bin, sock)
         preempt_requeue(cluster, daemon)
+        drain_requeue(cluster, daemon)
         print("ok in %.1f s" % (time.time() - t0))
     except Exception:
         print(daemon.log(), file=sys.stderr)
