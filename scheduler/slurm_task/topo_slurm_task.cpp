@@ -195,10 +195,24 @@ int Run() {
                  "an salloc shell as eval \"$(topo-slurm-task)\"\n");
     return 2;
   }
-  // Exported by the batch script's run with ';' for ' ' (one export line).
-  std::string text = Env("TOPO_SLURM_MAP");
-  std::replace(text.begin(), text.end(), ';', ' ');
+  const bool batch = Env("SLURM_STEP_ID").empty();
+  // Exported by the batch script's run with ';' for ' ' (one export line),
+  // with TOPO_SLURM_JOB naming the job it belongs to. The batch script reads
+  // the AdminComment itself: its environment may come from an enclosing job
+  // (an sbatch inside a batch script inherits that job's variables).
+  std::string text;
+  if (!batch && Env("TOPO_SLURM_JOB") == job) {
+    text = Env("TOPO_SLURM_MAP");
+    std::replace(text.begin(), text.end(), ';', ' ');
+  }
   std::string topo_id;
+  auto forget_inherited = [&] {
+    if (!batch || Env("TOPO_SLURM_MAP").empty()) return;
+    for (const char* name : {"TOPO_SLURM_MAP", "TOPO_SLURM_JOB", "TOPO_NODEFILE", "SLURM_HOSTFILE",
+                             "SLURM_DISTRIBUTION"}) {
+      std::printf("unset %s\n", name);
+    }
+  };
   if (text.empty()) {
     const std::string scontrol = Env("TOPO_SCONTROL").empty() ? "scontrol" : Env("TOPO_SCONTROL");
     auto out = Capture({scontrol, "show", "job", "-o", job});
@@ -207,8 +221,10 @@ int Run() {
       return 0;
     }
     const std::string comment = AdminComment(*out);
-    if (comment.rfind("toposched:", 0) != 0) return 0;         // not placed by toposched
-    if (comment.find(" map=") == std::string::npos) return 0;  // placed before rank maps
+    if (comment.rfind("toposched:", 0) != 0 || comment.find(" map=") == std::string::npos) {
+      forget_inherited();  // not placed by toposched (or before rank maps)
+      return 0;
+    }
     topo_id = comment.substr(10, comment.find(' ') - 10);
     text = comment.substr(comment.find(' ') + 1);
   }
@@ -222,7 +238,7 @@ int Run() {
   const int nodes = static_cast<int>(m.nodes.size());
   const std::string here = Env("SLURMD_NODENAME");
 
-  if (Env("SLURM_STEP_ID").empty()) {
+  if (batch) {
     // The batch script (or an salloc shell): lay out every srun it runs.
     std::vector<std::string> hosts;
     for (int r = 0; r < world; ++r) hosts.push_back(m.NodeOf(r));
@@ -238,6 +254,7 @@ int Run() {
     std::string compact = text;
     std::replace(compact.begin(), compact.end(), ' ', ';');
     Export("TOPO_SLURM_MAP", compact);
+    Export("TOPO_SLURM_JOB", job);
     if (!topo_id.empty()) Export("TOPO_JOB_ID", topo_id);
     ExportRestart();
     Export("TOPO_WORLD_SIZE", std::to_string(world));

@@ -46,6 +46,21 @@ def expected_groups(tp, pp, dp, rank):
             "dpg": pp_rank * tp + tp_rank}       # ranks sharing tp and pp coordinates
 
 
+def wait_for_text(path, text, timeout=30):
+    deadline = time.time() + timeout
+    got = ""
+    while time.time() < deadline:
+        try:
+            with open(path) as f:
+                got = f.read()
+        except OSError:
+            got = ""
+        if text in got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError("%s did not get %r in %ss: %r" % (path, text, timeout, got))
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit("usage: test_slurm_ranks.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK")
@@ -100,7 +115,9 @@ def main():
                     "echo \"batch hostfile=$SLURM_HOSTFILE dist=$SLURM_DISTRIBUTION world=$TOPO_WORLD_SIZE\"\n"
                     "srun -O sh -c '%s'\n"
                     "SLURM_HOSTFILE=$TOPO_NODEFILE srun -O -n $SLURM_JOB_NUM_NODES sh -c '%s'\n"
-                    % (TASK_REPORT, NODE_REPORT))
+                    "sbatch -w gpu0016 -o %s --wrap 'echo nested hostfile=$SLURM_HOSTFILE "
+                    "map=$TOPO_SLURM_MAP; srun true && echo nested srun ok'\n"
+                    % (TASK_REPORT, NODE_REPORT, cluster.path("nested.out")))
         job, r = cluster.sbatch("-J", "ranks", "-N", "6", "--comment", "topo: tp=8,pp=2", "-o", out, script)
         check(job is not None, "sbatch failed: %s" % r.stderr)
         info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
@@ -151,6 +168,11 @@ def main():
                   "rank-order: node task %d ran on %s with GPUs %s (TOPO_NODE_RANK %s); toposched's node %d "
                   "is %s with GPUs %s" % (i, node, kv["gpus"], kv["nr"], i, order[i], want_gpus))
         print("rank-order: the per-node step (torchrun's shape) follows toposched's node order")
+        # A job submitted from inside the batch script (not toposched's: -w)
+        # inherits its variables; the TaskProlog unsets the layout ones.
+        nested = wait_for_text(cluster.path("nested.out"), "nested srun ok")
+        check("nested hostfile= map=\n" in nested,
+              "a job submitted inside a placed job kept its rank layout: %r" % nested)
         print("ok in %.1f s" % (time.time() - t0))
     except Exception:
         print(daemon.log(), file=sys.stderr)
