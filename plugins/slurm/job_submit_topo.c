@@ -483,7 +483,15 @@ int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char** err_msg) {
       map = sp + 1;
     }
   }
-  if (id != NULL && valid_node_list(rest) && (map == NULL || valid_rank_map(map))) {
+  if (map != NULL && !valid_rank_map(map)) {
+    // Placed all the same; tasks keep Slurm's order (topo-slurm-task finds no map).
+    slurm_error(
+        "job_submit/topo: job \"%s\" of uid %u: the rank map is over 48 KiB or malformed; "
+        "placing without it",
+        name, submit_uid);
+    map = NULL;
+  }
+  if (id != NULL && valid_node_list(rest)) {
     uint32_t count = 1;
     for (const char* p = rest; *p != '\0'; ++p) count += *p == ',';
     set_string(&job_desc->req_nodes, rest);
