@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format \
                 libsqlite3-dev libssl-dev clang libclang-rt-14-dev libboost-dev python3 curl \
                 chromium chromium-driver python3-torch python3-jsonschema libspdlog-dev \
-                slurm-wlm munge slurm-wlm-basic-plugins-dev libslurm-dev gcc libc6-dev
+                slurm-wlm munge slurm-wlm-basic-plugins-dev libslurm-dev gcc libc6-dev libyaml-cpp-dev
 
 .PHONY: all deps build demo test test-sanitize sanitize fuzz format format-check bench bench-recovery clean
 

@@ -9,14 +9,16 @@
 // write locks held. The plugin sends the job's shape as one JSON line over a
 // unix stream socket to topo-scheduler and reads one answer line:
 //
-//   PLACE <toposched id> <node,node,...>   req_nodes := the nodes, in rank order
+//   PLACE <toposched id> <node,node,...> [<rank map>]
+//                                          req_nodes := the nodes, in rank order
 //   HOLD <toposched id> <message>          priority := 0 (held); topo-scheduler
 //                                          sets ReqNodeList and releases it later
 //   REJECT <message>                       the submission fails with the message
 //   PASS <message>                         the job goes on untouched
 //
 // PLACE and HOLD also set admin_comment to "toposched:<id>" (PLACE adds
-// " ranks=<nodes in rank order>"), which is how
+// " ranks=<nodes in rank order>" and the rank map's "map=... layout=..."
+// tokens, which topo-slurm-task lays the job's tasks out by), which is how
 // topo-scheduler finds the Slurm job id later (it is not known yet here).
 //
 // Fail-open: no socket, no answer within the budget (timeout_ms, 500 ms by
@@ -350,6 +352,18 @@ static char* build_request(const job_desc_msg_t* d, uint32_t uid) {
   buf_u32(&b, "min_nodes", d->min_nodes);
   buf_u32(&b, "max_nodes", d->max_nodes);
   buf_u32(&b, "time_limit_min", d->time_limit);
+  // --switches=N[@time] (every release since 2.x).
+  buf_u32(&b, "req_switch", d->req_switch);
+  buf_u32(&b, "wait4switch", d->wait4switch);
+#if TOPO_SLURM_HAS_SEGMENT
+  // --segment=N (topology/block, Slurm 24.11 and later; see CMakeLists.txt).
+  buf_u32(&b, "segment", d->segment_size == (uint16_t)NO_VAL16 ? NO_VAL : d->segment_size);
+#endif
+#ifdef JOB_SHARED_TOPO
+  // --exclusive=topo (Slurm 25.05 and later).
+  buf_key(&b, "exclusive_topo", false);
+  buf_str(&b, d->shared == JOB_SHARED_TOPO ? "true" : "false");
+#endif
   buf_key(&b, "batch", false);
   buf_str(&b, d->script != NULL ? "true" : "false");
   buf_key(&b, "array", false);
@@ -394,16 +408,35 @@ static void set_string(char** field, const char* value) {
   *field = slurm_xstrdup(value);
 }
 
-// "toposched:ID", plus " ranks=NODE,NODE,..." for placed jobs: Slurm keeps
-// allocations as sorted sets, so the rank order travels here
-// (`scontrol show job $SLURM_JOB_ID`, docs/slurm.md).
-static void set_admin_comment(job_desc_msg_t* d, const char* id, const char* ranks) {
+// The rank map's tokens ("map=0:0-7/1:0-7 layout=tp:8,...,order:tp-cp-ep-dp-pp"):
+// printable, no quotes, at most 48 KiB.
+static bool valid_rank_map(const char* s) {
+  if (strlen(s) > 48 * 1024) return false;
+  for (; *s != '\0'; ++s) {
+    char c = *s;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == ',' || c == '-' || c == '_' || c == '.' || c == ':' || c == '/' || c == '=' ||
+              c == ' ';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// "toposched:ID", plus " ranks=NODE,NODE,..." and the rank map for placed
+// jobs: Slurm keeps allocations as sorted sets, so the rank order travels
+// here (`scontrol show job $SLURM_JOB_ID`, docs/slurm.md).
+static void set_admin_comment(job_desc_msg_t* d, const char* id, const char* ranks,
+                              const char* map) {
   struct buf b = {0};
   buf_str(&b, "toposched:");
   buf_str(&b, id);
   if (ranks != NULL) {
     buf_str(&b, " ranks=");
     buf_str(&b, ranks);
+  }
+  if (map != NULL && map[0] != '\0') {
+    buf_str(&b, " ");
+    buf_str(&b, map);
   }
   if (!b.failed) set_string(&d->admin_comment, b.data);
   free(b.data);
@@ -442,19 +475,34 @@ int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char** err_msg) {
   }
   int rc = SLURM_SUCCESS;
   char *id = NULL, *rest = NULL;
-  if (strncmp(answer, "PLACE ", 6) == 0 && split_id(answer + 6, &id, &rest) &&
-      valid_node_list(rest)) {
+  char* map = NULL;
+  if (strncmp(answer, "PLACE ", 6) == 0 && split_id(answer + 6, &id, &rest)) {
+    char* sp = strchr(rest, ' ');
+    if (sp != NULL) {
+      *sp = '\0';
+      map = sp + 1;
+    }
+  }
+  if (map != NULL && !valid_rank_map(map)) {
+    // Placed all the same; tasks keep Slurm's order (topo-slurm-task finds no map).
+    slurm_error(
+        "job_submit/topo: job \"%s\" of uid %u: the rank map is over 48 KiB or malformed; "
+        "placing without it",
+        name, submit_uid);
+    map = NULL;
+  }
+  if (id != NULL && valid_node_list(rest)) {
     uint32_t count = 1;
     for (const char* p = rest; *p != '\0'; ++p) count += *p == ',';
     set_string(&job_desc->req_nodes, rest);
     job_desc->min_nodes = count;
     job_desc->max_nodes = count;
-    set_admin_comment(job_desc, id, rest);
+    set_admin_comment(job_desc, id, rest, map);
     slurm_info("job_submit/topo: job \"%s\" of uid %u: toposched job %s placed on %s", name,
                submit_uid, id, rest);
   } else if (strncmp(answer, "HOLD ", 5) == 0 && split_id(answer + 5, &id, &rest)) {
     job_desc->priority = 0;
-    set_admin_comment(job_desc, id, NULL);
+    set_admin_comment(job_desc, id, NULL, NULL);
     char msg[1024];
     snprintf(msg, sizeof(msg), "toposched: held until capacity frees: %s", rest);
     if (err_msg != NULL) set_string(err_msg, msg);

@@ -22,6 +22,7 @@
 #include "daemon/server.hpp"
 #include "daemon/service.hpp"
 #include "daemon/slurm_bridge.hpp"
+#include "topo/common/topology_io.hpp"
 #include "topo/common/topology_source.hpp"
 
 namespace {
@@ -236,6 +237,12 @@ int main(int argc, char** argv) {
   if (!config.slurm_topology.empty()) {
     topo::core::Result<std::string> text = topo::common::ReadFile(config.slurm_topology);
     if (!text.ok()) return Fail("slurm_topology: " + text.message());
+    const std::string& path = config.slurm_topology;
+    if (path.ends_with(".yaml") || path.ends_with(".yml")) {
+      // Slurm 25.05's topology.yaml: its tree and blocks as topology.conf.
+      text = topo::common::SlurmTopologyYamlToConf(text.value());
+      if (!text.ok()) return Fail("slurm_topology " + path + ": " + text.message());
+    }
     if (Status s =
             service.value()->SlurmImportTopology(text.value(), config.slurm_gpus_per_node, NowMs());
         !s.ok()) {

@@ -78,11 +78,14 @@ struct SlurmSnapshot {
   std::vector<SlurmJobView> jobs;
 };
 struct SlurmAction {
-  enum class Kind { kRelease, kDrain, kResume };
+  // kRequeue: `scontrol requeuehold` (the job pends held until the release
+  // onto its new nodes); kSignal: `scancel --signal=USR1 --full` (checkpoint
+  // before preemption).
+  enum class Kind { kRelease, kDrain, kResume, kRequeue, kSignal };
   Kind kind = Kind::kRelease;
-  int64_t slurm_job = 0;           // kRelease
+  int64_t slurm_job = 0;           // kRelease, kRequeue, kSignal
   std::vector<std::string> nodes;  // kRelease: in rank order; kDrain/kResume: the node
-  std::string reason;
+  std::string reason;              // kDrain; kRelease: the job's new AdminComment (its rank map)
 };
 
 struct ServiceState;  // service_internal.hpp

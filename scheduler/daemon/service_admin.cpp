@@ -195,6 +195,12 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
               n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
               drain && mode != "graceful" ? reason + " (" + mode + ")" : reason},
           s.Actor(caller));
+      if (drain && mode == "immediate" && !s.config.slurm_socket.empty()) {
+        // Slurm mode: no agent stops the ranks and reports the node evacuated;
+        // the jobs leave at once and the Slurm bridge requeues them onto their
+        // new nodes (docs/slurm.md).
+        s.driver.Step(core::NodeEvacuated{n, reason + " (immediate)"}, s.Actor(caller));
+      }
     }
     std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
     Json out = Json::array();

@@ -9,6 +9,7 @@
 
 #include "daemon/service_internal.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/common/slurm_rank_map.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::daemon {
@@ -99,6 +100,79 @@ Status MergeLayout(std::string_view text, std::string_view source, Json& out) {
   return Status::Ok();
 }
 
+// Slurm's topology options (docs/slurm.md, "Slurm's topology options") as
+// constraints on spec, or an error that says why they contradict the job:
+//   --switches=1      every group kind required inside one leaf (the whole job
+//                     under one leaf switch); N > 1 adds nothing (toposched
+//                     spans the fewest leaves the layout allows); @time is
+//                     not needed (the job waits until its constraints hold);
+//   --segment=N       the first group kind (tp, cp, ep, pp, dp) whose groups
+//                     each span N nodes, required inside one HBD (Slurm's
+//                     block): the job's nodes in blocks N at a time;
+//   --exclusive=topo  refused: toposched does not keep an HBD to one job.
+// *what names the options applied, for the error of an infeasible fit.
+Status ApplySlurmTopologyOptions(const Json& req, const core::Topology& topo, int64_t nodes,
+                                 core::JobSpec& spec, std::string* what) {
+  if (auto it = req.find("exclusive_topo");
+      it != req.end() && it->is_boolean() && it->get<bool>()) {
+    return Status::Error(
+        "--exclusive=topo asks for blocks no other job shares, which toposched does not keep; "
+        "drop it (toposched still keeps the layout's groups inside their domains), or use "
+        "--segment to keep groups inside blocks");
+  }
+  const int64_t switches = Int(req, "req_switch");
+  if (switches == 1) {
+    if (!topo.FindTier("leaf").ok()) {
+      return Status::Error("--switches=1: the topology has no leaf tier; drop --switches");
+    }
+    for (auto k : core::kAllGroupKinds) {
+      spec.constraints[static_cast<int>(k)] = {core::Strength::kRequired, "leaf"};
+    }
+    *what = "--switches=1 (the whole job under one leaf switch)";
+  }
+  const int64_t segment = Int(req, "segment");
+  if (segment > 0) {
+    if (nodes <= 0 || nodes % segment != 0) {
+      return Status::Error("--segment=" + std::to_string(segment) + " does not divide the job's " +
+                           std::to_string(nodes) + " nodes: ask for a multiple of " +
+                           std::to_string(segment) + " nodes or another segment");
+    }
+    if (topo.hbd_tier() <= 0) {  // the HBD is the node: no blocks
+      return Status::Error(
+          "--segment needs blocks (BlockName lines or an HBD tier in the "
+          "topology); drop --segment");
+    }
+    // The nodes a group of kind k spans, ranks laid out node by node
+    // (-1 when its groups span different counts).
+    const int64_t per_node = std::max<int64_t>(1, spec.gpus / nodes);
+    core::RankLayout layout(spec.parallelism);
+    std::string sizes;
+    for (auto k : core::kAllGroupKinds) {
+      int64_t span = 0;
+      for (int g = 0; g < layout.GroupCount(k) && span >= 0; ++g) {
+        std::set<int64_t> on;
+        for (int r : layout.GroupMembers(k, g)) on.insert(r / per_node);
+        const int64_t n = static_cast<int64_t>(on.size());
+        span = g == 0 || n == span ? n : -1;
+      }
+      sizes += std::string(sizes.empty() ? "" : ", ") + std::string(core::GroupKindName(k)) + " " +
+               (span < 0 ? "uneven" : std::to_string(span));
+      if (span == segment) {
+        spec.constraints[static_cast<int>(k)] = {core::Strength::kRequired, "hbd"};
+        *what += std::string(what->empty() ? "" : " and ") +
+                 "--segment=" + std::to_string(segment) + " (each " +
+                 std::string(core::GroupKindName(k)) + " group's nodes inside one block)";
+        return Status::Ok();
+      }
+    }
+    return Status::Error("--segment=" + std::to_string(segment) +
+                         ": no parallel group of the layout spans exactly " +
+                         std::to_string(segment) + " node(s) (nodes per group: " + sizes +
+                         "); pick a segment equal to one of them, or drop --segment");
+  }
+  return Status::Ok();
+}
+
 // "toposched:17" -> 17; 0 when absent.
 JobId ParseTag(std::string_view comment) {
   const size_t at = comment.find("toposched:");
@@ -117,6 +191,20 @@ std::vector<std::string> RankNodes(const core::Topology& topo, const core::JobRe
     if (seen.insert(slot.node).second) nodes.push_back(topo.node(slot.node).name);
   }
   return nodes;
+}
+
+// "ranks=... map=... layout=..." (common/slurm_rank_map.hpp): what the
+// plugin puts into AdminComment and topo-slurm-task lays the tasks out by.
+std::string RankMapText(const core::Topology& topo, const core::JobRecord& j) {
+  common::SlurmRankMap m;
+  std::unordered_map<NodeId, int> index;
+  for (const core::GpuSlot& slot : j.ranks) {
+    auto [it, fresh] = index.emplace(slot.node, static_cast<int>(m.nodes.size()));
+    if (fresh) m.nodes.push_back(topo.node(slot.node).name);
+    m.ranks.push_back({it->second, slot.gpu});
+  }
+  m.parallelism = j.request.spec.parallelism;
+  return common::FormatSlurmRankMap(m);
 }
 
 std::string Join(const std::vector<std::string>& v) {
@@ -257,6 +345,11 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   }
   core::JobRequest request;
   request.spec = std::move(parsed).value();
+  std::string options;
+  if (Status st = ApplySlurmTopologyOptions(req, *s.driver.topology, nodes, request.spec, &options);
+      !st.ok()) {
+    return "REJECT " + OneLine(st.message());
+  }
   request.user = user.empty() ? "uid:" + std::to_string(Int(req, "uid")) : user;
   const std::string account = Str(req, "account");
   request.tenant =
@@ -271,7 +364,8 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   }
   core::Placement fit = s.driver.judge->Place(request.spec, *s.driver.empty);
   if (fit.outcome == core::PlaceOutcome::kInfeasible) {
-    return "REJECT the job can never be placed on this cluster: " + OneLine(fit.reason);
+    return "REJECT the job can never be placed on this cluster" +
+           (options.empty() ? std::string() : " with " + options) + ": " + OneLine(fit.reason);
   }
   if (op == "test") {
     core::Placement p = s.driver.judge->Place(request.spec, s.driver.core->cluster());
@@ -287,7 +381,8 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
   if (j == nullptr) return "PASS the job ended at once";
   if (s.metrics != nullptr) s.metrics->Submission(j->request.tenant);
   if (Running(j->state))
-    return "PLACE " + std::to_string(id) + " " + Join(RankNodes(*s.driver.topology, *j));
+    return "PLACE " + std::to_string(id) + " " + Join(RankNodes(*s.driver.topology, *j)) + " " +
+           RankMapText(*s.driver.topology, *j);
   if (j->state == core::JobState::kQueued || j->state == core::JobState::kHeld) {
     return "HOLD " + std::to_string(id) + " " + OneLine(j->reason.empty() ? "queued" : j->reason);
   }
@@ -392,12 +487,38 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
                   "slurm");
   }
 
+  // Jobs Slurm runs where the core no longer does: the core restarted them
+  // elsewhere (a failed GPU or node, onto a spare) or put them back in its
+  // queue (preempted, or no replacement): Slurm requeues them held, and the
+  // release below starts them on the core's nodes. A job the core is
+  // preempting gets the checkpoint signal first.
+  for (const auto& [id, sj] : tagged) {
+    if (sj->state != "RUNNING") continue;
+    const core::JobRecord* j = s.driver.core->job(id);
+    if (j == nullptr || core::IsTerminal(j->state)) continue;
+    if (j->state == core::JobState::kPreempting) {
+      actions.push_back({SlurmAction::Kind::kSignal, sj->id, {}, "toposched: " + j->reason});
+      continue;
+    }
+    const std::vector<std::string> want = RankNodes(topo, *j);
+    const std::set<std::string> want_set(want.begin(), want.end());
+    const std::set<std::string> have(sj->nodes.begin(), sj->nodes.end());
+    if (!Running(j->state)) {
+      actions.push_back(
+          {SlurmAction::Kind::kRequeue, sj->id, {}, "toposched: the job waits again"});
+    } else if (want_set != have) {
+      actions.push_back(
+          {SlurmAction::Kind::kRequeue, sj->id, want, "toposched: the job moves to " + Join(want)});
+    }
+  }
+
   // Held jobs the core has started: Slurm runs them there.
   for (const auto& [id, sj] : tagged) {
     if (sj->state != "PENDING" || sj->priority != 0) continue;
     const core::JobRecord* j = s.driver.core->job(id);
     if (j == nullptr || !Running(j->state)) continue;
-    actions.push_back({SlurmAction::Kind::kRelease, sj->id, RankNodes(topo, *j), ""});
+    actions.push_back({SlurmAction::Kind::kRelease, sj->id, RankNodes(topo, *j),
+                       "toposched:" + std::to_string(id) + " " + RankMapText(topo, *j)});
   }
   return actions;
 }

@@ -219,6 +219,9 @@ class SlurmBridge::Impl {
   std::string Scontrol() const {
     return config_.slurm_bin_dir.empty() ? "scontrol" : config_.slurm_bin_dir + "/scontrol";
   }
+  std::string Scancel() const {
+    return config_.slurm_bin_dir.empty() ? "scancel" : config_.slurm_bin_dir + "/scancel";
+  }
   void PollLoop();
   bool PollOnce();
   void Act(const std::vector<SlurmAction>& actions);
@@ -240,6 +243,9 @@ class SlurmBridge::Impl {
   uid_t slurm_uid_ = static_cast<uid_t>(-1);
   // Releases sent: Slurm job -> when (re-sent if still held after 10 s).
   std::map<int64_t, Clock::time_point> released_;
+  // Requeues and checkpoint signals sent: Slurm job -> when (a requeue is
+  // re-sent if the job still runs 10 s later; a signal is sent once per run).
+  std::map<int64_t, Clock::time_point> requeued_, signalled_;
 };
 
 SlurmBridge::SlurmBridge(const DaemonConfig& config, Service& service, StrandPost post)
@@ -365,9 +371,19 @@ void SlurmBridge::Impl::Act(const std::vector<SlurmAction>& actions) {
       std::string list;
       for (const std::string& n : a.nodes) list += (list.empty() ? "" : ",") + n;
       const std::string id = std::to_string(a.slurm_job);
-      Output u = RunCommand({Scontrol(), "update", "JobId=" + id, "ReqNodeList=" + list,
-                             "NumNodes=" + std::to_string(a.nodes.size())},
-                            t);
+      std::vector<std::string> update = {Scontrol(),
+                                         "update",
+                                         "JobId=" + id,
+                                         "ReqNodeList=" + list,
+                                         "NumNodes=" + std::to_string(a.nodes.size()),
+                                         "AdminComment=" + a.reason};
+      // Slurm makes a requeued job wait out its old credential's lifetime
+      // (AuthInfo cred_expire, 120 s) before it may start again; a job
+      // toposched requeued starts on its new nodes 3 s later (slurmd refuses
+      // a launch whose credential is not newer, in whole seconds, than the
+      // requeue's revocation of the old one).
+      if (requeued_.count(a.slurm_job)) update.push_back("StartTime=now+3");
+      Output u = RunCommand(update, t);
       Output r = u.exit_code == 0 ? RunCommand({Scontrol(), "release", id}, t) : Output{};
       if (u.exit_code != 0 || r.exit_code != 0) {
         Log("releasing job " + id + " onto " + list +
@@ -375,6 +391,23 @@ void SlurmBridge::Impl::Act(const std::vector<SlurmAction>& actions) {
       } else {
         Log("released job " + id + " onto " + list);
       }
+    } else if (a.kind == SlurmAction::Kind::kRequeue) {
+      auto it = requeued_.find(a.slurm_job);
+      if (it != requeued_.end() && Clock::now() - it->second < std::chrono::seconds(10)) continue;
+      requeued_[a.slurm_job] = Clock::now();
+      signalled_.erase(a.slurm_job);
+      released_.erase(a.slurm_job);
+      const std::string id = std::to_string(a.slurm_job);
+      Output o = RunCommand({Scontrol(), "requeuehold", id}, t);
+      Log("requeue job " + id + " (" + a.reason + ")" +
+          (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
+    } else if (a.kind == SlurmAction::Kind::kSignal) {
+      if (signalled_.count(a.slurm_job)) continue;
+      signalled_[a.slurm_job] = Clock::now();
+      const std::string id = std::to_string(a.slurm_job);
+      Output o = RunCommand({Scancel(), "--signal=USR1", "--full", id}, t);
+      Log("checkpoint signal (USR1) to job " + id + " (" + a.reason + ")" +
+          (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
     } else {
       const std::string& node = a.nodes.at(0);
       std::vector<std::string> argv = {Scontrol(), "update", "NodeName=" + node};
@@ -389,9 +422,11 @@ void SlurmBridge::Impl::Act(const std::vector<SlurmAction>& actions) {
           (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
     }
   }
-  // Forget releases long done.
-  for (auto it = released_.begin(); it != released_.end();) {
-    it = Clock::now() - it->second > std::chrono::minutes(10) ? released_.erase(it) : std::next(it);
+  // Forget releases, requeues and signals long done.
+  for (auto* sent : {&released_, &requeued_, &signalled_}) {
+    for (auto it = sent->begin(); it != sent->end();) {
+      it = Clock::now() - it->second > std::chrono::minutes(10) ? sent->erase(it) : std::next(it);
+    }
   }
 }
 

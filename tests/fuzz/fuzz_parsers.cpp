@@ -1,7 +1,7 @@
 // libFuzzer target for the text parsers of common/ (topo_common).
 //
-// The first byte of the input selects the parser (byte % 16; past 9, % 8), the rest is its
-// text; the seed corpus (tests/fuzz/corpus) starts each file with the digit:
+// The first byte of the input selects the parser (byte % 16; past 10, % 8), the rest is its
+// text; the seed corpus (tests/fuzz/corpus) starts each file with the digit (':' for 10):
 //
 //   0 ParseJobSpec          JobSpecFromJson(JobSpecToJson(x)) == x, and
 //                           through text too
@@ -15,6 +15,7 @@
 //   7 ParseKalosCsv         must not crash
 //   8 ParseAgentMessage     WriteAgentMessage reads back equal, a fixed point
 //   9 ParseSchedulerMessage WriteSchedulerMessage likewise
+//  10 ParseSlurmRankMap     FormatSlurmRankMap reads back equal, a fixed point
 //
 // Parsers return core::Result and must never throw: nothing is caught here,
 // so an exception, a sanitizer report or a broken round trip (Fail below,
@@ -35,6 +36,7 @@
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/common/slurm_rank_map.hpp"
 #include "topo/common/topology_io.hpp"
 #include "topo/common/trace_io.hpp"
 #include "topo/core/job.hpp"
@@ -318,13 +320,32 @@ void FuzzProtocol(std::string_view text, Parse parse, Write write, const char* w
   Require(write(back.value()) == once, std::string(what) + " writer is not a fixed point");
 }
 
+// ---------------------------------------------------------------- Slurm rank map
+
+void FuzzSlurmRankMap(std::string_view text) {
+  auto m = common::ParseSlurmRankMap(text);
+  if (!m.ok()) return;
+  const std::string once = common::FormatSlurmRankMap(m.value());
+  auto back = common::ParseSlurmRankMap(once);
+  Require(back.ok(), "rank map written does not read back: " + back.message());
+  Require(back.value().nodes == m.value().nodes, "rank map nodes read back different");
+  Require(back.value().ranks.size() == m.value().ranks.size(),
+          "rank map ranks read back different");
+  for (size_t r = 0; r < m.value().ranks.size(); ++r) {
+    Require(back.value().ranks[r].node == m.value().ranks[r].node &&
+                back.value().ranks[r].gpu == m.value().ranks[r].gpu,
+            "rank map rank " + std::to_string(r) + " reads back different");
+  }
+  Require(common::FormatSlurmRankMap(back.value()) == once, "rank map writer is not a fixed point");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   const unsigned selector = data[0] % 16;
-  switch (selector < 10 ? selector : selector % 8) {
+  switch (selector < 11 ? selector : selector % 8) {
     case 0:
       FuzzJobSpec(text);
       break;
@@ -360,6 +381,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           text, [](std::string_view t) { return proto::ParseSchedulerMessage(t); },
           [](const proto::SchedulerMessage& m) { return proto::WriteSchedulerMessage(m); },
           "scheduler message");
+      break;
+    case 10:
+      FuzzSlurmRankMap(text);
       break;
   }
   return 0;

@@ -96,7 +96,7 @@ def topology_conf():
 
 
 class SlurmCluster:
-    def __init__(self, plugin_dir=None, job_submit_plugins=None, extra_env=None):
+    def __init__(self, plugin_dir=None, job_submit_plugins=None, extra_env=None, extra_conf=None):
         missing = missing_tools()
         if missing:
             raise RuntimeError("slurmctld is installed but %s are not on PATH (apt-get install slurm-wlm munge)"
@@ -105,6 +105,7 @@ class SlurmCluster:
         os.chmod(self.dir, 0o755)
         self.plugin_dir = plugin_dir
         self.job_submit_plugins = job_submit_plugins
+        self.extra_conf = list(extra_conf or [])  # more slurm.conf lines (TaskProlog=..., ...)
         self.host = socket.gethostname().split(".")[0]
         self.pids = []  # (name, pid) of every daemon we started
         self.conf = os.path.join(self.dir, "slurm.conf")
@@ -196,6 +197,7 @@ class SlurmCluster:
         ]
         if self.job_submit_plugins:
             lines.append("JobSubmitPlugins=%s" % self.job_submit_plugins)
+        lines.extend(self.extra_conf)
         lines.append(
             "NodeName=gpu[0001-%04d] NodeHostname=%s NodeAddr=127.0.0.1 Port=%d-%d CPUs=1 State=UNKNOWN"
             % (REAL_NODES, self.host, ports + 2, ports + 1 + REAL_NODES))

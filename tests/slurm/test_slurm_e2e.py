@@ -133,6 +133,27 @@ def main():
         check(j is None and "TOPO_LAYOUT" not in r.stdout and "toposched:" in r.stderr,
               "TOPO_LAYOUT=tp=3 on 16 GPUs was not rejected: %r" % r.stderr)
 
+        # 2b. Slurm's topology options: --switches=1 through the real plugin;
+        #     --segment and --exclusive=topo (newer Slurm's sbatch) as the
+        #     plugin built for those releases sends them.
+        j, r = cluster.sbatch("-J", "oneleaf", "-N", "8", "--switches=1", "--wrap", "true")
+        check(j is None and "--switches=1" in r.stderr and "leaf" in r.stderr,
+              "an 8-node job under one 4-node leaf switch was not refused with the reason: %r" % r.stderr)
+        print("switches: %s" % r.stderr.strip().splitlines()[0])
+        base = {"op": "test", "uid": 0, "name": "opt", "comment": "topo: tp=8,pp=2", "min_nodes": 2,
+                "max_nodes": 2, "batch": True, "array": False, "env": {}}
+        a2 = ask(sock, dict(base, req_switch=1, wait4switch=60))
+        check(a2.startswith("PLACE 0 "), "--switches=1 on 2 nodes: %r" % a2)
+        leaves = {(int(n[3:]) - 1) // 4 for n in a2.split()[2].split(",")}
+        check(len(leaves) == 1, "--switches=1 placed across leaves: %r" % a2)
+        a2 = ask(sock, dict(base, segment=2))
+        check(a2.startswith("REJECT") and "needs blocks" in a2, "--segment=2 without blocks: %r" % a2)
+        a2 = ask(sock, dict(base, segment=3))
+        check(a2.startswith("REJECT") and "does not divide" in a2, "--segment=3 on 2 nodes: %r" % a2)
+        a2 = ask(sock, dict(base, exclusive_topo=True))
+        check(a2.startswith("REJECT") and "--exclusive=topo" in a2, "--exclusive=topo: %r" % a2)
+        print("topology options: --switches, --segment, --exclusive=topo mapped or refused with the reason")
+
         # 3. Held for capacity, then started on toposched's nodes.
         b, r = cluster.sbatch("-J", "filler", "-N", "12", "--wrap", "sleep 300")
         check(b is not None, "sbatch failed: %s" % r.stderr)
@@ -150,6 +171,9 @@ def main():
         want_c = check_on_toposched_nodes(cluster, daemon, c, info)
         check(cluster.expand(info["ReqNodeList"]) == want_c, "ReqNodeList %s is not in rank order %s"
               % (info["ReqNodeList"], want_c))
+        check(info.get("ranks", "").strip() == ",".join(want_c) and info.get("map") and info.get("layout"),
+              "the released job's AdminComment lacks its rank map: ranks=%r map=%r layout=%r"
+              % (info.get("ranks"), info.get("map"), info.get("layout")))
         print("held job %d started on %s after job %d ended" % (c, ",".join(want_c), a))
         ta = topo_id_of(cluster.show_job(a))
         deadline = time.time() + 10

@@ -137,7 +137,8 @@ TEST_CASE("slurm: sync frees capacity, releases held jobs, follows and drives no
   f.Sync(snap);
   CHECK(f.Ask(R"({"op":"test","min_nodes":2})").rfind("BUSY", 0) == 0);
   std::string one = f.Ask(Submit(1));
-  CHECK(one.substr(one.rfind(' ') + 1) == "n4");
+  // "PLACE <id> <nodes> ranks=... map=... layout=..."
+  CHECK(one.rfind("PLACE 3 n4 ranks=n4 map=0:0-7 layout=", 0) == 0);
 
   // The foreign job ends; n2 goes down in Slurm: n1 and n3 are free, n2 is not.
   snap.jobs.pop_back();
@@ -157,4 +158,58 @@ TEST_CASE("slurm: a placed job no Slurm job carries is cancelled after the grace
   f.now += 30'000;
   f.Sync(Fixture::AllIdle());
   CHECK(f.Ask(R"({"op":"test","min_nodes":4})").rfind("PLACE 0 ", 0) == 0);
+}
+
+TEST_CASE("slurm: a job Slurm runs where the core no longer does is requeued, then released") {
+  Fixture f;
+  f.Sync(Fixture::AllIdle());
+  REQUIRE(f.Ask(Submit(4, "topo: tp=8")).rfind("PLACE 1 ", 0) == 0);
+  SlurmSnapshot snap = Fixture::AllIdle();
+  snap.jobs.push_back({101, "RUNNING", 100, {"n1", "n2", "n3", "n4"}, "toposched:1"});
+  CHECK(f.Sync(snap).empty());
+  // n4 is lost: no replacement, so the core queues the job again; Slurm
+  // still runs it and is told to requeue it held.
+  snap.nodes[3].state = "DOWN*";
+  auto actions = f.Sync(snap);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].kind == SlurmAction::Kind::kRequeue);
+  CHECK(actions[0].slurm_job == 101);
+  // Slurm holds it; n4 comes back: the core starts it, Slurm releases it
+  // with its rank map in the AdminComment.
+  snap.jobs[0] = {101, "PENDING", 0, {}, "toposched:1"};
+  snap.nodes[3].state = "IDLE";
+  actions = f.Sync(snap);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].kind == SlurmAction::Kind::kRelease);
+  CHECK(actions[0].nodes.size() == 4);
+  CHECK(actions[0].reason.rfind("toposched:1 ranks=", 0) == 0);
+  CHECK(actions[0].reason.find(" map=") != std::string::npos);
+}
+
+TEST_CASE("slurm: --switches, --segment and --exclusive=topo") {
+  Fixture f;
+  f.Sync(Fixture::AllIdle());
+  const std::string two = R"({"op":"test","min_nodes":2,"comment":"topo: tp=8,pp=2")";
+  std::string a = f.Ask(two + R"(,"req_switch":1,"wait4switch":60})");
+  CHECK((a == "PLACE 0 n1,n2" || a == "PLACE 0 n3,n4"));
+  std::string b = f.Ask(R"({"op":"test","min_nodes":3,"req_switch":1})");
+  CHECK(b.rfind("REJECT", 0) == 0);
+  CHECK(b.find("--switches=1") != std::string::npos);
+  CHECK(f.Ask(R"({"op":"test","min_nodes":3,"req_switch":2})").rfind("PLACE 0 ", 0) == 0);
+  std::string c = f.Ask(two + R"(,"segment":2})");
+  CHECK(c.find("--segment needs blocks") != std::string::npos);
+  CHECK(f.Ask(two + R"(,"segment":3})").find("does not divide") != std::string::npos);
+  // With blocks of two nodes, each pipeline (tp=8,pp=2: its two nodes) goes in one.
+  auto imported = f.service->SlurmImportTopology(
+      std::string(kTopology) + "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\n", 8, f.now);
+  REQUIRE_MESSAGE(imported.ok(), imported.message());
+  f.Sync(Fixture::AllIdle());
+  REQUIRE(f.service->Commit().ok());
+  std::string e = f.Ask(two + R"(,"segment":2})");
+  CHECK_MESSAGE((e == "PLACE 0 n1,n2" || e == "PLACE 0 n3,n4"), e);
+  std::string g = f.Ask(R"({"op":"test","min_nodes":4,"comment":"topo: tp=8,pp=4","segment":2})");
+  CHECK_MESSAGE(g.rfind("REJECT --segment=2: no parallel group", 0) == 0, g);
+  CHECK(g.find("tp 1, cp 1, ep 1, pp 4, dp 1") != std::string::npos);
+  std::string d = f.Ask(two + R"(,"exclusive_topo":true})");
+  CHECK(d.rfind("REJECT --exclusive=topo", 0) == 0);
 }

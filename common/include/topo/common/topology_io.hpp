@@ -36,6 +36,13 @@ struct SlurmTopologyOptions {
 // options. Errors name the line.
 core::Result<core::Topology> ParseSlurmTopology(std::string_view text,
                                                 const SlurmTopologyOptions& options = {});
+// Slurm 25.05's topology.yaml (a list of `- topology: NAME` entries with
+// tree: {switches: [{switch, nodes | children}]}, block: {blocks: [{block,
+// nodes}], block_sizes} or flat: true) as topology.conf text for
+// ParseSlurmTopology: the cluster-default tree (else the first) and the
+// cluster-default block topology (else the first) together, blocks becoming
+// HBDs. Strict: unknown keys are errors that name the entry and the key.
+core::Result<std::string> SlurmTopologyYamlToConf(std::string_view text);
 // Exact round trip through ParseSlurmTopology when the tiers below the leaf
 // switches are the node tier and at most one HBD tier, and node GPU counts
 // and models are uniform; otherwise the file says what was left out in a

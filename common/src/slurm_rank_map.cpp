@@ -1,0 +1,140 @@
+// The rank map's Slurm text form (slurm_rank_map.hpp).
+
+#include "topo/common/slurm_rank_map.hpp"
+
+#include <charconv>
+
+namespace topo::common {
+namespace {
+
+using core::Result;
+using core::Status;
+
+constexpr size_t kMaxRanks = 1 << 20;
+
+bool ParseInt(std::string_view s, int& out) {
+  if (s.empty() || s.size() > 9) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && out >= 0;
+}
+
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t at = s.find(sep, start);
+    out.push_back(s.substr(start, at == std::string_view::npos ? s.npos : at - start));
+    if (at == std::string_view::npos) return out;
+    start = at + 1;
+  }
+}
+
+// "0-3,5" -> 0,1,2,3,5
+std::string FormatGpus(const std::vector<int>& gpus) {
+  std::string out;
+  for (size_t i = 0; i < gpus.size();) {
+    size_t j = i;
+    while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(gpus[i]);
+    if (j > i) out += "-" + std::to_string(gpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatSlurmRankMap(const SlurmRankMap& m) {
+  std::string out = "ranks=";
+  for (size_t i = 0; i < m.nodes.size(); ++i) out += (i ? "," : "") + m.nodes[i];
+  out += " map=";
+  for (size_t i = 0; i < m.ranks.size();) {
+    size_t j = i;
+    std::vector<int> gpus;
+    while (j < m.ranks.size() && m.ranks[j].node == m.ranks[i].node)
+      gpus.push_back(m.ranks[j++].gpu);
+    out += (i ? "/" : "") + std::to_string(m.ranks[i].node) + ":" + FormatGpus(gpus);
+    i = j;
+  }
+  const core::Parallelism& p = m.parallelism;
+  out += " layout=tp:" + std::to_string(p.tp) + ",cp:" + std::to_string(p.cp) +
+         ",ep:" + std::to_string(p.ep) + ",pp:" + std::to_string(p.pp) +
+         ",dp:" + std::to_string(p.dp) + ",order:" + core::FormatRankOrder(p.order);
+  return out;
+}
+
+Result<SlurmRankMap> ParseSlurmRankMap(std::string_view text) {
+  std::string_view ranks, map, layout;
+  for (std::string_view tok : Split(text, ' ')) {
+    if (tok.starts_with("ranks=")) ranks = tok.substr(6);
+    if (tok.starts_with("map=")) map = tok.substr(4);
+    if (tok.starts_with("layout=")) layout = tok.substr(7);
+  }
+  if (ranks.empty() || map.empty() || layout.empty()) {
+    return Status::Error(
+        "no rank map: ranks=, map= and layout= are all needed (a job placed by toposched "
+        "carries them in its AdminComment)");
+  }
+  SlurmRankMap m;
+  for (std::string_view n : Split(ranks, ',')) {
+    if (n.empty()) return Status::Error("ranks= has an empty node name");
+    m.nodes.emplace_back(n);
+  }
+  for (std::string_view run : Split(map, '/')) {
+    const size_t colon = run.find(':');
+    int node = 0;
+    if (colon == std::string_view::npos || !ParseInt(run.substr(0, colon), node) ||
+        node >= static_cast<int>(m.nodes.size())) {
+      return Status::Error("map= run '" + std::string(run.substr(0, 40)) +
+                           "' is not NODE:GPUS with NODE an index into ranks=");
+    }
+    for (std::string_view item : Split(run.substr(colon + 1), ',')) {
+      const size_t dash = item.find('-');
+      int a = 0, b = 0;
+      const bool ok = dash == std::string_view::npos
+                          ? ParseInt(item, a) && ParseInt(item, b)
+                          : ParseInt(item.substr(0, dash), a) && ParseInt(item.substr(dash + 1), b);
+      if (!ok || b < a) {
+        return Status::Error("map= GPUs '" + std::string(item.substr(0, 40)) +
+                             "' are not N or A-B with A <= B");
+      }
+      if (m.ranks.size() + static_cast<size_t>(b - a) + 1 > kMaxRanks) {
+        return Status::Error("map= holds more than " + std::to_string(kMaxRanks) + " ranks");
+      }
+      for (int g = a; g <= b; ++g) m.ranks.push_back({node, g});
+    }
+  }
+  core::JobSpec spec;
+  for (std::string_view kv : Split(layout, ',')) {
+    const size_t colon = kv.find(':');
+    const std::string_view key = kv.substr(0, colon);
+    const std::string_view value = colon == std::string_view::npos ? "" : kv.substr(colon + 1);
+    int n = 0;
+    if (key == "order") {
+      auto order = core::ParseRankOrder(value);
+      if (!order.ok()) return Status::Error("layout= order: " + order.message());
+      spec.parallelism.order = order.value();
+      continue;
+    }
+    int* field = key == "tp"   ? &spec.parallelism.tp
+                 : key == "cp" ? &spec.parallelism.cp
+                 : key == "ep" ? &spec.parallelism.ep
+                 : key == "pp" ? &spec.parallelism.pp
+                 : key == "dp" ? &spec.parallelism.dp
+                               : nullptr;
+    if (field == nullptr || !ParseInt(value, n) || n < 1) {
+      return Status::Error("layout= item '" + std::string(kv.substr(0, 40)) +
+                           "' is not tp|cp|ep|pp|dp:N (N >= 1) or order:...");
+    }
+    *field = n;
+  }
+  spec.gpus = static_cast<int>(m.ranks.size());
+  if (Status st = core::ValidateJobSpec(spec); !st.ok()) {
+    return Status::Error("layout= does not fit the " + std::to_string(m.ranks.size()) +
+                         " ranks of map=: " + st.message());
+  }
+  m.parallelism = spec.parallelism;
+  return m;
+}
+
+}  // namespace topo::common

@@ -1,0 +1,67 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "topo/common/topology_io.hpp"
+
+namespace topo::common {
+namespace {
+
+constexpr const char* kYaml = R"(---
+- topology: fabric
+  cluster_default: true
+  tree:
+    switches:
+      - switch: spine
+        children: leaf[1-2]
+      - switch: leaf1
+        nodes: n[1-4]
+      - switch: leaf2
+        nodes: n[5-8]
+- topology: nvl
+  cluster_default: false
+  block:
+    block_sizes: [2, 4]
+    blocks:
+      - block: b1
+        nodes: n[1-2]
+      - block: b2
+        nodes: n[3-4]
+      - block: b3
+        nodes: n[5-6]
+      - block: b4
+        nodes: n[7-8]
+- topology: none
+  flat: true
+)";
+
+TEST_CASE("SlurmTopologyYamlToConf: tree and blocks become one topology") {
+  auto conf = SlurmTopologyYamlToConf(kYaml);
+  REQUIRE_MESSAGE(conf.ok(), conf.message());
+  CHECK(conf.value().find("SwitchName=spine Switches=leaf[1-2]\n") != std::string::npos);
+  CHECK(conf.value().find("SwitchName=leaf1 Nodes=n[1-4]\n") != std::string::npos);
+  CHECK(conf.value().find("BlockName=b3 Nodes=n[5-6]\n") != std::string::npos);
+  auto topo = ParseSlurmTopology(conf.value());
+  REQUIRE_MESSAGE(topo.ok(), topo.message());
+  CHECK(topo.value().node_count() == 8);
+  CHECK(topo.value().tier(topo.value().hbd_tier()).name == "hbd");
+  CHECK(topo.value().total_gpus() == 64);
+}
+
+TEST_CASE("SlurmTopologyYamlToConf: errors name the entry and the fix") {
+  auto bad = [](const char* text) { return SlurmTopologyYamlToConf(text).message(); };
+  CHECK(bad("topology: x").find("must be a list of topologies") != std::string::npos);
+  CHECK(bad("- topology: x\n  flat: true\n").find("only flat") != std::string::npos);
+  CHECK(bad("- topology: x\n  tree: {switches: [{switch: s, nodes: n1}]}\n  colour: red\n")
+            .find("unknown key 'colour'") != std::string::npos);
+  CHECK(bad("- topology: x\n  tree: {switches: [{switch: s}]}\n").find("exactly one of nodes") !=
+        std::string::npos);
+  CHECK(bad("- topology: x\n  tree: {switches: [{switch: s, nodes: n1}]}\n  block: {}\n")
+            .find("exactly one of tree:, block: or flat:") != std::string::npos);
+  CHECK(bad("- topology: x\n  block: {blocks: [{block: b}]}\n").find("are both needed") !=
+        std::string::npos);
+  CHECK(bad("- [unclosed").find("topology.yaml line") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace topo::common

@@ -1,0 +1,253 @@
+"""Recovery and preemption carried out through real Slurm (the requeue
+check): slurmctld + 16 slurmd + munged on loopback (slurm_cluster.py),
+job_submit/topo, topo-slurm-task as TaskProlog, a real topo-scheduler in
+Slurm mode, and an agent connection beside slurmd that reports GPU health.
+
+  1. XID 79 on a node of a running Slurm job that has a spare: the node is
+     drained in Slurm, the job is requeued (`scontrol requeuehold`), released
+     onto toposched's new nodes (the spare in place of the failed node) and
+     runs again there, resuming from its newest checkpoint
+     (TOPO_RESTART_STEP), and completes;
+  2. preemption: a job of a tenant under its guarantee needs the nodes a
+     borrowing job holds: the victim gets the checkpoint signal (SIGUSR1 through
+     `scancel --signal=USR1`), is requeued after the grace period, the
+     preemptor runs, and the victim runs again and finishes when capacity frees;
+  3. an immediate drain (`topo drain --mode immediate`) of a node under a
+     running Slurm job moves it the same way.
+
+Usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK
+Exit 77 (skip) only when Slurm is not installed.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
+
+import slurm_cluster  # noqa: E402
+from agent_client import AgentConnection  # noqa: E402
+from agent_protocol import Protocol  # noqa: E402
+from harness import Daemon, check, run  # noqa: E402
+from slurm_cluster import SlurmCluster, ask  # noqa: E402
+
+# One run of the job: says what it resumed from, writes checkpoint step 5
+# (step-5/COMPLETE last), then works until stopped; a restarted run that
+# resumed from a checkpoint finishes at once.
+JOB_SCRIPT = """#!/bin/sh
+echo "run restart=${SLURM_RESTART_COUNT:-0} step=${TOPO_RESTART_STEP:-none} nodes=$(tr '\\n' ',' < $TOPO_NODEFILE)"
+mkdir -p "$TOPO_CHECKPOINT_DIR/step-5" && touch "$TOPO_CHECKPOINT_DIR/step-5/COMPLETE"
+if [ -n "$TOPO_RESTART_STEP" ]; then echo done; exit 0; fi
+trap 'echo "checkpoint signal"; mkdir -p "$TOPO_CHECKPOINT_DIR/step-7" && touch "$TOPO_CHECKPOINT_DIR/step-7/COMPLETE"' USR1
+while :; do sleep 1; done
+"""
+
+
+def wait_for(what, pred, timeout=45):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def toposched_job(daemon, info):
+    topo_id = int(info["AdminComment"].split(":", 1)[1].split()[0])
+    return topo_id, daemon.api("GET", "/v1/jobs/%d" % topo_id, expect=200)
+
+
+def job_nodes(tjob):
+    out = []
+    for r in tjob["ranks"]:
+        if r["node"] not in out:
+            out.append(r["node"])
+    return out
+
+
+def xid_requeue(cluster, daemon, scheduler_bin, sock):
+    ckpt = cluster.path("ckpt-a")
+    out = cluster.path("a.out")
+    script = cluster.path("a.sh")
+    with open(script, "w") as f:
+        f.write(JOB_SCRIPT)
+    env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
+    job, r = cluster.sbatch("-J", "trainer", "-N", "2", "--comment", "topo: tp=8,pp=2,spares=1",
+                            "--open-mode=append", "-o", out, script, env=env)
+    check(job is not None, "sbatch failed: %s" % r.stderr)
+    info = cluster.wait_job(job, {"RUNNING"})
+    topo_id, tjob = toposched_job(daemon, info)
+    before = job_nodes(tjob)
+    spares = tjob.get("spares") or []
+    check(len(spares) == 1, "toposched job %d holds spares %s, not one" % (topo_id, spares))
+    wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
+    victim = before[1]
+    print("requeue: Slurm job %d (toposched %d) runs on %s, spare %s; XID 79 on %s"
+          % (job, topo_id, ",".join(before), spares[0], victim))
+
+    certs = cluster.path("agent-certs")
+    subprocess.run([scheduler_bin, "--state-dir", daemon.state_dir, "ca", "issue", "--node", victim,
+                    "--out", certs], check=True, capture_output=True)
+    with open(os.path.join(daemon.state_dir, "agent-endpoint")) as f:
+        agent_port = int(f.read().strip().rsplit(":", 1)[1].split("/")[0])
+    agent = AgentConnection(agent_port, os.path.join(daemon.state_dir, "ca.pem"),
+                            os.path.join(certs, victim + ".pem"), os.path.join(certs, victim + "-key.pem"))
+    try:
+        protocol = Protocol()
+        gpus = [{"index": i, "model": "H100", "uuid": "GPU-%d" % i, "memory_mb": 81559} for i in range(8)]
+        agent.send(protocol.agent("register", node=victim, addr="127.0.0.1", gpus=gpus, ranks=[],
+                                  agent="test-agent", protocol=protocol.version))
+        check(agent.recv()["type"] == "registered", "the agent did not register")
+        agent.send(protocol.agent("gpu_event", gpu=3, kind="xid", code=79))
+
+        try:
+            text = wait_for("the job's second run",
+                            lambda: "restart=1" in read(out) and "done" in read(out) and read(out))
+        except AssertionError:
+            print(cluster.run(["scontrol", "show", "job", str(job)]).stdout, read(out))
+            raise
+    finally:
+        agent.close()
+    info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
+    check(info["JobState"] == "COMPLETED", "Slurm job %d ended %s:\n%s" % (job, info["JobState"], text))
+    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
+    nodes = second.split("nodes=", 1)[1].strip(",").split(",")
+    check(victim not in nodes and spares[0] in nodes,
+          "requeue: the second run's nodes %s should hold the spare %s instead of %s" % (nodes, spares[0], victim))
+    check("step=5" in second, "requeue: the second run did not resume from checkpoint 5: %r" % second)
+    check(cluster.expand(info["NodeList"]) == sorted(nodes),
+          "requeue: Slurm ran the second run on %s, its rank map names %s" % (info["NodeList"], nodes))
+    node = slurm_cluster.parse_kv(cluster.run(["scontrol", "show", "node", "-o", victim]).stdout)
+    check("DRAIN" in node["State"], "requeue: %s is %s in Slurm, not drained" % (victim, node["State"]))
+    tjob = wait_for("toposched's job to complete",
+                    lambda: (lambda j: j if j["state"] == "completed" else None)(
+                        daemon.api("GET", "/v1/jobs/%d" % topo_id, expect=200)))
+    print("requeue: job %d ran again on %s (spare %s for %s) from checkpoint step 5 and completed"
+          % (job, ",".join(nodes), spares[0], victim))
+
+
+def preempt_requeue(cluster, daemon):
+    daemon.api("PUT", "/v1/tenants/low", {"guaranteed_gpus": 0}, expect=201)
+    daemon.api("PUT", "/v1/tenants/high", {"guaranteed_gpus": 128}, expect=201)
+    ckpt = cluster.path("ckpt-v")
+    out = cluster.path("v.out")
+    script = cluster.path("v.sh")
+    with open(script, "w") as f:
+        f.write(JOB_SCRIPT)
+    env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
+    victim, r = cluster.sbatch("-J", "borrower", "-A", "low", "-N", "8", "--comment", "topo: tp=8",
+                               "--open-mode=append", "-o", out, script, env=env)
+    check(victim is not None, "sbatch failed: %s" % r.stderr)
+    info = cluster.wait_job(victim, {"RUNNING"})
+    v_id, vjob = toposched_job(daemon, info)
+    check(vjob.get("tenant") == "low", "the victim's tenant is %r, not low" % vjob.get("tenant"))
+    wait_for("the victim's first checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
+
+    hout = cluster.path("h.out")
+    head, r = cluster.sbatch("-J", "guaranteed", "-A", "high", "-N", "12", "--comment", "topo: tp=8",
+                             "-o", hout, "--wrap", "echo preemptor ran; sleep 2")
+    check(head is not None, "sbatch failed: %s" % r.stderr)
+    wait_for("the checkpoint signal in the victim", lambda: "checkpoint signal" in read(out))
+    print("requeue: the victim (Slurm job %d) got SIGUSR1 through scancel --signal" % victim)
+    info = cluster.wait_job(head, {"COMPLETED"}, timeout=45)
+    check("preemptor ran" in read(hout), "the preemptor's output: %r" % read(hout))
+    text = wait_for("the victim's second run",
+                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out), timeout=60)
+    info = cluster.wait_job(victim, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
+    check(info["JobState"] == "COMPLETED", "the victim ended %s:\n%s" % (info["JobState"], text))
+    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
+    check("step=7" in second, "requeue: the preempted job did not resume from its checkpoint 7: %r" % second)
+    wait_for("toposched's victim to complete",
+             lambda: daemon.api("GET", "/v1/jobs/%d" % v_id, expect=200)["state"] == "completed")
+    print("requeue: the preempted job requeued, ran again from checkpoint step 7 after the preemptor, "
+          "and finished")
+
+
+def drain_requeue(cluster, daemon):
+    ckpt = cluster.path("ckpt-d")
+    out = cluster.path("d.out")
+    script = cluster.path("d.sh")
+    with open(script, "w") as f:
+        f.write(JOB_SCRIPT)
+    env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
+    job, r = cluster.sbatch("-J", "drained", "-N", "2", "--comment", "topo: tp=8,pp=2,spares=1",
+                            "--open-mode=append", "-o", out, script, env=env)
+    check(job is not None, "sbatch failed: %s" % r.stderr)
+    info = cluster.wait_job(job, {"RUNNING"})
+    topo_id, tjob = toposched_job(daemon, info)
+    before = job_nodes(tjob)
+    wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
+    daemon.api("POST", "/v1/nodes/drain", {"nodes": before[0], "reason": "bad optic", "mode": "immediate"},
+               expect=200)
+    text = wait_for("the drained job's second run",
+                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out))
+    info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
+    check(info["JobState"] == "COMPLETED", "the drained job ended %s:\n%s" % (info["JobState"], text))
+    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
+    nodes = second.split("nodes=", 1)[1].strip(",").split(",")
+    check(before[0] not in nodes and "step=5" in second,
+          "requeue: after the immediate drain of %s the job ran on %s (%r)" % (before[0], nodes, second))
+    print("requeue: an immediate drain of %s moved job %d to %s, from checkpoint step 5"
+          % (before[0], job, ",".join(nodes)))
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit("usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK")
+    scheduler_bin, plugin, task_bin = sys.argv[1:4]
+    if not slurm_cluster.have_slurm():
+        print("SKIP: Slurm is not installed (apt-get install slurm-wlm munge)")
+        sys.exit(77)
+    check(os.path.exists(plugin), "the plugin %s was not built: install libslurm-dev (slurm/slurm.h) and "
+          "configure again" % plugin)
+    t0 = time.time()
+    cluster = SlurmCluster(plugin_dir=os.path.dirname(os.path.abspath(plugin)), job_submit_plugins="topo",
+                           extra_conf=["TaskProlog=%s" % os.path.abspath(task_bin)])
+    sock = cluster.path("topo.sock")
+    with open(cluster.path("topo_plugin.conf"), "w") as f:
+        f.write("socket = %s\ntimeout_ms = 2000\n" % sock)
+    os.environ["SLURM_CONF"] = cluster.conf
+    daemon = Daemon(scheduler_bin, config="\n".join([
+        "agent_listen = 127.0.0.1:0",
+        "slurm_socket = " + sock,
+        "slurm_topology = " + cluster.path("topology.conf"),
+        "slurm_poll_interval_ms = 300",
+        "slurm_job_grace_s = 30",
+        "stack = toposched",
+        "preemption = true",
+        "preempt_grace_s = 3",
+    ]) + "\n")
+    try:
+        cluster.start()
+        daemon.start()
+        slurm_cluster.wait_socket(sock)
+        check(ask(sock, {"op": "refresh"}, timeout=30).startswith("OK"), "the first sync did not finish")
+        xid_requeue(cluster, daemon, scheduler_bin, sock)
+        preempt_requeue(cluster, daemon)
+        drain_requeue(cluster, daemon)
+        print("ok in %.1f s" % (time.time() - t0))
+    except Exception:
+        print(daemon.log(), file=sys.stderr)
+        print(cluster.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        try:
+            daemon.cleanup()
+        finally:
+            cluster.cleanup()
+
+
+if __name__ == "__main__":
+    run(main)
