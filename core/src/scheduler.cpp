@@ -51,7 +51,7 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
   }
   if (name == "fifo-firstfit") {
     c.placer = "first-fit";
-    c.order = QueueOrder::kFifo;
+    c.queue_order = "fifo";
     c.backfill = false;
     c.preemption = false;
     c.replace_on_failure = false;
@@ -79,29 +79,32 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       config_(std::move(config)),
       placer_(MakePlacer(config_.placer, FastOptions(config_.placer_options))),
       judge_(MakePlacer(config_.placer, config_.placer_options)),
-      cluster_(topology),
-      last_heartbeat_(topology.node_count(), 0),
-      node_jobs_(topology.node_count()),
-      spare_owner_(topology.node_count(), 0),
-      admin_drain_(topology.node_count(), 0),
+      order_(MakeQueueOrder(config_.queue_order)),
+      quotas_(config_.fairshare_half_life),
+      failures_(config_.max_app_failures, config_.restart_backoff_initial,
+                config_.restart_backoff_max),
+      alloc_(topology),
+      steps_(topology),
       empty_(topology),
+      last_heartbeat_(topology.node_count(), 0),
+      admin_drain_(topology.node_count(), 0),
       ports_(topology.node_count(), config_.master_ports) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
   if (judge_ == nullptr) judge_ = MakePlacer("toposched", config_.placer_options);
+  if (order_ == nullptr) order_ = MakeQueueOrder("multifactor");
   if (config_.heartbeats_required || config_.nodes_start_down) {
-    for (NodeId n = 0; n < topology.node_count(); ++n) cluster_.SetNodeState(n, NodeState::kDown);
+    for (NodeId n = 0; n < topology.node_count(); ++n) cluster().SetNodeState(n, NodeState::kDown);
   }
   for (NodeId n = 0; n < topology.node_count(); ++n) {
-    ++nodes_in_state_[static_cast<size_t>(cluster_.node_state(n))];
+    ++nodes_in_state_[static_cast<size_t>(cluster().node_state(n))];
   }
-  tenants_["default"] = TenantConfig{"default"};
 }
 
 std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
   std::vector<Command> out;
   out_ = &out;
   now_ = std::max(now_, now);
-  DecayFairshare();
+  quotas_.Advance(now_);
   std::visit(
       [&](const auto& e) {
         using T = std::decay_t<decltype(e)>;
@@ -195,7 +198,7 @@ void SchedulerCore::Impl::OnCancel(const JobCancelled& e) {
   if (job.state == JobState::kRunning || job.state == JobState::kPreempting) {
     KeepProgress(job, now_);
     Emit(StopJob{job.id, "cancelled"});
-    Unhold(job);
+    Release(job);
   }
   preemptors_.erase(job.id);
   SetState(job, JobState::kCancelled, e.reason.empty() ? "cancelled" : e.reason);
@@ -218,7 +221,7 @@ void SchedulerCore::Impl::OnFinished(const JobFinished& e) {
   JobRecord& job = it->second;
   if (job.state != JobState::kRunning && job.state != JobState::kPreempting) return;
   KeepProgress(job, now_);
-  Unhold(job);
+  Release(job);
   if (e.exit_code == 0) {
     SetState(job, JobState::kCompleted, "completed");
   } else {
@@ -253,61 +256,28 @@ void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
 
 void SchedulerCore::Impl::OnTenant(const TenantConfigured& e) {
   if (e.tenant.name.empty()) return;
-  tenants_[e.tenant.name] = e.tenant;
+  quotas_.Configure(e.tenant);
   ++generation_;
 }
 
 // ---------------------------------------------------------------- bookkeeping
 
-std::vector<GpuSlot> SchedulerCore::Impl::SpareSlots(const std::vector<NodeId>& spares) const {
-  std::vector<GpuSlot> slots;
-  for (NodeId n : spares) {
-    for (int g = 0; g < topo_.node(n).gpus; ++g) slots.push_back({n, g});
-  }
-  return slots;
-}
-
-void SchedulerCore::Impl::Hold(JobRecord& job, std::vector<GpuSlot> ranks,
-                               std::vector<NodeId> spares) {
-  std::vector<GpuSlot> all = ranks;
-  std::vector<GpuSlot> spare_slots = SpareSlots(spares);
-  all.insert(all.end(), spare_slots.begin(), spare_slots.end());
-  Status s = cluster_.Allocate(all);
-  (void)s;  // placements come from this state; a failure here is a bug caught by tests
-  std::set<NodeId> nodes;
-  for (const GpuSlot& slot : ranks) nodes.insert(slot.node);
-  for (NodeId n : nodes) node_jobs_[n].push_back(job.id);
-  for (NodeId n : spares) spare_owner_[n] = job.id;
-  tenant_gpus_[job.request.tenant] += static_cast<int>(all.size());
-  tenant_running_[job.request.tenant] += 1;
-  running_.insert(job.id);
+void SchedulerCore::Impl::Allocate(JobRecord& job, std::vector<GpuSlot> ranks,
+                                   std::vector<NodeId> spares) {
+  const int held = alloc_.Allocate(job.id, ranks, spares);
+  quotas_.AddJob(job.request.tenant, held);
   ++generation_;
   timers_dirty_ = true;
   job.ranks = std::move(ranks);
   job.spares = std::move(spares);
 }
 
-void SchedulerCore::Impl::Unhold(JobRecord& job) {
+void SchedulerCore::Impl::Release(JobRecord& job) {
   if (!job.ranks.empty()) ports_.Release(job.ranks[0].node, job.id);
-  std::vector<GpuSlot> all = job.ranks;
-  std::vector<GpuSlot> spare_slots = SpareSlots(job.spares);
-  all.insert(all.end(), spare_slots.begin(), spare_slots.end());
-  Status s = cluster_.Release(all);
-  (void)s;
-  std::set<NodeId> nodes;
-  for (const GpuSlot& slot : job.ranks) nodes.insert(slot.node);
-  for (NodeId n : nodes) {
-    auto& v = node_jobs_[n];
-    v.erase(std::remove(v.begin(), v.end(), job.id), v.end());
-    MaybeFinishDrain(n);
-  }
-  for (NodeId n : job.spares) {
-    spare_owner_[n] = 0;
-    MaybeFinishDrain(n);
-  }
-  tenant_gpus_[job.request.tenant] -= static_cast<int>(all.size());
-  tenant_running_[job.request.tenant] -= 1;
-  running_.erase(job.id);
+  const int held =
+      static_cast<int>(job.ranks.size()) + static_cast<int>(alloc_.SpareSlots(job.spares).size());
+  for (NodeId n : alloc_.Release(job.id, job.ranks, job.spares)) MaybeFinishDrain(n);
+  quotas_.RemoveJob(job.request.tenant, held);
   ++generation_;
   timers_dirty_ = true;
   job.ranks.clear();
@@ -352,7 +322,7 @@ void SchedulerCore::Impl::LoseProgress(JobRecord& job) {
 void SchedulerCore::Impl::Requeue(JobRecord& job, const std::string& reason, RequeuePosition where,
                                   bool keep_age_only) {
   Emit(StopJob{job.id, reason});
-  Unhold(job);
+  Release(job);
   job.preempt_deadline = kNever;
   job.requeued_at_head = where == RequeuePosition::kHead && !keep_age_only;
   queue_time_[job.id] = where == RequeuePosition::kHead ? job.submit_time : now_;
@@ -382,34 +352,8 @@ void SchedulerCore::Impl::EndBackoffs() {
   }
 }
 
-TimeMs SchedulerCore::Impl::Backoff(int k) const {
-  if (config_.restart_backoff_initial <= 0 || k < 1) return 0;
-  const TimeMs cap = std::max(config_.restart_backoff_max, config_.restart_backoff_initial);
-  TimeMs delay = config_.restart_backoff_initial;
-  for (int i = 1; i < k && delay < cap; ++i) delay = delay > cap / 2 ? cap : delay * 2;
-  return std::min(delay, cap);
-}
-
-void SchedulerCore::Impl::DecayFairshare() {
-  if (now_ <= fs_time_) return;
-  // Usage decays continuously: over dt, old usage shrinks by f and a steady
-  // load of g GPUs adds g * integral of the decay, g * (1 - f) * H / ln 2.
-  // That composes exactly, so the result does not depend on how time is
-  // split into steps (a replay that logs fewer ticks decides the same).
-  const double dt = static_cast<double>(now_ - fs_time_);
-  const double half_life = static_cast<double>(config_.fairshare_half_life);
-  const double f = std::exp2(-dt / half_life);
-  const double gained = (1.0 - f) * half_life / std::log(2.0);
-  for (auto& [tenant, usage] : fs_usage_) usage *= f;
-  for (const auto& [tenant, gpus] : tenant_gpus_) {
-    if (gpus > 0) fs_usage_[tenant] += gpus * gained;
-  }
-  fs_time_ = now_;
-}
-
 void SchedulerCore::Impl::MaybeFinishDrain(NodeId n) {
-  if (cluster_.node_state(n) == NodeState::kDraining && node_jobs_[n].empty() &&
-      spare_owner_[n] == 0) {
+  if (cluster().node_state(n) == NodeState::kDraining && !alloc_.occupied(n)) {
     SetNodeState(n, NodeState::kDrained, "drained: no job left on it");
   }
 }
@@ -423,7 +367,7 @@ SchedulerCore::~SchedulerCore() = default;
 std::vector<Command> SchedulerCore::Step(const Event& event, TimeMs now) {
   return impl_->Step(event, now);
 }
-const ClusterState& SchedulerCore::cluster() const { return impl_->cluster_; }
+const ClusterState& SchedulerCore::cluster() const { return impl_->cluster(); }
 const JobRecord* SchedulerCore::job(JobId id) const {
   auto it = impl_->jobs_.find(id);
   return it == impl_->jobs_.end() ? nullptr : &it->second;
@@ -431,12 +375,10 @@ const JobRecord* SchedulerCore::job(JobId id) const {
 const std::map<JobId, JobRecord>& SchedulerCore::jobs() const { return impl_->jobs_; }
 std::vector<JobId> SchedulerCore::WaitingJobs() const { return impl_->Ordered(); }
 int SchedulerCore::TenantUsage(const std::string& tenant) const {
-  auto it = impl_->tenant_gpus_.find(tenant);
-  return it == impl_->tenant_gpus_.end() ? 0 : it->second;
+  return impl_->quotas_.gpus(tenant);
 }
 const TenantConfig* SchedulerCore::tenant(const std::string& name) const {
-  auto it = impl_->tenants_.find(name);
-  return it == impl_->tenants_.end() ? nullptr : &it->second;
+  return impl_->quotas_.tenant(name);
 }
 const SchedulerConfig& SchedulerCore::config() const { return impl_->config_; }
 TimeMs SchedulerCore::NextWakeup() const { return impl_->NextWakeup(); }

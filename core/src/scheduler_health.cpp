@@ -2,9 +2,7 @@
 // topology.
 
 #include <algorithm>
-#include <bit>
 #include <set>
-#include <tuple>
 
 #include "scheduler_impl.hpp"
 #include "topo/core/evaluator.hpp"
@@ -43,17 +41,17 @@ std::optional<GpuHealth> ClassifyGpuEvent(const GpuEvent& e) {
 }
 
 void SchedulerCore::Impl::SetNodeState(NodeId n, NodeState s, const std::string& reason) {
-  const NodeState was = cluster_.node_state(n);
+  const NodeState was = cluster().node_state(n);
   if (was == s) return;
   --nodes_in_state_[static_cast<size_t>(was)];
   ++nodes_in_state_[static_cast<size_t>(s)];
-  cluster_.SetNodeState(n, s);
+  cluster().SetNodeState(n, s);
   ++generation_;
   Emit(NodeStateChanged{n, s, reason});
 }
 
 bool SchedulerCore::Impl::Restartable(NodeId n) const {
-  return cluster_.node_state(n) == NodeState::kUp && cluster_.failed_gpus(n) == 0;
+  return cluster().node_state(n) == NodeState::kUp && cluster().failed_gpus(n) == 0;
 }
 
 namespace {
@@ -99,12 +97,12 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
                                            std::map<JobId, std::vector<NodeId>>& lost) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count()) return;
-  const bool busy = !node_jobs_[n].empty() || spare_owner_[n] != 0;
+  const bool busy = alloc_.occupied(n);
   switch (e.state) {
     case NodeState::kUp:
       admin_drain_[n] = 0;
       last_heartbeat_[n] = now_;
-      if (cluster_.failed_gpus(n) > 0) {
+      if (cluster().failed_gpus(n) > 0) {
         SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
                      "has failed GPUs; clear them before resuming");
       } else {
@@ -123,7 +121,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
       break;
     case NodeState::kDown:
       SetNodeState(n, NodeState::kDown, e.reason.empty() ? "down" : e.reason);
-      for (JobId id : node_jobs_[n]) {
+      for (JobId id : alloc_.jobs_on(n)) {
         std::vector<NodeId>& nodes = lost[id];
         if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
       }
@@ -134,7 +132,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
 void SchedulerCore::Impl::OnEvacuated(const NodeEvacuated& e) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count() || !admin_drain_[n]) return;
-  std::vector<JobId> victims = node_jobs_[n];
+  std::vector<JobId> victims = alloc_.jobs_on(n);
   for (JobId id : victims) {
     Recover(jobs_.at(id), "node " + topo_.node(n).name + " was drained" +
                               (e.reason.empty() ? std::string() : " (" + e.reason + ")"));
@@ -150,7 +148,7 @@ void SchedulerCore::Impl::OnLaunchFailed(const JobLaunchFailed& e) {
   if (e.permanent) {
     LoseProgress(job);
     Emit(StopJob{job.id, "cannot start" + where});
-    Unhold(job);
+    Release(job);
     SetState(job, JobState::kFailed, "cannot start" + where + ": " + e.reason);
     return;
   }
@@ -159,8 +157,9 @@ void SchedulerCore::Impl::OnLaunchFailed(const JobLaunchFailed& e) {
   // start anything, wherever the job lands) waits longer each time.
   const std::string what = "could not start" + where + " (" + e.reason + ")";
   job.launch_failures += 1;
-  const TimeMs delay = Backoff(job.launch_failures - 1);
-  if (delay <= 0) {
+  const FailurePolicy::Decision d = failures_.AfterLaunchFailure(job.launch_failures, false);
+  const TimeMs delay = d.delay;
+  if (d.action == FailurePolicy::Decision::Action::kRestartNow) {
     Recover(job, what, e.node);
     return;
   }
@@ -173,20 +172,21 @@ void SchedulerCore::Impl::OnLaunchFailed(const JobLaunchFailed& e) {
 void SchedulerCore::Impl::OnAppFailure(JobRecord& job, int rank, int exit_code) {
   const std::string what =
       "rank " + std::to_string(rank) + " exited with status " + std::to_string(exit_code);
-  const int limit = std::max(1, config_.max_app_failures);
+  const int limit = failures_.max_app_failures();
   job.app_failures += 1;
   const std::string count =
       "failure " + std::to_string(job.app_failures) + " of " + std::to_string(limit);
-  if (job.app_failures >= limit) {
+  const FailurePolicy::Decision d = failures_.AfterAppFailure(job.app_failures);
+  if (d.action == FailurePolicy::Decision::Action::kFail) {
     LoseProgress(job);
     Emit(StopJob{job.id, what});
-    Unhold(job);
+    Release(job);
     SetState(job, JobState::kFailed,
              what + " (" + count + " without a new checkpoint); not restarted again");
     return;
   }
-  const TimeMs delay = Backoff(job.app_failures);
-  if (delay <= 0) {
+  const TimeMs delay = d.delay;
+  if (d.action == FailurePolicy::Decision::Action::kRestartNow) {
     Recover(job, what + " (" + count + ")");
     return;
   }
@@ -215,10 +215,10 @@ void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count()) return;
   last_heartbeat_[n] = now_;
-  const NodeState s = cluster_.node_state(n);
+  const NodeState s = cluster().node_state(n);
   if (s != NodeState::kSuspect && s != NodeState::kDown) return;
-  const bool busy = !node_jobs_[n].empty() || spare_owner_[n] != 0;
-  if (admin_drain_[n] || cluster_.failed_gpus(n) > 0) {
+  const bool busy = alloc_.occupied(n);
+  if (admin_drain_[n] || cluster().failed_gpus(n) > 0) {
     SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained, "heartbeat resumed");
   } else {
     SetNodeState(n, NodeState::kUp, "heartbeat resumed");
@@ -228,7 +228,7 @@ void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
 void SchedulerCore::Impl::CheckHeartbeats() {
   std::vector<NodeStateRequested> down;  // one batch: see OnNodeRequests
   for (NodeId n = 0; n < topo_.node_count(); ++n) {
-    const NodeState s = cluster_.node_state(n);
+    const NodeState s = cluster().node_state(n);
     if (s == NodeState::kDown) continue;
     const TimeMs silent = now_ - last_heartbeat_[n];
     if (silent >= config_.heartbeat_down_after) {
@@ -246,23 +246,23 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count() || e.gpu < 0 || e.gpu >= topo_.node(n).gpus) return;
   std::optional<GpuHealth> health = ClassifyGpuEvent(e);
-  if (!health || cluster_.gpu_health(n, e.gpu) == *health) return;
+  if (!health || cluster().gpu_health(n, e.gpu) == *health) return;
   const std::string what = e.kind == GpuEventKind::kXid       ? "XID " + std::to_string(e.code)
                            : e.kind == GpuEventKind::kCleared ? "cleared"
                                                               : "GPU event";
-  cluster_.SetGpuHealth(n, e.gpu, *health);
+  cluster().SetGpuHealth(n, e.gpu, *health);
   ++generation_;
   Emit(GpuHealthChanged{n, e.gpu, *health, what});
   const std::string gpu_name = topo_.node(n).name + " GPU " + std::to_string(e.gpu);
   if (*health == GpuHealth::kFailed) {
-    const bool busy = !node_jobs_[n].empty() || spare_owner_[n] != 0;
+    const bool busy = alloc_.occupied(n);
     Emit(DrainNode{n, gpu_name + " failed (" + what + ")"});
-    if (cluster_.node_state(n) == NodeState::kUp) {
+    if (cluster().node_state(n) == NodeState::kUp) {
       SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
                    gpu_name + " failed (" + what + ")");
     }
     std::vector<JobId> hit;
-    for (JobId id : node_jobs_[n]) {
+    for (JobId id : alloc_.jobs_on(n)) {
       for (const GpuSlot& s : jobs_.at(id).ranks) {
         if (s.node == n && s.gpu == e.gpu) {
           hit.push_back(id);
@@ -271,23 +271,12 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
       }
     }
     for (JobId id : hit) Recover(jobs_.at(id), gpu_name + " failed (" + what + ")");
-  } else if (*health == GpuHealth::kHealthy && !admin_drain_[n] && cluster_.failed_gpus(n) == 0 &&
-             (cluster_.node_state(n) == NodeState::kDrained ||
-              cluster_.node_state(n) == NodeState::kDraining)) {
+  } else if (*health == GpuHealth::kHealthy && !admin_drain_[n] && cluster().failed_gpus(n) == 0 &&
+             (cluster().node_state(n) == NodeState::kDrained ||
+              cluster().node_state(n) == NodeState::kDraining)) {
     SetNodeState(n, NodeState::kUp, gpu_name + " repaired");
   }
 }
-
-namespace {
-
-// The lowest tier at which nodes a and b share a domain.
-int CommonTier(const Topology& topo, NodeId a, NodeId b) {
-  int t = 0;
-  while (t < topo.root_tier() && topo.Ancestor(a, t) != topo.Ancestor(b, t)) ++t;
-  return t;
-}
-
-}  // namespace
 
 void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, NodeId avoid) {
   LoseProgress(job);
@@ -304,72 +293,22 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, Nod
     if (!Restartable(s.node) || s.node == avoid) bad.insert(s.node);
   }
   if (config_.replace_on_failure) {
-    std::set<NodeId> used;
-    for (const GpuSlot& s : job.ranks) used.insert(s.node);
     std::vector<NodeId> spares;  // a spare that is not up is dropped
     for (NodeId n : job.spares) {
       if (Restartable(n) && n != avoid) spares.push_back(n);
     }
-    std::vector<GpuSlot> ranks = job.ranks;
-    std::set<NodeId> taken;
-    bool complete = true;
-    for (NodeId b : bad) {
-      std::vector<int> moved;
-      for (size_t r = 0; r < ranks.size(); ++r) {
-        if (ranks[r].node == b) moved.push_back(static_cast<int>(r));
-      }
-      // Nearest replacement: same HBD, else leaf, ...; the job's own spares
-      // before free nodes at the same distance.
-      NodeId best = -1;
-      std::tuple<int, int, NodeId> best_key{};
-      auto consider = [&](NodeId r, bool spare) {
-        if (used.count(r) || taken.count(r)) return;
-        const uint64_t healthy =
-            cluster_.all_mask(r) & ~cluster_.failed_mask(r) & ~cluster_.degraded_mask(r);
-        if (std::popcount(healthy) < static_cast<int>(moved.size())) return;
-        if (!spare) {
-          if (!cluster_.NodeAcceptsWork(r) || cluster_.busy_mask(r) != 0 ||
-              cluster_.usable_free_mask(r) != cluster_.all_mask(r)) {
-            return;
-          }
-        }
-        std::tuple<int, int, NodeId> key{CommonTier(topo_, b, r), spare ? 0 : 1, r};
-        if (best < 0 || key < best_key) {
-          best = r;
-          best_key = key;
-        }
-      };
-      for (NodeId r : spares) consider(r, true);
-      for (NodeId r = 0; r < topo_.node_count(); ++r) {
-        if (spare_owner_[r] == 0) consider(r, false);
-      }
-      if (best < 0) {
-        complete = false;
-        break;
-      }
-      taken.insert(best);
-      uint64_t gpus =
-          cluster_.all_mask(best) & ~cluster_.failed_mask(best) & ~cluster_.degraded_mask(best);
-      for (int r : moved) {
-        int g = std::countr_zero(gpus);
-        gpus &= gpus - 1;
-        ranks[r] = GpuSlot{best, g};
-      }
-    }
-    std::vector<NodeId> remaining_spares;
-    for (NodeId n : spares) {
-      if (!taken.count(n)) remaining_spares.push_back(n);
-    }
+    Replacement found =
+        FindReplacements(topo_, cluster(), job.ranks, bad, spares, alloc_.spare_owners());
+    std::vector<GpuSlot> ranks = std::move(found.ranks);
+    std::vector<NodeId> remaining_spares = std::move(found.spares_left);
+    const bool complete = found.complete;
     bool keeps = complete && Evaluate(job.request.spec, topo_, ranks).required_met;
     if (!keeps) {
       // No nearby node keeps the constraints: place the whole job afresh.
       // The placers take only up nodes' healthy GPUs; the avoided node is
       // taken out by marking its free GPUs busy in the trial.
-      ClusterState trial = cluster_;
-      std::vector<GpuSlot> held = job.ranks;
-      std::vector<GpuSlot> sp = SpareSlots(job.spares);
-      held.insert(held.end(), sp.begin(), sp.end());
-      (void)trial.Release(held);
+      ClusterState trial = cluster();
+      (void)trial.Release(alloc_.Held(job.ranks, job.spares));
       if (avoid >= 0 && avoid < topo_.node_count()) {
         std::vector<GpuSlot> block;
         for (int g = 0; g < topo_.node(avoid).gpus; ++g) {
@@ -385,8 +324,8 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, Nod
       }
     }
     if (keeps) {
-      Unhold(job);
-      Hold(job, ranks, remaining_spares);
+      Release(job);
+      Allocate(job, ranks, remaining_spares);
       job.restarts += 1;
       job.last_start = now_;
       checkpoint_asked_[job.id] = now_;
@@ -409,7 +348,7 @@ TimeMs SchedulerCore::Impl::NextWakeup() const {
   if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
   if (config_.heartbeats_required) {
     for (NodeId n = 0; n < topo_.node_count(); ++n) {
-      const NodeState s = cluster_.node_state(n);
+      const NodeState s = cluster().node_state(n);
       if (s == NodeState::kDown) continue;
       next = std::min(
           next, last_heartbeat_[n] + (s == NodeState::kSuspect ? config_.heartbeat_down_after

@@ -1,7 +1,9 @@
 #pragma once
-// SchedulerCore's internals, split over scheduler.cpp (events, jobs),
-// scheduler_pass.cpp (queue order, quotas, backfill, preemption) and
-// scheduler_health.cpp (GPU and node health, failure recovery).
+// SchedulerCore's internals: the brain's parts (each with its own header and
+// tests: QuotaLedger, QueueOrder, FailurePolicy, Allocations, StepTimeModel)
+// and the state that ties them together, split over scheduler.cpp (events,
+// jobs), scheduler_pass.cpp (the pass: order, quotas, backfill, preemption)
+// and scheduler_health.cpp (GPU and node health, failure recovery).
 
 #include <array>
 #include <map>
@@ -10,7 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "topo/core/allocations.hpp"
+#include "topo/core/failure_policy.hpp"
+#include "topo/core/queue_order.hpp"
+#include "topo/core/quota.hpp"
 #include "topo/core/scheduler.hpp"
+#include "topo/core/step_model.hpp"
 
 namespace topo::core {
 
@@ -20,31 +27,38 @@ class SchedulerCore::Impl {
 
   std::vector<Command> Step(const Event& event, TimeMs now);
 
-  // ---- state, read by the views
+  // ---- the brain's parts, each with its own header and tests
   const Topology& topo_;
   SchedulerConfig config_;
   std::unique_ptr<Placer> placer_;  // Busy without the empty-cluster analysis
   std::unique_ptr<Placer> judge_;   // decides Busy vs Infeasible at submission
-  ClusterState cluster_;
+  std::unique_ptr<QueueOrder> order_;
+  QuotaLedger quotas_;  // quotas, usage now, fairshare
+  FailurePolicy failures_;
+  Allocations alloc_;    // GPUs held by running jobs (and their spares)
+  StepTimeModel steps_;  // predicted step times, beside the placers
+  ClusterState& cluster() { return alloc_.cluster(); }
+  const ClusterState& cluster() const { return alloc_.cluster(); }
+
+  // ---- jobs and the queue
   std::map<JobId, JobRecord> jobs_;
-  std::map<std::string, TenantConfig> tenants_;
-  std::map<std::string, int> tenant_gpus_;     // GPUs held now (ranks + spares)
-  std::map<std::string, int> tenant_running_;  // running jobs now
-  std::map<std::string, double> fs_usage_;     // decayed GPU-ms per tenant
-  TimeMs fs_time_ = 0;
   TimeMs now_ = 0;
-  std::set<JobId> waiting_;             // queued or held
-  std::map<JobId, TimeMs> queue_time_;  // ordering time (age)
+  std::set<JobId> waiting_;               // queued or held
+  std::map<JobId, TimeMs> queue_time_;    // ordering time (age)
+  std::set<JobId> preemptors_;            // waiting jobs that preempted others
+  std::map<JobId, JobId> preempted_for_;  // victim -> the job it makes room for
+  // Jobs waiting out a restart backoff, by its end.
+  std::set<std::pair<TimeMs, JobId>> backoff_;
+  ClusterState empty_;        // for feasibility checks
+  std::set<JobId> feasible_;  // placed on the empty cluster once
+
+  // ---- node health
   std::vector<TimeMs> last_heartbeat_;
-  std::vector<std::vector<JobId>> node_jobs_;  // running jobs per node
-  std::vector<JobId> spare_owner_;             // job holding the node as a spare, or 0
-  std::vector<char> admin_drain_;              // drained by request, not by health
-  std::map<JobId, TimeMs> checkpoint_asked_;   // last periodic checkpoint request
-  std::map<JobId, JobId> preempted_for_;       // victim -> the job it makes room for
-  ClusterState empty_;                         // for feasibility checks
-  std::set<JobId> feasible_;                   // placed on the empty cluster once
-  std::set<JobId> preemptors_;                 // waiting jobs that preempted others
-  std::set<JobId> running_;                    // running or preempting (holding GPUs)
+  std::vector<char> admin_drain_;  // drained by request, not by health
+  // Nodes per NodeState, for the reasons of jobs that wait for capacity.
+  std::array<int, 5> nodes_in_state_{};
+
+  // ---- the pass's memo
   // Bumped by every change that can make a placement succeed that failed
   // before (GPUs held or freed, node or GPU health, quotas). A job that
   // could not be placed at generation g cannot be at g either: the pass
@@ -58,15 +72,6 @@ class SchedulerCore::Impl {
   };
   std::map<JobId, Blocked> blocked_at_;  // the last failed placement try
   std::map<JobId, uint64_t> preempt_failed_at_;
-  // Timers of running jobs (time limits, checkpoint requests, preemption
-  // deadlines): the earliest one, recomputed only when running jobs change.
-  TimeMs next_timer_ = kNever;
-  bool timers_dirty_ = true;
-  void RecomputeTimers();
-  // The earliest time limit, checkpoint request or preemption deadline of
-  // one job (kNever when it has none).
-  TimeMs JobTimer(const JobRecord& job) const;
-  TimeMs next_heartbeat_check_ = kNever;
   // A pass runs only when something it depends on changed.
   uint64_t queue_epoch_ = 1;
   uint64_t last_pass_generation_ = 0;
@@ -76,12 +81,19 @@ class SchedulerCore::Impl {
   // queue behind that head skips the full pass (AdmitBehindHead).
   JobId pass_head_ = 0;
   JobId just_submitted_ = 0;
-  // Jobs waiting out a restart backoff, by its end.
-  std::set<std::pair<TimeMs, JobId>> backoff_;
-  // Nodes per NodeState, for the reasons of jobs that wait for capacity.
-  std::array<int, 5> nodes_in_state_{};
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
+
+  // ---- timers of running jobs
+  std::map<JobId, TimeMs> checkpoint_asked_;  // last periodic checkpoint request
+  // Time limits, checkpoint requests, preemption deadlines: the earliest
+  // one, recomputed only when running jobs change.
+  TimeMs next_timer_ = kNever;
+  bool timers_dirty_ = true;
+  void RecomputeTimers();
+  // The earliest time limit, checkpoint request or preemption deadline of
+  // one job (kNever when it has none).
+  TimeMs JobTimer(const JobRecord& job) const;
   MasterPorts ports_;  // MASTER_PORT held by running jobs, per master node
 
   // ---- scheduler.cpp
@@ -96,13 +108,13 @@ class SchedulerCore::Impl {
   void OnCheckpoint(const CheckpointCompleted& e);
   void OnTenant(const TenantConfigured& e);
   TimeMs TimeLimit(const JobRecord& job) const;
-  // Allocation bookkeeping (cluster, tenant usage, node index).
-  void Hold(JobRecord& job, std::vector<GpuSlot> ranks, std::vector<NodeId> spares);
-  void Unhold(JobRecord& job);
-  std::vector<GpuSlot> SpareSlots(const std::vector<NodeId>& spares) const;
-  // Everything a start of the held job needs on its nodes, with a fresh
-  // master port (the one of its last run was freed by Unhold).
-  // REQUIRES: the job holds its ranks (Hold).
+  // GPU allocation of a job that starts or restarts, and its release: the
+  // cluster, the node index, the tenant's usage and the job's record.
+  void Allocate(JobRecord& job, std::vector<GpuSlot> ranks, std::vector<NodeId> spares);
+  void Release(JobRecord& job);
+  // Everything a start of the job needs on its nodes, with a fresh master
+  // port (the one of its last run was freed by Release).
+  // REQUIRES: the job holds its ranks (Allocate).
   Launch MakeLaunch(JobRecord& job);
   // Accounts the run time since the last mark as kept (productive) or lost.
   void KeepProgress(JobRecord& job, TimeMs until);
@@ -119,14 +131,12 @@ class SchedulerCore::Impl {
   void RequeueWithBackoff(JobRecord& job, TimeMs delay, const std::string& reason);
   // Ends the backoffs due by now_, so the pass considers those jobs again.
   void EndBackoffs();
-  // The delay before the restart after the k-th failure in a row (k >= 1).
-  TimeMs Backoff(int k) const;
-  void DecayFairshare();
   void MaybeFinishDrain(NodeId n);
 
   // ---- scheduler_pass.cpp
   void SchedulePass();
   std::vector<JobId> Ordered() const;
+  QueuedJob QueueEntry(const JobRecord& job) const;
   // True when the job submitted this step sorts after the last pass's
   // blocked head and cannot start now, so a full pass would only set its
   // reason: sets it and spares the pass.
@@ -172,7 +182,8 @@ class SchedulerCore::Impl {
   // restart it on healthy replacements that keep its topology, else requeue
   // it to wait for capacity. Never fails the job.
   void Recover(JobRecord& job, const std::string& reason, NodeId avoid = -1);
-  // A rank exited non-zero: count it, and back off, restart or fail.
+  // A rank exited non-zero: count it, and back off, restart or fail
+  // (FailurePolicy::AfterAppFailure).
   void OnAppFailure(JobRecord& job, int rank, int exit_code);
   // "287 nodes down, 1 suspect": the nodes that take no work now ("" when
   // every node is up).

@@ -11,111 +11,43 @@ namespace topo::core {
 
 namespace {
 
-// "a/b/c" -> {"a", "a/b", "a/b/c"}
-std::vector<std::string> Prefixes(const std::string& path) {
-  std::vector<std::string> out;
-  for (size_t pos = path.find('/'); pos != std::string::npos; pos = path.find('/', pos + 1)) {
-    out.push_back(path.substr(0, pos));
-  }
-  out.push_back(path);
-  return out;
-}
-
 std::string Gpus(int n) { return std::to_string(n) + " GPUs"; }
 
 }  // namespace
 
+QueuedJob SchedulerCore::Impl::QueueEntry(const JobRecord& j) const {
+  return QueuedJob{j.id,
+                   preemptors_.count(j.id) > 0,
+                   j.request.priority,
+                   j.requeued_at_head,
+                   &j.request.tenant,
+                   queue_time_.at(j.id)};
+}
+
 std::vector<JobId> SchedulerCore::Impl::Ordered() const {
-  // Every sort key is looked up once per job, then the sort compares plain
-  // values (the queue can hold many thousands of jobs; this runs every pass).
-  struct Key {
-    bool preemptor;  // a job that preempted others claims what they free
-    int priority;
-    bool head;  // requeued at the head
-    const std::vector<double>* fairshare;
-    TimeMs queued;
-    JobId id;
-  };
-  const bool fifo = config_.order == QueueOrder::kFifo;
-  // Fairshare: usage / shares at each level of the tenant path.
-  std::map<std::string, std::vector<double>> key_of;
-  std::map<std::string, double> prefix_usage;
-  if (!fifo) {
-    for (const auto& [tenant, usage] : fs_usage_) {
-      for (const std::string& p : Prefixes(tenant)) prefix_usage[p] += usage;
-    }
-  }
-  std::vector<Key> keys;
-  keys.reserve(waiting_.size());
+  std::vector<QueuedJob> queued;
+  queued.reserve(waiting_.size());
   for (JobId id : waiting_) {
     const JobRecord& j = jobs_.at(id);
-    if (j.state != JobState::kQueued) continue;
-    const std::vector<double>* fs = nullptr;
-    if (!fifo) {
-      auto [it, fresh] = key_of.try_emplace(j.request.tenant);
-      if (fresh) {
-        for (const std::string& p : Prefixes(j.request.tenant)) {
-          auto t = tenants_.find(p);
-          double shares = t == tenants_.end() || t->second.shares <= 0 ? 1.0 : t->second.shares;
-          auto u = prefix_usage.find(p);
-          it->second.push_back((u == prefix_usage.end() ? 0.0 : u->second) / shares);
-        }
-      }
-      fs = &it->second;
-    }
-    keys.push_back(Key{preemptors_.count(id) > 0, fifo ? 0 : j.request.priority, j.requeued_at_head,
-                       fs, queue_time_.at(id), id});
+    if (j.state == JobState::kQueued) queued.push_back(QueueEntry(j));
   }
-  std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-    if (a.preemptor != b.preemptor) return a.preemptor;
-    if (a.priority != b.priority) return a.priority > b.priority;
-    if (a.head != b.head) return a.head;
-    if (a.fairshare != b.fairshare && *a.fairshare != *b.fairshare) {
-      return *a.fairshare < *b.fairshare;
-    }
-    return a.queued != b.queued ? a.queued < b.queued : a.id < b.id;
-  });
+  order_->Sort(queued, quotas_);
   std::vector<JobId> ids;
-  ids.reserve(keys.size());
-  for (const Key& k : keys) ids.push_back(k.id);
+  ids.reserve(queued.size());
+  for (const QueuedJob& q : queued) ids.push_back(q.id);
   return ids;
 }
 
 std::string SchedulerCore::Impl::QuotaBlock(const JobRecord& job) const {
-  auto it = tenants_.find(job.request.tenant);
-  if (it == tenants_.end()) return {};
-  const TenantConfig& t = it->second;
-  const int gpus = job.request.spec.gpus + job.request.spec.spares * topo_.max_node_gpus();
-  if (t.max_job_gpus > 0 && job.request.spec.gpus > t.max_job_gpus) {
-    return "quota: the job asks for " + Gpus(job.request.spec.gpus) + ", over tenant '" + t.name +
-           "' max_job_gpus " + std::to_string(t.max_job_gpus);
-  }
-  auto running = tenant_running_.find(t.name);
-  if (t.max_running_jobs > 0 && running != tenant_running_.end() &&
-      running->second >= t.max_running_jobs) {
-    return "quota: tenant '" + t.name + "' already runs " + std::to_string(running->second) +
-           " jobs, its max_running_jobs";
-  }
-  if (t.borrow_limit_gpus >= 0) {
-    auto used_it = tenant_gpus_.find(t.name);
-    const int used = used_it == tenant_gpus_.end() ? 0 : used_it->second;
-    const int limit = t.guaranteed_gpus + t.borrow_limit_gpus;
-    if (used + gpus > limit) {
-      return "quota: tenant '" + t.name + "' would hold " + std::to_string(used + gpus) +
-             " GPUs, over its limit of " + std::to_string(limit) + " (guaranteed " +
-             std::to_string(t.guaranteed_gpus) + " + borrow_limit " +
-             std::to_string(t.borrow_limit_gpus) + ")";
-    }
-  }
-  return {};
+  const JobSpec& spec = job.request.spec;
+  return quotas_.Block(job.request.tenant, spec.gpus,
+                       spec.gpus + spec.spares * topo_.max_node_gpus());
 }
 
 void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
   const bool timers_were_dirty = timers_dirty_;
-  Hold(job, p.ranks, p.spares);
-  auto t = tenants_.find(job.request.tenant);
-  const int guaranteed = t == tenants_.end() ? 0 : t->second.guaranteed_gpus;
-  job.borrowed = tenant_gpus_[job.request.tenant] > guaranteed;
+  Allocate(job, p.ranks, p.spares);
+  job.borrowed = quotas_.gpus(job.request.tenant) > quotas_.guaranteed(job.request.tenant);
   if (job.first_start < 0) job.first_start = now_;
   job.last_start = now_;
   job.requeued_at_head = false;
@@ -138,7 +70,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   // Running jobs by the time they must end: their time limits (or their
   // preemption deadlines).
   std::vector<std::pair<TimeMs, JobId>> ends;
-  for (JobId id : running_) {
+  for (JobId id : alloc_.holders()) {
     const JobRecord& j = jobs_.at(id);
     if (j.state == JobState::kRunning) ends.push_back({j.last_start + TimeLimit(j), id});
     if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
@@ -150,14 +82,11 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   auto release_through = [&](ClusterState& s, size_t from, size_t to) {
     for (size_t i = from; i <= to; ++i) {
       const JobRecord& j = jobs_.at(ends[i].second);
-      std::vector<GpuSlot> held = j.ranks;
-      std::vector<GpuSlot> spares = SpareSlots(j.spares);
-      held.insert(held.end(), spares.begin(), spares.end());
-      (void)s.Release(held);
+      (void)s.Release(alloc_.Held(j.ranks, j.spares));
     }
   };
   // The first end after which enough GPUs are free at all.
-  ClusterState future = cluster_;
+  ClusterState future = cluster();
   size_t lo = ends.size();
   for (size_t i = 0; i < ends.size(); ++i) {
     release_through(future, i, i);
@@ -193,7 +122,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
     found = std::move(last);
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;
-      ClusterState probe = cluster_;
+      ClusterState probe = cluster();
       release_through(probe, 0, mid);
       Placement p = placer_->Place(job.request.spec, probe);
       if (p.placed()) {
@@ -205,9 +134,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
     }
   }
   r.start = std::max(ends[hi].first, now_);
-  r.gpus = found.ranks;
-  std::vector<GpuSlot> s = SpareSlots(found.spares);
-  r.gpus.insert(r.gpus.end(), s.begin(), s.end());
+  r.gpus = alloc_.Held(found.ranks, found.spares);
   return r;
 }
 
@@ -221,18 +148,8 @@ bool SchedulerCore::Impl::AdmitBehindHead(JobId id) {
   if (head.state != JobState::kQueued || job.state != JobState::kQueued) return false;
   // Does the head sort before the job (Ordered)? Where fairshare would
   // decide (two tenants), do not guess: run the pass.
-  const bool fifo = config_.order == QueueOrder::kFifo;
-  const bool head_first = [&] {
-    if (preemptors_.count(head.id) > 0) return true;
-    if (!fifo && head.request.priority != job.request.priority) {
-      return head.request.priority > job.request.priority;
-    }
-    if (head.requeued_at_head != job.requeued_at_head) return head.requeued_at_head;
-    if (!fifo && head.request.tenant != job.request.tenant) return false;
-    const TimeMs th = queue_time_.at(head.id), tj = queue_time_.at(id);
-    return th != tj ? th < tj : head.id < id;
-  }();
-  if (!head_first) return false;
+  const std::optional<bool> head_first = order_->Before(QueueEntry(head), QueueEntry(job));
+  if (!head_first.value_or(false)) return false;
   if (std::string q = QuotaBlock(job); !q.empty()) {
     SetState(job, JobState::kQueued, q);
     return true;
@@ -242,7 +159,7 @@ bool SchedulerCore::Impl::AdmitBehindHead(JobId id) {
     feasible_.insert(id);
   }
   // Backfill needs the GPUs free now; with fewer, the pass would only say so.
-  if (cluster_.free_gpus(topo_.root()) >= job.request.spec.gpus) return false;
+  if (cluster().free_gpus(topo_.root()) >= job.request.spec.gpus) return false;
   SetState(job, JobState::kQueued,
            WaitReason(job, "waiting behind job " + std::to_string(head.id)));
   return true;
@@ -288,11 +205,11 @@ void SchedulerCore::Impl::SchedulePass() {
       feasible_.insert(id);
     }
     if (!blocked) {
-      Placement p = cluster_.free_gpus(topo_.root()) >= spec.gpus
-                        ? PlaceUnlessBlocked(job, cluster_, false)
+      Placement p = cluster().free_gpus(topo_.root()) >= spec.gpus
+                        ? PlaceUnlessBlocked(job, cluster(), false)
                         : Placement{PlaceOutcome::kBusy,
                                     "needs " + Gpus(spec.gpus) + "; " +
-                                        Gpus(cluster_.free_gpus(topo_.root())) + " free now",
+                                        Gpus(cluster().free_gpus(topo_.root())) + " free now",
                                     {},
                                     {}};
       if (p.placed()) {
@@ -331,29 +248,27 @@ void SchedulerCore::Impl::SchedulePass() {
         // by the jobs whose end makes the reservation.
         std::vector<GpuSlot> free_now;
         for (const GpuSlot& g : res.gpus) {
-          if (((cluster_.busy_mask(g.node) >> g.gpu) & 1) == 0) free_now.push_back(g);
+          if (((cluster().busy_mask(g.node) >> g.gpu) & 1) == 0) free_now.push_back(g);
         }
-        masked = std::make_unique<ClusterState>(cluster_);
+        masked = std::make_unique<ClusterState>(cluster());
         (void)masked->Allocate(free_now);
       }
       continue;
     }
     // Backfill: start now only if the reservation keeps its time and GPUs.
-    if (cluster_.free_gpus(topo_.root()) < spec.gpus) {
+    if (cluster().free_gpus(topo_.root()) < spec.gpus) {
       SetState(job, JobState::kQueued,
                WaitReason(job, "waiting behind job " + std::to_string(res.job)));
       continue;
     }
     const bool ends_in_time = now_ + TimeLimit(job) <= res.start;
     const bool use_mask = !ends_in_time && masked != nullptr;
-    Placement p = PlaceUnlessBlocked(job, use_mask ? *masked : cluster_, use_mask);
+    Placement p = PlaceUnlessBlocked(job, use_mask ? *masked : cluster(), use_mask);
     if (p.placed()) {
       Start(job, p);
       if (masked != nullptr) {
         // A job that ends in time may sit on reserved GPUs masked already holds.
-        std::vector<GpuSlot> mine = job.ranks;
-        std::vector<GpuSlot> spare_slots = SpareSlots(job.spares);
-        mine.insert(mine.end(), spare_slots.begin(), spare_slots.end());
+        std::vector<GpuSlot> mine = alloc_.Held(job.ranks, job.spares);
         std::erase_if(mine,
                       [&](const GpuSlot& g) { return (masked->busy_mask(g.node) >> g.gpu) & 1; });
         (void)masked->Allocate(mine);
@@ -383,7 +298,7 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
                      {},
                      {}};
   }
-  // The masked state is cluster_ minus the reservation, a function of the
+  // The masked state is the cluster minus the reservation, a function of the
   // head job and the generation.
   const JobId res_job = masked ? reservation_job_ : 0;
   auto it = blocked_at_.find(job.id);
@@ -400,16 +315,15 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
 
 bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
   const JobSpec& spec = waiting.request.spec;
-  auto t = tenants_.find(waiting.request.tenant);
-  const int guaranteed = t == tenants_.end() ? 0 : t->second.guaranteed_gpus;
-  const bool in_guarantee = tenant_gpus_[waiting.request.tenant] + spec.gpus <= guaranteed;
+  const bool in_guarantee = quotas_.gpus(waiting.request.tenant) + spec.gpus <=
+                            quotas_.guaranteed(waiting.request.tenant);
   struct Candidate {
     bool borrowed;
     double lost;
     JobId id;
   };
   std::vector<Candidate> candidates;
-  for (JobId id : running_) {
+  for (JobId id : alloc_.holders()) {
     const JobRecord& j = jobs_.at(id);
     if (j.state != JobState::kRunning) continue;
     const bool lower = j.request.priority < waiting.request.priority;
@@ -431,12 +345,9 @@ bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
   });
   auto held = [&](JobId id) {
     const JobRecord& j = jobs_.at(id);
-    std::vector<GpuSlot> s = j.ranks;
-    std::vector<GpuSlot> sp = SpareSlots(j.spares);
-    s.insert(s.end(), sp.begin(), sp.end());
-    return s;
+    return alloc_.Held(j.ranks, j.spares);
   };
-  ClusterState trial = cluster_;
+  ClusterState trial = cluster();
   std::vector<JobId> chosen;
   bool fits = false;
   for (const Candidate& c : candidates) {
@@ -498,7 +409,7 @@ TimeMs SchedulerCore::Impl::CheckpointInterval(const JobRecord& job) const {
 void SchedulerCore::Impl::RunJobTimers() {
   if (!timers_dirty_ && now_ < next_timer_) return;
   std::vector<JobId> expired;
-  for (JobId id : running_) {
+  for (JobId id : alloc_.holders()) {
     JobRecord& job = jobs_.at(id);
     if (job.state != JobState::kRunning) continue;
     if (now_ >= job.last_start + TimeLimit(job)) {
@@ -517,7 +428,7 @@ void SchedulerCore::Impl::RunJobTimers() {
     JobRecord& job = jobs_.at(id);
     KeepProgress(job, now_);
     Emit(StopJob{id, "time limit reached"});
-    Unhold(job);
+    Release(job);
     SetState(job, JobState::kFailed,
              "time limit of " + std::to_string(TimeLimit(job) / kSecond) + " s reached");
   }
@@ -540,7 +451,7 @@ TimeMs SchedulerCore::Impl::JobTimer(const JobRecord& job) const {
 
 void SchedulerCore::Impl::RecomputeTimers() {
   TimeMs next = kNever;
-  for (JobId id : running_) next = std::min(next, JobTimer(jobs_.at(id)));
+  for (JobId id : alloc_.holders()) next = std::min(next, JobTimer(jobs_.at(id)));
   next_timer_ = next;
   timers_dirty_ = false;
 }

@@ -56,38 +56,21 @@
 #include "topo/core/job.hpp"
 #include "topo/core/launch.hpp"
 #include "topo/core/placement.hpp"
+#include "topo/core/quota.hpp"
+#include "topo/core/time.hpp"
 #include "topo/core/topology.hpp"
 
 namespace topo::core {
 
-using JobId = int64_t;
-using TimeMs = int64_t;
-inline constexpr TimeMs kSecond = 1000;
-inline constexpr TimeMs kMinute = 60 * kSecond;
-inline constexpr TimeMs kHour = 60 * kMinute;
-inline constexpr TimeMs kNever = INT64_MAX;
-
 // ---------------------------------------------------------------- config
 
-struct TenantConfig {
-  std::string name;            // a path: "org/team/user" ("default" is one level)
-  int guaranteed_gpus = 0;     // capacity the tenant can always reclaim
-  int borrow_limit_gpus = -1;  // GPUs it may use beyond the guarantee; -1 no limit
-  int max_job_gpus = 0;        // 0: no limit
-  int max_running_jobs = 0;    // 0: no limit
-  double shares = 1.0;         // fairshare weight among its siblings
-  // Jobs waiting (queued or held) at once; the daemon refuses submissions
-  // past it. 0: no limit. Not used by the core's decisions.
-  int max_queued_jobs = 0;
-};
-
-enum class QueueOrder : uint8_t { kFifo, kMultifactor };
 enum class RequeuePosition : uint8_t { kHead, kTail };
 
 struct SchedulerConfig {
   std::string placer = "toposched";
   PlacerOptions placer_options;
-  QueueOrder order = QueueOrder::kMultifactor;
+  // A name of QueueOrderNames() (queue_order.hpp): "multifactor" or "fifo".
+  std::string queue_order = "multifactor";
   bool backfill = true;
   int backfill_depth = 64;  // queued jobs looked at per pass after the head
   bool preemption = true;
@@ -334,10 +317,9 @@ using Command = std::variant<StartJob, RestartJob, StopJob, RequestCheckpoint, D
 
 class SchedulerCore {
  public:
-  // REQUIRES: topology outlives the core; MakePlacer(config.placer) exists
-  // (ForStack guarantees it). Every node starts up, or down until it
-  // registers (NodeStateRequested up) when heartbeats_required or
-  // nodes_start_down.
+  // REQUIRES: topology outlives the core; MakePlacer(config.placer) and
+  // MakeQueueOrder(config.queue_order) exist (ForStack guarantees it). Every node starts up, or
+  // down until it registers (NodeStateRequested up) when heartbeats_required or nodes_start_down.
   SchedulerCore(const Topology& topology, SchedulerConfig config);
   ~SchedulerCore();
   SchedulerCore(const SchedulerCore&) = delete;

@@ -1,0 +1,102 @@
+// QuotaLedger against hand-computed quotas and fairshare figures.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "topo/core/quota.hpp"
+
+using namespace topo::core;
+
+namespace {
+
+TenantConfig Tenant(std::string name, int guaranteed, int borrow = -1, int max_job = 0,
+                    int max_running = 0, double shares = 1.0) {
+  TenantConfig t;
+  t.name = std::move(name);
+  t.guaranteed_gpus = guaranteed;
+  t.borrow_limit_gpus = borrow;
+  t.max_job_gpus = max_job;
+  t.max_running_jobs = max_running;
+  t.shares = shares;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("quota: limits are checked in order and name the limit") {
+  QuotaLedger q(kHour);
+  CHECK(q.tenant("default") != nullptr);
+  CHECK(q.tenant("nobody") == nullptr);
+  CHECK(q.Block("nobody", 1'000'000, 1'000'000).empty());  // unconfigured: no limits
+
+  q.Configure(Tenant("a", 32, 16, 64, 2));
+  CHECK(q.Block("a", 32, 32).empty());
+  CHECK(q.Block("a", 65, 65) == "quota: the job asks for 65 GPUs, over tenant 'a' max_job_gpus 64");
+  // 32 + 16 = 48 GPUs at most.
+  CHECK(q.Block("a", 48, 48).empty());
+  CHECK(q.Block("a", 48, 49) ==
+        "quota: tenant 'a' would hold 49 GPUs, over its limit of 48 (guaranteed 32 + "
+        "borrow_limit 16)");
+  q.AddJob("a", 40);
+  CHECK(q.gpus("a") == 40);
+  CHECK(q.running("a") == 1);
+  CHECK(q.Block("a", 8, 8).empty());
+  CHECK(q.Block("a", 8, 16).find("would hold 56 GPUs") != std::string::npos);
+  q.AddJob("a", 8);
+  CHECK(q.Block("a", 1, 1) == "quota: tenant 'a' already runs 2 jobs, its max_running_jobs");
+  q.RemoveJob("a", 40);
+  CHECK(q.gpus("a") == 8);
+  CHECK(q.running("a") == 1);
+  CHECK(q.guaranteed("a") == 32);
+  CHECK(q.guaranteed("nobody") == 0);
+}
+
+TEST_CASE("quota: usage decays with the half-life and composes over steps") {
+  const TimeMs h = kHour;
+  QuotaLedger one(h), two(h);
+  one.AddJob("a", 10);
+  two.AddJob("a", 10);
+  one.Advance(2 * h);
+  two.Advance(h);
+  two.Advance(2 * h);
+  // 10 GPUs for two half-lives: 10 x (1 - 1/4) x H / ln 2 GPU-ms.
+  const double expect = 10 * 0.75 * static_cast<double>(h) / std::log(2.0);
+  CHECK(one.usage("a") == doctest::Approx(expect).epsilon(1e-12));
+  CHECK(two.usage("a") == doctest::Approx(expect).epsilon(1e-12));
+  // Nothing held: the usage halves every half-life.
+  one.RemoveJob("a", 10);
+  one.Advance(3 * h);
+  CHECK(one.usage("a") == doctest::Approx(expect / 2).epsilon(1e-12));
+  one.Advance(h);  // the past does nothing
+  CHECK(one.usage("a") == doctest::Approx(expect / 2).epsilon(1e-12));
+}
+
+TEST_CASE("quota: fairshare keys are usage over shares per level of the path") {
+  QuotaLedger q(1'000'000 * kHour);  // decay negligible over the test
+  q.Configure(Tenant("org", 0, -1, 0, 0, 2.0));
+  q.Configure(Tenant("org/x", 0, -1, 0, 0, 1.0));
+  q.Configure(Tenant("org/y", 0, -1, 0, 0, 4.0));
+  q.AddJob("org/x", 30);
+  q.AddJob("org/y", 10);
+  q.AddJob("lab", 20);
+  q.Advance(kHour);
+  const double ux = q.usage("org/x"), uy = q.usage("org/y"), ul = q.usage("lab");
+  CHECK(ux == doctest::Approx(3 * uy));
+  CHECK(ul == doctest::Approx(2 * uy));
+  QuotaLedger::FairshareView fs = q.Fairshare();
+  // org: (x + y) / 2 = 2 uy; org/x: ux / 1 = 3 uy; org/y: uy / 4; lab: 2 uy / 1.
+  const std::vector<double>& kx = fs.KeyOf("org/x");
+  const std::vector<double>& ky = fs.KeyOf("org/y");
+  const std::vector<double>& kl = fs.KeyOf("lab");
+  REQUIRE(kx.size() == 2);
+  CHECK(kx[0] == doctest::Approx(2 * uy));
+  CHECK(kx[1] == doctest::Approx(3 * uy));
+  CHECK(ky[1] == doctest::Approx(uy / 4));
+  REQUIRE(kl.size() == 1);
+  CHECK(kl[0] == doctest::Approx(2 * uy));
+  // y is further below its share than x; lab ties org at the first level.
+  CHECK(ky < kx);
+  CHECK(fs.KeyOf("new/tenant") == std::vector<double>{0.0, 0.0});
+  CHECK(TenantPathPrefixes("a/b/c") == std::vector<std::string>{"a", "a/b", "a/b/c"});
+}
