@@ -2,7 +2,13 @@
 // on a running topo-scheduler (docs/cli.md; docs/api.md "Tenants and
 // quotas", "Users and tokens").
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 
 #include "client/format.hpp"
@@ -162,10 +168,29 @@ int RunUsersDelete(const UsersArgs& args) {
 struct TokenArgs {
   std::string user;
   std::string id;
+  std::string out;  // token create --out FILE
   bool json = false;
 };
 
 int RunTokenCreate(const TokenArgs& args) {
+  // --out: opened (mode 0600, not through a symlink) before the token
+  // exists, so a path that cannot be written costs no token.
+  int out_fd = -1;
+  if (!args.out.empty()) {
+    out_fd = ::open(args.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (out_fd < 0 || ::fchmod(out_fd, 0600) != 0) {
+      std::cerr << "topo: --out " << args.out << ": cannot write it: " << std::strerror(errno)
+                << " (give a file in a directory you own)\n";
+      if (out_fd >= 0) ::close(out_fd);
+      return kExitError;
+    }
+  }
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{out_fd};
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
@@ -173,7 +198,7 @@ int RunTokenCreate(const TokenArgs& args) {
   if (!args.user.empty()) body["user"] = args.user;
   Reply reply = session->Call("POST", "/v1/tokens", body);
   if (!reply.ok()) return reply.exit_code;
-  if (args.json) {
+  if (args.json && out_fd < 0) {
     PrintJson(reply.body);
     return kExitOk;
   }
@@ -181,8 +206,32 @@ int RunTokenCreate(const TokenArgs& args) {
     std::cerr << "topo: the server's answer has no \"token\"\n";
     return kExitServerError;
   }
-  // The token alone on stdout, so `topo token create > file` keeps it.
-  std::cout << Cell(reply.body["token"]) << "\n";
+  if (out_fd >= 0) {
+    const std::string line = reply.body["token"].is_string()
+                                 ? reply.body["token"].get<std::string>() + "\n"
+                                 : std::string();
+    if (line.empty() ||
+        ::write(out_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      std::cerr << "topo: --out " << args.out << ": the token could not be written ("
+                << std::strerror(errno) << "); revoke it: topo token revoke "
+                << Cell(reply.body.value("id", json())) << "\n";
+      return kExitError;
+    }
+    if (args.json) {
+      json shown = reply.body;
+      shown.erase("token");
+      shown["out"] = args.out;
+      PrintJson(shown);
+    } else {
+      std::cerr << "topo: token " << Cell(reply.body.value("id", json())) << " for "
+                << Cell(reply.body.value("user", json())) << " written to " << args.out
+                << " (mode 0600)\n";
+    }
+    return kExitOk;
+  } else {
+    // The token alone on stdout, so `topo token create > file` keeps it.
+    std::cout << Cell(reply.body["token"]) << "\n";
+  }
   std::cerr << "topo: token " << Cell(reply.body.value("id", json())) << " for "
             << Cell(reply.body.value("user", json()))
             << "; it is shown only this once: store it now (revoke: topo token revoke "
@@ -354,9 +403,13 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
       AddVerb(*tok, "create",
               "Create an API token and print it, once (details go to stderr).\n\n"
               "Examples:\n"
-              "  topo token create > ~/.config/topo/token     # your own\n"
+              "  topo token create --out ~/.config/topo/token # your own, in a file of mode 0600\n"
               "  topo token create --user ada                 # admins: for a user in scope");
   c->add_option("--user", tc->user, "Whose token (default: yours)");
+  c->add_option("--out", tc->out,
+                "Write the token to FILE, created with mode 0600 (an existing file is "
+                "truncated and made 0600; a symlink is refused), not to standard output")
+      ->type_name("FILE");
   c->add_flag("--json", tc->json, "Print {\"token\", \"id\", \"user\"}");
   AddConnectionFlags(*c, conn);
   c->callback([tc, exit_code] { *exit_code = RunTokenCreate(*tc); });

@@ -348,7 +348,8 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
               "  topo nodes gpu0007              # one node, per GPU");
   n->add_option("NAME", nodes->name, "A node name, or a hostlist to filter by");
   n->add_option("--state", nodes->state,
-                "Only these states, comma-separated: up, draining, drained, down, suspect");
+                "Only these states, comma-separated: up, draining, drained, down, suspect")
+      ->check(OneOfList({"up", "draining", "drained", "down", "suspect"}, "a node state"));
   n->add_flag("--json", nodes->json, std::string(kJsonHelp));
   AddConnectionFlags(*n, SharedConnectionFlags());
   n->callback([nodes, exit_code] { *exit_code = RunNodes(*nodes); });

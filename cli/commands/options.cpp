@@ -1,5 +1,6 @@
 #include "commands/options.hpp"
 
+#include <algorithm>
 #include <iostream>
 
 #include "commands/commands.hpp"
@@ -27,6 +28,27 @@ void AddTopologyFlags(CLI::App& cmd, common::TopologySource* source,
 int Fail(const std::string& message) {
   std::cerr << "topo: " << message << "\n";
   return kExitError;
+}
+
+CLI::Validator OneOfList(std::vector<std::string> allowed, std::string what) {
+  return CLI::Validator(
+      [allowed = std::move(allowed), what = std::move(what)](std::string& value) -> std::string {
+        size_t start = 0;
+        while (start <= value.size()) {
+          size_t comma = value.find(',', start);
+          if (comma == std::string::npos) comma = value.size();
+          const std::string item = value.substr(start, comma - start);
+          if (std::find(allowed.begin(), allowed.end(), item) == allowed.end()) {
+            std::string list;
+            for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+            return "'" + item + "' is not " + what + "; use one or more of " + list +
+                   ", comma-separated";
+          }
+          start = comma + 1;
+        }
+        return std::string();
+      },
+      "LIST");
 }
 
 }  // namespace topo::cli

@@ -167,6 +167,13 @@ def main():
         bad = topo(["submit", "--gpus", "8", "--mem-per-node", "lots"], alice, expect=1)
         check("--mem-per-node" in bad.stderr, bad.stderr)
 
+        # A filter that names no state is an error, not an empty table.
+        p = topo(["nodes", "--state", "bogus"], expect=1)
+        check("'bogus' is not a node state" in p.stderr and "drained" in p.stderr, p.stderr)
+        p = topo(["queue", "--state", "running,sleeping"], alice, expect=1)
+        check("'sleeping' is not a job state" in p.stderr, p.stderr)
+        check(js(["nodes", "--state", "up,drained"])["nodes"], "a good filter still lists")
+
         # drain / resume with the admin.
         topo(["drain", "n7", "--reason", "bad cable"])
         n7 = js(["nodes", "n7"])
@@ -230,9 +237,23 @@ def main():
         exported = json.loads(topo(["topology", "export"]).stdout)
         check(exported["name"] == "tiny" and len(exported["domains"]) == 2, "export: %s" % exported.keys())
 
+        # token create --out writes the token to a file of mode 0600 that works.
+        os.umask(0o022)
+        tfile = os.path.join(work, "alice.token")
+        made = js(["token", "create", "--user", "alice", "--out", tfile])
+        check("token" not in made and made["out"] == tfile, str(made))
+        check(os.stat(tfile).st_mode & 0o777 == 0o600, oct(os.stat(tfile).st_mode))
+        with open(tfile) as f:
+            check(js(["whoami"], f.read().strip())["user"] == "alice", "the written token works")
+        link = os.path.join(work, "token-link")
+        os.symlink(os.path.join(work, "elsewhere"), link)
+        p = topo(["token", "create", "--out", link], expect=1)
+        check("--out" in p.stderr and not os.path.exists(os.path.join(work, "elsewhere")), p.stderr)
+
         # Revoking a token locks it out at once.
         tokens = js(["token", "list", "--user", "alice"])["tokens"]
-        topo(["token", "revoke", tokens[0]["id"]])
+        for t in tokens:
+            topo(["token", "revoke", t["id"]])
         topo(["queue"], alice, expect=AUTH)
 
         # A restart keeps every job, state and placement.
