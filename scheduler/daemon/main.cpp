@@ -22,6 +22,7 @@
 #include "daemon/server.hpp"
 #include "daemon/service.hpp"
 #include "daemon/slurm_bridge.hpp"
+#include "store/backup.hpp"
 #include "topo/common/topology_io.hpp"
 #include "topo/common/topology_source.hpp"
 
@@ -179,6 +180,28 @@ int main(int argc, char** argv) {
   revoke->add_option("--node", node, "node name")->required();
   ca->require_subcommand(1);
 
+  std::string backup_out, restore_file;
+  bool restore_force = false;
+  CLI::App* backup = app.add_subcommand(
+      "backup",
+      "copy the store (jobs, events, users, tokens, topology) into a new file while the daemon "
+      "runs");
+  backup->footer(
+      "A consistent copy as of one committed transaction (SQLite's online backup API); the\n"
+      "daemon keeps serving. The file (mode 0600) holds token hashes and job commands: keep it\n"
+      "as safe as the state directory. The CA and certificates (STATE_DIR/*.pem, pki/) are\n"
+      "not in it: back them up once (docs/operations.md).\n\n"
+      "Examples:\n"
+      "  topo-scheduler backup --out /backup/topo-$(date +%F).db --state-dir /var/lib/toposched\n"
+      "  topo-scheduler restore /backup/topo-2026-11-23.db --state-dir /var/lib/toposched-new");
+  backup->add_option("--out", backup_out, "the backup file to create (never overwritten)")
+      ->required();
+  CLI::App* restore = app.add_subcommand(
+      "restore", "put a backup in place as the store of a state directory (daemon stopped)");
+  restore->add_option("FILE", restore_file, "a file written by topo-scheduler backup")->required();
+  restore->add_flag("--force", restore_force,
+                    "replace the store the state directory already holds");
+
   CLI11_PARSE(app, argc, argv);
 
   daemon::DaemonConfig config;
@@ -192,6 +215,27 @@ int main(int argc, char** argv) {
   }
   if (!listen.empty()) {
     if (Status s = daemon::ParseListen(listen, config); !s.ok()) return Fail(s.message());
+  }
+  if (*backup) {
+    topo::core::Result<topo::store::BackupInfo> b =
+        topo::store::BackupStore(config.state_dir + "/topo.db", backup_out);
+    if (!b.ok()) return Fail(b.message());
+    std::cout << "Backed up " << b.value().jobs << " jobs and " << b.value().events
+              << " events (schema version " << b.value().schema_version << ") to " << backup_out
+              << "\n";
+    return 0;
+  }
+  if (*restore) {
+    if (Status s = MakeStateDir(config.state_dir); !s.ok()) return Fail(s.message());
+    if (Status s = LockStateDir(config.state_dir); !s.ok()) return Fail(s.message());
+    topo::core::Result<topo::store::BackupInfo> r =
+        topo::store::RestoreStore(restore_file, config.state_dir, restore_force);
+    if (!r.ok()) return Fail(r.message());
+    std::cout << "Restored " << r.value().jobs << " jobs and " << r.value().events
+              << " events into " << config.state_dir
+              << "; start topo-scheduler on it (with the CA files of the old state directory, "
+                 "or agents will not trust it)\n";
+    return 0;
   }
   if ((*revoke || *renew) && !std::filesystem::exists(config.state_dir + "/ca.pem")) {
     // Would make a new CA that no agent trusts: a mistyped --state-dir.
