@@ -6,6 +6,7 @@
 
 #include "client/input.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/core/perf_model.hpp"
 
 namespace topo::cli {
 
@@ -172,6 +173,9 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
        "Topology constraint of a group kind (tp, cp, ep, pp, dp): none, required:TIER or "
        "preferred:TIER; repeatable"},
       {"name", "NAME", "Job name (default: the script's file name)"},
+      {"model", "NAME",
+       "What the job trains, for its predicted step time: a model preset such as llama3-70b "
+       "(docs/perf-model.md lists them)"},
       {"tenant", "TENANT", "Tenant to charge (default: your own)"},
       {"priority", "N", "-100..100; above 0 needs tenant-admin or cluster-admin"},
       {"time", "DURATION", "Time limit: 2h, 90m, 3600s, 1d, 1h30m or H:MM:SS (default 24 h)"},
@@ -203,6 +207,12 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
   if (name == "time") {
     Result<int64_t> d = ParseDuration(value);
     return d.ok() ? Status::Ok() : err(d.message());
+  }
+  if (name == "model") {
+    if (core::ModelPreset(value)) return Status::Ok();
+    std::string known;
+    for (const std::string& n : core::ModelPresetNames()) known += (known.empty() ? "" : ", ") + n;
+    return err("'" + std::string(value) + "' is not a model preset; known: " + known);
   }
   if (name == "mem-per-node") {
     Result<int64_t> m = ParseMemoryMiB(value);
@@ -458,6 +468,7 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
     }
   }
   if (given("name")) spec["name"] = flags.at("name").value;
+  if (given("model")) spec["model"] = flags.at("model").value;
   if ((!spec.contains("name") || spec["name"] == "") && !default_name.empty()) {
     spec["name"] = default_name;
   }

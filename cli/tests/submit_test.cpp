@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "topo/core/perf_model.hpp"
+
 #include <string>
 
 namespace topo::cli {
@@ -34,6 +36,16 @@ TEST_CASE("ParseDuration: units, compounds and H:MM:SS") {
   CHECK(Seconds("1:30:15") == 5415);
   CHECK(Seconds("100:00:00") == 360000);
   CHECK(Seconds("1-12:00:00") == 129600);
+}
+
+TEST_CASE("--model takes the step-time model's presets and lists them otherwise") {
+  for (const std::string& name : core::ModelPresetNames()) {
+    CHECK_MESSAGE(CheckSubmitFlag("model", name).ok(), name);
+  }
+  core::Status s = CheckSubmitFlag("model", "llama-9000");
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("--model: 'llama-9000' is not a model preset") != std::string::npos);
+  CHECK(s.message().find("llama3-70b") != std::string::npos);
 }
 
 TEST_CASE("ParseMemoryMiB: units, bounds and refusals") {

@@ -74,6 +74,16 @@ Status ReadParallelism(const Json& p, const std::string& path, core::Parallelism
   return Status::Ok();
 }
 
+// A preset the step-time model knows, or the error listing them.
+Status CheckPreset(const std::string& name, const std::string& path) {
+  if (core::ModelPreset(name)) return Status::Ok();
+  std::string known;
+  for (const std::string& n : core::ModelPresetNames()) known += (known.empty() ? "" : ", ") + n;
+  return PathError(path, "'" + (name.size() > 64 ? name.substr(0, 64) + "..." : name) +
+                             "' is not a model preset; known: " + known +
+                             " (or describe the model as an object, docs/perf-model.md)");
+}
+
 // "model": a preset name, or an object of the fields of core::ModelSpec
 // (every one optional; "preset" names the base the others override).
 Result<core::ModelSpec> ReadModel(const Json& v) {
@@ -81,6 +91,7 @@ Result<core::ModelSpec> ReadModel(const Json& v) {
   if (v.is_string()) {
     m.preset = v.get<std::string>();
     if (m.preset.empty()) return PathError("model", "a preset name must not be empty");
+    if (Status s = CheckPreset(m.preset, "model"); !s.ok()) return s;
     return m;
   }
   if (!v.is_object()) {
@@ -101,6 +112,7 @@ Result<core::ModelSpec> ReadModel(const Json& v) {
     Result<std::string> name = internal::GetString(v, "model", "preset", false);
     if (!name.ok()) return name.status();
     m.preset = name.value();
+    if (Status s = CheckPreset(m.preset, "model.preset"); !s.ok()) return s;
   }
   for (auto [key, field] : {std::pair<const char*, double*>{"parameters", &m.parameters},
                             {"active_parameters", &m.active_parameters}}) {
