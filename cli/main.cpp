@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands/commands.hpp"
+#include "commands/options.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -56,6 +57,14 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every usage error is 1, as documented.
+    if (e.get_exit_code() != 0) {
+      const std::string hint =
+          topo::cli::SuggestForUnknown(app, std::vector<std::string>(args.begin() + 1, args.end()));
+      if (!hint.empty()) {
+        std::cerr << "topo: " << hint << "\n";
+        return topo::cli::kExitError;
+      }
+    }
     return app.exit(e) == 0 ? topo::cli::kExitOk : topo::cli::kExitError;
   } catch (const std::exception& e) {
     std::cerr << "topo: " << e.what() << "\n";

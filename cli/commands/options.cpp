@@ -51,4 +51,82 @@ CLI::Validator OneOfList(std::vector<std::string> allowed, std::string what) {
       "LIST");
 }
 
+std::string NearestName(std::string_view typed, const std::vector<std::string>& names) {
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  if (typed.empty() || typed.size() > 64) return "";
+  const size_t limit = std::max<size_t>(2, typed.size() / 3);
+  std::string best;
+  size_t best_d = limit + 1;
+  for (const std::string& n : names) {
+    size_t d = distance(typed, n);
+    if (typed.size() >= 3 && n.rfind(typed, 0) == 0) d = std::min<size_t>(d, 1);
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  return best;
+}
+
+std::string SuggestForUnknown(CLI::App& app, const std::vector<std::string>& args) {
+  // The deepest subcommand that parsed, and what it accepts.
+  CLI::App* at = &app;
+  size_t start = 0;  // the first word after the verbs that parsed
+  for (;;) {
+    std::vector<CLI::App*> parsed = at->get_subcommands();
+    if (parsed.empty()) break;
+    at = parsed.front();
+    auto it =
+        std::find(args.begin() + static_cast<std::ptrdiff_t>(start), args.end(), at->get_name());
+    if (it != args.end()) start = static_cast<size_t>(it - args.begin()) + 1;
+  }
+  std::vector<std::string> verbs;
+  for (const CLI::App* sub : at->get_subcommands([](CLI::App*) { return true; })) {
+    verbs.push_back(sub->get_name());
+  }
+  std::vector<std::string> flags;
+  for (const CLI::App* a = at; a != nullptr; a = a->get_parent()) {
+    for (const CLI::Option* o : a->get_options()) {
+      for (const std::string& l : o->get_lnames()) flags.push_back("--" + l);
+    }
+  }
+  const std::string where = at == &app ? "topo" : "topo " + at->get_name();
+  for (size_t i = start; i < args.size(); ++i) {
+    std::string word = args[i];
+    if (word == "--") break;
+    if (word.rfind("--", 0) == 0) {
+      word = word.substr(0, word.find('='));
+      if (std::find(flags.begin(), flags.end(), word) != flags.end()) continue;
+      const std::string near = NearestName(word, flags);
+      return "'" + word + "' is not a flag of " + where +
+             (near.empty() ? "" : "; did you mean '" + near + "'?") + " (" + where + " --help)";
+    }
+    if (word.empty() || word[0] == '-' || verbs.empty()) continue;
+    // A word where a verb is expected: the first positional of a command
+    // that has verbs.
+    if (std::find(verbs.begin(), verbs.end(), word) != verbs.end()) return "";
+    if (i > start && args[i - 1].rfind("--", 0) == 0 &&
+        args[i - 1].find('=') == std::string::npos) {
+      continue;  // a flag's value
+    }
+    const std::string near = NearestName(word, verbs);
+    return "'" + word + "' is not a " + where + " command" +
+           (near.empty() ? "" : "; did you mean '" + near + "'?") + " (" + where + " --help)";
+  }
+  return "";
+}
+
 }  // namespace topo::cli

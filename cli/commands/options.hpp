@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "topo/common/topology_source.hpp"
@@ -17,6 +18,17 @@ void AddTopologyFlags(CLI::App& cmd, common::TopologySource* source,
 // A CLI11 check for a comma-separated list whose every item is one of
 // `allowed`: "--state: 'bogus' is not a state; use up, draining, ...".
 CLI::Validator OneOfList(std::vector<std::string> allowed, std::string what);
+
+// The name among `names` closest to `typed` (edit distance at most a third
+// of its length, at least 2, or a prefix), or "" when none is near: for
+// "did you mean ...?" on a mistyped verb or flag.
+std::string NearestName(std::string_view typed, const std::vector<std::string>& names);
+
+// What to tell a user whose command line CLI11 refused: for an unknown verb
+// or flag, "'sumbit' is not a topo command; did you mean 'submit'?" (the
+// verbs and flags of the deepest subcommand that parsed); "" when the
+// command line holds no unknown name.
+std::string SuggestForUnknown(CLI::App& app, const std::vector<std::string>& args);
 
 // Prints "topo: <message>" to stderr and returns kExitError.
 int Fail(const std::string& message);

@@ -1,0 +1,59 @@
+// "did you mean" for mistyped verbs and flags (commands/options.cpp).
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "commands/options.hpp"
+
+namespace topo::cli {
+namespace {
+
+TEST_CASE("NearestName: typos, prefixes, and nothing when nothing is near") {
+  const std::vector<std::string> verbs{"submit", "queue", "show", "cancel", "nodes", "token"};
+  CHECK(NearestName("sumbit", verbs) == "submit");
+  CHECK(NearestName("qeueu", verbs) == "queue");
+  CHECK(NearestName("canc", verbs) == "cancel");
+  CHECK(NearestName("xyzzy", verbs).empty());
+  CHECK(NearestName("", verbs).empty());
+  CHECK(NearestName(std::string(1000, 'a'), verbs).empty());
+}
+
+// What SuggestForUnknown says after CLI11 refused `line`.
+std::string Suggest(std::vector<std::string> line) {
+  CLI::App app{"t", "topo"};
+  app.require_subcommand(1);
+  std::string value;
+  CLI::App* submit = app.add_subcommand("submit");
+  submit->add_option("--time", value);
+  submit->add_option("--gpus", value);
+  CLI::App* token = app.add_subcommand("token");
+  token->require_subcommand(1);
+  token->add_subcommand("create")->add_option("--out", value);
+  token->add_subcommand("revoke");
+  std::vector<std::string> reversed(line.rbegin(), line.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError&) {
+  }
+  return SuggestForUnknown(app, line);
+}
+
+TEST_CASE("SuggestForUnknown: the verb or flag the user meant, at the level that parsed") {
+  CHECK(Suggest({"sumbit"}) ==
+        "'sumbit' is not a topo command; did you mean 'submit'? (topo --help)");
+  CHECK(Suggest({"submit", "--tme", "1h"}) ==
+        "'--tme' is not a flag of topo submit; did you mean '--time'? (topo submit --help)");
+  CHECK(Suggest({"submit", "--gpus=8", "--tim=1h"}).find("did you mean '--time'") !=
+        std::string::npos);
+  CHECK(Suggest({"token", "craete"}).find("not a topo token command; did you mean 'create'") !=
+        std::string::npos);
+  CHECK(Suggest({"submit", "--wxyz"}) ==
+        "'--wxyz' is not a flag of topo submit (topo submit --help)");
+  // After --, nothing is a flag.
+  CHECK(Suggest({"submit", "--", "--tme"}).empty());
+}
+
+}  // namespace
+}  // namespace topo::cli
