@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "topo/common/hostlist.hpp"
+#include "topo/common/render.hpp"
 
 namespace topo::cli {
 
@@ -405,6 +406,16 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
     KeyValue(os, "HBDs", DescribeLevel(Field(placement, "hbds"), "HBD", "HBDs", all_ranks));
     KeyValue(os, "Leaves", DescribeLevel(Field(placement, "leaves"), "leaf", "leaves", all_ranks));
     KeyValue(os, "Pods", DescribeLevel(Field(placement, "pods"), "pod", "pods", all_ranks));
+  }
+  const json& predicted = Field(job, "predicted");
+  if (predicted.is_object() && Field(predicted, "step_s").is_number() &&
+      Field(predicted, "ideal_step_s").is_number() && Field(predicted, "slowdown").is_number()) {
+    KeyValue(os, "Predicted step",
+             common::FormatMetric(predicted["step_s"].get<double>(), 3) + " s (" +
+                 Str(predicted, "model") + "; ideal " +
+                 common::FormatMetric(predicted["ideal_step_s"].get<double>(), 3) +
+                 " s, slowdown " + common::FormatMetric(predicted["slowdown"].get<double>(), 3) +
+                 ")");
   }
   const json& spares = Field(job, "spares");
   if (spares.is_array() && !spares.empty()) {

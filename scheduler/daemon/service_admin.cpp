@@ -10,6 +10,7 @@
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
+#include "topo/common/render.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::daemon {
@@ -718,6 +719,20 @@ std::string RenderMetrics(ServiceState& s, const Caller& caller) {
   for (const auto& [id, j] : s.driver.core->jobs()) {
     if (!SeesTenantSeries(caller, j.request.tenant)) continue;
     per_tenant[j.request.tenant][std::string(core::JobStateName(j.state))] += 1;
+  }
+  out +=
+      "# HELP toposched_job_predicted_slowdown A running job's predicted step time on its "
+      "placement over its step at the ideal placement of the empty cluster (docs/perf-model.md).\n"
+      "# TYPE toposched_job_predicted_slowdown gauge\n";
+  for (const auto& [id, j] : s.driver.core->jobs()) {
+    if (j.state != core::JobState::kRunning || !SeesTenantSeries(caller, j.request.tenant)) {
+      continue;
+    }
+    const Json p = PredictedJson(topo, j);
+    if (!p.is_object()) continue;
+    out += "toposched_job_predicted_slowdown{job=\"" + std::to_string(id) +
+           "\",tenant=" + PromLabel(j.request.tenant) + "} " +
+           common::FormatMetric(p["slowdown"].get<double>(), 4) + "\n";
   }
   out += "# HELP topo_queue_depth Queued jobs per tenant.\n# TYPE topo_queue_depth gauge\n";
   for (const auto& [tenant, states] : per_tenant) {

@@ -98,6 +98,11 @@ int HttpStatusOf(core::ErrorCode code);
 
 // Route files.
 HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& route);
+// The job's predicted step on its placement (docs/perf-model.md), as the job
+// view's "predicted" (and `topo place`'s): {"step_s", "ideal_step_s",
+// "slowdown", "model", "breakdown", "ideal_breakdown"}; null without a whole
+// placement or when its model cannot be resolved.
+Json PredictedJson(const core::Topology& topo, const core::JobRecord& job);
 HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& route);

@@ -11,6 +11,7 @@
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/core/evaluator.hpp"
+#include "topo/core/perf_model.hpp"
 
 namespace topo::daemon {
 namespace {
@@ -235,6 +236,20 @@ Json History(ServiceState& s, const Caller& caller, const std::vector<store::Raw
   return out;
 }
 
+}  // namespace
+
+Json PredictedJson(const core::Topology& topo, const core::JobRecord& job) {
+  if (static_cast<int>(job.ranks.size()) != job.request.spec.gpus) return nullptr;
+  core::Result<core::StepPrediction> p = core::PredictPlacement(job.request.spec, topo, job.ranks);
+  if (!p.ok()) return nullptr;
+  core::Result<core::ResolvedModel> m = core::ResolveModel(job.request.spec);
+  const std::string model =
+      m.ok() && !m.value().spec.preset.empty() ? m.value().spec.preset : "custom";
+  return common::PredictionToJson(p.value(), model);
+}
+
+namespace {
+
 // A job in the caller's scope as JSON, or nullopt.
 Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId id, bool detail) {
   if (const core::JobRecord* j = s.driver.core != nullptr ? s.driver.core->job(id) : nullptr) {
@@ -261,6 +276,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
         out["metrics"] =
             common::MetricsToJson(core::Evaluate(j->request.spec, topo, j->ranks), topo);
       }
+      out["predicted"] = PredictedJson(topo, *j);
       const std::vector<store::RawEvent> events = JobEvents(s, id);
       out["history"] = History(s, caller, events, id);
       out["incidents"] = Incidents(events, id, ScopedActor(s, caller));
@@ -284,6 +300,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
     out["spares"] = Json::parse(row.value()->spares_json, nullptr, false);
     out["placement"] = nullptr;
     out["metrics"] = nullptr;
+    out["predicted"] = nullptr;
     const std::vector<store::RawEvent> events = JobEvents(s, id);
     out["history"] = History(s, caller, events, id);
     out["incidents"] = Incidents(events, id, ScopedActor(s, caller));

@@ -99,6 +99,17 @@ def main():
         check(len(s1["ranks"]) == 16 and s1["placement"]["nodes"] == 2, "placement of job 1: %s" % s1["placement"])
         check(s1["metrics"]["required_met"] is True, "constraints met")
         human = topo(["show", str(j1["id"])], alice).stdout
+        # The predicted step on its placement (the step-time model), as topo place gives it.
+        pr = s1["predicted"]
+        check(pr is not None and pr["slowdown"] >= 1.0 and pr["step_s"] >= pr["ideal_step_s"] > 0
+              and pr["breakdown"]["total_s"] == pr["step_s"], "predicted: %s" % pr)
+        check("Predicted step" in human and "slowdown" in human, "human show: " + human[:800])
+        # /metrics: the series for alice's running job, to her and not to bob.
+        status, text = d.request("GET", "/metrics", token=alice)
+        mine = 'toposched_job_predicted_slowdown{job="%d",tenant="org/a"}' % j1["id"]
+        check(status == 200 and mine in text, "alice's /metrics lacks %s" % mine)
+        status, text = d.request("GET", "/metrics", token=bob)
+        check(status == 200 and mine not in text, "bob sees alice's job series")
         check("Placement" in human and "leaf" in human, "human show: " + human[:500])
 
         # bob cannot see or touch alice's jobs; he submits within his own quota.
