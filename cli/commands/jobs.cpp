@@ -320,7 +320,8 @@ void AddJobAction(CLI::App& app, int* exit_code, const std::string& name, const 
 struct LogsArgs {
   std::string job;
   int rank = 0;
-  int64_t tail = -1;  // bytes from the end; -1: the whole log
+  int64_t tail = -1;        // lines from the end; -1: the whole log
+  int64_t tail_bytes = -1;  // bytes from the end
   bool follow = false;
   double interval_s = 1.0;
   bool json = false;
@@ -334,8 +335,67 @@ int RunLogs(const LogsArgs& args) {
   if (!session) return exit_code;
   const std::string base =
       "/v1/jobs/" + std::to_string(*id) + "/logs?rank=" + std::to_string(args.rank);
-  int64_t offset = args.tail >= 0 ? -args.tail : 0;
+  int64_t offset = args.tail_bytes >= 0 ? -args.tail_bytes : 0;
   std::string node;
+  if (args.tail >= 0) {
+    // The last N lines: pieces read backwards from the end until they hold
+    // N line breaks before the last line (at most kTailReadBytes in all).
+    constexpr int64_t kTailReadBytes = 64 << 20;
+    Reply last = session->Call("GET", base + "&max=" + std::to_string(proto::kMaxLogChunkBytes) +
+                                          "&offset=-" + std::to_string(proto::kMaxLogChunkBytes));
+    if (!last.ok()) return last.exit_code;
+    const json& b = last.body;
+    if (!b.is_object() || !b.contains("data") || !b["data"].is_string() || !b.contains("offset") ||
+        !b["offset"].is_number_integer() || !b.contains("next_offset") ||
+        !b["next_offset"].is_number_integer()) {
+      std::cerr << "topo: the server's answer has no log data\n";
+      return kExitServerError;
+    }
+    node = b.value("node", "");
+    std::string text = b["data"].get<std::string>();
+    int64_t start = b["offset"].get<int64_t>();
+    const int64_t end = b["next_offset"].get<int64_t>();
+    auto breaks = [&] {
+      const size_t body = !text.empty() && text.back() == '\n' ? text.size() - 1 : text.size();
+      return static_cast<int64_t>(std::count(text.begin(), text.begin() + body, '\n'));
+    };
+    while (start > 0 && breaks() < args.tail && end - start < kTailReadBytes) {
+      const int64_t from = std::max<int64_t>(0, start - proto::kMaxLogChunkBytes);
+      Reply piece = session->Call(
+          "GET", base + "&max=" + std::to_string(start - from) + "&offset=" + std::to_string(from));
+      if (!piece.ok()) return piece.exit_code;
+      if (!piece.body.contains("data") || !piece.body["data"].is_string() ||
+          piece.body.value("node", "") != node) {
+        break;  // the rank moved meanwhile: what was read is its newest
+      }
+      text = piece.body["data"].get<std::string>() + text;
+      start = from;
+    }
+    // Keep the last N lines.
+    size_t cut = text.size();
+    if (cut > 0 && text[cut - 1] == '\n') --cut;
+    int64_t lines = 0;
+    while (cut > 0 && lines < args.tail) {
+      const size_t nl = text.rfind('\n', cut - 1);
+      ++lines;
+      if (nl == std::string::npos) {
+        cut = 0;
+        break;
+      }
+      cut = lines < args.tail ? nl : nl + 1;
+    }
+    if (args.tail == 0) cut = text.size();
+    if (args.json) {
+      json out = b;
+      out["offset"] = end - static_cast<int64_t>(text.size() - cut);
+      out["data"] = text.substr(cut);
+      PrintJson(out);
+    } else {
+      std::cout << text.substr(cut) << std::flush;
+    }
+    if (!args.follow) return kExitOk;
+    offset = end;
+  }
   while (true) {
     // The largest piece an agent may send (the daemon refuses a larger max).
     Reply reply = session->Call("GET", base + "&max=" + std::to_string(proto::kMaxLogChunkBytes) +
@@ -498,15 +558,19 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
       "the job ends, and follows the rank to its new node on a restart.\n\n"
       "Examples:\n"
       "  topo logs 17                 # rank 0\n"
-      "  topo logs 17 --rank 5 --tail 4096\n"
+      "  topo logs 17 --rank 5 --tail 50     # the last 50 lines\n"
       "  topo logs 17 --follow");
   lg->add_option("JOB", logs->job, "Job id")->required();
   lg->add_option("--rank,-r", logs->rank, "Which rank")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  lg->add_option("--tail", logs->tail, "Only the last BYTES bytes")
+  lg->add_option("--tail,-n", logs->tail, "Only the last N lines")
+      ->type_name("N")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  lg->add_option("--tail-bytes", logs->tail_bytes, "Only the last BYTES bytes")
       ->type_name("BYTES")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::NonNegativeNumber)
+      ->excludes("--tail");
   lg->add_flag("--follow,-f", logs->follow, "Keep printing new output until the job ends");
   lg->add_option("--interval", logs->interval_s, "--follow: seconds between polls")
       ->check(CLI::Range(0.05, 60.0))

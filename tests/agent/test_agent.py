@@ -89,11 +89,18 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9")
     check(rc == 0 and "restart_step=none restart=0 uid=%d" % JOB_UID[0] in out,
           "topo logs --rank 9 shows the rank ran as the job's account: %s %r %r" % (rc, out, err))
-    rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9", "--tail", "4", "--json")
+    whole = out
+    for n in (1, 2, 3):
+        rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9", "--tail", str(n))
+        want = "".join(whole.splitlines(keepends=True)[-n:])
+        check(rc == 0 and out == want, "--tail %d gives the last %d lines: %r, not %r (%s)" %
+              (n, n, out, want, err))
+    rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "9", "--tail-bytes", "4",
+                       "--json")
     piece = json.loads(out) if rc == 0 else {}
     check(piece.get("data") == ("uid=%d\n" % JOB_UID[0])[-4:]
           and piece.get("next_offset") == piece.get("size"),
-          "--tail 4 gives the last 4 bytes: %s %r %r" % (rc, out, err))
+          "--tail-bytes 4 gives the last 4 bytes: %s %r %r" % (rc, out, err))
     rc, out, err = cli(d, topo_bin, "logs", str(short["id"]), "--rank", "16")
     check(rc == 8 and "rank" in err, "rank 16 of a 16-rank job is refused: %s %r" % (rc, err))
 
