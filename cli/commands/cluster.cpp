@@ -115,7 +115,20 @@ int RunNodeAction(const NodeActionArgs& args, const std::string& action) {
   } else {
     std::cout << SummarizeNodesByState(NodesOf(reply.body));
   }
-  return kExitOk;
+  if (action != "resume") return kExitOk;
+  // A node that stays down or drained says why, and the exit status says
+  // not every node came up.
+  int stayed = 0;
+  for (const json& n : NodesOf(reply.body)) {
+    if (!n.is_object() || n.value("state", "") == "up") continue;
+    if (++stayed <= 20) {
+      std::cerr << "topo: " << TerminalSafe(n.value("name", "?")) << " stays "
+                << TerminalSafe(n.value("state", "?")) << ": "
+                << TerminalSafe(n.value("reason", "")) << "\n";
+    }
+  }
+  if (stayed > 20) std::cerr << "topo: ... and " << stayed - 20 << " more\n";
+  return stayed > 0 ? kExitConflict : kExitOk;
 }
 
 // ---- events

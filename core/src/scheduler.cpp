@@ -88,6 +88,7 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       empty_(topology),
       last_heartbeat_(topology.node_count(), 0),
       admin_drain_(topology.node_count(), 0),
+      drain_reason_(topology.node_count()),
       ports_(topology.node_count(), config_.master_ports) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
   if (judge_ == nullptr) judge_ = MakePlacer("toposched", config_.placer_options);
@@ -354,7 +355,11 @@ void SchedulerCore::Impl::EndBackoffs() {
 
 void SchedulerCore::Impl::MaybeFinishDrain(NodeId n) {
   if (cluster().node_state(n) == NodeState::kDraining && !alloc_.occupied(n)) {
-    SetNodeState(n, NodeState::kDrained, "drained: no job left on it");
+    // A requested drain keeps the admin's reason; a health drain says why it
+    // is now empty.
+    SetNodeState(n, NodeState::kDrained,
+                 admin_drain_[n] && !drain_reason_[n].empty() ? drain_reason_[n]
+                                                               : "drained: no job left on it");
   }
 }
 

@@ -101,6 +101,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
   switch (e.state) {
     case NodeState::kUp:
       admin_drain_[n] = 0;
+      drain_reason_[n].clear();
       last_heartbeat_[n] = now_;
       if (cluster().failed_gpus(n) > 0) {
         SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
@@ -112,6 +113,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
     case NodeState::kDraining:
     case NodeState::kDrained:
       admin_drain_[n] = 1;
+      drain_reason_[n] = e.reason.empty() ? "drain requested" : e.reason;
       Emit(DrainNode{n, e.reason.empty() ? "drain requested" : e.reason});
       SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
                    e.reason.empty() ? "drain requested" : e.reason);

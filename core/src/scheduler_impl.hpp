@@ -55,6 +55,9 @@ class SchedulerCore::Impl {
   // ---- node health
   std::vector<TimeMs> last_heartbeat_;
   std::vector<char> admin_drain_;  // drained by request, not by health
+  // The admin's reason of each requested drain, kept until resume: the
+  // node's reason once the drain completes.
+  std::vector<std::string> drain_reason_;
   // Nodes per NodeState, for the reasons of jobs that wait for capacity.
   std::array<int, 5> nodes_in_state_{};
 

@@ -309,6 +309,18 @@ TEST_CASE("an evacuated drained node's jobs restart elsewhere from their checkpo
   CHECK(Evaluate(core.job(1)->request.spec, topo, core.job(1)->ranks).required_met);
   CHECK(core.cluster().node_state(node) == NodeState::kDrained);
   CHECK(core.job(1)->reason.find("was drained") != std::string::npos);
+  // The drained node keeps the admin's reason, not how the drain ended.
+  const auto states = Only<NodeStateChanged>(cmds);
+  REQUIRE_FALSE(states.empty());
+  CHECK(states.back().node == node);
+  CHECK(states.back().state == NodeState::kDrained);
+  CHECK(states.back().reason == "maintenance");
+  // Resumed, then drained again with no job on it: the new reason, at once.
+  cmds = core.Step(NodeStateRequested{node, NodeState::kUp, "resumed"}, 14 * kMinute);
+  CHECK(core.cluster().node_state(node) == NodeState::kUp);
+  cmds = core.Step(NodeStateRequested{node, NodeState::kDrained, "bad cable"}, 15 * kMinute);
+  REQUIRE_FALSE(Only<NodeStateChanged>(cmds).empty());
+  CHECK(Only<NodeStateChanged>(cmds).back().reason == "bad cable");
 }
 
 TEST_CASE("without a replacement a failed job requeues at the head (slurm-tree) or tail (fifo)") {

@@ -305,6 +305,17 @@ def main():
                  "the job to fail")
         failed = d.api("GET", "/v1/jobs/%d" % jid, expect=200)
         check("no Unix account" in failed["reason"], "the reason says why: %s" % failed["reason"])
+        # ---- a failed GPU keeps its node drained through `topo resume`, which says why
+        agents[on_a].send(P.agent("gpu_event", gpu=2, kind="xid", code=79))
+        wait_for(lambda: node_state(d, on_a)["state"] in ("drained", "draining"), 5,
+                 "the node with a failed GPU to drain")
+        env = dict(os.environ, HOME=work, TOPO_SERVER=d.url,
+                   TOPO_CA=os.path.join(d.state_dir, "ca.pem"), TOPO_TOKEN=d.admin_token)
+        p = subprocess.run([sys.argv[2], "resume", on_a], env=env, capture_output=True,
+                           text=True, timeout=30)
+        check(p.returncode == 6 and ("%s stays drain" % on_a) in p.stderr
+              and "GPU 2 failed" in p.stderr, "topo resume of a node with a failed GPU: %d %r"
+              % (p.returncode, p.stderr))
         for x in agents.values():
             x.close()
         # The daemon's log has one line per state change (log_format = json
