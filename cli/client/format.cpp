@@ -349,6 +349,21 @@ std::string FormatJobTable(const json& jobs, int64_t now_ms) {
   return t.Render();
 }
 
+namespace {
+
+// An incident's cause (the event type that caused it) in words.
+std::string IncidentCause(const std::string& type) {
+  if (type == "node_state_requested") return "node lost";
+  if (type == "gpu_event") return "GPU failed";
+  if (type == "rank_exited") return "rank exited";
+  if (type == "node_evacuated") return "node drained";
+  if (type == "launch_failed") return "launch failed";
+  if (type == "node_states_requested") return "nodes lost";
+  return type;
+}
+
+}  // namespace
+
 std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
   std::ostringstream os;
   const std::string name = Str(job, "name");
@@ -365,7 +380,11 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
   KeyValue(
       os, "Tenant",
       Str(job, "tenant") + ", user " + Str(job, "user") + ", priority " + Str(job, "priority"));
-  KeyValue(os, "GPUs", Str(job, "gpus") + " on " + Str(job, "nodes") + " nodes");
+  // A job not placed (queued, never started) has no nodes to count.
+  KeyValue(os, "GPUs",
+           IsInt(Field(job, "nodes")) && Int(job, "nodes") > 0
+               ? Str(job, "gpus") + " on " + Plural(Int(job, "nodes"), "node", "nodes")
+               : Str(job, "gpus") + " (not placed)");
   const json& spec = Field(job, "spec");
   const json& par = Field(spec, "parallelism");
   if (par.is_object()) {
@@ -398,7 +417,10 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
   }
   if (IsInt(end)) KeyValue(os, "Ended", FormatTime(end));
   KeyValue(os, "Restarts",
-           Str(job, "restarts") + ", checkpoint step " + Str(job, "checkpoint_step"));
+           Str(job, "restarts") + ", " +
+               (IsInt(Field(job, "checkpoint_step")) && Int(job, "checkpoint_step") >= 0
+                    ? "checkpoint step " + Str(job, "checkpoint_step")
+                    : std::string("no checkpoint yet")));
 
   const json& placement = Field(job, "placement");
   if (placement.is_object()) {
@@ -494,7 +516,8 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
     for (const json& i : incidents) {
       const json& step = Field(i, "checkpoint_step");
       t.AddRow(
-          {FormatTime(Field(i, "time_ms")), Str(i, "cause"), ms(Field(i, "detection_ms")),
+          {FormatTime(Field(i, "time_ms")), IncidentCause(Str(i, "cause")),
+           ms(Field(i, "detection_ms")),
            Field(i, "requeued").is_boolean() && Field(i, "requeued").get<bool>()
                ? "requeued " + ms(Field(i, "restart_ms"))
                : ms(Field(i, "restart_ms")),
@@ -571,7 +594,9 @@ std::string FormatNodeDetails(const json& node) {
       const json h = health.is_array() && g < health.size() ? health[g] : json();
       const json j = jobs.is_array() && g < jobs.size() ? jobs[g] : json();
       const bool free = IsInt(j) && j.get<int64_t>() == 0;
-      t.AddRow({std::to_string(g), Cell(h), free ? "-" : Cell(j)});
+      // -1: a job of a tenant outside the caller's scope.
+      const bool hidden = IsInt(j) && j.get<int64_t>() < 0;
+      t.AddRow({std::to_string(g), Cell(h), free ? "-" : hidden ? "another tenant's" : Cell(j)});
     }
     std::istringstream lines(t.Render());
     for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";

@@ -263,6 +263,37 @@ TEST_CASE("FormatJobTable: the squeue-like list of GET /v1/jobs") {
         "ID  TENANT  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
 }
 
+TEST_CASE("human output shows no sentinels: -1 steps, 0 nodes, hidden jobs, event types") {
+  const json queued = {{"id", 5},
+                       {"state", "queued"},
+                       {"gpus", 64},
+                       {"nodes", 0},
+                       {"checkpoint_step", -1},
+                       {"restarts", 0},
+                       {"incidents", json::array({{{"time_ms", kT0},
+                                                   {"cause", "node_state_requested"},
+                                                   {"checkpoint_step", -1},
+                                                   {"reason", "node n3 is down"}}})}};
+  const std::string text = FormatJobDetails(queued, kT0, false);
+  CHECK(text.find("64 (not placed)") != std::string::npos);
+  CHECK(text.find("0 nodes") == std::string::npos);
+  CHECK(text.find("no checkpoint yet") != std::string::npos);
+  CHECK(text.find("-1") == std::string::npos);
+  CHECK(text.find("node lost") != std::string::npos);
+  CHECK(text.find("node_state_requested") == std::string::npos);
+  const json placed = {
+      {"id", 6}, {"state", "running"}, {"gpus", 16}, {"nodes", 2}, {"checkpoint_step", 40}};
+  CHECK(FormatJobDetails(placed, kT0, false).find("16 on 2 nodes") != std::string::npos);
+  CHECK(FormatJobDetails(placed, kT0, false).find("checkpoint step 40") != std::string::npos);
+  const json node = {{"name", "n0"},
+                     {"state", "up"},
+                     {"gpu_jobs", {0, 7, -1}},
+                     {"gpu_health", {"healthy", "healthy", "healthy"}}};
+  const std::string n = FormatNodeDetails(node);
+  CHECK(n.find("another tenant's") != std::string::npos);
+  CHECK(n.find("-1") == std::string::npos);
+}
+
 TEST_CASE("FormatJobDetails: placement per level, metrics, ranks and history") {
   UseUtc();
   json job = json::parse(R"({
