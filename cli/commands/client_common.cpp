@@ -96,6 +96,11 @@ Reply Session::Call(std::string_view method, const std::string& target,
     }
     reply.status = answer.status;
     reply.exit_code = ExitCodeForHttpStatus(answer.status);
+    if (answer.status == 400 && answer.body.is_object() && answer.body.contains("error") &&
+        answer.body["error"].is_object() &&
+        answer.body["error"].value("code", "") == "infeasible") {
+      reply.exit_code = kExitInfeasible;  // the job can never fit the cluster
+    }
     if (!answer.ok() && !quiet) {
       // The server's message quotes what it refused, which may be anyone's name.
       std::cerr << "topo: " << TerminalSafe(answer.ErrorMessage());

@@ -455,7 +455,7 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
       "from a batch script whose leading comment block holds #TOPO lines, the way sbatch\n"
       "reads #SBATCH (flags on the command line win over #TOPO lines, which win over\n"
       "the spec file). Prints \"Submitted job ID (STATE: REASON)\"; exit status 3 when the\n"
-      "daemon accepted the job but it can never fit the cluster (state rejected).\n\n"
+      "daemon refused the job because it can never fit the cluster, even empty.\n\n"
       "The command every rank runs: what follows --, or --wrap 'CMD' (through /bin/sh -c),\n"
       "or the batch script (sent as text, run by its #! interpreter), or \"command\" in\n"
       "the spec; a job without one is refused. After --, nothing is read as a flag or a\n"

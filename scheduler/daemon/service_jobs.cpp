@@ -459,7 +459,12 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   }
   core::Placement fit = s.driver.judge->Place(request.spec, *s.driver.empty);
   if (fit.outcome == core::PlaceOutcome::kInfeasible) {
-    return Error(400, "spec: the job can never be placed on this cluster: " + fit.reason, "spec");
+    // Its own code, so a client tells "can never fit" from a malformed request.
+    return JsonResponse(
+        400, Json{{"error",
+                   {{"code", "infeasible"},
+                    {"message", "spec: the job can never be placed on this cluster: " + fit.reason},
+                    {"field", "spec"}}}});
   }
 
   const JobId id = s.driver.next_job_id++;

@@ -78,6 +78,11 @@ def main():
               "-- /bin/true: %s" % dry)
         wrapped = js(["submit", "--gpus", "8", "--dry-run", "--wrap", "echo hi > out"], alice)
         check(wrapped["command"] == ["/bin/sh", "-c", "echo hi > out"], str(wrapped))
+        # A job that can never fit (TP 16 needs an HBD of 16 GPUs; tiny has 8):
+        # refused as infeasible, exit status 3, the reason says what to change.
+        p = topo(["submit", "--gpus", "16", "--tp", "16", "--", "python", "train.py"], alice,
+                 expect=3)
+        check("never be placed" in p.stderr, p.stderr)
         # A job without a command is refused before anything is sent.
         none = topo(["submit", "--gpus", "8"], alice, expect=1)
         check("has no command" in none.stderr and "--wrap" in none.stderr, none.stderr)
