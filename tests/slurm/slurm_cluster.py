@@ -16,12 +16,14 @@ rest are declared State=DOWN: present in the topology, never allocated.
 Standard library only (run with /usr/bin/python3).
 """
 
+import contextlib
 import os
 import random
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -406,3 +408,21 @@ def ask(path, request, timeout=5):
                 break
             data += chunk
     return data.decode().strip()
+
+
+@contextlib.contextmanager
+def running(daemon, cluster):
+    """The body of a Slurm test: prints the daemon's log and the Slurm
+    daemons' log tails when it fails; stops topo-scheduler and the cluster
+    (munged, slurmctld, slurmd) in any case."""
+    try:
+        yield
+    except Exception:
+        print(daemon.log(), file=sys.stderr)
+        print(cluster.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        try:
+            daemon.cleanup()
+        finally:
+            cluster.cleanup()

@@ -29,7 +29,7 @@ import slurm_cluster  # noqa: E402
 from agent_client import AgentConnection  # noqa: E402
 from agent_protocol import Protocol  # noqa: E402
 from harness import Daemon, check, run  # noqa: E402
-from slurm_cluster import SlurmCluster, ask  # noqa: E402
+from slurm_cluster import running, SlurmCluster, ask  # noqa: E402
 
 
 def toposched_nodes(daemon, topo_id):
@@ -94,7 +94,7 @@ def main():
         "slurm_job_grace_s = 30",
         "stack = toposched",
     ]) + "\n")
-    try:
+    with running(daemon, cluster):
         cluster.start()
         print("cluster up in %.1f s" % (time.time() - t0))
         daemon.start()
@@ -250,15 +250,6 @@ def main():
         daemon.api("POST", "/v1/nodes/resume", {"nodes": "gpu0015"}, expect=200)
         wait_node(cluster, "gpu0015", lambda n: "DRAIN" not in n["State"])
         print("ok in %.1f s" % (time.time() - t0))
-    except Exception:
-        print(daemon.log(), file=sys.stderr)
-        print(cluster.log_tail(), file=sys.stderr)
-        raise
-    finally:
-        try:
-            daemon.cleanup()
-        finally:
-            cluster.cleanup()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 
 import slurm_cluster  # noqa: E402
 from harness import Daemon, check, run  # noqa: E402
-from slurm_cluster import SlurmCluster, ask, node_name  # noqa: E402
+from slurm_cluster import running, SlurmCluster, ask, node_name  # noqa: E402
 
 TEST_ONLY = re.compile(r"on nodes (\S+) in partition")
 
@@ -80,7 +80,7 @@ def main():
         "slurm_poll_interval_ms = 1000",
         "stack = slurm-tree",
     ]) + "\n")
-    try:
+    with running(daemon, cluster):
         cluster.start()
         daemon.start()
         slurm_cluster.wait_socket(sock)
@@ -111,14 +111,6 @@ def main():
         check(len(results) >= 20, "only %d scenarios" % len(results))
         check(agree == len(results), "slurm-tree picked other nodes than Slurm in %d scenarios (above)"
               % (len(results) - agree))
-    except Exception:
-        print(daemon.log(), file=sys.stderr)
-        raise
-    finally:
-        try:
-            daemon.cleanup()
-        finally:
-            cluster.cleanup()
 
 
 if __name__ == "__main__":

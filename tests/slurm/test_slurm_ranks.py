@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 
 import slurm_cluster  # noqa: E402
 from harness import Daemon, check, run  # noqa: E402
-from slurm_cluster import SlurmCluster, ask  # noqa: E402
+from slurm_cluster import running, SlurmCluster, ask  # noqa: E402
 
 TASK_REPORT = ("echo \"task $SLURM_PROCID $SLURMD_NODENAME $SLURM_LOCALID gpu=$CUDA_VISIBLE_DEVICES "
                "tp=$TOPO_TP_RANK pp=$TOPO_PP_RANK dp=$TOPO_DP_RANK tpg=$TOPO_TP_GROUP ppg=$TOPO_PP_GROUP "
@@ -95,7 +95,7 @@ def main():
         "slurm_job_grace_s = 30",
         "stack = toposched",
     ]) + "\n")
-    try:
+    with running(daemon, cluster):
         cluster.start()
         daemon.start()
         slurm_cluster.wait_socket(sock)
@@ -174,15 +174,6 @@ def main():
         check("nested hostfile= map=\n" in nested,
               "a job submitted inside a placed job kept its rank layout: %r" % nested)
         print("ok in %.1f s" % (time.time() - t0))
-    except Exception:
-        print(daemon.log(), file=sys.stderr)
-        print(cluster.log_tail(), file=sys.stderr)
-        raise
-    finally:
-        try:
-            daemon.cleanup()
-        finally:
-            cluster.cleanup()
 
 
 if __name__ == "__main__":

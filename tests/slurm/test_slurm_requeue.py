@@ -32,7 +32,7 @@ import slurm_cluster  # noqa: E402
 from agent_client import AgentConnection  # noqa: E402
 from agent_protocol import Protocol  # noqa: E402
 from harness import Daemon, check, run  # noqa: E402
-from slurm_cluster import SlurmCluster, ask  # noqa: E402
+from slurm_cluster import running, SlurmCluster, ask  # noqa: E402
 
 # One run of the job: says what it resumed from, writes checkpoint step 5
 # (step-5/COMPLETE last), then works until stopped; a restarted run that
@@ -229,7 +229,7 @@ def main():
         "preemption = true",
         "preempt_grace_s = 3",
     ]) + "\n")
-    try:
+    with running(daemon, cluster):
         cluster.start()
         daemon.start()
         slurm_cluster.wait_socket(sock)
@@ -238,15 +238,6 @@ def main():
         preempt_requeue(cluster, daemon)
         drain_requeue(cluster, daemon)
         print("ok in %.1f s" % (time.time() - t0))
-    except Exception:
-        print(daemon.log(), file=sys.stderr)
-        print(cluster.log_tail(), file=sys.stderr)
-        raise
-    finally:
-        try:
-            daemon.cleanup()
-        finally:
-            cluster.cleanup()
 
 
 if __name__ == "__main__":
