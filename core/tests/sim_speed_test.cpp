@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "test_util.hpp"
 #include "topo/core/generators.hpp"
 #include "topo/core/perf_model.hpp"
 #include "topo/core/sim.hpp"
@@ -17,17 +18,7 @@ namespace {
 
 // Four 8-GPU nodes, each its own leaf, under one 2:1 oversubscribed root:
 // the root fabric carries 32 / 2 = 16 GPUs' worth of traffic at once.
-Topology Contended() {
-  TopologyBuilder b("contended", {"node", "leaf"}, 0);
-  b.SetTierLink(0, {100, 1});
-  b.SetTierLink(1, {100, 1});
-  b.SetTierLink(2, {10, 5, 2});
-  for (int i = 0; i < 4; ++i) {
-    int leaf = b.AddDomain("l" + std::to_string(i), 1, TopologyBuilder::kTop);
-    b.AddNode("n" + std::to_string(i), leaf, 8, "H100");
-  }
-  return std::move(b).Build().value();
-}
+Topology Contended() { return testing::OversubscribedLeaves(4); }
 
 // Pure data parallelism over 16 GPUs (two nodes, always across the root),
 // sized so the gradient reduction is mostly exposed.

@@ -16,17 +16,7 @@ using testing::MakeJob;
 namespace {
 
 // Two 8-GPU nodes in two leaves under a 2:1 oversubscribed root.
-Topology TwoLeaves() {
-  TopologyBuilder b("two", {"node", "leaf"}, 0);
-  b.SetTierLink(0, {100, 1});
-  b.SetTierLink(1, {100, 1});
-  b.SetTierLink(2, {10, 5, 2});
-  for (int i = 0; i < 2; ++i) {
-    int leaf = b.AddDomain("l" + std::to_string(i), 1, TopologyBuilder::kTop);
-    b.AddNode("n" + std::to_string(i), leaf, 8, "H100");
-  }
-  return std::move(b).Build().value();
-}
+Topology TwoLeaves() { return testing::OversubscribedLeaves(2); }
 
 }  // namespace
 

@@ -44,4 +44,18 @@ inline JobSpec MakeJob(int gpus, int tp = 1, int pp = 1, int ep = 1, int cp = 1)
   return job;
 }
 
+// `leaves` 8-GPU H100 nodes, each its own leaf, under one root whose fabric is
+// 2:1 oversubscribed (10 GB/s per GPU, 5 us); scale-up and leaf links 100 GB/s.
+inline Topology OversubscribedLeaves(int leaves) {
+  TopologyBuilder b("leaves-" + std::to_string(leaves), {"node", "leaf"}, 0);
+  b.SetTierLink(0, {100, 1});
+  b.SetTierLink(1, {100, 1});
+  b.SetTierLink(2, {10, 5, 2});
+  for (int i = 0; i < leaves; ++i) {
+    int leaf = b.AddDomain("l" + std::to_string(i), 1, TopologyBuilder::kTop);
+    b.AddNode("n" + std::to_string(i), leaf, 8, "H100");
+  }
+  return std::move(b).Build().value();
+}
+
 }  // namespace topo::core::testing
