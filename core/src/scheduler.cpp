@@ -359,7 +359,7 @@ void SchedulerCore::Impl::MaybeFinishDrain(NodeId n) {
     // is now empty.
     SetNodeState(n, NodeState::kDrained,
                  admin_drain_[n] && !drain_reason_[n].empty() ? drain_reason_[n]
-                                                               : "drained: no job left on it");
+                                                              : "drained: no job left on it");
   }
 }
 
