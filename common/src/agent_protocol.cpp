@@ -566,7 +566,10 @@ Status ReadObject(const Json& v, const std::string& path, T& out, Failure& f, bo
     return Fail(f, path, "must be an object (got " + std::string(TypeName(v)) + ")");
   }
   constexpr auto fields = Table<T>::Fields();
-  for (const auto& [key, value] : v.items()) {
+  for (const auto& item : v.items()) {
+    // A plain reference, not a structured binding: clang 14 cannot capture
+    // those in the lambda below.
+    const std::string& key = item.key();
     if (typed && key == "type") continue;
     bool known = false;
     std::string names;
