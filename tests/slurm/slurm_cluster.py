@@ -410,6 +410,17 @@ def ask(path, request, timeout=5):
     return data.decode().strip()
 
 
+def require(plugin):
+    """Skips the test (exit 77) where Slurm is not installed; fails it where
+    Slurm is but the job_submit plugin was not built."""
+    if not have_slurm():
+        print("SKIP: Slurm is not installed (apt-get install slurm-wlm munge)")
+        sys.exit(77)
+    if not os.path.exists(plugin):
+        raise AssertionError("the plugin %s was not built: install libslurm-dev (slurm/slurm.h) "
+                             "and configure again" % plugin)
+
+
 @contextlib.contextmanager
 def running(daemon, cluster):
     """The body of a Slurm test: prints the daemon's log and the Slurm

@@ -75,11 +75,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: test_slurm_e2e.py TOPO_SCHEDULER PLUGIN_SO")
     scheduler_bin, plugin = sys.argv[1], sys.argv[2]
-    if not slurm_cluster.have_slurm():
-        print("SKIP: Slurm is not installed (apt-get install slurm-wlm munge)")
-        sys.exit(77)
-    check(os.path.exists(plugin), "the plugin %s was not built: install libslurm-dev (slurm/slurm.h) and "
-          "configure again" % plugin)
+    slurm_cluster.require(plugin)
     t0 = time.time()
     cluster = SlurmCluster(plugin_dir=os.path.dirname(os.path.abspath(plugin)), job_submit_plugins="topo")
     sock = cluster.path("topo.sock")

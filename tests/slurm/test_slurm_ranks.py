@@ -65,11 +65,7 @@ def main():
     if len(sys.argv) != 4:
         sys.exit("usage: test_slurm_ranks.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK")
     scheduler_bin, plugin, task_bin = sys.argv[1:4]
-    if not slurm_cluster.have_slurm():
-        print("SKIP: Slurm is not installed (apt-get install slurm-wlm munge)")
-        sys.exit(77)
-    check(os.path.exists(plugin), "the plugin %s was not built: install libslurm-dev (slurm/slurm.h) and "
-          "configure again" % plugin)
+    slurm_cluster.require(plugin)
     t0 = time.time()
     cluster = SlurmCluster(plugin_dir=os.path.dirname(os.path.abspath(plugin)), job_submit_plugins="topo",
                            extra_conf=["TaskProlog=%s" % os.path.abspath(task_bin)])
