@@ -87,7 +87,6 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       steps_(topology),
       empty_(topology),
       last_heartbeat_(topology.node_count(), 0),
-      admin_drain_(topology.node_count(), 0),
       drain_reason_(topology.node_count()),
       ports_(topology.node_count(), config_.master_ports) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
@@ -358,8 +357,7 @@ void SchedulerCore::Impl::MaybeFinishDrain(NodeId n) {
     // A requested drain keeps the admin's reason; a health drain says why it
     // is now empty.
     SetNodeState(n, NodeState::kDrained,
-                 admin_drain_[n] && !drain_reason_[n].empty() ? drain_reason_[n]
-                                                              : "drained: no job left on it");
+                 AdminDrained(n) ? drain_reason_[n] : "drained: no job left on it");
   }
 }
 

@@ -100,7 +100,6 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
   const bool busy = alloc_.occupied(n);
   switch (e.state) {
     case NodeState::kUp:
-      admin_drain_[n] = 0;
       drain_reason_[n].clear();
       last_heartbeat_[n] = now_;
       if (cluster().failed_gpus(n) > 0) {
@@ -112,7 +111,6 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
       break;
     case NodeState::kDraining:
     case NodeState::kDrained:
-      admin_drain_[n] = 1;
       drain_reason_[n] = e.reason.empty() ? "drain requested" : e.reason;
       Emit(DrainNode{n, e.reason.empty() ? "drain requested" : e.reason});
       SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
@@ -133,7 +131,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
 
 void SchedulerCore::Impl::OnEvacuated(const NodeEvacuated& e) {
   const NodeId n = e.node;
-  if (n < 0 || n >= topo_.node_count() || !admin_drain_[n]) return;
+  if (n < 0 || n >= topo_.node_count() || !AdminDrained(n)) return;
   std::vector<JobId> victims = alloc_.jobs_on(n);
   for (JobId id : victims) {
     Recover(jobs_.at(id), "node " + topo_.node(n).name + " was drained" +
@@ -220,7 +218,7 @@ void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
   const NodeState s = cluster().node_state(n);
   if (s != NodeState::kSuspect && s != NodeState::kDown) return;
   const bool busy = alloc_.occupied(n);
-  if (admin_drain_[n] || cluster().failed_gpus(n) > 0) {
+  if (AdminDrained(n) || cluster().failed_gpus(n) > 0) {
     SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained, "heartbeat resumed");
   } else {
     SetNodeState(n, NodeState::kUp, "heartbeat resumed");
@@ -273,7 +271,7 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
       }
     }
     for (JobId id : hit) Recover(jobs_.at(id), gpu_name + " failed (" + what + ")");
-  } else if (*health == GpuHealth::kHealthy && !admin_drain_[n] && cluster().failed_gpus(n) == 0 &&
+  } else if (*health == GpuHealth::kHealthy && !AdminDrained(n) && cluster().failed_gpus(n) == 0 &&
              (cluster().node_state(n) == NodeState::kDrained ||
               cluster().node_state(n) == NodeState::kDraining)) {
     SetNodeState(n, NodeState::kUp, gpu_name + " repaired");

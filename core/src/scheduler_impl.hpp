@@ -54,10 +54,11 @@ class SchedulerCore::Impl {
 
   // ---- node health
   std::vector<TimeMs> last_heartbeat_;
-  std::vector<char> admin_drain_;  // drained by request, not by health
-  // The admin's reason of each requested drain, kept until resume: the
-  // node's reason once the drain completes.
+  // The admin's reason of each requested drain, kept until resume (the
+  // node's reason once the drain completes); empty when the node was not
+  // drained by request (health drains are not).
   std::vector<std::string> drain_reason_;
+  bool AdminDrained(NodeId n) const { return !drain_reason_[n].empty(); }
   // Nodes per NodeState, for the reasons of jobs that wait for capacity.
   std::array<int, 5> nodes_in_state_{};
 

@@ -47,8 +47,12 @@ HttpResponse Error(int status, std::string_view message, std::string_view field)
                                                               {500, "internal"},
                                                               {503, "unavailable"},
                                                               {507, "insufficient_storage"}};
-  Json e = {{"code", kCodes.count(status) ? kCodes.at(status) : "error"},
-            {"message", std::string(message)}};
+  return ErrorWithCode(status, kCodes.count(status) ? kCodes.at(status) : "error", message, field);
+}
+
+HttpResponse ErrorWithCode(int status, std::string_view code, std::string_view message,
+                           std::string_view field) {
+  Json e = {{"code", std::string(code)}, {"message", std::string(message)}};
   if (!field.empty()) e["field"] = std::string(field);
   return JsonResponse(status, Json{{"error", e}});
 }

@@ -33,6 +33,10 @@ struct Route {
 
 // An error answer: {"error": {"code", "message", "field"}}.
 HttpResponse Error(int status, std::string_view message, std::string_view field = {});
+// The same with a code of its own where the status's code says too little
+// (400 "infeasible": the job can never fit, not a malformed request).
+HttpResponse ErrorWithCode(int status, std::string_view code, std::string_view message,
+                           std::string_view field = {});
 HttpResponse JsonResponse(int status, const Json& body);
 
 // The parsed JSON body: an error response when the body is not one JSON

@@ -460,11 +460,9 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   core::Placement fit = s.driver.judge->Place(request.spec, *s.driver.empty);
   if (fit.outcome == core::PlaceOutcome::kInfeasible) {
     // Its own code, so a client tells "can never fit" from a malformed request.
-    return JsonResponse(
-        400, Json{{"error",
-                   {{"code", "infeasible"},
-                    {"message", "spec: the job can never be placed on this cluster: " + fit.reason},
-                    {"field", "spec"}}}});
+    return ErrorWithCode(400, "infeasible",
+                         "spec: the job can never be placed on this cluster: " + fit.reason,
+                         "spec");
   }
 
   const JobId id = s.driver.next_job_id++;

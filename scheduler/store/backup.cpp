@@ -131,13 +131,8 @@ Result<BackupInfo> RestoreStore(const std::string& file, const std::string& stat
                          " already holds a store (topo.db): restore into a new "
                          "--state-dir, or add --force to replace it");
   }
-  {
-    // Checked before anything in the state directory changes.
-    Result<Database> probe = Database::Open(file, /*read_only=*/true);
-    if (!probe.ok()) return Status::Error(file + ": " + probe.message());
-    Result<BackupInfo> info = Inspect(probe.value(), file);
-    if (!info.ok()) return info.status();
-  }
+  // CopyTo checks the copy before it renames it to topo.db, so a file that is
+  // not a store this binary can open leaves the state directory unchanged.
   Result<BackupInfo> info = CopyTo(file, file, db + ".restoring", db);
   if (!info.ok()) return info;
   std::error_code ec;
