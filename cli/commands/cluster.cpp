@@ -362,7 +362,7 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   n->add_option("NAME", nodes->name, "A node name, or a hostlist to filter by");
   n->add_option("--state", nodes->state,
                 "Only these states, comma-separated: up, draining, drained, down, suspect")
-      ->check(OneOfList({"up", "draining", "drained", "down", "suspect"}, "a node state"));
+      ->check(OneOfList(NodeStateNames(), "a node state"));
   n->add_flag("--json", nodes->json, std::string(kJsonHelp));
   AddConnectionFlags(*n, SharedConnectionFlags());
   n->callback([nodes, exit_code] { *exit_code = RunNodes(*nodes); });

@@ -504,9 +504,7 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
   q->add_option("--state", queue->state,
                 "Only these states, comma-separated: queued, held, running, preempting, "
                 "completed, failed, cancelled, rejected")
-      ->check(OneOfList({"queued", "held", "running", "preempting", "completed", "failed",
-                         "cancelled", "rejected"},
-                        "a job state"));
+      ->check(OneOfList(JobStateNames(), "a job state"));
   q->add_flag("--json", queue->json, "Print {\"jobs\": [JOB...]}, every page of the server's list");
   AddConnectionFlags(*q, SharedConnectionFlags());
   q->callback([queue, exit_code] { *exit_code = RunQueue(*queue); });

@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "commands/commands.hpp"
+#include "topo/core/cluster_state.hpp"
+#include "topo/core/scheduler.hpp"
 
 namespace topo::cli {
 
@@ -127,6 +129,22 @@ std::string SuggestForUnknown(CLI::App& app, const std::vector<std::string>& arg
            (near.empty() ? "" : "; did you mean '" + near + "'?") + " (" + where + " --help)";
   }
   return "";
+}
+
+std::vector<std::string> NodeStateNames() {
+  std::vector<std::string> names;
+  for (int s = 0; s <= static_cast<int>(core::NodeState::kSuspect); ++s) {
+    names.emplace_back(core::NodeStateName(static_cast<core::NodeState>(s)));
+  }
+  return names;
+}
+
+std::vector<std::string> JobStateNames() {
+  std::vector<std::string> names;
+  for (int s = 0; s <= static_cast<int>(core::JobState::kRejected); ++s) {
+    names.emplace_back(core::JobStateName(static_cast<core::JobState>(s)));
+  }
+  return names;
 }
 
 }  // namespace topo::cli

@@ -18,6 +18,9 @@ void AddTopologyFlags(CLI::App& cmd, common::TopologySource* source,
 // A CLI11 check for a comma-separated list whose every item is one of
 // `allowed`: "--state: 'bogus' is not a state; use up, draining, ...".
 CLI::Validator OneOfList(std::vector<std::string> allowed, std::string what);
+// Every node and job state by the core's own names, for OneOfList.
+std::vector<std::string> NodeStateNames();
+std::vector<std::string> JobStateNames();
 
 // The name among `names` closest to `typed` (edit distance at most a third
 // of its length, at least 2, or a prefix), or "" when none is near: for
