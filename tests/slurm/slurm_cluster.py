@@ -410,6 +410,15 @@ def ask(path, request, timeout=5):
     return data.decode().strip()
 
 
+def write_plugin_conf(cluster, sock, timeout_ms):
+    """The job_submit/topo settings file (docs/slurm.md) in the cluster's
+    directory. Tests that check toposched's placement give a generous
+    timeout: a late answer makes the plugin fail open to Slurm's order."""
+    with open(cluster.path("topo_plugin.conf"), "w") as f:
+        f.write("# job_submit/topo settings (docs/slurm.md)\nsocket = %s\ntimeout_ms = %d\n"
+                % (sock, timeout_ms))
+
+
 def require(plugin):
     """Skips the test (exit 77) where Slurm is not installed; fails it where
     Slurm is but the job_submit plugin was not built."""

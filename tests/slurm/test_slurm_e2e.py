@@ -79,8 +79,7 @@ def main():
     t0 = time.time()
     cluster = SlurmCluster(plugin_dir=os.path.dirname(os.path.abspath(plugin)), job_submit_plugins="topo")
     sock = cluster.path("topo.sock")
-    with open(cluster.path("topo_plugin.conf"), "w") as f:
-        f.write("# job_submit/topo settings (docs/slurm.md)\nsocket = %s\ntimeout_ms = 500\n" % sock)
+    slurm_cluster.write_plugin_conf(cluster, sock, timeout_ms=500)
     os.environ["SLURM_CONF"] = cluster.conf  # for the daemon's scontrol
     daemon = Daemon(scheduler_bin, config="\n".join([
         "agent_listen = 127.0.0.1:0",

@@ -80,10 +80,7 @@ def main():
                 f.write("      - switch: %s\n        %s: %s\n" % (
                     kv["SwitchName"], "nodes" if "Nodes" in kv else "children", kv.get("Nodes", kv.get("Switches"))))
     sock = cluster.path("topo.sock")
-    with open(cluster.path("topo_plugin.conf"), "w") as f:
-        # Generous: a late answer makes the plugin fail open (Slurm's order), and
-        # these tests check toposched's placement on a loaded CI machine.
-        f.write("socket = %s\ntimeout_ms = 10000\n" % sock)
+    slurm_cluster.write_plugin_conf(cluster, sock, timeout_ms=10000)
     os.environ["SLURM_CONF"] = cluster.conf
     daemon = Daemon(scheduler_bin, config="\n".join([
         "agent_listen = 127.0.0.1:0",

@@ -77,18 +77,26 @@ def job_nodes(tjob):
     return out
 
 
-def xid_requeue(cluster, daemon, scheduler_bin, sock):
-    ckpt = cluster.path("ckpt-a")
-    out = cluster.path("a.out")
-    script = cluster.path("a.sh")
+def start_trainer(cluster, daemon, tag, name):
+    """Submits JOB_SCRIPT as a 2-node tp=8,pp=2 job with one spare node,
+    checkpointing into its own directory; returns (checkpoint dir, output
+    file, Slurm job id, toposched job id, toposched's job view) once it runs."""
+    ckpt = cluster.path("ckpt-" + tag)
+    out = cluster.path(tag + ".out")
+    script = cluster.path(tag + ".sh")
     with open(script, "w") as f:
         f.write(JOB_SCRIPT)
     env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
-    job, r = cluster.sbatch("-J", "trainer", "-N", "2", "--comment", "topo: tp=8,pp=2,spares=1",
+    job, r = cluster.sbatch("-J", name, "-N", "2", "--comment", "topo: tp=8,pp=2,spares=1",
                             "--open-mode=append", "-o", out, script, env=env)
     check(job is not None, "sbatch failed: %s" % r.stderr)
     info = cluster.wait_job(job, {"RUNNING"})
     topo_id, tjob = toposched_job(daemon, info)
+    return ckpt, out, job, topo_id, tjob
+
+
+def xid_requeue(cluster, daemon, scheduler_bin, sock):
+    ckpt, out, job, topo_id, tjob = start_trainer(cluster, daemon, "a", "trainer")
     before = job_nodes(tjob)
     spares = tjob.get("spares") or []
     check(len(spares) == 1, "toposched job %d holds spares %s, not one" % (topo_id, spares))
@@ -176,17 +184,7 @@ def preempt_requeue(cluster, daemon):
 
 
 def drain_requeue(cluster, daemon):
-    ckpt = cluster.path("ckpt-d")
-    out = cluster.path("d.out")
-    script = cluster.path("d.sh")
-    with open(script, "w") as f:
-        f.write(JOB_SCRIPT)
-    env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
-    job, r = cluster.sbatch("-J", "drained", "-N", "2", "--comment", "topo: tp=8,pp=2,spares=1",
-                            "--open-mode=append", "-o", out, script, env=env)
-    check(job is not None, "sbatch failed: %s" % r.stderr)
-    info = cluster.wait_job(job, {"RUNNING"})
-    topo_id, tjob = toposched_job(daemon, info)
+    ckpt, out, job, topo_id, tjob = start_trainer(cluster, daemon, "d", "drained")
     before = job_nodes(tjob)
     wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
     daemon.api("POST", "/v1/nodes/drain", {"nodes": before[0], "reason": "bad optic", "mode": "immediate"},
@@ -212,10 +210,7 @@ def main():
     cluster = SlurmCluster(plugin_dir=os.path.dirname(os.path.abspath(plugin)), job_submit_plugins="topo",
                            extra_conf=["TaskProlog=%s" % os.path.abspath(task_bin)])
     sock = cluster.path("topo.sock")
-    with open(cluster.path("topo_plugin.conf"), "w") as f:
-        # Generous: a late answer makes the plugin fail open (Slurm's order), and
-        # these tests check toposched's placement on a loaded CI machine.
-        f.write("socket = %s\ntimeout_ms = 10000\n" % sock)
+    slurm_cluster.write_plugin_conf(cluster, sock, timeout_ms=10000)
     os.environ["SLURM_CONF"] = cluster.conf
     daemon = Daemon(scheduler_bin, config="\n".join([
         "agent_listen = 127.0.0.1:0",
