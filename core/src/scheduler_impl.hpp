@@ -75,7 +75,13 @@ class SchedulerCore::Impl {
     std::string reason;
   };
   std::map<JobId, Blocked> blocked_at_;  // the last failed placement try
-  std::map<JobId, uint64_t> preempt_failed_at_;
+  // The generation at which a job's preemption try found no victim set it
+  // may take, and why (its wait reason repeats it until the cluster changes).
+  struct PreemptTried {
+    uint64_t generation;
+    std::string reason;
+  };
+  std::map<JobId, PreemptTried> preempt_failed_at_;
   // A pass runs only when something it depends on changed.
   uint64_t queue_epoch_ = 1;
   uint64_t last_pass_generation_ = 0;
@@ -151,7 +157,15 @@ class SchedulerCore::Impl {
   // Empty when the tenant's quotas let the job start now; else the reason.
   std::string QuotaBlock(const JobRecord& job) const;
   void Start(JobRecord& job, const Placement& p);
-  bool TryPreempt(JobRecord& waiting);
+  // Chooses victims for a blocked job and asks them to checkpoint and stop
+  // (true), or says why not (false; empty when no job may be preempted).
+  // expected_start: when the reservation plan starts the job without
+  // preemption (kNever: not foreseeable).
+  struct PreemptDecision {
+    bool started = false;
+    std::string reason;
+  };
+  PreemptDecision TryPreempt(JobRecord& waiting, TimeMs expected_start);
   void StopExpiredPreemptions();
   // Time limits and periodic checkpoint requests of running jobs.
   void RunJobTimers();
@@ -162,6 +176,8 @@ class SchedulerCore::Impl {
     std::vector<GpuSlot> gpus;
   };
   Reservation Reserve(const JobRecord& job) const;
+  // Reserve(job), computed once per generation for the pass's blocked head.
+  const Reservation& ReservationFor(const JobRecord& job);
   Reservation cached_reservation_;
   // Place `job` on `where` unless it already failed at this generation.
   Placement PlaceUnlessBlocked(const JobRecord& job, const ClusterState& where, bool masked);

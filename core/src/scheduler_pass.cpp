@@ -3,6 +3,7 @@
 // and topology-aware preemption.
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "scheduler_impl.hpp"
@@ -227,22 +228,24 @@ void SchedulerCore::Impl::SchedulePass() {
       bool waiting_on_victims = false;
       for (const auto& [victim, for_job] : preempted_for_) waiting_on_victims |= for_job == id;
       auto failed = preempt_failed_at_.find(id);
-      const bool tried = failed != preempt_failed_at_.end() && failed->second == generation_;
-      if (!waiting_on_victims && config_.preemption && !tried && TryPreempt(job)) {
-        why = "preempting lower-priority or borrowed jobs to start";
-      } else if (waiting_on_victims) {
+      const bool tried =
+          failed != preempt_failed_at_.end() && failed->second.generation == generation_;
+      if (waiting_on_victims) {
         why = "waiting for preempted jobs to checkpoint and stop";
+      } else if (config_.preemption && tried) {
+        if (!failed->second.reason.empty()) why += "; " + failed->second.reason;
       } else if (config_.preemption) {
-        preempt_failed_at_[id] = generation_;
+        PreemptDecision d = TryPreempt(job, ReservationFor(job).start);
+        if (d.started) {
+          why = d.reason;
+        } else {
+          if (!d.reason.empty()) why += "; " + d.reason;
+          preempt_failed_at_[id] = PreemptTried{generation_, std::move(d.reason)};
+        }
       }
       SetState(job, JobState::kQueued, why);
       if (!config_.backfill) break;
-      if (reservation_job_ != id || reservation_generation_ != generation_) {
-        cached_reservation_ = Reserve(job);
-        reservation_job_ = id;
-        reservation_generation_ = generation_;
-      }
-      res = cached_reservation_;
+      res = ReservationFor(job);
       if (res.start != kNever) {
         // Take the reserved GPUs that are free now; the rest are still held
         // by the jobs whose end makes the reservation.
@@ -284,6 +287,15 @@ void SchedulerCore::Impl::SchedulePass() {
   }
 }
 
+const SchedulerCore::Impl::Reservation& SchedulerCore::Impl::ReservationFor(const JobRecord& job) {
+  if (reservation_job_ != job.id || reservation_generation_ != generation_) {
+    cached_reservation_ = Reserve(job);
+    reservation_job_ = job.id;
+    reservation_generation_ = generation_;
+  }
+  return cached_reservation_;
+}
+
 Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const ClusterState& where,
                                                   bool masked) {
   // A gang of whole nodes needs that many whole free nodes: a free check
@@ -313,16 +325,31 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
   return p;
 }
 
-bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
+// Preemption. Candidates are running jobs of lower priority, and borrowed
+// jobs of other tenants when the waiting job is within its guarantee (never
+// a gang larger than the waiting job), except jobs that end within the grace
+// period anyway and jobs preempted preempt_protect_after times already.
+// Victims that may have checkpointed recently (they checkpoint on request
+// and lose little) come first, and a victim set of only such jobs is taken
+// whenever one exists; then borrowed jobs before lower-priority ones, then
+// the least work at risk. The set is pruned to the victims the placement needs,
+// and taken only when the waiting job's gain, its GPUs x its expected wait
+// from the reservation plan, exceeds the victims' cost: their GPUs x
+// (preempt_restart_cost + work since the last checkpoint for victims that
+// cannot have checkpointed recently).
+SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& waiting,
+                                                                     TimeMs expected_start) {
   const JobSpec& spec = waiting.request.spec;
   const bool in_guarantee = quotas_.gpus(waiting.request.tenant) + spec.gpus <=
                             quotas_.guaranteed(waiting.request.tenant);
   struct Candidate {
     bool borrowed;
-    double lost;
+    bool stale;        // cannot have checkpointed within its interval
+    double at_risk_s;  // run time since its last checkpoint (or start)
     JobId id;
   };
   std::vector<Candidate> candidates;
+  int protected_jobs = 0;
   for (JobId id : alloc_.holders()) {
     const JobRecord& j = jobs_.at(id);
     if (j.state != JobState::kRunning) continue;
@@ -334,52 +361,105 @@ bool SchedulerCore::Impl::TryPreempt(JobRecord& waiting) {
     if (!lower && !reclaim) continue;
     // A job that must end within the grace period frees its GPUs anyway.
     if (j.last_start + TimeLimit(j) <= now_ + config_.preempt_grace) continue;
-    const double lost = static_cast<double>(now_ - ProgressMark(j)) * j.request.spec.gpus;
-    candidates.push_back({j.borrowed, lost, id});
+    if (config_.preempt_protect_after > 0 && j.preemptions >= config_.preempt_protect_after) {
+      ++protected_jobs;
+      continue;
+    }
+    const TimeMs since = now_ - ProgressMark(j);
+    const TimeMs interval = CheckpointInterval(j);
+    const bool stale = interval == kNever || since > interval;
+    candidates.push_back({j.borrowed, stale, static_cast<double>(since), id});
   }
-  if (candidates.empty()) return false;
+  const std::string protected_note =
+      protected_jobs == 0
+          ? ""
+          : "; " + std::to_string(protected_jobs) + " job(s) preempted " +
+                std::to_string(config_.preempt_protect_after) + " times already are protected";
+  if (candidates.empty()) {
+    return {false, protected_jobs == 0 ? "" : "not preempting" + protected_note};
+  }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.stale != b.stale) return !a.stale;
     if (a.borrowed != b.borrowed) return a.borrowed;
-    if (a.lost != b.lost) return a.lost < b.lost;
+    if (a.at_risk_s != b.at_risk_s) return a.at_risk_s < b.at_risk_s;
     return a.id < b.id;
   });
   auto held = [&](JobId id) {
     const JobRecord& j = jobs_.at(id);
     return alloc_.Held(j.ranks, j.spares);
   };
-  ClusterState trial = cluster();
-  std::vector<JobId> chosen;
-  bool fits = false;
-  for (const Candidate& c : candidates) {
-    (void)trial.Release(held(c.id));
-    chosen.push_back(c.id);
-    if (trial.free_gpus(topo_.root()) < spec.gpus) continue;
-    if (placer_->Place(spec, trial).placed()) {
-      fits = true;
-      break;
+  // The smallest victim set among the first `usable` candidates that frees a
+  // placement; empty when none does.
+  auto victims = [&](size_t usable) {
+    ClusterState trial = cluster();
+    std::vector<size_t> chosen;
+    bool fits = false;
+    for (size_t i = 0; i < usable; ++i) {
+      (void)trial.Release(held(candidates[i].id));
+      chosen.push_back(i);
+      if (trial.free_gpus(topo_.root()) < spec.gpus) continue;
+      if (placer_->Place(spec, trial).placed()) {
+        fits = true;
+        break;
+      }
     }
+    if (!fits) return std::vector<size_t>{};
+    // Keep only the victims the placement needs, dropping the costliest first.
+    for (size_t k = chosen.size(); k-- > 0;) {
+      ClusterState without = trial;
+      if (!without.Allocate(held(candidates[chosen[k]].id)).ok()) continue;
+      if (placer_->Place(spec, without).placed()) {
+        trial = std::move(without);
+        chosen.erase(chosen.begin() + static_cast<long>(k));
+      }
+    }
+    return chosen;
+  };
+  const size_t fresh = static_cast<size_t>(std::count_if(
+      candidates.begin(), candidates.end(), [](const Candidate& c) { return !c.stale; }));
+  std::vector<size_t> chosen = victims(fresh);
+  if (chosen.empty() && fresh < candidates.size()) chosen = victims(candidates.size());
+  if (chosen.empty()) {
+    return {false, "not preempting: no set of preemptible jobs frees a placement" + protected_note};
   }
-  if (!fits) return false;
-  // Keep only the victims the placement needs, dropping the costliest first.
-  for (size_t i = chosen.size(); i-- > 0;) {
-    ClusterState without = trial;
-    if (!without.Allocate(held(chosen[i])).ok()) continue;
-    if (placer_->Place(spec, without).placed()) {
-      trial = std::move(without);
-      chosen.erase(chosen.begin() + static_cast<long>(i));
-    }
+  double cost_gpu_s = 0;
+  for (size_t i : chosen) {
+    const Candidate& c = candidates[i];
+    const double per_gpu = static_cast<double>(config_.preempt_restart_cost) / kSecond +
+                           (c.stale ? c.at_risk_s / kSecond : 0.0);
+    cost_gpu_s += per_gpu * jobs_.at(c.id).request.spec.gpus;
+  }
+  const bool foreseeable = expected_start != kNever;
+  const double gain_gpu_s =
+      foreseeable
+          ? static_cast<double>(std::max<TimeMs>(0, expected_start - now_)) / kSecond * spec.gpus
+          : 0;
+  auto gpu_hours = [](double gpu_s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", gpu_s / 3600.0);
+    return std::string(buf);
+  };
+  if (foreseeable && gain_gpu_s <= cost_gpu_s) {
+    return {false, "not preempting: stopping " + std::to_string(chosen.size()) +
+                       " job(s) would cost " + gpu_hours(cost_gpu_s) + " GPU-h, more than the " +
+                       gpu_hours(gain_gpu_s) + " GPU-h of waiting it saves" + protected_note};
   }
   preemptors_.insert(waiting.id);
-  for (JobId v : chosen) {
+  std::string ids;
+  for (size_t i : chosen) {
+    const JobId v = candidates[i].id;
     JobRecord& victim = jobs_.at(v);
     victim.preempt_deadline = now_ + config_.preempt_grace;
     victim.preemptions += 1;
     preempted_for_[v] = waiting.id;
+    ids += (ids.empty() ? "" : ", ") + std::to_string(v);
     Emit(RequestCheckpoint{v, "preempted for job " + std::to_string(waiting.id)});
     SetState(victim, JobState::kPreempting,
              "preempted for job " + std::to_string(waiting.id) + "; checkpointing");
   }
-  return true;
+  return {true, "preempting lower-priority or borrowed jobs to start (" + ids + "; cost " +
+                    gpu_hours(cost_gpu_s) + " GPU-h, waiting saved " +
+                    (foreseeable ? gpu_hours(gain_gpu_s) + " GPU-h" : "unbounded") + ")"};
 }
 
 void SchedulerCore::Impl::StopExpiredPreemptions() {

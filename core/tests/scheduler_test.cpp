@@ -232,6 +232,72 @@ TEST_CASE("preemption frees a placement that meets the required constraints") {
   CHECK(core.job(asks[0].id)->lost_gpu_ms == 0);
 }
 
+TEST_CASE("preemption weighs the victims' restart cost against the preemptor's wait") {
+  Topology topo = Tiny();
+  SchedulerConfig config = SimConfig();
+  config.preempt_restart_cost = 10 * kMinute;
+  // A low-priority job holds the whole cluster until its limit at 62 min.
+  SchedulerCore late(topo, config);
+  late.Step(JobSubmitted{1, Request(64, 8, 62 * kMinute, "x", 0)}, 0);
+  // At 55 min a high-priority job would wait 7 min (7.5 GPU-h): less than the
+  // victim's cost, 10 min of restart plus 55 min of work since its start (it
+  // never checkpoints) on each of its 64 GPUs (69.3 GPU-h). Nobody stops.
+  auto cmds = late.Step(JobSubmitted{2, Request(64, 8, kHour, "y", 10)}, 55 * kMinute);
+  CHECK(Only<RequestCheckpoint>(cmds).empty());
+  CHECK(late.job(1)->state == JobState::kRunning);
+  CHECK(late.job(2)->reason.find("not preempting") != std::string::npos);
+  CHECK(late.job(2)->reason.find("would cost 69.3 GPU-h, more than the 7.5 GPU-h") !=
+        std::string::npos);
+  // The same job at 1 min would wait an hour: the victim is preempted.
+  SchedulerCore early(topo, config);
+  early.Step(JobSubmitted{1, Request(64, 8, 62 * kMinute, "x", 0)}, 0);
+  cmds = early.Step(JobSubmitted{2, Request(64, 8, kHour, "y", 10)}, kMinute);
+  CHECK(Only<RequestCheckpoint>(cmds).size() == 1);
+  CHECK(early.job(1)->state == JobState::kPreempting);
+  CHECK(early.job(2)->reason.find("preempting") == 0);
+}
+
+TEST_CASE("preemption takes jobs that checkpointed recently before those that cannot have") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  // Job 1 checkpoints every 30 min and just did; job 2 never checkpoints
+  // but started later, so it has less work at risk.
+  JobRequest checkpointing = Request(32, 8, 10 * kHour, "x", 0);
+  checkpointing.checkpoint_interval = 30 * kMinute;
+  core.Step(JobSubmitted{1, checkpointing}, 0);
+  core.Step(JobSubmitted{2, Request(32, 8, 10 * kHour, "x", 0)}, 20 * kMinute);
+  core.Step(CheckpointCompleted{1, 5}, 25 * kMinute);
+  REQUIRE(core.cluster().total_busy_gpus() == 64);
+  auto cmds = core.Step(JobSubmitted{3, Request(32, 8, kHour, "y", 10)}, 40 * kMinute);
+  auto asks = Only<RequestCheckpoint>(cmds);
+  REQUIRE(asks.size() == 1);
+  CHECK(asks[0].id == 1);
+  CHECK(core.job(2)->state == JobState::kRunning);
+  // (When no recent checkpointer frees a placement the others are taken:
+  // "preemption frees a placement that meets the required constraints".)
+}
+
+TEST_CASE("a job preempted preempt_protect_after times is not preempted again") {
+  Topology topo = Tiny();
+  SchedulerConfig config = SimConfig();
+  config.preempt_protect_after = 1;
+  SchedulerCore core(topo, config);
+  core.Step(JobSubmitted{1, Request(64, 8, 10 * kHour, "x", 0)}, 0);
+  auto cmds = core.Step(JobSubmitted{2, Request(64, 8, kHour, "y", 10)}, kMinute);
+  REQUIRE(Only<RequestCheckpoint>(cmds).size() == 1);
+  core.Step(CheckpointCompleted{1, 3}, 2 * kMinute);
+  REQUIRE(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(1)->preemptions == 1);
+  core.Step(JobFinished{2, 0}, 20 * kMinute);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  // A second high-priority job finds job 1 protected and waits, saying so.
+  cmds = core.Step(JobSubmitted{3, Request(64, 8, kHour, "y", 10)}, 21 * kMinute);
+  CHECK(Only<RequestCheckpoint>(cmds).empty());
+  CHECK(core.job(1)->state == JobState::kRunning);
+  CHECK(core.job(3)->state == JobState::kQueued);
+  CHECK(core.job(3)->reason.find("preempted 1 times already are protected") != std::string::npos);
+}
+
 TEST_CASE("borrowed capacity is reclaimed for a tenant within its guarantee") {
   Topology topo = Tiny();
   SchedulerCore core(topo, SimConfig());

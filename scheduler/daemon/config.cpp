@@ -55,8 +55,9 @@ Status ParseBool(std::string_view v, bool& out) {
 
 using Setter = std::function<Status(std::string_view, DaemonConfig&)>;
 
-// The failure policy's keys, their ranges and fields: one table for the
-// config file and the stored policy.
+// The failure and preemption policies' integer keys, their ranges and
+// fields: one table for the config file and the stored policy (a store from
+// before a key existed gets the key's built-in default).
 struct FailureKey {
   std::string_view key;
   int64_t lo, hi;
@@ -73,6 +74,12 @@ constexpr FailureKey kFailureKeys[] = {
     {"restart_backoff_max_s", 1, 7 * 86400,
      [](const DaemonConfig& c) { return c.restart_backoff_max_s; },
      [](DaemonConfig& c, int64_t x) { c.restart_backoff_max_s = x; }},
+    {"preempt_restart_cost_s", 0, 86400,
+     [](const DaemonConfig& c) { return c.preempt_restart_cost_s; },
+     [](DaemonConfig& c, int64_t x) { c.preempt_restart_cost_s = x; }},
+    {"preempt_protect_after", 0, 1000,
+     [](const DaemonConfig& c) -> int64_t { return c.preempt_protect_after; },
+     [](DaemonConfig& c, int64_t x) { c.preempt_protect_after = static_cast<int>(x); }},
 };
 
 // What no single key can check: the backoff's cap is not below its start.
@@ -272,6 +279,10 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        IntSetter(kFailureKeys[1].lo, kFailureKeys[1].hi, kFailureKeys[1].set)},
       {"restart_backoff_max_s",
        IntSetter(kFailureKeys[2].lo, kFailureKeys[2].hi, kFailureKeys[2].set)},
+      {"preempt_restart_cost_s",
+       IntSetter(kFailureKeys[3].lo, kFailureKeys[3].hi, kFailureKeys[3].set)},
+      {"preempt_protect_after",
+       IntSetter(kFailureKeys[4].lo, kFailureKeys[4].hi, kFailureKeys[4].set)},
       {"master_ports",
        [](std::string_view v, DaemonConfig& c) {
          const size_t dash = v.find('-');
@@ -308,6 +319,8 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->max_app_failures = max_app_failures;
   c->restart_backoff_initial = restart_backoff_initial_s * core::kSecond;
   c->restart_backoff_max = restart_backoff_max_s * core::kSecond;
+  c->preempt_restart_cost = preempt_restart_cost_s * core::kSecond;
+  c->preempt_protect_after = preempt_protect_after;
   return *c;
 }
 

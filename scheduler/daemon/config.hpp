@@ -79,6 +79,12 @@ struct DaemonConfig {
   int64_t default_time_limit_s = 24 * 3600;
   int64_t default_checkpoint_interval_s = 30 * 60;
   int64_t preempt_grace_s = 120;
+  // Preemption's cost model and protection (core::SchedulerConfig): a
+  // victim costs this many seconds per GPU besides its unsaved work; a job
+  // preempted preempt_protect_after times is never preempted again (0: no
+  // limit).
+  int64_t preempt_restart_cost_s = 600;  // 0..86400
+  int preempt_protect_after = 3;         // 0..1000
   bool backfill = true;
   bool preemption = true;
   // MASTER_PORT of every job start comes from this range on its master node

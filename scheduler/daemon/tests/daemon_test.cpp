@@ -109,6 +109,14 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   CHECK(sc.value().max_app_failures == 3);
   CHECK(sc.value().restart_backoff_initial == 0);
   CHECK(sc.value().restart_backoff_max == 60 * topo::core::kSecond);
+  CHECK(defaults.value().preempt_restart_cost == 600 * topo::core::kSecond);
+  CHECK(defaults.value().preempt_protect_after == 3);
+  REQUIRE(
+      ApplyConfigText("preempt_restart_cost_s = 0\npreempt_protect_after = 7\n", "x.conf", c).ok());
+  sc = c.SchedulerConfig();
+  REQUIRE(sc.ok());
+  CHECK(sc.value().preempt_restart_cost == 0);
+  CHECK(sc.value().preempt_protect_after == 7);
 
   struct Case {
     const char* text;
@@ -118,6 +126,9 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
       {"max_app_failures = 0\n", "x.conf:1: max_app_failures: 0 is out of range; use 1..1000"},
       {"restart_backoff_initial_s = -1\n", "restart_backoff_initial_s: -1 is out of range"},
       {"restart_backoff_max_s = 0\n", "restart_backoff_max_s: 0 is out of range"},
+      {"preempt_restart_cost_s = 90000\n", "preempt_restart_cost_s: 90000 is out of range"},
+      {"preempt_protect_after = -1\n", "preempt_protect_after: -1 is out of range; use 0..1000"},
+      {"preempt_protect_after = many\n", "preempt_protect_after"},
       {"restart_backoff_initial_s = 1200\n",
        "x.conf: restart_backoff_max_s (600) must be at least restart_backoff_initial_s (1200)"},
   };
@@ -137,8 +148,12 @@ TEST_CASE("config: the failure policy is stored with the policy; old stores keep
   a.max_app_failures = 4;
   a.restart_backoff_initial_s = 30;
   a.restart_backoff_max_s = 90;
+  a.preempt_restart_cost_s = 0;
+  a.preempt_protect_after = 1;
   DaemonConfig b;
   REQUIRE(ApplyPolicyJson(PolicyJson(a), b).ok());
+  CHECK(b.preempt_restart_cost_s == 0);
+  CHECK(b.preempt_protect_after == 1);
   CHECK(b.max_app_failures == 4);
   CHECK(b.restart_backoff_initial_s == 30);
   CHECK(b.restart_backoff_max_s == 90);

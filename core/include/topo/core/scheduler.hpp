@@ -75,6 +75,14 @@ struct SchedulerConfig {
   int backfill_depth = 64;  // queued jobs looked at per pass after the head
   bool preemption = true;
   TimeMs preempt_grace = 2 * kMinute;
+  // What one preemption costs a victim besides lost work, per GPU: stopping,
+  // relaunching and loading its checkpoint. A victim set is chosen only when
+  // the preemptor's gain (its GPUs x its expected wait from the reservation
+  // plan) exceeds the victims' cost (their GPUs x (this + work since their
+  // last checkpoint, for victims that cannot have checkpointed recently)).
+  TimeMs preempt_restart_cost = 10 * kMinute;
+  // A job preempted this many times is never chosen again (0: no limit).
+  int preempt_protect_after = 3;
   // Recovery: replacements that keep the topology (spares, then free
   // nodes); without, the job restarts only by being requeued.
   bool replace_on_failure = true;
