@@ -36,6 +36,20 @@
 // tier and pipelines stay under as few leaves as the allocation allows.
 // Spares are whole healthy free nodes nearest the job (same HBD, leaf, ...).
 //
+// Phase 4, choose by speed. When the fewest-leaves choice spans several
+// domains of the tier above the leaf (pods, spines), a second candidate is
+// built with the fewest children at every tier above the leaf (the tightest
+// set of that size, so the emptiest pods stay whole for larger jobs): it
+// spans the fewest pods, maybe at the price of a few more leaves. Where it
+// spans fewer pods than the first, both are mapped (phase 3) and the
+// step-time model (step_model.hpp, oversubscribed links saturated) predicts
+// each one's step; the faster wins, and where the two are within 1 % the
+// one with the lower SpanCost (domains spanned per tier, weighted 4, 16, 64
+// from the leaf up as in the comm-cost metric). The model alone rarely
+// separates them: a data-parallel group that spans pods runs at the pod
+// fabric's bandwidth whether it spans 4 pods or 7, while every extra pod
+// puts the job's traffic on one more set of uplinks its neighbours share.
+//
 // Fast path: a job that fits one node needs no capacity pass over the whole
 // cluster. It descends from the root into the fullest domain first, pruning
 // by the cluster state's per-domain free-GPU counters (an upper bound), and
@@ -45,21 +59,28 @@
 // computing capacity only inside the HBDs it visits.
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <numeric>
 
 #include "placer_internal.hpp"
+#include "topo/core/step_model.hpp"
 
 namespace topo::core {
 namespace {
 
 using internal::JobShape;
 
+// How the tiers above the leaf are chosen: the fewest leaves first (phase
+// 2 above), or the fewest children first (ChooseFewestChildren at every
+// tier above the leaf: the fewest pods, then the fewest leaves inside each).
+enum class Objective : uint8_t { kFewestLeaves, kFewestChildren };
+
 class Selector {
  public:
   Selector(const Topology& topo, const JobShape& shape, const ClusterState& state,
-           const std::vector<int>& cap)
-      : topo_(topo), shape_(shape), state_(state), cap_(cap) {}
+           const std::vector<int>& cap, Objective objective = Objective::kFewestLeaves)
+      : topo_(topo), shape_(shape), state_(state), cap_(cap), objective_(objective) {}
 
   // Allocates k units (of tier(d)'s block) inside d.
   void Choose(DomainId d, int k) {
@@ -72,7 +93,11 @@ class Selector {
     const int kc = static_cast<int>(static_cast<int64_t>(k) * shape_.unit[t] / shape_.unit[t - 1]);
     const int leaf = topo_.leaf_tier();
     if (t > leaf && shape_.unit[t - 1] == shape_.unit[leaf]) {
-      ChooseAboveLeaf(d, kc);
+      if (objective_ == Objective::kFewestLeaves) {
+        ChooseAboveLeaf(d, kc);
+      } else {
+        ChooseFewestChildren(d, kc);
+      }
     } else {
       ChooseByChildren(d, kc);
     }
@@ -119,6 +144,60 @@ class Selector {
       }
       Choose(order[i], cap_[order[i]]);
       rem -= cap_[order[i]];
+    }
+  }
+
+  // The fewest children of d that hold kc, the tightest such set (the least
+  // capacity in all, so the emptiest domains stay whole for larger jobs):
+  // every set of that size when it is at most 3 of at most 16 children,
+  // else the largest first. Filled largest first, the rest on the last.
+  void ChooseFewestChildren(DomainId d, int kc) {
+    std::vector<DomainId> kids;
+    for (DomainId c : topo_.children(d)) {
+      if (cap_[c] > 0) kids.push_back(c);
+    }
+    std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
+      if (cap_[a] != cap_[b]) return cap_[a] > cap_[b];
+      return a < b;
+    });
+    size_t k = 0;
+    for (int64_t sum = 0; k < kids.size() && sum < kc; ++k) sum += cap_[kids[k]];
+    std::vector<DomainId> set(kids.begin(), kids.begin() + static_cast<long>(k));
+    constexpr size_t kMaxChildren = 16;
+    if (k >= 1 && k <= 3 && kids.size() <= kMaxChildren) {
+      int64_t best = -1;
+      std::vector<size_t> idx(k);
+      // Every k-subset in lexicographic order of indices.
+      for (size_t i = 0; i < k; ++i) idx[i] = i;
+      while (true) {
+        int64_t sum = 0;
+        for (size_t i : idx) sum += cap_[kids[i]];
+        if (sum >= kc && (best < 0 || sum < best)) {
+          best = sum;
+          for (size_t i = 0; i < k; ++i) set[i] = kids[idx[i]];
+        }
+        size_t pos = k;
+        while (pos > 0 && idx[pos - 1] == kids.size() - k + pos - 1) --pos;
+        if (pos == 0) break;
+        ++idx[pos - 1];
+        for (size_t i = pos; i < k; ++i) idx[i] = idx[i - 1] + 1;
+      }
+    }
+    if (set.size() == 1) {
+      // One child holds it: the best fit among all that do.
+      DomainId fit = set[0];
+      for (DomainId c : kids) {
+        if (cap_[c] >= kc && BetterFit(c, fit)) fit = c;
+      }
+      Choose(fit, kc);
+      return;
+    }
+    int rem = kc;
+    for (DomainId c : set) {
+      const int take = std::min(rem, cap_[c]);
+      Choose(c, take);
+      rem -= take;
+      if (rem == 0) break;
     }
   }
 
@@ -307,9 +386,44 @@ class Selector {
   const JobShape& shape_;
   const ClusterState& state_;
   const std::vector<int>& cap_;
+  const Objective objective_;
   std::vector<std::pair<NodeId, int>> picks_;
   std::vector<int> scratch_;
 };
+
+// Domains a placement spans at each tier from the leaf up, weighted by the
+// tier costs of the comm-cost metric (../shared/BENCHMARKS.md: leaf 4, the
+// tier above 16, above that 64): the tie-break between candidates whose
+// predicted steps are equal, since every domain spanned above the leaf puts
+// the job's traffic on one more uplink its neighbours share.
+int64_t SpanCost(const Topology& topo, const std::vector<GpuSlot>& ranks) {
+  std::vector<NodeId> nodes;
+  for (const GpuSlot& g : ranks) {
+    if (nodes.empty() || nodes.back() != g.node) nodes.push_back(g.node);
+  }
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  int64_t cost = 0;
+  int64_t weight = 4;
+  std::vector<DomainId> seen;
+  for (int t = topo.leaf_tier(); t < topo.root_tier(); ++t, weight *= 4) {
+    seen.clear();
+    for (NodeId n : nodes) seen.push_back(topo.Ancestor(n, t));
+    std::sort(seen.begin(), seen.end());
+    cost += weight * (std::unique(seen.begin(), seen.end()) - seen.begin());
+  }
+  return cost;
+}
+
+// Domains of the tier above the leaf that the picks span.
+int ChildrenAboveLeaf(const Topology& topo, const std::vector<std::pair<NodeId, int>>& picks) {
+  const int t = topo.leaf_tier() + 1;
+  if (t > topo.root_tier()) return 1;
+  std::vector<DomainId> seen;
+  for (const auto& [node, n] : picks) seen.push_back(topo.Ancestor(node, t));
+  std::sort(seen.begin(), seen.end());
+  return static_cast<int>(std::unique(seen.begin(), seen.end()) - seen.begin());
+}
 
 // Walks from d down to domains of `tier`, fullest first (fewest free GPUs),
 // skipping domains with fewer than `gpus` free GPUs (the state's counters are
@@ -393,7 +507,32 @@ class TopoSchedPlacer final : public Placer {
     if (cap[topo.root()] < need) return internal::ExplainShortfall(job, shape, state, cap);
     Selector selector(topo, shape, state, cap);
     selector.Choose(topo.root(), need);
-    return internal::BuildPlacement(job, shape, state, selector.TakePicks());
+    std::vector<std::pair<NodeId, int>> picks = selector.TakePicks();
+    // Phase 4, choose by speed. When the fewest-leaves choice spans several
+    // domains above the leaf (pods, spines), the fewest-children choice is
+    // the other candidate; the one with the shorter predicted step (the
+    // step-time model, with oversubscribed links saturated) wins, and where
+    // the steps are within 1 % the one spanning less (SpanCost).
+    const int spread = ChildrenAboveLeaf(topo, picks);
+    if (!options_.choose_by_speed || spread <= 1) {
+      return internal::BuildPlacement(job, shape, state, std::move(picks));
+    }
+    Selector compact(topo, shape, state, cap, Objective::kFewestChildren);
+    compact.Choose(topo.root(), need);
+    std::vector<std::pair<NodeId, int>> other = compact.TakePicks();
+    // A candidate that spans as many pods buys nothing for its extra leaves.
+    const bool fewer = ChildrenAboveLeaf(topo, other) < spread;
+    Placement a = internal::BuildPlacement(job, shape, state, std::move(picks));
+    if (!fewer || !a.placed()) return a;
+    Placement b = internal::BuildPlacement(job, shape, state, std::move(other));
+    if (!b.placed()) return a;
+    StepTimeModel steps(topo);
+    const double step_a = steps.StepSeconds(job, a.ranks, LinkLoad::kSaturated);
+    const double step_b = steps.StepSeconds(job, b.ranks, LinkLoad::kSaturated);
+    if (std::abs(step_a - step_b) > 0.01 * std::min(step_a, step_b)) {
+      return step_b < step_a ? std::move(b) : std::move(a);
+    }
+    return SpanCost(topo, b.ranks) < SpanCost(topo, a.ranks) ? std::move(b) : std::move(a);
   }
 
  private:

@@ -46,7 +46,22 @@ StepTimeModel::StepTimeModel(const Topology& topology) : topo_(topology) {
     const double o = topology.tier(t).link.oversubscription;
     if (o > 1) saturated_scale_[t] = 1.0 / o;
   }
-  dominant_rate_ = SustainedFlops(DominantGpuModel(topology));
+}
+
+double StepTimeModel::DominantRate() {
+  // O(nodes): only what needs the ideal step pays for it (a placer ranking
+  // candidates does not).
+  if (dominant_rate_ <= 0) dominant_rate_ = SustainedFlops(DominantGpuModel(topo_));
+  return dominant_rate_;
+}
+
+const StepBreakdown& StepTimeModel::IdealOf(Shape& s, LinkLoad load) {
+  const int i = static_cast<int>(load);
+  if (!s.ideal_done[i]) {
+    s.ideal[i] = PredictStep(s.job, s.model, Links(load), s.ideal_spans, DominantRate());
+    s.ideal_done[i] = true;
+  }
+  return s.ideal[i];
 }
 
 LinkView StepTimeModel::Links(LinkLoad load) const {
@@ -61,7 +76,7 @@ double StepTimeModel::RateOf(NodeId node) {
   return it->second;
 }
 
-const StepTimeModel::Shape& StepTimeModel::ShapeOf(const JobSpec& job) {
+StepTimeModel::Shape& StepTimeModel::ShapeOf(const JobSpec& job) {
   auto [it, fresh] = shapes_.try_emplace(ShapeKey(job));
   Shape& s = it->second;
   if (!fresh) return s;
@@ -70,16 +85,13 @@ const StepTimeModel::Shape& StepTimeModel::ShapeOf(const JobSpec& job) {
   s.ok = true;
   s.model = std::move(model).value();
   s.ideal_spans = IdealSpans(job, topo_);
-  for (LinkLoad load : {LinkLoad::kIdle, LinkLoad::kSaturated}) {
-    s.ideal[static_cast<int>(load)] =
-        PredictStep(job, s.model, Links(load), s.ideal_spans, dominant_rate_);
-  }
+  s.job = job;
   return s;
 }
 
 double StepTimeModel::IdealSeconds(const JobSpec& job, LinkLoad load) {
-  const Shape& s = ShapeOf(job);
-  return s.ok ? s.ideal[static_cast<int>(load)].total_s : 0.0;
+  Shape& s = ShapeOf(job);
+  return s.ok ? IdealOf(s, load).total_s : 0.0;
 }
 
 double StepTimeModel::StepSeconds(const JobSpec& job, std::span<const GpuSlot> ranks,
@@ -94,7 +106,7 @@ double StepTimeModel::StepSeconds(const JobSpec& job, std::span<const GpuSlot> r
 std::optional<StepPrediction> StepTimeModel::Predict(const JobSpec& job,
                                                      std::span<const GpuSlot> ranks,
                                                      LinkLoad load) {
-  const Shape& s = ShapeOf(job);
+  Shape& s = ShapeOf(job);
   if (!s.ok || ranks.empty()) return std::nullopt;
   const double rate = RateOf(ranks[0].node);
   const LinkView links = Links(load);
@@ -102,8 +114,8 @@ std::optional<StepPrediction> StepTimeModel::Predict(const JobSpec& job,
   out.step = PredictStep(job, s.model, links, AnalyzePlacement(job, topo_, ranks), rate);
   // The ideal at this placement's GPU model, so a heterogeneous cluster's
   // slowdown compares like with like.
-  out.ideal = rate == dominant_rate_ ? s.ideal[static_cast<int>(load)]
-                                     : PredictStep(job, s.model, links, s.ideal_spans, rate);
+  out.ideal = rate == DominantRate() ? IdealOf(s, load)
+                                      : PredictStep(job, s.model, links, s.ideal_spans, rate);
   out.slowdown = out.ideal.total_s > 0 ? std::max(1.0, out.step.total_s / out.ideal.total_s) : 1.0;
   return out;
 }

@@ -5,6 +5,7 @@
 #include "test_util.hpp"
 #include "topo/core/evaluator.hpp"
 #include "topo/core/placement.hpp"
+#include "topo/core/step_model.hpp"
 
 using namespace topo::core;
 using testing::MakeJob;
@@ -275,4 +276,41 @@ TEST_CASE("gpus_per_node spreads a job over more nodes") {
   CHECK(q.outcome == PlaceOutcome::kInfeasible);
   CHECK(q.reason.find("gpus_per_node") == std::string::npos);
   CHECK(q.reason.find("2 GPUs per node") != std::string::npos);
+}
+
+TEST_CASE("toposched trades leaves for pods when the predicted step allows (phase 4)") {
+  // Nodes of 8 GPUs, leaves of 2 nodes, pods of 4 leaves, 4 pods: node id
+  // = pod * 8 + leaf * 2 + node.
+  Topology topo = MakeRegular({"node", "leaf", "pod"}, 0, {2, 4}, 4, 8);
+  ClusterState st(topo);
+  // Pods 0-2: one empty leaf each. Pod 3: one free node in every leaf.
+  for (int pod = 0; pod < 3; ++pod) {
+    for (NodeId n = pod * 8 + 2; n < pod * 8 + 8; ++n) Occupy(st, n);
+  }
+  for (NodeId n = 24; n < 32; n += 2) Occupy(st, n);
+  const JobSpec job = MakeJob(48, 8);
+  auto spans = [&](const Placement& p, int tier) {
+    std::set<DomainId> d;
+    for (const GpuSlot& g : p.ranks) d.insert(topo.Ancestor(g.node, tier));
+    return d.size();
+  };
+  // The fewest leaves: the three empty ones, in three pods.
+  PlacerOptions leaves_only;
+  leaves_only.choose_by_speed = false;
+  Placement fewest = MakePlacer("toposched", leaves_only)->Place(job, st);
+  CheckValid(fewest, st, 48);
+  CHECK(spans(fewest, 1) == 3);
+  CHECK(spans(fewest, 2) == 3);
+  // With phase 4: pod 3's four half leaves and one empty leaf, two pods
+  // (span cost 5 x 4 + 2 x 16 = 52 against 3 x 4 + 3 x 16 = 60), because its
+  // predicted step is no slower.
+  Placement chosen = MakePlacer("toposched")->Place(job, st);
+  CheckValid(chosen, st, 48);
+  CHECK(spans(chosen, 1) == 5);
+  CHECK(spans(chosen, 2) == 2);
+  StepTimeModel steps(topo);
+  CHECK(steps.StepSeconds(job, chosen.ranks, LinkLoad::kSaturated) <=
+        1.01 * steps.StepSeconds(job, fewest.ranks, LinkLoad::kSaturated));
+  // Every TP group still sits in one node.
+  CHECK(Evaluate(job, topo, chosen.ranks).required_met);
 }

@@ -15,6 +15,7 @@
 #include "topo/core/fill.hpp"
 #include "topo/core/placement.hpp"
 #include "topo/core/rng.hpp"
+#include "topo/core/step_model.hpp"
 
 using namespace topo::core;
 
@@ -182,10 +183,22 @@ int BruteForceMinLeaves(const JobSpec& job, const ClusterState& st) {
   return best;
 }
 
+// Domains spanned per tier from the leaf up, weighted 4, 16, 64, ... (the
+// toposched placer's tie-break, recomputed here from its definition).
+int64_t SpanCostOf(const Topology& topo, const std::vector<GpuSlot>& ranks) {
+  int64_t cost = 0, weight = 4;
+  for (int t = topo.leaf_tier(); t < topo.root_tier(); ++t, weight *= 4) {
+    std::set<DomainId> seen;
+    for (const GpuSlot& g : ranks) seen.insert(topo.Ancestor(g.node, t));
+    cost += weight * static_cast<int64_t>(seen.size());
+  }
+  return cost;
+}
+
 }  // namespace
 
 TEST_CASE("property: random topologies, fills, failures and jobs") {
-  int placed = 0, busy = 0, infeasible = 0, optimal_checked = 0;
+  int placed = 0, busy = 0, infeasible = 0, optimal_checked = 0, traded = 0, changed = 0;
   for (uint64_t seed = 1; seed <= 2500; ++seed) {
     CAPTURE(seed);
     Rng rng(seed);
@@ -216,11 +229,28 @@ TEST_CASE("property: random topologies, fills, failures and jobs") {
       infeasible += p.outcome == PlaceOutcome::kInfeasible;
       const bool pp_required =
           job.constraint(GroupKind::kPp).strength == Strength::kRequired && job.parallelism.pp > 1;
-      if (p.placed() && !pp_required && topo.leaf_tier() < topo.root_tier() &&
+      if (!p.placed()) continue;
+      // Phases 1-3 alone take the fewest leaves.
+      PlacerOptions leaves_only;
+      leaves_only.choose_by_speed = false;
+      Placement fewest = MakePlacer(name, leaves_only)->Place(job, st);
+      REQUIRE(fewest.placed());
+      if (!pp_required && topo.leaf_tier() < topo.root_tier() &&
           topo.tier_size(topo.leaf_tier()) <= 12) {
-        PlacementMetrics m = Evaluate(job, topo, p.ranks);
+        PlacementMetrics m = Evaluate(job, topo, fewest.ranks);
         CHECK(m.leaves_spanned == BruteForceMinLeaves(job, st));
         ++optimal_checked;
+      }
+      // Phase 4 only ever trades for a faster predicted step, or for a
+      // smaller span at a step within 1 %.
+      StepTimeModel steps(topo);
+      const double mine = steps.StepSeconds(job, p.ranks, LinkLoad::kSaturated);
+      const double base = steps.StepSeconds(job, fewest.ranks, LinkLoad::kSaturated);
+      CHECK(mine <= base * 1.01 + 1e-12);
+      changed += p.ranks != fewest.ranks;  // exercised by placement_test too
+      if (p.ranks != fewest.ranks && mine >= base * 0.99) {
+        CHECK(SpanCostOf(topo, p.ranks) < SpanCostOf(topo, fewest.ranks));
+        ++traded;
       }
     }
   }
@@ -230,5 +260,5 @@ TEST_CASE("property: random topologies, fills, failures and jobs") {
   CHECK(infeasible > 20);
   CHECK(optimal_checked > 300);
   MESSAGE("placed ", placed, " busy ", busy, " infeasible ", infeasible, " optimality checked ",
-          optimal_checked);
+          optimal_checked, " phase 4 changed ", changed, " (", traded, " for span alone)");
 }

@@ -45,6 +45,11 @@ struct PlacerOptions {
   // against the empty cluster (the scheduler, at submission) turns it off:
   // then every "does not fit now" is Busy, with a short reason.
   bool explain_shortfall = true;
+  // toposched: where the fewest-leaves choice spans several domains above
+  // the leaf, also build the fewest-pods choice and keep the one the
+  // step-time model predicts faster (then the one spanning less). Off: the
+  // fewest leaves always (the property tests check that optimum).
+  bool choose_by_speed = true;
 };
 
 class Placer {

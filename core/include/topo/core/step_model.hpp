@@ -62,17 +62,21 @@ class StepTimeModel {
  private:
   struct Shape {
     bool ok = false;
+    JobSpec job;  // the first job of this shape
     ResolvedModel model;
     CommSpans ideal_spans;
-    StepBreakdown ideal[2];  // by LinkLoad
+    StepBreakdown ideal[2];  // by LinkLoad, once ideal_done
+    bool ideal_done[2] = {false, false};
   };
-  const Shape& ShapeOf(const JobSpec& job);
+  Shape& ShapeOf(const JobSpec& job);
+  const StepBreakdown& IdealOf(Shape& s, LinkLoad load);
+  double DominantRate();
   LinkView Links(LinkLoad load) const;
   double RateOf(NodeId node);
 
   const Topology& topo_;
   std::vector<double> saturated_scale_;  // per tier: 1/o where o > 1, else 1
-  double dominant_rate_ = 0;
+  double dominant_rate_ = 0;  // DominantRate(), once computed
   std::map<std::string, Shape> shapes_;
   std::map<std::string, double> rates_;  // sustained FLOP/s per GPU model
 };
