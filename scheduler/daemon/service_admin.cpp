@@ -728,12 +728,13 @@ std::string RenderMetrics(ServiceState& s, const Caller& caller) {
     if (j.state != core::JobState::kRunning || !SeesTenantSeries(caller, j.request.tenant)) {
       continue;
     }
-    const Json p = PredictedJson(topo, j);
-    if (!p.is_object()) continue;
+    const std::optional<double> slow = PredictedSlowdown(s, j);
+    if (!slow) continue;
     out += "toposched_job_predicted_slowdown{job=\"" + std::to_string(id) +
-           "\",tenant=" + PromLabel(j.request.tenant) + "} " +
-           common::FormatMetric(p["slowdown"].get<double>(), 4) + "\n";
+           "\",tenant=" + PromLabel(j.request.tenant) + "} " + common::FormatMetric(*slow, 4) +
+           "\n";
   }
+  PruneSlowdowns(s);
   out += "# HELP topo_queue_depth Queued jobs per tenant.\n# TYPE topo_queue_depth gauge\n";
   for (const auto& [tenant, states] : per_tenant) {
     auto it = states.find("queued");

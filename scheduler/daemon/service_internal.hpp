@@ -81,6 +81,16 @@ struct ServiceState {
   // topo-agent's longest reconnect backoff (5 s).
   static constexpr core::TimeMs kAgentReconnectGraceMs = 10000;
 
+  // Predicted slowdowns of running jobs (PredictedSlowdown), by job, valid
+  // for the start they were computed for; the job list and /metrics read
+  // them on every call, the model runs once per start.
+  struct Slowdown {
+    core::TimeMs start = -1;
+    int restarts = -1;
+    double value = 0;  // < 0: no prediction (no whole placement, no model)
+  };
+  mutable std::map<core::JobId, Slowdown> slowdowns;
+
   // Commits the driver's staged entries, then hands their commands to the
   // agents (Service::Commit).
   core::Status Commit();
@@ -107,6 +117,11 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
 // "slowdown", "model", "breakdown", "ideal_breakdown"}; null without a whole
 // placement or when its model cannot be resolved.
 Json PredictedJson(const core::Topology& topo, const core::JobRecord& job);
+// The "slowdown" of PredictedJson for a running or preempting job, cached
+// per start in s.slowdowns; nullopt when there is none.
+std::optional<double> PredictedSlowdown(const ServiceState& s, const core::JobRecord& job);
+// Drops the cached slowdowns of jobs that no longer run.
+void PruneSlowdowns(const ServiceState& s);
 HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& route);

@@ -62,7 +62,9 @@ Json RecordSummary(const ServiceState& s, const core::JobRecord& j,
               {"time_limit_s", TimeLimit(s, j.request.time_limit) / 1000},
               {"restarts", j.restarts},
               {"checkpoint_step", j.checkpoint_step},
-              {"queue_position", nullptr}};
+              {"queue_position", nullptr},
+              {"predicted_slowdown", nullptr}};
+  if (std::optional<double> slow = PredictedSlowdown(s, j)) out["predicted_slowdown"] = *slow;
   if (positions != nullptr) {
     if (auto it = positions->find(j.id); it != positions->end()) out["queue_position"] = it->second;
   }
@@ -93,7 +95,8 @@ Json RowSummary(const ServiceState& s, const store::JobRow& r) {
               {"time_limit_s", TimeLimit(s, r.time_limit_ms) / 1000},
               {"restarts", r.restarts},
               {"checkpoint_step", r.checkpoint_step},
-              {"queue_position", nullptr}};
+              {"queue_position", nullptr},
+              {"predicted_slowdown", nullptr}};
 }
 
 std::map<JobId, int> QueuePositions(const core::SchedulerCore& core) {
@@ -246,6 +249,33 @@ Json PredictedJson(const core::Topology& topo, const core::JobRecord& job) {
   const std::string model =
       m.ok() && !m.value().spec.preset.empty() ? m.value().spec.preset : "custom";
   return common::PredictionToJson(p.value(), model);
+}
+
+std::optional<double> PredictedSlowdown(const ServiceState& s, const core::JobRecord& job) {
+  if (job.state != core::JobState::kRunning && job.state != core::JobState::kPreempting) {
+    return std::nullopt;
+  }
+  ServiceState::Slowdown& c = s.slowdowns[job.id];
+  if (c.start != job.last_start || c.restarts != job.restarts) {
+    c.start = job.last_start;
+    c.restarts = job.restarts;
+    c.value = -1;
+    if (static_cast<int>(job.ranks.size()) == job.request.spec.gpus) {
+      core::Result<core::StepPrediction> p =
+          core::PredictPlacement(job.request.spec, *s.driver.topology, job.ranks);
+      if (p.ok()) c.value = p.value().slowdown;
+    }
+  }
+  if (c.value < 0) return std::nullopt;
+  return c.value;
+}
+
+void PruneSlowdowns(const ServiceState& s) {
+  std::erase_if(s.slowdowns, [&](const auto& entry) {
+    const core::JobRecord* j = s.driver.core != nullptr ? s.driver.core->job(entry.first) : nullptr;
+    return j == nullptr ||
+           (j->state != core::JobState::kRunning && j->state != core::JobState::kPreempting);
+  });
 }
 
 namespace {

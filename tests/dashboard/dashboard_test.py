@@ -494,6 +494,14 @@ def run(tmp, daemon_bin, failures):
             check(jid in running and running[jid]["state"] == "running",
                   "running table does not list job %s (%s) as running: %s" % (jid, name, running.get(jid)), failures)
             check(jid not in queue, "job %s is in the queue table too" % jid, failures)
+            # The slowdown column shows the API's prediction for the job.
+            want = listed[ids[name]].get("predicted_slowdown")
+            check(want is not None and want >= 1.0,
+                  "GET /v1/jobs gives job %s no predicted_slowdown >= 1: %r" % (jid, want), failures)
+            if want is not None and jid in running:
+                check(("%.2fx" % want) in running[jid]["cells"],
+                      "running table shows no slowdown %.2fx for job %s: %s"
+                      % (want, jid, running[jid]["cells"]), failures)
         jd = str(ids["big-d"])
         check(jd in queue and queue[jd]["state"] == "queued",
               "queue table does not list job %s (big-d) as queued: %s" % (jd, queue.get(jd)), failures)
