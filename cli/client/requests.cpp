@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "client/api_client.hpp"
+#include "client/submit.hpp"
 #include "topo/common/hostlist.hpp"
 
 namespace topo::cli {
@@ -67,6 +68,20 @@ Result<json> QuotaSetBody(const QuotaFlags& flags) {
       return Status::Error("--shares: '" + flags.shares + "' is not a number > 0");
     }
     body["shares"] = v;
+  }
+  if (!flags.placement_wait.empty()) {
+    if (flags.placement_wait == "never") {
+      body["placement_wait_s"] = -1;
+    } else if (flags.placement_wait == "default") {
+      body["placement_wait_s"] = 0;
+    } else {
+      Result<int64_t> d = ParseDuration(flags.placement_wait);
+      if (!d.ok() || d.value() <= 0) {
+        return Status::Error("--placement-wait: '" + flags.placement_wait +
+                             "' is not a duration (30m, 2h), never or default");
+      }
+      body["placement_wait_s"] = d.value();
+    }
   }
   return body;
 }

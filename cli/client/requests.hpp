@@ -24,6 +24,7 @@ struct QuotaFlags {
   std::string max_running_jobs;  // N | none (-> 0)
   std::string max_queued_jobs;   // N | none (-> 0)
   std::string shares;            // X > 0
+  std::string placement_wait;    // DURATION | never (-> -1) | default (-> 0)
 };
 // PUT /v1/tenants/{name}: only the fields given.
 core::Result<nlohmann::json> QuotaSetBody(const QuotaFlags& flags);

@@ -181,6 +181,9 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
       {"time", "DURATION", "Time limit: 2h, 90m, 3600s, 1d, 1h30m or H:MM:SS (default 24 h)"},
       {"checkpoint-interval", "DURATION",
        "How often the job checkpoints, or 'never' (default 30 min)"},
+      {"placement-wait", "DURATION",
+       "How long the job may wait for a faster placement than it would get now, or 'never' "
+       "(default: the tenant's or the cluster's, 30 min)"},
       {"mem-per-node", "SIZE",
        "Memory the job's processes may use on each node: 512M, 64G, 1T (default: no limit)"},
       {"cpus-per-node", "N",
@@ -227,7 +230,7 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
     }
     return Status::Ok();
   }
-  if (name == "checkpoint-interval") {
+  if (name == "checkpoint-interval" || name == "placement-wait") {
     if (value == "never") return Status::Ok();
     Result<int64_t> d = ParseDuration(value);
     return d.ok() ? Status::Ok() : err(d.message() + ", or 'never'");
@@ -493,6 +496,19 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
       Result<int64_t> d = ParseDuration(v);
       if (!d.ok()) return Status::Error(where("checkpoint-interval") + ": " + d.message());
       req["checkpoint_interval_s"] = d.value();
+    }
+  }
+  if (given("placement-wait")) {
+    const std::string& v = flags.at("placement-wait").value;
+    if (v == "never") {
+      req["placement_wait_s"] = -1;
+    } else {
+      Result<int64_t> d = ParseDuration(v);
+      if (!d.ok()) return Status::Error(where("placement-wait") + ": " + d.message());
+      if (d.value() == 0) {
+        return Status::Error(where("placement-wait") + ": 0 is not a bound; give 'never'");
+      }
+      req["placement_wait_s"] = d.value();
     }
   }
   if (!spec.contains("gpus")) {

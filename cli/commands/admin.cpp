@@ -332,6 +332,10 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
                    "none")
       ->type_name("N|none");
   qset->add_option("--shares", set->quota.shares, "Fairshare weight (> 0)")->type_name("X");
+  qset->add_option("--placement-wait", set->quota.placement_wait,
+                   "How long the tenant's jobs may wait for a faster placement (30m, 2h), never, "
+                   "or default (the cluster's placement_wait_s)")
+      ->type_name("DURATION|never|default");
   qset->add_flag("--json", set->json, std::string(kJsonHelp));
   AddConnectionFlags(*qset, conn);
   qset->callback([set, exit_code] { *exit_code = RunQuotaSet(*set); });

@@ -465,6 +465,15 @@ TEST_CASE("Quota bodies carry only the fields given; none maps to the API's valu
   CHECK_FALSE(QuotaSetBody(Quota("", "", "-1", "", "")).ok());
   CHECK_FALSE(QuotaSetBody(Quota("", "", "", "", "0")).ok());
   CHECK_FALSE(QuotaSetBody(Quota("", "", "", "", "x")).ok());
+  QuotaFlags wait;
+  wait.placement_wait = "2h";
+  CHECK(QuotaSetBody(wait).value() == json{{"placement_wait_s", 7200}});
+  wait.placement_wait = "never";
+  CHECK(QuotaSetBody(wait).value() == json{{"placement_wait_s", -1}});
+  wait.placement_wait = "default";
+  CHECK(QuotaSetBody(wait).value() == json{{"placement_wait_s", 0}});
+  wait.placement_wait = "later";
+  CHECK(QuotaSetBody(wait).message().find("--placement-wait: 'later'") == 0);
 }
 
 TEST_CASE("Targets: tenant paths keep slashes, queries are escaped") {

@@ -166,7 +166,8 @@ TEST_CASE("ParseScriptDirectives: bad lines name the file and line") {
 
 TEST_CASE("Submit flags: the command line overrides #TOPO lines, which override the spec") {
   auto script = ParseScriptDirectives(
-      "#TOPO --gpus 64 --tp 8 --time 2h --name from-script\n#TOPO --checkpoint-interval never\n",
+      "#TOPO --gpus 64 --tp 8 --time 2h --name from-script\n#TOPO --checkpoint-interval never\n"
+      "#TOPO --placement-wait 45m\n",
       "s.sh");
   REQUIRE(script.ok());
   SubmitFlags cmd;
@@ -191,6 +192,7 @@ TEST_CASE("Submit flags: the command line overrides #TOPO lines, which override 
   CHECK(r["spec"]["constraints"] == json{{"dp", {{"preferred", "pod"}}}});
   CHECK(r["time_limit_s"] == 5400);
   CHECK(r["checkpoint_interval_s"] == -1);
+  CHECK(r["placement_wait_s"] == 2700);
   CHECK(r["priority"] == -5);
   CHECK_FALSE(r.contains("tenant"));
 }
@@ -241,6 +243,9 @@ TEST_CASE("SubmitFlagTable: every flag checks its values") {
   CHECK(CheckSubmitFlag("checkpoint-interval", "never").ok());
   CHECK(CheckSubmitFlag("checkpoint-interval", "30m").ok());
   CHECK_FALSE(CheckSubmitFlag("checkpoint-interval", "sometimes").ok());
+  CHECK(CheckSubmitFlag("placement-wait", "never").ok());
+  CHECK(CheckSubmitFlag("placement-wait", "45m").ok());
+  CHECK(CheckSubmitFlag("placement-wait", "soon").message().find("--placement-wait") == 0);
   CHECK(CheckSubmitFlag("constraint", "tp=none").ok());
   CHECK(CheckSubmitFlag("constraint", "ep=required:hbd").ok());
   CHECK_FALSE(CheckSubmitFlag("constraint", "ep=required:").ok());

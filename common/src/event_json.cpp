@@ -581,13 +581,32 @@ Json TenantConfigToJson(const core::TenantConfig& t) {
           {"max_job_gpus", t.max_job_gpus},
           {"max_running_jobs", t.max_running_jobs},
           {"max_queued_jobs", t.max_queued_jobs},
-          {"shares", t.shares}};
+          {"shares", t.shares},
+          {"placement_wait_ms", t.placement_wait}};
 }
+
+namespace {
+
+// An optional wait bound in milliseconds: < 0 never, 0 inherit, at most a
+// week. Absent (logs from before the bound existed): 0.
+Status ReadPlacementWait(const Json& j, core::TimeMs& out) {
+  auto it = j.find("placement_wait_ms");
+  if (it == j.end()) return Status::Ok();
+  constexpr int64_t kWeekMs = 7ll * 86400 * 1000;
+  if (!it->is_number_integer() || it->get<int64_t>() < -1 || it->get<int64_t>() > kWeekMs) {
+    return PathError("placement_wait_ms",
+                     "must be an integer -1..604800000 (-1 never, 0 inherit) milliseconds");
+  }
+  out = it->get<int64_t>();
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
   Reader r(j, "",
            {"name", "guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
-            "max_queued_jobs", "shares"});
+            "max_queued_jobs", "shares", "placement_wait_ms"});
   core::TenantConfig t;
   t.name = r.String("name");
   t.guaranteed_gpus = r.Int("guaranteed_gpus");
@@ -603,6 +622,7 @@ Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
     }
     t.max_queued_jobs = it->get<int>();
   }
+  if (Status s = ReadPlacementWait(j, t.placement_wait); !s.ok()) return s;
   return t;
 }
 
@@ -616,13 +636,15 @@ Json JobRequestToJson(const core::JobRequest& request) {
           {"command", request.command},
           {"unix_user", request.unix_user},
           {"memory_mb_per_node", request.memory_mb_per_node},
-          {"cpu_millis_per_node", request.cpu_millis_per_node}};
+          {"cpu_millis_per_node", request.cpu_millis_per_node},
+          {"placement_wait_ms", request.placement_wait}};
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
-  Reader r(j, "",
-           {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms",
-            "command", "unix_user", "memory_mb_per_node", "cpu_millis_per_node"});
+  Reader r(
+      j, "",
+      {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command",
+       "unix_user", "memory_mb_per_node", "cpu_millis_per_node", "placement_wait_ms"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -663,6 +685,7 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
     }
     request.cpu_millis_per_node = it->get<int>();
   }
+  if (Status s = ReadPlacementWait(j, request.placement_wait); !s.ok()) return s;
   return request;
 }
 

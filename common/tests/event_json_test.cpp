@@ -169,6 +169,29 @@ TEST_CASE("field values survive the round trip") {
   CHECK(tc.shares == 0.1);  // exactly: doubles are written with enough digits
   CHECK(tc.max_running_jobs == 4);
 
+  // The placement-wait bounds of a request and a tenant round-trip; logs
+  // from before them read as 0 (inherit); out-of-range values name the field.
+  core::JobRequest waiting = MakeRequest();
+  waiting.placement_wait = 45 * core::kMinute;
+  back = common::JobRequestFromJson(common::JobRequestToJson(waiting));
+  REQUIRE(back.ok());
+  CHECK(back.value().placement_wait == 45 * core::kMinute);
+  nlohmann::json older = common::JobRequestToJson(waiting);
+  older.erase("placement_wait_ms");
+  REQUIRE(common::JobRequestFromJson(older).ok());
+  CHECK(common::JobRequestFromJson(older).value().placement_wait == 0);
+  older["placement_wait_ms"] = -2;
+  CHECK(common::JobRequestFromJson(older).message().find("placement_wait_ms") != std::string::npos);
+  core::TenantConfig patient{"p", 0, -1, 0, 0, 1.0};
+  patient.placement_wait = -1;
+  core::Result<core::TenantConfig> tb =
+      common::TenantConfigFromJson(common::TenantConfigToJson(patient));
+  REQUIRE(tb.ok());
+  CHECK(tb.value().placement_wait == -1);
+  nlohmann::json tj = common::TenantConfigToJson(patient);
+  tj["placement_wait_ms"] = "1h";
+  CHECK_FALSE(common::TenantConfigFromJson(tj).ok());
+
   const core::NodeId b0 = t.FindNode("b0");
   core::Result<Command> c = common::CommandFromJson(
       common::CommandToJson(core::RestartJob{9, {{b0, 3}}, {b0}, LaunchOf({{b0, 3}}, -1, 4, 20005)},

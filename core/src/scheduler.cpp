@@ -47,6 +47,7 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
     c.preemption = false;
     c.replace_on_failure = false;
     c.requeue = RequeuePosition::kHead;
+    c.placement_wait = 0;
     return c;
   }
   if (name == "fifo-firstfit") {
@@ -54,6 +55,7 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
     c.queue_order = "fifo";
     c.backfill = false;
     c.preemption = false;
+    c.placement_wait = 0;
     c.replace_on_failure = false;
     c.requeue = RequeuePosition::kTail;
     return c;
@@ -125,6 +127,11 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
   EndBackoffs();
+  if (faster_wait_until_ <= now_) {
+    // A job that waited for a faster placement reached its bound.
+    faster_wait_until_ = kNever;
+    ++queue_epoch_;
+  }
   RunJobTimers();
   StopExpiredPreemptions();
   if (just_submitted_ != 0 && generation_ == last_pass_generation_ &&
@@ -395,6 +402,7 @@ std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
       impl_->preemptors_.erase(it->first);
       impl_->blocked_at_.erase(it->first);
       impl_->preempt_failed_at_.erase(it->first);
+      impl_->faster_tried_.erase(it->first);
       impl_->checkpoint_asked_.erase(it->first);
       out.push_back(std::move(it->second));
       it = impl_->jobs_.erase(it);

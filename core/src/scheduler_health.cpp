@@ -72,14 +72,13 @@ std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
   return out + " are down";
 }
 
-// "40 s", "10 min", "250 ms".
+}  // namespace
+
 std::string DurationText(TimeMs ms) {
   if (ms >= kMinute && ms % kMinute == 0) return std::to_string(ms / kMinute) + " min";
   if (ms >= kSecond) return std::to_string((ms + kSecond - 1) / kSecond) + " s";
   return std::to_string(ms) + " ms";
 }
-
-}  // namespace
 
 void SchedulerCore::Impl::OnNodeRequests(const std::vector<NodeStateRequested>& requests) {
   // Every change first: a job is recovered only once the whole batch is
@@ -344,7 +343,7 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, Nod
 }
 
 TimeMs SchedulerCore::Impl::NextWakeup() const {
-  TimeMs next = next_timer_;
+  TimeMs next = std::min(next_timer_, faster_wait_until_);
   if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
   if (config_.heartbeats_required) {
     for (NodeId n = 0; n < topo_.node_count(); ++n) {

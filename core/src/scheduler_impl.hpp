@@ -21,6 +21,9 @@
 
 namespace topo::core {
 
+// "40 s", "10 min", "250 ms": durations in reasons.
+std::string DurationText(TimeMs ms);
+
 class SchedulerCore::Impl {
  public:
   Impl(const Topology& topology, SchedulerConfig config);
@@ -82,6 +85,14 @@ class SchedulerCore::Impl {
     std::string reason;
   };
   std::map<JobId, PreemptTried> preempt_failed_at_;
+  // The head's decision to wait for a faster placement at a generation (its
+  // reason; empty: start now), and when its bound ends (a pass runs then).
+  struct FasterTried {
+    uint64_t generation;
+    std::string reason;
+  };
+  std::map<JobId, FasterTried> faster_tried_;
+  TimeMs faster_wait_until_ = kNever;
   // A pass runs only when something it depends on changed.
   uint64_t queue_epoch_ = 1;
   uint64_t last_pass_generation_ = 0;
@@ -167,6 +178,10 @@ class SchedulerCore::Impl {
   };
   PreemptDecision TryPreempt(JobRecord& waiting, TimeMs expected_start);
   void StopExpiredPreemptions();
+  // Empty when `job` should start on `now` (placed here now); else why it
+  // waits for a faster placement (SchedulerConfig::placement_wait).
+  std::string WaitForFaster(const JobRecord& job, const Placement& now);
+  TimeMs PlacementWaitBound(const JobRecord& job) const;
   // Time limits and periodic checkpoint requests of running jobs.
   void RunJobTimers();
   TimeMs CheckpointInterval(const JobRecord& job) const;

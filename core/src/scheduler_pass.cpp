@@ -213,17 +213,27 @@ void SchedulerCore::Impl::SchedulePass() {
                                         Gpus(cluster().free_gpus(topo_.root())) + " free now",
                                     {},
                                     {}};
+      std::string faster;
       if (p.placed()) {
-        Start(job, p);
-        continue;
+        faster = WaitForFaster(job, p);
+        if (faster.empty()) {
+          Start(job, p);
+          continue;
+        }
       }
       if (p.outcome == PlaceOutcome::kInfeasible) {
         SetState(job, JobState::kRejected, "infeasible: " + p.reason);
         continue;
       }
-      // The head of everything that cannot start now.
+      // The head of everything that cannot start now, or will not.
       blocked = true;
       pass_head_ = id;
+      if (!faster.empty()) {
+        SetState(job, JobState::kQueued, faster);
+        if (!config_.backfill) break;
+        res = ReservationFor(job);
+        continue;  // nothing is reserved: it could start now
+      }
       std::string why = WaitReason(job, "waiting for resources: " + p.reason);
       bool waiting_on_victims = false;
       for (const auto& [victim, for_job] : preempted_for_) waiting_on_victims |= for_job == id;
@@ -285,6 +295,74 @@ void SchedulerCore::Impl::SchedulePass() {
     SetState(job, JobState::kQueued,
              "waiting behind the reservation of job " + std::to_string(res.job) + ": " + p.reason);
   }
+}
+
+TimeMs SchedulerCore::Impl::PlacementWaitBound(const JobRecord& job) const {
+  if (job.request.placement_wait != 0) return job.request.placement_wait;
+  if (const TenantConfig* t = quotas_.tenant(job.request.tenant);
+      t != nullptr && t->placement_wait != 0) {
+    return t->placement_wait;
+  }
+  return config_.placement_wait;
+}
+
+// Waiting for a faster placement. The head can start now at slowdown s_now
+// (its predicted step over its ideal one, oversubscribed links saturated).
+// When s_now >= placement_wait_slowdown and the job has waited less than its
+// bound, the running jobs' ends (by their time limits, as the reservation
+// plan counts them) are released one at a time, up to 8 of them and the
+// bound: at the first end after which the job would finish sooner, starting
+// then at slowdown s_then, than starting now, it waits. Its work is taken
+// as its time limit at the ideal speed (the weakest assumption: a limit
+// padded well beyond the run makes waiting look better than it is):
+//   wait iff end + limit x s_then < now + limit x s_now.
+std::string SchedulerCore::Impl::WaitForFaster(const JobRecord& job, const Placement& now) {
+  const TimeMs bound = PlacementWaitBound(job);
+  if (bound <= 0) return "";
+  const TimeMs since = queue_time_.count(job.id) ? queue_time_.at(job.id) : job.submit_time;
+  const TimeMs deadline = std::max(since, job.submit_time) + bound;
+  if (deadline <= now_ || job.restarts > 0) return "";
+  if (auto it = faster_tried_.find(job.id);
+      it != faster_tried_.end() && it->second.generation == generation_) {
+    if (!it->second.reason.empty()) faster_wait_until_ = std::min(faster_wait_until_, deadline);
+    return it->second.reason;
+  }
+  FasterTried& decided = faster_tried_[job.id];
+  decided = FasterTried{generation_, ""};
+  const JobSpec& spec = job.request.spec;
+  const double ideal = steps_.IdealSeconds(spec, LinkLoad::kSaturated);
+  if (ideal <= 0) return "";
+  const double s_now = steps_.StepSeconds(spec, now.ranks, LinkLoad::kSaturated) / ideal;
+  if (s_now < config_.placement_wait_slowdown) return "";
+  std::vector<std::pair<TimeMs, JobId>> ends;
+  for (JobId id : alloc_.holders()) {
+    const JobRecord& j = jobs_.at(id);
+    if (j.state == JobState::kRunning) ends.push_back({j.last_start + TimeLimit(j), id});
+    if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
+  }
+  std::sort(ends.begin(), ends.end());
+  const double work = static_cast<double>(TimeLimit(job));
+  const double finish_now = static_cast<double>(now_) + work * s_now;
+  ClusterState future = cluster();
+  constexpr size_t kEnds = 8;
+  for (size_t i = 0; i < ends.size() && i < kEnds && ends[i].first < deadline; ++i) {
+    const JobRecord& j = jobs_.at(ends[i].second);
+    (void)future.Release(alloc_.Held(j.ranks, j.spares));
+    Placement then = placer_->Place(spec, future);
+    if (!then.placed()) continue;
+    const double s_then = steps_.StepSeconds(spec, then.ranks, LinkLoad::kSaturated) / ideal;
+    const TimeMs at = std::max(ends[i].first, now_);
+    if (static_cast<double>(at) + work * s_then < finish_now) {
+      char ratio[64];
+      std::snprintf(ratio, sizeof ratio, "%.2fx its ideal step now, %.2fx", s_now, s_then);
+      decided.reason = "waiting for a faster placement: " + std::string(ratio) + " once job " +
+                       std::to_string(ends[i].second) + " ends (in " + DurationText(at - now_) +
+                       "); starts anyway after " + DurationText(bound) + " in the queue";
+      faster_wait_until_ = std::min(faster_wait_until_, deadline);
+      return decided.reason;
+    }
+  }
+  return "";
 }
 
 const SchedulerCore::Impl::Reservation& SchedulerCore::Impl::ReservationFor(const JobRecord& job) {

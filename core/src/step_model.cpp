@@ -115,7 +115,7 @@ std::optional<StepPrediction> StepTimeModel::Predict(const JobSpec& job,
   // The ideal at this placement's GPU model, so a heterogeneous cluster's
   // slowdown compares like with like.
   out.ideal = rate == DominantRate() ? IdealOf(s, load)
-                                      : PredictStep(job, s.model, links, s.ideal_spans, rate);
+                                     : PredictStep(job, s.model, links, s.ideal_spans, rate);
   out.slowdown = out.ideal.total_s > 0 ? std::max(1.0, out.step.total_s / out.ideal.total_s) : 1.0;
   return out;
 }

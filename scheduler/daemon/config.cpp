@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -63,6 +64,9 @@ struct FailureKey {
   int64_t lo, hi;
   int64_t (*get)(const DaemonConfig&);
   void (*set)(DaemonConfig&, int64_t);
+  // The value a stored policy without the key replays with: what the core
+  // did before the key existed (nullopt: the built-in default).
+  std::optional<int64_t> absent = std::nullopt;
 };
 constexpr FailureKey kFailureKeys[] = {
     {"max_app_failures", 1, 1000,
@@ -76,10 +80,12 @@ constexpr FailureKey kFailureKeys[] = {
      [](DaemonConfig& c, int64_t x) { c.restart_backoff_max_s = x; }},
     {"preempt_restart_cost_s", 0, 86400,
      [](const DaemonConfig& c) { return c.preempt_restart_cost_s; },
-     [](DaemonConfig& c, int64_t x) { c.preempt_restart_cost_s = x; }},
+     [](DaemonConfig& c, int64_t x) { c.preempt_restart_cost_s = x; }, 0},
     {"preempt_protect_after", 0, 1000,
      [](const DaemonConfig& c) -> int64_t { return c.preempt_protect_after; },
-     [](DaemonConfig& c, int64_t x) { c.preempt_protect_after = static_cast<int>(x); }},
+     [](DaemonConfig& c, int64_t x) { c.preempt_protect_after = static_cast<int>(x); }, 0},
+    {"placement_wait_s", 0, 7 * 86400, [](const DaemonConfig& c) { return c.placement_wait_s; },
+     [](DaemonConfig& c, int64_t x) { c.placement_wait_s = x; }, 0},
 };
 
 // What no single key can check: the backoff's cap is not below its start.
@@ -283,6 +289,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        IntSetter(kFailureKeys[3].lo, kFailureKeys[3].hi, kFailureKeys[3].set)},
       {"preempt_protect_after",
        IntSetter(kFailureKeys[4].lo, kFailureKeys[4].hi, kFailureKeys[4].set)},
+      {"placement_wait_s", IntSetter(kFailureKeys[5].lo, kFailureKeys[5].hi, kFailureKeys[5].set)},
       {"master_ports",
        [](std::string_view v, DaemonConfig& c) {
          const size_t dash = v.find('-');
@@ -321,6 +328,7 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->restart_backoff_max = restart_backoff_max_s * core::kSecond;
   c->preempt_restart_cost = preempt_restart_cost_s * core::kSecond;
   c->preempt_protect_after = preempt_protect_after;
+  c->placement_wait = placement_wait_s * core::kSecond;
   return *c;
 }
 
@@ -426,13 +434,14 @@ Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
       next.master_port_first = j.at("master_port_first").get<int>();
       next.master_port_count = j.at("master_port_count").get<int>();
     }
-    // Stores from before the failure policy get its built-in defaults, not
-    // the file's: every later start replays them the same way.
+    // Stores from before a key existed get what the core did then (the
+    // key's `absent`) or its built-in default, never the file's: every later
+    // start replays them the same way.
     const DaemonConfig defaults;
     for (const FailureKey& k : kFailureKeys) {
       auto it = j.find(std::string(k.key));
       if (it == j.end()) {
-        k.set(next, k.get(defaults));
+        k.set(next, k.absent.value_or(k.get(defaults)));
         continue;
       }
       if (!it->is_number_integer() || it->get<int64_t>() < k.lo || it->get<int64_t>() > k.hi) {

@@ -85,6 +85,9 @@ struct DaemonConfig {
   // limit).
   int64_t preempt_restart_cost_s = 600;  // 0..86400
   int preempt_protect_after = 3;         // 0..1000
+  // How long a job may wait for a faster placement (core::SchedulerConfig::
+  // placement_wait) unless it or its tenant says otherwise; 0: never.
+  int64_t placement_wait_s = 1800;  // 0..604800
   bool backfill = true;
   bool preemption = true;
   // MASTER_PORT of every job start comes from this range on its master node

@@ -66,6 +66,8 @@ Json NodeView(const ServiceState& s, NodeId n, const std::vector<JobId>& gpu_job
 
 Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
   Json out = common::TenantConfigToJson(t);
+  out.erase("placement_wait_ms");  // the API speaks seconds, like PUT
+  out["placement_wait_s"] = t.placement_wait < 0 ? -1 : t.placement_wait / core::kSecond;
   int running = 0;
   if (s.driver.core != nullptr) {
     for (const auto& [id, j] : s.driver.core->jobs()) {
@@ -274,8 +276,9 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
     Body b = ParseBody(*route.request, false);
     if (b.error) return *b.error;
     const Json& body = b.json;
-    if (auto e = UnknownField(body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus",
-                                     "max_running_jobs", "max_queued_jobs", "shares"})) {
+    if (auto e = UnknownField(
+            body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
+                   "max_queued_jobs", "shares", "placement_wait_s"})) {
       return *e;
     }
     const core::TenantConfig* live = s.driver.core->tenant(name);
@@ -301,6 +304,12 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
     if (body.contains("max_queued_jobs")) {
       if (auto e = IntField(body, "max_queued_jobs", 0, kMax, v)) return *e;
       t.max_queued_jobs = static_cast<int>(v);
+    }
+    if (body.contains("placement_wait_s")) {
+      // -1: the tenant's jobs never wait for a faster placement; 0: the
+      // cluster's placement_wait_s.
+      if (auto e = IntField(body, "placement_wait_s", -1, 7ll * 86400, v)) return *e;
+      t.placement_wait = v < 0 ? -1 : v * core::kSecond;
     }
     if (auto it = body.find("shares"); it != body.end()) {
       if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1e6) {

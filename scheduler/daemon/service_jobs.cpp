@@ -342,9 +342,9 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   Body b = ParseBody(*route.request, false);
   if (b.error) return *b.error;
   const Json& body = b.json;
-  if (auto e =
-          UnknownField(body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
-                              "command", "memory_mb_per_node", "cpus_per_node"})) {
+  if (auto e = UnknownField(
+          body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
+                 "placement_wait_s", "command", "memory_mb_per_node", "cpus_per_node"})) {
     return *e;
   }
   if (s.driver.core == nullptr) return NoTopology();
@@ -379,7 +379,7 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                      request.tenant + "`",
                  "tenant");
   }
-  int64_t priority = 0, time_limit = 0, checkpoint = 0;
+  int64_t priority = 0, time_limit = 0, checkpoint = 0, placement_wait = 0;
   if (auto e = IntField(body, "priority", -100, 100, priority)) return *e;
   if (priority > 0 && !caller.admin()) {
     return Error(403, "a priority above 0 needs a tenant-admin or cluster-admin");
@@ -396,6 +396,9 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                      " is below the minimum of 60 (or -1 for never)",
                  "checkpoint_interval_s");
   }
+  // -1: never wait for a faster placement; 0 (absent): the tenant's or the
+  // cluster's bound.
+  if (auto e = IntField(body, "placement_wait_s", -1, 7ll * 86400, placement_wait)) return *e;
   if (auto it = body.find("command"); it != body.end()) {
     // What exec accepts on Linux, and what fits in the agents' `start`.
     if (!it->is_array() || it->empty() || it->size() > proto::kMaxCommandArgs) {
@@ -478,6 +481,7 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   request.priority = static_cast<int>(priority);
   request.time_limit = time_limit * core::kSecond;
   request.checkpoint_interval = checkpoint < 0 ? -1 : checkpoint * core::kSecond;
+  request.placement_wait = placement_wait < 0 ? -1 : placement_wait * core::kSecond;
 
   // Refuse what can never run here, before it is logged.
   if (request.spec.gpus > s.driver.topology->total_gpus()) {

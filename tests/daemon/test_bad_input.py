@@ -31,6 +31,10 @@ def main():
         setup_tiny(d)
         for t in ("org/a", "org/b"):
             d.api("PUT", "/v1/tenants/" + t, {"guaranteed_gpus": 16}, expect=201)
+        # The good values the bad ones below are measured against.
+        d.api("PUT", "/v1/tenants/org/b", {"placement_wait_s": 600}, expect=200)
+        if d.api("GET", "/v1/tenants/org/b", expect=200).get("placement_wait_s") != 600:
+            raise Failure("PUT placement_wait_s 600 does not read back from GET /v1/tenants/org/b")
         d.api("POST", "/v1/users", {"name": "alice", "tenant": "org/a", "role": "user"}, expect=201)
         d.api("POST", "/v1/users", {"name": "bob", "tenant": "org/b", "role": "user"}, expect=201)
         alice = d.api("POST", "/v1/tokens", {"user": "alice"}, expect=201)["token"]
@@ -79,6 +83,12 @@ def main():
              "time_limit_s"),
             ("zero checkpoint interval", "POST", "/v1/jobs", admin, dict(job(), checkpoint_interval_s=0),
              None, 400, "checkpoint_interval_s"),
+            ("placement wait below never", "POST", "/v1/jobs", admin, dict(job(), placement_wait_s=-2),
+             None, 400, "placement_wait_s"),
+            ("placement wait over a week", "POST", "/v1/jobs", admin,
+             dict(job(), placement_wait_s=8 * 86400), None, 400, "placement_wait_s"),
+            ("placement wait as text", "POST", "/v1/jobs", admin, dict(job(), placement_wait_s="1h"),
+             None, 400, "placement_wait_s"),
             ("submit to another tenant", "POST", "/v1/jobs", alice, dict(job(), tenant="org/b"), None, 403,
              "may not submit"),
             ("tenant path trick", "POST", "/v1/jobs", admin, dict(job(), tenant="../etc"), None, 400,
@@ -120,6 +130,8 @@ def main():
             ("negative quota", "PUT", "/v1/tenants/org/a", admin, {"guaranteed_gpus": -1}, None, 400,
              "guaranteed_gpus"),
             ("shares not a number", "PUT", "/v1/tenants/org/a", admin, {"shares": "x"}, None, 400, "shares"),
+            ("tenant placement wait as text", "PUT", "/v1/tenants/org/a", admin,
+             {"placement_wait_s": "30m"}, None, 400, "placement_wait_s"),
             ("bad tenant name", "PUT", "/v1/tenants/Org!", admin, {"shares": 1}, None, 400,
              "not a tenant name"),
             ("unknown quota field", "PUT", "/v1/tenants/org/a", admin, {"gpus": 1}, None, 400,

@@ -111,6 +111,7 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   CHECK(sc.value().restart_backoff_max == 60 * topo::core::kSecond);
   CHECK(defaults.value().preempt_restart_cost == 600 * topo::core::kSecond);
   CHECK(defaults.value().preempt_protect_after == 3);
+  CHECK(defaults.value().placement_wait == 1800 * topo::core::kSecond);
   REQUIRE(
       ApplyConfigText("preempt_restart_cost_s = 0\npreempt_protect_after = 7\n", "x.conf", c).ok());
   sc = c.SchedulerConfig();
@@ -129,6 +130,7 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
       {"preempt_restart_cost_s = 90000\n", "preempt_restart_cost_s: 90000 is out of range"},
       {"preempt_protect_after = -1\n", "preempt_protect_after: -1 is out of range; use 0..1000"},
       {"preempt_protect_after = many\n", "preempt_protect_after"},
+      {"placement_wait_s = 604801\n", "placement_wait_s: 604801 is out of range; use 0..604800"},
       {"restart_backoff_initial_s = 1200\n",
        "x.conf: restart_backoff_max_s (600) must be at least restart_backoff_initial_s (1200)"},
   };
@@ -168,6 +170,15 @@ TEST_CASE("config: the failure policy is stored with the policy; old stores keep
   CHECK(c.max_app_failures == 10);
   CHECK(c.restart_backoff_initial_s == 10);
   CHECK(c.restart_backoff_max_s == 600);
+  // Keys newer than the log replay as the core decided before them.
+  nlohmann::json older = nlohmann::json::parse(PolicyJson(DaemonConfig{}));
+  for (const char* key : {"preempt_restart_cost_s", "preempt_protect_after", "placement_wait_s"})
+    older.erase(key);
+  DaemonConfig d;
+  REQUIRE(ApplyPolicyJson(older.dump(), d).ok());
+  CHECK(d.preempt_restart_cost_s == 0);
+  CHECK(d.preempt_protect_after == 0);
+  CHECK(d.placement_wait_s == 0);
 
   nlohmann::json bad = nlohmann::json::parse(PolicyJson(a));
   bad["restart_backoff_max_s"] = 0;

@@ -40,6 +40,9 @@ struct TenantConfig {
   // Jobs waiting (queued or held) at once; the daemon refuses submissions
   // past it. 0: no limit. Not used by the core's decisions.
   int max_queued_jobs = 0;
+  // The bound on waiting for a faster placement of the tenant's jobs
+  // (SchedulerConfig::placement_wait): 0 the config's; < 0 never.
+  TimeMs placement_wait = 0;
 };
 
 class QuotaLedger {

@@ -76,7 +76,7 @@ class StepTimeModel {
 
   const Topology& topo_;
   std::vector<double> saturated_scale_;  // per tier: 1/o where o > 1, else 1
-  double dominant_rate_ = 0;  // DominantRate(), once computed
+  double dominant_rate_ = 0;             // DominantRate(), once computed
   std::map<std::string, Shape> shapes_;
   std::map<std::string, double> rates_;  // sustained FLOP/s per GPU model
 };
