@@ -10,7 +10,7 @@ APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev d
                 slurm-wlm munge slurm-wlm-basic-plugins-dev libslurm-dev gcc libc6-dev libyaml-cpp-dev \
                 help2man dpkg-dev systemd
 
-.PHONY: all deps build demo test package test-sanitize sanitize fuzz format format-check \
+.PHONY: all deps build demo test package test-package test-sanitize sanitize fuzz format format-check \
         bench bench-recovery clean
 
 all: build
@@ -45,6 +45,13 @@ test: build
 # $(BUILD); packaging/CMakeLists.txt): $(BUILD)/packages/toposched-*.deb.
 package: build
 	cmake --build $(BUILD) --target package -j $(JOBS)
+
+# Builds those packages (cpack), installs them on this machine, runs the
+# daemon and an agent from their units' ExecStart, smoke-tests them with the
+# installed `topo` and purges everything (tests/package; root; `make test`
+# runs it too).
+test-package: build
+	ctest --test-dir $(BUILD) -L package --output-on-failure
 
 # Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, and the
 # daemon tests (real daemon, TLS, CLI) against the sanitized binaries.
