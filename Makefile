@@ -7,9 +7,11 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev doctest-dev clang-format \
                 libsqlite3-dev libssl-dev clang libclang-rt-14-dev libboost-dev python3 curl \
                 chromium chromium-driver python3-torch python3-jsonschema libspdlog-dev \
-                slurm-wlm munge slurm-wlm-basic-plugins-dev libslurm-dev gcc libc6-dev libyaml-cpp-dev
+                slurm-wlm munge slurm-wlm-basic-plugins-dev libslurm-dev gcc libc6-dev libyaml-cpp-dev \
+                help2man dpkg-dev systemd
 
-.PHONY: all deps build demo test test-sanitize sanitize fuzz format format-check bench bench-recovery clean
+.PHONY: all deps build demo test package test-package test-sanitize sanitize fuzz format format-check \
+        bench bench-recovery clean
 
 all: build
 
@@ -38,6 +40,18 @@ demo: build
 # Every test, through ctest.
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The Debian packages, one per component, from the build above (cpack in
+# $(BUILD); packaging/CMakeLists.txt): $(BUILD)/packages/toposched-*.deb.
+package: build
+	cmake --build $(BUILD) --target package -j $(JOBS)
+
+# Builds those packages (cpack), installs them on this machine, runs the
+# daemon and an agent from their units' ExecStart, smoke-tests them with the
+# installed `topo` and purges everything (tests/package; root; `make test`
+# runs it too).
+test-package: build
+	ctest --test-dir $(BUILD) -L package --output-on-failure
 
 # Unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, and the
 # daemon tests (real daemon, TLS, CLI) against the sanitized binaries.

@@ -19,6 +19,7 @@
 #include "daemon/log.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pki.hpp"
+#include "daemon/sd_notify.hpp"
 #include "daemon/server.hpp"
 #include "daemon/service.hpp"
 #include "daemon/slurm_bridge.hpp"
@@ -338,6 +339,12 @@ int main(int argc, char** argv) {
         config, *service.value(),
         [&server](auto work, auto done) { server.Post(std::move(work), std::move(done)); });
     if (Status s = slurm->Start(); !s.ok()) return Fail(s.message());
+  }
+  // Type=notify (packaging/systemd/topo-scheduler.service): ready once every
+  // listener accepts and the endpoint files are written, so what is ordered
+  // after the unit finds the API up.
+  if (Status s = daemon::NotifyServiceManager("READY=1\nSTATUS=serving " + url); !s.ok()) {
+    std::cerr << "topo-scheduler: warning: " << s.message() << "\n";
   }
   Status run = server.Run();
   if (slurm != nullptr) slurm->Stop();
