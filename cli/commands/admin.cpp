@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <set>
 
 #include "client/format.hpp"
 #include "client/requests.hpp"
@@ -85,6 +86,58 @@ int RunQuotaSet(const QuotaSetArgs& args) {
     std::cout << FormatQuota(reply.body);
   } else {
     std::cout << "Set the quota of tenant " << args.tenant << "\n";
+  }
+  return kExitOk;
+}
+
+// ---- config show | set
+
+struct ConfigArgs {
+  std::string key;
+  std::string value;
+  bool json = false;
+};
+
+int RunConfigShow(const ConfigArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply = session->Call("GET", "/v1/config");
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+    return kExitOk;
+  }
+  const json& policy = reply.body.value("policy", json::object());
+  std::set<std::string> live;
+  for (const json& k : reply.body.value("live", json::array())) {
+    if (k.is_string()) live.insert(k.get<std::string>());
+  }
+  size_t width = 0;
+  for (const auto& [k, v] : policy.items()) width = std::max(width, k.size());
+  for (const auto& [k, v] : policy.items()) {
+    std::cout << k << std::string(width - k.size() + 2, ' ') << Cell(v)
+              << (live.count(k) ? "" : "    (fixed: set in the config file of a new state dir)")
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int RunConfigSet(const ConfigArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  Reply reply =
+      session->Call("PUT", "/v1/config/" + PercentEncode(args.key), json{{"value", args.value}});
+  if (!reply.ok()) return reply.exit_code;
+  if (args.json) {
+    PrintJson(reply.body);
+  } else if (reply.body.value("changed", false)) {
+    std::cout << args.key << ": " << Cell(reply.body.value("old", json())) << " -> "
+              << Cell(reply.body.value("new", json())) << " (in effect now; logged)\n";
+  } else {
+    std::cout << args.key << " is already " << Cell(reply.body.value("new", json()))
+              << "; nothing changed\n";
   }
   return kExitOk;
 }
@@ -339,6 +392,36 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   qset->add_flag("--json", set->json, std::string(kJsonHelp));
   AddConnectionFlags(*qset, conn);
   qset->callback([set, exit_code] { *exit_code = RunQuotaSet(*set); });
+
+  // config show | set
+  CLI::App* config = AddVerb(
+      app, "config", "Show or change the scheduling policy of topo-scheduler (docs/daemon.md)");
+  config->require_subcommand(1);
+  auto cshow = std::make_shared<ConfigArgs>();
+  CLI::App* cs = AddVerb(*config, "show",
+                         "Show the scheduling policy in effect: each key and its value; keys "
+                         "marked fixed change only with a new state directory.\n\n"
+                         "Examples:\n"
+                         "  topo config show\n"
+                         "  topo config show --json | jq .policy.preempt_grace_s");
+  cs->add_flag("--json", cshow->json, std::string(kJsonHelp));
+  AddConnectionFlags(*cs, conn);
+  cs->callback([cshow, exit_code] { *exit_code = RunConfigShow(*cshow); });
+  auto cset = std::make_shared<ConfigArgs>();
+  CLI::App* cst =
+      AddVerb(*config, "set",
+              "Change one policy key now (cluster-admin). The change is an event in the log "
+              "(who, when, old and new value): the scheduler decides by it from this point, "
+              "and a restart replays it at the same point. Values as in the config file.\n\n"
+              "Examples:\n"
+              "  topo config set preempt_grace_s 300\n"
+              "  topo config set backfill false\n"
+              "  topo config set default_checkpoint_interval_s -1    # never ask");
+  cst->add_option("KEY", cset->key, "A policy key (topo config show lists them)")->required();
+  cst->add_option("VALUE", cset->value, "Its new value")->required();
+  cst->add_flag("--json", cset->json, std::string(kJsonHelp));
+  AddConnectionFlags(*cst, conn);
+  cst->callback([cset, exit_code] { *exit_code = RunConfigSet(*cset); });
 
   // users [create | set | delete]
   auto users = std::make_shared<UsersArgs>();

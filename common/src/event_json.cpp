@@ -207,6 +207,23 @@ core::NodeStateRequested ReadNodeRequest(Reader& r, const core::Topology& topo) 
                                   r.String("reason")};
 }
 
+// A policy's times in milliseconds; a checkpoint interval of never is -1.
+Json PolicyBody(const core::SchedulingPolicy& p) {
+  return {
+      {"backfill", p.backfill},
+      {"preemption", p.preemption},
+      {"preempt_grace_ms", p.preempt_grace},
+      {"preempt_restart_cost_ms", p.preempt_restart_cost},
+      {"preempt_protect_after", p.preempt_protect_after},
+      {"placement_wait_ms", p.placement_wait},
+      {"default_time_limit_ms", p.default_time_limit},
+      {"default_checkpoint_interval_ms",
+       p.default_checkpoint_interval == core::kNever ? int64_t{-1} : p.default_checkpoint_interval},
+      {"max_app_failures", p.max_app_failures},
+      {"restart_backoff_initial_ms", p.restart_backoff_initial},
+      {"restart_backoff_max_ms", p.restart_backoff_max}};
+}
+
 template <typename T>
 Json EventBody(const T& e, const core::Topology& topo) {
   if constexpr (std::is_same_v<T, core::JobSubmitted>) {
@@ -245,6 +262,11 @@ Json EventBody(const T& e, const core::Topology& topo) {
             {"node", NodeName(e.node, topo)},
             {"reason", e.reason},
             {"permanent", e.permanent}};
+  } else if constexpr (std::is_same_v<T, core::PolicyChanged>) {
+    return {{"policy", PolicyBody(e.policy)},
+            {"key", e.key},
+            {"old", e.old_value},
+            {"new", e.new_value}};
   } else {
     static_assert(std::is_same_v<T, core::Tick>);
     return Json::object();
@@ -348,6 +370,33 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
     Reader r = fields({"type"});
     return done(r, core::Tick{});
   }
+  if (type == "policy_changed") {
+    Reader r = fields({"type", "policy", "key", "old", "new"});
+    core::PolicyChanged e{{}, r.String("key"), r.String("old"), r.String("new")};
+    if (const Json* p = r.Field("policy")) {
+      constexpr int64_t kWeekMs = 7ll * 86400 * 1000, kMonthMs = 30ll * 86400 * 1000;
+      Reader q(*p, "policy",
+               {"backfill", "preemption", "preempt_grace_ms", "preempt_restart_cost_ms",
+                "preempt_protect_after", "placement_wait_ms", "default_time_limit_ms",
+                "default_checkpoint_interval_ms", "max_app_failures", "restart_backoff_initial_ms",
+                "restart_backoff_max_ms"});
+      core::SchedulingPolicy& pol = e.policy;
+      pol.backfill = q.Bool("backfill");
+      pol.preemption = q.Bool("preemption");
+      pol.preempt_grace = q.Int64("preempt_grace_ms", 0, kMonthMs);
+      pol.preempt_restart_cost = q.Int64("preempt_restart_cost_ms", 0, kMonthMs);
+      pol.preempt_protect_after = q.Int("preempt_protect_after", 0, 1000);
+      pol.placement_wait = q.Int64("placement_wait_ms", 0, kWeekMs);
+      pol.default_time_limit = q.Int64("default_time_limit_ms", 1, 365 * 86400000ll);
+      const int64_t interval = q.Int64("default_checkpoint_interval_ms", -1, kMonthMs);
+      pol.default_checkpoint_interval = interval < 0 ? core::kNever : interval;
+      pol.max_app_failures = q.Int("max_app_failures", 1, 1000);
+      pol.restart_backoff_initial = q.Int64("restart_backoff_initial_ms", 0, kWeekMs);
+      pol.restart_backoff_max = q.Int64("restart_backoff_max_ms", 0, kWeekMs);
+      if (!q.ok()) return q.status();
+    }
+    return done(r, std::move(e));
+  }
   if (type == "job_launch_failed") {
     Reader r = fields({"type", "id", "node", "reason", "permanent"});
     core::JobLaunchFailed e{r.Int64("id"), r.Node("node", topo), r.String("reason"),
@@ -358,7 +407,8 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
                            "\"; known: job_submitted, job_cancelled, job_hold_changed, "
                            "job_finished, rank_exited, checkpoint_completed, "
                            "node_state_requested, heartbeat, gpu_event, tenant_configured, tick, "
-                           "node_evacuated, job_launch_failed, node_states_requested");
+                           "node_evacuated, job_launch_failed, node_states_requested, "
+                           "policy_changed");
 }
 
 // ---------------------------------------------------------------- commands
@@ -529,7 +579,8 @@ std::string_view EventTypeName(const core::Event& event) {
                                                 "tick",
                                                 "node_evacuated",
                                                 "job_launch_failed",
-                                                "node_states_requested"};
+                                                "node_states_requested",
+                                                "policy_changed"};
   static_assert(std::size(kNames) == std::variant_size_v<core::Event>, "name every event");
   return kNames[event.index()];
 }

@@ -67,6 +67,8 @@ std::vector<Event> SampleEvents(const core::Topology& t) {
       core::JobLaunchFailed{7, b1, "no Unix account 'ada' on b1", true},
       core::NodeStatesRequested{{{b1, core::NodeState::kDown, "agent silent for 3000 ms"},
                                  {t.FindNode("a1"), core::NodeState::kSuspect, ""}}},
+      core::PolicyChanged{core::SchedulingPolicy::Of(*core::SchedulerConfig::ForStack("toposched")),
+                          "preempt_grace_s", "120", "5"},
   };
 }
 
@@ -278,6 +280,28 @@ TEST_CASE("extreme integers round-trip") {
   CHECK(std::get<core::RankExited>(e.value()).rank == INT32_MIN);
 }
 
+TEST_CASE("a policy change keeps every field, and a bad one names it") {
+  const core::Topology t = MakeTopology();
+  core::SchedulerConfig c = *core::SchedulerConfig::ForStack("toposched");
+  c.default_checkpoint_interval = core::kNever;
+  c.backfill = false;
+  c.preempt_grace = 7 * core::kSecond;
+  const core::PolicyChanged sent{core::SchedulingPolicy::Of(c), "backfill", "true", "false"};
+  json j = common::EventToJson(sent, t);
+  CHECK(j.at("policy").at("default_checkpoint_interval_ms") == -1);
+  core::Result<Event> back = common::EventFromJson(j, t);
+  REQUIRE(back.ok());
+  const auto& got = std::get<core::PolicyChanged>(back.value());
+  CHECK(got.policy == sent.policy);
+  CHECK(got.key == "backfill");
+  CHECK(got.new_value == "false");
+  j["policy"]["max_app_failures"] = 0;
+  CHECK(common::EventFromJson(j, t).message().find("max_app_failures") != std::string::npos);
+  j["policy"]["max_app_failures"] = 3;
+  j["policy"]["preempt_grace_ms"] = "7s";
+  CHECK(common::EventFromJson(j, t).message().find("preempt_grace_ms") != std::string::npos);
+}
+
 TEST_CASE("strict readers name the field and the problem") {
   const core::Topology t = MakeTopology();
   struct Case {
@@ -290,6 +314,9 @@ TEST_CASE("strict readers name the field and the problem") {
       {R"({"type": 3})", "\"type\" must be a string"},
       {R"({"type": "job_exploded"})", "unknown event type \"job_exploded\""},
       {R"({"type": "tick", "extra": 1})", "unknown field \"extra\""},
+      {R"({"type": "policy_changed", "key": "k", "old": "", "new": ""})", "\"policy\" is required"},
+      {R"({"type": "policy_changed", "key": "k", "old": "", "new": "", "policy": {}})",
+       "policy: \"backfill\" is required"},
       {R"({"type": "job_cancelled", "id": 1})", "\"reason\" is required"},
       {R"({"type": "job_cancelled", "id": "1", "reason": ""})", "\"id\" must be an integer"},
       {R"({"type": "job_cancelled", "id": 1.5, "reason": ""})", "\"id\" must be an integer"},

@@ -63,6 +63,36 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
   return std::nullopt;
 }
 
+SchedulingPolicy SchedulingPolicy::Of(const SchedulerConfig& c) {
+  SchedulingPolicy p;
+  p.backfill = c.backfill;
+  p.preemption = c.preemption;
+  p.preempt_grace = c.preempt_grace;
+  p.preempt_restart_cost = c.preempt_restart_cost;
+  p.preempt_protect_after = c.preempt_protect_after;
+  p.placement_wait = c.placement_wait;
+  p.default_time_limit = c.default_time_limit;
+  p.default_checkpoint_interval = c.default_checkpoint_interval;
+  p.max_app_failures = c.max_app_failures;
+  p.restart_backoff_initial = c.restart_backoff_initial;
+  p.restart_backoff_max = c.restart_backoff_max;
+  return p;
+}
+
+void SchedulingPolicy::ApplyTo(SchedulerConfig& c) const {
+  c.backfill = backfill;
+  c.preemption = preemption;
+  c.preempt_grace = preempt_grace;
+  c.preempt_restart_cost = preempt_restart_cost;
+  c.preempt_protect_after = preempt_protect_after;
+  c.placement_wait = placement_wait;
+  c.default_time_limit = default_time_limit;
+  c.default_checkpoint_interval = default_checkpoint_interval;
+  c.max_app_failures = max_app_failures;
+  c.restart_backoff_initial = restart_backoff_initial;
+  c.restart_backoff_max = restart_backoff_max;
+}
+
 std::vector<std::string> SchedulerConfig::StackNames() {
   return {"toposched", "slurm-tree", "fifo-firstfit"};
 }
@@ -123,6 +153,7 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
         if constexpr (std::is_same_v<T, TenantConfigured>) OnTenant(e);
         if constexpr (std::is_same_v<T, NodeEvacuated>) OnEvacuated(e);
         if constexpr (std::is_same_v<T, JobLaunchFailed>) OnLaunchFailed(e);
+        if constexpr (std::is_same_v<T, PolicyChanged>) OnPolicy(e);
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
@@ -259,6 +290,18 @@ void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
     Requeue(job, "preempted after checkpoint step " + std::to_string(e.step),
             RequeuePosition::kHead, /*keep_age_only=*/true);
   }
+}
+
+void SchedulerCore::Impl::OnPolicy(const PolicyChanged& e) {
+  e.policy.ApplyTo(config_);
+  failures_ = FailurePolicy(config_.max_app_failures, config_.restart_backoff_initial,
+                            config_.restart_backoff_max);
+  // Every decision that reads the policy is taken again: the pass, the
+  // timers (time limits, checkpoint requests, grace deadlines), the
+  // per-generation memos.
+  ++generation_;
+  ++queue_epoch_;
+  timers_dirty_ = true;
 }
 
 void SchedulerCore::Impl::OnTenant(const TenantConfigured& e) {

@@ -128,6 +128,7 @@ class SchedulerCore::Impl {
   void OnRankExited(const RankExited& e);
   void OnCheckpoint(const CheckpointCompleted& e);
   void OnTenant(const TenantConfigured& e);
+  void OnPolicy(const PolicyChanged& e);
   TimeMs TimeLimit(const JobRecord& job) const;
   // GPU allocation of a job that starts or restarts, and its release: the
   // cluster, the node index, the tenant's usage and the job's record.

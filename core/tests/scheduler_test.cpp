@@ -608,3 +608,26 @@ TEST_CASE("fairshare does not depend on how time is split into steps") {
   CHECK(a.job(10)->state == JobState::kRunning);  // first come while the cluster was empty
   CHECK(a.WaitingJobs().front() == 12);
 }
+
+TEST_CASE("a policy change applies from its event on: grace, backfill, failures") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  for (JobId id = 1; id <= 4; ++id) core.Step(JobSubmitted{id, Request(16, 8, 10 * kHour, "x")}, 0);
+  SchedulingPolicy p = SchedulingPolicy::Of(core.config());
+  p.preempt_grace = 10 * kSecond;
+  p.max_app_failures = 1;
+  core.Step(PolicyChanged{p, "preempt_grace_s", "120", "10"}, kMinute);
+  CHECK(core.config().preempt_grace == 10 * kSecond);
+  CHECK(SchedulingPolicy::Of(core.config()) == p);
+  // A preemption now gets the new grace: the victim stops 10 s later.
+  auto cmds = core.Step(JobSubmitted{5, Request(16, 8, kHour, "y", 10)}, 2 * kMinute);
+  auto asks = Only<RequestCheckpoint>(cmds);
+  REQUIRE(asks.size() == 1);
+  CHECK(core.job(asks[0].id)->preempt_deadline == 2 * kMinute + 10 * kSecond);
+  CHECK(core.NextWakeup() <= 2 * kMinute + 10 * kSecond);
+  core.Step(Tick{}, 2 * kMinute + 10 * kSecond);
+  CHECK(core.job(5)->state == JobState::kRunning);
+  // The failure policy too: one application failure now fails the job.
+  core.Step(RankExited{5, 0, 1}, 3 * kMinute);
+  CHECK(core.job(5)->state == JobState::kFailed);
+}

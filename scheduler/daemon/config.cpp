@@ -2,6 +2,7 @@
 
 #include "daemon/config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -461,6 +462,77 @@ Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
     return Status::Error(std::string("the stored policy is incomplete: ") + e.what());
   }
   return Status::Ok();
+}
+
+const std::vector<std::string>& LivePolicyKeys() {
+  static const std::vector<std::string> kKeys = {"backfill",
+                                                 "preemption",
+                                                 "preempt_grace_s",
+                                                 "preempt_restart_cost_s",
+                                                 "preempt_protect_after",
+                                                 "placement_wait_s",
+                                                 "default_time_limit_s",
+                                                 "default_checkpoint_interval_s",
+                                                 "max_app_failures",
+                                                 "restart_backoff_initial_s",
+                                                 "restart_backoff_max_s"};
+  return kKeys;
+}
+
+Status SetLivePolicyKey(std::string_view key, std::string_view value, DaemonConfig& config) {
+  const std::vector<std::string>& live = LivePolicyKeys();
+  if (std::find(live.begin(), live.end(), key) == live.end()) {
+    if (key == "stack" || key == "master_ports") {
+      return Status::Error(std::string(key) +
+                           " does not change while the daemon runs (the core is built with it): "
+                           "start topo-scheduler on a new state directory with it in the config "
+                           "file");
+    }
+    std::string keys;
+    for (const std::string& k : live) keys += (keys.empty() ? "" : ", ") + k;
+    return Status::Error("\"" + std::string(key) + "\" is not a policy key; keys: " + keys);
+  }
+  if (value.find_first_of("\n#") != std::string_view::npos) {
+    return Status::Error(std::string(key) + ": the value holds a newline or #");
+  }
+  DaemonConfig next = config;
+  auto it = Setters().find(key);
+  if (Status s = it->second(Trim(value), next); !s.ok()) {
+    return Status::Error(std::string(key) + ": " + s.message());
+  }
+  if (Status s = CheckFailurePolicy(next); !s.ok()) return s;
+  if (Result<core::SchedulerConfig> sc = next.SchedulerConfig(); !sc.ok()) return sc.status();
+  config = std::move(next);
+  return Status::Ok();
+}
+
+std::string LivePolicyValue(const DaemonConfig& c, std::string_view key) {
+  if (key == "backfill") return c.backfill ? "true" : "false";
+  if (key == "preemption") return c.preemption ? "true" : "false";
+  if (key == "preempt_grace_s") return std::to_string(c.preempt_grace_s);
+  if (key == "default_time_limit_s") return std::to_string(c.default_time_limit_s);
+  if (key == "default_checkpoint_interval_s") {
+    return std::to_string(c.default_checkpoint_interval_s);
+  }
+  for (const FailureKey& k : kFailureKeys) {
+    if (k.key == key) return std::to_string(k.get(c));
+  }
+  return "";
+}
+
+void SyncLivePolicy(const core::SchedulingPolicy& p, DaemonConfig& c) {
+  c.backfill = p.backfill;
+  c.preemption = p.preemption;
+  c.preempt_grace_s = p.preempt_grace / core::kSecond;
+  c.preempt_restart_cost_s = p.preempt_restart_cost / core::kSecond;
+  c.preempt_protect_after = p.preempt_protect_after;
+  c.placement_wait_s = p.placement_wait / core::kSecond;
+  c.default_time_limit_s = p.default_time_limit / core::kSecond;
+  c.default_checkpoint_interval_s =
+      p.default_checkpoint_interval == core::kNever ? -1 : p.default_checkpoint_interval / 1000;
+  c.max_app_failures = p.max_app_failures;
+  c.restart_backoff_initial_s = p.restart_backoff_initial / core::kSecond;
+  c.restart_backoff_max_s = p.restart_backoff_max / core::kSecond;
 }
 
 }  // namespace topo::daemon

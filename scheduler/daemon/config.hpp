@@ -131,4 +131,17 @@ std::string DefaultStateDir();
 std::string PolicyJson(const DaemonConfig& config);
 core::Status ApplyPolicyJson(std::string_view json, DaemonConfig& config);
 
+// The policy keys `topo config set` may change while the daemon runs (the
+// core's SchedulingPolicy); stack and master_ports need a new state dir.
+const std::vector<std::string>& LivePolicyKeys();
+// Sets one live key to value as the config file would (same parser, same
+// ranges, errors naming the key and the accepted values), on a copy that
+// must still make a valid SchedulerConfig; config is unchanged on error.
+core::Status SetLivePolicyKey(std::string_view key, std::string_view value, DaemonConfig& config);
+// A live key's value as the config file writes it ("120", "true", "never").
+std::string LivePolicyValue(const DaemonConfig& config, std::string_view key);
+// The live keys of config set from the core's policy (after a replay of
+// PolicyChanged events).
+void SyncLivePolicy(const core::SchedulingPolicy& policy, DaemonConfig& config);
+
 }  // namespace topo::daemon

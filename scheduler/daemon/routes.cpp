@@ -67,6 +67,8 @@ constexpr RouteSpec kRoutes[] = {
     {"PUT", "/topology", kWrite, HandleTopology},
     {"GET", "/cluster", kRead, HandleCluster},
     {"GET", "/utilization", kRead, HandleCluster},
+    {"GET", "/config", kRead, HandleConfig},
+    {"PUT", "/config/{key}", kWrite, HandleConfig},
     {"GET", "/events", kOffStrand, nullptr},
     {"GET", "/audit", kOffStrand, nullptr},
     {"GET", "/whoami", kOffStrand, nullptr},

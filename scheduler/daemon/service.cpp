@@ -327,6 +327,9 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
     Result<store::ReplayReport> replay = st.Replay(*s->driver.core, from_seq);
     if (!replay.ok()) return replay.status();
     s->driver.replay = replay.value();
+    // Policy changes in the log are the policy now.
+    SyncLivePolicy(core::SchedulingPolicy::Of(s->driver.core->config()), s->config);
+    s->driver.scheduler_config = s->driver.core->config();
     s->driver.core->TakeFinishedJobs();
     s->driver.RecountWaiting();
     // Tenants the log of this topology does not configure yet (an import

@@ -583,7 +583,10 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
   auto topology = std::make_unique<core::Topology>(std::move(parsed).value());
   const std::pair<std::string, std::string> meta[] = {
       {"topology", common::TopologyToJson(*topology)},
-      {"topology_from_seq", std::to_string(s.driver.store->LastSeq() + 1)}};
+      {"topology_from_seq", std::to_string(s.driver.store->LastSeq() + 1)},
+      // The policy as of this epoch's first event: a restart replays only
+      // this epoch, with live changes made before it already in effect.
+      {"policy", PolicyJson(s.config)}};
   if (Status st = s.driver.store->SetMetas(meta); !st.ok()) return StoreFailed(st);
   s.driver.core.reset();
   s.driver.topology = std::move(topology);
@@ -607,6 +610,64 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
       {"pods", topo.pod_tier() < topo.tier_count() ? topo.tier_size(topo.pod_tier()) : 1}};
   Audit(s, caller, "topology.import", summary);
   return JsonResponse(200, summary);
+}
+
+// ---------------------------------------------------------------- config
+
+HttpResponse HandleConfig(ServiceState& s, const Caller& caller, const Route& route) {
+  const std::string_view m = route.method();
+  if (m == "GET") {
+    if (route.path.size() != 1) return Error(404, "no such route");
+    Json policy = Json::parse(PolicyJson(s.config), nullptr, false);
+    return JsonResponse(200, Json{{"policy", std::move(policy)}, {"live", LivePolicyKeys()}});
+  }
+  if (m != "PUT" || route.path.size() != 2) return Error(405, "use GET /v1/config or PUT");
+  if (!caller.cluster_admin()) return AdminOnly("changing the scheduling policy");
+  const std::string& key = route.path[1];
+  Body b = ParseBody(*route.request, false);
+  if (b.error) return *b.error;
+  const Json& body = b.json;
+  if (auto e = UnknownField(body, {"value"})) return *e;
+  auto it = body.find("value");
+  if (it == body.end()) return Error(400, "give the new value: {\"value\": ...}", "value");
+  // Numbers and booleans as the config file writes them; text as is.
+  std::string text;
+  if (it->is_string()) {
+    text = it->get<std::string>();
+  } else if (it->is_boolean() || it->is_number_integer()) {
+    text = it->dump();
+  } else {
+    return Error(400, "value must be a string, an integer or true/false", "value");
+  }
+  if (text.size() > 64) return Error(400, "value is longer than 64 bytes", "value");
+  DaemonConfig next = s.config;
+  if (Status st = SetLivePolicyKey(key, text, next); !st.ok()) {
+    return Error(400, st.message(), "value");
+  }
+  const std::string old_value = LivePolicyValue(s.config, key);
+  const std::string new_value = LivePolicyValue(next, key);
+  Json out = {{"key", key}, {"old", old_value}, {"new", new_value}};
+  if (old_value == new_value) {
+    out["changed"] = false;
+    return JsonResponse(200, out);
+  }
+  Result<core::SchedulerConfig> sc = next.SchedulerConfig();
+  if (!sc.ok()) return Error(400, sc.message(), "value");
+  if (s.driver.core != nullptr) {
+    // A log event, applied by the core from here on: a replay makes the
+    // same decisions at the same point.
+    s.driver.Step(
+        core::PolicyChanged{core::SchedulingPolicy::Of(sc.value()), key, old_value, new_value},
+        s.Actor(caller));
+  } else if (Status st = s.driver.store->SetMeta("policy", PolicyJson(next)); !st.ok()) {
+    // No core yet (no topology): the policy the first core starts with.
+    return StoreFailed(st);
+  }
+  s.config = std::move(next);
+  s.driver.scheduler_config = sc.value();
+  Audit(s, caller, "config.set", out);
+  out["changed"] = true;
+  return JsonResponse(200, out);
 }
 
 // ---------------------------------------------------------------- cluster

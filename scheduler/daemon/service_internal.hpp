@@ -128,6 +128,8 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
 HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleCluster(ServiceState& s, const Caller& caller, const Route& route);
+// GET /v1/config, PUT /v1/config/{key}: the scheduling policy, live.
+HttpResponse HandleConfig(ServiceState& s, const Caller& caller, const Route& route);
 std::string RenderMetrics(ServiceState& s, const Caller& caller);
 
 }  // namespace topo::daemon

@@ -127,6 +127,27 @@ struct SchedulerConfig {
   static std::vector<std::string> StackNames();
 };
 
+// The part of SchedulerConfig that may change while the core runs
+// (PolicyChanged): what decides when and where jobs start, preempt and
+// restart, not which placer or queue order the core was built with.
+struct SchedulingPolicy {
+  bool backfill = true;
+  bool preemption = true;
+  TimeMs preempt_grace = 0;
+  TimeMs preempt_restart_cost = 0;
+  int preempt_protect_after = 0;
+  TimeMs placement_wait = 0;
+  TimeMs default_time_limit = 0;
+  TimeMs default_checkpoint_interval = 0;
+  int max_app_failures = 1;
+  TimeMs restart_backoff_initial = 0;
+  TimeMs restart_backoff_max = 0;
+
+  static SchedulingPolicy Of(const SchedulerConfig& c);
+  void ApplyTo(SchedulerConfig& c) const;
+  bool operator==(const SchedulingPolicy&) const = default;
+};
+
 // ---------------------------------------------------------------- jobs
 
 struct JobRequest {
@@ -258,6 +279,14 @@ struct TenantConfigured {
   TenantConfig tenant;
 };
 struct Tick {};
+// Admin: the live policy changes from now on (SchedulingPolicy); key, old
+// and new say what changed, as the admin wrote it, for the record only.
+struct PolicyChanged {
+  SchedulingPolicy policy;
+  std::string key;
+  std::string old_value;
+  std::string new_value;
+};
 // Agent: a drain stopped every rank on the node (a graceful drain after the
 // checkpoint it asked for). The node's jobs restart on other nodes from their
 // newest checkpoint; ignored unless the node was drained by request.
@@ -281,7 +310,7 @@ struct JobLaunchFailed {
 using Event =
     std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
                  CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent, TenantConfigured,
-                 Tick, NodeEvacuated, JobLaunchFailed, NodeStatesRequested>;
+                 Tick, NodeEvacuated, JobLaunchFailed, NodeStatesRequested, PolicyChanged>;
 
 // ---------------------------------------------------------------- commands
 
