@@ -46,6 +46,7 @@
 #include "topo/core/perf_model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -304,6 +305,7 @@ CommSpans AnalyzePlacement(const JobSpec& job, const Topology& topology,
   CommSpans out;
   std::vector<NodeId> first;
   std::vector<int> tier;
+  std::vector<int> group_of;
   std::vector<std::vector<DomainId>> children;
   for (GroupKind k : kAllGroupKinds) {
     KindSpan& span = out.kind[static_cast<int>(k)];
@@ -326,8 +328,44 @@ CommSpans AnalyzePlacement(const JobSpec& job, const Topology& topology,
     span.size = layout.GroupSize(k);
     first.assign(count, -1);
     tier.assign(count, 0);
+    // Each rank's group, once, as RankLayout::GroupOf numbers them (the
+    // dimensions outside the group, in dimension order, mixed-radix),
+    // counted like an odometer over the dimensions from the fastest-varying
+    // rank stride up: no division per rank.
+    struct Digit {
+      int size, mult, at;
+    };
+    std::vector<Digit> digits;  // by ascending stride
+    {
+      std::array<int, kDimCount> mult{};
+      for (int d = 0, m = 1; d < kDimCount; ++d) {
+        const Dim dim = static_cast<Dim>(d);
+        mult[d] = RankLayout::InGroup(k, dim) ? 0 : m;
+        if (!RankLayout::InGroup(k, dim)) m *= layout.dim_size(dim);
+      }
+      std::array<int, kDimCount> by_stride{};
+      for (int d = 0; d < kDimCount; ++d) by_stride[d] = d;
+      std::sort(by_stride.begin(), by_stride.end(), [&](int a, int b) {
+        return layout.dim_stride(static_cast<Dim>(a)) < layout.dim_stride(static_cast<Dim>(b));
+      });
+      for (int d : by_stride) {
+        if (layout.dim_size(static_cast<Dim>(d)) > 1) {
+          digits.push_back({layout.dim_size(static_cast<Dim>(d)), mult[d], 0});
+        }
+      }
+    }
+    group_of.resize(layout.world_size());
+    for (int r = 0, id = 0; r < layout.world_size(); ++r) {
+      group_of[r] = id;
+      for (Digit& digit : digits) {
+        id += digit.mult;
+        if (++digit.at < digit.size) break;
+        digit.at = 0;
+        id -= digit.size * digit.mult;
+      }
+    }
     for (int r = 0; r < layout.world_size(); ++r) {
-      const int g = layout.GroupOf(k, r);
+      const int g = group_of[r];
       const NodeId n = ranks[r].node;
       if (first[g] < 0) {
         first[g] = n;
@@ -338,7 +376,7 @@ CommSpans AnalyzePlacement(const JobSpec& job, const Topology& topology,
     }
     children.assign(count, {});
     for (int r = 0; r < layout.world_size(); ++r) {
-      const int g = layout.GroupOf(k, r);
+      const int g = group_of[r];
       if (tier[g] > 0) children[g].push_back(topology.Ancestor(ranks[r].node, tier[g] - 1));
     }
     for (int g = 0; g < count; ++g) {

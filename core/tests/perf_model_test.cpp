@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "topo/core/generators.hpp"
 #include "topo/core/rng.hpp"
@@ -392,6 +393,58 @@ TEST_CASE("calibration 6 and 7: Megatron-LM 530B, PTD-P, 560 and 2,240 A100") {
   MESSAGE("model " << small << " / " << large << " TFLOP/s vs published 171 / 159");
   CHECK(Within(small, 171) <= 0.20);
   CHECK(Within(large, 159) <= 0.20);
+}
+
+
+// AnalyzePlacement counts each rank's group without RankLayout::GroupOf
+// (an odometer over the rank strides): the same spans as a direct count with
+// GroupOf, for random layouts, rank orders and placements.
+TEST_CASE("AnalyzePlacement agrees with a direct count over RankLayout::GroupOf") {
+  Rng rng(11);
+  for (int iter = 0; iter < 200; ++iter) {
+    Topology topo = RoundTopology(1 << rng.Below(4));
+    const int tp = 1 << rng.Below(3), cp = 1 << rng.Below(2), pp = 1 << rng.Below(3);
+    const int dp = 1 << rng.Below(3);
+    const int ep = dp >= 2 && rng.Below(2) ? 2 : 1;
+    if (tp * cp * pp * dp > topo.total_gpus()) continue;
+    JobSpec job = Job(tp, cp, ep, pp, dp, RoundModel());
+    std::vector<Dim>& order = job.parallelism.order;
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);
+    std::vector<GpuSlot> all = Contiguous(topo, topo.total_gpus());
+    for (size_t i = all.size(); i > 1; --i) std::swap(all[i - 1], all[rng.Below(i)]);
+    all.resize(job.gpus);
+    const CommSpans got = AnalyzePlacement(job, topo, all);
+    const RankLayout layout(job.parallelism);
+    for (GroupKind k : kAllGroupKinds) {
+      if (k == GroupKind::kPp || !RankLayout::KindActive(k, job.parallelism)) continue;
+      std::vector<double> want(topo.root_tier() + 1, 0.0);
+      for (int g = 0; g < layout.GroupCount(k); ++g) {
+        std::vector<int> members;
+        for (int r = 0; r < layout.world_size(); ++r) {
+          if (layout.GroupOf(k, r) == g) members.push_back(r);
+        }
+        int t = 0;
+        auto spans_tier = [&](int tier) {
+          for (int r : members) {
+            if (topo.Ancestor(all[r].node, tier) != topo.Ancestor(all[members[0]].node, tier)) {
+              return false;
+            }
+          }
+          return true;
+        };
+        while (t < topo.root_tier() && !spans_tier(t)) ++t;
+        double per_child = 1;
+        if (t > 0) {
+          std::set<DomainId> kids;
+          for (int r : members) kids.insert(topo.Ancestor(all[r].node, t - 1));
+          per_child = static_cast<double>(members.size()) / static_cast<double>(kids.size());
+        }
+        want[t] = want[t] > 0 ? std::min(want[t], per_child) : per_child;
+      }
+      CAPTURE(FormatRankOrder(order));
+      CHECK(got.kind[static_cast<int>(k)].min_members_per_child == want);
+    }
+  }
 }
 
 }  // namespace
