@@ -395,7 +395,6 @@ TEST_CASE("calibration 6 and 7: Megatron-LM 530B, PTD-P, 560 and 2,240 A100") {
   CHECK(Within(large, 159) <= 0.20);
 }
 
-
 // AnalyzePlacement counts each rank's group without RankLayout::GroupOf
 // (an odometer over the rank strides): the same spans as a direct count with
 // GroupOf, for random layouts, rank orders and placements.

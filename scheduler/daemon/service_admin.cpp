@@ -198,6 +198,17 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
               n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
               drain && mode != "graceful" ? reason + " (" + mode + ")" : reason},
           s.Actor(caller));
+      if (!s.config.slurm_socket.empty()) {
+        // Slurm mode, graceful: the Slurm bridge signals the jobs to
+        // checkpoint and moves them when preempt_grace_s has passed
+        // (SlurmSync). A resume or another mode ends it.
+        if (drain && mode == "graceful") {
+          s.slurm_drains[topo.node(n).name] = ServiceState::SlurmDrain{
+              s.driver.now + s.config.preempt_grace_s * core::kSecond, reason};
+        } else {
+          s.slurm_drains.erase(topo.node(n).name);
+        }
+      }
       if (drain && mode == "immediate" && !s.config.slurm_socket.empty()) {
         // Slurm mode: no agent stops the ranks and reports the node evacuated;
         // the jobs leave at once and the Slurm bridge requeues them onto their

@@ -91,6 +91,15 @@ struct ServiceState {
   };
   mutable std::map<core::JobId, Slowdown> slowdowns;
 
+  // Slurm mode: graceful drains of nodes under running jobs, by node name
+  // (SlurmSync): the jobs got the checkpoint signal; at the deadline the
+  // node counts as evacuated and its jobs move, from their newest checkpoint.
+  struct SlurmDrain {
+    core::TimeMs deadline = 0;
+    std::string reason;
+  };
+  std::map<std::string, SlurmDrain> slurm_drains;
+
   // Commits the driver's staged entries, then hands their commands to the
   // agents (Service::Commit).
   core::Status Commit();

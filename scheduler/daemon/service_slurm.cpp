@@ -487,6 +487,40 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
                   "slurm");
   }
 
+  // Graceful drains under Slurm-run jobs: no agent can ask the ranks for a
+  // checkpoint and report the node evacuated, so the jobs on the node get
+  // the checkpoint signal and preempt_grace_s to write one; then the node
+  // counts as evacuated and the jobs move (requeued onto their new nodes
+  // below), each from its newest checkpoint. A node whose jobs ended first
+  // is drained by the core as usual.
+  for (auto it = s.slurm_drains.begin(); it != s.slurm_drains.end();) {
+    const NodeId n = topo.FindNode(it->first);
+    if (n < 0 || s.driver.core->cluster().node_state(n) != NodeState::kDraining) {
+      it = s.slurm_drains.erase(it);
+      continue;
+    }
+    if (s.driver.now >= it->second.deadline) {
+      s.driver.Step(core::NodeEvacuated{n, it->second.reason + " (graceful: grace ended)"},
+                    "slurm");
+      it = s.slurm_drains.erase(it);
+      continue;
+    }
+    for (const auto& [id, sj] : tagged) {
+      if (sj->state != "RUNNING") continue;
+      const core::JobRecord* j = s.driver.core->job(id);
+      if (j == nullptr || !Running(j->state)) continue;
+      const bool on_node = std::any_of(j->ranks.begin(), j->ranks.end(),
+                                       [&](const core::GpuSlot& g) { return g.node == n; });
+      if (on_node) {
+        actions.push_back({SlurmAction::Kind::kSignal,
+                           sj->id,
+                           {},
+                           "toposched: draining " + it->first + ": checkpoint now"});
+      }
+    }
+    ++it;
+  }
+
   // Jobs Slurm runs where the core no longer does: the core restarted them
   // elsewhere (a failed GPU or node, onto a spare) or put them back in its
   // queue (preempted, or no replacement): Slurm requeues them held, and the

@@ -14,6 +14,9 @@ Slurm mode, and an agent connection beside slurmd that reports GPU health.
      preemptor runs, and the victim runs again and finishes when capacity frees;
   3. an immediate drain (`topo drain --mode immediate`) of a node under a
      running Slurm job moves it the same way.
+  4. a graceful drain (the default mode) of a node under a running job sends
+     the job the checkpoint signal; after preempt_grace_s the job moves off
+     the node and resumes from the checkpoint it wrote (step 7);
 
 Usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK
 Exit 77 (skip) only when Slurm is not installed.
@@ -201,6 +204,27 @@ def drain_requeue(cluster, daemon):
           % (before[0], job, ",".join(nodes)))
 
 
+def graceful_drain_requeue(cluster, daemon):
+    ckpt, out, job, topo_id, tjob = start_trainer(cluster, daemon, "g", "drained-gracefully")
+    before = job_nodes(tjob)
+    wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
+    daemon.api("POST", "/v1/nodes/drain", {"nodes": before[1], "reason": "firmware", "mode": "graceful"},
+               expect=200)
+    wait_for("the checkpoint signal in the drained job", lambda: "checkpoint signal" in read(out))
+    text = wait_for("the gracefully drained job's second run",
+                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out))
+    info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
+    check(info["JobState"] == "COMPLETED", "the drained job ended %s:\n%s" % (info["JobState"], text))
+    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
+    nodes = second.split("nodes=", 1)[1].strip(",").split(",")
+    check(before[1] not in nodes and "step=7" in second,
+          "requeue: after the graceful drain of %s the job ran on %s (%r)" % (before[1], nodes, second))
+    state = daemon.api("GET", "/v1/nodes/" + before[1], expect=200)["state"]
+    check(state == "drained", "the gracefully drained node is %s" % state)
+    print("requeue: a graceful drain of %s signalled job %d, which checkpointed (step 7) and moved to %s "
+          "after the grace" % (before[1], job, ",".join(nodes)))
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit("usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK")
@@ -230,6 +254,7 @@ def main():
         xid_requeue(cluster, daemon, scheduler_bin, sock)
         preempt_requeue(cluster, daemon)
         drain_requeue(cluster, daemon)
+        graceful_drain_requeue(cluster, daemon)
         print("ok in %.1f s" % (time.time() - t0))
 
 
