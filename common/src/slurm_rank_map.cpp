@@ -48,13 +48,32 @@ std::string FormatSlurmRankMap(const SlurmRankMap& m) {
   std::string out = "ranks=";
   for (size_t i = 0; i < m.nodes.size(); ++i) out += (i ? "," : "") + m.nodes[i];
   out += " map=";
+  // Runs of consecutive ranks on one node; consecutive runs on consecutive
+  // node indices with the same GPUs fold into one "A-B:GPUS" (every node of a
+  // whole-node job in one token, whatever its size).
+  struct Run {
+    int node;
+    std::string gpus;
+  };
+  std::vector<Run> runs;
   for (size_t i = 0; i < m.ranks.size();) {
     size_t j = i;
     std::vector<int> gpus;
     while (j < m.ranks.size() && m.ranks[j].node == m.ranks[i].node)
       gpus.push_back(m.ranks[j++].gpu);
-    out += (i ? "/" : "") + std::to_string(m.ranks[i].node) + ":" + FormatGpus(gpus);
+    runs.push_back({m.ranks[i].node, FormatGpus(gpus)});
     i = j;
+  }
+  for (size_t i = 0; i < runs.size();) {
+    size_t j = i;
+    while (j + 1 < runs.size() && runs[j + 1].node == runs[j].node + 1 &&
+           runs[j + 1].gpus == runs[i].gpus) {
+      ++j;
+    }
+    out += (i ? "/" : "") + std::to_string(runs[i].node);
+    if (j > i) out += "-" + std::to_string(runs[j].node);
+    out += ":" + runs[i].gpus;
+    i = j + 1;
   }
   const core::Parallelism& p = m.parallelism;
   out += " layout=tp:" + std::to_string(p.tp) + ",cp:" + std::to_string(p.cp) +
@@ -80,28 +99,41 @@ Result<SlurmRankMap> ParseSlurmRankMap(std::string_view text) {
     if (n.empty()) return Status::Error("ranks= has an empty node name");
     m.nodes.emplace_back(n);
   }
+  // "N" or "A-B" with A <= B, into first and last.
+  auto range = [](std::string_view item, int& a, int& b) {
+    const size_t dash = item.find('-');
+    const bool ok = dash == std::string_view::npos
+                        ? ParseInt(item, a) && ParseInt(item, b)
+                        : ParseInt(item.substr(0, dash), a) && ParseInt(item.substr(dash + 1), b);
+    return ok && a <= b;
+  };
   for (std::string_view run : Split(map, '/')) {
     const size_t colon = run.find(':');
-    int node = 0;
-    if (colon == std::string_view::npos || !ParseInt(run.substr(0, colon), node) ||
-        node >= static_cast<int>(m.nodes.size())) {
+    int first = 0, last = 0;
+    if (colon == std::string_view::npos || !range(run.substr(0, colon), first, last) ||
+        last >= static_cast<int>(m.nodes.size())) {
       return Status::Error("map= run '" + std::string(run.substr(0, 40)) +
-                           "' is not NODE:GPUS with NODE an index into ranks=");
+                           "' is not NODE:GPUS or FIRST-LAST:GPUS with NODE, FIRST and LAST "
+                           "indices into ranks=");
     }
+    std::vector<std::pair<int, int>> gpus;
+    size_t per_node = 0;
     for (std::string_view item : Split(run.substr(colon + 1), ',')) {
-      const size_t dash = item.find('-');
       int a = 0, b = 0;
-      const bool ok = dash == std::string_view::npos
-                          ? ParseInt(item, a) && ParseInt(item, b)
-                          : ParseInt(item.substr(0, dash), a) && ParseInt(item.substr(dash + 1), b);
-      if (!ok || b < a) {
+      if (!range(item, a, b)) {
         return Status::Error("map= GPUs '" + std::string(item.substr(0, 40)) +
                              "' are not N or A-B with A <= B");
       }
-      if (m.ranks.size() + static_cast<size_t>(b - a) + 1 > kMaxRanks) {
-        return Status::Error("map= holds more than " + std::to_string(kMaxRanks) + " ranks");
+      gpus.emplace_back(a, b);
+      per_node += static_cast<size_t>(b - a) + 1;
+    }
+    if (m.ranks.size() + per_node * (static_cast<size_t>(last - first) + 1) > kMaxRanks) {
+      return Status::Error("map= holds more than " + std::to_string(kMaxRanks) + " ranks");
+    }
+    for (int node = first; node <= last; ++node) {
+      for (const auto& [a, b] : gpus) {
+        for (int g = a; g <= b; ++g) m.ranks.push_back({node, g});
       }
-      for (int g = a; g <= b; ++g) m.ranks.push_back({node, g});
     }
   }
   core::JobSpec spec;

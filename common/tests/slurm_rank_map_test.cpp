@@ -41,7 +41,50 @@ TEST_CASE("SlurmRankMap: interleaved nodes make one run per change") {
   CHECK(back.value().ranks[3].gpu == 1);
 }
 
+TEST_CASE("SlurmRankMap: consecutive whole nodes fold into one run at any size") {
+  // A 4,096-node job of 8 GPUs per node: one map token, not 4,096.
+  SlurmRankMap m;
+  for (int n = 0; n < 4096; ++n) {
+    m.nodes.push_back("gpu" + std::to_string(100000 + n));
+    for (int g = 0; g < 8; ++g) m.ranks.push_back({n, g});
+  }
+  m.parallelism.tp = 8;
+  m.parallelism.pp = 16;
+  m.parallelism.dp = 256;
+  const std::string text = FormatSlurmRankMap(m);
+  CHECK(text.find(" map=0-4095:0-7 ") != std::string::npos);
+  // What the plugin caps at 48 KiB is the map and the layout.
+  CHECK(text.substr(text.find(" map=")).size() < 100);
+  auto back = ParseSlurmRankMap(text);
+  REQUIRE_MESSAGE(back.ok(), back.message());
+  REQUIRE(back.value().ranks.size() == m.ranks.size());
+  CHECK(back.value().ranks[4095 * 8 + 7].node == 4095);
+  CHECK(back.value().ranks[4095 * 8 + 7].gpu == 7);
+  // A break in the node order or in the GPUs starts a new run; the old
+  // one-node form still reads.
+  SlurmRankMap mixed;
+  mixed.nodes = {"a", "b", "c", "d"};
+  mixed.ranks = {{0, 0}, {0, 1}, {1, 0}, {1, 1}, {3, 0}, {3, 1}, {2, 1}, {2, 0}};
+  mixed.parallelism.tp = 2;
+  mixed.parallelism.dp = 4;
+  const std::string t2 = FormatSlurmRankMap(mixed);
+  CHECK(t2.find(" map=0-1:0-1/3:0-1/2:1,0 ") != std::string::npos);
+  auto b2 = ParseSlurmRankMap(t2);
+  REQUIRE_MESSAGE(b2.ok(), b2.message());
+  for (size_t r = 0; r < mixed.ranks.size(); ++r) {
+    CHECK(b2.value().ranks[r].node == mixed.ranks[r].node);
+    CHECK(b2.value().ranks[r].gpu == mixed.ranks[r].gpu);
+  }
+  CHECK(ParseSlurmRankMap("ranks=a,b map=0:0-1/1:0-1 layout=tp:2,dp:2").ok());
+}
+
 TEST_CASE("SlurmRankMap: errors name the token") {
+  CHECK(ParseSlurmRankMap("ranks=a,b map=1-0:0 layout=tp:1").message().find("map= run") !=
+        std::string::npos);
+  CHECK(ParseSlurmRankMap("ranks=a,b map=0-2:0 layout=tp:1").message().find("map= run") !=
+        std::string::npos);
+  CHECK(ParseSlurmRankMap("ranks=a map=0-0:0-99999999 layout=tp:2").message().find("more than") !=
+        std::string::npos);
   CHECK(ParseSlurmRankMap("toposched:3").message().find("no rank map") != std::string::npos);
   CHECK(ParseSlurmRankMap("ranks=a map=1:0 layout=tp:1").message().find("map= run") !=
         std::string::npos);

@@ -4,9 +4,12 @@
 // job's tasks out by it (docs/slurm.md, "Ranks in toposched's order").
 //
 //   ranks=gpu0006,gpu0005          the job's nodes, in rank order
-//   map=0:0-7/1:0-7                runs of consecutive ranks: NODE:GPUS, NODE an
+//   map=0-1:0-7                    runs of consecutive ranks: NODE:GPUS, NODE an
 //                                  index into ranks=, GPUS the GPU of each rank of
-//                                  the run ("a-b" for a, a+1, ..., b)
+//                                  the run ("a-b" for a, a+1, ..., b); FIRST-LAST:GPUS
+//                                  for consecutive nodes with the same GPUs in turn
+//                                  (0-1:0-7 is 0:0-7/1:0-7), so a whole-node job's
+//                                  map is one token at any size
 //   layout=tp:8,cp:1,ep:1,pp:2,dp:1,order:tp-cp-ep-dp-pp
 //
 // The three are space-separated tokens; AdminComment holds
