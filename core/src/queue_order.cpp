@@ -43,7 +43,7 @@ class MultifactorOrder final : public QueueOrder {
     std::vector<Keyed> keyed;
     keyed.reserve(jobs.size());
     for (const QueuedJob& j : jobs) keyed.push_back({j, &fairshare.KeyOf(*j.tenant)});
-    std::sort(keyed.begin(), keyed.end(), [this](const Keyed& a, const Keyed& b) {
+    std::sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) {
       if (std::optional<bool> before = Ranked(a.job, b.job)) return *before;
       if (a.fairshare != b.fairshare && *a.fairshare != *b.fairshare) {
         return *a.fairshare < *b.fairshare;

@@ -157,7 +157,8 @@ TEST_CASE("287 of 288 nodes lost in one batch: no job fails, all wait, all come 
     }
   }
   REQUIRE(starts.size() == 6);
-  for (const auto& [id, start] : starts) {
+  for (const auto& [job_id, start] : starts) {
+    const JobId id = job_id;  // a structured binding cannot be captured (clang 14)
     CAPTURE(id);
     CHECK(core.job(id)->state == JobState::kRunning);
     CHECK(start.launch.checkpoint_step == 100 * id);  // from its newest checkpoint

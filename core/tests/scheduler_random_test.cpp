@@ -50,7 +50,8 @@ void CheckInvariants(const SchedulerCore& core, const Topology& topo,
   std::set<std::pair<NodeId, int>> held;
   int held_count = 0;
   std::map<std::string, int> usage, running;
-  for (const auto& [id, job] : core.jobs()) {
+  for (const auto& [job_id, job] : core.jobs()) {
+    const JobId id = job_id;  // a structured binding cannot be captured (clang 14)
     CAPTURE(id);
     const bool active = job.state == JobState::kRunning || job.state == JobState::kPreempting;
     if (!active) {
@@ -168,7 +169,9 @@ std::vector<std::string> RunSequence(uint64_t seed, const std::string& stack, bo
     }
   }
   if (check) {
-    for (const auto& [id, job] : core.jobs()) {
+    for (const auto& [job_id, job_record] : core.jobs()) {
+      const JobId id = job_id;  // structured bindings cannot be captured (clang 14)
+      const JobRecord& job = job_record;
       CAPTURE(id);
       CAPTURE(job.reason);
       // Everything ends finished or rejected, or waits on a quota it can
