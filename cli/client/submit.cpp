@@ -488,29 +488,24 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
   if (given("cpus-per-node")) {
     req["cpus_per_node"] = std::strtod(flags.at("cpus-per-node").value.c_str(), nullptr);
   }
-  if (given("checkpoint-interval")) {
-    const std::string& v = flags.at("checkpoint-interval").value;
+  // A duration in seconds, or 'never' as -1.
+  auto never_or_duration = [&](const char* flag, const char* field) -> Status {
+    if (!given(flag)) return Status::Ok();
+    const std::string& v = flags.at(flag).value;
     if (v == "never") {
-      req["checkpoint_interval_s"] = -1;
-    } else {
-      Result<int64_t> d = ParseDuration(v);
-      if (!d.ok()) return Status::Error(where("checkpoint-interval") + ": " + d.message());
-      req["checkpoint_interval_s"] = d.value();
+      req[field] = -1;
+      return Status::Ok();
     }
+    Result<int64_t> d = ParseDuration(v);
+    if (!d.ok()) return Status::Error(where(flag) + ": " + d.message());
+    if (d.value() == 0) return Status::Error(where(flag) + ": 0 is not a duration; give 'never'");
+    req[field] = d.value();
+    return Status::Ok();
+  };
+  if (Status st = never_or_duration("checkpoint-interval", "checkpoint_interval_s"); !st.ok()) {
+    return st;
   }
-  if (given("placement-wait")) {
-    const std::string& v = flags.at("placement-wait").value;
-    if (v == "never") {
-      req["placement_wait_s"] = -1;
-    } else {
-      Result<int64_t> d = ParseDuration(v);
-      if (!d.ok()) return Status::Error(where("placement-wait") + ": " + d.message());
-      if (d.value() == 0) {
-        return Status::Error(where("placement-wait") + ": 0 is not a bound; give 'never'");
-      }
-      req["placement_wait_s"] = d.value();
-    }
-  }
+  if (Status st = never_or_duration("placement-wait", "placement_wait_s"); !st.ok()) return st;
   if (!spec.contains("gpus")) {
     return Status::Error("how many GPUs? give --gpus N (or a job spec with --spec FILE)");
   }

@@ -192,6 +192,9 @@ class SchedulerCore::Impl {
     std::vector<GpuSlot> gpus;
   };
   Reservation Reserve(const JobRecord& job) const;
+  // Running jobs by the time they must end, earliest first: their time
+  // limits (or, preempting, their grace deadlines).
+  std::vector<std::pair<TimeMs, JobId>> EndsByLimit() const;
   // Reserve(job), computed once per generation for the pass's blocked head.
   const Reservation& ReservationFor(const JobRecord& job);
   Reservation cached_reservation_;

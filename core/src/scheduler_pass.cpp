@@ -67,9 +67,7 @@ void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
   }
 }
 
-SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& job) const {
-  // Running jobs by the time they must end: their time limits (or their
-  // preemption deadlines).
+std::vector<std::pair<TimeMs, JobId>> SchedulerCore::Impl::EndsByLimit() const {
   std::vector<std::pair<TimeMs, JobId>> ends;
   for (JobId id : alloc_.holders()) {
     const JobRecord& j = jobs_.at(id);
@@ -77,6 +75,11 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
     if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
   }
   std::sort(ends.begin(), ends.end());
+  return ends;
+}
+
+SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& job) const {
+  const std::vector<std::pair<TimeMs, JobId>> ends = EndsByLimit();
   Reservation r;
   r.job = job.id;
   if (ends.empty()) return r;
@@ -334,13 +337,7 @@ std::string SchedulerCore::Impl::WaitForFaster(const JobRecord& job, const Place
   if (ideal <= 0) return "";
   const double s_now = steps_.StepSeconds(spec, now.ranks, LinkLoad::kSaturated) / ideal;
   if (s_now < config_.placement_wait_slowdown) return "";
-  std::vector<std::pair<TimeMs, JobId>> ends;
-  for (JobId id : alloc_.holders()) {
-    const JobRecord& j = jobs_.at(id);
-    if (j.state == JobState::kRunning) ends.push_back({j.last_start + TimeLimit(j), id});
-    if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
-  }
-  std::sort(ends.begin(), ends.end());
+  const std::vector<std::pair<TimeMs, JobId>> ends = EndsByLimit();
   const double work = static_cast<double>(TimeLimit(job));
   const double finish_now = static_cast<double>(now_) + work * s_now;
   ClusterState future = cluster();

@@ -186,18 +186,24 @@ def preempt_requeue(cluster, daemon):
           "and finished")
 
 
+def second_run(cluster, job, out, what):
+    """Waits for the job's second run to finish and the job to complete;
+    returns that run's first output line and the nodes it ran on."""
+    text = wait_for(what + "'s second run",
+                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out))
+    info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
+    check(info["JobState"] == "COMPLETED", "%s ended %s:\n%s" % (what, info["JobState"], text))
+    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
+    return second, second.split("nodes=", 1)[1].strip(",").split(",")
+
+
 def drain_requeue(cluster, daemon):
     ckpt, out, job, topo_id, tjob = start_trainer(cluster, daemon, "d", "drained")
     before = job_nodes(tjob)
     wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
     daemon.api("POST", "/v1/nodes/drain", {"nodes": before[0], "reason": "bad optic", "mode": "immediate"},
                expect=200)
-    text = wait_for("the drained job's second run",
-                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out))
-    info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
-    check(info["JobState"] == "COMPLETED", "the drained job ended %s:\n%s" % (info["JobState"], text))
-    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
-    nodes = second.split("nodes=", 1)[1].strip(",").split(",")
+    second, nodes = second_run(cluster, job, out, "the drained job")
     check(before[0] not in nodes and "step=5" in second,
           "requeue: after the immediate drain of %s the job ran on %s (%r)" % (before[0], nodes, second))
     print("requeue: an immediate drain of %s moved job %d to %s, from checkpoint step 5"
@@ -211,12 +217,7 @@ def graceful_drain_requeue(cluster, daemon):
     daemon.api("POST", "/v1/nodes/drain", {"nodes": before[1], "reason": "firmware", "mode": "graceful"},
                expect=200)
     wait_for("the checkpoint signal in the drained job", lambda: "checkpoint signal" in read(out))
-    text = wait_for("the gracefully drained job's second run",
-                    lambda: "restart=1" in read(out) and "done" in read(out) and read(out))
-    info = cluster.wait_job(job, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=30)
-    check(info["JobState"] == "COMPLETED", "the drained job ended %s:\n%s" % (info["JobState"], text))
-    second = [l for l in text.splitlines() if l.startswith("run restart=1")][0]
-    nodes = second.split("nodes=", 1)[1].strip(",").split(",")
+    second, nodes = second_run(cluster, job, out, "the gracefully drained job")
     check(before[1] not in nodes and "step=7" in second,
           "requeue: after the graceful drain of %s the job ran on %s (%r)" % (before[1], nodes, second))
     state = daemon.api("GET", "/v1/nodes/" + before[1], expect=200)["state"]
