@@ -77,6 +77,7 @@ void CheckInvariants(const SchedulerCore& core, const Topology& topo,
     }
   }
   CHECK(st.total_busy_gpus() == static_cast<int>(held.size()));
+  CHECK(held_count == static_cast<int>(held.size()));  // nothing counted twice
   int whole = 0;
   for (NodeId n = 0; n < topo.node_count(); ++n) whole += st.usable_free_mask(n) == st.all_mask(n);
   CHECK(st.whole_free_nodes(topo.root()) == whole);

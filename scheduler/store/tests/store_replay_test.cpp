@@ -114,7 +114,10 @@ RunResult RunAndReplay(uint64_t seed, int count, bool heartbeats) {
   CHECK(Describe(rebuilt) == Describe(original));
 
   // Materialized rows against the records of the core that wrote them.
-  for (const auto& [id, rec] : original.jobs()) {
+  for (const auto& [job_id, job_rec] : original.jobs()) {
+    // Structured bindings cannot be captured (clang 14): CAPTURE is a lambda.
+    const core::JobId id = job_id;
+    const core::JobRecord& rec = job_rec;
     CAPTURE(id);
     CAPTURE(Describe(rec, topo));
     std::optional<JobRow> row = store.GetJob(id).value();
