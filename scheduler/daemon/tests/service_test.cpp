@@ -138,6 +138,8 @@ TEST_CASE("scoping: no byte of another tenant's job names, commands or users in 
   const std::vector<std::string> routes = {
       "/v1/jobs",
       "/v1/jobs?all=1",
+      "/v1/jobs?user=bob",
+      "/v1/jobs?all=1&user=alice",
       "/v1/jobs/" + std::to_string(a_job),
       "/v1/jobs/" + std::to_string(b_job),
       "/v1/events",
@@ -211,6 +213,50 @@ TEST_CASE("scoping: no byte of another tenant's job names, commands or users in 
   for (const char* secret : {"hf_aaaSECRETaaa", "hf_bbbSECRETbbb", "bravo-run-KWV"}) {
     CHECK(all.find(secret) != std::string::npos);
   }
+}
+
+TEST_CASE("job list: user= narrows the scope; the blocked head's estimated start") {
+  Fixture f;
+  SetUpTwoTenants(f);
+  const std::string alice = f.TokenFor("alice");
+  const std::string bob = f.TokenFor("bob");
+  auto submit = [&](const std::string& token, int gpus) {
+    return f
+        .Ok("POST", "/v1/jobs", token,
+            {{"spec", {{"gpus", gpus}}}, {"time_limit_s", 3600}, {"command", {"/bin/true"}}}, 201)
+        .at("id")
+        .get<int64_t>();
+  };
+  const int64_t running = submit(alice, 48);
+  const int64_t head = submit(alice, 64);
+  const int64_t behind = submit(alice, 64);
+  auto ids = [&](const std::string& target, const std::string& token) {
+    std::set<int64_t> out;
+    const json list = f.Ok("GET", target, token);
+    for (const json& j : list["jobs"]) out.insert(j["id"].get<int64_t>());
+    return out;
+  };
+  CHECK(ids("/v1/jobs?user=alice", f.admin) == std::set<int64_t>{running, head, behind});
+  CHECK(ids("/v1/jobs?user=alice", alice) == std::set<int64_t>{running, head, behind});
+  CHECK(ids("/v1/jobs?all=1&user=admin", f.admin).empty());
+  // A filter never widens the scope: bob asking for alice's jobs sees none.
+  CHECK(ids("/v1/jobs?user=alice", bob).empty());
+  CHECK(ids("/v1/jobs?all=1&user=alice", bob).empty());
+  auto [status, body] = f.Call("GET", "/v1/jobs?user=Alice%20B", f.admin);
+  CHECK(status == 400);
+  CHECK(body.find("user: not a user name") != std::string::npos);
+
+  std::map<int64_t, json> jobs;
+  const json list = f.Ok("GET", "/v1/jobs", alice);
+  for (const json& j : list["jobs"]) jobs[j["id"].get<int64_t>()] = j;
+  REQUIRE(jobs[running]["state"] == "running");
+  REQUIRE(jobs[head]["state"] == "queued");
+  // The head starts when the running job reaches its time limit.
+  CHECK(jobs[head]["estimated_start_ms"] == jobs[running]["start_ms"].get<int64_t>() + 3600000);
+  CHECK(jobs[running]["estimated_start_ms"].is_null());
+  CHECK(jobs[behind]["estimated_start_ms"].is_null());
+  CHECK(f.Ok("GET", "/v1/jobs/" + std::to_string(head), alice)["estimated_start_ms"] ==
+        jobs[head]["estimated_start_ms"]);
 }
 
 TEST_CASE("limits: names, duplicate keys, host lists, queues and the storage floor") {
