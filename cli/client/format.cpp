@@ -325,9 +325,45 @@ std::string FormatSeconds(int64_t seconds) {
   return out;
 }
 
-std::string FormatJobTable(const json& jobs, int64_t now_ms) {
-  Table t({"ID", "TENANT", "USER", "NAME", "STATE", "GPUS", "NODES", "TIME", "REASON"});
-  for (size_t c : {0, 5, 6, 7}) t.AlignRight(c);
+namespace {
+
+// "14:05", or "2026-01-28 14:05" when time_ms is on another local day than
+// now_ms.
+std::string ClockTime(int64_t time_ms, int64_t now_ms) {
+  auto local = [](int64_t ms) {
+    const std::time_t t = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    return tm;
+  };
+  const std::tm at = local(time_ms);
+  const std::tm now = local(now_ms);
+  const bool today = at.tm_year == now.tm_year && at.tm_yday == now.tm_yday;
+  char buf[32];
+  std::strftime(buf, sizeof buf, today ? "%H:%M" : "%Y-%m-%d %H:%M", &at);
+  return buf;
+}
+
+}  // namespace
+
+std::string FormatStartTime(const json& job, int64_t now_ms) {
+  // A job requeued after a failure keeps its first start_ms while it waits.
+  const std::string state = Str(job, "state");
+  const json& estimate = Field(job, "estimated_start_ms");
+  if (state == "queued" || state == "held") {
+    return IsInt(estimate) ? "~" + ClockTime(estimate.get<int64_t>(), now_ms) + " (est.)" : "-";
+  }
+  const json& start = Field(job, "start_ms");
+  return IsInt(start) ? ClockTime(start.get<int64_t>(), now_ms) : "-";
+}
+
+std::string FormatJobTable(const json& jobs, int64_t now_ms, bool start_column) {
+  std::vector<std::string> headers = {"ID",   "TENANT", "USER", "NAME",  "STATE",
+                                      "GPUS", "NODES",  "TIME", "REASON"};
+  if (start_column) headers.insert(headers.begin() + 7, "START");
+  Table t(headers);
+  for (size_t c : {0, 5, 6}) t.AlignRight(c);
+  t.AlignRight(start_column ? 8 : 7);
   if (jobs.is_array()) {
     for (const json& j : jobs) {
       const json& start = Field(j, "start_ms");
@@ -341,9 +377,12 @@ std::string FormatJobTable(const json& jobs, int64_t now_ms) {
       if (IsInt(Field(j, "queue_position"))) {
         reason = "#" + Str(j, "queue_position") + " " + (reason == "-" ? "" : reason);
       }
-      t.AddRow({Str(j, "id"), Str(j, "tenant"), Str(j, "user"),
-                Truncate(Str(j, "name"), kNameWidth), Str(j, "state"), Str(j, "gpus"),
-                Str(j, "nodes"), time, reason});
+      std::vector<std::string> row = {
+          Str(j, "id"),    Str(j, "tenant"), Str(j, "user"),  Truncate(Str(j, "name"), kNameWidth),
+          Str(j, "state"), Str(j, "gpus"),   Str(j, "nodes"), time,
+          reason};
+      if (start_column) row.insert(row.begin() + 7, FormatStartTime(j, now_ms));
+      t.AddRow(std::move(row));
     }
   }
   return t.Render();
@@ -376,6 +415,11 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
   KeyValue(os, "State", state);
   if (IsInt(Field(job, "queue_position"))) {
     KeyValue(os, "Queue place", Str(job, "queue_position"));
+  }
+  if (IsInt(Field(job, "estimated_start_ms"))) {
+    KeyValue(os, "Starts",
+             "~" + FormatTime(Field(job, "estimated_start_ms")) +
+                 " (est.: the reservation plan, by the running jobs' time limits)");
   }
   KeyValue(
       os, "Tenant",

@@ -90,19 +90,30 @@ std::string TenantTarget(const std::string& tenant) {
   return "/v1/tenants/" + PercentEncode(tenant, /*keep_slash=*/true);
 }
 
-std::string JobsTarget(bool all, const std::string& tenant, const std::string& states,
-                       const std::string& after, int limit) {
+std::string JobsTarget(const JobFilter& filter, const std::string& after, int limit) {
   std::string q;
   auto add = [&](const std::string& k, const std::string& v) {
     if (v.empty()) return;
     q += (q.empty() ? "?" : "&") + k + "=" + QueryEscape(v);
   };
-  add("all", all ? "1" : "");
-  add("tenant", tenant);
-  add("state", states);
+  add("all", filter.all ? "1" : "");
+  add("tenant", filter.tenant);
+  add("user", filter.user);
+  add("state", filter.states);
   add("after", after);
   add("limit", std::to_string(limit));
   return "/v1/jobs" + q;
+}
+
+std::string DescribeJobFilter(const JobFilter& filter) {
+  std::string out;
+  auto add = [&](const std::string& what, const std::string& v) {
+    if (!v.empty()) out += (out.empty() ? "" : ", ") + what + " " + v;
+  };
+  add("tenant", filter.tenant);
+  add("user", filter.user);
+  add("state", filter.states);
+  return out;
 }
 
 }  // namespace topo::cli

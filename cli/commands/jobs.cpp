@@ -190,31 +190,21 @@ int RunSubmit(SubmitArgs& args) {
 
 // ---- queue
 
-struct QueueArgs {
-  bool all = false;
-  std::string tenant;
-  std::string state;
-  bool json = false;
-};
-
-int RunQueue(const QueueArgs& args) {
-  int exit_code = kExitOk;
-  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
-  if (!session) return exit_code;
-  json jobs = json::array();
+// Every job of GET /v1/jobs that matches `filter`, paging through
+// next_after; kExitOk, or the exit code of the failure (reported).
+int ListJobs(Session& session, const JobFilter& filter, json* jobs) {
   std::string after;
   int64_t last_after = 0;
   while (true) {
-    Reply reply =
-        session->Call("GET", JobsTarget(args.all, args.tenant, args.state, after, kQueuePageSize));
+    Reply reply = session.Call("GET", JobsTarget(filter, after, kQueuePageSize));
     if (!reply.ok()) return reply.exit_code;
     if (!reply.body.is_object() || !reply.body.contains("jobs") || !reply.body["jobs"].is_array()) {
       std::cerr << "topo: the server's answer has no \"jobs\" list\n";
       return kExitServerError;
     }
-    for (json& j : reply.body["jobs"]) jobs.push_back(std::move(j));
+    for (json& j : reply.body["jobs"]) jobs->push_back(std::move(j));
     const json next = reply.body.value("next_after", json());
-    if (!next.is_number_integer()) break;
+    if (!next.is_number_integer()) return kExitOk;
     const int64_t n = next.get<int64_t>();
     if (n <= last_after) {
       std::cerr << "topo: the server's next_after (" << n << ") does not advance; stopping\n";
@@ -223,10 +213,71 @@ int RunQueue(const QueueArgs& args) {
     last_after = n;
     after = std::to_string(n);
   }
+}
+
+// --me: the caller's own user name (GET /v1/whoami), into filter->user.
+int FilterOnCaller(Session& session, JobFilter* filter) {
+  Reply who = session.Call("GET", "/v1/whoami");
+  if (!who.ok()) return who.exit_code;
+  if (!who.body.is_object() || !who.body.contains("user") || !who.body["user"].is_string()) {
+    std::cerr << "topo: the server's whoami answer has no \"user\"\n";
+    return kExitServerError;
+  }
+  filter->user = who.body["user"].get<std::string>();
+  return kExitOk;
+}
+
+// The job filters `topo queue` and `topo cancel` share.
+struct FilterArgs {
+  bool me = false;
+  std::string user;
+  std::string tenant;
+  std::string state;
+};
+
+// --me, --user, --tenant, --state on cmd; `states` are the ones --state
+// takes, `what` names them in its error ("a job state").
+void AddFilterFlags(CLI::App& cmd, FilterArgs* args, const std::vector<std::string>& states,
+                    const std::string& what) {
+  CLI::Option* me = cmd.add_flag("--me", args->me, "Only your own jobs (the token's user)");
+  cmd.add_option("--user", args->user, "Only this user's jobs (within your scope)")
+      ->type_name("NAME")
+      ->excludes(me);
+  cmd.add_option("--tenant", args->tenant, "Only this tenant's jobs (admins)")->type_name("TENANT");
+  std::string names;
+  for (const std::string& st : states) names += (names.empty() ? "" : ", ") + st;
+  cmd.add_option("--state", args->state, "Only these states, comma-separated: " + names)
+      ->type_name("STATE[,STATE...]")
+      ->check(OneOfList(states, what));
+}
+
+int ResolveFilter(Session& session, const FilterArgs& args, JobFilter* filter) {
+  filter->tenant = args.tenant;
+  filter->user = args.user;
+  filter->states = args.state;
+  return args.me ? FilterOnCaller(session, filter) : kExitOk;
+}
+
+struct QueueArgs {
+  bool all = false;
+  FilterArgs filter;
+  bool start = false;
+  bool json = false;
+};
+
+int RunQueue(const QueueArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  JobFilter filter;
+  filter.all = args.all;
+  if (int e = ResolveFilter(*session, args.filter, &filter); e != kExitOk) return e;
+  json jobs = json::array();
+  if (int e = ListJobs(*session, filter, &jobs); e != kExitOk) return e;
   if (args.json) {
     PrintJson({{"jobs", jobs}, {"next_after", nullptr}});
   } else {
-    std::cout << FormatJobTable(jobs, NowMs());
+    std::cout << FormatJobTable(jobs, NowMs(), args.start);
   }
   return kExitOk;
 }
@@ -490,22 +541,29 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
 
   // queue
   auto queue = std::make_shared<QueueArgs>();
-  CLI::App* q = AddVerb(
-      app, "queue",
-      "List jobs: waiting and running ones, or all with --all.\n\n"
-      "TIME is the run time; REASON says why a job waits (#N is its place in the queue).\n\n"
-      "Examples:\n"
-      "  topo queue\n"
-      "  topo queue --all --tenant org/team\n"
-      "  topo queue --state running,preempting\n"
-      "  topo queue --json | jq '.jobs[] | select(.state == \"queued\") | .id'");
+  CLI::App* q =
+      AddVerb(app, "queue",
+              "List jobs: waiting and running ones, or all with --all.\n\n"
+              "TIME is the run time; REASON says why a job waits (#N is its place in the queue).\n"
+              "--start adds START: the start time of started jobs, and for the job at the head of\n"
+              "the queue the scheduler's estimate, from its reservation plan (the running jobs'\n"
+              "time limits), marked ~14:05 (est.); jobs behind it show - (no estimate exists).\n\n"
+              "Examples:\n"
+              "  topo queue\n"
+              "  topo queue --me --start          # your jobs, and when the next one should start\n"
+              "  topo queue --all --tenant org/team\n"
+              "  topo queue --user ada --state queued,held\n"
+              "  topo queue --state running,preempting\n"
+              "  topo queue --json | jq '.jobs[] | select(.state == \"queued\") | .id'");
   q->add_flag("--all,-a", queue->all, "Finished jobs too (completed, failed, cancelled, rejected)");
-  q->add_option("--tenant", queue->tenant, "Only this tenant's jobs (admins)");
-  q->add_option("--state", queue->state,
-                "Only these states, comma-separated: queued, held, running, preempting, "
-                "completed, failed, cancelled, rejected")
-      ->check(OneOfList(JobStateNames(), "a job state"));
-  q->add_flag("--json", queue->json, "Print {\"jobs\": [JOB...]}, every page of the server's list");
+  AddFilterFlags(*q, &queue->filter, JobStateNames(), "a job state");
+  q->add_flag("--start", queue->start,
+              "Add START: when each job started, or, for the head of the queue, when the "
+              "scheduler's reservation plan expects it to (~14:05 (est.)); - where there is no "
+              "estimate");
+  q->add_flag("--json", queue->json,
+              "Print {\"jobs\": [JOB...]}, every page of the server's list (each JOB has "
+              "estimated_start_ms)");
   AddConnectionFlags(*q, SharedConnectionFlags());
   q->callback([queue, exit_code] { *exit_code = RunQueue(*queue); });
 
