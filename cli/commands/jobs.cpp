@@ -308,13 +308,76 @@ int RunShow(const ShowArgs& args) {
 
 // ---- cancel, hold, release
 
+// Jobs chosen by filters (topo cancel --me ...) that are cancelled without
+// --yes; more need it.
+constexpr size_t kBulkCancelWithoutYes = 10;
+
 struct JobActionArgs {
   std::vector<std::string> jobs;
   std::string reason;
+  FilterArgs filter;  // cancel: the jobs by filters instead of ids
+  bool yes = false;
   bool json = false;
 };
 
+bool HasFilter(const FilterArgs& f) {
+  return f.me || !f.user.empty() || !f.tenant.empty() || !f.state.empty();
+}
+
+// The ids of the waiting and running jobs that args.filter matches, newest
+// first: cancelling the newest first means no job of the set starts
+// because an older one of it was cancelled before it. nullopt with
+// *exit_code set when the list failed, or when there are more than
+// kBulkCancelWithoutYes without --yes.
+std::optional<std::vector<int64_t>> JobsToCancel(Session& session, const JobActionArgs& args,
+                                                 int* exit_code) {
+  JobFilter filter;
+  if (int e = ResolveFilter(session, args.filter, &filter); e != kExitOk) {
+    *exit_code = e;
+    return std::nullopt;
+  }
+  json jobs = json::array();
+  if (int e = ListJobs(session, filter, &jobs); e != kExitOk) {
+    *exit_code = e;
+    return std::nullopt;
+  }
+  std::vector<int64_t> ids;
+  for (const json& j : jobs) {
+    if (j.is_object() && j.contains("id") && j["id"].is_number_integer()) {
+      ids.push_back(j["id"].get<int64_t>());
+    }
+  }
+  std::sort(ids.rbegin(), ids.rend());
+  const std::string what = DescribeJobFilter(filter);
+  const std::string count = std::to_string(ids.size()) + (ids.size() == 1 ? " job" : " jobs");
+  if (ids.size() > kBulkCancelWithoutYes && !args.yes) {
+    std::cerr << "topo: " << count << " match (" << TerminalSafe(what) << "): cancelling more than "
+              << kBulkCancelWithoutYes
+              << " jobs at once needs --yes; add --yes to cancel all of them (`topo queue` "
+                 "with the same filters lists them)\n";
+    *exit_code = kExitError;
+    return std::nullopt;
+  }
+  // With --json, stdout holds the JSON alone.
+  std::ostream& out = args.json ? std::cerr : std::cout;
+  if (ids.empty()) {
+    out << "No jobs match (" << TerminalSafe(what) << "); nothing to cancel\n";
+  } else {
+    out << "Cancelling " << count << " (" << TerminalSafe(what) << ")\n";
+  }
+  return ids;
+}
+
 int RunJobAction(const JobActionArgs& args, const std::string& action, const std::string& done) {
+  const bool by_filter = HasFilter(args.filter);
+  if (by_filter && !args.jobs.empty()) {
+    return Fail("give job ids or filters (--me, --user, --tenant, --state), not both");
+  }
+  if (!by_filter && args.jobs.empty()) {
+    return Fail("name the jobs to " + action + ": job ids (topo " + action +
+                " 17 18), or filters: --me, --user NAME, --tenant TENANT, --state STATE (topo " +
+                action + " --me --state queued)");
+  }
   std::vector<int64_t> ids;
   for (const std::string& j : args.jobs) {
     std::optional<int64_t> id = ParseJobId(j);
@@ -324,6 +387,11 @@ int RunJobAction(const JobActionArgs& args, const std::string& action, const std
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
+  if (by_filter) {
+    std::optional<std::vector<int64_t>> chosen = JobsToCancel(*session, args, &exit_code);
+    if (!chosen) return exit_code;
+    ids = std::move(*chosen);
+  }
   json answers = json::array();
   int first_error = kExitOk;
   for (int64_t id : ids) {
@@ -355,7 +423,17 @@ void AddJobAction(CLI::App& app, int* exit_code, const std::string& name, const 
                   const std::string& action, const std::string& done) {
   auto args = std::make_shared<JobActionArgs>();
   CLI::App* cmd = AddVerb(app, name, help);
-  cmd->add_option("JOB", args->jobs, "Job ids")->required();
+  CLI::Option* ids = cmd->add_option("JOB", args->jobs, "Job ids");
+  if (action == "cancel") {
+    // Or chosen by filters, like topo queue's, among the jobs not yet ended.
+    AddFilterFlags(*cmd, &args->filter, {"queued", "held", "running", "preempting"},
+                   "a state of jobs that can be cancelled");
+    cmd->add_flag("--yes,-y", args->yes,
+                  "Cancel more than " + std::to_string(kBulkCancelWithoutYes) +
+                      " jobs chosen by filters (without it, more are refused)");
+  } else {
+    ids->required();
+  }
   if (action == "cancel" || action == "checkpoint") {
     cmd->add_option("--reason", args->reason, "Why (kept in the job's history)");
   }
@@ -585,9 +663,17 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
 
   AddJobAction(app, exit_code, "cancel",
                "Cancel jobs (a running job is stopped).\n\n"
-               "Examples:\n"
-               "  topo cancel 17\n"
-               "  topo cancel 17 18 19 --reason 'wrong data set'",
+               "Name them by id, or choose them with filters among the jobs not yet ended\n"
+               "(--me, --user, --tenant, --state, as topo queue takes them): it prints how many\n"
+               "match and cancels them, newest first; more than " +
+                   std::to_string(kBulkCancelWithoutYes) +
+                   " need --yes. Each cancel is\n"
+                   "checked against your rights, as when named by id.\n\n"
+                   "Examples:\n"
+                   "  topo cancel 17\n"
+                   "  topo cancel 17 18 19 --reason 'wrong data set'\n"
+                   "  topo cancel --me --state queued            # your waiting jobs\n"
+                   "  topo cancel --user ada --tenant org/team --yes --reason 'quota reset'",
                "cancel", "Cancelled");
   AddJobAction(app, exit_code, "hold",
                "Hold waiting jobs: they stay queued but do not start until released.\n\n"
