@@ -739,6 +739,63 @@ std::string FormatEvent(const json& entry) {
   return out;
 }
 
+namespace {
+
+// What an audited action was done to (FormatAuditTable), and the detail's
+// fields that said so.
+std::string AuditTarget(const std::string& action, const json& detail,
+                        std::vector<std::string>* used) {
+  auto has = [&](const char* k) {
+    const json& v = Field(detail, k);
+    return v.is_string() || IsInt(v);
+  };
+  const std::string kind = action.substr(0, action.find('.'));
+  if (has("job")) {
+    used->push_back("job");
+    return "job " + Str(detail, "job");
+  }
+  if (has("node")) {
+    used->push_back("node");
+    if (!has("gpu")) return Str(detail, "node");
+    used->push_back("gpu");
+    return Str(detail, "node") + ":" + Str(detail, "gpu");
+  }
+  if (kind == "token" && has("id")) {
+    used->push_back("id");
+    return "token " + Str(detail, "id");
+  }
+  for (const char* k : {"user", "tenant"}) {
+    if (has(k)) {
+      used->push_back(k);
+      return std::string(k) + " " + Str(detail, k);
+    }
+  }
+  if (has("name")) {
+    used->push_back("name");
+    return TerminalSafe(kind) + " " + Str(detail, "name");
+  }
+  return "-";
+}
+
+}  // namespace
+
+std::string FormatAuditTable(const json& rows) {
+  Table t({"TIME", "ACTOR", "ACTION", "TARGET", "DETAIL"});
+  if (rows.is_array()) {
+    for (const json& r : rows) {
+      const json& detail = Field(r, "detail");
+      const std::string action =
+          Field(r, "action").is_string() ? r["action"].get<std::string>() : "";
+      std::vector<std::string> used;
+      const std::string target = AuditTarget(action, detail, &used);
+      std::string rest = Summarize(detail, used);
+      t.AddRow({FormatTime(Field(r, "time_ms")), Str(r, "actor"), Str(r, "action"), target,
+                rest.empty() ? "-" : rest});
+    }
+  }
+  return t.Render();
+}
+
 std::string FormatObjectTable(const json& items, const std::vector<std::string>& columns) {
   std::vector<std::string> keys;
   auto add_key = [&](const std::string& k) {

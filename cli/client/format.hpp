@@ -86,6 +86,12 @@ std::string FormatQuota(const nlohmann::json& tenant);
 std::string EventHeader();
 std::string FormatEvent(const nlohmann::json& entry);
 
+// GET /v1/audit: TIME ACTOR ACTION TARGET DETAIL. TARGET is what the action
+// was done to, from its detail: "job 17", "n0:3" (a node's GPU), "n0",
+// "token 0a1b2c3d", "user ada", "topology tiny", "tenant org/a" (the first
+// that applies); DETAIL the detail's other fields as key=value.
+std::string FormatAuditTable(const nlohmann::json& rows);
+
 // A list of objects with their scalar fields as columns: `columns` first
 // (those present), then the rest in the order met. "*_ms" fields are shown
 // as times under a header without the suffix.

@@ -431,6 +431,45 @@ TEST_CASE("Tenants, quotas, events and generic tables") {
         "ffff0000aaaa  bob   -                    yes\n");
 }
 
+TEST_CASE("FormatAuditTable: time, actor, action, what it was done to, the rest") {
+  UseUtc();
+  const json rows = json::parse(R"([
+    {"seq": 1, "time_ms": 1767225600000, "actor": "user:root", "action": "user.create",
+     "detail": {"user": "ada", "tenant": "org/a", "role": "user", "unix_user": "ada"}},
+    {"seq": 2, "time_ms": 1767225660000, "actor": "user:root", "action": "token.create",
+     "detail": {"user": "ada", "id": "0a1b2c3d4e5f"}},
+    {"seq": 3, "time_ms": 1767225720000, "actor": "user:root", "action": "gpu.clear",
+     "detail": {"node": "n0", "gpu": 3, "was": "failed", "reason": "reseated"}},
+    {"seq": 4, "time_ms": 1767225780000, "actor": "user:ada", "action": "job.checkpoint",
+     "detail": {"job": 17, "reason": "before the upgrade"}},
+    {"seq": 5, "time_ms": 1767225840000, "actor": "user:root", "action": "topology.import",
+     "detail": {"name": "tiny", "nodes": 8}},
+    {"seq": 6, "time_ms": null, "actor": "agent:n1", "action": "agent.refused",
+     "detail": {"node": "n1", "field": "gpu_event.gpu"}},
+    {"seq": 7, "action": "x.y", "detail": null}
+  ])");
+  CHECK(FormatAuditTable(rows) ==
+        "TIME                 ACTOR      ACTION           TARGET              DETAIL\n"
+        "2026-01-01 00:00:00  user:root  user.create      user ada            role=user "
+        "tenant=org/a unix_user=ada\n"
+        "2026-01-01 00:01:00  user:root  token.create     token 0a1b2c3d4e5f  user=ada\n"
+        "2026-01-01 00:02:00  user:root  gpu.clear        n0:3                reason=reseated "
+        "was=failed\n"
+        "2026-01-01 00:03:00  user:ada   job.checkpoint   job 17              reason=\"before the "
+        "upgrade\"\n"
+        "2026-01-01 00:04:00  user:root  topology.import  topology tiny       nodes=8\n"
+        "-                    agent:n1   agent.refused    n1                  "
+        "field=gpu_event.gpu\n"
+        "-                    -          x.y              -                   -\n");
+  // A hostile actor or detail cannot start a line of its own.
+  const json evil = json::array({{{"actor", "user:x\n2026  forged"},
+                                  {"action", "user.create"},
+                                  {"detail", {{"user", "a\x1b[2J"}}}}});
+  const std::string out = FormatAuditTable(evil);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);
+  CHECK(out.find('\x1b') == std::string::npos);
+}
+
 TEST_CASE("Exit codes from HTTP statuses") {
   CHECK(ExitCodeForHttpStatus(200) == kExitOk);
   CHECK(ExitCodeForHttpStatus(201) == kExitOk);
