@@ -116,6 +116,24 @@ class Daemon:
     def port(self):
         return int(self.url.rsplit(":", 1)[1])
 
+    def agent_port(self, timeout=10):
+        """The agents' listener port, from STATE/agent-endpoint. The daemon
+        writes that file after `endpoint` (all start() waits for), so a test
+        that reads it at once can find it missing: wait for it."""
+        path = os.path.join(self.state_dir, "agent-endpoint")
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with open(path) as f:
+                    text = f.read().strip()
+                if text:
+                    return int(text.rsplit(":", 1)[1].split("/")[0])
+            except FileNotFoundError:
+                pass
+            if time.time() >= deadline:
+                raise RuntimeError("no %s after %s s:\n%s" % (path, timeout, self.log()))
+            time.sleep(0.02)
+
     # ---- API
     def request(self, method, path, body=None, token=None, headers=None, raw=None, timeout=30):
         """Returns (status, parsed JSON or text)."""
