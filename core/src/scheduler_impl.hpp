@@ -216,6 +216,11 @@ class SchedulerCore::Impl {
   void OnGpuEvent(const GpuEvent& e);
   void CheckHeartbeats();
   void SetNodeState(NodeId n, NodeState s, const std::string& reason);
+  // The node keeps its state under a new reason (NodeStateChanged with the
+  // state it has): what keeps it drained changed.
+  void SetNodeReason(NodeId n, const std::string& reason);
+  // "n7 GPU 6 failed", "n7 GPUs 5 and 6 failed": the node's failed GPUs.
+  std::string FailedGpus(NodeId n) const;
   // A node a restart may put ranks on: up, with no failed GPU.
   bool Restartable(NodeId n) const;
   // An infrastructure failure of a running job (it lost GPUs or nodes, a
