@@ -86,6 +86,26 @@ Result<json> QuotaSetBody(const QuotaFlags& flags) {
   return body;
 }
 
+Result<NodeGpu> ParseNodeGpu(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  const auto fail = [&] {
+    return Status::Error("'" + text +
+                         "' is not NODE:GPU; give the node and the GPU's index, as in " +
+                         "gpu0007:3 (topo nodes NODE lists its GPUs)");
+  };
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return fail();
+  const std::string index = text.substr(colon + 1);
+  if (index.size() > 2 || index.find_first_not_of("0123456789") != std::string::npos) {
+    return fail();
+  }
+  return NodeGpu{text.substr(0, colon), std::stoi(index)};
+}
+
+std::string GpuClearTarget(const NodeGpu& target) {
+  return "/v1/nodes/" + PercentEncode(target.node) + "/gpus/" + std::to_string(target.gpu) +
+         "/clear";
+}
+
 std::string TenantTarget(const std::string& tenant) {
   return "/v1/tenants/" + PercentEncode(tenant, /*keep_slash=*/true);
 }

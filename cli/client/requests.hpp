@@ -32,6 +32,16 @@ core::Result<nlohmann::json> QuotaSetBody(const QuotaFlags& flags);
 // /v1/tenants/org/team (each segment percent-encoded, slashes kept).
 std::string TenantTarget(const std::string& tenant);
 
+// `topo gpu clear NODE:GPU`: the node's name and the GPU's index (0..63),
+// split at the last ':'; the error names the argument and the form.
+struct NodeGpu {
+  std::string node;
+  int gpu = 0;
+};
+core::Result<NodeGpu> ParseNodeGpu(const std::string& text);
+// POST /v1/nodes/{node}/gpus/{gpu}/clear.
+std::string GpuClearTarget(const NodeGpu& target);
+
 // The filters of GET /v1/jobs (`topo queue`, `topo cancel --me ...`); an
 // empty string is a filter not given.
 struct JobFilter {

@@ -441,8 +441,9 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   CLI::App* a =
       AddVerb(app, "audit",
               "Show the audit log (cluster-admin): who changed what outside the event log.\n\n"
-              "Users, tokens, topology imports, checkpoint requests and refused agent messages,\n"
-              "as TIME ACTOR ACTION TARGET DETAIL; without flags, the newest 100.\n\n"
+              "Users, tokens, topology imports, checkpoint requests, GPU clears and refused\n"
+              "agent messages, as TIME ACTOR ACTION TARGET DETAIL; without flags, the newest\n"
+              "100.\n\n"
               "Examples:\n"
               "  topo audit\n"
               "  topo audit --last 20\n"

@@ -1,4 +1,5 @@
-// topo nodes | drain | resume | events | whoami, and topology import/export
+// topo nodes | drain | resume | gpu clear | events | whoami, and topology
+// import/export
 // on a running topo-scheduler (docs/cli.md; docs/api.md "Nodes", "Events",
 // "Topology").
 
@@ -130,6 +131,53 @@ int RunNodeAction(const NodeActionArgs& args, const std::string& action) {
   }
   if (stayed > 20) std::cerr << "topo: ... and " << stayed - 20 << " more\n";
   return stayed > 0 ? kExitConflict : kExitOk;
+}
+
+// ---- gpu clear
+
+struct GpuClearArgs {
+  std::vector<std::string> gpus;  // NODE:GPU
+  std::string reason;
+  bool json = false;
+};
+
+int RunGpuClear(const GpuClearArgs& args) {
+  std::vector<NodeGpu> targets;
+  for (const std::string& g : args.gpus) {
+    core::Result<NodeGpu> t = ParseNodeGpu(g);
+    if (!t.ok()) return Fail(t.message());
+    targets.push_back(t.value());
+  }
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  json answers = json::array();
+  int first_error = kExitOk;
+  for (const NodeGpu& t : targets) {
+    std::optional<json> body;
+    if (!args.reason.empty()) body = json{{"reason", args.reason}};
+    Reply reply = session->Call("POST", GpuClearTarget(t), body);
+    if (!reply.ok()) {
+      if (first_error == kExitOk) first_error = reply.exit_code;
+      if (reply.exit_code == kExitUnreachable) break;
+      continue;
+    }
+    if (args.json) {
+      answers.push_back(reply.body);
+      continue;
+    }
+    const json& node = reply.body;
+    const std::string state = node.is_object() ? node.value("state", "?") : "?";
+    std::cout << "Cleared " << TerminalSafe(t.node) << " GPU " << t.gpu << "; "
+              << TerminalSafe(t.node) << " is " << TerminalSafe(state) << "\n";
+    // The core resumes the node only when nothing else keeps it out.
+    if (state != "up") {
+      std::cerr << "topo: " << TerminalSafe(t.node) << " stays " << TerminalSafe(state) << ": "
+                << TerminalSafe(node.value("reason", "")) << "\n";
+    }
+  }
+  if (args.json) PrintJson({{"nodes", answers}});
+  return first_error;
 }
 
 // ---- events
@@ -449,6 +497,27 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   r->add_flag("--json", resume->json, std::string(kJsonHelp));
   AddConnectionFlags(*r, SharedConnectionFlags());
   r->callback([resume, exit_code] { *exit_code = RunNodeAction(*resume, "resume"); });
+
+  CLI::App* gpu = AddVerb(app, "gpu", "Act on GPUs (cluster-admin)");
+  gpu->require_subcommand(1);
+  auto clear = std::make_shared<GpuClearArgs>();
+  CLI::App* gc = AddVerb(
+      *gpu, "clear",
+      "Mark failed or degraded GPUs healthy again (cluster-admin), after a repair.\n\n"
+      "The scheduler logs the change with you as its actor and the audit log records it. A\n"
+      "node drained because the GPU failed comes back up, unless another of its GPUs is\n"
+      "still failed or an admin drained it (then it stays drained, and this says why on\n"
+      "stderr; topo resume brings back a node an admin drained).\n\n"
+      "Examples:\n"
+      "  topo gpu clear gpu0007:3 --reason 'reseated, passed dcgmi diag'\n"
+      "  topo gpu clear gpu0007:3 gpu0007:5");
+  gc->add_option("NODE:GPU", clear->gpus, "The node and the GPU's index, e.g. gpu0007:3")
+      ->required();
+  gc->add_option("--reason", clear->reason, "Why (kept in the audit log)");
+  gc->add_flag("--json", clear->json,
+               "Print {\"nodes\": [NODE...]}, the server's answer (the node) for each GPU");
+  AddConnectionFlags(*gc, SharedConnectionFlags());
+  gc->callback([clear, exit_code] { *exit_code = RunGpuClear(*clear); });
 
   auto events = std::make_shared<EventsArgs>();
   CLI::App* e = AddVerb(

@@ -566,6 +566,15 @@ TEST_CASE("Targets: tenant paths keep slashes, queries are escaped") {
   CHECK(DescribeJobFilter(ada) == "user ada@example.com, state queued,held");
   CHECK(DescribeJobFilter(none).empty());
   CHECK(PercentEncode("ada@example.com") == "ada%40example.com");
+  REQUIRE(ParseNodeGpu("gpu0007:3").ok());
+  CHECK(ParseNodeGpu("gpu0007:3").value().node == "gpu0007");
+  CHECK(ParseNodeGpu("gpu0007:3").value().gpu == 3);
+  CHECK(GpuClearTarget(ParseNodeGpu("n0:12").value()) == "/v1/nodes/n0/gpus/12/clear");
+  CHECK(GpuClearTarget({"a b", 1}) == "/v1/nodes/a%20b/gpus/1/clear");
+  for (const char* bad : {"gpu0007", "gpu0007:", ":3", "n0:x", "n0:-1", "n0:123", "n0:3 "}) {
+    CAPTURE(bad);
+    CHECK(ParseNodeGpu(bad).message().find("is not NODE:GPU") != std::string::npos);
+  }
   CHECK(QueryEscape("ada@example.com") == "ada@example.com");
 }
 

@@ -125,6 +125,53 @@ void Audit(ServiceState& s, const Caller& caller, std::string_view action, const
   (void)s.driver.store->AppendAudit(s.driver.now, s.Actor(caller), action, detail.dump());
 }
 
+// POST /v1/nodes/{name}/gpus/{gpu}/clear (cluster-admin): the GPU is healthy
+// again (a kCleared GPU event, logged with the admin as its actor, and an
+// audit row). Its node comes back up only where the core's rules let it:
+// not when an admin drained it, nor while another GPU of it is failed.
+HttpResponse ClearGpu(ServiceState& s, const Caller& caller, const Route& route) {
+  const auto& p = route.path;
+  if (!caller.cluster_admin()) return AdminOnly("clearing a GPU's health");
+  const core::Topology& topo = *s.driver.topology;
+  const NodeId n = topo.FindNode(p[1]);
+  if (n < 0) {
+    return Error(404, "no node named \"" + p[1].substr(0, 100) + "\" (`topo nodes` lists them)");
+  }
+  const int gpus = topo.node(n).gpus;
+  const std::string& text = p[3];
+  if (text.empty() || text.size() > 3 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return Error(
+        400, "the GPU must be an index, e.g. /v1/nodes/" + p[1].substr(0, 100) + "/gpus/3/clear");
+  }
+  const int gpu = std::stoi(text);
+  if (gpu >= gpus) {
+    return Error(404, "node " + p[1] + " has GPUs 0.." + std::to_string(gpus - 1) + "; no GPU " +
+                          std::to_string(gpu));
+  }
+  Body b = ParseBody(*route.request, true);
+  if (b.error) return *b.error;
+  if (auto e = UnknownField(b.json, {"reason"})) return *e;
+  std::string reason;
+  if (auto it = b.json.find("reason"); it != b.json.end()) {
+    if (!it->is_string() || it->get<std::string>().size() > 1000) {
+      return Error(400, "reason must be a string of at most 1000 bytes", "reason");
+    }
+    reason = it->get<std::string>();
+  }
+  const core::GpuHealth was = s.driver.core->cluster().gpu_health(n, gpu);
+  if (was == core::GpuHealth::kHealthy) {
+    return Error(409, p[1] + " GPU " + std::to_string(gpu) +
+                          " is healthy; only a failed or degraded GPU is cleared");
+  }
+  s.driver.Step(core::GpuEvent{n, gpu, core::GpuEventKind::kCleared, 0}, s.Actor(caller));
+  Json detail = {{"node", p[1]}, {"gpu", gpu}, {"was", core::GpuHealthName(was)}};
+  if (!reason.empty()) detail["reason"] = reason;
+  Audit(s, caller, "gpu.clear", detail);
+  std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
+  return JsonResponse(200, NodeView(s, n, jobs[n]));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- nodes
@@ -212,6 +259,11 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
     r.route = "/v1/nodes/" + p[1];
     return r;
   }
+  if (p.size() == 5 && p[2] == "gpus" && p[4] == "clear" && m == "POST") {
+    HttpResponse r = ClearGpu(s, caller, route);
+    r.route = "/v1/nodes/{name}/gpus/{gpu}/clear";
+    return r;
+  }
   if (p.size() == 2 && m == "GET") {
     const NodeId n = topo.FindNode(p[1]);
     if (n < 0) return Error(404, "no node named \"" + p[1].substr(0, 100) + "\"");
@@ -233,7 +285,8 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
     return r;
   }
   return Error(p.size() == 2 ? 405 : 404,
-               "use GET /v1/nodes[/NAME], POST /v1/nodes/drain or POST /v1/nodes/resume");
+               "use GET /v1/nodes[/NAME], POST /v1/nodes/drain, POST /v1/nodes/resume or POST "
+               "/v1/nodes/NAME/gpus/GPU/clear");
 }
 
 // ---------------------------------------------------------------- tenants
