@@ -62,10 +62,31 @@ constexpr int kScanPages = 20;
 // sees part of the log); else a page is the `limit` asked for.
 constexpr int64_t kFilteredPageRows = 1000;
 
-HttpResponse Audit(store::Store& store, const Caller& caller, int64_t after, int64_t count,
-                   bool newest) {
+// How many rows, and from which end: limit=N (the oldest after `after`,
+// default 1000) or last=N (the newest), 1..10000 either, never both.
+struct RowCount {
+  int64_t count = 1000;
+  bool newest = false;
+};
+
+std::optional<RowCount> CountOf(const Route& route, HttpResponse& error) {
+  RowCount out;
+  out.newest = route.query.count("last") > 0;
+  if (out.newest && route.query.count("limit")) {
+    error = Error(400, "give last (the newest N) or limit (the oldest N after `after`), not both",
+                  "last");
+    return std::nullopt;
+  }
+  std::optional<int64_t> n = QueryInt(route, out.newest ? "last" : "limit", 1, 10000, 1000, error);
+  if (!n) return std::nullopt;
+  out.count = *n;
+  return out;
+}
+
+HttpResponse Audit(store::Store& store, const Caller& caller, int64_t after, RowCount rows_asked) {
   if (!caller.cluster_admin()) return Error(403, "the audit log needs a cluster-admin token");
-  Result<std::vector<store::AuditRow>> rows = store.ListAudit(after, int(count), newest);
+  Result<std::vector<store::AuditRow>> rows =
+      store.ListAudit(after, int(rows_asked.count), rows_asked.newest);
   if (!rows.ok()) return StoreFailed(rows.status());
   Json out = Json::array();
   for (const store::AuditRow& a : rows.value()) {
@@ -83,7 +104,6 @@ struct EventFilter {
   std::optional<int64_t> job;   // job=: in the store's per-job index
   std::string node;             // node=: "" any
   std::set<std::string> types;  // type=: empty any
-  bool any() const { return job || !node.empty() || !types.empty(); }
 };
 
 // Does the event, as the caller sees it, name the node: the event's node (or
@@ -178,20 +198,16 @@ Json EventJson(const store::RawEvent& e, ScopedEvent seen) {
 // log, and filters, page through it until `limit` (or `last`) events match,
 // at most kScanPages pages per request; scanned_to (scanned_from for last)
 // says how far the scan got.
-HttpResponse Events(store::Store& store, const Caller& caller, const Route& route, int64_t after) {
+HttpResponse Events(store::Store& store, const Caller& caller, const Route& route, int64_t after,
+                    RowCount rows) {
   const TenantOf tenant_of = [&](int64_t id) -> std::optional<std::string> {
     Result<std::optional<store::JobRow>> row = store.GetJob(id);
     if (!row.ok() || !row.value()) return std::nullopt;
     return row.value()->tenant;
   };
   HttpResponse err;
-  if (route.query.count("last") && route.query.count("limit")) {
-    return Error(400, "give last (the newest N) or limit (the oldest N after `after`), not both",
-                 "last");
-  }
-  const bool newest = route.query.count("last") > 0;
-  std::optional<int64_t> limit = QueryInt(route, newest ? "last" : "limit", 1, 10000, 1000, err);
-  if (!limit) return err;
+  const bool newest = rows.newest;
+  const int64_t limit = rows.count;
   EventFilter filter;
   if (route.query.count("job")) {
     std::optional<int64_t> job = QueryInt(route, "job", 1, INT64_MAX, 0, err);
@@ -206,7 +222,7 @@ HttpResponse Events(store::Store& store, const Caller& caller, const Route& rout
   const bool sparse = !caller.cluster_admin() || !filter.node.empty() || !filter.types.empty();
   store::EventQuery q;
   q.job = filter.job;
-  q.limit = static_cast<int>(sparse ? std::max(*limit, kFilteredPageRows) : *limit);
+  q.limit = static_cast<int>(sparse ? std::max(limit, kFilteredPageRows) : limit);
   q.after_seq = after;
   q.newest_first = newest;
   // The end of the log as the scan starts: what a short page reached.
@@ -214,7 +230,7 @@ HttpResponse Events(store::Store& store, const Caller& caller, const Route& rout
   Json out = Json::array();
   int64_t scanned = newest ? top + 1 : after;  // the last seq looked at
   bool reached_end = false;
-  for (int page = 0; page < kScanPages && static_cast<int64_t>(out.size()) < *limit; ++page) {
+  for (int page = 0; page < kScanPages && static_cast<int64_t>(out.size()) < limit; ++page) {
     if (newest) {
       q.before_seq = scanned;
     } else {
@@ -227,10 +243,10 @@ HttpResponse Events(store::Store& store, const Caller& caller, const Route& rout
       std::optional<ScopedEvent> seen = Seen(e, caller, filter, tenant_of);
       if (!seen) continue;
       out.push_back(EventJson(e, std::move(*seen)));
-      if (static_cast<int64_t>(out.size()) == *limit) break;
+      if (static_cast<int64_t>(out.size()) == limit) break;
     }
     if (static_cast<int64_t>(events.value().size()) < q.limit &&
-        static_cast<int64_t>(out.size()) < *limit) {
+        static_cast<int64_t>(out.size()) < limit) {
       reached_end = true;
       break;
     }
@@ -261,17 +277,10 @@ HttpResponse ServeRead(store::Store& store, const Caller& caller, const Route& r
   HttpResponse err;
   std::optional<int64_t> after = QueryInt(route, "after", 0, INT64_MAX, 0, err);
   if (!after) return err;
-  if (what == "audit") {
-    if (route.query.count("last") && route.query.count("limit")) {
-      return Error(400, "give last (the newest N) or limit (the oldest N after `after`), not both",
-                   "last");
-    }
-    const bool newest = route.query.count("last") > 0;
-    std::optional<int64_t> count = QueryInt(route, newest ? "last" : "limit", 1, 10000, 1000, err);
-    if (!count) return err;
-    return Audit(store, caller, *after, *count, newest);
-  }
-  return Events(store, caller, route, *after);
+  std::optional<RowCount> rows = CountOf(route, err);
+  if (!rows) return err;
+  if (what == "audit") return Audit(store, caller, *after, *rows);
+  return Events(store, caller, route, *after, *rows);
 }
 
 }  // namespace topo::daemon
