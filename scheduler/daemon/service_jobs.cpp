@@ -796,8 +796,7 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
       nodes.push_back(s.driver.topology->node(n.node).name);
     }
     s.agents->AskCheckpoint(nodes, *id, reason);
-    (void)s.driver.store->AppendAudit(s.driver.now, s.Actor(caller), "job.checkpoint",
-                                      Json{{"job", *id}, {"reason", reason}}.dump());
+    Audit(s, caller, "job.checkpoint", {{"job", *id}, {"reason", reason}});
     return finish(JsonResponse(202, Json{{"id", *id},
                                          {"checkpoint_step", j->checkpoint_step},
                                          {"nodes", nodes.size()},
