@@ -203,6 +203,35 @@ class Failure(Exception):
     pass
 
 
+class Cli:
+    """The real `topo` binary against a daemon, as the admin unless a token
+    is given, with HOME set to `home` and no XDG directories, so no config
+    file of the machine's user counts."""
+
+    def __init__(self, daemon, topo_bin, home):
+        self.d, self.topo_bin, self.home = daemon, topo_bin, home
+
+    def run(self, args, token=None, expect=0, stdin=None, timeout=60):
+        """The finished process; a Failure unless it exited with `expect`."""
+        env = dict(os.environ, HOME=self.home, TOPO_SERVER=self.d.url,
+                   TOPO_CA=os.path.join(self.d.state_dir, "ca.pem"),
+                   TOPO_TOKEN=token or self.d.admin_token)
+        env.pop("XDG_CONFIG_HOME", None)
+        env.pop("XDG_DATA_HOME", None)
+        p = subprocess.run([self.topo_bin] + args, env=env, input=stdin, capture_output=True,
+                           text=True, timeout=timeout)
+        if p.returncode != expect:
+            raise Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s" %
+                          (" ".join(args), p.returncode, expect, p.stdout[-2000:], p.stderr[-2000:]))
+        return p
+
+    def json(self, args, token=None, expect=0):
+        """The --json output, parsed. --json goes before a "--", after which
+        everything is the job's command."""
+        at = args.index("--") if "--" in args else len(args)
+        return json.loads(self.run(args[:at] + ["--json"] + args[at:], token, expect).stdout)
+
+
 def check(cond, message):
     if not cond:
         raise Failure(message)

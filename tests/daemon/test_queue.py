@@ -11,12 +11,11 @@ usage: test_queue.py TOPO_SCHEDULER_BIN TOPO_BIN
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
-from harness import Daemon, Failure, check, run, serving, setup_tiny
+from harness import Cli, Daemon, check, run, serving, setup_tiny
 from test_agents import P, Agent, issue, wait_for
 
 OK, USAGE, NOT_FOUND, AUTH, CONFLICT = 0, 1, 4, 5, 6
@@ -34,21 +33,8 @@ def main():
     os.makedirs(home)
     agent = None
 
-    def topo(args, token=None, expect=OK):
-        env = dict(os.environ, HOME=home, TOPO_SERVER=d.url,
-                   TOPO_CA=os.path.join(d.state_dir, "ca.pem"), TOPO_TOKEN=token or d.admin_token)
-        env.pop("XDG_CONFIG_HOME", None)
-        env.pop("XDG_DATA_HOME", None)
-        p = subprocess.run([topo_bin] + args, env=env, capture_output=True, text=True, timeout=60)
-        if p.returncode != expect:
-            raise Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s" %
-                          (" ".join(args), p.returncode, expect, p.stdout[-2000:], p.stderr[-2000:]))
-        return p
-
-    def js(args, token=None, expect=OK):
-        # --json goes before a "--", after which everything is the job's command.
-        at = args.index("--") if "--" in args else len(args)
-        return json.loads(topo(args[:at] + ["--json"] + args[at:], token, expect).stdout)
+    cli = Cli(d, topo_bin, home)
+    topo, js = cli.run, cli.json
 
     def submit(token, gpus, name, time_limit="1h"):
         return js(["submit", "--gpus", str(gpus), "--time", time_limit, "--name", name, "--",
