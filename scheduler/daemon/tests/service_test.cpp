@@ -258,7 +258,8 @@ TEST_CASE("job list: user= narrows the scope; the blocked head's estimated start
   REQUIRE(jobs[running]["state"] == "running");
   REQUIRE(jobs[head]["state"] == "queued");
   // The head starts when the running job reaches its time limit.
-  CHECK(jobs[head]["estimated_start_ms"] == jobs[running]["start_ms"].get<int64_t>() + 3600000);
+  const int64_t limit_reached = jobs[running]["start_ms"].get<int64_t>() + 3600 * 1000;
+  CHECK(jobs[head]["estimated_start_ms"] == limit_reached);
   CHECK(jobs[running]["estimated_start_ms"].is_null());
   CHECK(jobs[behind]["estimated_start_ms"].is_null());
   CHECK(f.Ok("GET", "/v1/jobs/" + std::to_string(head), alice)["estimated_start_ms"] ==
