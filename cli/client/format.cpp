@@ -6,11 +6,18 @@
 #include <sstream>
 #include <utility>
 
+#include "client/format_internal.hpp"
 #include "topo/common/hostlist.hpp"
 #include "topo/common/render.hpp"
 
 namespace topo::cli {
 
+using format_internal::Dump;
+using format_internal::Field;
+using format_internal::Int;
+using format_internal::IsInt;
+using format_internal::Str;
+using format_internal::Truncate;
 using nlohmann::json;
 
 namespace {
@@ -20,34 +27,6 @@ constexpr size_t kRanksShown = 16;
 // Node groups listed per placement level before "... and N more".
 constexpr size_t kGroupsShown = 6;
 constexpr size_t kNameWidth = 32;
-
-const json& Field(const json& obj, const char* key) {
-  static const json kNull;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(key);
-  return it == obj.end() ? kNull : *it;
-}
-
-std::string Str(const json& obj, const char* key) { return Cell(Field(obj, key)); }
-
-bool IsInt(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
-
-int64_t Int(const json& obj, const char* key, int64_t fallback = 0) {
-  const json& v = Field(obj, key);
-  return IsInt(v) ? v.get<int64_t>() : fallback;
-}
-
-// Cuts at a character boundary, so the cut never leaves half a UTF-8
-// sequence behind.
-std::string Truncate(std::string s, size_t width) {
-  if (s.size() <= width) return s;
-  size_t cut = width - 3;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  return s.substr(0, cut) + "...";
-}
-
-// The JSON text of a value, never throwing on bad UTF-8 (replaced).
-std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // The code point of the UTF-8 sequence at text[i] and its length; length 0
 // when the bytes there are not one well-formed sequence (overlong forms,
@@ -101,43 +80,6 @@ std::string Plural(int64_t n, const std::string& one, const std::string& many) {
 std::string Limit(const json& v, int64_t none) {
   if (IsInt(v) && v.get<int64_t>() == none) return "none";
   return Cell(v);
-}
-
-// "key=value ..." of an object's fields, for event lines.
-std::string Summarize(const json& obj, const std::vector<std::string>& skip) {
-  std::string out;
-  if (!obj.is_object()) return out;
-  for (auto it = obj.begin(); it != obj.end(); ++it) {
-    if (std::find(skip.begin(), skip.end(), it.key()) != skip.end()) continue;
-    std::string v;
-    const json& x = it.value();
-    if (it.key() == "ranks" && x.is_array()) {
-      v = std::to_string(x.size()) + " GPUs";
-    } else if (x.is_array() &&
-               std::all_of(x.begin(), x.end(), [](const json& e) { return e.is_string(); })) {
-      std::vector<std::string> names;
-      for (const json& e : x) names.push_back(Cell(e));
-      v = names.empty() ? "-" : common::CompressHostlist(names);
-    } else if (it.key() == "request" && x.is_object()) {
-      const json& spec = Field(x, "spec");
-      v = "gpus " + Str(spec, "gpus");
-      if (!Str(spec, "name").empty() && Str(spec, "name") != "-") v += ", " + Str(spec, "name");
-      if (Field(x, "tenant").is_string()) v += ", tenant " + Str(x, "tenant");
-      if (Field(x, "user").is_string()) v += ", user " + Str(x, "user");
-    } else if (x.is_object() && Field(x, "name").is_string()) {
-      v = Str(x, "name");  // a tenant, a node: its name says enough
-    } else if (x.is_structured()) {
-      v = Truncate(TerminalSafe(Dump(x)), 60);
-    } else {
-      v = Cell(x);
-      // Quoted as JSON (from the raw string, so nothing is escaped twice).
-      if (x.is_string() && (v.empty() || v.find(' ') != std::string::npos)) {
-        v = TerminalSafe(Dump(x));
-      }
-    }
-    out += (out.empty() ? "" : " ") + TerminalSafe(it.key()) + "=" + v;
-  }
-  return out;
 }
 
 // "64 HBDs: 63 x 64 GPUs (rack[0-62]), 1 x 16 GPUs (rack63)".
@@ -325,9 +267,45 @@ std::string FormatSeconds(int64_t seconds) {
   return out;
 }
 
-std::string FormatJobTable(const json& jobs, int64_t now_ms) {
-  Table t({"ID", "TENANT", "USER", "NAME", "STATE", "GPUS", "NODES", "TIME", "REASON"});
-  for (size_t c : {0, 5, 6, 7}) t.AlignRight(c);
+namespace {
+
+// "14:05", or "2026-01-28 14:05" when time_ms is on another local day than
+// now_ms.
+std::string ClockTime(int64_t time_ms, int64_t now_ms) {
+  auto local = [](int64_t ms) {
+    const std::time_t t = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    return tm;
+  };
+  const std::tm at = local(time_ms);
+  const std::tm now = local(now_ms);
+  const bool today = at.tm_year == now.tm_year && at.tm_yday == now.tm_yday;
+  char buf[32];
+  std::strftime(buf, sizeof buf, today ? "%H:%M" : "%Y-%m-%d %H:%M", &at);
+  return buf;
+}
+
+}  // namespace
+
+std::string FormatStartTime(const json& job, int64_t now_ms) {
+  // A job requeued after a failure keeps its first start_ms while it waits.
+  const std::string state = Str(job, "state");
+  const json& estimate = Field(job, "estimated_start_ms");
+  if (state == "queued" || state == "held") {
+    return IsInt(estimate) ? "~" + ClockTime(estimate.get<int64_t>(), now_ms) + " (est.)" : "-";
+  }
+  const json& start = Field(job, "start_ms");
+  return IsInt(start) ? ClockTime(start.get<int64_t>(), now_ms) : "-";
+}
+
+std::string FormatJobTable(const json& jobs, int64_t now_ms, bool start_column) {
+  std::vector<std::string> headers = {"ID",   "TENANT", "USER", "NAME",  "STATE",
+                                      "GPUS", "NODES",  "TIME", "REASON"};
+  if (start_column) headers.insert(headers.begin() + 7, "START");
+  Table t(headers);
+  for (size_t c : {0, 5, 6}) t.AlignRight(c);
+  t.AlignRight(start_column ? 8 : 7);
   if (jobs.is_array()) {
     for (const json& j : jobs) {
       const json& start = Field(j, "start_ms");
@@ -341,9 +319,12 @@ std::string FormatJobTable(const json& jobs, int64_t now_ms) {
       if (IsInt(Field(j, "queue_position"))) {
         reason = "#" + Str(j, "queue_position") + " " + (reason == "-" ? "" : reason);
       }
-      t.AddRow({Str(j, "id"), Str(j, "tenant"), Str(j, "user"),
-                Truncate(Str(j, "name"), kNameWidth), Str(j, "state"), Str(j, "gpus"),
-                Str(j, "nodes"), time, reason});
+      std::vector<std::string> row = {
+          Str(j, "id"),    Str(j, "tenant"), Str(j, "user"),  Truncate(Str(j, "name"), kNameWidth),
+          Str(j, "state"), Str(j, "gpus"),   Str(j, "nodes"), time,
+          reason};
+      if (start_column) row.insert(row.begin() + 7, FormatStartTime(j, now_ms));
+      t.AddRow(std::move(row));
     }
   }
   return t.Render();
@@ -376,6 +357,11 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
   KeyValue(os, "State", state);
   if (IsInt(Field(job, "queue_position"))) {
     KeyValue(os, "Queue place", Str(job, "queue_position"));
+  }
+  if (IsInt(Field(job, "estimated_start_ms"))) {
+    KeyValue(os, "Starts",
+             "~" + FormatTime(Field(job, "estimated_start_ms")) +
+                 " (est.: the reservation plan, by the running jobs' time limits)");
   }
   KeyValue(
       os, "Tenant",
@@ -665,34 +651,6 @@ std::string FormatQuota(const json& x) {
   kv("In use", Str(x, "usage_gpus") + " GPUs, " + Str(x, "running_jobs") + " running, " +
                    Str(x, "queued_jobs") + " queued");
   return os.str();
-}
-
-std::string EventHeader() {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "%8s  %-19s  %-12s  %s\n", "SEQ", "TIME", "ACTOR", "EVENT");
-  return buf;
-}
-
-std::string FormatEvent(const json& entry) {
-  std::string out;
-  const json& event = Field(entry, "event");
-  std::string what = Str(event, "type");
-  const std::string detail = Summarize(event, {"type"});
-  if (!detail.empty()) what += " " + detail;
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%8s  %-19s  %-12s  ", Str(entry, "seq").c_str(),
-                FormatTime(Field(entry, "time_ms")).c_str(), Str(entry, "actor").c_str());
-  out += buf + what + "\n";
-  const json& commands = Field(entry, "commands");
-  if (commands.is_array()) {
-    for (const json& c : commands) {
-      std::string line = "-> " + Str(c, "type");
-      const std::string d = Summarize(c, {"type"});
-      if (!d.empty()) line += " " + d;
-      out += std::string(8 + 2 + 19 + 2 + 12 + 2, ' ') + line + "\n";
-    }
-  }
-  return out;
 }
 
 std::string FormatObjectTable(const json& items, const std::vector<std::string>& columns) {

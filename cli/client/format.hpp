@@ -58,7 +58,13 @@ std::string FormatSeconds(int64_t seconds);
 
 // GET /v1/jobs: ID TENANT USER NAME STATE GPUS NODES TIME REASON. TIME is the
 // run time (until now_ms while running), 0:00 for jobs that have not started.
-std::string FormatJobTable(const nlohmann::json& jobs, int64_t now_ms);
+// start_column adds START after NODES (FormatStartTime).
+std::string FormatJobTable(const nlohmann::json& jobs, int64_t now_ms, bool start_column = false);
+// When a job started, or is expected to start: "14:05" for a job that has
+// started (its start_ms; "2026-01-28 14:05" on another day than now_ms), and
+// "~14:05 (est.)" for a waiting job with an estimated_start_ms (the
+// scheduler's reservation plan, never a guess here); "-" otherwise.
+std::string FormatStartTime(const nlohmann::json& job, int64_t now_ms);
 // GET /v1/jobs/{id}: state, times, layout, placement per HBD/leaf/pod,
 // metrics, ranks (the first 16 unless all_ranks), incidents (restarts and
 // requeues: cause, detection, restart, step, lost work) and history.
@@ -79,6 +85,12 @@ std::string FormatQuota(const nlohmann::json& tenant);
 // and one per command the event caused, indented under it.
 std::string EventHeader();
 std::string FormatEvent(const nlohmann::json& entry);
+
+// GET /v1/audit: TIME ACTOR ACTION TARGET DETAIL. TARGET is what the action
+// was done to, from its detail: "job 17", "n0:3" (a node's GPU), "n0",
+// "token 0a1b2c3d", "user ada", "topology tiny", "tenant org/a" (the first
+// that applies); DETAIL the detail's other fields as key=value.
+std::string FormatAuditTable(const nlohmann::json& rows);
 
 // A list of objects with their scalar fields as columns: `columns` first
 // (those present), then the rest in the order met. "*_ms" fields are shown

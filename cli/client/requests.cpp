@@ -86,23 +86,54 @@ Result<json> QuotaSetBody(const QuotaFlags& flags) {
   return body;
 }
 
+Result<NodeGpu> ParseNodeGpu(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  const auto fail = [&] {
+    return Status::Error("'" + text +
+                         "' is not NODE:GPU; give the node and the GPU's index, as in " +
+                         "gpu0007:3 (topo nodes NODE lists its GPUs)");
+  };
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return fail();
+  const std::string index = text.substr(colon + 1);
+  if (index.size() > 2 || index.find_first_not_of("0123456789") != std::string::npos) {
+    return fail();
+  }
+  return NodeGpu{text.substr(0, colon), std::stoi(index)};
+}
+
+std::string GpuClearTarget(const NodeGpu& target) {
+  return "/v1/nodes/" + PercentEncode(target.node) + "/gpus/" + std::to_string(target.gpu) +
+         "/clear";
+}
+
 std::string TenantTarget(const std::string& tenant) {
   return "/v1/tenants/" + PercentEncode(tenant, /*keep_slash=*/true);
 }
 
-std::string JobsTarget(bool all, const std::string& tenant, const std::string& states,
-                       const std::string& after, int limit) {
+std::string JobsTarget(const JobFilter& filter, const std::string& after, int limit) {
   std::string q;
   auto add = [&](const std::string& k, const std::string& v) {
     if (v.empty()) return;
     q += (q.empty() ? "?" : "&") + k + "=" + QueryEscape(v);
   };
-  add("all", all ? "1" : "");
-  add("tenant", tenant);
-  add("state", states);
+  add("all", filter.all ? "1" : "");
+  add("tenant", filter.tenant);
+  add("user", filter.user);
+  add("state", filter.states);
   add("after", after);
   add("limit", std::to_string(limit));
   return "/v1/jobs" + q;
+}
+
+std::string DescribeJobFilter(const JobFilter& filter) {
+  std::string out;
+  auto add = [&](const std::string& what, const std::string& v) {
+    if (!v.empty()) out += (out.empty() ? "" : ", ") + what + " " + v;
+  };
+  add("tenant", filter.tenant);
+  add("user", filter.user);
+  add("state", filter.states);
+  return out;
 }
 
 }  // namespace topo::cli

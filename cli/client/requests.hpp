@@ -32,8 +32,27 @@ core::Result<nlohmann::json> QuotaSetBody(const QuotaFlags& flags);
 // /v1/tenants/org/team (each segment percent-encoded, slashes kept).
 std::string TenantTarget(const std::string& tenant);
 
-// GET /v1/jobs?... for one page of `topo queue`.
-std::string JobsTarget(bool all, const std::string& tenant, const std::string& states,
-                       const std::string& after, int limit);
+// `topo gpu clear NODE:GPU`: the node's name and the GPU's index (0..63),
+// split at the last ':'; the error names the argument and the form.
+struct NodeGpu {
+  std::string node;
+  int gpu = 0;
+};
+core::Result<NodeGpu> ParseNodeGpu(const std::string& text);
+// POST /v1/nodes/{node}/gpus/{gpu}/clear.
+std::string GpuClearTarget(const NodeGpu& target);
+
+// The filters of GET /v1/jobs (`topo queue`, `topo cancel --me ...`); an
+// empty string is a filter not given.
+struct JobFilter {
+  bool all = false;    // terminal jobs too
+  std::string tenant;  // tenant=
+  std::string user;    // user=
+  std::string states;  // state=, comma-separated
+};
+// GET /v1/jobs?... for one page of the list.
+std::string JobsTarget(const JobFilter& filter, const std::string& after, int limit);
+// "user ada, state queued": the filters given, for messages ("" for none).
+std::string DescribeJobFilter(const JobFilter& filter);
 
 }  // namespace topo::cli

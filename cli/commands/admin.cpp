@@ -329,6 +329,43 @@ int RunTokenList(const TokenArgs& args) {
   return kExitOk;
 }
 
+// ---- audit
+
+struct AuditArgs {
+  int64_t last = 0;  // 0: 100 unless --after or --limit
+  int64_t after = -1;
+  int64_t limit = 0;
+  bool json = false;
+};
+
+// The newest rows shown without --last, --after or --limit.
+constexpr int64_t kAuditDefaultLast = 100;
+
+int RunAudit(const AuditArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  const bool oldest = args.after >= 0 || args.limit > 0;
+  const int64_t count = oldest ? (args.limit > 0 ? args.limit : 1000)
+                               : (args.last > 0 ? args.last : kAuditDefaultLast);
+  Reply reply = session->Call(
+      "GET", "/v1/audit?" + Query({{"after", std::to_string(std::max<int64_t>(args.after, 0))},
+                                   {oldest ? "limit" : "last", std::to_string(count)}}));
+  if (!reply.ok()) return reply.exit_code;
+  const json rows = ListOf(reply.body, "audit");
+  if (args.json) {
+    PrintJson(reply.body);
+  } else {
+    std::cout << FormatAuditTable(rows);
+  }
+  if (oldest && static_cast<int64_t>(rows.size()) == count && !args.json &&
+      rows.back().is_object()) {
+    std::cerr << "topo: showed " << count << " rows; more may follow: topo audit --after "
+              << Cell(rows.back().value("seq", json())) << "\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 void RegisterAdminCommands(CLI::App& app, int* exit_code) {
@@ -481,6 +518,34 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   u->callback([u, users, exit_code] {
     if (u->get_subcommands().empty()) *exit_code = RunUsersList(*users);
   });
+
+  // audit
+  auto audit = std::make_shared<AuditArgs>();
+  CLI::App* a =
+      AddVerb(app, "audit",
+              "Show the audit log (cluster-admin): who changed what outside the event log.\n\n"
+              "Users, tokens, topology imports, checkpoint requests, GPU clears and refused\n"
+              "agent messages, as TIME ACTOR ACTION TARGET DETAIL; without flags, the newest\n"
+              "100.\n\n"
+              "Examples:\n"
+              "  topo audit\n"
+              "  topo audit --last 20\n"
+              "  topo audit --after 1200 --limit 500         # from the oldest, paging\n"
+              "  topo audit --json | jq '.audit[] | select(.action == \"token.create\")'");
+  CLI::Option* last = a->add_option("--last", audit->last, "The newest N rows (default 100)")
+                          ->type_name("N")
+                          ->check(CLI::Range(int64_t{1}, int64_t{10000}));
+  a->add_option("--after", audit->after, "Rows after this sequence number, oldest first")
+      ->type_name("SEQ")
+      ->check(CLI::NonNegativeNumber)
+      ->excludes(last);
+  a->add_option("--limit", audit->limit, "At most N rows after --after (default 1000)")
+      ->type_name("N")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000}))
+      ->excludes(last);
+  a->add_flag("--json", audit->json, "Print the server's {\"audit\": [ROW...]}");
+  AddConnectionFlags(*a, conn);
+  a->callback([audit, exit_code] { *exit_code = RunAudit(*audit); });
 
   // token create | revoke | list
   CLI::App* tok = AddVerb(app, "token", "Create, list and revoke API tokens");

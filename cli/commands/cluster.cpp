@@ -1,4 +1,5 @@
-// topo nodes | drain | resume | events | whoami, and topology import/export
+// topo nodes | drain | resume | gpu clear | events | whoami, and topology
+// import/export
 // on a running topo-scheduler (docs/cli.md; docs/api.md "Nodes", "Events",
 // "Topology").
 
@@ -14,6 +15,7 @@
 #include "commands/client_common.hpp"
 #include "commands/commands.hpp"
 #include "commands/options.hpp"
+#include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
 #include "topo/common/topology_io.hpp"
 
@@ -131,16 +133,91 @@ int RunNodeAction(const NodeActionArgs& args, const std::string& action) {
   return stayed > 0 ? kExitConflict : kExitOk;
 }
 
+// ---- gpu clear
+
+struct GpuClearArgs {
+  std::vector<std::string> gpus;  // NODE:GPU
+  std::string reason;
+  bool json = false;
+};
+
+int RunGpuClear(const GpuClearArgs& args) {
+  std::vector<NodeGpu> targets;
+  for (const std::string& g : args.gpus) {
+    core::Result<NodeGpu> t = ParseNodeGpu(g);
+    if (!t.ok()) return Fail(t.message());
+    targets.push_back(t.value());
+  }
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  json answers = json::array();
+  int first_error = kExitOk;
+  for (const NodeGpu& t : targets) {
+    std::optional<json> body;
+    if (!args.reason.empty()) body = json{{"reason", args.reason}};
+    Reply reply = session->Call("POST", GpuClearTarget(t), body);
+    if (!reply.ok()) {
+      if (first_error == kExitOk) first_error = reply.exit_code;
+      if (reply.exit_code == kExitUnreachable) break;
+      continue;
+    }
+    if (args.json) {
+      answers.push_back(reply.body);
+      continue;
+    }
+    const json& node = reply.body;
+    const std::string state = node.is_object() ? node.value("state", "?") : "?";
+    std::cout << "Cleared " << TerminalSafe(t.node) << " GPU " << t.gpu << "; "
+              << TerminalSafe(t.node) << " is " << TerminalSafe(state) << "\n";
+    // The core resumes the node only when nothing else keeps it out.
+    if (state != "up") {
+      std::cerr << "topo: " << TerminalSafe(t.node) << " stays " << TerminalSafe(state) << ": "
+                << TerminalSafe(node.value("reason", "")) << "\n";
+    }
+  }
+  if (args.json) PrintJson({{"nodes", answers}});
+  return first_error;
+}
+
 // ---- events
 
 struct EventsArgs {
   int64_t after = 0;
   int64_t job = 0;
   int64_t limit = 1000;
+  int64_t last = 0;  // > 0: the newest N
+  std::string node;
+  std::string type;
   bool follow = false;
   double interval_s = 1;
   bool json = false;
 };
+
+// Prints one answer's events (or keeps them for --json) and returns the
+// newest seq among them (or `after`).
+int64_t ShowEvents(const json& events, const EventsArgs& args, json* collected, int64_t after) {
+  for (const json& e : events) {
+    if (args.json && args.follow) {
+      std::cout << e.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    } else if (args.json) {
+      collected->push_back(e);
+    } else {
+      std::cout << FormatEvent(e);
+    }
+    if (e.is_object() && e.contains("seq") && e["seq"].is_number_integer()) {
+      after = std::max(after, e["seq"].get<int64_t>());
+    }
+  }
+  std::cout << std::flush;
+  return after;
+}
+
+int64_t IntOr(const json& body, const char* key, int64_t fallback) {
+  return body.is_object() && body.contains(key) && body[key].is_number_integer()
+             ? body[key].get<int64_t>()
+             : fallback;
+}
 
 int RunEvents(const EventsArgs& args) {
   int exit_code = kExitOk;
@@ -151,45 +228,65 @@ int RunEvents(const EventsArgs& args) {
   int64_t after = args.after;
   int64_t shown = 0;
   bool header = args.json;  // printed once the first answer came
+  const std::vector<std::pair<std::string, std::string>> filters = {
+      {"job", args.job > 0 ? std::to_string(args.job) : ""},
+      {"node", args.node},
+      {"type", args.type}};
+  auto get = [&](std::vector<std::pair<std::string, std::string>> params) -> std::optional<json> {
+    params.insert(params.end(), filters.begin(), filters.end());
+    Reply reply = session->Call("GET", "/v1/events?" + Query(params));
+    if (!reply.ok()) {
+      exit_code = reply.exit_code;
+      return std::nullopt;
+    }
+    if (!reply.body.is_object() || !reply.body.contains("events") ||
+        !reply.body["events"].is_array()) {
+      std::cerr << "topo: the server's answer has no \"events\" list\n";
+      exit_code = kExitServerError;
+      return std::nullopt;
+    }
+    if (!header) std::cout << EventHeader();
+    header = true;
+    if (reply.body.contains("last_seq")) last_seq = reply.body["last_seq"];
+    return std::move(reply.body);
+  };
+  if (args.last > 0) {
+    // The newest N, in one answer; --follow goes on from the log's end.
+    std::optional<json> body =
+        get({{"after", std::to_string(after)}, {"last", std::to_string(args.last)}});
+    if (!body) return exit_code;
+    const json& events = (*body)["events"];
+    after = std::max(ShowEvents(events, args, &collected, after), IntOr(*body, "last_seq", after));
+    const int64_t from = IntOr(*body, "scanned_from", args.after + 1);
+    if (static_cast<int64_t>(events.size()) < args.last && from > args.after + 1) {
+      std::cerr << "topo: looked back to event " << from << " and found " << events.size()
+                << " of the " << args.last
+                << "; older events may match (one request searches a bounded part of the "
+                   "log: --after SEQ --limit N pages through it from the oldest)\n";
+    }
+    if (!args.follow) {
+      if (args.json) PrintJson({{"events", collected}, {"last_seq", last_seq}});
+      return kExitOk;
+    }
+  }
   while (true) {
     const int64_t page =
         args.follow ? kEventPage : std::min<int64_t>(kEventPage, args.limit - shown);
     if (page <= 0) break;
-    const std::string q = Query({{"after", std::to_string(after)},
-                                 {"limit", std::to_string(page)},
-                                 {"job", args.job > 0 ? std::to_string(args.job) : ""}});
-    Reply reply = session->Call("GET", "/v1/events?" + q);
-    if (!reply.ok()) return reply.exit_code;
-    if (!reply.body.is_object() || !reply.body.contains("events") ||
-        !reply.body["events"].is_array()) {
-      std::cerr << "topo: the server's answer has no \"events\" list\n";
-      return kExitServerError;
-    }
-    const json& events = reply.body["events"];
-    if (!header) std::cout << EventHeader();
-    header = true;
-    for (const json& e : events) {
-      if (args.json && args.follow) {
-        std::cout << e.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-      } else if (args.json) {
-        collected.push_back(e);
-      } else {
-        std::cout << FormatEvent(e);
-      }
-      if (e.is_object() && e.contains("seq") && e["seq"].is_number_integer()) {
-        after = std::max(after, e["seq"].get<int64_t>());
-      }
-      ++shown;
-    }
-    std::cout << std::flush;
-    if (reply.body.contains("last_seq")) last_seq = reply.body["last_seq"];
-    // Nothing matched up to the log's end: no need to look there again.
-    if (events.empty() && last_seq.is_number_integer()) {
-      after = std::max(after, last_seq.get<int64_t>());
-    }
-    const bool full = static_cast<int64_t>(events.size()) >= page;
+    std::optional<json> body =
+        get({{"after", std::to_string(after)}, {"limit", std::to_string(page)}});
+    if (!body) return exit_code;
+    const json& events = (*body)["events"];
+    after = ShowEvents(events, args, &collected, after);
+    shown += static_cast<int64_t>(events.size());
+    // The server searched the log up to scanned_to (a filtered answer may
+    // hold fewer events than asked without being at the end).
+    after = std::max(after, IntOr(*body, "scanned_to", after));
+    const int64_t end = IntOr(*body, "last_seq", after);
+    const bool at_end =
+        body->contains("scanned_to") ? after >= end : static_cast<int64_t>(events.size()) < page;
     if (!args.follow) {
-      if (!full) break;
+      if (at_end) break;
       if (shown >= args.limit) {
         if (!args.json) {
           std::cerr << "topo: showed " << shown << " events; more may follow: topo events --after "
@@ -199,7 +296,7 @@ int RunEvents(const EventsArgs& args) {
       }
       continue;
     }
-    if (!full) {
+    if (at_end) {
       std::this_thread::sleep_for(
           std::chrono::milliseconds(static_cast<int64_t>(args.interval_s * 1000)));
     }
@@ -401,21 +498,62 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   AddConnectionFlags(*r, SharedConnectionFlags());
   r->callback([resume, exit_code] { *exit_code = RunNodeAction(*resume, "resume"); });
 
+  CLI::App* gpu = AddVerb(app, "gpu", "Act on GPUs (cluster-admin)");
+  gpu->require_subcommand(1);
+  auto clear = std::make_shared<GpuClearArgs>();
+  CLI::App* gc = AddVerb(
+      *gpu, "clear",
+      "Mark failed or degraded GPUs healthy again (cluster-admin), after a repair.\n\n"
+      "The scheduler logs the change with you as its actor and the audit log records it. A\n"
+      "node drained because the GPU failed comes back up, unless another of its GPUs is\n"
+      "still failed or an admin drained it (then it stays drained, and this says why on\n"
+      "stderr; topo resume brings back a node an admin drained).\n\n"
+      "Examples:\n"
+      "  topo gpu clear gpu0007:3 --reason 'reseated, passed dcgmi diag'\n"
+      "  topo gpu clear gpu0007:3 gpu0007:5");
+  gc->add_option("NODE:GPU", clear->gpus, "The node and the GPU's index, e.g. gpu0007:3")
+      ->required();
+  gc->add_option("--reason", clear->reason, "Why (kept in the audit log)");
+  gc->add_flag("--json", clear->json,
+               "Print {\"nodes\": [NODE...]}, the server's answer (the node) for each GPU");
+  AddConnectionFlags(*gc, SharedConnectionFlags());
+  gc->callback([clear, exit_code] { *exit_code = RunGpuClear(*clear); });
+
   auto events = std::make_shared<EventsArgs>();
-  CLI::App* e =
-      AddVerb(app, "events",
-              "Print the scheduler's event log: each event and the commands it caused.\n\n"
-              "Without --follow, prints up to --limit events after --after and stops; with\n"
-              "--follow, keeps polling for new ones (--json: one JSON object a line).\n\n"
-              "Examples:\n"
-              "  topo events --job 17\n"
-              "  topo events --after 120000 --limit 50\n"
-              "  topo events --follow --json | jq -c .event");
+  CLI::App* e = AddVerb(
+      app, "events",
+      "Print the scheduler's event log: each event and the commands it caused.\n\n"
+      "Without --follow, prints up to --limit events after --after (or the newest --last N)\n"
+      "and stops; with --follow, keeps polling for new ones until interrupted (--json: one\n"
+      "JSON object a line). --job, --node and --type keep only the events that name the job\n"
+      "or the node (its state, its GPUs, jobs started on it), or are of that type; you see\n"
+      "the events of your jobs (admins: all).\n\n"
+      "Examples:\n"
+      "  topo events --last 20                      # the newest 20\n"
+      "  topo events --job 17\n"
+      "  topo events --node gpu0007 --last 50       # what happened to a node lately\n"
+      "  topo events --type gpu_event,node_state_requested --follow\n"
+      "  topo events --after 120000 --limit 50\n"
+      "  topo events --follow --json | jq -c .event");
   e->add_option("--after", events->after, "Only events with a larger sequence number")
       ->check(CLI::NonNegativeNumber);
+  CLI::Option* limit =
+      e->add_option("--limit", events->limit,
+                    "At most N events, the oldest after --after (default 1000; not with --follow)")
+          ->check(CLI::PositiveNumber);
+  e->add_option("--last", events->last, "The newest N events (then --follow goes on from there)")
+      ->type_name("N")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000}))
+      ->excludes(limit);
   e->add_option("--job", events->job, "Only this job's events")->check(CLI::PositiveNumber);
-  e->add_option("--limit", events->limit, "At most N events (default 1000; not with --follow)")
-      ->check(CLI::PositiveNumber);
+  e->add_option("--node", events->node,
+                "Only events that name this node (its state, GPUs, the jobs started on it)")
+      ->type_name("NAME");
+  std::vector<std::string> types;
+  for (std::string_view t : common::EventTypeNames()) types.emplace_back(t);
+  e->add_option("--type", events->type, "Only events of these types, comma-separated")
+      ->type_name("TYPE[,TYPE...]")
+      ->check(OneOfList(types, "an event type"));
   e->add_flag("--follow,-f", events->follow, "Keep printing new events until interrupted");
   e->add_option("--interval", events->interval_s, "Seconds between polls with --follow (default 1)")
       ->check(CLI::Range(0.05, 3600.0));

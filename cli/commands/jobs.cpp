@@ -190,31 +190,21 @@ int RunSubmit(SubmitArgs& args) {
 
 // ---- queue
 
-struct QueueArgs {
-  bool all = false;
-  std::string tenant;
-  std::string state;
-  bool json = false;
-};
-
-int RunQueue(const QueueArgs& args) {
-  int exit_code = kExitOk;
-  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
-  if (!session) return exit_code;
-  json jobs = json::array();
+// Every job of GET /v1/jobs that matches `filter`, paging through
+// next_after; kExitOk, or the exit code of the failure (reported).
+int ListJobs(Session& session, const JobFilter& filter, json* jobs) {
   std::string after;
   int64_t last_after = 0;
   while (true) {
-    Reply reply =
-        session->Call("GET", JobsTarget(args.all, args.tenant, args.state, after, kQueuePageSize));
+    Reply reply = session.Call("GET", JobsTarget(filter, after, kQueuePageSize));
     if (!reply.ok()) return reply.exit_code;
     if (!reply.body.is_object() || !reply.body.contains("jobs") || !reply.body["jobs"].is_array()) {
       std::cerr << "topo: the server's answer has no \"jobs\" list\n";
       return kExitServerError;
     }
-    for (json& j : reply.body["jobs"]) jobs.push_back(std::move(j));
+    for (json& j : reply.body["jobs"]) jobs->push_back(std::move(j));
     const json next = reply.body.value("next_after", json());
-    if (!next.is_number_integer()) break;
+    if (!next.is_number_integer()) return kExitOk;
     const int64_t n = next.get<int64_t>();
     if (n <= last_after) {
       std::cerr << "topo: the server's next_after (" << n << ") does not advance; stopping\n";
@@ -223,10 +213,71 @@ int RunQueue(const QueueArgs& args) {
     last_after = n;
     after = std::to_string(n);
   }
+}
+
+// --me: the caller's own user name (GET /v1/whoami), into filter->user.
+int FilterOnCaller(Session& session, JobFilter* filter) {
+  Reply who = session.Call("GET", "/v1/whoami");
+  if (!who.ok()) return who.exit_code;
+  if (!who.body.is_object() || !who.body.contains("user") || !who.body["user"].is_string()) {
+    std::cerr << "topo: the server's whoami answer has no \"user\"\n";
+    return kExitServerError;
+  }
+  filter->user = who.body["user"].get<std::string>();
+  return kExitOk;
+}
+
+// The job filters `topo queue` and `topo cancel` share.
+struct FilterArgs {
+  bool me = false;
+  std::string user;
+  std::string tenant;
+  std::string state;
+};
+
+// --me, --user, --tenant, --state on cmd; `states` are the ones --state
+// takes, `what` names them in its error ("a job state").
+void AddFilterFlags(CLI::App& cmd, FilterArgs* args, const std::vector<std::string>& states,
+                    const std::string& what) {
+  CLI::Option* me = cmd.add_flag("--me", args->me, "Only your own jobs (the token's user)");
+  cmd.add_option("--user", args->user, "Only this user's jobs (within your scope)")
+      ->type_name("NAME")
+      ->excludes(me);
+  cmd.add_option("--tenant", args->tenant, "Only this tenant's jobs (admins)")->type_name("TENANT");
+  std::string names;
+  for (const std::string& st : states) names += (names.empty() ? "" : ", ") + st;
+  cmd.add_option("--state", args->state, "Only these states, comma-separated: " + names)
+      ->type_name("STATE[,STATE...]")
+      ->check(OneOfList(states, what));
+}
+
+int ResolveFilter(Session& session, const FilterArgs& args, JobFilter* filter) {
+  filter->tenant = args.tenant;
+  filter->user = args.user;
+  filter->states = args.state;
+  return args.me ? FilterOnCaller(session, filter) : kExitOk;
+}
+
+struct QueueArgs {
+  bool all = false;
+  FilterArgs filter;
+  bool start = false;
+  bool json = false;
+};
+
+int RunQueue(const QueueArgs& args) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
+  if (!session) return exit_code;
+  JobFilter filter;
+  filter.all = args.all;
+  if (int e = ResolveFilter(*session, args.filter, &filter); e != kExitOk) return e;
+  json jobs = json::array();
+  if (int e = ListJobs(*session, filter, &jobs); e != kExitOk) return e;
   if (args.json) {
     PrintJson({{"jobs", jobs}, {"next_after", nullptr}});
   } else {
-    std::cout << FormatJobTable(jobs, NowMs());
+    std::cout << FormatJobTable(jobs, NowMs(), args.start);
   }
   return kExitOk;
 }
@@ -257,13 +308,76 @@ int RunShow(const ShowArgs& args) {
 
 // ---- cancel, hold, release
 
+// Jobs chosen by filters (topo cancel --me ...) that are cancelled without
+// --yes; more need it.
+constexpr size_t kBulkCancelWithoutYes = 10;
+
 struct JobActionArgs {
   std::vector<std::string> jobs;
   std::string reason;
+  FilterArgs filter;  // cancel: the jobs by filters instead of ids
+  bool yes = false;
   bool json = false;
 };
 
+bool HasFilter(const FilterArgs& f) {
+  return f.me || !f.user.empty() || !f.tenant.empty() || !f.state.empty();
+}
+
+// The ids of the waiting and running jobs that args.filter matches, newest
+// first: cancelling the newest first means no job of the set starts
+// because an older one of it was cancelled before it. nullopt with
+// *exit_code set when the list failed, or when there are more than
+// kBulkCancelWithoutYes without --yes.
+std::optional<std::vector<int64_t>> JobsToCancel(Session& session, const JobActionArgs& args,
+                                                 int* exit_code) {
+  JobFilter filter;
+  if (int e = ResolveFilter(session, args.filter, &filter); e != kExitOk) {
+    *exit_code = e;
+    return std::nullopt;
+  }
+  json jobs = json::array();
+  if (int e = ListJobs(session, filter, &jobs); e != kExitOk) {
+    *exit_code = e;
+    return std::nullopt;
+  }
+  std::vector<int64_t> ids;
+  for (const json& j : jobs) {
+    if (j.is_object() && j.contains("id") && j["id"].is_number_integer()) {
+      ids.push_back(j["id"].get<int64_t>());
+    }
+  }
+  std::sort(ids.rbegin(), ids.rend());
+  const std::string what = DescribeJobFilter(filter);
+  const std::string count = std::to_string(ids.size()) + (ids.size() == 1 ? " job" : " jobs");
+  if (ids.size() > kBulkCancelWithoutYes && !args.yes) {
+    std::cerr << "topo: " << count << " match (" << TerminalSafe(what) << "): cancelling more than "
+              << kBulkCancelWithoutYes
+              << " jobs at once needs --yes; add --yes to cancel all of them (`topo queue` "
+                 "with the same filters lists them)\n";
+    *exit_code = kExitError;
+    return std::nullopt;
+  }
+  // With --json, stdout holds the JSON alone.
+  std::ostream& out = args.json ? std::cerr : std::cout;
+  if (ids.empty()) {
+    out << "No jobs match (" << TerminalSafe(what) << "); nothing to cancel\n";
+  } else {
+    out << "Cancelling " << count << " (" << TerminalSafe(what) << ")\n";
+  }
+  return ids;
+}
+
 int RunJobAction(const JobActionArgs& args, const std::string& action, const std::string& done) {
+  const bool by_filter = HasFilter(args.filter);
+  if (by_filter && !args.jobs.empty()) {
+    return Fail("give job ids or filters (--me, --user, --tenant, --state), not both");
+  }
+  if (!by_filter && args.jobs.empty()) {
+    return Fail("name the jobs to " + action + ": job ids (topo " + action +
+                " 17 18), or filters: --me, --user NAME, --tenant TENANT, --state STATE (topo " +
+                action + " --me --state queued)");
+  }
   std::vector<int64_t> ids;
   for (const std::string& j : args.jobs) {
     std::optional<int64_t> id = ParseJobId(j);
@@ -273,6 +387,11 @@ int RunJobAction(const JobActionArgs& args, const std::string& action, const std
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
+  if (by_filter) {
+    std::optional<std::vector<int64_t>> chosen = JobsToCancel(*session, args, &exit_code);
+    if (!chosen) return exit_code;
+    ids = std::move(*chosen);
+  }
   json answers = json::array();
   int first_error = kExitOk;
   for (int64_t id : ids) {
@@ -304,7 +423,17 @@ void AddJobAction(CLI::App& app, int* exit_code, const std::string& name, const 
                   const std::string& action, const std::string& done) {
   auto args = std::make_shared<JobActionArgs>();
   CLI::App* cmd = AddVerb(app, name, help);
-  cmd->add_option("JOB", args->jobs, "Job ids")->required();
+  CLI::Option* ids = cmd->add_option("JOB", args->jobs, "Job ids");
+  if (action == "cancel") {
+    // Or chosen by filters, like topo queue's, among the jobs not yet ended.
+    AddFilterFlags(*cmd, &args->filter, {"queued", "held", "running", "preempting"},
+                   "a state of jobs that can be cancelled");
+    cmd->add_flag("--yes,-y", args->yes,
+                  "Cancel more than " + std::to_string(kBulkCancelWithoutYes) +
+                      " jobs chosen by filters (without it, more are refused)");
+  } else {
+    ids->required();
+  }
   if (action == "cancel" || action == "checkpoint") {
     cmd->add_option("--reason", args->reason, "Why (kept in the job's history)");
   }
@@ -490,22 +619,29 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
 
   // queue
   auto queue = std::make_shared<QueueArgs>();
-  CLI::App* q = AddVerb(
-      app, "queue",
-      "List jobs: waiting and running ones, or all with --all.\n\n"
-      "TIME is the run time; REASON says why a job waits (#N is its place in the queue).\n\n"
-      "Examples:\n"
-      "  topo queue\n"
-      "  topo queue --all --tenant org/team\n"
-      "  topo queue --state running,preempting\n"
-      "  topo queue --json | jq '.jobs[] | select(.state == \"queued\") | .id'");
+  CLI::App* q =
+      AddVerb(app, "queue",
+              "List jobs: waiting and running ones, or all with --all.\n\n"
+              "TIME is the run time; REASON says why a job waits (#N is its place in the queue).\n"
+              "--start adds START: the start time of started jobs, and for the job at the head of\n"
+              "the queue the scheduler's estimate, from its reservation plan (the running jobs'\n"
+              "time limits), marked ~14:05 (est.); jobs behind it show - (no estimate exists).\n\n"
+              "Examples:\n"
+              "  topo queue\n"
+              "  topo queue --me --start          # your jobs, and when the next one should start\n"
+              "  topo queue --all --tenant org/team\n"
+              "  topo queue --user ada --state queued,held\n"
+              "  topo queue --state running,preempting\n"
+              "  topo queue --json | jq '.jobs[] | select(.state == \"queued\") | .id'");
   q->add_flag("--all,-a", queue->all, "Finished jobs too (completed, failed, cancelled, rejected)");
-  q->add_option("--tenant", queue->tenant, "Only this tenant's jobs (admins)");
-  q->add_option("--state", queue->state,
-                "Only these states, comma-separated: queued, held, running, preempting, "
-                "completed, failed, cancelled, rejected")
-      ->check(OneOfList(JobStateNames(), "a job state"));
-  q->add_flag("--json", queue->json, "Print {\"jobs\": [JOB...]}, every page of the server's list");
+  AddFilterFlags(*q, &queue->filter, JobStateNames(), "a job state");
+  q->add_flag("--start", queue->start,
+              "Add START: when each job started, or, for the head of the queue, when the "
+              "scheduler's reservation plan expects it to (~14:05 (est.)); - where there is no "
+              "estimate");
+  q->add_flag("--json", queue->json,
+              "Print {\"jobs\": [JOB...]}, every page of the server's list (each JOB has "
+              "estimated_start_ms)");
   AddConnectionFlags(*q, SharedConnectionFlags());
   q->callback([queue, exit_code] { *exit_code = RunQueue(*queue); });
 
@@ -527,9 +663,17 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
 
   AddJobAction(app, exit_code, "cancel",
                "Cancel jobs (a running job is stopped).\n\n"
-               "Examples:\n"
-               "  topo cancel 17\n"
-               "  topo cancel 17 18 19 --reason 'wrong data set'",
+               "Name them by id, or choose them with filters among the jobs not yet ended\n"
+               "(--me, --user, --tenant, --state, as topo queue takes them): it prints how many\n"
+               "match and cancels them, newest first; more than " +
+                   std::to_string(kBulkCancelWithoutYes) +
+                   " need --yes. Each cancel is\n"
+                   "checked against your rights, as when named by id.\n\n"
+                   "Examples:\n"
+                   "  topo cancel 17\n"
+                   "  topo cancel 17 18 19 --reason 'wrong data set'\n"
+                   "  topo cancel --me --state queued            # your waiting jobs\n"
+                   "  topo cancel --user ada --tenant org/team --yes --reason 'quota reset'",
                "cancel", "Cancelled");
   AddJobAction(app, exit_code, "hold",
                "Hold waiting jobs: they stay queued but do not start until released.\n\n"

@@ -263,6 +263,36 @@ TEST_CASE("FormatJobTable: the squeue-like list of GET /v1/jobs") {
         "ID  TENANT  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
 }
 
+TEST_CASE("FormatStartTime and topo queue --start: starts, and estimates marked as such") {
+  UseUtc();
+  // kT0 is 2026-01-01 00:00 UTC; the estimate is the same day, at 01:05.
+  const json head = {{"id", 2},
+                     {"state", "queued"},
+                     {"start_ms", nullptr},
+                     {"estimated_start_ms", kT0 + 65 * 60000}};
+  CHECK(FormatStartTime(head, kT0) == "~01:05 (est.)");
+  // Another day than now: the date too.
+  CHECK(FormatStartTime(head, kT0 + 2 * 86400000LL) == "~2026-01-01 01:05 (est.)");
+  // No estimate: nothing invented.
+  CHECK(FormatStartTime({{"state", "queued"}, {"estimated_start_ms", nullptr}}, kT0) == "-");
+  CHECK(FormatStartTime({{"state", "held"}}, kT0) == "-");
+  // Started jobs show when they did, unmarked; a requeued job waits again.
+  CHECK(FormatStartTime({{"state", "running"}, {"start_ms", kT0 - 3600000}}, kT0) ==
+        "2025-12-31 23:00");
+  CHECK(FormatStartTime({{"state", "completed"}, {"start_ms", kT0}}, kT0) == "00:00");
+  CHECK(FormatStartTime({{"state", "queued"}, {"start_ms", kT0 - 60000}}, kT0) == "-");
+  const json jobs = json::array(
+      {{{"id", 1}, {"state", "running"}, {"gpus", 48}, {"nodes", 6}, {"start_ms", kT0}}, head});
+  CHECK(FormatJobTable(jobs, kT0 + 60000, /*start_column=*/true) ==
+        "ID  TENANT  USER  NAME  STATE    GPUS  NODES  START          TIME  REASON\n"
+        " 1  -       -     -     running    48      6  00:00          1:00  -\n"
+        " 2  -       -     -     queued      -      -  ~01:05 (est.)  0:00  -\n");
+  const std::string shown = FormatJobDetails(head, kT0, false);
+  CHECK(shown.find("Starts:      ~2026-01-01 01:05:00 (est.") != std::string::npos);
+  CHECK(FormatJobDetails({{"id", 3}, {"state", "queued"}}, kT0, false).find("Starts") ==
+        std::string::npos);
+}
+
 TEST_CASE("human output shows no sentinels: -1 steps, 0 nodes, hidden jobs, event types") {
   const json queued = {{"id", 5},
                        {"state", "queued"},
@@ -401,6 +431,45 @@ TEST_CASE("Tenants, quotas, events and generic tables") {
         "ffff0000aaaa  bob   -                    yes\n");
 }
 
+TEST_CASE("FormatAuditTable: time, actor, action, what it was done to, the rest") {
+  UseUtc();
+  const json rows = json::parse(R"([
+    {"seq": 1, "time_ms": 1767225600000, "actor": "user:root", "action": "user.create",
+     "detail": {"user": "ada", "tenant": "org/a", "role": "user", "unix_user": "ada"}},
+    {"seq": 2, "time_ms": 1767225660000, "actor": "user:root", "action": "token.create",
+     "detail": {"user": "ada", "id": "0a1b2c3d4e5f"}},
+    {"seq": 3, "time_ms": 1767225720000, "actor": "user:root", "action": "gpu.clear",
+     "detail": {"node": "n0", "gpu": 3, "was": "failed", "reason": "reseated"}},
+    {"seq": 4, "time_ms": 1767225780000, "actor": "user:ada", "action": "job.checkpoint",
+     "detail": {"job": 17, "reason": "before the upgrade"}},
+    {"seq": 5, "time_ms": 1767225840000, "actor": "user:root", "action": "topology.import",
+     "detail": {"name": "tiny", "nodes": 8}},
+    {"seq": 6, "time_ms": null, "actor": "agent:n1", "action": "agent.refused",
+     "detail": {"node": "n1", "field": "gpu_event.gpu"}},
+    {"seq": 7, "action": "x.y", "detail": null}
+  ])");
+  CHECK(FormatAuditTable(rows) ==
+        "TIME                 ACTOR      ACTION           TARGET              DETAIL\n"
+        "2026-01-01 00:00:00  user:root  user.create      user ada            role=user "
+        "tenant=org/a unix_user=ada\n"
+        "2026-01-01 00:01:00  user:root  token.create     token 0a1b2c3d4e5f  user=ada\n"
+        "2026-01-01 00:02:00  user:root  gpu.clear        n0:3                reason=reseated "
+        "was=failed\n"
+        "2026-01-01 00:03:00  user:ada   job.checkpoint   job 17              reason=\"before the "
+        "upgrade\"\n"
+        "2026-01-01 00:04:00  user:root  topology.import  topology tiny       nodes=8\n"
+        "-                    agent:n1   agent.refused    n1                  "
+        "field=gpu_event.gpu\n"
+        "-                    -          x.y              -                   -\n");
+  // A hostile actor or detail cannot start a line of its own.
+  const json evil = json::array({{{"actor", "user:x\n2026  forged"},
+                                  {"action", "user.create"},
+                                  {"detail", {{"user", "a\x1b[2J"}}}}});
+  const std::string out = FormatAuditTable(evil);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);
+  CHECK(out.find('\x1b') == std::string::npos);
+}
+
 TEST_CASE("Exit codes from HTTP statuses") {
   CHECK(ExitCodeForHttpStatus(200) == kExitOk);
   CHECK(ExitCodeForHttpStatus(201) == kExitOk);
@@ -479,11 +548,33 @@ TEST_CASE("Quota bodies carry only the fields given; none maps to the API's valu
 TEST_CASE("Targets: tenant paths keep slashes, queries are escaped") {
   CHECK(TenantTarget("org/team") == "/v1/tenants/org/team");
   CHECK(TenantTarget("a b") == "/v1/tenants/a%20b");
-  CHECK(JobsTarget(false, "", "", "", 1000) == "/v1/jobs?limit=1000");
-  CHECK(JobsTarget(true, "org/team", "running,queued", "17", 500) ==
+  JobFilter none;
+  CHECK(JobsTarget(none, "", 1000) == "/v1/jobs?limit=1000");
+  JobFilter team;
+  team.all = true;
+  team.tenant = "org/team";
+  team.states = "running,queued";
+  CHECK(JobsTarget(team, "17", 500) ==
         "/v1/jobs?all=1&tenant=org/team&state=running,queued&after=17&limit=500");
-  CHECK(JobsTarget(false, "a&b=c", "", "", 1) == "/v1/jobs?tenant=a%26b%3Dc&limit=1");
+  JobFilter odd;
+  odd.tenant = "a&b=c";
+  CHECK(JobsTarget(odd, "", 1) == "/v1/jobs?tenant=a%26b%3Dc&limit=1");
+  JobFilter ada;
+  ada.user = "ada@example.com";
+  ada.states = "queued,held";
+  CHECK(JobsTarget(ada, "", 10) == "/v1/jobs?user=ada@example.com&state=queued,held&limit=10");
+  CHECK(DescribeJobFilter(ada) == "user ada@example.com, state queued,held");
+  CHECK(DescribeJobFilter(none).empty());
   CHECK(PercentEncode("ada@example.com") == "ada%40example.com");
+  REQUIRE(ParseNodeGpu("gpu0007:3").ok());
+  CHECK(ParseNodeGpu("gpu0007:3").value().node == "gpu0007");
+  CHECK(ParseNodeGpu("gpu0007:3").value().gpu == 3);
+  CHECK(GpuClearTarget(ParseNodeGpu("n0:12").value()) == "/v1/nodes/n0/gpus/12/clear");
+  CHECK(GpuClearTarget({"a b", 1}) == "/v1/nodes/a%20b/gpus/1/clear");
+  for (const char* bad : {"gpu0007", "gpu0007:", ":3", "n0:x", "n0:-1", "n0:123", "n0:3 "}) {
+    CAPTURE(bad);
+    CHECK(ParseNodeGpu(bad).message().find("is not NODE:GPU") != std::string::npos);
+  }
   CHECK(QueryEscape("ada@example.com") == "ada@example.com");
 }
 

@@ -565,8 +565,10 @@ std::optional<core::GpuHealth> ParseGpuHealth(std::string_view name) {
   return ParseEnum<core::GpuHealth>(name, core::GpuHealthName);
 }
 
-std::string_view EventTypeName(const core::Event& event) {
-  static constexpr std::string_view kNames[] = {"job_submitted",
+namespace {
+
+// By the index of each alternative of core::Event.
+constexpr std::string_view kEventTypeNames[] = {"job_submitted",
                                                 "job_cancelled",
                                                 "job_hold_changed",
                                                 "job_finished",
@@ -581,9 +583,13 @@ std::string_view EventTypeName(const core::Event& event) {
                                                 "job_launch_failed",
                                                 "node_states_requested",
                                                 "policy_changed"};
-  static_assert(std::size(kNames) == std::variant_size_v<core::Event>, "name every event");
-  return kNames[event.index()];
-}
+static_assert(std::size(kEventTypeNames) == std::variant_size_v<core::Event>, "name every event");
+
+}  // namespace
+
+std::string_view EventTypeName(const core::Event& event) { return kEventTypeNames[event.index()]; }
+
+std::span<const std::string_view> EventTypeNames() { return kEventTypeNames; }
 
 std::string_view CommandTypeName(const core::Command& command) {
   static constexpr std::string_view kNames[] = {

@@ -116,6 +116,9 @@ TEST_CASE("every event round-trips, as JSON and as text") {
     json j = common::EventToJson(e, t);
     CAPTURE(j.dump());
     CHECK(j.at("type") == common::EventTypeName(e));
+    // EventTypeNames lists the same names, by the alternative's index.
+    REQUIRE(e.index() < common::EventTypeNames().size());
+    CHECK(common::EventTypeNames()[e.index()] == common::EventTypeName(e));
     core::Result<Event> back = common::EventFromJson(json::parse(j.dump()), t);
     REQUIRE(back.ok());
     CHECK(back.value().index() == e.index());

@@ -427,6 +427,14 @@ const JobRecord* SchedulerCore::job(JobId id) const {
 }
 const std::map<JobId, JobRecord>& SchedulerCore::jobs() const { return impl_->jobs_; }
 std::vector<JobId> SchedulerCore::WaitingJobs() const { return impl_->Ordered(); }
+std::optional<TimeMs> SchedulerCore::EstimatedStart(JobId id) const {
+  if (id == 0 || id != impl_->estimate_job_ || impl_->estimate_start_ == kNever) {
+    return std::nullopt;
+  }
+  const JobRecord* j = job(id);
+  if (j == nullptr || j->state != JobState::kQueued || j->restart_at >= 0) return std::nullopt;
+  return std::max(impl_->estimate_start_, impl_->now_);
+}
 int SchedulerCore::TenantUsage(const std::string& tenant) const {
   return impl_->quotas_.gpus(tenant);
 }

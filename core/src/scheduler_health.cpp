@@ -50,6 +50,22 @@ void SchedulerCore::Impl::SetNodeState(NodeId n, NodeState s, const std::string&
   Emit(NodeStateChanged{n, s, reason});
 }
 
+void SchedulerCore::Impl::SetNodeReason(NodeId n, const std::string& reason) {
+  Emit(NodeStateChanged{n, cluster().node_state(n), reason});
+}
+
+std::string SchedulerCore::Impl::FailedGpus(NodeId n) const {
+  std::vector<int> gpus;
+  for (int g = 0; g < topo_.node(n).gpus; ++g) {
+    if ((cluster().failed_mask(n) >> g) & 1) gpus.push_back(g);
+  }
+  std::string list;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == gpus.size() ? " and " : ", ") + std::to_string(gpus[i]);
+  }
+  return topo_.node(n).name + (gpus.size() == 1 ? " GPU " : " GPUs ") + list + " failed";
+}
+
 bool SchedulerCore::Impl::Restartable(NodeId n) const {
   return cluster().node_state(n) == NodeState::kUp && cluster().failed_gpus(n) == 0;
 }
@@ -109,12 +125,19 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
       }
       break;
     case NodeState::kDraining:
-    case NodeState::kDrained:
+    case NodeState::kDrained: {
       drain_reason_[n] = e.reason.empty() ? "drain requested" : e.reason;
-      Emit(DrainNode{n, e.reason.empty() ? "drain requested" : e.reason});
-      SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
-                   e.reason.empty() ? "drain requested" : e.reason);
+      Emit(DrainNode{n, drain_reason_[n]});
+      const NodeState to = busy ? NodeState::kDraining : NodeState::kDrained;
+      // Already drained (a failed GPU): the admin's reason is now the one
+      // that keeps it so, until resume.
+      if (cluster().node_state(n) == to) {
+        SetNodeReason(n, drain_reason_[n]);
+      } else {
+        SetNodeState(n, to, drain_reason_[n]);
+      }
       break;
+    }
     case NodeState::kSuspect:
       SetNodeState(n, NodeState::kSuspect, e.reason);
       break;
@@ -270,10 +293,17 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
       }
     }
     for (JobId id : hit) Recover(jobs_.at(id), gpu_name + " failed (" + what + ")");
-  } else if (*health == GpuHealth::kHealthy && !AdminDrained(n) && cluster().failed_gpus(n) == 0 &&
-             (cluster().node_state(n) == NodeState::kDrained ||
-              cluster().node_state(n) == NodeState::kDraining)) {
-    SetNodeState(n, NodeState::kUp, gpu_name + " repaired");
+  } else if (*health == GpuHealth::kHealthy && (cluster().node_state(n) == NodeState::kDrained ||
+                                                cluster().node_state(n) == NodeState::kDraining)) {
+    // Back up unless something else keeps it drained; then that is its
+    // reason now, not this GPU.
+    if (AdminDrained(n)) {
+      SetNodeReason(n, drain_reason_[n]);
+    } else if (cluster().failed_gpus(n) > 0) {
+      SetNodeReason(n, FailedGpus(n));
+    } else {
+      SetNodeState(n, NodeState::kUp, gpu_name + " repaired");
+    }
   }
 }
 

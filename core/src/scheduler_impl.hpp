@@ -86,10 +86,12 @@ class SchedulerCore::Impl {
   };
   std::map<JobId, PreemptTried> preempt_failed_at_;
   // The head's decision to wait for a faster placement at a generation (its
-  // reason; empty: start now), and when its bound ends (a pass runs then).
+  // reason; empty: start now; at: the end it waits for), and when its bound
+  // ends (a pass runs then).
   struct FasterTried {
     uint64_t generation;
     std::string reason;
+    TimeMs at = kNever;
   };
   std::map<JobId, FasterTried> faster_tried_;
   TimeMs faster_wait_until_ = kNever;
@@ -104,6 +106,10 @@ class SchedulerCore::Impl {
   JobId just_submitted_ = 0;
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
+  // The last pass's estimate for its blocked head (EstimatedStart): 0 and
+  // kNever when it made none.
+  JobId estimate_job_ = 0;
+  TimeMs estimate_start_ = kNever;
 
   // ---- timers of running jobs
   std::map<JobId, TimeMs> checkpoint_asked_;  // last periodic checkpoint request
@@ -214,6 +220,11 @@ class SchedulerCore::Impl {
   void OnGpuEvent(const GpuEvent& e);
   void CheckHeartbeats();
   void SetNodeState(NodeId n, NodeState s, const std::string& reason);
+  // The node keeps its state under a new reason (NodeStateChanged with the
+  // state it has): what keeps it drained changed.
+  void SetNodeReason(NodeId n, const std::string& reason);
+  // "n7 GPU 6 failed", "n7 GPUs 5 and 6 failed": the node's failed GPUs.
+  std::string FailedGpus(NodeId n) const;
   // A node a restart may put ranks on: up, with no failed GPU.
   bool Restartable(NodeId n) const;
   // An infrastructure failure of a running job (it lost GPUs or nodes, a

@@ -184,6 +184,8 @@ std::string SchedulerCore::Impl::WaitReason(const JobRecord& job, const std::str
 
 void SchedulerCore::Impl::SchedulePass() {
   pass_head_ = 0;
+  estimate_job_ = 0;
+  estimate_start_ = kNever;
   if (waiting_.empty()) return;
   const std::vector<JobId> order = Ordered();
   bool blocked = false;
@@ -234,6 +236,8 @@ void SchedulerCore::Impl::SchedulePass() {
       if (!faster.empty()) {
         SetState(job, JobState::kQueued, faster);
         if (!config_.backfill) break;
+        estimate_job_ = id;
+        estimate_start_ = faster_tried_.at(id).at;
         res = ReservationFor(job);
         continue;  // nothing is reserved: it could start now
       }
@@ -260,6 +264,8 @@ void SchedulerCore::Impl::SchedulePass() {
       if (!config_.backfill) break;
       res = ReservationFor(job);
       if (res.start != kNever) {
+        estimate_job_ = id;
+        estimate_start_ = res.start;
         // Take the reserved GPUs that are free now; the rest are still held
         // by the jobs whose end makes the reservation.
         std::vector<GpuSlot> free_now;
@@ -355,6 +361,7 @@ std::string SchedulerCore::Impl::WaitForFaster(const JobRecord& job, const Place
       decided.reason = "waiting for a faster placement: " + std::string(ratio) + " once job " +
                        std::to_string(ends[i].second) + " ends (in " + DurationText(at - now_) +
                        "); starts anyway after " + DurationText(bound) + " in the queue";
+      decided.at = at;
       faster_wait_until_ = std::min(faster_wait_until_, deadline);
       return decided.reason;
     }

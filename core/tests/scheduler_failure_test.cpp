@@ -476,6 +476,44 @@ TEST_CASE("heartbeat timeouts of one check are one batch: each job recovered onc
   CHECK(Has(core.job(1)->reason, " are down"));
 }
 
+TEST_CASE("a cleared GPU brings its node up only when nothing else keeps it drained") {
+  Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, SimConfig());
+  auto reason_of = [](const std::vector<Command>& cmds) {
+    std::vector<NodeStateChanged> changed = Only<NodeStateChanged>(cmds);
+    REQUIRE(changed.size() == 1);
+    return changed[0];
+  };
+  // Two failed GPUs: clearing one leaves the node drained by the other, and
+  // its reason says which.
+  core.Step(GpuEvent{0, 5, GpuEventKind::kXid, 79}, 0);
+  core.Step(GpuEvent{0, 6, GpuEventKind::kXid, 79}, 1);
+  core.Step(GpuEvent{0, 7, GpuEventKind::kXid, 74}, 2);
+  REQUIRE(core.cluster().node_state(0) == NodeState::kDrained);
+  NodeStateChanged c = reason_of(core.Step(GpuEvent{0, 5, GpuEventKind::kCleared, 0}, 3));
+  CHECK(c.state == NodeState::kDrained);
+  CHECK(c.reason == "n0 GPUs 6 and 7 failed");
+  c = reason_of(core.Step(GpuEvent{0, 7, GpuEventKind::kCleared, 0}, 4));
+  CHECK(c.reason == "n0 GPU 6 failed");
+  c = reason_of(core.Step(GpuEvent{0, 6, GpuEventKind::kCleared, 0}, 5));
+  CHECK(c.state == NodeState::kUp);
+  CHECK(c.reason == "n0 GPU 6 repaired");
+  // An admin's drain outlives the GPU: a drain of the node its failure
+  // drained takes over its reason, and the clear keeps it drained by it.
+  core.Step(GpuEvent{1, 2, GpuEventKind::kXid, 79}, 6);
+  c = reason_of(core.Step(NodeStateRequested{1, NodeState::kDrained, "PSU swap"}, 7));
+  CHECK(c.state == NodeState::kDrained);
+  CHECK(c.reason == "PSU swap");
+  c = reason_of(core.Step(GpuEvent{1, 2, GpuEventKind::kCleared, 0}, 8));
+  CHECK(c.state == NodeState::kDrained);
+  CHECK(c.reason == "PSU swap");
+  CHECK(core.cluster().gpu_health(1, 2) == GpuHealth::kHealthy);
+  core.Step(NodeStateRequested{1, NodeState::kUp, "resumed"}, 9);
+  CHECK(core.cluster().node_state(1) == NodeState::kUp);
+  // A healthy GPU "cleared" changes nothing.
+  CHECK(core.Step(GpuEvent{2, 0, GpuEventKind::kCleared, 0}, 10).empty());
+}
+
 TEST_CASE("property: over random failures no restart lands on an unhealthy node") {
   const Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {2, 2}, 2, 4);
   int restarts = 0, backoffs = 0, failed = 0;  // the sequences reach every path

@@ -393,6 +393,65 @@ TEST_CASE("a job waiting for a faster placement starts when its bound ends") {
   CHECK(core->job(9)->state == JobState::kRunning);
 }
 
+TEST_CASE("EstimatedStart: the blocked head's reservation start, nothing for other jobs") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(48, 8, 60 * kMinute)}, 0);
+  core.Step(JobSubmitted{2, Request(64, 8, 60 * kMinute)}, kMinute);
+  REQUIRE(core.job(2)->state == JobState::kQueued);
+  // Job 1 ends by its limit at 60 min; then all 64 GPUs are free.
+  CHECK(core.EstimatedStart(2) == 60 * kMinute);
+  CHECK_FALSE(core.EstimatedStart(1).has_value());   // running
+  CHECK_FALSE(core.EstimatedStart(99).has_value());  // unknown
+  // Held: no estimate; released, the head has it again.
+  core.Step(JobHoldChanged{2, true}, 2 * kMinute);
+  CHECK_FALSE(core.EstimatedStart(2).has_value());
+  core.Step(JobHoldChanged{2, false}, 3 * kMinute);
+  CHECK(core.EstimatedStart(2) == 60 * kMinute);
+  // Behind the head: queued, but the plan says nothing of its start.
+  core.Step(JobSubmitted{3, Request(8, 8, 120 * kMinute)}, 4 * kMinute);
+  REQUIRE(core.job(3)->state == JobState::kQueued);
+  CHECK_FALSE(core.EstimatedStart(3).has_value());
+  // A job backfilled into the hole keeps the head's reservation.
+  core.Step(JobSubmitted{4, Request(8, 8, 30 * kMinute)}, 5 * kMinute);
+  REQUIRE(core.job(4)->state == JobState::kRunning);
+  CHECK(core.EstimatedStart(2) == 60 * kMinute);
+  // Job 1 ends early: the head starts and has no estimate any more.
+  core.Step(JobFinished{4, 0}, 20 * kMinute);
+  core.Step(JobFinished{1, 0}, 40 * kMinute);
+  REQUIRE(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(2)->first_start == 40 * kMinute);
+  CHECK_FALSE(core.EstimatedStart(2).has_value());
+}
+
+TEST_CASE("EstimatedStart: none without a foreseeable start or without backfill") {
+  Topology topo = Tiny();
+  // A failed GPU: the 64-GPU job can never have all 64 until it is cleared.
+  SchedulerCore broken(topo, SimConfig());
+  broken.Step(GpuEvent{0, 3, GpuEventKind::kXid, 79}, 0);
+  broken.Step(JobSubmitted{1, Request(64, 8)}, kMinute);
+  REQUIRE(broken.job(1)->state == JobState::kQueued);
+  CHECK_FALSE(broken.EstimatedStart(1).has_value());
+  // FIFO without backfill makes no reservation.
+  SchedulerCore fifo(topo, SimConfig("fifo-firstfit"));
+  fifo.Step(JobSubmitted{1, Request(48, 8, 60 * kMinute)}, 0);
+  fifo.Step(JobSubmitted{2, Request(64, 8)}, kMinute);
+  REQUIRE(fifo.job(2)->state == JobState::kQueued);
+  CHECK_FALSE(fifo.EstimatedStart(2).has_value());
+}
+
+TEST_CASE("EstimatedStart: a head waiting for a faster placement, the end it waits for") {
+  Topology topo = Tiny();
+  auto core = TwoFreeNodesAcrossSpines(topo, SimConfig());
+  core->Step(JobSubmitted{9, CommBound(30 * kMinute)}, 2 * kMinute);
+  REQUIRE(core->job(9)->reason.find("waiting for a faster placement") == 0);
+  // Job 3 ends by its limit at 10 min.
+  CHECK(core->EstimatedStart(9) == 10 * kMinute);
+  // Never earlier than now.
+  core->Step(Tick{}, 10 * kMinute - 1);
+  CHECK(core->EstimatedStart(9) == 10 * kMinute);
+}
+
 TEST_CASE("borrowed capacity is reclaimed for a tenant within its guarantee") {
   Topology topo = Tiny();
   SchedulerCore core(topo, SimConfig());

@@ -54,7 +54,8 @@ class ReadPool {
   size_t open_ = 0;
 };
 
-// GET /v1/events?after&limit&job, /v1/audit?after&limit, /v1/whoami.
+// GET /v1/events?after&limit|last&job&node&type, /v1/audit?after&limit|last,
+// /v1/whoami (docs/api.md, "Events").
 // REQUIRES: the caller is authenticated; route is one of those.
 HttpResponse ServeRead(store::Store& store, const Caller& caller, const Route& route);
 

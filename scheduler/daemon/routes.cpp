@@ -53,6 +53,7 @@ constexpr RouteSpec kRoutes[] = {
     {"POST", "/nodes/drain", kWrite, HandleNodes},
     {"POST", "/nodes/resume", kWrite, HandleNodes},
     {"GET", "/nodes/{name}", kRead, HandleNodes},
+    {"POST", "/nodes/{name}/gpus/{gpu}/clear", kWrite, HandleNodes},
     {"GET", "/tenants", kRead, HandleTenants},
     {"GET", "/tenants/{name*}", kRead, HandleTenants},
     {"PUT", "/tenants/{name*}", kWrite, HandleTenants},

@@ -192,6 +192,14 @@ bool ValidUserName(std::string_view name) {
 
 HttpResponse StoreFailed(const Status& s) { return Error(503, "the store failed: " + s.message()); }
 
+HttpResponse AdminOnly(std::string_view what) {
+  return Error(403, std::string(what) + " needs a cluster-admin token");
+}
+
+void Audit(ServiceState& s, const Caller& caller, std::string_view action, const Json& detail) {
+  (void)s.driver.store->AppendAudit(s.driver.now, s.Actor(caller), action, detail.dump());
+}
+
 std::optional<int64_t> QueryInt(const Route& route, const std::string& key, int64_t lo, int64_t hi,
                                 int64_t fallback, HttpResponse& error) {
   auto it = route.query.find(key);

@@ -1,6 +1,6 @@
 #pragma once
 // Service's state and the pieces its route files share (service.cpp,
-// service_jobs.cpp, service_admin.cpp).
+// service_jobs.cpp, service_nodes.cpp, service_admin.cpp).
 
 #include <deque>
 #include <optional>
@@ -108,6 +108,11 @@ struct ServiceState {
 
 // 503 naming a store failure.
 HttpResponse StoreFailed(const core::Status& s);
+// 403: "WHAT needs a cluster-admin token".
+HttpResponse AdminOnly(std::string_view what);
+// A row of the audit log: the caller did `action` ("gpu.clear"); detail is a
+// JSON object. A store failure here is not the request's: ignored.
+void Audit(ServiceState& s, const Caller& caller, std::string_view action, const Json& detail);
 // An integer query parameter in [lo, hi] (absent: fallback); nullopt with
 // `error` set (400 naming the key) otherwise.
 std::optional<int64_t> QueryInt(const Route& route, const std::string& key, int64_t lo, int64_t hi,

@@ -63,8 +63,14 @@ Json RecordSummary(const ServiceState& s, const core::JobRecord& j,
               {"restarts", j.restarts},
               {"checkpoint_step", j.checkpoint_step},
               {"queue_position", nullptr},
+              {"estimated_start_ms", nullptr},
               {"predicted_slowdown", nullptr}};
   if (std::optional<double> slow = PredictedSlowdown(s, j)) out["predicted_slowdown"] = *slow;
+  if (s.driver.core != nullptr) {
+    if (std::optional<TimeMs> start = s.driver.core->EstimatedStart(j.id)) {
+      out["estimated_start_ms"] = *start;
+    }
+  }
   if (positions != nullptr) {
     if (auto it = positions->find(j.id); it != positions->end()) out["queue_position"] = it->second;
   }
@@ -96,6 +102,7 @@ Json RowSummary(const ServiceState& s, const store::JobRow& r) {
               {"restarts", r.restarts},
               {"checkpoint_step", r.checkpoint_step},
               {"queue_position", nullptr},
+              {"estimated_start_ms", nullptr},
               {"predicted_slowdown", nullptr}};
 }
 
@@ -520,6 +527,16 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
     if (!ValidTenantName(it->second)) return Error(400, "tenant: not a tenant name", "tenant");
     tenant = it->second;
   }
+  std::optional<std::string> user;
+  if (auto it = q.find("user"); it != q.end()) {
+    if (!ValidUserName(it->second)) {
+      return Error(400,
+                   "user: not a user name (1-64 of a-z 0-9 _ . -, '@' after the first); "
+                   "`topo users` lists them",
+                   "user");
+    }
+    user = it->second;
+  }
   std::set<std::string> states;
   if (auto it = q.find("state"); it != q.end()) {
     size_t i = 0;
@@ -551,9 +568,11 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
     if (!l || *l > 10000) return Error(400, "limit: must be 1..10000", "limit");
     limit = *l;
   }
-  auto wanted = [&](const std::string& job_tenant, core::JobState state) {
+  auto wanted = [&](const std::string& job_tenant, const std::string& job_user,
+                    core::JobState state) {
     if (!caller.InScope(job_tenant)) return false;
     if (tenant && job_tenant != *tenant) return false;
+    if (user && job_user != *user) return false;
     if (!states.empty() && !states.count(std::string(core::JobStateName(state)))) return false;
     return all || !core::IsTerminal(state);
   };
@@ -566,7 +585,7 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
     for (auto it = s.driver.core->jobs().upper_bound(after); it != s.driver.core->jobs().end();
          ++it) {
       const core::JobRecord& j = it->second;
-      if (!wanted(j.request.tenant, j.state)) continue;
+      if (!wanted(j.request.tenant, j.request.user, j.state)) continue;
       if (static_cast<int64_t>(jobs.size()) == limit) {
         more = true;
         break;
@@ -586,7 +605,7 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
       for (const store::JobRow& r : rows.value()) {
         query.after_id = r.id;
         const core::JobRecord* live = s.driver.core != nullptr ? s.driver.core->job(r.id) : nullptr;
-        if (!wanted(r.tenant, live != nullptr ? live->state : r.state)) continue;
+        if (!wanted(r.tenant, r.user, live != nullptr ? live->state : r.state)) continue;
         if (static_cast<int64_t>(jobs.size()) == limit) {
           more = true;
           break;
@@ -777,8 +796,7 @@ HttpResponse HandleJobs(ServiceState& s, const Caller& caller, const Route& rout
       nodes.push_back(s.driver.topology->node(n.node).name);
     }
     s.agents->AskCheckpoint(nodes, *id, reason);
-    (void)s.driver.store->AppendAudit(s.driver.now, s.Actor(caller), "job.checkpoint",
-                                      Json{{"job", *id}, {"reason", reason}}.dump());
+    Audit(s, caller, "job.checkpoint", {{"job", *id}, {"reason", reason}});
     return finish(JsonResponse(202, Json{{"id", *id},
                                          {"checkpoint_step", j->checkpoint_step},
                                          {"nodes", nodes.size()},

@@ -146,8 +146,12 @@ struct RawEvent {
 
 struct EventQuery {
   int64_t after_seq = 0;
+  int64_t before_seq = 0;  // > 0: only events with a smaller seq
   int limit = 1000;
   std::optional<JobId> job;  // only events whose event or commands name this job
+  // The newest `limit` events of the range, newest first (else the oldest,
+  // oldest first).
+  bool newest_first = false;
 };
 
 // A change outside the event log (users, tokens, topology imports).
@@ -248,7 +252,8 @@ class Store {
   core::Result<std::vector<core::TenantConfig>> ListTenants();
   core::Result<std::vector<NodeRow>> ListNodes();
   core::Result<std::vector<GpuHealthRow>> GpuHealthHistory(std::string_view node);
-  // Logged events by seq, ascending, unparsed.
+  // Logged events by seq (ascending, or descending when newest_first),
+  // unparsed.
   core::Result<std::vector<RawEvent>> ListEvents(const EventQuery& query);
 
   // ---- users and tokens (each call its own durable transaction)
@@ -272,7 +277,10 @@ class Store {
   // ---- audit (each call its own durable transaction)
   core::Status AppendAudit(TimeMs time_ms, std::string_view actor, std::string_view action,
                            std::string_view detail_json);
-  core::Result<std::vector<AuditRow>> ListAudit(int64_t after_seq, int limit);
+  // Rows after after_seq by seq, ascending: the oldest `limit` of them, or
+  // the newest `limit` when newest_last_n (still ascending).
+  core::Result<std::vector<AuditRow>> ListAudit(int64_t after_seq, int limit,
+                                                bool newest_last_n = false);
 
   // ---- meta
   core::Status SetMeta(std::string_view key, std::string_view value);

@@ -295,10 +295,13 @@ Status Store::AppendAudit(TimeMs time_ms, std::string_view actor, std::string_vi
   return Status::Ok();
 }
 
-Result<std::vector<AuditRow>> Store::ListAudit(int64_t after_seq, int limit) {
+Result<std::vector<AuditRow>> Store::ListAudit(int64_t after_seq, int limit, bool newest_last_n) {
   Result<Statement> q = impl_->db.Prepare(
-      "SELECT seq, time_ms, actor, action, detail FROM audit WHERE seq > ?1 ORDER BY seq "
-      "LIMIT ?2");
+      newest_last_n
+          ? "SELECT * FROM (SELECT seq, time_ms, actor, action, detail FROM audit WHERE seq > ?1 "
+            "ORDER BY seq DESC LIMIT ?2) ORDER BY seq"
+          : "SELECT seq, time_ms, actor, action, detail FROM audit WHERE seq > ?1 ORDER BY seq "
+            "LIMIT ?2");
   if (!q.ok()) return impl_->Error("reading the audit log", q.status());
   q.value().Bind(1, after_seq).Bind(2, limit);
   Result<std::vector<AuditRow>> rows = Collect<AuditRow>(q.value(), [](const Statement& s) {

@@ -281,12 +281,18 @@ Result<std::vector<GpuHealthRow>> Store::GpuHealthHistory(std::string_view node)
 
 Result<std::vector<RawEvent>> Store::ListEvents(const EventQuery& query) {
   std::string sql = "SELECT seq, time_ms, actor, kind, body FROM events WHERE seq > ?1";
-  if (query.job) sql += " AND seq IN (SELECT seq FROM job_events WHERE job = ?3 AND seq > ?1)";
-  sql += " ORDER BY seq LIMIT ?2";
+  if (query.before_seq > 0) sql += " AND seq < ?4";
+  if (query.job) {
+    sql += " AND seq IN (SELECT seq FROM job_events WHERE job = ?3 AND seq > ?1";
+    if (query.before_seq > 0) sql += " AND seq < ?4";
+    sql += ")";
+  }
+  sql += query.newest_first ? " ORDER BY seq DESC LIMIT ?2" : " ORDER BY seq LIMIT ?2";
   Result<Statement> q = impl_->db.Prepare(sql);
   if (!q.ok()) return impl_->Error("listing events", q.status());
   q.value().Bind(1, query.after_seq).Bind(2, query.limit);
   if (query.job) q.value().Bind(3, *query.job);
+  if (query.before_seq > 0) q.value().Bind(4, query.before_seq);
   Result<std::vector<RawEvent>> rows = Collect<RawEvent>(q.value(), [](const Statement& s) {
     return RawEvent{s.Int64(0), s.Int64(1), s.Text(2), s.Text(3), s.Text(4)};
   });

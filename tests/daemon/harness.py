@@ -116,6 +116,24 @@ class Daemon:
     def port(self):
         return int(self.url.rsplit(":", 1)[1])
 
+    def agent_port(self, timeout=10):
+        """The agents' listener port, from STATE/agent-endpoint. The daemon
+        writes that file after `endpoint` (all start() waits for), so a test
+        that reads it at once can find it missing: wait for it."""
+        path = os.path.join(self.state_dir, "agent-endpoint")
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with open(path) as f:
+                    text = f.read().strip()
+                if text:
+                    return int(text.rsplit(":", 1)[1].split("/")[0])
+            except FileNotFoundError:
+                pass
+            if time.time() >= deadline:
+                raise RuntimeError("no %s after %s s:\n%s" % (path, timeout, self.log()))
+            time.sleep(0.02)
+
     # ---- API
     def request(self, method, path, body=None, token=None, headers=None, raw=None, timeout=30):
         """Returns (status, parsed JSON or text)."""
@@ -183,6 +201,35 @@ def setup_tiny(daemon):
 
 class Failure(Exception):
     pass
+
+
+class Cli:
+    """The real `topo` binary against a daemon, as the admin unless a token
+    is given, with HOME set to `home` and no XDG directories, so no config
+    file of the machine's user counts."""
+
+    def __init__(self, daemon, topo_bin, home):
+        self.d, self.topo_bin, self.home = daemon, topo_bin, home
+
+    def run(self, args, token=None, expect=0, stdin=None, timeout=60):
+        """The finished process; a Failure unless it exited with `expect`."""
+        env = dict(os.environ, HOME=self.home, TOPO_SERVER=self.d.url,
+                   TOPO_CA=os.path.join(self.d.state_dir, "ca.pem"),
+                   TOPO_TOKEN=token or self.d.admin_token)
+        env.pop("XDG_CONFIG_HOME", None)
+        env.pop("XDG_DATA_HOME", None)
+        p = subprocess.run([self.topo_bin] + args, env=env, input=stdin, capture_output=True,
+                           text=True, timeout=timeout)
+        if p.returncode != expect:
+            raise Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s" %
+                          (" ".join(args), p.returncode, expect, p.stdout[-2000:], p.stderr[-2000:]))
+        return p
+
+    def json(self, args, token=None, expect=0):
+        """The --json output, parsed. --json goes before a "--", after which
+        everything is the job's command."""
+        at = args.index("--") if "--" in args else len(args)
+        return json.loads(self.run(args[:at] + ["--json"] + args[at:], token, expect).stdout)
 
 
 def check(cond, message):

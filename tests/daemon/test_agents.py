@@ -124,8 +124,7 @@ def main():
     d = Daemon(binary, config=CONFIG).start()
     work = tempfile.mkdtemp(prefix="topo-agents-")
     with serving(d, work):
-        with open(os.path.join(d.state_dir, "agent-endpoint")) as f:
-            port = int(f.read().strip().rsplit(":", 1)[1].split("/")[0])
+        port = d.agent_port()
         ca = os.path.join(d.state_dir, "ca.pem")
         d.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())},
               expect=200)

@@ -10,11 +10,10 @@ usage: test_e2e.py TOPO_SCHEDULER_BIN TOPO_BIN
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-from harness import Daemon, Failure, check, run, serving, tiny_topology
+from harness import Cli, Daemon, check, run, serving, tiny_topology
 
 OK, NOT_FOUND, AUTH, CONFLICT, INVALID = 0, 4, 5, 6, 8
 
@@ -26,22 +25,8 @@ def main():
     home = os.path.join(work, "home")
     os.makedirs(home)
 
-    def topo(args, token=None, expect=OK, stdin=None, timeout=60):
-        env = dict(os.environ, HOME=home, TOPO_SERVER=d.url, TOPO_CA=os.path.join(d.state_dir, "ca.pem"),
-                   TOPO_TOKEN=token or d.admin_token)
-        env.pop("XDG_CONFIG_HOME", None)
-        env.pop("XDG_DATA_HOME", None)
-        p = subprocess.run([topo_bin] + args, env=env, input=stdin, capture_output=True, text=True,
-                           timeout=timeout)
-        if p.returncode != expect:
-            raise Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s" %
-                          (" ".join(args), p.returncode, expect, p.stdout[-2000:], p.stderr[-2000:]))
-        return p
-
-    def js(args, token=None, expect=OK):
-        # --json goes before a "--", after which everything is the job's command.
-        at = args.index("--") if "--" in args else len(args)
-        return json.loads(topo(args[:at] + ["--json"] + args[at:], token, expect).stdout)
+    cli = Cli(d, topo_bin, home)
+    topo, js = cli.run, cli.json
 
     with serving(d, work):
         topo_file = os.path.join(work, "tiny.json")

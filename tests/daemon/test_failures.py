@@ -69,8 +69,7 @@ class Fleet:
     def __init__(self, d, certs, interval_s):
         self.d, self.certs, self.interval_s = d, certs, interval_s
         self.conns, self.lock, self.stopped = {}, threading.Lock(), threading.Event()
-        with open(os.path.join(d.state_dir, "agent-endpoint")) as f:
-            self.port = int(f.read().strip().rsplit(":", 1)[1].split("/")[0])
+        self.port = d.agent_port()
         self.ca = os.path.join(d.state_dir, "ca.pem")
         threading.Thread(target=self._beat, daemon=True).start()
 

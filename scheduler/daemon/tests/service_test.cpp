@@ -141,11 +141,19 @@ TEST_CASE("scoping: no byte of another tenant's job names, commands or users in 
   const std::vector<std::string> routes = {
       "/v1/jobs",
       "/v1/jobs?all=1",
+      "/v1/jobs?user=bob",
+      "/v1/jobs?all=1&user=alice",
       "/v1/jobs/" + std::to_string(a_job),
       "/v1/jobs/" + std::to_string(b_job),
       "/v1/events",
       "/v1/events?job=" + std::to_string(a_job),
       "/v1/events?job=" + std::to_string(b_job),
+      "/v1/events?node=n0",
+      "/v1/events?type=job_submitted,job_cancelled",
+      "/v1/events?last=5",
+      "/v1/events?last=3&node=n1&type=job_submitted",
+      "/v1/events?job=" + std::to_string(a_job) + "&last=2&node=n0",
+      "/v1/audit?last=2",
       "/v1/nodes",
       "/v1/nodes/n0",
       "/v1/tenants",
@@ -216,6 +224,120 @@ TEST_CASE("scoping: no byte of another tenant's job names, commands or users in 
   for (const char* secret : {"hf_aaaSECRETaaa", "hf_bbbSECRETbbb", "bravo-run-KWV"}) {
     CHECK(all.find(secret) != std::string::npos);
   }
+}
+
+TEST_CASE("job list: user= narrows the scope; the blocked head's estimated start") {
+  Fixture f;
+  SetUpTwoTenants(f);
+  const std::string alice = f.TokenFor("alice");
+  const std::string bob = f.TokenFor("bob");
+  auto submit = [&](const std::string& token, int gpus) {
+    return f
+        .Ok("POST", "/v1/jobs", token,
+            {{"spec", {{"gpus", gpus}}}, {"time_limit_s", 3600}, {"command", {"/bin/true"}}}, 201)
+        .at("id")
+        .get<int64_t>();
+  };
+  const int64_t running = submit(alice, 48);
+  const int64_t head = submit(alice, 64);
+  const int64_t behind = submit(alice, 64);
+  auto ids = [&](const std::string& target, const std::string& token) {
+    std::set<int64_t> out;
+    const json list = f.Ok("GET", target, token);
+    for (const json& j : list["jobs"]) out.insert(j["id"].get<int64_t>());
+    return out;
+  };
+  CHECK(ids("/v1/jobs?user=alice", f.admin) == std::set<int64_t>{running, head, behind});
+  CHECK(ids("/v1/jobs?user=alice", alice) == std::set<int64_t>{running, head, behind});
+  CHECK(ids("/v1/jobs?all=1&user=admin", f.admin).empty());
+  // A filter never widens the scope: bob asking for alice's jobs sees none.
+  CHECK(ids("/v1/jobs?user=alice", bob).empty());
+  CHECK(ids("/v1/jobs?all=1&user=alice", bob).empty());
+  auto [status, body] = f.Call("GET", "/v1/jobs?user=Alice%20B", f.admin);
+  CHECK(status == 400);
+  CHECK(body.find("user: not a user name") != std::string::npos);
+
+  std::map<int64_t, json> jobs;
+  const json list = f.Ok("GET", "/v1/jobs", alice);
+  for (const json& j : list["jobs"]) jobs[j["id"].get<int64_t>()] = j;
+  REQUIRE(jobs[running]["state"] == "running");
+  REQUIRE(jobs[head]["state"] == "queued");
+  // The head starts when the running job reaches its time limit.
+  const int64_t limit_reached = jobs[running]["start_ms"].get<int64_t>() + 3600 * 1000;
+  CHECK(jobs[head]["estimated_start_ms"] == limit_reached);
+  CHECK(jobs[running]["estimated_start_ms"].is_null());
+  CHECK(jobs[behind]["estimated_start_ms"].is_null());
+  CHECK(f.Ok("GET", "/v1/jobs/" + std::to_string(head), alice)["estimated_start_ms"] ==
+        jobs[head]["estimated_start_ms"]);
+}
+
+TEST_CASE("events: last=, node= and type= filter within the caller's scope") {
+  Fixture f;
+  SetUpTwoTenants(f);
+  const std::string alice = f.TokenFor("alice");
+  const std::string bob = f.TokenFor("bob");
+  // alice's job runs on every node; bob's (org/b, guaranteed all) preempts it.
+  f.Ok("POST", "/v1/jobs", alice, {{"spec", {{"gpus", 64}}}, {"command", {"/bin/true"}}}, 201);
+  f.Ok("POST", "/v1/jobs", bob, {{"spec", {{"gpus", 64}}}, {"command", {"/bin/true"}}}, 201);
+  auto events = [&](const std::string& query, const std::string& token) {
+    const json body = f.Ok("GET", "/v1/events" + query, token);
+    return body["events"];
+  };
+  auto types = [](const json& list) {
+    std::vector<std::string> out;
+    for (const json& e : list) out.push_back(e["event"]["type"]);
+    return out;
+  };
+  const json all = events("?limit=10000", f.admin);
+  REQUIRE(all.size() >= 10);
+  // The newest N, oldest first; the rest of the range is still there with limit.
+  const json last = events("?last=2", f.admin);
+  REQUIRE(last.size() == 2);
+  CHECK(last[0]["seq"] == all[all.size() - 2]["seq"]);
+  CHECK(last[1]["seq"] == all[all.size() - 1]["seq"]);
+  CHECK(events("?last=1000", f.admin) == all);
+  // type=: exactly those events.
+  const json resumes = events("?type=node_state_requested", f.admin);
+  CHECK(resumes.size() == 8);
+  for (const std::string& t : types(resumes)) CHECK(t == "node_state_requested");
+  CHECK(events("?type=node_state_requested,job_submitted", f.admin).size() == 10);
+  // node=: the resume of n3 and alice's start, which put ranks on it.
+  const json on_n3 = events("?node=n3", f.admin);
+  CHECK(types(on_n3) == std::vector<std::string>{"node_state_requested", "job_submitted"});
+  CHECK(events("?node=n3&last=1", f.admin) == json::array({on_n3[1]}));
+  CHECK(events("?node=nowhere", f.admin).empty());
+  // The preemption's grace ends: one event stops alice's job and starts
+  // bob's on every node.
+  f.now += 3 * 60 * 1000;
+  f.service->Tick(f.now);
+  REQUIRE(f.service->Commit().ok());
+  const json tick = events("?last=1", f.admin);
+  REQUIRE(tick.size() == 1);
+  CHECK(events("?node=n3&last=1", f.admin) == tick);
+  // Scope first: node events are the admins'. alice sees the tick (it stops
+  // her job), but with bob's start reduced it names no node: node=n3 shows
+  // her start alone. bob sees his start there.
+  CHECK(events("?type=node_state_requested", alice).empty());
+  const json alice_tick = events("?last=1", alice);
+  REQUIRE(alice_tick.size() == 1);
+  CHECK(alice_tick[0]["seq"] == tick[0]["seq"]);
+  const json alice_n3 = events("?node=n3", alice);
+  REQUIRE(alice_n3.size() == 1);
+  CHECK(alice_n3[0]["seq"] == on_n3[1]["seq"]);
+  const json bob_n3 = events("?node=n3", bob);
+  REQUIRE(bob_n3.size() == 1);
+  CHECK(bob_n3[0]["seq"] == tick[0]["seq"]);
+  // Each filter is checked: named field, 400.
+  for (const char* bad : {"?type=bogus", "?type=job_submitted,", "?node=a%20b", "?node=", "?last=0",
+                          "?last=10001", "?last=x", "?last=5&limit=5"}) {
+    auto [status, body] = f.Call("GET", std::string("/v1/events") + bad, f.admin);
+    CAPTURE(bad);
+    CAPTURE(body);
+    CHECK(status == 400);
+  }
+  auto [status, body] = f.Call("GET", "/v1/events?type=bogus", f.admin);
+  CHECK(body.find("unknown event type") != std::string::npos);
+  CHECK(body.find("gpu_event") != std::string::npos);
 }
 
 TEST_CASE("limits: names, duplicate keys, host lists, queues and the storage floor") {

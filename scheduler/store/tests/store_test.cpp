@@ -416,6 +416,38 @@ TEST_CASE("jobs, tenants and nodes follow a real core's commands") {
   REQUIRE(page2.size() == 2);
   CHECK(page2[0].seq == 3);
   CHECK(page2[1].seq == 4);
+  // The newest first, below before_seq and above after_seq, alone and with
+  // the per-job index.
+  const std::vector<RawEvent> log = store.ListEvents(EventQuery{}).value();
+  REQUIRE(log.size() >= 5);
+  EventQuery newest;
+  newest.newest_first = true;
+  newest.limit = 2;
+  std::vector<RawEvent> top = store.ListEvents(newest).value();
+  REQUIRE(top.size() == 2);
+  CHECK(top[0].seq == log.back().seq);
+  CHECK(top[1].seq == log[log.size() - 2].seq);
+  newest.before_seq = 4;
+  newest.after_seq = 1;
+  newest.limit = 10;
+  top = store.ListEvents(newest).value();
+  REQUIRE(top.size() == 2);
+  CHECK(top[0].seq == 3);
+  CHECK(top[1].seq == 2);
+  EventQuery job_newest;
+  job_newest.job = 1;
+  job_newest.newest_first = true;
+  job_newest.limit = 1;
+  EventQuery job_all;
+  job_all.job = 1;
+  const std::vector<RawEvent> job_log = store.ListEvents(job_all).value();
+  top = store.ListEvents(job_newest).value();
+  REQUIRE(top.size() == 1);
+  CHECK(top[0].seq == job_log.back().seq);
+  job_newest.before_seq = job_log.back().seq;
+  top = store.ListEvents(job_newest).value();
+  REQUIRE((job_log.size() < 2 || top.size() == 1));
+  if (job_log.size() >= 2) CHECK(top[0].seq == job_log[job_log.size() - 2].seq);
 }
 
 TEST_CASE("audit rows and multi-key meta are durable and ordered") {
@@ -434,6 +466,13 @@ TEST_CASE("audit rows and multi-key meta are durable and ordered") {
   CHECK(rows[0].action == "user.create");
   CHECK(rows[1].time_ms == 20);
   CHECK(store.ListAudit(rows[0].seq, 10).value().size() == 1);
+  // The newest N, oldest first.
+  REQUIRE(store.AppendAudit(30, "user:root", "gpu.clear", R"({"node":"n0","gpu":3})").ok());
+  std::vector<AuditRow> last = store.ListAudit(0, 2, /*newest_last_n=*/true).value();
+  REQUIRE(last.size() == 2);
+  CHECK(last[0].action == "token.revoke");
+  CHECK(last[1].action == "gpu.clear");
+  CHECK(store.ListAudit(last[0].seq, 5, true).value().size() == 1);
   CHECK(store.GetMeta("a").value() == "1");
   CHECK(store.GetMeta("b").value() == "2");
 }

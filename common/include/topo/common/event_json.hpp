@@ -41,6 +41,7 @@
 // Thread safety: pure functions.
 
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -67,6 +68,9 @@ core::Result<core::Command> CommandFromJson(const nlohmann::json& j,
 
 // The "type" tag of an event or command ("job_submitted", "start_job", ...).
 std::string_view EventTypeName(const core::Event& event);
+// Every event's "type", in the order of core::Event's alternatives (the
+// names `GET /v1/events?type=` and `topo events --type` take).
+std::span<const std::string_view> EventTypeNames();
 std::string_view CommandTypeName(const core::Command& command);
 
 // Pieces shared with the store's materialized tables.

@@ -385,6 +385,20 @@ class SchedulerCore {
   const std::map<JobId, JobRecord>& jobs() const;
   // Waiting jobs (queued, not held) in the order the next pass considers them.
   std::vector<JobId> WaitingJobs() const;
+  // When the reservation plan expects a waiting job to start, as of the last
+  // scheduling pass; never earlier than the latest `now`. Only the pass's
+  // blocked head has one:
+  //   - a head waiting for resources: the start of the reservation backfill
+  //     keeps for it (the first end of running jobs, by their time limits or
+  //     preemption deadlines, after which it can be placed);
+  //   - a head waiting for a faster placement: the end of the running job it
+  //     waits for (its bound ends later).
+  // nullopt for every other job (the ones behind the head start after jobs
+  // that have not started yet, so the plan says nothing of them), for held
+  // jobs and jobs backing off after a failure, for running and ended jobs,
+  // for a head with no foreseeable start (failed hardware), and without
+  // backfill (no reservation is made).
+  std::optional<TimeMs> EstimatedStart(JobId id) const;
   // GPUs in use per tenant right now.
   int TenantUsage(const std::string& tenant) const;
   const TenantConfig* tenant(const std::string& name) const;
