@@ -178,9 +178,8 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
         // checkpoint and moves them when preempt_grace_s has passed
         // (SlurmSync). A resume or another mode ends it.
         if (drain && mode == "graceful") {
-          s.slurm_drains[topo.node(n).name] =
-              ServiceState::SlurmDrain{s.driver.now + s.config.preempt_grace_s * core::kSecond,
-                                       reason};
+          s.slurm_drains[topo.node(n).name] = ServiceState::SlurmDrain{
+              s.driver.now + s.config.preempt_grace_s * core::kSecond, reason};
         } else {
           s.slurm_drains.erase(topo.node(n).name);
         }
