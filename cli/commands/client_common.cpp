@@ -125,6 +125,23 @@ Reply Session::Call(std::string_view method, const std::string& target,
   }
 }
 
+int PostEach(Session& session, const std::vector<std::string>& targets, const std::string& reason,
+             const std::function<void(size_t, const nlohmann::json&)>& on_answer) {
+  int first_error = kExitOk;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    std::optional<nlohmann::json> body;
+    if (!reason.empty()) body = nlohmann::json{{"reason", reason}};
+    Reply reply = session.Call("POST", targets[i], body);
+    if (!reply.ok()) {
+      if (first_error == kExitOk) first_error = reply.exit_code;
+      if (reply.exit_code == kExitUnreachable) break;
+      continue;
+    }
+    on_answer(i, reply.body);
+  }
+  return first_error;
+}
+
 std::optional<int64_t> ParseJobId(const std::string& text) {
   int64_t id = 0;
   bool ok = !text.empty() && text.size() <= 18;

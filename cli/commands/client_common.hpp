@@ -3,6 +3,7 @@
 // request with its error reporting, and small helpers.
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,13 @@ class Session {
   Connection connection_;
   std::unique_ptr<ApiClient> client_;
 };
+
+// POSTs to each target in turn, with {"reason"} when reason is not empty, and
+// hands every 2xx answer to on_answer(index, body). Returns the first
+// failure's exit code (kExitOk when none); stops at an unreachable server,
+// where every other request would fail the same way.
+int PostEach(Session& session, const std::vector<std::string>& targets, const std::string& reason,
+             const std::function<void(size_t, const nlohmann::json&)>& on_answer);
 
 // A job id: digits, > 0. Prints the error and returns nullopt otherwise.
 std::optional<int64_t> ParseJobId(const std::string& text);

@@ -151,22 +151,15 @@ int RunGpuClear(const GpuClearArgs& args) {
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
+  std::vector<std::string> paths;
+  for (const NodeGpu& t : targets) paths.push_back(GpuClearTarget(t));
   json answers = json::array();
-  int first_error = kExitOk;
-  for (const NodeGpu& t : targets) {
-    std::optional<json> body;
-    if (!args.reason.empty()) body = json{{"reason", args.reason}};
-    Reply reply = session->Call("POST", GpuClearTarget(t), body);
-    if (!reply.ok()) {
-      if (first_error == kExitOk) first_error = reply.exit_code;
-      if (reply.exit_code == kExitUnreachable) break;
-      continue;
-    }
+  const int first_error = PostEach(*session, paths, args.reason, [&](size_t i, const json& node) {
     if (args.json) {
-      answers.push_back(reply.body);
-      continue;
+      answers.push_back(node);
+      return;
     }
-    const json& node = reply.body;
+    const NodeGpu& t = targets[i];
     const std::string state = node.is_object() ? node.value("state", "?") : "?";
     std::cout << "Cleared " << TerminalSafe(t.node) << " GPU " << t.gpu << "; "
               << TerminalSafe(t.node) << " is " << TerminalSafe(state) << "\n";
@@ -175,7 +168,7 @@ int RunGpuClear(const GpuClearArgs& args) {
       std::cerr << "topo: " << TerminalSafe(t.node) << " stays " << TerminalSafe(state) << ": "
                 << TerminalSafe(node.value("reason", "")) << "\n";
     }
-  }
+  });
   if (args.json) PrintJson({{"nodes", answers}});
   return first_error;
 }

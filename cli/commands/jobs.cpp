@@ -392,29 +392,22 @@ int RunJobAction(const JobActionArgs& args, const std::string& action, const std
     if (!chosen) return exit_code;
     ids = std::move(*chosen);
   }
+  std::vector<std::string> paths;
+  for (int64_t id : ids) paths.push_back("/v1/jobs/" + std::to_string(id) + "/" + action);
   json answers = json::array();
-  int first_error = kExitOk;
-  for (int64_t id : ids) {
-    std::optional<json> body;
-    if (!args.reason.empty()) body = json{{"reason", args.reason}};
-    Reply reply = session->Call("POST", "/v1/jobs/" + std::to_string(id) + "/" + action, body);
-    if (!reply.ok()) {
-      if (first_error == kExitOk) first_error = reply.exit_code;
-      // Unreachable: the other jobs would fail the same way.
-      if (reply.exit_code == kExitUnreachable) break;
-      continue;
-    }
+  const int first_error = PostEach(*session, paths, args.reason, [&](size_t i, const json& body) {
+    const int64_t id = ids[i];
     if (args.json) {
-      answers.push_back(reply.body);
+      answers.push_back(body);
     } else if (action == "checkpoint") {
-      const int64_t step = reply.body.value("checkpoint_step", int64_t{-1});
-      std::cout << "Asked job " << id << "'s ranks on " << reply.body.value("nodes", 0)
+      const int64_t step = body.value("checkpoint_step", int64_t{-1});
+      std::cout << "Asked job " << id << "'s ranks on " << body.value("nodes", 0)
                 << " node(s) to checkpoint (newest stored step: "
                 << (step >= 0 ? std::to_string(step) : std::string("none")) << ")\n";
     } else {
-      std::cout << done << " job " << id << " (" << StateAndReason(reply.body) << ")\n";
+      std::cout << done << " job " << id << " (" << StateAndReason(body) << ")\n";
     }
-  }
+  });
   if (args.json) PrintJson({{"jobs", answers}});
   return first_error;
 }
