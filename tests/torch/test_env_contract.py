@@ -56,7 +56,9 @@ def main():
         print("skip: %s has no torch (apt-get install python3-torch)" % PYTHON)
         sys.exit(77)
     sched_bin, agent_bin, _topo_bin = sys.argv[1:4]
-    d = Daemon(sched_bin, config="heartbeat_interval_ms = 200\n").start()
+    # Its own MASTER_PORT range: every agent of every test is on this host,
+    # and a rendezvous holds its port for the whole run.
+    d = Daemon(sched_bin, config="heartbeat_interval_ms = 200\nmaster_ports = 24000-24999\n").start()
     with agent_cluster(d, "topo-torch-env-") as cluster:
         work, agents = cluster
         certs = setup(d, work, ["n0", "n1"])

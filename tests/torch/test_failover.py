@@ -194,7 +194,9 @@ def main():
     sched_bin, agent_bin, topo_bin = sys.argv[1:4]
     which = sys.argv[4] if len(sys.argv) > 4 else "all"
     cases = ["kill", "xid"] if which == "all" else [which]
-    d = Daemon(sched_bin, config="heartbeat_interval_ms = 200\n").start()
+    # Its own MASTER_PORT range: every agent of every test is on this host,
+    # and a rendezvous holds its port for the whole run.
+    d = Daemon(sched_bin, config="heartbeat_interval_ms = 200\nmaster_ports = 25000-25999\n").start()
     with agent_cluster(d, "topo-torch-failover-") as cluster:
         work, agents = cluster
         certs = setup(d, work, NODES, topology())
