@@ -197,33 +197,25 @@ def second_run(cluster, job, out, what):
     return second, second.split("nodes=", 1)[1].strip(",").split(",")
 
 
-def drain_requeue(cluster, daemon):
-    ckpt, out, job, topo_id, tjob = start_trainer(cluster, daemon, "d", "drained")
-    before = job_nodes(tjob)
+def drain_requeue(cluster, daemon, mode):
+    """Drains a node under a running trainer: `immediate` moves it at once,
+    from checkpoint 5; `graceful` first signals it (it writes checkpoint 7)
+    and moves it when the grace ends, leaving the node drained."""
+    ckpt, out, job, topo_id, tjob = start_trainer(cluster, daemon, mode[0], "drained-" + mode)
+    node = job_nodes(tjob)[0 if mode == "immediate" else 1]
     wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
-    daemon.api("POST", "/v1/nodes/drain", {"nodes": before[0], "reason": "bad optic", "mode": "immediate"},
-               expect=200)
-    second, nodes = second_run(cluster, job, out, "the drained job")
-    check(before[0] not in nodes and "step=5" in second,
-          "requeue: after the immediate drain of %s the job ran on %s (%r)" % (before[0], nodes, second))
-    print("requeue: an immediate drain of %s moved job %d to %s, from checkpoint step 5"
-          % (before[0], job, ",".join(nodes)))
-
-
-def graceful_drain_requeue(cluster, daemon):
-    ckpt, out, job, topo_id, tjob = start_trainer(cluster, daemon, "g", "drained-gracefully")
-    before = job_nodes(tjob)
-    wait_for("the first run's checkpoint", lambda: os.path.exists(os.path.join(ckpt, "step-5", "COMPLETE")))
-    daemon.api("POST", "/v1/nodes/drain", {"nodes": before[1], "reason": "firmware", "mode": "graceful"},
-               expect=200)
-    wait_for("the checkpoint signal in the drained job", lambda: "checkpoint signal" in read(out))
-    second, nodes = second_run(cluster, job, out, "the gracefully drained job")
-    check(before[1] not in nodes and "step=7" in second,
-          "requeue: after the graceful drain of %s the job ran on %s (%r)" % (before[1], nodes, second))
-    state = daemon.api("GET", "/v1/nodes/" + before[1], expect=200)["state"]
-    check(state == "drained", "the gracefully drained node is %s" % state)
-    print("requeue: a graceful drain of %s signalled job %d, which checkpointed (step 7) and moved to %s "
-          "after the grace" % (before[1], job, ",".join(nodes)))
+    daemon.api("POST", "/v1/nodes/drain", {"nodes": node, "reason": "bad optic", "mode": mode}, expect=200)
+    step = "step=5"
+    if mode == "graceful":
+        wait_for("the checkpoint signal in the drained job", lambda: "checkpoint signal" in read(out))
+        step = "step=7"
+    second, nodes = second_run(cluster, job, out, "the job drained (%s)" % mode)
+    check(node not in nodes and step in second,
+          "requeue: after the %s drain of %s the job ran on %s (%r)" % (mode, node, nodes, second))
+    state = daemon.api("GET", "/v1/nodes/" + node, expect=200)["state"]
+    check(state == "drained", "the node drained (%s) is %s" % (mode, state))
+    print("requeue: a%s %s drain of %s moved job %d to %s, from checkpoint %s"
+          % ("n" if mode == "immediate" else "", mode, node, job, ",".join(nodes), step))
 
 
 def main():
@@ -254,8 +246,8 @@ def main():
         check(ask(sock, {"op": "refresh"}, timeout=30).startswith("OK"), "the first sync did not finish")
         xid_requeue(cluster, daemon, scheduler_bin, sock)
         preempt_requeue(cluster, daemon)
-        drain_requeue(cluster, daemon)
-        graceful_drain_requeue(cluster, daemon)
+        drain_requeue(cluster, daemon, "immediate")
+        drain_requeue(cluster, daemon, "graceful")
         print("ok in %.1f s" % (time.time() - t0))
 
 
