@@ -490,7 +490,8 @@ Status SetLivePolicyKey(std::string_view key, std::string_view value, DaemonConf
     }
     std::string keys;
     for (const std::string& k : live) keys += (keys.empty() ? "" : ", ") + k;
-    return Status::Error("\"" + std::string(key) + "\" is not a policy key; keys: " + keys);
+    return Status::Error("\"" + std::string(key.substr(0, 100)) +
+                         "\" is not a policy key; keys: " + keys);
   }
   if (value.find_first_of("\n#") != std::string_view::npos) {
     return Status::Error(std::string(key) + ": the value holds a newline or #");
@@ -500,7 +501,7 @@ Status SetLivePolicyKey(std::string_view key, std::string_view value, DaemonConf
   if (Status s = it->second(Trim(value), next); !s.ok()) {
     return Status::Error(std::string(key) + ": " + s.message());
   }
-  if (Status s = CheckFailurePolicy(next); !s.ok()) return s;
+  // SchedulerConfig() also checks what no single key can (the backoff's cap).
   if (Result<core::SchedulerConfig> sc = next.SchedulerConfig(); !sc.ok()) return sc.status();
   config = std::move(next);
   return Status::Ok();
