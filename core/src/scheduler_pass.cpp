@@ -328,6 +328,13 @@ TimeMs SchedulerCore::Impl::PlacementWaitBound(const JobRecord& job) const {
 std::string SchedulerCore::Impl::WaitForFaster(const JobRecord& job, const Placement& now) {
   const TimeMs bound = PlacementWaitBound(job);
   if (bound <= 0) return "";
+  // On one node every group is in the innermost tier, as in the ideal: no
+  // faster placement exists (most jobs; spares the model on every start).
+  const NodeId first = now.ranks.empty() ? -1 : now.ranks.front().node;
+  if (std::all_of(now.ranks.begin(), now.ranks.end(),
+                  [first](const GpuSlot& g) { return g.node == first; })) {
+    return "";
+  }
   const TimeMs since = queue_time_.count(job.id) ? queue_time_.at(job.id) : job.submit_time;
   const TimeMs deadline = std::max(since, job.submit_time) + bound;
   if (deadline <= now_ || job.restarts > 0) return "";
