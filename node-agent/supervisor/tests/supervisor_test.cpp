@@ -307,8 +307,10 @@ TEST_CASE("SIGUSR1 reaches every rank and the checkpoint it writes is detected a
   });
   CHECK(HasEvent(evs, EventKind::kCheckpointComplete, "ckpt", 7));
   CHECK(HasEvent(evs, EventKind::kCheckpointPersisted, "ckpt", 7));
+  // Rank 0's checkpoint may be persisted before rank 1's trap has run (each
+  // shell runs it only once its `sleep` returns): wait for rank 1's mark.
   CHECK(fs::exists(sb.out + "/usr1-0"));
-  CHECK(fs::exists(sb.out + "/usr1-1"));
+  CHECK(WaitForFile(sb.out + "/usr1-1"));
   CHECK(ReadFile(t / "persistent/ckpt/step-7/model.bin") == "weights\n");
   CHECK(ReadFile(t / "persistent/ckpt/step-7/optim/m.bin") == "m\n");
   CHECK(ReadFile(t / "persistent/ckpt/step-7/COMPLETE") == "7\n");
