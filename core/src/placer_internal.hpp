@@ -76,10 +76,13 @@ inline int NeedAt(const JobShape& shape, int tier) { return shape.world / shape.
 // Remaps ranks (a placement built from shape's sequence) so that every node
 // holds one contiguous block of ranks, when the job takes the same number
 // of GPUs on every node and the required groups still hold.
+// sequence: SequenceRanks(shape).
 void KeepNodeBlocksContiguous(const JobSpec& job, const JobShape& shape, const Topology& topo,
-                              std::vector<GpuSlot>& ranks);
+                              const std::vector<int>& sequence, std::vector<GpuSlot>& ranks);
 // Rank that fills position p of the placement sequence.
 int SequenceRank(const JobShape& shape, int p);
+// SequenceRank(shape, p) for every p in 0..world-1.
+std::vector<int> SequenceRanks(const JobShape& shape);
 
 // Busy when the empty cluster could hold the job, Infeasible (with the reason)
 // when it could not.

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "../src/placer_internal.hpp"
 #include "test_util.hpp"
 #include "topo/core/evaluator.hpp"
 #include "topo/core/placement.hpp"
@@ -313,4 +314,32 @@ TEST_CASE("toposched trades leaves for pods when the predicted step allows (phas
         1.01 * steps.StepSeconds(job, fewest.ranks, LinkLoad::kSaturated));
   // Every TP group still sits in one node.
   CHECK(Evaluate(job, topo, chosen.ranks).required_met);
+}
+
+TEST_CASE("the placement sequence's odometer gives SequenceRank's rank at every position") {
+  Topology topo = RackTopology();
+  struct Case {
+    int gpus, tp, pp, ep, cp;
+  };
+  for (const Case& c : {Case{1, 1, 1, 1, 1}, Case{8, 4, 1, 1, 1}, Case{32, 4, 2, 1, 1},
+                        Case{64, 2, 4, 2, 1}, Case{48, 2, 3, 1, 2}, Case{64, 8, 1, 8, 1}}) {
+    JobSpec job = MakeJob(c.gpus, c.tp, c.pp, c.ep, c.cp);
+    for (const char* order : {"tp-cp-ep-dp-pp", "pp-dp-ep-cp-tp"}) {
+      auto parsed = ParseRankOrder(order);
+      REQUIRE(parsed.ok());
+      job.parallelism.order = parsed.value();
+      auto shape = topo::core::internal::MakeJobShape(job, topo, PlacerOptions{});
+      REQUIRE(shape.ok());
+      const std::vector<int> seq = topo::core::internal::SequenceRanks(shape.value());
+      REQUIRE(static_cast<int>(seq.size()) == c.gpus);
+      std::set<int> seen(seq.begin(), seq.end());
+      CHECK(static_cast<int>(seen.size()) == c.gpus);  // a permutation of the ranks
+      for (int p = 0; p < c.gpus; ++p) {
+        const int want = topo::core::internal::SequenceRank(shape.value(), p);
+        const int got = seq[p];
+        INFO("gpus ", c.gpus, " order ", order, " position ", p);
+        CHECK(got == want);
+      }
+    }
+  }
 }
