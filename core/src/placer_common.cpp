@@ -298,40 +298,44 @@ bool RequiredGroupsHold(const JobShape& shape, const Topology& topo,
 void KeepNodeBlocksContiguous(const JobSpec& job, const JobShape& shape, const Topology& topo,
                               const std::vector<int>& sequence, std::vector<GpuSlot>& ranks) {
   (void)job;
-  if (shape.world <= 1) return;
-  // Nodes in the order the sequence filled them, and GPUs per node.
+  const int world = shape.world;
+  if (world <= 1) return;
+  // Nodes in the order the sequence filled them (one entry per run of
+  // consecutive positions on one node), each run's GPUs flat in `gpus`.
   std::vector<NodeId> nodes;
-  std::vector<std::vector<int>> gpus;
-  std::vector<int> position(shape.world);
-  for (int p = 0; p < shape.world; ++p) position[sequence[p]] = p;
-  for (int p = 0; p < shape.world; ++p) {
+  std::vector<int> gpus(world);
+  int g = 0;  // GPUs of the first run; every run must have as many
+  int run_start = 0;
+  for (int p = 0; p < world; ++p) {
     const GpuSlot& slot = ranks[sequence[p]];
     if (nodes.empty() || nodes.back() != slot.node) {
+      if (!nodes.empty()) {
+        if (g == 0) g = p;
+        if (p - run_start != g) return;
+      }
       nodes.push_back(slot.node);
-      gpus.emplace_back();
+      run_start = p;
     }
-    gpus.back().push_back(slot.gpu);
+    gpus[p] = slot.gpu;
   }
-  const size_t g = gpus.front().size();
-  if (nodes.size() * g != static_cast<size_t>(shape.world)) return;
-  for (const auto& v : gpus) {
-    if (v.size() != g) return;
-  }
+  if (g == 0) g = world;
+  if (world - run_start != g) return;
   // Already contiguous: nothing to do.
   bool contiguous = true;
-  for (int r = 0; r < shape.world && contiguous; ++r) {
-    contiguous = ranks[r].node == ranks[r - r % static_cast<int>(g)].node;
+  for (int r = 0; r < world && contiguous; ++r) {
+    contiguous = ranks[r].node == ranks[r - r % g].node;
   }
   if (contiguous) return;
+  std::vector<int> position(world);
+  for (int p = 0; p < world; ++p) position[sequence[p]] = p;
   std::vector<int> blocks(nodes.size());
   std::iota(blocks.begin(), blocks.end(), 0);
-  std::stable_sort(blocks.begin(), blocks.end(), [&](int a, int b) {
-    return position[a * static_cast<int>(g)] < position[b * static_cast<int>(g)];
-  });
-  std::vector<GpuSlot> remapped(shape.world);
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [&](int a, int b) { return position[a * g] < position[b * g]; });
+  std::vector<GpuSlot> remapped(world);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    for (size_t j = 0; j < g; ++j) {
-      remapped[blocks[i] * g + j] = GpuSlot{nodes[i], gpus[i][j]};
+    for (int j = 0; j < g; ++j) {
+      remapped[static_cast<size_t>(blocks[i]) * g + j] = GpuSlot{nodes[i], gpus[i * g + j]};
     }
   }
   if (RequiredGroupsHold(shape, topo, remapped)) ranks = std::move(remapped);
