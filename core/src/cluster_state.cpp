@@ -134,10 +134,10 @@ Status ClusterState::Release(std::span<const GpuSlot> slots) {
                            "' is not allocated");
     }
   }
-  for (const GpuSlot& s : slots) {
-    busy_[s.node] &= ~(uint64_t{1} << s.gpu);
-    Recount(s.node);
-  }
+  // Clear every bit first: a node's counts then change once, on its first
+  // Recount, and the others find nothing to do.
+  for (const GpuSlot& s : slots) busy_[s.node] &= ~(uint64_t{1} << s.gpu);
+  for (const GpuSlot& s : slots) Recount(s.node);
   return Status::Ok();
 }
 
