@@ -59,6 +59,7 @@
 // computing capacity only inside the HBDs it visits.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <numeric>
@@ -256,14 +257,36 @@ class Selector {
       }
       std::sort(sorted[i].begin(), sorted[i].end(), std::greater<>());
     }
-    // Sum of the n largest caps over the union of the given children.
-    auto top = [&](std::initializer_list<size_t> set) {
-      std::vector<size_t> at(set.size(), 0);
-      std::vector<size_t> ids(set);
+    // prefix[i][m]: the sum of child i's m largest leaf capacities.
+    std::vector<std::vector<int64_t>> prefix(kids.size());
+    for (size_t i = 0; i < kids.size(); ++i) {
+      prefix[i].assign(sorted[i].size() + 1, 0);
+      for (size_t m = 0; m < sorted[i].size(); ++m) {
+        prefix[i][m + 1] = prefix[i][m] + sorted[i][m];
+      }
+    }
+    const size_t want = static_cast<size_t>(std::max(leaves_needed, 0));
+    // Whether the leaves_needed largest caps over the union of the given
+    // children (2 or 3) hold kc. Each child's own best leaves bound the sum
+    // from above, and give it exactly when the children have no more leaves
+    // than that; only the rest need the merge.
+    auto reaches = [&](std::initializer_list<size_t> set) {
+      std::array<size_t, 3> ids{};
+      std::array<size_t, 3> at{};
+      size_t count = 0;
+      int64_t bound = 0;
+      size_t leaves = 0;
+      for (size_t i : set) {
+        ids[count++] = i;
+        bound += prefix[i][std::min(want, sorted[i].size())];
+        leaves += sorted[i].size();
+      }
+      if (bound < kc) return false;
+      if (leaves <= want) return true;
       int64_t sum = 0;
-      for (int n = 0; n < leaves_needed; ++n) {
+      for (size_t n = 0; n < want; ++n) {
         int best = -1;
-        for (size_t k = 0; k < ids.size(); ++k) {
+        for (size_t k = 0; k < count; ++k) {
           if (at[k] < sorted[ids[k]].size() &&
               (best < 0 || sorted[ids[k]][at[k]] > sorted[ids[best]][at[best]])) {
             best = static_cast<int>(k);
@@ -272,21 +295,25 @@ class Selector {
         if (best < 0) break;
         sum += sorted[ids[best]][at[best]++];
       }
-      return sum;
+      return sum >= kc;
     };
     auto total = [&](std::initializer_list<size_t> set) {
       int64_t t = 0;
       for (size_t i : set) t += cap_[kids[i].id];
       return t;
     };
+    // The tightest set (least total capacity) that holds kc; the cheap total
+    // is compared before the merge.
     std::vector<size_t> best;
     int64_t best_total = 0;
     const size_t n = kids.size();
     for (size_t a = 0; a < n; ++a) {
       for (size_t b = a + 1; b < n; ++b) {
-        if (top({a, b}) >= kc && (best.empty() || total({a, b}) < best_total)) {
+        const int64_t t = total({a, b});
+        if (!best.empty() && t >= best_total) continue;
+        if (reaches({a, b})) {
           best = {a, b};
-          best_total = total({a, b});
+          best_total = t;
         }
       }
     }
@@ -294,9 +321,11 @@ class Selector {
     for (size_t a = 0; a < n; ++a) {
       for (size_t b = a + 1; b < n; ++b) {
         for (size_t c = b + 1; c < n; ++c) {
-          if (top({a, b, c}) >= kc && (best.empty() || total({a, b, c}) < best_total)) {
+          const int64_t t = total({a, b, c});
+          if (!best.empty() && t >= best_total) continue;
+          if (reaches({a, b, c})) {
             best = {a, b, c};
-            best_total = total({a, b, c});
+            best_total = t;
           }
         }
       }
