@@ -1,5 +1,6 @@
 #include "topo/core/cluster_state.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <string>
 
@@ -44,11 +45,18 @@ ClusterState::ClusterState(const Topology& topology)
       busy_gpus_(topology.domain_count(), 0),
       free_gpus_(topology.domain_count(), 0),
       failed_gpus_(topology.domain_count(), 0),
-      whole_free_(topology.domain_count(), 0) {
+      whole_free_(topology.domain_count(), 0),
+      nodes_by_free_(static_cast<size_t>(topology.domain_count() - topology.node_count()) *
+                         (topology.max_node_gpus() + 1),
+                     0) {
+  const int width = topology.max_node_gpus() + 1;
   for (DomainId d = 0; d < topology.domain_count(); ++d) {
     free_gpus_[d] = topology.domain(d).gpus;
     const Domain& dom = topology.domain(d);
     whole_free_[d] = dom.node_end - dom.node_begin;
+    if (d < topology.node_count()) continue;
+    int32_t* row = &nodes_by_free_[static_cast<size_t>(d - topology.node_count()) * width];
+    for (NodeId n = dom.node_begin; n < dom.node_end; ++n) ++row[topology.node(n).gpus];
   }
   for (NodeId n = 0; n < topology.node_count(); ++n) {
     int g = topology.node(n).gpus;
@@ -89,13 +97,32 @@ void ClusterState::Recount(NodeId n) {
   int whole = usable_free_mask(n) == all_[n] ? 1 : 0;
   int d_whole = whole - whole_free_[n];
   if (d_busy == 0 && d_free == 0 && d_failed == 0 && d_whole == 0) return;
+  const int old_free = free_gpus_[n];
+  const size_t width = static_cast<size_t>(t.max_node_gpus()) + 1;
   for (int tier = 0; tier <= t.root_tier(); ++tier) {
     DomainId d = t.Ancestor(n, tier);
     busy_gpus_[d] += d_busy;
     free_gpus_[d] += d_free;
     failed_gpus_[d] += d_failed;
     whole_free_[d] += d_whole;
+    if (tier > 0 && d_free != 0) {
+      int32_t* row = &nodes_by_free_[static_cast<size_t>(d - t.node_count()) * width];
+      --row[old_free];
+      ++row[free];
+    }
   }
+}
+
+bool ClusterState::HasNodeWithFree(DomainId d, int gpus) const {
+  const Topology& t = *topology_;
+  if (d < t.node_count()) return free_gpus_[d] >= gpus;
+  const int width = t.max_node_gpus() + 1;
+  if (gpus >= width) return false;
+  const int32_t* row = &nodes_by_free_[static_cast<size_t>(d - t.node_count()) * width];
+  for (int k = std::max(gpus, 0); k < width; ++k) {
+    if (row[k] > 0) return true;
+  }
+  return false;
 }
 
 Status ClusterState::Allocate(std::span<const GpuSlot> slots) {

@@ -456,22 +456,25 @@ int ChildrenAboveLeaf(const Topology& topo, const std::vector<std::pair<NodeId, 
 
 // Walks from d down to domains of `tier`, fullest first (fewest free GPUs),
 // skipping domains with fewer than `gpus` free GPUs (the state's counters are
-// an upper bound on what a job can use), and returns the first answer of
+// an upper bound on what a job can use) and, when one_node, domains without
+// a node that has `gpus` free, and returns the first answer of
 // at_tier(domain) that is not -1.
 template <typename AtTier>
 int32_t DescendFullestFirst(const Topology& topo, const ClusterState& state, int gpus, int tier,
-                            DomainId d, const AtTier& at_tier) {
+                            bool one_node, DomainId d, const AtTier& at_tier) {
   if (topo.domain(d).tier <= tier) return at_tier(d);
   std::vector<DomainId> kids;
   for (DomainId c : topo.children(d)) {
-    if (state.free_gpus(c) >= gpus) kids.push_back(c);
+    if (state.free_gpus(c) >= gpus && (!one_node || state.HasNodeWithFree(c, gpus))) {
+      kids.push_back(c);
+    }
   }
   std::sort(kids.begin(), kids.end(), [&](DomainId a, DomainId b) {
     if (state.free_gpus(a) != state.free_gpus(b)) return state.free_gpus(a) < state.free_gpus(b);
     return a < b;
   });
   for (DomainId c : kids) {
-    const int32_t found = DescendFullestFirst(topo, state, gpus, tier, c, at_tier);
+    const int32_t found = DescendFullestFirst(topo, state, gpus, tier, one_node, c, at_tier);
     if (found >= 0) return found;
   }
   return -1;
@@ -481,7 +484,7 @@ int32_t DescendFullestFirst(const Topology& topo, const ClusterState& state, int
 NodeId FindOneNode(const Topology& topo, const JobShape& shape, const ClusterState& state) {
   const int unit = shape.unit[0];
   auto usable = [&](NodeId n) { return internal::NodeSlots(shape, state, n) / unit * unit; };
-  return DescendFullestFirst(topo, state, shape.world, 1, topo.root(), [&](DomainId d) {
+  return DescendFullestFirst(topo, state, shape.world, 1, true, topo.root(), [&](DomainId d) {
     const Domain& dom = topo.domain(d);
     if (dom.tier == 0) return usable(d) >= shape.world ? d : NodeId{-1};
     NodeId best = -1;
@@ -502,7 +505,7 @@ NodeId FindOneNode(const Topology& topo, const JobShape& shape, const ClusterSta
 DomainId FindOneHbd(const Topology& topo, const JobShape& shape, const ClusterState& state,
                     std::vector<int>& cap) {
   return DescendFullestFirst(
-      topo, state, shape.world, topo.hbd_tier(), topo.root(), [&](DomainId h) {
+      topo, state, shape.world, topo.hbd_tier(), false, topo.root(), [&](DomainId h) {
         internal::ComputeSubtreeCapacity(shape, state, h, cap);
         return cap[h] >= internal::NeedAt(shape, topo.domain(h).tier) ? h : kNoDomain;
       });

@@ -70,6 +70,9 @@ class ClusterState {
   // Up nodes whose every GPU is free and not failed (degraded ones count):
   // an upper bound on what a whole-node job can use, kept incrementally.
   int whole_free_nodes(DomainId d) const { return whole_free_[d]; }
+  // Whether some node under d has at least `gpus` free GPUs (usable_free_mask
+  // counted), so a search for one node can skip domains without one.
+  bool HasNodeWithFree(DomainId d, int gpus) const;
   int total_busy_gpus() const { return busy_gpus_.back(); }
 
  private:
@@ -86,6 +89,9 @@ class ClusterState {
   std::vector<int32_t> free_gpus_;
   std::vector<int32_t> failed_gpus_;
   std::vector<int32_t> whole_free_;
+  // Above the nodes: for domain d (id >= node count), how many of its nodes
+  // have k free GPUs, at [(d - node count) * (max GPUs + 1) + k].
+  std::vector<int32_t> nodes_by_free_;
 };
 
 }  // namespace topo::core
