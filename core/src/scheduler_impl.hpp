@@ -8,6 +8,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,6 +107,17 @@ class SchedulerCore::Impl {
   JobId just_submitted_ = 0;
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
+  // The last placement Reserve computed and the state it placed on: the
+  // placer is a function of the job and the state, and the state after the
+  // ends a reservation waits for is often the same from pass to pass (a job
+  // that ended early was among them; a backfilled one ends before them).
+  struct ReserveMemo {
+    JobId job = 0;
+    std::optional<ClusterState> state;
+    Placement placement;
+  };
+  mutable ReserveMemo reserve_memo_;
+  Placement PlaceForReservation(const JobRecord& job, const ClusterState& future) const;
   // The last pass's estimate for its blocked head (EstimatedStart): 0 and
   // kNever when it made none.
   JobId estimate_job_ = 0;

@@ -109,7 +109,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   Placement found;
   bool have = false;
   for (size_t tried = 0; tried < kLinearTries && lo < ends.size(); ++tried) {
-    Placement p = placer_->Place(job.request.spec, future);
+    Placement p = PlaceForReservation(job, future);
     if (p.placed()) {
       hi = lo;
       found = std::move(p);
@@ -121,14 +121,14 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   if (!have) {
     if (lo >= ends.size()) return r;
     release_through(future, lo + 1, ends.size() - 1);
-    Placement last = placer_->Place(job.request.spec, future);
+    Placement last = PlaceForReservation(job, future);
     if (!last.placed()) return r;
     found = std::move(last);
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;
       ClusterState probe = cluster();
       release_through(probe, 0, mid);
-      Placement p = placer_->Place(job.request.spec, probe);
+      Placement p = PlaceForReservation(job, probe);
       if (p.placed()) {
         hi = mid;
         found = std::move(p);
@@ -140,6 +140,17 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   r.start = std::max(ends[hi].first, now_);
   r.gpus = alloc_.Held(found.ranks, found.spares);
   return r;
+}
+
+Placement SchedulerCore::Impl::PlaceForReservation(const JobRecord& job,
+                                                   const ClusterState& future) const {
+  ReserveMemo& m = reserve_memo_;
+  if (m.job == job.id && m.state && m.state->SameUsage(future)) return m.placement;
+  Placement p = placer_->Place(job.request.spec, future);
+  m.job = job.id;
+  m.state = future;
+  m.placement = p;
+  return p;
 }
 
 bool SchedulerCore::Impl::AdmitBehindHead(JobId id) {

@@ -343,3 +343,44 @@ TEST_CASE("the placement sequence's odometer gives SequenceRank's rank at every 
     }
   }
 }
+
+TEST_CASE("SameUsage compares busy, failed and degraded GPUs and node states") {
+  Topology topo = RackTopology();
+  ClusterState a(topo);
+  ClusterState b(topo);
+  CHECK(a.SameUsage(b));
+  REQUIRE(a.Allocate(std::vector<GpuSlot>{{3, 1}}).ok());
+  CHECK(!a.SameUsage(b));
+  REQUIRE(b.Allocate(std::vector<GpuSlot>{{3, 1}}).ok());
+  CHECK(a.SameUsage(b));
+  a.SetGpuHealth(5, 0, GpuHealth::kDegraded);
+  CHECK(!a.SameUsage(b));
+  b.SetGpuHealth(5, 0, GpuHealth::kDegraded);
+  CHECK(a.SameUsage(b));
+  b.SetNodeState(7, NodeState::kDrained);
+  CHECK(!a.SameUsage(b));
+}
+
+TEST_CASE("HasNodeWithFree follows allocations, releases, failures and node states") {
+  Topology topo = RackTopology();  // 4-GPU nodes, racks of 4 nodes
+  ClusterState st(topo);
+  const DomainId rack = topo.Ancestor(0, 1);
+  CHECK(st.HasNodeWithFree(rack, 4));
+  CHECK(!st.HasNodeWithFree(rack, 5));
+  // Take 3 GPUs of every node of the rack: no node keeps 2 free.
+  const Domain& dom = topo.domain(rack);
+  for (NodeId n = dom.node_begin; n < dom.node_end; ++n) {
+    REQUIRE(st.Allocate(std::vector<GpuSlot>{{n, 0}, {n, 1}, {n, 2}}).ok());
+  }
+  CHECK(st.HasNodeWithFree(rack, 1));
+  CHECK(!st.HasNodeWithFree(rack, 2));
+  CHECK(st.HasNodeWithFree(topo.root(), 4));  // other racks are empty
+  REQUIRE(st.Release(std::vector<GpuSlot>{{dom.node_begin, 1}}).ok());
+  CHECK(st.HasNodeWithFree(rack, 2));
+  st.SetGpuHealth(dom.node_begin, 3, GpuHealth::kFailed);
+  CHECK(!st.HasNodeWithFree(rack, 2));
+  st.SetGpuHealth(dom.node_begin, 3, GpuHealth::kHealthy);
+  st.SetNodeState(dom.node_begin, NodeState::kDrained);
+  CHECK(!st.HasNodeWithFree(rack, 2));
+  CHECK(st.HasNodeWithFree(rack, 1));
+}

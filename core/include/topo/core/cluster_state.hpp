@@ -75,6 +75,14 @@ class ClusterState {
   bool HasNodeWithFree(DomainId d, int gpus) const;
   int total_busy_gpus() const { return busy_gpus_.back(); }
 
+  // Whether both states (over the same topology) have the same node states,
+  // busy, failed and degraded GPUs: every counter follows from those, so a
+  // placer answers both alike.
+  bool SameUsage(const ClusterState& other) const {
+    return topology_ == other.topology_ && busy_ == other.busy_ && failed_ == other.failed_ &&
+           degraded_ == other.degraded_ && node_state_ == other.node_state_;
+  }
+
  private:
   void Recount(NodeId n);  // refreshes node n's counters and its ancestors'
 
