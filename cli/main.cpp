@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   topo::cli::RegisterDemo(app, &exit_code);
   topo::cli::RegisterSim(app, &exit_code);
   topo::cli::RegisterJobCommands(app, &exit_code);
+  topo::cli::RegisterHistoryCommands(app, &exit_code);
   topo::cli::RegisterClusterCommands(app, &exit_code);
   topo::cli::RegisterAdminCommands(app, &exit_code);
   for (const char* name : {"place", "topology", "demo", "sim"}) {

@@ -485,6 +485,34 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
     for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
   }
 
+  const json& runs = Field(job, "runs");
+  if (runs.is_array() && !runs.empty()) {
+    char total[64];
+    const json& hours = Field(job, "gpu_hours");
+    std::snprintf(total, sizeof total, "%.2f", hours.is_number() ? hours.get<double>() : 0.0);
+    os << "\nRuns (" << total << " GPU-hours):\n";
+    Table t({"RUN", "START", "END", "GPUS", "NODES", "GPU-H", "EXIT", "ENDED"});
+    for (size_t c : {0, 3, 5, 6}) t.AlignRight(c);
+    for (const json& r : runs) {
+      std::vector<std::string> names;
+      const json& nodes = Field(r, "nodes");
+      if (nodes.is_array()) {
+        for (const json& n : nodes) {
+          if (n.is_string()) names.push_back(n.get<std::string>());
+        }
+      }
+      char gpu_h[32];
+      const json& h = Field(r, "gpu_hours");
+      std::snprintf(gpu_h, sizeof gpu_h, "%.2f", h.is_number() ? h.get<double>() : 0.0);
+      t.AddRow({Str(r, "run"), FormatTime(Field(r, "start_ms")), FormatTime(Field(r, "end_ms")),
+                Str(r, "gpus"), names.empty() ? "-" : common::CompressHostlist(names), gpu_h,
+                Str(r, "exit_code"),
+                Field(r, "end_ms").is_null() ? "running" : Str(r, "end_reason")});
+    }
+    std::istringstream lines(t.Render());
+    for (std::string l; std::getline(lines, l);) os << "  " << l << "\n";
+  }
+
   const json& incidents = Field(job, "incidents");
   if (incidents.is_array() && !incidents.empty()) {
     os << "\nIncidents:\n";

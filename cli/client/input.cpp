@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 namespace topo::cli {
 
@@ -78,6 +79,82 @@ Result<std::string> ReadInputFile(const std::string& path, const InputLimit& lim
   Result<std::string> text = ReadInputFd(fd, path, limit);
   close(fd);
   return text;
+}
+
+}  // namespace topo::cli
+
+namespace topo::cli {
+
+core::Result<int64_t> ParseWhen(std::string_view text, int64_t now_ms, std::string_view flag) {
+  auto bad = [&] {
+    return core::Status::Error(std::string(flag) + ": \"" + std::string(text.substr(0, 40)) +
+                               "\" is not a time; use a relative one (7d, 12h, 30m, 2w ago) or "
+                               "a date (2026-11-01, 2026-11-01T14:30, local time)");
+  };
+  if (text == "now") return now_ms;
+  if (text.size() >= 2 && text.size() <= 8 &&
+      text.find_first_not_of("0123456789") == text.size() - 1) {
+    int64_t n = 0;
+    for (char c : text.substr(0, text.size() - 1)) n = n * 10 + (c - '0');
+    int64_t unit = 0;
+    switch (text.back()) {
+      case 'm':
+        unit = 60 * 1000;
+        break;
+      case 'h':
+        unit = 3600 * 1000;
+        break;
+      case 'd':
+        unit = 86400 * 1000;
+        break;
+      case 'w':
+        unit = 7 * 86400 * 1000;
+        break;
+      default:
+        return bad();
+    }
+    if (n > 100000 * 86400000LL / unit) return bad();  // beyond ~270 years
+    return std::max<int64_t>(0, now_ms - n * unit);
+  }
+  // YYYY-MM-DD, then optionally [T ]HH:MM[:SS].
+  auto digits = [&](size_t at, size_t n, int& out) {
+    if (at + n > text.size()) return false;
+    out = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (text[i] < '0' || text[i] > '9') return false;
+      out = out * 10 + (text[i] - '0');
+    }
+    return true;
+  };
+  std::tm tm{};
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  if (!digits(0, 4, year) || text.size() < 10 || text[4] != '-' || !digits(5, 2, month) ||
+      text[7] != '-' || !digits(8, 2, day)) {
+    return bad();
+  }
+  if (text.size() > 10) {
+    if ((text[10] != 'T' && text[10] != ' ') || !digits(11, 2, hour) || text.size() < 16 ||
+        text[13] != ':' || !digits(14, 2, minute)) {
+      return bad();
+    }
+    if (text.size() > 16 && (text.size() != 19 || text[16] != ':' || !digits(17, 2, second))) {
+      return bad();
+    }
+  }
+  if (year < 1970 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 ||
+      second > 59) {
+    return bad();
+  }
+  tm.tm_year = year - 1900;
+  tm.tm_mon = month - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hour;
+  tm.tm_min = minute;
+  tm.tm_sec = second;
+  tm.tm_isdst = -1;
+  const std::time_t t = std::mktime(&tm);
+  if (t == static_cast<std::time_t>(-1) || tm.tm_mday != day) return bad();  // 2026-02-30
+  return static_cast<int64_t>(t) * 1000;
 }
 
 }  // namespace topo::cli

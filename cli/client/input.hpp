@@ -39,4 +39,10 @@ core::Result<std::string> ReadInputFd(int fd, const std::string& shown, const In
 // "1 MiB", "128 KiB", "4.8 MiB", "300 bytes".
 std::string FormatBytes(size_t bytes);
 
+// A point in time for --since/--until, as Unix milliseconds: "7d", "12h",
+// "30m", "2w" ago from now_ms; "2026-11-01" (local midnight),
+// "2026-11-01T14:30" or "2026-11-01 14:30[:05]" (local time); "now". Errors
+// name `flag`, what was given and the accepted forms.
+core::Result<int64_t> ParseWhen(std::string_view text, int64_t now_ms, std::string_view flag);
+
 }  // namespace topo::cli

@@ -58,6 +58,8 @@ void RegisterSim(CLI::App& app, int* exit_code);
 // admin.cpp); `topology import` and the server side of `topology export` are
 // added to the topology command by RegisterTopology.
 void RegisterJobCommands(CLI::App& app, int* exit_code);
+// `topo history`, `topo report usage` (history.cpp).
+void RegisterHistoryCommands(CLI::App& app, int* exit_code);
 // `topo submit [flags] -- CMD ARGS...`: main() takes everything after the
 // first "--" following `submit` out of argv before parsing (CLI11 would fill
 // the SCRIPT positional with CMD) and hands it here, so CMD is always run as

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -100,3 +101,31 @@ TEST_CASE("FormatBytes") {
 
 }  // namespace
 }  // namespace topo::cli
+
+TEST_CASE("ParseWhen: relative, dated and refused forms of --since/--until") {
+  const int64_t now = 1800000000000;  // 2027-01-15
+  CHECK(topo::cli::ParseWhen("7d", now, "--since").value() == now - 7 * 86400000LL);
+  CHECK(topo::cli::ParseWhen("12h", now, "--since").value() == now - 12 * 3600000LL);
+  CHECK(topo::cli::ParseWhen("30m", now, "--since").value() == now - 30 * 60000LL);
+  CHECK(topo::cli::ParseWhen("2w", now, "--since").value() == now - 14 * 86400000LL);
+  CHECK(topo::cli::ParseWhen("now", now, "--until").value() == now);
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 1;
+  tm.tm_isdst = -1;
+  const int64_t midnight = static_cast<int64_t>(std::mktime(&tm)) * 1000;
+  CHECK(topo::cli::ParseWhen("2026-11-01", now, "--since").value() == midnight);
+  CHECK(topo::cli::ParseWhen("2026-11-01T14:30", now, "--since").value() ==
+        midnight + (14 * 60 + 30) * 60000LL);
+  CHECK(topo::cli::ParseWhen("2026-11-01 14:30:05", now, "--since").value() ==
+        midnight + (14 * 3600 + 30 * 60 + 5) * 1000LL);
+  for (const char* bad : {"", "7", "7y", "d", "-7d", "2026-13-01", "2026-02-30", "2026-11-01T25:00",
+                          "2026-11-01T14", "yesterday", "99999999d"}) {
+    CAPTURE(bad);
+    topo::core::Result<int64_t> r = topo::cli::ParseWhen(bad, now, "--since");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().find("--since") != std::string::npos);
+    CHECK(r.message().find("7d") != std::string::npos);
+  }
+}

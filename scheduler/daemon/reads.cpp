@@ -266,8 +266,11 @@ HttpResponse Events(store::Store& store, const Caller& caller, const Route& rout
 
 }  // namespace
 
-HttpResponse ServeRead(store::Store& store, const Caller& caller, const Route& route) {
+HttpResponse ServeRead(store::Store& store, const Caller& caller, const Route& route,
+                       core::TimeMs now_ms) {
   const std::string& what = route.path[0];
+  if (what == "history") return ServeHistory(store, caller, route, now_ms);
+  if (what == "reports") return ServeUsage(store, caller, route, now_ms);
   if (what == "whoami") {
     return JsonResponse(200, Json{{"user", caller.user.name},
                                   {"tenant", caller.user.tenant},

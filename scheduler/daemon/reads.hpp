@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,27 @@ class ReadPool {
 };
 
 // GET /v1/events?after&limit|last&job&node&type, /v1/audit?after&limit|last,
-// /v1/whoami (docs/api.md, "Events").
+// /v1/whoami (docs/api.md, "Events"), /v1/history and /v1/reports/usage
+// (docs/api.md, "Accounting"). now_ms: the wall clock, for runs that have
+// not ended.
 // REQUIRES: the caller is authenticated; route is one of those.
-HttpResponse ServeRead(store::Store& store, const Caller& caller, const Route& route);
+HttpResponse ServeRead(store::Store& store, const Caller& caller, const Route& route,
+                       core::TimeMs now_ms);
+
+// reads_history.cpp:
+// GET /v1/history?user&tenant&state&since&until&limit&after: the caller's
+// jobs (scope.hpp) that existed in [since, until), with their runs and
+// GPU-hours, by id; next_after pages.
+HttpResponse ServeHistory(store::Store& store, const Caller& caller, const Route& route,
+                          core::TimeMs now_ms);
+// GET /v1/reports/usage?by=tenant|user&since&until&limit&after: GPU-hours,
+// jobs, outcomes and queue wait per tenant or user of the caller's scope.
+HttpResponse ServeUsage(store::Store& store, const Caller& caller, const Route& route,
+                        core::TimeMs now_ms);
+// The runs of one job as the API shows them (`topo show`, history): nodes,
+// GPUs, start, end, why it ended, exit status, GPU-hours (a run that has
+// not ended counts up to now_ms).
+nlohmann::json JobRunsJson(std::span<const store::JobRunRow> runs, core::TimeMs now_ms);
+double JobGpuHours(std::span<const store::JobRunRow> runs, core::TimeMs now_ms);
 
 }  // namespace topo::daemon

@@ -73,6 +73,8 @@ constexpr RouteSpec kRoutes[] = {
     {"GET", "/events", kOffStrand, nullptr},
     {"GET", "/audit", kOffStrand, nullptr},
     {"GET", "/whoami", kOffStrand, nullptr},
+    {"GET", "/history", kOffStrand, nullptr},
+    {"GET", "/reports/usage", kOffStrand, nullptr},
     {"GET", "/metrics", kRead, MetricsRoute},
 };
 
@@ -202,7 +204,7 @@ HttpResponse Service::Handle(const HttpRequest& request, TimeMs now) {
   if (!room.ok()) {
     r = StatusResponse(room);
   } else if (spec.flags & kOffStrand) {
-    r = ServeRead(*s.driver.store, who.value(), route);
+    r = ServeRead(*s.driver.store, who.value(), route, s.driver.now);
   } else {
     r = spec.handler(s, who.value(), route);
   }
@@ -235,7 +237,7 @@ HttpResponse Service::HandleRead(const HttpRequest& request, TimeMs now) {
   if (auto* error = std::get_if<HttpResponse>(&found)) return *error;
   const RouteSpec& spec = *std::get<const RouteSpec*>(found);
   if (!(spec.flags & kOffStrand)) return Error(500, "internal: not a read route");
-  HttpResponse r = ServeRead(lease.value().store(), who.value(), route);
+  HttpResponse r = ServeRead(lease.value().store(), who.value(), route, now);
   if (r.route.empty()) r.route = RouteName(spec);
   return r;
 }

@@ -22,6 +22,18 @@ bool Caller::InScope(std::string_view tenant) const {
   return false;
 }
 
+store::TenantScope StoreScope(const Caller& caller) {
+  switch (caller.user.role) {
+    case store::Role::kClusterAdmin:
+      return {store::TenantScope::Kind::kAll, ""};
+    case store::Role::kTenantAdmin:
+      return {store::TenantScope::Kind::kSubtree, caller.user.tenant};
+    case store::Role::kUser:
+      return {store::TenantScope::Kind::kTenant, caller.user.tenant};
+  }
+  return {store::TenantScope::Kind::kTenant, caller.user.tenant};
+}
+
 bool SeesTenantSeries(const Caller& caller, std::string_view tenant) {
   return caller.InScope(tenant);
 }

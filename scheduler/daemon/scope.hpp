@@ -53,6 +53,10 @@ struct ScopedEvent {
 std::optional<ScopedEvent> ScopeEvent(const Caller& caller, const nlohmann::json& body,
                                       const std::string& actor, const TenantOf& tenant_of);
 
+// The same rule in the store's terms, for reads the store filters in SQL
+// (history, usage reports): exactly the tenants InScope accepts.
+store::TenantScope StoreScope(const Caller& caller);
+
 // Whether a per-tenant metric series (a label tenant="...") is shown.
 bool SeesTenantSeries(const Caller& caller, std::string_view tenant);
 

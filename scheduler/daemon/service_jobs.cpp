@@ -86,24 +86,27 @@ Json RowSummary(const ServiceState& s, const store::JobRow& r) {
       if (slot.is_array() && !slot.empty() && slot[0].is_string()) nodes.insert(slot[0]);
     }
   }
-  return Json{{"id", r.id},
-              {"name", spec.is_object() ? spec.value("name", "") : ""},
-              {"tenant", r.tenant},
-              {"user", r.user},
-              {"state", core::JobStateName(r.state)},
-              {"reason", r.reason},
-              {"gpus", spec.is_object() ? spec.value("gpus", 0) : 0},
-              {"nodes", nodes.size()},
-              {"priority", r.priority},
-              {"submit_ms", r.submit_ms},
-              {"start_ms", TimeOrNull(r.start_ms)},
-              {"end_ms", TimeOrNull(r.end_ms)},
-              {"time_limit_s", TimeLimit(s, r.time_limit_ms) / 1000},
-              {"restarts", r.restarts},
-              {"checkpoint_step", r.checkpoint_step},
-              {"queue_position", nullptr},
-              {"estimated_start_ms", nullptr},
-              {"predicted_slowdown", nullptr}};
+  return Json{
+      {"id", r.id},
+      {"name", spec.is_object() ? spec.value("name", "") : ""},
+      {"tenant", r.tenant},
+      {"user", r.user},
+      {"state", core::JobStateName(r.state)},
+      {"reason", r.reason},
+      {"gpus", spec.is_object() ? spec.value("gpus", 0) : 0},
+      // A finished job shows where its newest run was.
+      {"nodes", nodes.empty() && core::IsTerminal(r.state) ? r.last_run_nodes
+                                                           : static_cast<int>(nodes.size())},
+      {"priority", r.priority},
+      {"submit_ms", r.submit_ms},
+      {"start_ms", TimeOrNull(r.start_ms)},
+      {"end_ms", TimeOrNull(r.end_ms)},
+      {"time_limit_s", TimeLimit(s, r.time_limit_ms) / 1000},
+      {"restarts", r.restarts},
+      {"checkpoint_step", r.checkpoint_step},
+      {"queue_position", nullptr},
+      {"estimated_start_ms", nullptr},
+      {"predicted_slowdown", nullptr}};
 }
 
 std::map<JobId, int> QueuePositions(const core::SchedulerCore& core) {
@@ -287,6 +290,20 @@ void PruneSlowdowns(const ServiceState& s) {
 
 namespace {
 
+// The job's runs (job_runs) and GPU-hours into its detailed view; a
+// finished job shows the node count of its newest run.
+core::Status AddRuns(ServiceState& s, JobId id, Json& out) {
+  Result<std::vector<store::JobRunRow>> runs = s.driver.store->ListJobRuns(std::vector<JobId>{id});
+  if (!runs.ok()) return runs.status();
+  out["runs"] = JobRunsJson(runs.value(), s.driver.now);
+  out["gpu_hours"] = JobGpuHours(runs.value(), s.driver.now);
+  const std::optional<core::JobState> state = common::ParseJobState(out.value("state", ""));
+  if (state && core::IsTerminal(*state) && out.value("nodes", 0) == 0 && !runs.value().empty()) {
+    out["nodes"] = runs.value().back().nodes;
+  }
+  return core::Status::Ok();
+}
+
 // A job in the caller's scope as JSON, or nullopt.
 Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId id, bool detail) {
   if (const core::JobRecord* j = s.driver.core != nullptr ? s.driver.core->job(id) : nullptr) {
@@ -314,6 +331,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
             common::MetricsToJson(core::Evaluate(j->request.spec, topo, j->ranks), topo);
       }
       out["predicted"] = PredictedJson(topo, *j);
+      if (core::Status st = AddRuns(s, id, out); !st.ok()) return st;
       const std::vector<store::RawEvent> events = JobEvents(s, id);
       out["history"] = History(s, caller, events, id);
       out["incidents"] = Incidents(events, id, ScopedActor(s, caller));
@@ -338,6 +356,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
     out["placement"] = nullptr;
     out["metrics"] = nullptr;
     out["predicted"] = nullptr;
+    if (core::Status st = AddRuns(s, id, out); !st.ok()) return st;
     const std::vector<store::RawEvent> events = JobEvents(s, id);
     out["history"] = History(s, caller, events, id);
     out["incidents"] = Incidents(events, id, ScopedActor(s, caller));
@@ -610,7 +629,12 @@ HttpResponse List(ServiceState& s, const Caller& caller, const Route& route) {
           more = true;
           break;
         }
-        jobs.push_back(live != nullptr ? RecordSummary(s, *live, &positions) : RowSummary(s, r));
+        Json summary = live != nullptr ? RecordSummary(s, *live, &positions) : RowSummary(s, r);
+        const core::JobState state = live != nullptr ? live->state : r.state;
+        if (core::IsTerminal(state) && summary.value("nodes", 0) == 0) {
+          summary["nodes"] = r.last_run_nodes;
+        }
+        jobs.push_back(std::move(summary));
         last = r.id;
       }
     }

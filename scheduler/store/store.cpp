@@ -243,6 +243,14 @@ Result<ReplayReport> ReplayLog(Store::Impl& impl, core::SchedulerCore& core, int
 
 }  // namespace
 
+Status Store::Impl::DetectJobRuns() {
+  Result<int64_t> n =
+      db.QueryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'job_runs'");
+  if (!n.ok()) return Error("reading the schema", n.status());
+  has_job_runs = n.value() == 1;
+  return Status::Ok();
+}
+
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::Store(Store&&) noexcept = default;
 Store& Store::operator=(Store&&) noexcept = default;
@@ -267,6 +275,7 @@ Result<Store> Store::Open(const std::string& path, const OpenOptions& options) {
                              " is not one this binary knows (1.." + std::to_string(known) + ")");
     }
     impl->schema_version = static_cast<int>(version.value());
+    if (Status s = impl->DetectJobRuns(); !s.ok()) return s;
     return Store(std::move(impl));
   }
   // Outside any transaction: the journal mode cannot change inside one. WAL
@@ -296,6 +305,7 @@ Result<Store> Store::Open(const std::string& path, const OpenOptions& options) {
   if (!last_time.ok()) return impl->Error("reading the log", last_time.status());
   impl->last_seq = last_seq.value();
   impl->last_time = last_time.value();
+  if (Status s = impl->DetectJobRuns(); !s.ok()) return s;
   if (Status s = impl->PrepareWriteStatements(); !s.ok()) return s;
   return Store(std::move(impl));
 }

@@ -38,6 +38,7 @@
 // Errors are core::Status values whose messages name the file; no exception
 // escapes.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -109,6 +110,78 @@ struct JobRow {
   std::string spares_json = "[]";  // [node, ...]
   int64_t submit_seq = 0;
   int64_t updated_seq = 0;
+  // From job_runs (ListJobs, GetJob, ListHistory fill them):
+  int runs = 0;              // runs so far (starts and restarts)
+  int last_run_nodes = 0;    // distinct nodes of the newest run; 0 if none
+  int64_t ended_gpu_ms = 0;  // GPU-ms of the runs that ended
+};
+
+// One run of a job: from a start or restart to the next restart, stop or
+// state change that holds no GPUs (schema/sql/0004_job_runs.sql has the rule).
+struct JobRunRow {
+  JobId job = 0;
+  int run = 0;  // 1, 2, ... in start order
+  TimeMs start_ms = 0;
+  TimeMs end_ms = -1;  // -1 while it runs
+  int gpus = 0;
+  int nodes = 0;                  // distinct nodes
+  std::string ranks_json = "[]";  // [[node, gpu], ...] by rank
+  std::string end_reason;         // "" while it runs
+  std::optional<int> exit_code;   // the exit status that ended it, if one did
+  int64_t gpu_ms = 0;             // (end - start) x gpus; 0 while it runs
+
+  // GPU-ms up to now_ms for a run that has not ended.
+  int64_t GpuMsAt(TimeMs now_ms) const {
+    return end_ms >= 0 ? gpu_ms : std::max<int64_t>(0, now_ms - start_ms) * gpus;
+  }
+};
+
+// Whose jobs a query may return: the store's form of the caller's scope
+// (scheduler/daemon/scope.hpp makes it; the store applies it in SQL).
+struct TenantScope {
+  enum class Kind : uint8_t { kAll, kTenant, kSubtree };
+  Kind kind = Kind::kAll;
+  std::string tenant;  // kTenant: exactly it; kSubtree: it and "tenant/..."
+};
+
+// Jobs for `topo history`: those submitted before `until` that had not ended
+// before `since` (they existed during [since, until)), by id ascending.
+struct HistoryQuery {
+  TenantScope scope;
+  std::optional<std::string> tenant;  // exactly this tenant (within scope)
+  std::optional<std::string> user;
+  std::vector<core::JobState> states;  // empty: any
+  std::optional<TimeMs> since;
+  std::optional<TimeMs> until;
+  JobId after_id = 0;  // paging: ids greater than this
+  int limit = 100;
+};
+
+enum class UsageKey : uint8_t { kTenant, kUser };
+
+// Usage per tenant or user over [since, until): GPU-ms of the runs clipped
+// to the window (a run still going counts up to now_ms), jobs submitted,
+// jobs that ended and how, first starts and their queue wait.
+struct UsageQuery {
+  TenantScope scope;
+  UsageKey by = UsageKey::kTenant;
+  TimeMs since = 0;
+  TimeMs until = 0;
+  TimeMs now_ms = 0;
+  std::string after_key;  // paging: keys greater than this
+  int limit = 100;
+};
+
+struct UsageRow {
+  std::string key;  // the tenant or user
+  int64_t gpu_ms = 0;
+  int64_t submitted = 0;
+  int64_t completed = 0;
+  int64_t failed = 0;
+  int64_t cancelled = 0;
+  int64_t started = 0;  // first starts in the window
+  int64_t queue_wait_ms_total = 0;
+  int64_t queue_wait_ms_max = 0;
 };
 
 struct JobQuery {
@@ -246,6 +319,13 @@ class Store {
   // ---- materialized views
   core::Result<std::optional<JobRow>> GetJob(JobId id);
   core::Result<std::vector<JobRow>> ListJobs(const JobQuery& query);
+  // The runs of each job, by job then run (jobs without runs have none).
+  core::Result<std::vector<JobRunRow>> ListJobRuns(std::span<const JobId> jobs);
+  // At most query.limit jobs (store_history.cpp).
+  core::Result<std::vector<JobRow>> ListHistory(const HistoryQuery& query);
+  // At most query.limit rows by key ascending, keys with nothing in the
+  // window left out.
+  core::Result<std::vector<UsageRow>> Usage(const UsageQuery& query);
   // The largest job id ever submitted, 0 if none: the daemon numbers new
   // jobs from here after a restart.
   core::Result<JobId> MaxJobId();

@@ -27,6 +27,11 @@ core::Result<std::vector<Row>> Collect(internal::Statement& q, ReadRow read) {
   return rows;
 }
 
+// The jobs columns that JobRow is read from, and the reader
+// (store_tables.cpp): "SELECT " + JobColumns() + " FROM jobs ...".
+std::string_view JobColumns(bool has_job_runs);
+JobRow ReadJobRowAt(const internal::Statement& q);
+
 // Statements of the write path, prepared once per connection.
 struct WriteStatements {
   internal::Statement insert_event;
@@ -40,6 +45,8 @@ struct WriteStatements {
   internal::Statement upsert_node;
   internal::Statement insert_gpu_health;
   internal::Statement insert_job_event;
+  internal::Statement run_open;
+  internal::Statement run_close;
 };
 
 // One entry of a batch, encoded before the transaction starts.
@@ -56,6 +63,9 @@ class Store::Impl {
   internal::Database db;
   int schema_version = 0;
   bool read_only = false;
+  // The schema has job_runs (0004_job_runs.sql); tests that migrate to an
+  // older version run without it.
+  bool has_job_runs = false;
   int64_t last_seq = 0;
   TimeMs last_time = 0;
   WriteStatements write;
@@ -69,6 +79,8 @@ class Store::Impl {
     return Error(what, cause.message());
   }
 
+  // Sets has_job_runs from the file's schema (store.cpp).
+  core::Status DetectJobRuns();
   // store_tables.cpp
   core::Status PrepareWriteStatements();
   // The effects of one logged entry on the materialized tables.

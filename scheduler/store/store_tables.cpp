@@ -6,6 +6,8 @@
 // log alone. Where the core changes a job without a command, the row keeps
 // the last value a command or event carried (docs/store.md, "Gaps").
 
+#include <optional>
+#include <set>
 #include <type_traits>
 #include <utility>
 
@@ -28,7 +30,16 @@ const std::string& NodeName(const core::Topology& topo, core::NodeId n) {
 constexpr std::string_view kJobColumns =
     "id, tenant, user, state, reason, spec, priority, time_limit_ms, checkpoint_interval_ms, "
     "submit_ms, start_ms, last_start_ms, end_ms, restarts, checkpoint_step, checkpoint_ms, "
-    "ranks, spares, submit_seq, updated_seq";
+    "ranks, spares, submit_seq, updated_seq, "
+    "(SELECT COUNT(*) FROM job_runs r WHERE r.job = jobs.id), "
+    "(SELECT r.nodes FROM job_runs r WHERE r.job = jobs.id ORDER BY r.run DESC LIMIT 1), "
+    "(SELECT COALESCE(SUM(r.gpu_ms), 0) FROM job_runs r WHERE r.job = jobs.id)";
+// The same on a schema without job_runs (tests that migrate to an older
+// version): no runs.
+constexpr std::string_view kJobColumnsWithoutRuns =
+    "id, tenant, user, state, reason, spec, priority, time_limit_ms, checkpoint_interval_ms, "
+    "submit_ms, start_ms, last_start_ms, end_ms, restarts, checkpoint_step, checkpoint_ms, "
+    "ranks, spares, submit_seq, updated_seq, 0, NULL, 0";
 
 JobRow ReadJobRow(const Statement& q) {
   JobRow r;
@@ -52,10 +63,63 @@ JobRow ReadJobRow(const Statement& q) {
   r.spares_json = q.Text(17);
   r.submit_seq = q.Int64(18);
   r.updated_seq = q.Int64(19);
+  r.runs = static_cast<int>(q.Int64(20));
+  r.last_run_nodes = q.IsNull(21) ? 0 : static_cast<int>(q.Int64(21));
+  r.ended_gpu_ms = q.Int64(22);
   return r;
 }
 
+// Why a run ended at a restart: the event that made the core move the job.
+// The migration that backfills job_runs (schema/sql/0004_job_runs.sql)
+// writes the same text; keep them together.
+std::string RestartCause(const std::string& kind, const Json& event) {
+  auto text = [&](const char* key) {
+    auto it = event.find(key);
+    return it != event.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto number = [&](const char* key) {
+    auto it = event.find(key);
+    return it != event.end() && it->is_number_integer() ? std::to_string(it->get<int64_t>())
+                                                        : std::string();
+  };
+  if (kind == "rank_exited") {
+    return "rank " + number("rank") + " exited with status " + number("exit_code");
+  }
+  if (kind == "gpu_event") {
+    return text("kind") + " " + number("code") + " on " + text("node") + " GPU " + number("gpu");
+  }
+  if (kind == "node_state_requested") {
+    const std::string reason = text("reason");
+    return "node " + text("node") + " " + text("state") + (reason.empty() ? "" : ": " + reason);
+  }
+  if (kind == "node_evacuated") return "node " + text("node") + " was drained";
+  const std::string reason = text("reason");
+  return kind + (reason.empty() ? "" : ": " + reason);
+}
+
+// The exit status the entry's event reports for the job, if any.
+std::optional<int64_t> ExitCodeFor(const std::string& kind, const Json& event, JobId job) {
+  if (kind != "job_finished" && kind != "rank_exited") return std::nullopt;
+  if (event.value("id", JobId{0}) != job) return std::nullopt;
+  auto it = event.find("exit_code");
+  if (it == event.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+int DistinctNodes(const Json& ranks) {
+  std::set<std::string> nodes;
+  for (const Json& slot : ranks) {
+    if (slot.is_array() && !slot.empty() && slot[0].is_string()) nodes.insert(slot[0]);
+  }
+  return static_cast<int>(nodes.size());
+}
+
 }  // namespace
+
+std::string_view JobColumns(bool has_job_runs) {
+  return has_job_runs ? kJobColumns : kJobColumnsWithoutRuns;
+}
+JobRow ReadJobRowAt(const Statement& q) { return ReadJobRow(q); }
 
 Status Store::Impl::PrepareWriteStatements() {
   struct Sql {
@@ -100,8 +164,16 @@ Status Store::Impl::PrepareWriteStatements() {
        "INSERT INTO gpu_health(seq, node, gpu, health, reason, time_ms) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
       {&write.insert_job_event, "INSERT OR IGNORE INTO job_events(job, seq) VALUES (?1, ?2)"},
+      {&write.run_open,
+       "INSERT INTO job_runs(job, run, start_ms, gpus, nodes, ranks, start_seq) VALUES (?1, "
+       "(SELECT COALESCE(MAX(run), 0) + 1 FROM job_runs WHERE job = ?1), ?2, ?3, ?4, ?5, ?6)"},
+      {&write.run_close,
+       "UPDATE job_runs SET end_ms = ?2, end_reason = ?3, exit_code = ?4, "
+       "gpu_ms = (?2 - start_ms) * gpus, end_seq = ?5 WHERE job = ?1 AND end_ms IS NULL"},
   };
   for (const Sql& s : statements) {
+    const bool runs = s.target == &write.run_open || s.target == &write.run_close;
+    if (runs && !has_job_runs) continue;
     Result<Statement> st = db.Prepare(s.text);
     if (!st.ok()) return Error("preparing statements", st.status());
     *s.target = std::move(st).value();
@@ -153,8 +225,50 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
     if (status = index(c); !status.ok()) return status;
   }
 
+  // Runs (job_runs): a start or restart opens one; a restart, a stop or a
+  // state that holds no GPUs ends the open one.
+  auto close_run = [&](JobId id, const std::string& reason) -> Status {
+    if (!has_job_runs) return Status::Ok();
+    Statement& q = write.run_close;
+    q.Bind(1, id).Bind(2, time).Bind(3, reason);
+    if (std::optional<int64_t> code = ExitCodeFor(encoded.kind, encoded.event, id)) {
+      q.Bind(4, *code);
+    } else {
+      q.BindNull(4);
+    }
+    return q.Bind(5, seq).Run();
+  };
+  auto open_run = [&](JobId id, const Json& ranks) -> Status {
+    if (!has_job_runs) return Status::Ok();
+    Statement& q = write.run_open;
+    q.Bind(1, id).Bind(2, time).Bind(3, static_cast<int64_t>(ranks.size()));
+    return q.Bind(4, DistinctNodes(ranks)).Bind(5, ranks.dump()).Bind(6, seq).Run();
+  };
   for (size_t i = 0; i < entry.commands.size(); ++i) {
     const Json& json = encoded.commands[i];
+    status = std::visit(
+        [&](const auto& c) -> Status {
+          using T = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<T, core::StartJob>) {
+            if (Status s = close_run(c.id, "started again"); !s.ok()) return s;
+            return open_run(c.id, json.at("ranks"));
+          } else if constexpr (std::is_same_v<T, core::RestartJob>) {
+            const std::string why = "restarted after " + RestartCause(encoded.kind, encoded.event);
+            if (Status s = close_run(c.id, why); !s.ok()) return s;
+            return open_run(c.id, json.at("ranks"));
+          } else if constexpr (std::is_same_v<T, core::StopJob>) {
+            return close_run(c.id, c.reason);
+          } else if constexpr (std::is_same_v<T, core::JobStateChanged>) {
+            if (c.state == core::JobState::kRunning || c.state == core::JobState::kPreempting) {
+              return Status::Ok();
+            }
+            return close_run(c.id, c.reason);
+          } else {
+            return Status::Ok();
+          }
+        },
+        entry.commands[i]);
+    if (!status.ok()) return status;
     status = std::visit(
         [&](const auto& c) -> Status {
           using T = std::decay_t<decltype(c)>;
@@ -200,8 +314,8 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
 // ---------------------------------------------------------------- queries
 
 Result<std::optional<JobRow>> Store::GetJob(JobId id) {
-  Result<Statement> q =
-      impl_->db.Prepare("SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id = ?1");
+  Result<Statement> q = impl_->db.Prepare("SELECT " + std::string(JobColumns(impl_->has_job_runs)) +
+                                          " FROM jobs WHERE id = ?1");
   if (!q.ok()) return impl_->Error("reading job", q.status());
   q.value().Bind(1, id);
   Result<bool> row = q.value().Step();
@@ -211,7 +325,8 @@ Result<std::optional<JobRow>> Store::GetJob(JobId id) {
 }
 
 Result<std::vector<JobRow>> Store::ListJobs(const JobQuery& query) {
-  std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1";
+  std::string sql =
+      "SELECT " + std::string(JobColumns(impl_->has_job_runs)) + " FROM jobs WHERE id > ?1";
   if (query.tenant) sql += " AND tenant = ?2";
   if (!query.include_terminal) {
     sql += " AND state NOT IN ('completed', 'failed', 'cancelled', 'rejected')";

@@ -78,7 +78,7 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   const std::string path = dir.File("state.db");
   {
     Store store = OpenOk(path);
-    CHECK(store.SchemaVersion() == 3);
+    CHECK(store.SchemaVersion() == EmbeddedMigrations().back().version);
     CHECK(store.LastSeq() == 0);
     CHECK(store.MaxJobId().value() == 0);
     std::vector<core::TenantConfig> tenants = store.ListTenants().value();
@@ -89,10 +89,15 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   RawDb raw(path);
   CHECK(raw.Text("PRAGMA journal_mode") == "wal");
   CHECK(raw.Text("PRAGMA application_id") == std::to_string(0x746f706f));
-  CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") ==
-        "1:init,2:job_events_audit,3:unix_user");
+  std::string versions;
+  for (const Migration& m : EmbeddedMigrations()) {
+    versions += (versions.empty() ? "" : ",") + std::to_string(m.version) + ":" + m.name;
+  }
+  CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") == versions);
+  CHECK(versions.rfind("1:init,2:job_events_audit,3:unix_user,", 0) == 0);
+  CHECK(versions.find(":job_runs") != std::string::npos);
   for (const char* table : {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens",
-                            "meta", "job_events", "audit"}) {
+                            "meta", "job_events", "audit", "job_runs"}) {
     CAPTURE(table);
     CHECK(raw.Text(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + table +
                    "'") == "1");
@@ -115,7 +120,8 @@ TEST_CASE("reopening keeps everything and applies no migration twice") {
   CHECK(store.GetMeta("topology").value() == "{}");
   CHECK(store.GetJob(1).value().has_value());
   RawDb raw(path);
-  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "3");
+  CHECK(raw.Text("SELECT count(*) FROM schema_version") ==
+        std::to_string(EmbeddedMigrations().size()));
 }
 
 TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
@@ -124,17 +130,18 @@ TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
   { OpenOk(path); }
   {
     RawDb raw(path);
-    raw.Exec("INSERT INTO schema_version(version, name, applied_ms) VALUES (7, 'future', 0)");
+    raw.Exec("INSERT INTO schema_version(version, name, applied_ms) VALUES (70, 'future', 0)");
   }
   core::Result<Store> s = Store::Open(path);
   REQUIRE_FALSE(s.ok());
   CAPTURE(s.message());
   CHECK(s.message().find(path) != std::string::npos);
-  CHECK(s.message().find("schema version is 7") != std::string::npos);
-  CHECK(s.message().find("(1..3)") != std::string::npos);
+  CHECK(s.message().find("schema version is 70") != std::string::npos);
+  CHECK(s.message().find("(1.." + std::to_string(EmbeddedMigrations().back().version) + ")") !=
+        std::string::npos);
   CHECK(s.message().find("newer release") != std::string::npos);
   RawDb raw(path);
-  CHECK(raw.Text("SELECT MAX(version) FROM schema_version") == "7");
+  CHECK(raw.Text("SELECT MAX(version) FROM schema_version") == "70");
 }
 
 TEST_CASE("migrations apply in order, once, and a failing one changes nothing") {
