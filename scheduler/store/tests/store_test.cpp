@@ -78,7 +78,7 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   const std::string path = dir.File("state.db");
   {
     Store store = OpenOk(path);
-    CHECK(store.SchemaVersion() == 3);
+    CHECK(store.SchemaVersion() == 4);
     CHECK(store.LastSeq() == 0);
     CHECK(store.MaxJobId().value() == 0);
     std::vector<core::TenantConfig> tenants = store.ListTenants().value();
@@ -90,7 +90,7 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   CHECK(raw.Text("PRAGMA journal_mode") == "wal");
   CHECK(raw.Text("PRAGMA application_id") == std::to_string(0x746f706f));
   CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") ==
-        "1:init,2:job_events_audit,3:unix_user");
+        "1:init,2:job_events_audit,3:unix_user,4:snapshots");
   for (const char* table : {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens",
                             "meta", "job_events", "audit"}) {
     CAPTURE(table);
@@ -115,7 +115,7 @@ TEST_CASE("reopening keeps everything and applies no migration twice") {
   CHECK(store.GetMeta("topology").value() == "{}");
   CHECK(store.GetJob(1).value().has_value());
   RawDb raw(path);
-  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "3");
+  CHECK(raw.Text("SELECT count(*) FROM schema_version") == "4");
 }
 
 TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
@@ -131,7 +131,7 @@ TEST_CASE("a schema newer than the binary knows is refused, unchanged") {
   CAPTURE(s.message());
   CHECK(s.message().find(path) != std::string::npos);
   CHECK(s.message().find("schema version is 7") != std::string::npos);
-  CHECK(s.message().find("(1..3)") != std::string::npos);
+  CHECK(s.message().find("(1..4)") != std::string::npos);
   CHECK(s.message().find("newer release") != std::string::npos);
   RawDb raw(path);
   CHECK(raw.Text("SELECT MAX(version) FROM schema_version") == "7");
