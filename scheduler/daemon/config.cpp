@@ -261,6 +261,22 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                  [](DaemonConfig& c, int64_t x) {
                                    c.read_threads = static_cast<int>(x);
                                  })},
+      {"snapshot_every_events", IntSetter(0, 100000000,
+                                          [](DaemonConfig& c, int64_t x) {
+                                            c.snapshot_every_events = x;
+                                          })},
+      {"snapshot_every_minutes", IntSetter(0, 10080,
+                                           [](DaemonConfig& c, int64_t x) {
+                                             c.snapshot_every_minutes = x;
+                                           })},
+      {"event_retention_days", IntSetter(0, 36500,
+                                         [](DaemonConfig& c, int64_t x) {
+                                           c.event_retention_days = x;
+                                         })},
+      {"compaction_batch_events", IntSetter(1, 100000,
+                                            [](DaemonConfig& c, int64_t x) {
+                                              c.compaction_batch_events = static_cast<int>(x);
+                                            })},
       {"max_queued_jobs_per_user", IntSetter(0, 100000000,
                                              [](DaemonConfig& c, int64_t x) {
                                                c.max_queued_jobs_per_user = static_cast<int>(x);

@@ -43,6 +43,17 @@ struct DaemonConfig {
   // are refused with 507 (reads go on; agents' reports still commit).
   int64_t min_free_disk_mb = 256;
   int read_threads = 2;  // threads (and read-only store connections) for off-strand reads
+  // Snapshots and compaction (docs/store.md): after a commit, the core's
+  // state is stored when snapshot_every_events events or
+  // snapshot_every_minutes minutes (and at least one event) passed since
+  // the last snapshot, so a start replays only the events after it (0 and 0:
+  // never; then every start replays the whole log). Events older than the
+  // oldest kept snapshot and than event_retention_days are deleted in
+  // batches of compaction_batch_events, one transaction each.
+  int64_t snapshot_every_events = 10000;  // 0..100000000; 0: not by count
+  int64_t snapshot_every_minutes = 10;    // 0..10080; 0: not by time
+  int64_t event_retention_days = 30;      // 0..36500; 0: as soon as covered
+  int compaction_batch_events = 1000;     // 1..100000
   // The log (log.hpp): stderr, one line per record, from this level up.
   std::string log_level = "info";   // debug | info | warn | error
   std::string log_format = "text";  // text | json

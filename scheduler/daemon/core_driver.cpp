@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "daemon/log.hpp"
+
 namespace topo::daemon {
 
 using core::Result;
@@ -103,6 +105,93 @@ void CoreDriver::BuildCore() {
   options.explain_shortfall = true;
   judge = core::MakePlacer(scheduler_config.placer, options);
   if (judge == nullptr) judge = core::MakePlacer("toposched", options);
+}
+
+Status CoreDriver::Rebuild(int64_t from_seq) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  epoch_from_seq = from_seq;
+  snapshot_time = now;
+  Result<std::vector<store::SnapshotRow>> rows = store->Snapshots(from_seq);
+  if (!rows.ok()) return rows.status();
+  snapshot_seq = rows.value().empty() ? 0 : rows.value().front().seq;
+  std::string why_not;  // why the newest snapshots were not used
+  for (const store::SnapshotRow& row : rows.value()) {
+    BuildCore();
+    Status s = core->Restore(row.state);
+    if (s.ok()) {
+      Result<store::ReplayReport> r = store->ReplayAfter(*core, row.seq);
+      if (r.ok()) {
+        replay = r.value();
+        restored_seq = row.seq;
+        rebuild_ms = elapsed_ms();
+        log::Info("loaded snapshot at seq " + std::to_string(row.seq) + ", replayed " +
+                      std::to_string(replay.events) + " events in " +
+                      std::to_string(static_cast<int64_t>(rebuild_ms)) + " ms",
+                  {{"snapshot_seq", row.seq},
+                   {"events", replay.events},
+                   {"ms", rebuild_ms},
+                   {"jobs", core->jobs().size()}});
+        return Status::Ok();
+      }
+      s = r.status();
+    }
+    log::Warn("snapshot at seq " + std::to_string(row.seq) + " not used: " + s.message() +
+                  "; trying an older snapshot, else a full replay",
+              {{"snapshot_seq", row.seq}});
+    why_not = s.message();
+  }
+  Result<int64_t> first = store->FirstSeq();
+  if (!first.ok()) return first.status();
+  if (first.value() > from_seq) {
+    return Status::Error("store " + store->path() + ": no snapshot restores (" +
+                         (why_not.empty() ? std::string("none stored") : why_not) +
+                         ") and the events before seq " + std::to_string(first.value()) +
+                         " were compacted, so a full replay cannot rebuild the scheduler; "
+                         "restore a backup (docs/operations.md) or run the release that wrote "
+                         "the snapshot");
+  }
+  BuildCore();
+  Result<store::ReplayReport> r = store->Replay(*core, from_seq);
+  if (!r.ok()) return r.status();
+  replay = r.value();
+  restored_seq = 0;
+  rebuild_ms = elapsed_ms();
+  log::Info("no snapshot: replayed " + std::to_string(replay.events) + " events in " +
+                std::to_string(static_cast<int64_t>(rebuild_ms)) + " ms",
+            {{"events", replay.events}, {"ms", rebuild_ms}});
+  return Status::Ok();
+}
+
+Status CoreDriver::MaybeSnapshot(int64_t every_events, core::TimeMs every_ms) {
+  if (core == nullptr || !staged_.empty()) return Status::Ok();
+  const int64_t last = store->LastSeq();
+  if (last <= snapshot_seq || last < epoch_from_seq) return Status::Ok();
+  const bool by_count = every_events > 0 && last - snapshot_seq >= every_events;
+  const bool by_time = every_ms > 0 && now - snapshot_time >= every_ms;
+  if (!by_count && !by_time) return Status::Ok();
+  // Due or failed, the next try waits a whole interval: a store that
+  // cannot take a snapshot still takes the log.
+  snapshot_seq = last;
+  snapshot_time = now;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string state = core->Snapshot();
+  Status s =
+      store->WriteSnapshot(static_cast<int>(core::SchedulerCore::kSnapshotVersion), state, now);
+  if (s.ok()) {
+    log::Debug(
+        "snapshot at seq " + std::to_string(last),
+        {{"bytes", state.size()},
+         {"ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count()}});
+  }
+  return s;
+}
+
+Result<int64_t> CoreDriver::CompactOnce(core::TimeMs retention_ms, int batch) {
+  return store->CompactEvents(now - retention_ms, batch);
 }
 
 }  // namespace topo::daemon

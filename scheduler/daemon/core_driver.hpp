@@ -54,8 +54,18 @@ class CoreDriver {
   std::unique_ptr<core::ClusterState> empty;  // the empty cluster: refuses infeasible jobs
   std::unique_ptr<core::Placer> judge;        // Busy vs Infeasible at submission
   core::JobId next_job_id = 1;
-  core::TimeMs now = 0;                                      // the strand's clock, non-decreasing
-  store::ReplayReport replay;                                // what the start-up replay did
+  core::TimeMs now = 0;        // the strand's clock, non-decreasing
+  store::ReplayReport replay;  // what the start-up replay did (after the snapshot, if any)
+  // How the start rebuilt the core: from the snapshot at restored_seq (0: a
+  // full replay), in rebuild_ms.
+  int64_t restored_seq = 0;
+  double rebuild_ms = 0;
+  // Snapshots (docs/store.md): the epoch's first seq (meta
+  // topology_from_seq), the seq of the newest snapshot and when the strand
+  // wrote it (or started).
+  int64_t epoch_from_seq = 1;
+  int64_t snapshot_seq = 0;
+  core::TimeMs snapshot_time = 0;
   std::unordered_map<std::string, std::string> node_reason;  // node -> its last reason
   std::deque<UtilizationSample> utilization;
 
@@ -70,6 +80,21 @@ class CoreDriver {
   std::optional<std::string> JobTenant(core::JobId id);
   // Rebuilds core, empty and judge over topology (after Open or an import).
   void BuildCore();
+  // Rebuilds the core of the epoch that starts at from_seq: from its newest
+  // snapshot that restores and the events after it (an older one when the
+  // newest does not restore), else by a full replay, with a warning saying
+  // why. Logs what it did ("loaded snapshot at seq N, replayed M events in
+  // X ms"). Errors: the log cannot be read, or no snapshot restores and the
+  // epoch's oldest events were compacted away (a full replay would be
+  // wrong).
+  core::Status Rebuild(int64_t from_seq);
+  // After a commit: stores a snapshot of the core when every_events events
+  // or every_ms ms passed since the last one (0: not by that measure) and
+  // the log grew since. Errors are the store's; the log stays the truth.
+  core::Status MaybeSnapshot(int64_t every_events, core::TimeMs every_ms);
+  // One bounded compaction batch (Store::CompactEvents) of events older
+  // than retention_ms before now; returns how many it deleted.
+  core::Result<int64_t> CompactOnce(core::TimeMs retention_ms, int batch);
   const WaitingJobs& waiting() const { return waiting_; }
   // Counts the waiting jobs afresh (after a replay or an import).
   void RecountWaiting();

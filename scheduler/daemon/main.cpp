@@ -268,9 +268,11 @@ int main(int argc, char** argv) {
     std::cout << "First start: created user admin (cluster-admin). Its token, shown once, is\n  "
               << *svc.first_admin_token() << "\nand is saved in " << path << " (mode 0600).\n";
   }
-  if (svc.replay_report().events > 0) {
-    std::cerr << "topo-scheduler: rebuilt the scheduler from " << svc.replay_report().events
-              << " logged events";
+  if (svc.replay_report().events > 0 || svc.restored_seq() > 0) {
+    std::cerr << "topo-scheduler: rebuilt the scheduler from ";
+    if (svc.restored_seq() > 0)
+      std::cerr << "the snapshot at seq " << svc.restored_seq() << " and ";
+    std::cerr << svc.replay_report().events << " logged events";
     if (svc.replay_report().diverged > 0) {
       std::cerr << " (" << svc.replay_report().diverged
                 << " decided differently by this build, first at seq "

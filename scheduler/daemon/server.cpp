@@ -94,6 +94,7 @@ class Server::Impl {
         agent_tls_(ssl::context::tls_server),
         read_threads_(static_cast<size_t>(std::max(1, config.read_threads))),
         liveness_(strand_),
+        compaction_(strand_),
         revocation_watch_(strand_) {}
 
   Status Listen(const std::string& cert, const std::string& key);
@@ -137,6 +138,7 @@ class Server::Impl {
   // Reads off the strand (Service::HandleRead): the event log and friends.
   net::thread_pool read_threads_;
   net::steady_timer liveness_;
+  net::steady_timer compaction_;
   // Agents' certificates revoked since start (revocation.hpp): checked at
   // every handshake; the strand's watch closes connected sessions too.
   std::unique_ptr<RevocationList> revocations_;
@@ -166,6 +168,10 @@ class Server::Impl {
   void ScheduleLiveness();
   void WatchRevocations();
   void Sample();
+  // One compaction batch per wake: soon again while batches come back full
+  // (a backlog), else in a minute. Each batch is one short transaction, so
+  // the strand is never held long.
+  void ScheduleCompaction(std::chrono::milliseconds after);
   void Stop(Status why);
 };
 
@@ -316,6 +322,15 @@ void Server::Impl::ScheduleLiveness() {
   });
 }
 
+void Server::Impl::ScheduleCompaction(std::chrono::milliseconds after) {
+  compaction_.expires_after(after);
+  compaction_.async_wait([this](beast::error_code ec) {
+    if (ec || stopping_) return;
+    const bool more = service_.Compact(WallMs()) >= service_.CompactionBatch();
+    ScheduleCompaction(more ? std::chrono::milliseconds(20) : std::chrono::milliseconds(60000));
+  });
+}
+
 void Server::Impl::Sample() {
   service_.SampleUtilization(WallMs());
   sampler_.expires_after(std::chrono::seconds(60));
@@ -333,6 +348,7 @@ void Server::Impl::Stop(Status why) {
   wakeup_.cancel();
   sampler_.cancel();
   liveness_.cancel();
+  compaction_.cancel();
   revocation_watch_.cancel();
   agent_acceptor_.close(ignored);
   signals_.cancel();
@@ -356,6 +372,7 @@ Status Server::Impl::Run() {
   });
   net::post(strand_, [this] {
     Sample();
+    ScheduleCompaction(std::chrono::milliseconds(1000));
     // Startup: step whatever wakeup came due while the daemon was down.
     service_.Tick(WallMs());
     if (Status c = service_.Commit(); !c.ok()) return Stop(c);

@@ -261,6 +261,7 @@ const std::optional<std::string>& Service::first_admin_token() const {
   return s_->first_admin_token;
 }
 const store::ReplayReport& Service::replay_report() const { return s_->driver.replay; }
+int64_t Service::restored_seq() const { return s_->driver.restored_seq; }
 bool Service::has_topology() const { return s_->driver.topology != nullptr; }
 size_t Service::staged() const { return s_->driver.staged(); }
 
@@ -328,13 +329,10 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
     if (!t.ok())
       return Status::Error("store " + st.path() + ": the stored topology: " + t.message());
     s->driver.topology = std::make_unique<core::Topology>(std::move(t).value());
-    s->driver.BuildCore();
     Result<std::optional<std::string>> from = st.GetMeta("topology_from_seq");
     if (!from.ok()) return from.status();
     const int64_t from_seq = from.value() ? std::stoll(*from.value()) : 1;
-    Result<store::ReplayReport> replay = st.Replay(*s->driver.core, from_seq);
-    if (!replay.ok()) return replay.status();
-    s->driver.replay = replay.value();
+    if (Status r = s->driver.Rebuild(from_seq); !r.ok()) return r;
     // Policy changes in the log are the policy now.
     SyncLivePolicy(core::SchedulingPolicy::Of(s->driver.core->config()), s->config);
     s->driver.scheduler_config = s->driver.core->config();
@@ -396,6 +394,13 @@ Status Service::Commit() { return s_->Commit(); }
 Status ServiceState::Commit() {
   Result<std::vector<store::LogEntry>> done = driver.Commit();
   if (!done.ok()) return done.status();
+  if (!done.value().empty()) {
+    if (Status s = driver.MaybeSnapshot(config.snapshot_every_events,
+                                        config.snapshot_every_minutes * 60000);
+        !s.ok()) {
+      log::Warn("snapshot not written: " + s.message() + "; the log has every event");
+    }
+  }
   for (const store::LogEntry& e : done.value()) {
     agents->Dispatch(e.commands);
     if (driver.topology == nullptr) continue;
@@ -407,6 +412,21 @@ Status ServiceState::Commit() {
   }
   return Status::Ok();
 }
+
+int64_t Service::Compact(TimeMs now) {
+  ServiceState& s = *s_;
+  s.driver.now = std::max(s.driver.now, now);
+  Result<int64_t> n = s.driver.CompactOnce(s.config.event_retention_days * 24 * 3600 * 1000,
+                                           s.config.compaction_batch_events);
+  if (!n.ok()) {
+    log::Warn("compaction: " + n.message());
+    return 0;
+  }
+  if (n.value() > 0) log::Debug("compacted " + std::to_string(n.value()) + " events");
+  return n.value();
+}
+
+int Service::CompactionBatch() const { return s_->config.compaction_batch_events; }
 
 void Service::Tick(TimeMs now) {
   ServiceState& s = *s_;

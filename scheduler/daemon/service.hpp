@@ -116,6 +116,12 @@ class Service {
 
   // Steps a Tick when the core's next wakeup has come; stages its entries.
   void Tick(core::TimeMs now);
+  // One bounded compaction batch (docs/store.md): deletes at most
+  // compaction_batch_events events covered by the kept snapshots and older
+  // than event_retention_days. Returns how many it deleted; a full batch
+  // means more are due.
+  int64_t Compact(core::TimeMs now);
+  int CompactionBatch() const;
   // When the next Tick is due (kNever: nothing scheduled).
   core::TimeMs NextWakeup() const;
   void SampleUtilization(core::TimeMs now);
@@ -164,6 +170,8 @@ class Service {
 
   // What the startup replay did (for the log line).
   const store::ReplayReport& replay_report() const;
+  // The seq of the snapshot the start restored (0: a full replay).
+  int64_t restored_seq() const;
   bool has_topology() const;
 
  private:

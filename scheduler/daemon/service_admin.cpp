@@ -432,6 +432,10 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
   s.driver.core.reset();
   s.driver.topology = std::move(topology);
   s.driver.BuildCore();
+  // A new epoch: its snapshots start after the import.
+  s.driver.epoch_from_seq = s.driver.store->LastSeq() + 1;
+  s.driver.snapshot_seq = s.driver.store->LastSeq();
+  s.driver.snapshot_time = s.driver.now;
   s.driver.node_reason.clear();
   Result<std::vector<core::TenantConfig>> tenants = s.driver.store->ListTenants();
   if (!tenants.ok()) return StoreFailed(tenants.status());

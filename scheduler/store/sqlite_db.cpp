@@ -50,6 +50,12 @@ Statement& Statement::Bind(int index, std::string_view text) {
   return *this;
 }
 
+Statement& Statement::BindBlob(int index, std::string_view bytes) {
+  int rc = sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT);
+  if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  return *this;
+}
+
 Statement& Statement::BindNull(int index) {
   int rc = sqlite3_bind_null(stmt_, index);
   if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
@@ -97,6 +103,13 @@ std::string Statement::Text(int column) const {
   const unsigned char* text = sqlite3_column_text(stmt_, column);
   if (text == nullptr) return {};
   return std::string(reinterpret_cast<const char*>(text),
+                     static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
+}
+
+std::string Statement::Blob(int column) const {
+  const void* bytes = sqlite3_column_blob(stmt_, column);
+  if (bytes == nullptr) return {};
+  return std::string(static_cast<const char*>(bytes),
                      static_cast<size_t>(sqlite3_column_bytes(stmt_, column)));
 }
 

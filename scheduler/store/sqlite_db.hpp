@@ -28,6 +28,8 @@ class Statement {
   // programming error) is kept and returned by the next Step.
   Statement& Bind(int index, int64_t value);
   Statement& Bind(int index, std::string_view text);
+  // Bytes as a BLOB (a snapshot): never read as text.
+  Statement& BindBlob(int index, std::string_view bytes);
   Statement& BindNull(int index);
   // value < 0 binds NULL (the store writes "never" as NULL, reads it as -1).
   Statement& BindTimeOrNull(int index, int64_t value);
@@ -43,6 +45,7 @@ class Statement {
   // NULL reads as -1.
   int64_t Int64OrMinusOne(int column) const;
   std::string Text(int column) const;
+  std::string Blob(int column) const;
   bool IsNull(int column) const;
   // Rows changed by the last completed insert, update or delete.
   int Changes() const;

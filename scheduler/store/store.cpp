@@ -214,8 +214,12 @@ Status ReadLog(Store::Impl& impl, int64_t from_seq, const core::Topology& topolo
       });
 }
 
-Result<ReplayReport> ReplayLog(Store::Impl& impl, core::SchedulerCore& core, int64_t from_seq) {
-  if (!core.jobs().empty()) {
+}  // namespace
+
+Result<ReplayReport> Store::Impl::ReplayLog(core::SchedulerCore& core, int64_t from_seq,
+                                            bool fresh) {
+  Store::Impl& impl = *this;
+  if (fresh && !core.jobs().empty()) {
     return impl.Error("replaying", "the core has already stepped events; replay into a new one");
   }
   const core::Topology& topology = core.cluster().topology();
@@ -240,8 +244,6 @@ Result<ReplayReport> ReplayLog(Store::Impl& impl, core::SchedulerCore& core, int
   if (!s.ok()) return s;
   return report;
 }
-
-}  // namespace
 
 Status Store::Impl::DetectJobRuns() {
   Result<int64_t> n =
@@ -330,7 +332,7 @@ Status Store::ReadEvents(int64_t from_seq, const core::Topology& topology,
 
 Result<ReplayReport> Store::Replay(core::SchedulerCore& core, int64_t from_seq) {
   try {
-    return ReplayLog(*impl_, core, std::max<int64_t>(1, from_seq));
+    return impl_->ReplayLog(core, std::max<int64_t>(1, from_seq), /*fresh=*/true);
   } catch (const std::exception& e) {
     return impl_->Error("replaying", e.what());
   }

@@ -260,6 +260,20 @@ struct IssuedToken {
   std::string id;
 };
 
+// A stored snapshot of the scheduling core (SchedulerCore::Snapshot).
+struct SnapshotRow {
+  int64_t seq = 0;        // the last event it covers: replay resumes at seq + 1
+  TimeMs time_ms = 0;     // that event's time
+  int format = 0;         // SchedulerCore::kSnapshotVersion of the writer
+  TimeMs created_ms = 0;  // wall clock when written
+  std::string state;      // the bytes SchedulerCore::Restore reads
+};
+
+// Snapshots the store keeps; compaction only deletes events older than the
+// oldest of them, so a newest snapshot that fails to restore still leaves
+// the previous one and every event after it.
+inline constexpr int kKeptSnapshots = 2;
+
 struct OpenOptions {
   // The migrations this binary knows; tests pass their own.
   std::span<const Migration> migrations = EmbeddedMigrations();
@@ -307,6 +321,32 @@ class Store {
   // from_seq: the first event to replay (a topology import starts a new
   // epoch of the log; the daemon keeps its first seq in meta).
   core::Result<ReplayReport> Replay(core::SchedulerCore& core, int64_t from_seq = 1);
+
+  // ---- snapshots and compaction (docs/store.md, Snapshots and compaction)
+  // Stores `state`, the core's state after the newest logged event (seq
+  // LastSeq()), in one durable transaction, and deletes all but the newest
+  // kKeptSnapshots. A snapshot at LastSeq() that exists already is kept (Ok,
+  // nothing written). Errors: an empty log or state.
+  // REQUIRES: state is SchedulerCore::Snapshot() of the core that stepped
+  // exactly the logged events (call it right after an Append).
+  core::Status WriteSnapshot(int format, std::string_view state, TimeMs created_ms);
+  // The snapshots with seq >= min_seq (the epoch's first event), newest
+  // first, with their state.
+  core::Result<std::vector<SnapshotRow>> Snapshots(int64_t min_seq = 1);
+  // Replay() for a core restored from the snapshot at after_seq: steps the
+  // events after it and compares their commands the same way.
+  // REQUIRES: core holds the state as of event after_seq.
+  core::Result<ReplayReport> ReplayAfter(core::SchedulerCore& core, int64_t after_seq);
+  // The seq of the oldest logged event (0 for an empty log): above 1 once
+  // compaction has deleted the oldest ones.
+  core::Result<int64_t> FirstSeq();
+  // One bounded step of compaction: deletes, in one transaction, at most
+  // `limit` of the oldest events (and their job_events rows) that are both
+  // older than the oldest kept snapshot (none while fewer than
+  // kKeptSnapshots exist) and logged before before_ms. Returns how many it
+  // deleted (0: nothing is due). Jobs, tenants, nodes and GPU health rows
+  // stay: an old job is still listed and shown, with a shorter history.
+  core::Result<int64_t> CompactEvents(TimeMs before_ms, int limit);
 
   // The seq of the newest event; 0 for an empty log.
   // The newest seq (a read-only store asks the file each time).

@@ -81,6 +81,10 @@ class Store::Impl {
 
   // Sets has_job_runs from the file's schema (store.cpp).
   core::Status DetectJobRuns();
+  // store.cpp: feeds the events from from_seq through core; fresh: the core
+  // must not have stepped yet (else it holds a restored snapshot).
+  core::Result<ReplayReport> ReplayLog(core::SchedulerCore& core, int64_t from_seq, bool fresh);
+
   // store_tables.cpp
   core::Status PrepareWriteStatements();
   // The effects of one logged entry on the materialized tables.

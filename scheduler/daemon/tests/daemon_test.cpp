@@ -66,6 +66,12 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
       {"first_request_timeout_s = 0\n",
        "x.conf:2: first_request_timeout_s: 0 is out of range; use 1..3600"},
       {"first_request_timeout_s = 3601\n", "use 1..3600"},
+      {"snapshot_every_events = -1\n", "snapshot_every_events: -1 is out of range"},
+      {"snapshot_every_minutes = 10081\n", "use 0..10080"},
+      {"event_retention_days = 36501\n", "event_retention_days: 36501 is out of range"},
+      {"compaction_batch_events = 0\n",
+       "compaction_batch_events: 0 is out of range; use 1..100000"},
+      {"snapshot_every_events = lots\n", "snapshot_every_events"},
   };
   for (const Case& k : cases) {
     const std::string text = k.text;
@@ -77,6 +83,22 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
     CHECK(s.message().find(k.expect) != std::string::npos);
     CHECK(c.max_connections == 7);
   }
+}
+
+TEST_CASE("config: snapshot and compaction settings, with their defaults") {
+  DaemonConfig c;
+  CHECK(c.snapshot_every_events == 10000);
+  CHECK(c.snapshot_every_minutes == 10);
+  CHECK(c.event_retention_days == 30);
+  CHECK(c.compaction_batch_events == 1000);
+  REQUIRE(ApplyConfigText("snapshot_every_events = 0\nsnapshot_every_minutes = 1\n"
+                          "event_retention_days = 0\ncompaction_batch_events = 50\n",
+                          "x.conf", c)
+              .ok());
+  CHECK(c.snapshot_every_events == 0);
+  CHECK(c.snapshot_every_minutes == 1);
+  CHECK(c.event_retention_days == 0);
+  CHECK(c.compaction_batch_events == 50);
 }
 
 TEST_CASE("config: the stored policy round-trips and overrides the file") {

@@ -339,7 +339,7 @@ TEST_CASE("runs rebuilt from the log, or backfilled by the migration, are the sa
       if (std::string_view(m.name) == "job_runs") break;
       before.push_back(m);
     }
-    REQUIRE(before.size() + 1 == EmbeddedMigrations().size());  // job_runs is the newest
+    REQUIRE(before.size() < EmbeddedMigrations().size());  // job_runs is among them
     {
       OpenOptions o;
       o.migrations = before;

@@ -96,8 +96,9 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   CHECK(raw.Text("SELECT group_concat(version || ':' || name) FROM schema_version") == versions);
   CHECK(versions.rfind("1:init,2:job_events_audit,3:unix_user,", 0) == 0);
   CHECK(versions.find(":job_runs") != std::string::npos);
+  CHECK(versions.find(":snapshots") != std::string::npos);
   for (const char* table : {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens",
-                            "meta", "job_events", "audit", "job_runs"}) {
+                            "meta", "job_events", "audit", "job_runs", "snapshots"}) {
     CAPTURE(table);
     CHECK(raw.Text(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + table +
                    "'") == "1");

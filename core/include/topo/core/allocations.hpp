@@ -24,6 +24,8 @@
 
 namespace topo::core {
 
+struct SnapshotAccess;
+
 class Allocations {
  public:
   // REQUIRES: topology outlives this.
@@ -58,6 +60,9 @@ class Allocations {
   std::vector<GpuSlot> Held(std::span<const GpuSlot> ranks, std::span<const NodeId> spares) const;
 
  private:
+  // The core's snapshot (core/src/snapshot.cpp) writes and restores the
+  // private state.
+  friend struct SnapshotAccess;
   const Topology& topo_;
   ClusterState cluster_;
   std::vector<std::vector<JobId>> node_jobs_;

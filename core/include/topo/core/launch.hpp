@@ -33,6 +33,8 @@
 
 namespace topo::core {
 
+struct SnapshotAccess;
+
 struct NodeLaunch {
   NodeId node = -1;
   int group_rank = 0;      // GROUP_RANK
@@ -80,6 +82,9 @@ class MasterPorts {
   int held(NodeId node) const;
 
  private:
+  // The core's snapshot (core/src/snapshot.cpp) writes and restores the
+  // private state.
+  friend struct SnapshotAccess;
   PortRange range_;
   int cursor_ = 0;  // offset of the next try, shared by every node
   std::vector<std::map<int, int64_t>> held_by_port_;  // per node: port -> job

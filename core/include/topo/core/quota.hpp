@@ -30,6 +30,8 @@
 
 namespace topo::core {
 
+struct SnapshotAccess;
+
 struct TenantConfig {
   std::string name;            // a path: "org/team/user" ("default" is one level)
   int guaranteed_gpus = 0;     // capacity the tenant can always reclaim
@@ -91,6 +93,9 @@ class QuotaLedger {
   FairshareView Fairshare() const;
 
  private:
+  // The core's snapshot (core/src/snapshot.cpp) writes and restores the
+  // private state.
+  friend struct SnapshotAccess;
   TimeMs half_life_;
   std::map<std::string, TenantConfig> tenants_;
   std::map<std::string, int> gpus_;      // held now (ranks + spares)

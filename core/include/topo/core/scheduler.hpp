@@ -49,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -61,6 +62,8 @@
 #include "topo/core/topology.hpp"
 
 namespace topo::core {
+
+struct SnapshotAccess;
 
 // ---------------------------------------------------------------- config
 
@@ -411,7 +414,28 @@ class SchedulerCore {
   // kNever when none. The caller sends a Tick then.
   TimeMs NextWakeup() const;
 
+  // ---- snapshots (core/src/snapshot.cpp; docs/store.md, Snapshots)
+  // The core's whole state as bytes: every job it holds and its record, the
+  // queue, the allocations, quotas and fairshare usage, node and GPU health,
+  // drains, the live policy, preemption and restart counters, the pass's
+  // memos and timers, the master ports. Canonical: two cores in the same
+  // state give the same bytes, so comparing snapshots compares states.
+  // Versioned (kSnapshotVersion) and checksummed. Pure: no I/O.
+  std::string Snapshot() const;
+  // Puts the state of a Snapshot() into this core, which then makes the same
+  // decisions for the same further events as the core that wrote it.
+  // Refused, leaving the core unchanged, with an error that says why, when:
+  // the bytes are not a snapshot, are truncated or fail their checksum; the
+  // format version is not kSnapshotVersion; the snapshot was written over
+  // another topology or under another SchedulerConfig (the live policy
+  // aside: the snapshot's own replaces this core's); or a field is out of
+  // range (a node, GPU or job that cannot exist, an unknown state).
+  // REQUIRES: the core is fresh (no Step yet).
+  Status Restore(std::string_view snapshot);
+  static constexpr uint32_t kSnapshotVersion = 1;
+
  private:
+  friend struct SnapshotAccess;
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

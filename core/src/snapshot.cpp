@@ -1,0 +1,765 @@
+// SchedulerCore::Snapshot and Restore: the core's state as versioned bytes.
+//
+// Layout (all integers little-endian, fixed width):
+//   "TOPOSNAP"  u32 version  payload  u64 FNV-1a of everything before it
+// The payload is written and read by one pair of functions per part, in the
+// same order; containers are a u64 count then their elements, in the
+// container's own (ordered) iteration order, so the bytes are canonical.
+//
+// A new field of the core's state must be added here, on both sides, and
+// kSnapshotVersion raised: a snapshot of the old version is then refused and
+// the daemon replays the log in full (never a wrong restore).
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "scheduler_impl.hpp"
+
+namespace topo::core {
+namespace {
+
+constexpr std::string_view kMagic = "TOPOSNAP";
+// A string field longer than this is corruption (reasons, names and
+// commands are far shorter; the daemon's readers cap them).
+constexpr uint64_t kMaxString = 1 << 20;
+
+uint64_t Fnv1a(std::string_view bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Identifies the topology: node count, names and GPUs per node.
+uint64_t TopologyFingerprint(const Topology& topo) {
+  std::string s;
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    s += topo.node(n).name;
+    s += '/';
+    s += std::to_string(topo.node(n).gpus);
+    s += ';';
+  }
+  return Fnv1a(s);
+}
+
+class Writer {
+ public:
+  std::string out;
+
+  void U8(uint8_t v) { out.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
+  void F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
+  void Bool(bool v) { U8(v ? 1 : 0); }
+  void Str(std::string_view s) {
+    U64(s.size());
+    out.append(s);
+  }
+  template <typename E>
+  void Enum(E e) {
+    U8(static_cast<uint8_t>(e));
+  }
+  template <typename C, typename F>
+  void Each(const C& c, F f) {
+    U64(c.size());
+    for (const auto& x : c) f(x);
+  }
+};
+
+// Reads what Writer wrote; the first problem sticks (later reads give zeros)
+// and names the byte it was found at.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  bool done() const { return pos_ == in_.size(); }
+  void Fail(const std::string& what) {
+    if (error_.empty()) error_ = what + " (at byte " + std::to_string(pos_) + ")";
+    pos_ = in_.size();
+  }
+
+  uint8_t U8() {
+    if (pos_ >= in_.size()) {
+      Fail("truncated");
+      return 0;
+    }
+    return static_cast<uint8_t>(in_[pos_++]);
+  }
+  uint32_t U32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(U8()) << (8 * i);
+    return v;
+  }
+  uint64_t U64() {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(U8()) << (8 * i);
+    return v;
+  }
+  int64_t I64() { return static_cast<int64_t>(U64()); }
+  int Int(const char* what, int64_t lo = INT32_MIN, int64_t hi = INT32_MAX) {
+    const int64_t v = I64();
+    if (v < lo || v > hi) {
+      Fail(std::string(what) + " " + std::to_string(v) + " is out of range");
+      return 0;
+    }
+    return static_cast<int>(v);
+  }
+  double F64(const char* what) {
+    const double v = std::bit_cast<double>(U64());
+    if (!std::isfinite(v)) {
+      Fail(std::string(what) + " is not a finite number");
+      return 0;
+    }
+    return v;
+  }
+  bool Bool() {
+    const uint8_t v = U8();
+    if (v > 1) Fail("a flag is neither 0 nor 1");
+    return v == 1;
+  }
+  // The next n bytes as they are (empty when fewer are left).
+  std::string_view Bytes(size_t n) {
+    if (n > in_.size() - pos_) {
+      Fail("truncated");
+      return {};
+    }
+    const std::string_view out = in_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+  std::string Str() {
+    const uint64_t n = U64();
+    if (n > kMaxString || n > in_.size() - pos_) {
+      Fail("a string of " + std::to_string(n) + " bytes does not fit");
+      return {};
+    }
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  // REQUIRES: E's values run 0..last.
+  template <typename E>
+  E Enum(const char* what, E last) {
+    const uint8_t v = U8();
+    if (v > static_cast<uint8_t>(last)) {
+      Fail(std::string("unknown ") + what + " " + std::to_string(v));
+      return E{};
+    }
+    return static_cast<E>(v);
+  }
+  // A count of elements of at least min_bytes each: more than the bytes
+  // left could hold is corruption, not a reason to allocate.
+  size_t Count(size_t min_bytes = 1) {
+    const uint64_t n = U64();
+    if (n > (in_.size() - pos_) / min_bytes) {
+      Fail("a count of " + std::to_string(n) + " is larger than the bytes left");
+      return 0;
+    }
+    return static_cast<size_t>(n);
+  }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------- parts
+
+void WritePolicy(Writer& w, const SchedulingPolicy& p) {
+  w.Bool(p.backfill);
+  w.Bool(p.preemption);
+  w.I64(p.preempt_grace);
+  w.I64(p.preempt_restart_cost);
+  w.I64(p.preempt_protect_after);
+  w.I64(p.placement_wait);
+  w.I64(p.default_time_limit);
+  w.I64(p.default_checkpoint_interval);
+  w.I64(p.max_app_failures);
+  w.I64(p.restart_backoff_initial);
+  w.I64(p.restart_backoff_max);
+}
+
+// What WritePolicy writes: 2 flags and 9 integers.
+constexpr size_t kPolicyBytes = 2 + 9 * 8;
+
+SchedulingPolicy ReadPolicy(Reader& r) {
+  SchedulingPolicy p;
+  p.backfill = r.Bool();
+  p.preemption = r.Bool();
+  p.preempt_grace = r.I64();
+  p.preempt_restart_cost = r.I64();
+  p.preempt_protect_after = r.Int("preempt_protect_after");
+  p.placement_wait = r.I64();
+  p.default_time_limit = r.I64();
+  p.default_checkpoint_interval = r.I64();
+  p.max_app_failures = r.Int("max_app_failures");
+  p.restart_backoff_initial = r.I64();
+  p.restart_backoff_max = r.I64();
+  return p;
+}
+
+// Every field of the config, for the check that the restoring core was
+// built under the same one.
+void WriteConfig(Writer& w, const SchedulerConfig& c) {
+  w.Str(c.placer);
+  w.I64(c.placer_options.degraded_max_job_gpus);
+  w.Bool(c.placer_options.explain_shortfall);
+  w.Bool(c.placer_options.choose_by_speed);
+  w.Str(c.queue_order);
+  w.I64(c.backfill_depth);
+  w.F64(c.placement_wait_slowdown);
+  w.Bool(c.replace_on_failure);
+  w.Enum(c.requeue);
+  w.Bool(c.restart_from_checkpoint);
+  w.I64(c.fairshare_half_life);
+  w.I64(c.heartbeat_suspect_after);
+  w.I64(c.heartbeat_down_after);
+  w.Bool(c.heartbeats_required);
+  w.Bool(c.nodes_start_down);
+  w.I64(c.master_ports.first);
+  w.I64(c.master_ports.count);
+  WritePolicy(w, SchedulingPolicy::Of(c));
+}
+
+void WriteSpec(Writer& w, const JobSpec& s) {
+  w.Str(s.name);
+  w.I64(s.gpus);
+  w.I64(s.gpus_per_node);
+  const Parallelism& p = s.parallelism;
+  for (int v : {p.tp, p.cp, p.ep, p.pp, p.dp}) w.I64(v);
+  w.Each(p.order, [&](Dim d) { w.Enum(d); });
+  for (const TierConstraint& c : s.constraints) {
+    w.Enum(c.strength);
+    w.Str(c.tier);
+  }
+  w.I64(s.spares);
+  w.Bool(s.model.has_value());
+  if (s.model) {
+    const ModelSpec& m = *s.model;
+    w.Str(m.preset);
+    w.F64(m.parameters);
+    w.F64(m.active_parameters);
+    for (int v :
+         {m.layers, m.hidden, m.heads, m.kv_heads, m.sequence, m.micro_batch, m.global_batch,
+          m.experts, m.top_k, m.bytes_per_element, m.virtual_stages, m.recompute}) {
+      w.I64(v);
+    }
+  }
+}
+
+JobSpec ReadSpec(Reader& r) {
+  JobSpec s;
+  s.name = r.Str();
+  s.gpus = r.Int("gpus");
+  s.gpus_per_node = r.Int("gpus_per_node");
+  Parallelism& p = s.parallelism;
+  for (int* v : {&p.tp, &p.cp, &p.ep, &p.pp, &p.dp}) *v = r.Int("parallelism");
+  p.order.resize(r.Count());
+  for (Dim& d : p.order) d = r.Enum("rank order dimension", Dim::kPp);
+  for (TierConstraint& c : s.constraints) {
+    c.strength = r.Enum("constraint strength", Strength::kRequired);
+    c.tier = r.Str();
+  }
+  s.spares = r.Int("spares");
+  if (r.Bool()) {
+    ModelSpec& m = s.model.emplace();
+    m.preset = r.Str();
+    m.parameters = r.F64("parameters");
+    m.active_parameters = r.F64("active_parameters");
+    for (int* v :
+         {&m.layers, &m.hidden, &m.heads, &m.kv_heads, &m.sequence, &m.micro_batch, &m.global_batch,
+          &m.experts, &m.top_k, &m.bytes_per_element, &m.virtual_stages, &m.recompute}) {
+      *v = r.Int("model field");
+    }
+  }
+  return s;
+}
+
+void WriteTenant(Writer& w, const TenantConfig& t) {
+  w.Str(t.name);
+  for (int v : {t.guaranteed_gpus, t.borrow_limit_gpus, t.max_job_gpus, t.max_running_jobs,
+                t.max_queued_jobs}) {
+    w.I64(v);
+  }
+  w.F64(t.shares);
+  w.I64(t.placement_wait);
+}
+
+TenantConfig ReadTenant(Reader& r) {
+  TenantConfig t;
+  t.name = r.Str();
+  if (t.name.empty()) r.Fail("a tenant without a name");
+  for (int* v : {&t.guaranteed_gpus, &t.borrow_limit_gpus, &t.max_job_gpus, &t.max_running_jobs,
+                 &t.max_queued_jobs}) {
+    *v = r.Int("tenant limit");
+  }
+  t.shares = r.F64("shares");
+  t.placement_wait = r.I64();
+  return t;
+}
+
+// Range checks against the topology.
+struct Bounds {
+  const Topology& topo;
+  NodeId Node(Reader& r) const {
+    return static_cast<NodeId>(r.Int("node", 0, static_cast<int64_t>(topo.node_count()) - 1));
+  }
+  GpuSlot Slot(Reader& r) const {
+    GpuSlot s;
+    s.node = Node(r);
+    s.gpu = r.Int("GPU", 0, std::max(0, topo.node(s.node).gpus - 1));
+    return s;
+  }
+  JobId Job(Reader& r) const {
+    const int64_t id = r.I64();
+    if (id < 0) r.Fail("job id " + std::to_string(id) + " is negative");
+    return id;
+  }
+};
+
+void WriteSlots(Writer& w, const std::vector<GpuSlot>& slots) {
+  w.Each(slots, [&](const GpuSlot& s) {
+    w.I64(s.node);
+    w.I64(s.gpu);
+  });
+}
+
+std::vector<GpuSlot> ReadSlots(Reader& r, const Bounds& b) {
+  std::vector<GpuSlot> out(r.Count(16));
+  for (GpuSlot& s : out) s = b.Slot(r);
+  return out;
+}
+
+void WriteNodes(Writer& w, const std::vector<NodeId>& nodes) {
+  w.Each(nodes, [&](NodeId n) { w.I64(n); });
+}
+
+std::vector<NodeId> ReadNodes(Reader& r, const Bounds& b) {
+  std::vector<NodeId> out(r.Count(8));
+  for (NodeId& n : out) n = b.Node(r);
+  return out;
+}
+
+void WriteJob(Writer& w, const JobRecord& j) {
+  w.I64(j.id);
+  const JobRequest& q = j.request;
+  WriteSpec(w, q.spec);
+  w.Str(q.tenant);
+  w.Str(q.user);
+  w.I64(q.priority);
+  w.I64(q.time_limit);
+  w.I64(q.checkpoint_interval);
+  w.I64(q.placement_wait);
+  w.Each(q.command, [&](const std::string& a) { w.Str(a); });
+  w.Str(q.unix_user);
+  w.I64(q.memory_mb_per_node);
+  w.I64(q.cpu_millis_per_node);
+  w.Enum(j.state);
+  w.Str(j.reason);
+  for (TimeMs t : {j.submit_time, j.first_start, j.last_start, j.end_time}) w.I64(t);
+  WriteSlots(w, j.ranks);
+  WriteNodes(w, j.spares);
+  w.I64(j.restarts);
+  w.I64(j.preemptions);
+  w.I64(j.checkpoint_step);
+  w.I64(j.checkpoint_time);
+  w.I64(j.productive_ms);
+  w.F64(j.lost_gpu_ms);
+  w.I64(j.preempt_deadline);
+  w.Bool(j.borrowed);
+  w.Bool(j.requeued_at_head);
+  w.I64(j.app_failures);
+  w.I64(j.launch_failures);
+  w.I64(j.restart_at);
+}
+
+JobRecord ReadJob(Reader& r, const Bounds& b) {
+  JobRecord j;
+  j.id = b.Job(r);
+  JobRequest& q = j.request;
+  q.spec = ReadSpec(r);
+  q.tenant = r.Str();
+  q.user = r.Str();
+  q.priority = r.Int("priority");
+  q.time_limit = r.I64();
+  q.checkpoint_interval = r.I64();
+  q.placement_wait = r.I64();
+  q.command.resize(r.Count(8));
+  for (std::string& a : q.command) a = r.Str();
+  q.unix_user = r.Str();
+  q.memory_mb_per_node = r.I64();
+  q.cpu_millis_per_node = r.Int("cpu_millis_per_node");
+  j.state = r.Enum("job state", JobState::kRejected);
+  j.reason = r.Str();
+  for (TimeMs* t : {&j.submit_time, &j.first_start, &j.last_start, &j.end_time}) *t = r.I64();
+  j.ranks = ReadSlots(r, b);
+  j.spares = ReadNodes(r, b);
+  j.restarts = r.Int("restarts", 0);
+  j.preemptions = r.Int("preemptions", 0);
+  j.checkpoint_step = r.I64();
+  j.checkpoint_time = r.I64();
+  j.productive_ms = r.I64();
+  j.lost_gpu_ms = r.F64("lost_gpu_ms");
+  j.preempt_deadline = r.I64();
+  j.borrowed = r.Bool();
+  j.requeued_at_head = r.Bool();
+  j.app_failures = r.Int("app_failures", 0);
+  j.launch_failures = r.Int("launch_failures", 0);
+  j.restart_at = r.I64();
+  if (r.ok()) {
+    if (Status s = ValidateJobSpec(q.spec); !s.ok()) {
+      r.Fail("job " + std::to_string(j.id) + ": " + s.message());
+    }
+    const bool holds = j.state == JobState::kRunning || j.state == JobState::kPreempting;
+    if (holds && static_cast<int>(j.ranks.size()) != q.spec.gpus) {
+      r.Fail("job " + std::to_string(j.id) + " runs on " + std::to_string(j.ranks.size()) +
+             " GPUs, not its " + std::to_string(q.spec.gpus));
+    }
+    if (!holds && (!j.ranks.empty() || !j.spares.empty())) {
+      r.Fail("job " + std::to_string(j.id) + " holds GPUs while " +
+             std::string(JobStateName(j.state)));
+    }
+  }
+  return j;
+}
+
+template <typename K, typename V, typename WK, typename WV>
+void WriteMap(Writer& w, const std::map<K, V>& m, WK wk, WV wv) {
+  w.Each(m, [&](const auto& kv) {
+    wk(kv.first);
+    wv(kv.second);
+  });
+}
+
+template <typename K, typename V, typename RK, typename RV>
+void ReadMap(Reader& r, std::map<K, V>& m, RK rk, RV rv) {
+  const size_t n = r.Count();
+  for (size_t i = 0; i < n && r.ok(); ++i) {
+    K k = rk();
+    V v = rv();
+    if (!m.emplace(std::move(k), std::move(v)).second) r.Fail("a key appears twice");
+  }
+}
+
+template <typename K, typename RK>
+void ReadSet(Reader& r, std::set<K>& s, RK rk) {
+  const size_t n = r.Count();
+  for (size_t i = 0; i < n && r.ok(); ++i) {
+    if (!s.insert(rk()).second) r.Fail("an element appears twice");
+  }
+}
+
+}  // namespace
+
+struct SnapshotAccess {
+  static std::string Write(const SchedulerCore::Impl& c);
+  static Status Read(SchedulerCore::Impl& c, std::string_view bytes);
+};
+
+std::string SnapshotAccess::Write(const SchedulerCore::Impl& c) {
+  Writer w;
+  w.out.append(kMagic);
+  w.U32(SchedulerCore::kSnapshotVersion);
+  const Topology& topo = c.topo_;
+  w.I64(topo.node_count());
+  w.U64(TopologyFingerprint(topo));
+  WriteConfig(w, c.config_);
+  w.I64(c.now_);
+
+  // Quotas and fairshare.
+  const QuotaLedger& q = c.quotas_;
+  w.Each(q.tenants_, [&](const auto& kv) { WriteTenant(w, kv.second); });
+  auto str = [&](const std::string& s) { w.Str(s); };
+  auto i64 = [&](int64_t v) { w.I64(v); };
+  auto f64 = [&](double v) { w.F64(v); };
+  WriteMap(w, q.gpus_, str, i64);
+  WriteMap(w, q.running_, str, i64);
+  WriteMap(w, q.usage_, str, f64);
+  w.I64(q.usage_time_);
+
+  // Node and GPU health, and what is busy.
+  const ClusterState& cs = c.alloc_.cluster();
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    w.Enum(cs.node_state(n));
+    w.U64(cs.failed_mask(n));
+    w.U64(cs.degraded_mask(n));
+    w.U64(cs.busy_mask(n));
+  }
+  // Allocations.
+  const Allocations& a = c.alloc_;
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    w.Each(a.node_jobs_[n], [&](JobId j) { w.I64(j); });
+    w.I64(a.spare_owner_[n]);
+  }
+  w.Each(a.holders_, i64);
+
+  // Jobs and the queue.
+  w.Each(c.jobs_, [&](const auto& kv) { WriteJob(w, kv.second); });
+  w.Each(c.waiting_, i64);
+  WriteMap(w, c.queue_time_, i64, i64);
+  w.Each(c.preemptors_, i64);
+  WriteMap(w, c.preempted_for_, i64, i64);
+  w.Each(c.backoff_, [&](const auto& p) {
+    w.I64(p.first);
+    w.I64(p.second);
+  });
+  w.Each(c.feasible_, i64);
+
+  // Node health timers and drains.
+  w.Each(c.last_heartbeat_, i64);
+  w.Each(c.drain_reason_, str);
+
+  // The pass's memos.
+  w.U64(c.generation_);
+  WriteMap(w, c.blocked_at_, i64, [&](const SchedulerCore::Impl::Blocked& b) {
+    w.U64(b.generation);
+    w.Bool(b.masked);
+    w.I64(b.reservation_job);
+    w.Str(b.reason);
+  });
+  WriteMap(w, c.preempt_failed_at_, i64, [&](const SchedulerCore::Impl::PreemptTried& p) {
+    w.U64(p.generation);
+    w.Str(p.reason);
+  });
+  WriteMap(w, c.faster_tried_, i64, [&](const SchedulerCore::Impl::FasterTried& f) {
+    w.U64(f.generation);
+    w.Str(f.reason);
+    w.I64(f.at);
+  });
+  w.I64(c.faster_wait_until_);
+  for (uint64_t v : {c.queue_epoch_, c.last_pass_generation_, c.last_pass_epoch_}) w.U64(v);
+  for (JobId v : {c.pass_head_, c.just_submitted_, c.reservation_job_}) w.I64(v);
+  w.U64(c.reservation_generation_);
+  w.I64(c.estimate_job_);
+  w.I64(c.estimate_start_);
+  w.I64(c.cached_reservation_.job);
+  w.I64(c.cached_reservation_.start);
+  WriteSlots(w, c.cached_reservation_.gpus);
+
+  // Timers of running jobs, master ports.
+  WriteMap(w, c.checkpoint_asked_, i64, i64);
+  w.I64(c.next_timer_);
+  w.Bool(c.timers_dirty_);
+  w.I64(c.ports_.cursor_);
+  w.Each(c.ports_.held_by_port_,
+         [&](const std::map<int, int64_t>& held) { WriteMap(w, held, i64, i64); });
+
+  w.U64(Fnv1a(w.out));
+  return std::move(w.out);
+}
+
+Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
+  if (bytes.size() < kMagic.size() + 4 + 8 || bytes.substr(0, kMagic.size()) != kMagic) {
+    return Status::Error("not a scheduler snapshot (no TOPOSNAP header)");
+  }
+  Reader head(bytes.substr(kMagic.size(), 4));
+  const uint32_t version = head.U32();
+  if (version != SchedulerCore::kSnapshotVersion) {
+    return Status::Error("snapshot format version " + std::to_string(version) +
+                         " is not the one this build reads (" +
+                         std::to_string(SchedulerCore::kSnapshotVersion) +
+                         "): another release wrote it; replay the log instead");
+  }
+  const std::string_view body = bytes.substr(0, bytes.size() - 8);
+  Reader tail(bytes.substr(bytes.size() - 8));
+  if (tail.U64() != Fnv1a(body)) {
+    return Status::Error("snapshot checksum mismatch: the snapshot is corrupt");
+  }
+  Reader r(body.substr(kMagic.size() + 4));
+  const Topology& topo = c.topo_;
+  const Bounds b{topo};
+  const int64_t nodes = r.I64();
+  const uint64_t fingerprint = r.U64();
+  if (nodes != topo.node_count() || fingerprint != TopologyFingerprint(topo)) {
+    return Status::Error("the snapshot was written over another topology (" +
+                         std::to_string(nodes) + " nodes; this one has " +
+                         std::to_string(topo.node_count()) + ")");
+  }
+  // The config: this core's, but for the live policy, which the snapshot's
+  // replaces (PolicyChanged events before it are in effect).
+  Writer mine;
+  WriteConfig(mine, c.config_);
+  const size_t fixed = mine.out.size() - kPolicyBytes;
+  if (r.Bytes(fixed) != std::string_view(mine.out).substr(0, fixed) && r.ok()) {
+    return Status::Error(
+        "the snapshot was written under another scheduler config (placer, queue order, "
+        "backfill depth, heartbeats, master ports or fairshare half-life differ)");
+  }
+  const SchedulingPolicy policy = ReadPolicy(r);
+  policy.ApplyTo(c.config_);
+  c.failures_ = FailurePolicy(c.config_.max_app_failures, c.config_.restart_backoff_initial,
+                              c.config_.restart_backoff_max);
+  c.now_ = r.I64();
+
+  QuotaLedger& q = c.quotas_;
+  q.tenants_.clear();
+  {
+    const size_t n = r.Count();
+    for (size_t i = 0; i < n && r.ok(); ++i) {
+      TenantConfig t = ReadTenant(r);
+      q.tenants_[t.name] = t;
+    }
+  }
+  auto str = [&] { return r.Str(); };
+  auto i64 = [&] { return r.I64(); };
+  auto count = [&] { return r.Int("tenant count", 0); };
+  q.gpus_.clear();
+  q.running_.clear();
+  q.usage_.clear();
+  ReadMap(r, q.gpus_, str, count);
+  ReadMap(r, q.running_, str, count);
+  ReadMap(r, q.usage_, str, [&] { return r.F64("usage"); });
+  q.usage_time_ = r.I64();
+
+  ClusterState& cs = c.alloc_.cluster();
+  std::vector<uint64_t> busy(topo.node_count());
+  for (NodeId n = 0; n < topo.node_count() && r.ok(); ++n) {
+    const NodeState state = r.Enum("node state", NodeState::kSuspect);
+    const uint64_t failed = r.U64(), degraded = r.U64();
+    busy[n] = r.U64();
+    const uint64_t all = cs.all_mask(n);
+    if (((failed | degraded | busy[n]) & ~all) != 0 || (failed & degraded) != 0) {
+      r.Fail("GPU masks of node " + topo.node(n).name + " do not fit its GPUs");
+      break;
+    }
+    cs.SetNodeState(n, state);
+    for (int g = 0; g < cs.node_gpus(n); ++g) {
+      const uint64_t bit = uint64_t{1} << g;
+      cs.SetGpuHealth(n, g,
+                      (failed & bit)     ? GpuHealth::kFailed
+                      : (degraded & bit) ? GpuHealth::kDegraded
+                                         : GpuHealth::kHealthy);
+    }
+  }
+  Allocations& a = c.alloc_;
+  for (NodeId n = 0; n < topo.node_count() && r.ok(); ++n) {
+    a.node_jobs_[n].resize(r.Count(8));
+    for (JobId& j : a.node_jobs_[n]) j = b.Job(r);
+    a.spare_owner_[n] = b.Job(r);
+  }
+  ReadSet(r, a.holders_, [&] { return b.Job(r); });
+
+  {
+    const size_t n = r.Count();
+    for (size_t i = 0; i < n && r.ok(); ++i) {
+      JobRecord j = ReadJob(r, b);
+      const JobId id = j.id;
+      if (!c.jobs_.emplace(id, std::move(j)).second) r.Fail("job " + std::to_string(id) + " twice");
+    }
+  }
+  auto job = [&] { return b.Job(r); };
+  ReadSet(r, c.waiting_, job);
+  ReadMap(r, c.queue_time_, job, i64);
+  ReadSet(r, c.preemptors_, job);
+  ReadMap(r, c.preempted_for_, job, job);
+  ReadSet(r, c.backoff_, [&] {
+    const TimeMs t = r.I64();
+    return std::pair<TimeMs, JobId>(t, b.Job(r));
+  });
+  ReadSet(r, c.feasible_, job);
+
+  if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("heartbeats per node");
+  for (TimeMs& t : c.last_heartbeat_) t = r.I64();
+  if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("drain reasons per node");
+  for (std::string& s : c.drain_reason_) s = r.Str();
+
+  c.generation_ = r.U64();
+  ReadMap(r, c.blocked_at_, job, [&] {
+    SchedulerCore::Impl::Blocked x;
+    x.generation = r.U64();
+    x.masked = r.Bool();
+    x.reservation_job = b.Job(r);
+    x.reason = r.Str();
+    return x;
+  });
+  ReadMap(r, c.preempt_failed_at_, job, [&] {
+    SchedulerCore::Impl::PreemptTried x;
+    x.generation = r.U64();
+    x.reason = r.Str();
+    return x;
+  });
+  ReadMap(r, c.faster_tried_, job, [&] {
+    SchedulerCore::Impl::FasterTried x;
+    x.generation = r.U64();
+    x.reason = r.Str();
+    x.at = r.I64();
+    return x;
+  });
+  c.faster_wait_until_ = r.I64();
+  for (uint64_t* v : {&c.queue_epoch_, &c.last_pass_generation_, &c.last_pass_epoch_}) *v = r.U64();
+  for (JobId* v : {&c.pass_head_, &c.just_submitted_, &c.reservation_job_}) *v = b.Job(r);
+  c.reservation_generation_ = r.U64();
+  c.estimate_job_ = b.Job(r);
+  c.estimate_start_ = r.I64();
+  c.cached_reservation_.job = b.Job(r);
+  c.cached_reservation_.start = r.I64();
+  c.cached_reservation_.gpus = ReadSlots(r, b);
+
+  ReadMap(r, c.checkpoint_asked_, job, i64);
+  c.next_timer_ = r.I64();
+  c.timers_dirty_ = r.Bool();
+  c.ports_.cursor_ = r.Int("master port cursor", 0, std::max(0, c.config_.master_ports.count - 1));
+  if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("master ports per node");
+  for (auto& held : c.ports_.held_by_port_) {
+    ReadMap(
+        r, held, [&] { return r.Int("master port", 0, 65535); }, job);
+  }
+  if (r.ok() && !r.done()) r.Fail("bytes after the end");
+  if (!r.ok()) return Status::Error("corrupt snapshot: " + r.error());
+
+  // Consistency: the GPUs the allocations hold are exactly the busy ones,
+  // and every holder is a job that holds GPUs.
+  std::vector<uint64_t> held(topo.node_count(), 0);
+  for (JobId id : a.holders_) {
+    auto it = c.jobs_.find(id);
+    if (it == c.jobs_.end() || it->second.ranks.empty()) {
+      return Status::Error("corrupt snapshot: job " + std::to_string(id) +
+                           " holds GPUs but is not running");
+    }
+    for (const GpuSlot& s : a.Held(it->second.ranks, it->second.spares)) {
+      const uint64_t bit = uint64_t{1} << s.gpu;
+      if (held[s.node] & bit) {
+        return Status::Error("corrupt snapshot: a GPU of node " + topo.node(s.node).name +
+                             " is held twice");
+      }
+      held[s.node] |= bit;
+    }
+  }
+  if (held != busy) return Status::Error("corrupt snapshot: busy GPUs differ from allocations");
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    std::vector<GpuSlot> slots;
+    for (int g = 0; g < cs.node_gpus(n); ++g) {
+      if (busy[n] & (uint64_t{1} << g)) slots.push_back({n, g});
+    }
+    if (Status s = cs.Allocate(slots); !s.ok())
+      return Status::Error("corrupt snapshot: " + s.message());
+  }
+  c.nodes_in_state_ = {};
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    ++c.nodes_in_state_[static_cast<size_t>(cs.node_state(n))];
+  }
+  return Status::Ok();
+}
+
+std::string SchedulerCore::Snapshot() const { return SnapshotAccess::Write(*impl_); }
+
+Status SchedulerCore::Restore(std::string_view snapshot) {
+  auto fresh = std::make_unique<Impl>(impl_->topo_, impl_->config_);
+  if (Status s = SnapshotAccess::Read(*fresh, snapshot); !s.ok()) return s;
+  impl_ = std::move(fresh);
+  return Status::Ok();
+}
+
+}  // namespace topo::core
