@@ -36,6 +36,41 @@ bool IsTerminal(JobState s) {
          s == JobState::kRejected;
 }
 
+std::string_view DependencyKindName(DependencyKind k) {
+  switch (k) {
+    case DependencyKind::kAfterOk:
+      return "afterok";
+    case DependencyKind::kAfterAny:
+      return "afterany";
+    case DependencyKind::kAfterNotOk:
+      return "afternotok";
+  }
+  return "unknown";
+}
+
+bool ParseDependencyKind(std::string_view name, DependencyKind& out) {
+  for (DependencyKind k :
+       {DependencyKind::kAfterOk, DependencyKind::kAfterAny, DependencyKind::kAfterNotOk}) {
+    if (DependencyKindName(k) == name) {
+      out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool DependencyMet(DependencyKind kind, JobState state) {
+  switch (kind) {
+    case DependencyKind::kAfterOk:
+      return state == JobState::kCompleted;
+    case DependencyKind::kAfterAny:
+      return true;
+    case DependencyKind::kAfterNotOk:
+      return state != JobState::kCompleted;
+  }
+  return false;
+}
+
 std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) {
   SchedulerConfig c;
   if (name == "toposched") return c;
@@ -196,12 +231,81 @@ void SchedulerCore::Impl::SetState(JobRecord& job, JobState state, std::string r
     waiting_.erase(job.id);
     if (job.restart_at >= 0) backoff_.erase({job.restart_at, job.id});
     job.restart_at = -1;
+    ForgetDependencies(job);
   } else if (state == JobState::kQueued || state == JobState::kHeld) {
     waiting_.insert(job.id);
   } else {
     waiting_.erase(job.id);
   }
   Emit(JobStateChanged{job.id, state, job.reason});
+  if (IsTerminal(state)) ResolveDependents(job);
+}
+
+// ---------------------------------------------------------------- dependencies
+
+void SchedulerCore::Impl::ForgetDependencies(const JobRecord& job) {
+  for (const Dependency& d : job.waiting_on) {
+    auto it = dependents_.find(d.job);
+    if (it == dependents_.end()) continue;
+    std::erase(it->second, job.id);
+    if (it->second.empty()) dependents_.erase(it);
+  }
+}
+
+void SchedulerCore::Impl::ResolveDependents(const JobRecord& ended) {
+  auto it = dependents_.find(ended.id);
+  if (it == dependents_.end()) return;
+  const std::vector<JobId> waiting = std::move(it->second);
+  dependents_.erase(it);
+  for (JobId id : waiting) {
+    auto w = jobs_.find(id);
+    if (w == jobs_.end() || IsTerminal(w->second.state)) continue;
+    JobRecord& job = w->second;
+    bool never = false;
+    DependencyKind failed_kind = DependencyKind::kAfterOk;
+    std::erase_if(job.waiting_on, [&](const Dependency& d) {
+      if (d.job != ended.id) return false;
+      if (!DependencyMet(d.kind, ended.state)) {
+        never = true;
+        failed_kind = d.kind;
+      }
+      return true;
+    });
+    if (never) {
+      // Slurm would leave it pending forever (DependencyNeverSatisfied);
+      // nothing can change a finished job's outcome, so say so and end it.
+      SetState(job, JobState::kCancelled,
+               "dependency never satisfied: job " + std::to_string(ended.id) + " " +
+                   std::string(JobStateName(ended.state)) + " (" +
+                   std::string(DependencyKindName(failed_kind)) + ")");
+    } else {
+      ++queue_epoch_;  // it may start now: the next step runs a pass
+    }
+  }
+}
+
+std::string SchedulerCore::Impl::DependencyBlock(const JobRecord& job) const {
+  if (job.waiting_on.empty()) return "";
+  const Dependency& d = job.waiting_on.front();
+  std::string what = d.kind == DependencyKind::kAfterOk      ? "to succeed"
+                     : d.kind == DependencyKind::kAfterNotOk ? "to fail"
+                                                             : "to end";
+  std::string out = "waiting for job " + std::to_string(d.job) + " " + what;
+  if (job.waiting_on.size() > 1) {
+    out += " (and " + std::to_string(job.waiting_on.size() - 1) + " more dependencies)";
+  }
+  return out;
+}
+
+std::string SchedulerCore::Impl::ArrayBlock(const JobRecord& job) const {
+  const JobRequest& r = job.request;
+  if (r.array_job == 0 || r.array_throttle <= 0) return "";
+  auto it = array_running_.find(r.array_job);
+  const int running = it == array_running_.end() ? 0 : it->second;
+  if (running < r.array_throttle) return "";
+  return "array throttle: " + std::to_string(running) + " tasks of array " +
+         std::to_string(r.array_job) + " running (at most " + std::to_string(r.array_throttle) +
+         " at once)";
 }
 
 TimeMs SchedulerCore::Impl::TimeLimit(const JobRecord& job) const {
@@ -220,6 +324,33 @@ void SchedulerCore::Impl::OnSubmit(const JobSubmitted& e) {
   if (!valid.ok()) {
     SetState(job, JobState::kRejected, valid.message());
     return;
+  }
+  // Dependencies on jobs that ended already are met or not now; the rest
+  // wait for the job's end (ResolveDependents).
+  for (const Dependency& d : job.request.dependencies) {
+    auto dep = jobs_.find(d.job);
+    if (dep == jobs_.end() || d.job == job.id) {
+      SetState(job, JobState::kRejected,
+               "dependency on job " + std::to_string(d.job) +
+                   ", which the scheduler does not know (or no longer holds); submit without it");
+      return;
+    }
+    if (IsTerminal(dep->second.state)) {
+      if (!DependencyMet(d.kind, dep->second.state)) {
+        SetState(job, JobState::kCancelled,
+                 "dependency never satisfied: job " + std::to_string(d.job) + " " +
+                     std::string(JobStateName(dep->second.state)) + " (" +
+                     std::string(DependencyKindName(d.kind)) + ")");
+        return;
+      }
+      continue;
+    }
+    if (std::find(job.waiting_on.begin(), job.waiting_on.end(), d) != job.waiting_on.end()) {
+      continue;
+    }
+    job.waiting_on.push_back(d);
+    std::vector<JobId>& list = dependents_[d.job];
+    if (std::find(list.begin(), list.end(), job.id) == list.end()) list.push_back(job.id);
   }
   job.state = JobState::kQueued;
   job.reason = "queued";
@@ -314,6 +445,7 @@ void SchedulerCore::Impl::OnTenant(const TenantConfigured& e) {
 
 void SchedulerCore::Impl::Allocate(JobRecord& job, std::vector<GpuSlot> ranks,
                                    std::vector<NodeId> spares) {
+  if (job.request.array_job != 0) ++array_running_[job.request.array_job];
   const int held = alloc_.Allocate(job.id, ranks, spares);
   quotas_.AddJob(job.request.tenant, held);
   ++generation_;
@@ -323,6 +455,10 @@ void SchedulerCore::Impl::Allocate(JobRecord& job, std::vector<GpuSlot> ranks,
 }
 
 void SchedulerCore::Impl::Release(JobRecord& job) {
+  if (job.request.array_job != 0) {
+    auto it = array_running_.find(job.request.array_job);
+    if (it != array_running_.end() && --it->second <= 0) array_running_.erase(it);
+  }
   if (!job.ranks.empty()) ports_.Release(job.ranks[0].node, job.id);
   const int held =
       static_cast<int>(job.ranks.size()) + static_cast<int>(alloc_.SpareSlots(job.spares).size());

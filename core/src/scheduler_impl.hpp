@@ -135,6 +135,18 @@ class SchedulerCore::Impl {
   TimeMs JobTimer(const JobRecord& job) const;
   MasterPorts ports_;  // MASTER_PORT held by running jobs, per master node
 
+  // ---- dependencies and arrays (scheduler.cpp)
+  // Jobs waiting on each job's end (the inverse of JobRecord::waiting_on).
+  std::map<JobId, std::vector<JobId>> dependents_;
+  // Running (or preempting) tasks per array, by the array's first task.
+  std::map<JobId, int> array_running_;
+  void ForgetDependencies(const JobRecord& job);
+  void ResolveDependents(const JobRecord& ended);
+  // Why the job may not start yet for its dependencies or its array's
+  // throttle ("" when nothing holds it).
+  std::string DependencyBlock(const JobRecord& job) const;
+  std::string ArrayBlock(const JobRecord& job) const;
+
   // ---- scheduler.cpp
   std::vector<Command>* out_ = nullptr;
   void Emit(Command c) { out_->push_back(std::move(c)); }

@@ -161,6 +161,7 @@ bool SchedulerCore::Impl::AdmitBehindHead(JobId id) {
   const JobRecord& head = h->second;
   JobRecord& job = j->second;
   if (head.state != JobState::kQueued || job.state != JobState::kQueued) return false;
+  if (!job.waiting_on.empty() || job.request.array_job != 0) return false;  // the pass says why
   // Does the head sort before the job (Ordered)? Where fairshare would
   // decide (two tenants), do not guess: run the pass.
   const std::optional<bool> head_first = order_->Before(QueueEntry(head), QueueEntry(job));
@@ -209,6 +210,14 @@ void SchedulerCore::Impl::SchedulePass() {
     if (job.restart_at >= 0) continue;  // backing off; its reason says until when
     if (blocked && ++looked > config_.backfill_depth) break;
     const JobSpec& spec = job.request.spec;
+    if (std::string d = DependencyBlock(job); !d.empty()) {
+      SetState(job, JobState::kQueued, d);
+      continue;
+    }
+    if (std::string a = ArrayBlock(job); !a.empty()) {
+      SetState(job, JobState::kQueued, a);
+      continue;
+    }
     if (std::string q = QuotaBlock(job); !q.empty()) {
       SetState(job, JobState::kQueued, q);
       continue;

@@ -366,6 +366,17 @@ void WriteJob(Writer& w, const JobRecord& j) {
   w.Str(q.unix_user);
   w.I64(q.memory_mb_per_node);
   w.I64(q.cpu_millis_per_node);
+  auto write_deps = [&](const std::vector<Dependency>& deps) {
+    w.Each(deps, [&](const Dependency& d) {
+      w.Enum(d.kind);
+      w.I64(d.job);
+    });
+  };
+  write_deps(q.dependencies);
+  w.I64(q.array_job);
+  w.I64(q.array_task);
+  w.I64(q.array_throttle);
+  write_deps(j.waiting_on);
   w.Enum(j.state);
   w.Str(j.reason);
   for (TimeMs t : {j.submit_time, j.first_start, j.last_start, j.end_time}) w.I64(t);
@@ -401,6 +412,18 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
   q.unix_user = r.Str();
   q.memory_mb_per_node = r.I64();
   q.cpu_millis_per_node = r.Int("cpu_millis_per_node");
+  auto read_deps = [&](std::vector<Dependency>& deps) {
+    deps.resize(r.Count(9));
+    for (Dependency& d : deps) {
+      d.kind = r.Enum("dependency kind", DependencyKind::kAfterNotOk);
+      d.job = b.Job(r);
+    }
+  };
+  read_deps(q.dependencies);
+  q.array_job = b.Job(r);
+  q.array_task = r.Int("array task", -1);
+  q.array_throttle = r.Int("array throttle", 0);
+  read_deps(j.waiting_on);
   j.state = r.Enum("job state", JobState::kRejected);
   j.reason = r.Str();
   for (TimeMs* t : {&j.submit_time, &j.first_start, &j.last_start, &j.end_time}) *t = r.I64();
@@ -749,6 +772,11 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   c.nodes_in_state_ = {};
   for (NodeId n = 0; n < topo.node_count(); ++n) {
     ++c.nodes_in_state_[static_cast<size_t>(cs.node_state(n))];
+  }
+  // Derived from the jobs: who waits on whom, running tasks per array.
+  for (const auto& [id, j] : c.jobs_) {
+    for (const Dependency& d : j.waiting_on) c.dependents_[d.job].push_back(id);
+    if (j.request.array_job != 0 && !j.ranks.empty()) ++c.array_running_[j.request.array_job];
   }
   return Status::Ok();
 }

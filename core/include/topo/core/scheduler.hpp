@@ -153,6 +153,19 @@ struct SchedulingPolicy {
 
 // ---------------------------------------------------------------- jobs
 
+// A job that starts only once another has ended a certain way (Slurm's
+// --dependency): afterok, when it completed; afternotok, when it failed, was
+// cancelled or was rejected; afterany, when it ended at all.
+enum class DependencyKind : uint8_t { kAfterOk, kAfterAny, kAfterNotOk };
+std::string_view DependencyKindName(DependencyKind k);
+// "afterok" <-> kind; false for another name.
+bool ParseDependencyKind(std::string_view name, DependencyKind& out);
+struct Dependency {
+  DependencyKind kind = DependencyKind::kAfterOk;
+  JobId job = 0;
+  friend bool operator==(const Dependency&, const Dependency&) = default;
+};
+
 struct JobRequest {
   JobSpec spec;
   std::string tenant = "default";
@@ -174,6 +187,17 @@ struct JobRequest {
   // interpreted.
   int64_t memory_mb_per_node = 0;
   int cpu_millis_per_node = 0;  // 1000 = one CPU's time per second
+  // Every one must be met before the job may start; one that can no longer
+  // be met cancels the job. Only jobs the core still holds (not terminal
+  // ones taken by TakeFinishedJobs): the daemon resolves older ones before
+  // it logs the submission.
+  std::vector<Dependency> dependencies;
+  // A task of a job array (Slurm's --array): array_job is the id of the
+  // array's first task (0: not an array), array_task its index, and at most
+  // array_throttle tasks of the array run at once (0: no bound).
+  JobId array_job = 0;
+  int array_task = -1;
+  int array_throttle = 0;
 };
 
 enum class JobState : uint8_t {
@@ -188,6 +212,9 @@ enum class JobState : uint8_t {
 };
 std::string_view JobStateName(JobState s);
 bool IsTerminal(JobState s);
+// Whether a job that ended in `state` meets `kind`.
+// REQUIRES: IsTerminal(state)
+bool DependencyMet(DependencyKind kind, JobState state);
 
 struct JobRecord {
   JobId id = 0;
@@ -216,6 +243,8 @@ struct JobRecord {
   int launch_failures = 0;
   // Waiting out a restart backoff in the queue until then; -1 when not.
   TimeMs restart_at = -1;
+  // The dependencies not met yet (a subset of request.dependencies).
+  std::vector<Dependency> waiting_on;
 };
 
 // ---------------------------------------------------------------- events
