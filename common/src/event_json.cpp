@@ -684,24 +684,38 @@ Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
 }
 
 Json JobRequestToJson(const core::JobRequest& request) {
-  return {{"spec", JobSpecToJson(request.spec)},
-          {"tenant", request.tenant},
-          {"user", request.user},
-          {"priority", request.priority},
-          {"time_limit_ms", request.time_limit},
-          {"checkpoint_interval_ms", request.checkpoint_interval},
-          {"command", request.command},
-          {"unix_user", request.unix_user},
-          {"memory_mb_per_node", request.memory_mb_per_node},
-          {"cpu_millis_per_node", request.cpu_millis_per_node},
-          {"placement_wait_ms", request.placement_wait}};
+  Json out = {{"spec", JobSpecToJson(request.spec)},
+              {"tenant", request.tenant},
+              {"user", request.user},
+              {"priority", request.priority},
+              {"time_limit_ms", request.time_limit},
+              {"checkpoint_interval_ms", request.checkpoint_interval},
+              {"command", request.command},
+              {"unix_user", request.unix_user},
+              {"memory_mb_per_node", request.memory_mb_per_node},
+              {"cpu_millis_per_node", request.cpu_millis_per_node},
+              {"placement_wait_ms", request.placement_wait}};
+  // Written only when set, so the requests of other jobs read as before.
+  if (!request.dependencies.empty()) {
+    Json deps = Json::array();
+    for (const core::Dependency& d : request.dependencies) {
+      deps.push_back({{"kind", core::DependencyKindName(d.kind)}, {"job", d.job}});
+    }
+    out["dependencies"] = std::move(deps);
+  }
+  if (request.array_job != 0) {
+    out["array"] = {{"job", request.array_job},
+                    {"task", request.array_task},
+                    {"throttle", request.array_throttle}};
+  }
+  return out;
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
-  Reader r(
-      j, "",
-      {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command",
-       "unix_user", "memory_mb_per_node", "cpu_millis_per_node", "placement_wait_ms"});
+  Reader r(j, "",
+           {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms",
+            "command", "unix_user", "memory_mb_per_node", "cpu_millis_per_node",
+            "placement_wait_ms", "dependencies", "array"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -743,6 +757,34 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
     request.cpu_millis_per_node = it->get<int>();
   }
   if (Status s = ReadPlacementWait(j, request.placement_wait); !s.ok()) return s;
+  if (auto it = j.find("dependencies"); it != j.end()) {
+    if (!it->is_array() || it->size() > kMaxJobDependencies) {
+      return PathError("dependencies", "must be an array of at most " +
+                                           std::to_string(kMaxJobDependencies) + " {kind, job}");
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& d = (*it)[i];
+      const std::string path = Index("dependencies", i);
+      Reader dr(d, path, {"kind", "job"});
+      const std::string kind = dr.String("kind");
+      const int64_t job = dr.Int64("job", 1);
+      if (!dr.ok()) return dr.status();
+      core::Dependency dep;
+      if (!core::ParseDependencyKind(kind, dep.kind)) {
+        return PathError(path + ".kind", "must be afterok, afterany or afternotok, not \"" +
+                                             kind.substr(0, 40) + "\"");
+      }
+      dep.job = job;
+      request.dependencies.push_back(dep);
+    }
+  }
+  if (auto it = j.find("array"); it != j.end()) {
+    Reader ar(*it, "array", {"job", "task", "throttle"});
+    request.array_job = ar.Int64("job", 1);
+    request.array_task = ar.Int("task", 0);
+    request.array_throttle = ar.Int("throttle", 0);
+    if (!ar.ok()) return ar.status();
+  }
   return request;
 }
 

@@ -415,3 +415,44 @@ TEST_CASE("state names parse back for every value") {
   }
   CHECK_FALSE(common::ParseJobState("unknown").has_value());
 }
+
+TEST_CASE("a request's dependencies and array task round-trip; absent ones read as none") {
+  core::JobRequest r;
+  r.spec.gpus = 8;
+  r.spec.parallelism.dp = 8;
+  r.command = {"/bin/true"};
+  nlohmann::json plain = common::JobRequestToJson(r);
+  CHECK(!plain.contains("dependencies"));  // other requests read as before
+  CHECK(!plain.contains("array"));
+  r.dependencies = {{core::DependencyKind::kAfterOk, 12}, {core::DependencyKind::kAfterNotOk, 3}};
+  r.array_job = 40;
+  r.array_task = 7;
+  r.array_throttle = 8;
+  core::Result<core::JobRequest> back = common::JobRequestFromJson(common::JobRequestToJson(r));
+  REQUIRE(back.ok());
+  CHECK(back.value().dependencies == r.dependencies);
+  CHECK(back.value().array_job == 40);
+  CHECK(back.value().array_task == 7);
+  CHECK(back.value().array_throttle == 8);
+  CHECK(common::JobRequestFromJson(plain).value().dependencies.empty());
+  CHECK(common::JobRequestFromJson(plain).value().array_job == 0);
+
+  struct Bad {
+    nlohmann::json deps;
+    const char* says;
+  };
+  for (const Bad& b :
+       {Bad{{{{"kind", "after"}, {"job", 1}}}, "dependencies[0].kind"},
+        Bad{{{{"kind", "afterok"}, {"job", 0}}}, "dependencies[0]"},
+        Bad{{{{"kind", "afterok"}}}, "\"job\" is required"}, Bad{"afterok:1", "dependencies"}}) {
+    nlohmann::json j = common::JobRequestToJson(r);
+    j["dependencies"] = b.deps;
+    core::Result<core::JobRequest> bad = common::JobRequestFromJson(j);
+    CAPTURE(b.says);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.message().find(b.says) != std::string::npos);
+  }
+  nlohmann::json j = common::JobRequestToJson(r);
+  j["array"]["task"] = -1;
+  CHECK(common::JobRequestFromJson(j).message().find("array") != std::string::npos);
+}

@@ -76,6 +76,9 @@ std::string_view CommandTypeName(const core::Command& command);
 // Pieces shared with the store's materialized tables.
 nlohmann::json TenantConfigToJson(const core::TenantConfig& tenant);
 core::Result<core::TenantConfig> TenantConfigFromJson(const nlohmann::json& j);
+// At most this many dependencies per job (each an afterok/afterany/afternotok
+// on one job id): the API, the CLI and the log reader all refuse more.
+inline constexpr size_t kMaxJobDependencies = 64;
 nlohmann::json JobRequestToJson(const core::JobRequest& request);
 core::Result<core::JobRequest> JobRequestFromJson(const nlohmann::json& j);
 nlohmann::json GpuSlotsToJson(const std::vector<core::GpuSlot>& slots,
