@@ -9,6 +9,7 @@
 #include "daemon/service_internal.hpp"
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
+#include "topo/common/job_chain.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/core/evaluator.hpp"
 #include "topo/core/perf_model.hpp"
@@ -64,7 +65,17 @@ Json RecordSummary(const ServiceState& s, const core::JobRecord& j,
               {"checkpoint_step", j.checkpoint_step},
               {"queue_position", nullptr},
               {"estimated_start_ms", nullptr},
-              {"predicted_slowdown", nullptr}};
+              {"predicted_slowdown", nullptr},
+              {"dependency", nullptr},
+              {"array", nullptr}};
+  if (!j.request.dependencies.empty()) {
+    out["dependency"] = common::FormatDependencies(j.request.dependencies);
+  }
+  if (j.request.array_job != 0) {
+    out["array"] = {{"job", j.request.array_job},
+                    {"task", j.request.array_task},
+                    {"throttle", j.request.array_throttle}};
+  }
   if (std::optional<double> slow = PredictedSlowdown(s, j)) out["predicted_slowdown"] = *slow;
   if (s.driver.core != nullptr) {
     if (std::optional<TimeMs> start = s.driver.core->EstimatedStart(j.id)) {
@@ -368,9 +379,9 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   Body b = ParseBody(*route.request, false);
   if (b.error) return *b.error;
   const Json& body = b.json;
-  if (auto e = UnknownField(
-          body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
-                 "placement_wait_s", "command", "memory_mb_per_node", "cpus_per_node"})) {
+  if (auto e = UnknownField(body, {"spec", "tenant", "priority", "time_limit_s",
+                                   "checkpoint_interval_s", "placement_wait_s", "command",
+                                   "memory_mb_per_node", "cpus_per_node", "dependency", "array"})) {
     return *e;
   }
   if (s.driver.core == nullptr) return NoTopology();
@@ -509,6 +520,86 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   request.checkpoint_interval = checkpoint < 0 ? -1 : checkpoint * core::kSecond;
   request.placement_wait = placement_wait < 0 ? -1 : placement_wait * core::kSecond;
 
+  // Dependencies (Slurm's afterok:12:13,...): on jobs the caller may see;
+  // one already met is dropped, one that can never be met is refused, the
+  // rest wait in the core.
+  if (auto it = body.find("dependency"); it != body.end()) {
+    if (!it->is_string()) {
+      return Error(400, "dependency must be a string like \"afterok:12:13,afterany:14\"",
+                   "dependency");
+    }
+    Result<std::vector<core::Dependency>> deps =
+        common::ParseDependencies(it->get_ref<const std::string&>());
+    if (!deps.ok()) return Error(400, deps.message(), "dependency");
+    for (const core::Dependency& d : deps.value()) {
+      std::optional<core::JobState> ended;
+      std::string tenant;
+      if (const core::JobRecord* j = s.driver.core->job(d.job)) {
+        tenant = j->request.tenant;
+        if (core::IsTerminal(j->state)) ended = j->state;
+      } else {
+        Result<std::optional<store::JobRow>> row = s.driver.store->GetJob(d.job);
+        if (!row.ok()) return StoreFailed(row.status());
+        if (row.value()) {
+          tenant = row.value()->tenant;
+          ended = row.value()->state;
+        }
+      }
+      // Another tenant's job reads as absent: its existence is not the
+      // caller's to learn.
+      if (tenant.empty() || !caller.InScope(tenant)) {
+        return Error(400,
+                     "dependency: job " + std::to_string(d.job) +
+                         " does not exist (or is not yours to see); `topo queue --all` lists jobs",
+                     "dependency");
+      }
+      if (ended && !core::IsTerminal(*ended)) ended.reset();  // a row of a live job
+      if (!ended) {
+        request.dependencies.push_back(d);
+        continue;
+      }
+      if (!core::DependencyMet(d.kind, *ended)) {
+        return Error(400,
+                     "dependency: job " + std::to_string(d.job) + " " +
+                         std::string(core::JobStateName(*ended)) + ", so " +
+                         std::string(core::DependencyKindName(d.kind)) + ":" +
+                         std::to_string(d.job) + " can never be met",
+                     "dependency");
+      }
+    }
+  }
+  // An array (Slurm's 0-99%8): one job per task, logged together.
+  common::ArraySpec array;
+  if (auto it = body.find("array"); it != body.end()) {
+    if (!it->is_string()) {
+      return Error(400, "array must be a string like \"0-99%8\" or \"1,3,5-7\"", "array");
+    }
+    Result<common::ArraySpec> parsed = common::ParseArraySpec(it->get_ref<const std::string&>());
+    if (!parsed.ok()) return Error(400, parsed.message(), "array");
+    array = std::move(parsed).value();
+  }
+  const int64_t count = array.tasks.empty() ? 1 : static_cast<int64_t>(array.tasks.size());
+  if (count > 1) {
+    // The caps on waiting jobs count every task.
+    if (const core::TenantConfig* t = s.driver.core->tenant(request.tenant);
+        t != nullptr && t->max_queued_jobs > 0 &&
+        s.driver.waiting().OfTenant(request.tenant) + count > t->max_queued_jobs) {
+      return Error(409,
+                   "the array's " + std::to_string(count) + " tasks would take tenant " +
+                       request.tenant + " past its max_queued_jobs (" +
+                       std::to_string(t->max_queued_jobs) + "); submit fewer tasks",
+                   "array");
+    }
+    if (s.config.max_queued_jobs_per_user > 0 &&
+        s.driver.waiting().OfUser(request.user) + count > s.config.max_queued_jobs_per_user) {
+      return Error(409,
+                   "the array's " + std::to_string(count) + " tasks would take user " +
+                       request.user + " past the cluster's max_queued_jobs_per_user (" +
+                       std::to_string(s.config.max_queued_jobs_per_user) + "); submit fewer tasks",
+                   "array");
+    }
+  }
+
   // Refuse what can never run here, before it is logged.
   if (request.spec.gpus > s.driver.topology->total_gpus()) {
     return Error(400,
@@ -525,8 +616,28 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                          "spec");
   }
 
-  const JobId id = s.driver.next_job_id++;
   const std::string tenant = request.tenant;
+  if (!array.tasks.empty()) {
+    // Consecutive ids, the first one names the array; every task goes into
+    // the same group commit, so the answer (after it) covers them all.
+    const JobId first = s.driver.next_job_id;
+    Json ids = Json::array();
+    for (int task : array.tasks) {
+      const JobId id = s.driver.next_job_id++;
+      core::JobRequest r = request;
+      r.array_job = first;
+      r.array_task = task;
+      r.array_throttle = array.throttle;
+      s.driver.Step(core::JobSubmitted{id, std::move(r)}, s.Actor(caller));
+      if (s.metrics != nullptr) s.metrics->Submission(tenant);
+      ids.push_back(id);
+    }
+    return JsonResponse(
+        201, {{"id", first},
+              {"array", {{"job", first}, {"tasks", array.tasks}, {"throttle", array.throttle}}},
+              {"ids", std::move(ids)}});
+  }
+  const JobId id = s.driver.next_job_id++;
   s.driver.Step(core::JobSubmitted{id, std::move(request)}, s.Actor(caller));
   if (s.metrics != nullptr) s.metrics->Submission(tenant);
   const core::JobRecord* j = s.driver.core->job(id);
