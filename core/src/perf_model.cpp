@@ -306,7 +306,9 @@ CommSpans AnalyzePlacement(const JobSpec& job, const Topology& topology,
   std::vector<NodeId> first;
   std::vector<int> tier;
   std::vector<int> group_of;
-  std::vector<std::vector<DomainId>> children;
+  std::vector<int> member_start;
+  std::vector<int> members_by_group;
+  std::vector<int> seen_in;  // per domain: the last group that counted it
   for (GroupKind k : kAllGroupKinds) {
     KindSpan& span = out.kind[static_cast<int>(k)];
     span.min_members_per_child.assign(root + 1, 0.0);
@@ -374,17 +376,29 @@ CommSpans AnalyzePlacement(const JobSpec& job, const Topology& topology,
       int& t = tier[g];
       while (t < root && topology.Ancestor(n, t) != topology.Ancestor(first[g], t)) ++t;
     }
-    children.assign(count, {});
-    for (int r = 0; r < layout.world_size(); ++r) {
-      const int g = group_of[r];
-      if (tier[g] > 0) children[g].push_back(topology.Ancestor(ranks[r].node, tier[g] - 1));
+    // Each group's ranks side by side (a counting sort by group), then its
+    // distinct children below its tier, marked per group: no sort, no
+    // allocation per group.
+    member_start.assign(count + 1, 0);
+    for (int r = 0; r < layout.world_size(); ++r) ++member_start[group_of[r] + 1];
+    for (int g = 0; g < count; ++g) member_start[g + 1] += member_start[g];
+    members_by_group.resize(layout.world_size());
+    {
+      std::vector<int> at(member_start.begin(), member_start.end() - 1);
+      for (int r = 0; r < layout.world_size(); ++r) members_by_group[at[group_of[r]]++] = r;
     }
+    seen_in.assign(topology.domain_count(), -1);
     for (int g = 0; g < count; ++g) {
       double members = 1;
       if (tier[g] > 0) {
-        std::vector<DomainId>& c = children[g];
-        std::sort(c.begin(), c.end());
-        const auto distinct = std::unique(c.begin(), c.end()) - c.begin();
+        int distinct = 0;
+        for (int i = member_start[g]; i < member_start[g + 1]; ++i) {
+          const DomainId c = topology.Ancestor(ranks[members_by_group[i]].node, tier[g] - 1);
+          if (seen_in[c] != g) {
+            seen_in[c] = g;
+            ++distinct;
+          }
+        }
         members = static_cast<double>(span.size) / static_cast<double>(distinct);
       }
       double& slot = span.min_members_per_child[tier[g]];
