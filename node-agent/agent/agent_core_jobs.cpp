@@ -49,8 +49,11 @@ core::Result<JobLaunch> LaunchFromStart(const proto::Start& s, const std::string
         "the job has no command and this agent has no --job-command: submit the job with a "
         "command");
   }
+  l.mode = s.launch;
   l.env = s.env;
   l.working_dir = s.working_dir;
+  l.output = s.output;
+  l.error = s.error;
   l.limits.memory_bytes = s.memory_mb << 20;
   l.limits.cpus = s.cpu_millis / 1000.0;
   l.unix_user = s.unix_user;
