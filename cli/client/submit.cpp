@@ -592,7 +592,8 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
         if (skipped.size() > 8) names += ", ...";
         warnings->push_back("--export ALL: " + std::to_string(skipped.size()) +
                             " variable(s) of your environment not sent (the agent's own, such "
-                            "as TOPO_*, or not a plain NAME=VALUE): " + names);
+                            "as TOPO_*, or not a plain NAME=VALUE): " +
+                            names);
       }
     } else {
       size_t start = 0;

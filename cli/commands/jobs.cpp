@@ -47,9 +47,9 @@ std::string StateAndReason(const json& job) {
 
 struct SubmitArgs {
   std::string script;
-  std::string wrap;                                 // --wrap CMD
-  std::optional<std::vector<std::string>> command;  // after "--"
-  std::map<std::string, std::string> values;               // by flag name
+  std::string wrap;                                       // --wrap CMD
+  std::optional<std::vector<std::string>> command;        // after "--"
+  std::map<std::string, std::string> values;              // by flag name
   std::map<std::string, std::vector<std::string>> lists;  // repeatable flags, by name
   std::map<std::string, CLI::Option*> options;
   bool json = false;
@@ -606,7 +606,8 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
       "Examples:\n"
       "  topo submit --gpus 64 --tp 8 --pp 2 --time 2h --name llama-8b -- python train.py\n"
       "  topo submit --gpus 8 --wrap 'python train.py --lr 3e-4 > out.txt'\n"
-      "  topo submit --gpus 16 --launch node -- sh -c 'exec torchrun --nnodes $GROUP_WORLD_SIZE \\\n"
+      "  topo submit --gpus 16 --launch node -- sh -c 'exec torchrun --nnodes $GROUP_WORLD_SIZE "
+      "\\\n"
       "      --nproc-per-node $LOCAL_WORLD_SIZE --node-rank $GROUP_RANK \\\n"
       "      --master-addr $MASTER_ADDR --master-port $MASTER_PORT train.py'\n"
       "  topo submit --gpus 8 --env NCCL_DEBUG=INFO --export HF_HOME --chdir /data/run \\\n"
@@ -624,10 +625,9 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
                 "job");
   for (const SubmitFlagInfo& f : SubmitFlagTable()) {
     const std::string name(f.name);
-    CLI::Option* opt =
-        IsRepeatableSubmitFlag(name)
-            ? s->add_option("--" + name, submit->lists[name], std::string(f.help))
-            : s->add_option("--" + name, submit->values[name], std::string(f.help));
+    CLI::Option* opt = IsRepeatableSubmitFlag(name)
+                           ? s->add_option("--" + name, submit->lists[name], std::string(f.help))
+                           : s->add_option("--" + name, submit->values[name], std::string(f.help));
     opt->type_name(std::string(f.value_name));
     submit->options[name] = opt;
   }

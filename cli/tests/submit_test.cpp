@@ -288,8 +288,8 @@ TEST_CASE("launch mode, variables, --export, chdir and output files, from flags 
   std::vector<std::string> warnings;
   auto all = BuildSubmitRequest(plain, std::nullopt, "", environment, &warnings);
   REQUIRE(all.ok());
-  CHECK(all.value()["env"] == json{{"HF_HOME", "/data/hf"}, {"SECRET", "no"},
-                                   {"WANDB_MODE", "offline"}});
+  CHECK(all.value()["env"] ==
+        json{{"HF_HOME", "/data/hf"}, {"SECRET", "no"}, {"WANDB_MODE", "offline"}});
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("TOPO_TOKEN") != std::string::npos);
   // A listed name that is not set is an error, naming it.
@@ -305,16 +305,11 @@ TEST_CASE("launch mode, variables, --export, chdir and output files, from flags 
     const char* says;
   };
   const Bad bads[] = {
-      {"launch", "gpu", "rank or node"},
-      {"env", "NOVALUE", "NAME=VALUE"},
-      {"env", "RANK=3", "reserved"},
-      {"env", "1X=3", "not a variable name"},
-      {"export", "A=1", "--env A=1"},
-      {"export", "ALL,HOME", "stand alone"},
-      {"export", "", "ALL, NONE"},
-      {"chdir", "run", "absolute"},
-      {"output", "o-%x", "%j (job id)"},
-      {"error", "logs/", "directory"},
+      {"launch", "gpu", "rank or node"}, {"env", "NOVALUE", "NAME=VALUE"},
+      {"env", "RANK=3", "reserved"},     {"env", "1X=3", "not a variable name"},
+      {"export", "A=1", "--env A=1"},    {"export", "ALL,HOME", "stand alone"},
+      {"export", "", "ALL, NONE"},       {"chdir", "run", "absolute"},
+      {"output", "o-%x", "%j (job id)"}, {"error", "logs/", "directory"},
   };
   for (const Bad& b : bads) {
     CAPTURE(b.flag);
@@ -330,7 +325,8 @@ TEST_CASE("launch mode, variables, --export, chdir and output files, from flags 
   // A --spec file's env is checked as the daemon checks it.
   SubmitFlags g;
   REQUIRE(AddSubmitFlag(&g, "gpus", "8", "").ok());
-  auto spec_env = BuildSubmitRequest(g, json{{"spec", {{"gpus", 8}}}, {"env", {{"RANK", "1"}}}}, "");
+  auto spec_env =
+      BuildSubmitRequest(g, json{{"spec", {{"gpus", 8}}}, {"env", {{"RANK", "1"}}}}, "");
   REQUIRE_FALSE(spec_env.ok());
   CHECK(spec_env.message().find("reserved") != std::string::npos);
 }

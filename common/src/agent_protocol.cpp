@@ -555,8 +555,8 @@ Status Check(const Start& m, const std::string& path, Failure& f) {
       return Fail(f, Child(path, "working_dir"), s.message());
     }
   }
-  for (const auto& [name, pattern] : {std::pair<const char*, const std::string*>{"output", &m.output},
-                                      {"error", &m.error}}) {
+  for (const auto& [name, pattern] :
+       {std::pair<const char*, const std::string*>{"output", &m.output}, {"error", &m.error}}) {
     if (pattern->empty()) continue;
     if (Status s = common::CheckOutputPattern(*pattern); !s.ok()) {
       return Fail(f, Child(path, name), s.message());

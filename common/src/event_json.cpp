@@ -686,26 +686,25 @@ Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
 
 Json JobRequestToJson(const core::JobRequest& request) {
   Json out = {{"spec", JobSpecToJson(request.spec)},
-          {"tenant", request.tenant},
-          {"user", request.user},
-          {"priority", request.priority},
-          {"time_limit_ms", request.time_limit},
-          {"checkpoint_interval_ms", request.checkpoint_interval},
-          {"command", request.command},
-          {"unix_user", request.unix_user},
-          {"memory_mb_per_node", request.memory_mb_per_node},
-          {"cpu_millis_per_node", request.cpu_millis_per_node},
-          {"placement_wait_ms", request.placement_wait}};
+              {"tenant", request.tenant},
+              {"user", request.user},
+              {"priority", request.priority},
+              {"time_limit_ms", request.time_limit},
+              {"checkpoint_interval_ms", request.checkpoint_interval},
+              {"command", request.command},
+              {"unix_user", request.unix_user},
+              {"memory_mb_per_node", request.memory_mb_per_node},
+              {"cpu_millis_per_node", request.cpu_millis_per_node},
+              {"placement_wait_ms", request.placement_wait}};
   ProcessSpecToJson(request.process, &out);
   return out;
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
-  Reader r(
-      j, "",
-      {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command",
-       "unix_user", "memory_mb_per_node", "cpu_millis_per_node", "placement_wait_ms", "launch",
-       "env", "chdir", "output", "error"});
+  Reader r(j, "",
+           {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms",
+            "command", "unix_user", "memory_mb_per_node", "cpu_millis_per_node",
+            "placement_wait_ms", "launch", "env", "chdir", "output", "error"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);

@@ -42,9 +42,9 @@ std::optional<core::LaunchMode> ParseLaunchMode(std::string_view name) {
 
 std::string ReservedEnvReason(std::string_view name) {
   static constexpr std::array<std::string_view, 13> kExact = {
-      "RANK",       "WORLD_SIZE",       "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
-      "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",           "ROLE_WORLD_SIZE",
-      "ROLE_NAME",  "MASTER_ADDR",      "MASTER_PORT",         "CUDA_VISIBLE_DEVICES",
+      "RANK",       "WORLD_SIZE",       "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+      "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",   "ROLE_WORLD_SIZE",
+      "ROLE_NAME",  "MASTER_ADDR",      "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
       "TOPO_JOB_ID"};
   for (std::string_view e : kExact) {
     if (name == e) {
@@ -61,12 +61,12 @@ std::string ReservedEnvReason(std::string_view name) {
 }
 
 Status CheckJobEnvVar(std::string_view name, std::string_view value) {
-  const bool identifier =
-      !name.empty() && name.size() <= kMaxEnvNameBytes && !(name[0] >= '0' && name[0] <= '9') &&
-      std::all_of(name.begin(), name.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               c == '_';
-      });
+  const bool identifier = !name.empty() && name.size() <= kMaxEnvNameBytes &&
+                          !(name[0] >= '0' && name[0] <= '9') &&
+                          std::all_of(name.begin(), name.end(), [](char c) {
+                            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                   (c >= '0' && c <= '9') || c == '_';
+                          });
   if (!identifier) {
     return Status::Error("env: " + Quoted(name) +
                          " is not a variable name: use letters, digits and _, not starting with "
@@ -124,8 +124,8 @@ Status CheckOutputPattern(std::string_view pattern) {
     return Status::Error("must be a file name pattern such as out-%j-%r.log, not empty");
   }
   if (pattern.size() > kMaxJobPathBytes) {
-    return Status::Error("the pattern is " + std::to_string(pattern.size()) +
-                         " bytes; at most " + std::to_string(kMaxJobPathBytes));
+    return Status::Error("the pattern is " + std::to_string(pattern.size()) + " bytes; at most " +
+                         std::to_string(kMaxJobPathBytes));
   }
   if (HasControl(pattern)) return Status::Error("the pattern holds a control character");
   if (pattern.back() == '/') {

@@ -99,8 +99,8 @@ void RankSupervisor::Impl::LoadStates() {
       j.owner.uid = doc.value("uid", uid_t{0});
       j.owner.gid = doc.value("gid", gid_t{0});
       j.restart_count = doc.value("restart_count", 0);
-      j.mode = doc.value("launch", "rank") == "node" ? core::LaunchMode::kNode
-                                                     : core::LaunchMode::kRank;
+      j.mode =
+          doc.value("launch", "rank") == "node" ? core::LaunchMode::kNode : core::LaunchMode::kRank;
       j.group_rank = doc.value("group_rank", 0);
       j.reported_step = doc.value("reported_step", int64_t{-1});
       j.persisted_step = doc.value("persisted_step", int64_t{-1});

@@ -359,11 +359,10 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
     }
     note->clear();
     if (req.output_path.empty() && req.error_path.empty()) return;
-    const std::string where = launch.working_dir.empty() ? "the working directory"
-                                                         : launch.working_dir;
+    const std::string where =
+        launch.working_dir.empty() ? "the working directory" : launch.working_dir;
     auto shown = [&](const std::string& p) {
-      return p.empty() ? std::string("this log")
-                       : p[0] == '/' ? p : p + " (in " + where + ")";
+      return p.empty() ? std::string("this log") : p[0] == '/' ? p : p + " (in " + where + ")";
     };
     *note = "=== topo-agent: standard output goes to " + shown(req.output_path) +
             ", standard error to " +
@@ -385,9 +384,9 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
     req.log_path = NodeLogPath(launch.job_id, launch.group_rank);
     req.log_header = note_lines + redirect_note + "=== topo-agent " + NowText() + " start job " +
                      launch.job_id + " node " + std::to_string(launch.group_rank) + " of " +
-                     std::to_string(launch.group_world_size) + " (ranks " + ranks +
-                     ") restart " + std::to_string(launch.restart_count) + " as " + acct.name +
-                     " (uid " + std::to_string(acct.uid) + "): " + cmdline + " pid ";
+                     std::to_string(launch.group_world_size) + " (ranks " + ranks + ") restart " +
+                     std::to_string(launch.restart_count) + " as " + acct.name + " (uid " +
+                     std::to_string(acct.uid) + "): " + cmdline + " pid ";
     auto spawned = SpawnRank(req);
     if (!spawned.ok()) return abort_launch(spawned.message());
     auto st = ReadProcStat(spawned.value().pid);

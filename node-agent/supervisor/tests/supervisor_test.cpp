@@ -472,8 +472,8 @@ TEST_CASE("--output and --error patterns are opened as the account, relative to 
     CHECK(StatOf(out).uid == ResolveUnixAccount(sb.user.name()).value().uid);  // not root
     // The log keeps the agent's lines and says where the output went.
     const std::string log = ReadFile(sup.LogPath("files", r));
-    CHECK(log.find("standard output goes to o-files-" + std::to_string(r) + ".txt (in " +
-                   sb.out + "), standard error to " + err) != std::string::npos);
+    CHECK(log.find("standard output goes to o-files-" + std::to_string(r) + ".txt (in " + sb.out +
+                   "), standard error to " + err) != std::string::npos);
     CHECK(log.find("out-") == std::string::npos);
   }
   REQUIRE(sup.Forget("files").ok());
@@ -491,6 +491,7 @@ TEST_CASE("--output and --error patterns are opened as the account, relative to 
   REQUIRE(e);
   CHECK(e->exit_code == 126);
   CHECK(ReadFile(roots) == "root's\n");
-  CHECK(ReadFile(sup.LogPath("files", 0)).find("cannot open the output file " + roots + " as " +
-                                               sb.user.name()) != std::string::npos);
+  CHECK(ReadFile(sup.LogPath("files", 0))
+            .find("cannot open the output file " + roots + " as " + sb.user.name()) !=
+        std::string::npos);
 }

@@ -201,8 +201,8 @@ struct Start {
   // opened as unix_user; empty: the agent's log (common::CheckOutputPattern).
   std::string output;
   std::string error;
-  int64_t memory_mb = 0;    // the job's cgroup on this node; 0: no limit
-  int cpu_millis = 0;       // likewise, CPU time (1000 = one CPU); 0: no limit
+  int64_t memory_mb = 0;  // the job's cgroup on this node; 0: no limit
+  int cpu_millis = 0;     // likewise, CPU time (1000 = one CPU); 0: no limit
   bool operator==(const Start&) const = default;
 };
 struct Stop {
