@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "json_util.hpp"
 
@@ -218,12 +219,24 @@ Result<core::ProcessSpec> ProcessSpecFromJson(const Json& object, std::string* f
   return spec;
 }
 
-void ProcessSpecToJson(const core::ProcessSpec& spec, Json* object) {
-  if (spec.launch != core::LaunchMode::kRank) (*object)["launch"] = LaunchModeName(spec.launch);
-  if (!spec.env.empty()) (*object)["env"] = spec.env;
-  if (!spec.working_dir.empty()) (*object)["chdir"] = spec.working_dir;
-  if (!spec.output.empty()) (*object)["output"] = spec.output;
-  if (!spec.error.empty()) (*object)["error"] = spec.error;
+void ProcessSpecToJson(const core::ProcessSpec& spec, Json* object, bool every_field) {
+  Json& o = *object;
+  if (every_field || spec.launch != core::LaunchMode::kRank)
+    o["launch"] = LaunchModeName(spec.launch);
+  if (every_field || !spec.env.empty()) {
+    Json env = Json::object();
+    for (const auto& [k, v] : spec.env) env[k] = v;
+    o["env"] = std::move(env);
+  }
+  const std::pair<const char*, const std::string*> paths[] = {
+      {"chdir", &spec.working_dir}, {"output", &spec.output}, {"error", &spec.error}};
+  for (const auto& [name, value] : paths) {
+    if (!value->empty()) {
+      o[name] = *value;
+    } else if (every_field) {
+      o[name] = nullptr;
+    }
+  }
 }
 
 }  // namespace topo::common

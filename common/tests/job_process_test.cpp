@@ -79,6 +79,14 @@ TEST_CASE("the API's fields read back as written, and name the field they fail o
   ProcessSpecToJson(core::ProcessSpec{}, &empty);
   CHECK(empty.empty());
   CHECK(ProcessSpecFromJson(Json::object()).value() == core::ProcessSpec{});
+  // GET /v1/jobs/ID writes every field, the defaults as null (and {} for env).
+  Json every = Json::object();
+  ProcessSpecToJson(core::ProcessSpec{}, &every, /*every_field=*/true);
+  CHECK(every == Json::parse(R"({"launch": "rank", "env": {}, "chdir": null, "output": null,
+                                 "error": null})"));
+  every = Json::object();
+  ProcessSpecToJson(spec, &every, /*every_field=*/true);
+  CHECK(every == j);
 
   struct Case {
     const char* body;

@@ -299,8 +299,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
       const core::Topology& topo = *s.driver.topology;
       out["spec"] = common::JobSpecToJson(j->request.spec);
       out["command"] = j->request.command;
-      common::ProcessSpecToJson(j->request.process, &out);
-      out["launch"] = common::LaunchModeName(j->request.process.launch);
+      common::ProcessSpecToJson(j->request.process, &out, /*every_field=*/true);
       out["limits"] = {{"memory_mb_per_node", j->request.memory_mb_per_node},
                        {"cpus_per_node", j->request.cpu_millis_per_node / 1000.0}};
       Json ranks = Json::array();

@@ -64,7 +64,11 @@ std::string ExpandOutputPattern(std::string_view pattern, std::string_view job, 
 // ("env", "chdir", ...) and the message starts with it.
 core::Result<core::ProcessSpec> ProcessSpecFromJson(const nlohmann::json& object,
                                                     std::string* field = nullptr);
-// Writes the fields that differ from the default into *object.
-void ProcessSpecToJson(const core::ProcessSpec& spec, nlohmann::json* object);
+// Writes the fields that differ from the default into *object (the event
+// log, a request). With every_field (GET /v1/jobs/ID), every field is
+// written: "launch", "env" ({} when none), and "chdir", "output", "error"
+// as null when not given (the defaults above apply).
+void ProcessSpecToJson(const core::ProcessSpec& spec, nlohmann::json* object,
+                       bool every_field = false);
 
 }  // namespace topo::common
