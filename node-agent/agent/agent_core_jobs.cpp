@@ -191,6 +191,7 @@ void AgentCore::TryPendingLaunches() {
             std::to_string(p.launch.group_world_size) + ", master " + p.launch.master_addr + ":" +
             std::to_string(p.launch.master_port) +
             (out.restart_step ? ", from step " + std::to_string(*out.restart_step) : "") + ")" +
+            (p.launch.mode == core::LaunchMode::kNode ? " in one process (launch node)" : "") +
             (launch_ms >= 100 ? " in " + std::to_string(launch_ms) + " ms" : ""));
     if (!out.note.empty()) Log(LogLevel::kInfo, "job " + job + ": " + out.note);
     it = pending_.erase(it);
