@@ -669,11 +669,14 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
   auto show = std::make_shared<ShowArgs>();
   CLI::App* sh = AddVerb(
       app, "show",
-      "Show one job: state and reason, placement per HBD, leaf and pod, placement metrics,\n"
-      "ranks and history.\n\n"
+      "Show one job: state and reason, how its processes start (command, launch mode, the\n"
+      "names of its --env variables, working directory, output files), placement per HBD,\n"
+      "leaf and pod, placement metrics, ranks and history. Variables are shown by name only\n"
+      "(values may be secrets); --json carries the values.\n\n"
       "Examples:\n"
       "  topo show 17\n"
       "  topo show 17 --ranks        # every rank's node and GPU\n"
+      "  topo show 17 --json | jq .env   # the variables with their values\n"
       "  topo show 17 --json | jq .metrics");
   sh->add_option("JOB", show->job, "Job id")->required();
   sh->add_flag("--ranks", show->ranks, "List every rank (and every placement group)");
