@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "topo/common/agent_protocol.hpp"
 #include "topo/core/launch.hpp"
 #include "topo/core/status.hpp"
 
@@ -30,12 +31,13 @@ namespace topo::common {
 std::string_view LaunchModeName(core::LaunchMode mode);
 std::optional<core::LaunchMode> ParseLaunchMode(std::string_view name);
 
-// Bounds (also the agent protocol's; see agent_protocol.hpp).
-inline constexpr size_t kMaxJobEnvVars = 1024;
-inline constexpr size_t kMaxJobEnvBytes = 256u << 10;  // "K=V" strings + NULs
-inline constexpr size_t kMaxEnvValueBytes = 131071;    // one exec string (MAX_ARG_STRLEN - 1)
+// Bounds: the agent protocol's (agent_protocol.hpp), so that a job the API
+// accepts always fits in a `start`.
+inline constexpr size_t kMaxJobEnvVars = proto::kMaxEnvVars;
+inline constexpr size_t kMaxJobEnvBytes = proto::kMaxEnvBytes;    // "K=V" strings + NULs
+inline constexpr size_t kMaxEnvValueBytes = proto::kMaxArgBytes;  // MAX_ARG_STRLEN - 1
 inline constexpr size_t kMaxEnvNameBytes = 256;
-inline constexpr size_t kMaxJobPathBytes = 4095;  // PATH_MAX - 1
+inline constexpr size_t kMaxJobPathBytes = proto::kMaxPathBytes;  // PATH_MAX - 1
 
 // Why a job may not set this variable itself ("" when it may): the agent
 // sets it for every rank (RANK, WORLD_SIZE, MASTER_ADDR, LOCAL_*, GROUP_*,
