@@ -717,8 +717,10 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
   request.time_limit = r.Int64("time_limit_ms");
   request.checkpoint_interval = r.Int64("checkpoint_interval_ms");
   if (!r.ok()) return r.status();
-  // Optional, each of them: absent is the default.
-  Result<core::ProcessSpec> process = ProcessSpecFromJson(j);
+  // Optional, each of them: absent is the default. Checked when submitted:
+  // here only their types, so a later release's stricter rules still replay
+  // the log.
+  Result<core::ProcessSpec> process = ProcessSpecFromJson(j, nullptr, ProcessSpecChecks::kTypes);
   if (!process.ok()) return process.status();
   request.process = std::move(process).value();
   // Optional: logs written before commands existed have none.

@@ -177,6 +177,20 @@ TEST_CASE("field values survive the round trip") {
   REQUIRE_FALSE(back.ok());
   CHECK(back.message().find("launch") != std::string::npos);
   old.erase("launch");
+  // A name reserved, or a pattern refused, after the job was logged still
+  // replays (the daemon must start on its old log); a wrong type does not.
+  old["env"] = {{"RANK", "3"}};
+  old["output"] = "o-%x.log";
+  back = common::JobRequestFromJson(old);
+  REQUIRE_MESSAGE(back.ok(), back.message());
+  CHECK(back.value().process.env.at("RANK") == "3");
+  CHECK(back.value().process.output == "o-%x.log");
+  old["env"] = {{"RANK", 3}};
+  back = common::JobRequestFromJson(old);
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.message().find("env.RANK") != std::string::npos);
+  old.erase("env");
+  old.erase("output");
   old["command"] = {"ok", 3};
   back = common::JobRequestFromJson(old);
   REQUIRE_FALSE(back.ok());

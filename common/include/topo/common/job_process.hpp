@@ -64,8 +64,14 @@ std::string ExpandOutputPattern(std::string_view pattern, std::string_view job, 
 // ignored: the caller checks the object's field list), with every check
 // above. On error, *field (when given) is the field to name in the answer
 // ("env", "chdir", ...) and the message starts with it.
-core::Result<core::ProcessSpec> ProcessSpecFromJson(const nlohmann::json& object,
-                                                    std::string* field = nullptr);
+// ProcessSpecChecks::kTypes checks types and the launch mode only: for the
+// event log, whose jobs were checked when submitted, so that a daemon of a
+// later release that reserves another name or narrows a bound still replays
+// its log and starts, instead of refusing the whole log for one old job.
+enum class ProcessSpecChecks { kAll, kTypes };
+core::Result<core::ProcessSpec> ProcessSpecFromJson(
+    const nlohmann::json& object, std::string* field = nullptr,
+    ProcessSpecChecks checks = ProcessSpecChecks::kAll);
 // Writes the fields that differ from the default into *object (the event
 // log, a request). With every_field (GET /v1/jobs/ID), every field is
 // written: "launch", "env" ({} when none), and "chdir", "output", "error"
