@@ -236,8 +236,11 @@ def alive(pid):
         os.kill(pid, 0)
     except OSError:
         return False
-    with open("/proc/%d/stat" % pid) as f:
-        return f.read().split(")")[-1].split()[0] != "Z"
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped between the two looks
+        return False
 
 
 def counting_script(work):
