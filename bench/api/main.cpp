@@ -215,7 +215,8 @@ class Load {
     c.req.set(http::field::content_type, "application/json");
     c.req.keep_alive(true);
     c.req.body() = "{\"spec\":{\"gpus\":" + std::to_string(gpus_) + ",\"name\":\"bench-" +
-                   std::to_string(name_base_ + i) + "\"},\"time_limit_s\":3600}";
+                   std::to_string(name_base_ + i) +
+                   "\"},\"time_limit_s\":3600,\"command\":[\"true\"]}";
     c.req.prepare_payload();
     c.sent = Clock::now();
     http::async_write(c.stream, c.req, [this, &c](beast::error_code ec, size_t) {

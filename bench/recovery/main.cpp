@@ -358,7 +358,8 @@ Json RunFaults(const Options& o, const topo::bench::MachineInfo&) {
                                  {"gpus", o.job_gpus},
                                  {"parallelism", {{"tp", 8}}},
                                  {"spares", 1}}},
-                               {"checkpoint_interval_s", 60}});
+                               {"checkpoint_interval_s", 60},
+                               {"command", {"true"}}});
     if (r.value("state", "") != "running") {
       throw std::runtime_error("job " + std::to_string(j) + " did not start: " + r.dump());
     }

@@ -1,9 +1,11 @@
 #include "client/format.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "client/format_internal.hpp"
@@ -343,6 +345,76 @@ std::string IncidentCause(const std::string& type) {
   return type;
 }
 
+// An argv as a shell would take it back: words of plain characters as they
+// are, others in single quotes; cut to kCommandShown bytes (a batch script
+// is one long argument), then made terminal-safe.
+constexpr size_t kCommandShown = 160;
+
+std::string CommandLine(const json& argv) {
+  std::string line;
+  for (const json& arg : argv) {
+    const std::string a = arg.is_string() ? arg.get<std::string>() : Dump(arg);
+    const bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string_view("_./=:,@%+-").find(c) != std::string_view::npos;
+    });
+    if (!line.empty()) line += ' ';
+    if (plain) {
+      line += a;
+      continue;
+    }
+    line += '\'';
+    for (char c : a) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += '\'';
+  }
+  return TerminalSafe(Truncate(line, kCommandShown));
+}
+
+// How the job's processes start (docs/jobs.md): the command, the launch
+// mode, the names of its own variables (never their values: they may be
+// tokens, and a terminal is often shared or recorded; --json has them),
+// the working directory and where the output goes.
+void ProcessLines(std::ostringstream& os, const json& job) {
+  const json& command = Field(job, "command");
+  if (command.is_array() && !command.empty()) KeyValue(os, "Command", CommandLine(command));
+  const json& launch = Field(job, "launch");
+  if (!launch.is_string()) return;  // a daemon from before launch modes
+  const std::string mode = launch.get<std::string>();
+  KeyValue(os, "Launch",
+           TerminalSafe(mode) + (mode == "node"   ? " (one process per node)"
+                                 : mode == "rank" ? " (one process per GPU)"
+                                                  : ""));
+  const json& env = Field(job, "env");
+  if (env.is_object() && !env.empty()) {
+    std::string names;
+    for (auto it = env.begin(); it != env.end(); ++it) {
+      names += (names.empty() ? "" : ", ") + it.key();
+    }
+    KeyValue(os, "Env",
+             TerminalSafe(Truncate(names, kCommandShown)) +
+                 " (names only: values may be secrets; --json shows them)");
+  }
+  const json& dir = Field(job, "chdir");
+  const bool has_dir = dir.is_string() && !dir.get<std::string>().empty();
+  if (has_dir) KeyValue(os, "Directory", Cell(dir));
+  const json& output = Field(job, "output");
+  const json& error = Field(job, "error");
+  auto file = [&](const json& pattern) {
+    const std::string p = pattern.get<std::string>();
+    return Cell(pattern) + (!p.empty() && p[0] != '/' && has_dir ? " (in " + Cell(dir) + ")" : "");
+  };
+  const bool has_output = output.is_string() && !output.get<std::string>().empty();
+  const bool has_error = error.is_string() && !error.get<std::string>().empty();
+  KeyValue(os, "Output",
+           has_output ? file(output)
+                      : std::string("the agent's log (topo logs ") + Str(job, "id") + ")");
+  if (has_error) {
+    KeyValue(os, "Error", file(error));
+  } else if (has_output) {
+    KeyValue(os, "Error", "with the output");
+  }
+}
+
 }  // namespace
 
 std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
@@ -407,6 +479,7 @@ std::string FormatJobDetails(const json& job, int64_t now_ms, bool all_ranks) {
                (IsInt(Field(job, "checkpoint_step")) && Int(job, "checkpoint_step") >= 0
                     ? "checkpoint step " + Str(job, "checkpoint_step")
                     : std::string("no checkpoint yet")));
+  ProcessLines(os, job);
 
   const json& placement = Field(job, "placement");
   if (placement.is_object()) {

@@ -1,11 +1,13 @@
 #include "client/submit.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <limits>
 
 #include "client/input.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/common/job_process.hpp"
 #include "topo/core/perf_model.hpp"
 
 namespace topo::cli {
@@ -189,6 +191,18 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
       {"cpus-per-node", "N",
        "CPU time the job may use on each node, in CPUs: 32, 0.5 (default: "
        "no limit)"},
+      {"launch", "MODE",
+       "rank (default): the command runs once per GPU with the torchrun worker environment; "
+       "node: once per node, for a launcher such as torchrun (docs/jobs.md)"},
+      {"env", "NAME=VALUE", "A variable of the job's processes; repeatable"},
+      {"export", "ALL|NONE|NAMES",
+       "Which variables of your environment the job gets: NONE (default), ALL, or a "
+       "comma-separated list of names"},
+      {"chdir", "DIR", "The processes' working directory, an absolute path (default: your home)"},
+      {"output", "PATTERN",
+       "File for standard output: %j job id, %r rank (node index with --launch node), %% a %; "
+       "absolute or relative to --chdir (default: the agent's log, topo logs)"},
+      {"error", "PATTERN", "File for standard error, like --output (default: with the output)"},
       {"spec", "FILE", "Job spec v1 JSON (or a whole request), - for standard input"},
   };
   return kTable;
@@ -254,6 +268,47 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
                "': SPEC is none, required:TIER or preferred:TIER (TIER: node, hbd, leaf, pod, "
                "cluster or a tier name)");
   }
+  if (name == "launch") {
+    if (common::ParseLaunchMode(value)) return Status::Ok();
+    return err("'" + std::string(value) + "' is not a launch mode: rank or node");
+  }
+  if (name == "env") {
+    const size_t eq = value.find('=');
+    if (eq == std::string_view::npos) {
+      return err("'" + std::string(value.substr(0, 64)) +
+                 "': give NAME=VALUE (e.g. --env NCCL_DEBUG=INFO)");
+    }
+    Status s = common::CheckJobEnvVar(value.substr(0, eq), value.substr(eq + 1));
+    return s.ok() ? s : err(s.message());
+  }
+  if (name == "export") {
+    if (value == "ALL" || value == "NONE") return Status::Ok();
+    if (value.empty()) return err("give ALL, NONE or names such as HF_HOME,WANDB_PROJECT");
+    size_t start = 0;
+    while (start <= value.size()) {
+      const size_t comma = std::min(value.find(',', start), value.size());
+      const std::string_view n = value.substr(start, comma - start);
+      if (n.find('=') != std::string_view::npos) {
+        return err("'" + std::string(n) + "': --export takes names; set a value with --env " +
+                   std::string(n));
+      }
+      if (n == "ALL" || n == "NONE") {
+        return err("ALL and NONE stand alone, not in a list of names");
+      }
+      Status s = common::CheckJobEnvVar(n, "");
+      if (!s.ok()) return err(s.message());
+      start = comma + 1;
+    }
+    return Status::Ok();
+  }
+  if (name == "chdir") {
+    Status s = common::CheckWorkingDir(value);
+    return s.ok() ? s : err(s.message());
+  }
+  if (name == "output" || name == "error") {
+    Status s = common::CheckOutputPattern(value);
+    return s.ok() ? s : err(s.message());
+  }
   if (name == "order" || name == "name" || name == "tenant" || name == "spec") {
     if (value.empty() && name != "name") return err("empty value");
     return Status::Ok();
@@ -270,9 +325,9 @@ Status AddSubmitFlag(SubmitFlags* flags, std::string_view name, std::string valu
                                    " (see topo submit "
                                    "--help)");
   if (!s.ok()) return Status::Error(origin.empty() ? s.message() : origin + ": " + s.message());
-  if (name == "constraint") {
+  if (name == "constraint" || name == "env") {
     const size_t eq = value.find('=');
-    (*flags)["constraint:" + value.substr(0, eq)] = {value.substr(eq + 1), origin};
+    (*flags)[std::string(name) + ":" + value.substr(0, eq)] = {value.substr(eq + 1), origin};
   } else {
     (*flags)[std::string(name)] = {std::move(value), origin};
   }
@@ -428,9 +483,13 @@ SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over) {
   return out;
 }
 
+bool IsRepeatableSubmitFlag(std::string_view name) { return name == "constraint" || name == "env"; }
+
 Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
                                           const std::optional<nlohmann::json>& spec_file,
-                                          const std::string& default_name) {
+                                          const std::string& default_name,
+                                          const std::map<std::string, std::string>& environment,
+                                          std::vector<std::string>* warnings) {
   using nlohmann::json;
   json req = json::object();
   if (spec_file) {
@@ -506,6 +565,65 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
     return st;
   }
   if (Status st = never_or_duration("placement-wait", "placement_wait_s"); !st.ok()) return st;
+  if (given("launch")) req["launch"] = flags.at("launch").value;
+  if (given("chdir")) req["chdir"] = flags.at("chdir").value;
+  if (given("output")) req["output"] = flags.at("output").value;
+  if (given("error")) req["error"] = flags.at("error").value;
+  // The job's variables: the spec file's, then what --export sends of the
+  // submitter's environment, then --env (the last wins).
+  json env = req.contains("env") ? req["env"] : json::object();
+  if (!env.is_object()) return Status::Error("--spec: \"env\" must be an object of strings");
+  if (given("export") && flags.at("export").value != "NONE") {
+    const std::string& v = flags.at("export").value;
+    if (v == "ALL") {
+      std::vector<std::string> skipped;
+      for (const auto& [k, value] : environment) {
+        if (common::CheckJobEnvVar(k, value).ok()) {
+          env[k] = value;
+        } else {
+          skipped.push_back(k);
+        }
+      }
+      if (!skipped.empty() && warnings != nullptr) {
+        std::string names;
+        for (size_t i = 0; i < skipped.size() && i < 8; ++i) {
+          names += (i ? ", " : "") + skipped[i].substr(0, 64);
+        }
+        if (skipped.size() > 8) names += ", ...";
+        warnings->push_back("--export ALL: " + std::to_string(skipped.size()) +
+                            " variable(s) of your environment not sent (the agent's own, such "
+                            "as TOPO_*, or not a plain NAME=VALUE): " +
+                            names);
+      }
+    } else {
+      size_t start = 0;
+      while (start <= v.size()) {
+        const size_t comma = std::min(v.find(',', start), v.size());
+        const std::string n = v.substr(start, comma - start);
+        auto it = environment.find(n);
+        if (it == environment.end()) {
+          return Status::Error(where("export") + ": " + n +
+                               " is not set in your environment: set it, or drop it from the "
+                               "list");
+        }
+        env[n] = it->second;
+        start = comma + 1;
+      }
+    }
+  }
+  for (const auto& [key, value] : flags) {
+    if (key.rfind("env:", 0) == 0) env[key.substr(4)] = value.value;
+  }
+  if (!env.empty()) req["env"] = env;
+  {
+    // The daemon's own check of these fields, so mistakes show here.
+    std::string field;
+    Result<core::ProcessSpec> process = common::ProcessSpecFromJson(req, &field);
+    if (!process.ok()) {
+      return Status::Error((field == "env" && given("export") ? where("export") + ": " : "") +
+                           process.message());
+    }
+  }
   if (!spec.contains("gpus")) {
     return Status::Error("how many GPUs? give --gpus N (or a job spec with --spec FILE)");
   }

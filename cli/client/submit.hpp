@@ -39,8 +39,8 @@ struct FlagValue {
   std::string value;
   std::string origin;
 };
-// By flag name ("gpus", "tp", ...); constraints as "constraint:KIND". Flags
-// given twice keep the last value.
+// By flag name ("gpus", "tp", ...); constraints as "constraint:KIND" and
+// variables as "env:NAME". Flags given twice keep the last value.
 using SubmitFlags = std::map<std::string, FlagValue>;
 
 // Checks one flag's value (numbers, durations, names); the error names the
@@ -91,14 +91,22 @@ core::Status CheckCommand(const nlohmann::json& command, const ArgumentOrigin& o
 // `over` wins over `base`.
 SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over);
 
+// Flags that may be given many times (--constraint, --env).
+bool IsRepeatableSubmitFlag(std::string_view name);
+
 // The POST /v1/jobs body: {"spec": {...}, "tenant", "priority", "time_limit_s",
-// "checkpoint_interval_s"}. `spec_file` is the --spec JSON when given: a job
-// spec v1, or a whole request {"spec": ..., ...}; flags override its fields.
-// `default_name` names the job when neither names it. The spec is checked
-// the way the daemon does (common::JobSpecFromJson) so mistakes are caught
-// before sending.
-core::Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
-                                                const std::optional<nlohmann::json>& spec_file,
-                                                const std::string& default_name);
+// "checkpoint_interval_s", "launch", "env", "chdir", "output", "error"}.
+// `spec_file` is the --spec JSON when given: a job spec v1, or a whole
+// request {"spec": ..., ...}; flags override its fields. `default_name` names
+// the job when neither names it. `environment` is the submitter's, of which
+// --export sends ALL (less the names the job may not set: *warnings says
+// which were left out), NONE (the default) or the names listed (each must be
+// set); --env NAME=VALUE wins over both. The spec and these fields are
+// checked the way the daemon does (common::JobSpecFromJson,
+// common::ProcessSpecFromJson) so mistakes are caught before sending.
+core::Result<nlohmann::json> BuildSubmitRequest(
+    const SubmitFlags& flags, const std::optional<nlohmann::json>& spec_file,
+    const std::string& default_name, const std::map<std::string, std::string>& environment = {},
+    std::vector<std::string>* warnings = nullptr);
 
 }  // namespace topo::cli

@@ -1,6 +1,8 @@
 // topo submit | queue | show | cancel | hold | release | checkpoint | logs: jobs
 // on a running topo-scheduler (docs/cli.md, docs/api.md "Jobs").
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -45,10 +47,10 @@ std::string StateAndReason(const json& job) {
 
 struct SubmitArgs {
   std::string script;
-  std::string wrap;                                 // --wrap CMD
-  std::optional<std::vector<std::string>> command;  // after "--"
-  std::map<std::string, std::string> values;        // by flag name
-  std::vector<std::string> constraints;
+  std::string wrap;                                       // --wrap CMD
+  std::optional<std::vector<std::string>> command;        // after "--"
+  std::map<std::string, std::string> values;              // by flag name
+  std::map<std::string, std::vector<std::string>> lists;  // repeatable flags, by name
   std::map<std::string, CLI::Option*> options;
   bool json = false;
   bool dry_run = false;
@@ -98,8 +100,8 @@ int RunSubmit(SubmitArgs& args) {
   SubmitFlags cmd_flags;
   for (const auto& [name, opt] : args.options) {
     if (opt->count() == 0) continue;
-    if (name == "constraint") {
-      for (const std::string& c : args.constraints) {
+    if (IsRepeatableSubmitFlag(name)) {
+      for (const std::string& c : args.lists[name]) {
         if (core::Status s = AddSubmitFlag(&cmd_flags, name, c, ""); !s.ok()) {
           return Fail(s.message());
         }
@@ -132,8 +134,19 @@ int RunSubmit(SubmitArgs& args) {
   }
   std::string default_name;
   if (!args.script.empty()) default_name = args.script == "-" ? "stdin" : Basename(args.script);
-  core::Result<json> request = BuildSubmitRequest(flags, spec_file, default_name);
+  std::map<std::string, std::string> environment;  // for --export
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq != std::string_view::npos && eq > 0) {
+      environment.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+    }
+  }
+  std::vector<std::string> warnings;
+  core::Result<json> request =
+      BuildSubmitRequest(flags, spec_file, default_name, environment, &warnings);
   if (!request.ok()) return Fail(request.message());
+  for (const std::string& w : warnings) std::cerr << "topo: warning: " << w << "\n";
   if (args.command || !args.wrap.empty()) {
     // The command line wins over a command in --spec.
     const std::vector<std::string> command =
@@ -582,9 +595,23 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
       "or the batch script (sent as text, run by its #! interpreter), or \"command\" in\n"
       "the spec; a job without one is refused. After --, nothing is read as a flag or a\n"
       "script: `-- /bin/true` runs /bin/true.\n\n"
+      "Launch modes (--launch, docs/jobs.md):\n"
+      "  rank (default)  the command runs once per GPU, with RANK, LOCAL_RANK, WORLD_SIZE,\n"
+      "                  MASTER_ADDR/PORT... set as torchrun sets them for its workers\n"
+      "  node            the command runs once per node, with GROUP_RANK, GROUP_WORLD_SIZE,\n"
+      "                  LOCAL_WORLD_SIZE, MASTER_ADDR/PORT: for a script that runs\n"
+      "                  torchrun --nnodes $GROUP_WORLD_SIZE --node-rank $GROUP_RANK ...\n"
+      "The processes' environment is the agent's (PATH, HOME, the variables above) plus\n"
+      "--env NAME=VALUE and what --export sends of yours (default NONE).\n\n"
       "Examples:\n"
       "  topo submit --gpus 64 --tp 8 --pp 2 --time 2h --name llama-8b -- python train.py\n"
       "  topo submit --gpus 8 --wrap 'python train.py --lr 3e-4 > out.txt'\n"
+      "  topo submit --gpus 16 --launch node -- sh -c 'exec torchrun --nnodes $GROUP_WORLD_SIZE "
+      "\\\n"
+      "      --nproc-per-node $LOCAL_WORLD_SIZE --node-rank $GROUP_RANK \\\n"
+      "      --master-addr $MASTER_ADDR --master-port $MASTER_PORT train.py'\n"
+      "  topo submit --gpus 8 --env NCCL_DEBUG=INFO --export HF_HOME --chdir /data/run \\\n"
+      "      --output out-%j-%r.log -- python train.py\n"
       "  topo submit --spec job.json --tenant org/team --priority 10\n"
       "  topo submit train.sh              # with lines like: #TOPO --gpus 4096 --tp 8 --ep 8\n"
       "  topo submit train.sh --time 90m   # overrides the script's #TOPO --time\n"
@@ -598,8 +625,8 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
                 "job");
   for (const SubmitFlagInfo& f : SubmitFlagTable()) {
     const std::string name(f.name);
-    CLI::Option* opt = name == "constraint"
-                           ? s->add_option("--" + name, submit->constraints, std::string(f.help))
+    CLI::Option* opt = IsRepeatableSubmitFlag(name)
+                           ? s->add_option("--" + name, submit->lists[name], std::string(f.help))
                            : s->add_option("--" + name, submit->values[name], std::string(f.help));
     opt->type_name(std::string(f.value_name));
     submit->options[name] = opt;
@@ -642,11 +669,14 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
   auto show = std::make_shared<ShowArgs>();
   CLI::App* sh = AddVerb(
       app, "show",
-      "Show one job: state and reason, placement per HBD, leaf and pod, placement metrics,\n"
-      "ranks and history.\n\n"
+      "Show one job: state and reason, how its processes start (command, launch mode, the\n"
+      "names of its --env variables, working directory, output files), placement per HBD,\n"
+      "leaf and pod, placement metrics, ranks and history. Variables are shown by name only\n"
+      "(values may be secrets); --json carries the values.\n\n"
       "Examples:\n"
       "  topo show 17\n"
       "  topo show 17 --ranks        # every rank's node and GPU\n"
+      "  topo show 17 --json | jq .env   # the variables with their values\n"
       "  topo show 17 --json | jq .metrics");
   sh->add_option("JOB", show->job, "Job id")->required();
   sh->add_flag("--ranks", show->ranks, "List every rank (and every placement group)");

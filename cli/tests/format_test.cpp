@@ -324,6 +324,45 @@ TEST_CASE("human output shows no sentinels: -1 steps, 0 nodes, hidden jobs, even
   CHECK(n.find("-1") == std::string::npos);
 }
 
+TEST_CASE("FormatJobDetails: how the processes start, with variable names but no values") {
+  json job = {{"id", 21},
+              {"state", "queued"},
+              {"command", {"sh", "-c", "exec torchrun --nnodes $GROUP_WORLD_SIZE"}},
+              {"launch", "node"},
+              {"env", {{"WANDB_API_KEY", "s3cr3t-value"}, {"NCCL_DEBUG", "INFO"}}},
+              {"chdir", "/data/run"},
+              {"output", "out-%j-%r.log"},
+              {"error", "/var/err-%j.log"}};
+  std::string text = FormatJobDetails(job, kT0, false);
+  CHECK(text.find("Command:     sh -c 'exec torchrun --nnodes $GROUP_WORLD_SIZE'\n") !=
+        std::string::npos);
+  CHECK(text.find("Launch:      node (one process per node)\n") != std::string::npos);
+  CHECK(text.find("Env:         NCCL_DEBUG, WANDB_API_KEY (names only") != std::string::npos);
+  CHECK(text.find("s3cr3t") == std::string::npos);
+  CHECK(text.find("INFO") == std::string::npos);
+  CHECK(text.find("Directory:   /data/run\n") != std::string::npos);
+  CHECK(text.find("Output:      out-%j-%r.log (in /data/run)\n") != std::string::npos);
+  CHECK(text.find("Error:       /var/err-%j.log\n") != std::string::npos);
+
+  // The defaults say what they mean; a hostile value cannot move the cursor.
+  job = {{"id", 22},          {"state", "queued"},     {"command", {"python3", "it's\x1b[2J.py"}},
+         {"launch", "rank"},  {"env", json::object()}, {"chdir", nullptr},
+         {"output", nullptr}, {"error", nullptr}};
+  text = FormatJobDetails(job, kT0, false);
+  CHECK(text.find("Command:     python3 'it'\\''s\\x1b[2J.py'\n") != std::string::npos);
+  CHECK(text.find("Launch:      rank (one process per GPU)\n") != std::string::npos);
+  CHECK(text.find("Output:      the agent's log (topo logs 22)\n") != std::string::npos);
+  for (const char* absent : {"Env:", "Directory:", "Error:", "\x1b"}) {
+    CAPTURE(absent);
+    CHECK(text.find(absent) == std::string::npos);
+  }
+  // A long batch script is cut.
+  job["command"] = {"/bin/sh", "-c", std::string(1000, 'x')};
+  text = FormatJobDetails(job, kT0, false);
+  CHECK(text.find("xxx...'") == std::string::npos);
+  CHECK(text.find("xxx...\n") != std::string::npos);
+}
+
 TEST_CASE("FormatJobDetails: placement per level, metrics, ranks and history") {
   UseUtc();
   json job = json::parse(R"({

@@ -252,6 +252,85 @@ TEST_CASE("SubmitFlagTable: every flag checks its values") {
   CHECK_FALSE(CheckSubmitFlag("tenant", "").ok());
 }
 
+TEST_CASE("launch mode, variables, --export, chdir and output files, from flags and #TOPO") {
+  auto script = ParseScriptDirectives(
+      "#!/bin/sh\n"
+      "#TOPO --gpus 16 --launch node --env NCCL_DEBUG=WARN --env LANG=C\n"
+      "#TOPO --chdir /srv/run --output out-%j-%r.log --export HF_HOME,WANDB_MODE\n",
+      "t.sh");
+  REQUIRE_MESSAGE(script.ok(), script.message());
+  SubmitFlags cmd;
+  REQUIRE(AddSubmitFlag(&cmd, "env", "NCCL_DEBUG=INFO", "").ok());  // wins over #TOPO
+  REQUIRE(AddSubmitFlag(&cmd, "error", "/srv/err-%j.log", "").ok());
+  const std::map<std::string, std::string> environment = {
+      {"HF_HOME", "/data/hf"}, {"WANDB_MODE", "offline"}, {"SECRET", "no"}, {"TOPO_TOKEN", "t"}};
+  auto r = BuildSubmitRequest(MergeSubmitFlags(script.value().flags, cmd), std::nullopt, "t.sh",
+                              environment);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  CHECK(r.value()["launch"] == "node");
+  CHECK(r.value()["chdir"] == "/srv/run");
+  CHECK(r.value()["output"] == "out-%j-%r.log");
+  CHECK(r.value()["error"] == "/srv/err-%j.log");
+  CHECK(r.value()["env"] == json{{"HF_HOME", "/data/hf"},
+                                 {"WANDB_MODE", "offline"},
+                                 {"NCCL_DEBUG", "INFO"},
+                                 {"LANG", "C"}});
+
+  // NONE is the default: nothing of the submitter's environment travels.
+  SubmitFlags plain;
+  REQUIRE(AddSubmitFlag(&plain, "gpus", "8", "").ok());
+  auto p = BuildSubmitRequest(plain, std::nullopt, "", environment);
+  REQUIRE(p.ok());
+  CHECK_FALSE(p.value().contains("env"));
+  CHECK_FALSE(p.value().contains("launch"));
+  // ALL: everything the job may set; the agent's own names are left out, saying so.
+  REQUIRE(AddSubmitFlag(&plain, "export", "ALL", "").ok());
+  std::vector<std::string> warnings;
+  auto all = BuildSubmitRequest(plain, std::nullopt, "", environment, &warnings);
+  REQUIRE(all.ok());
+  CHECK(all.value()["env"] ==
+        json{{"HF_HOME", "/data/hf"}, {"SECRET", "no"}, {"WANDB_MODE", "offline"}});
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("TOPO_TOKEN") != std::string::npos);
+  // A listed name that is not set is an error, naming it.
+  REQUIRE(AddSubmitFlag(&plain, "export", "HF_HOME,NOPE", "").ok());
+  auto missing = BuildSubmitRequest(plain, std::nullopt, "", environment);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.message().find("--export: NOPE is not set") != std::string::npos);
+
+  // Refused at the flag, naming it.
+  struct Bad {
+    const char* flag;
+    const char* value;
+    const char* says;
+  };
+  const Bad bads[] = {
+      {"launch", "gpu", "rank or node"}, {"env", "NOVALUE", "NAME=VALUE"},
+      {"env", "RANK=3", "reserved"},     {"env", "1X=3", "not a variable name"},
+      {"export", "A=1", "--env A=1"},    {"export", "ALL,HOME", "stand alone"},
+      {"export", "", "ALL, NONE"},       {"chdir", "run", "absolute"},
+      {"output", "o-%x", "%j (job id)"}, {"error", "logs/", "directory"},
+  };
+  for (const Bad& b : bads) {
+    CAPTURE(b.flag);
+    CAPTURE(b.value);
+    const core::Status st = CheckSubmitFlag(b.flag, b.value);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.message().find(std::string("--") + b.flag) == 0);
+    CHECK(st.message().find(b.says) != std::string::npos);
+  }
+  auto at = ParseScriptDirectives("#TOPO --env TOPO_JOB_ID=1\n", "bad.sh");
+  REQUIRE_FALSE(at.ok());
+  CHECK(at.message().find("bad.sh:1: --env") == 0);
+  // A --spec file's env is checked as the daemon checks it.
+  SubmitFlags g;
+  REQUIRE(AddSubmitFlag(&g, "gpus", "8", "").ok());
+  auto spec_env =
+      BuildSubmitRequest(g, json{{"spec", {{"gpus", 8}}}, {"env", {{"RANK", "1"}}}}, "");
+  REQUIRE_FALSE(spec_env.ok());
+  CHECK(spec_env.message().find("reserved") != std::string::npos);
+}
+
 TEST_CASE("ScriptCommand: the script through its #! interpreter, as one argument") {
   CHECK(ScriptCommand("echo hi\n") == std::vector<std::string>{"/bin/sh", "-c", "echo hi\n"});
   CHECK(ScriptCommand("#!/usr/bin/env python3 -u\nprint(1)\n") ==

@@ -18,6 +18,7 @@
 
 #include "json_util.hpp"
 #include "topo/common/event_json.hpp"
+#include "topo/common/job_process.hpp"
 
 namespace topo::proto {
 namespace {
@@ -95,6 +96,11 @@ struct EnumTable<CheckpointTier> {
   static std::string_view Name(CheckpointTier t) {
     return t == CheckpointTier::kLocal ? "local" : "persistent";
   }
+};
+template <>
+struct EnumTable<core::LaunchMode> {
+  static constexpr std::array kValues = {core::LaunchMode::kRank, core::LaunchMode::kNode};
+  static std::string_view Name(core::LaunchMode m) { return common::LaunchModeName(m); }
 };
 template <>
 struct EnumTable<DrainMode> {
@@ -243,9 +249,12 @@ struct Table<Start> {
         F("ranks", &Start::ranks, List<Obj>{core::kMaxGpusPerNode, {}}),
         F("layout", &Start::layout, Obj{}),
         F("command", &Start::command, List<Str>{kMaxCommandArgs, {kMaxArgBytes, Chars::kText}}),
+        F("launch", &Start::launch, Enum<core::LaunchMode>{}),
         F("unix_user", &Start::unix_user, Str{kMaxUnixUserBytes, Chars::kUnixUser, false}),
         F("env", &Start::env, EnvMap{}),
         F("working_dir", &Start::working_dir, Str{kMaxPathBytes, Chars::kPath}),
+        F("output", &Start::output, Str{kMaxPathBytes, Chars::kLine}),
+        F("error", &Start::error, Str{kMaxPathBytes, Chars::kLine}),
         F("memory_mb", &Start::memory_mb, Int{0, int64_t{1} << 30}),
         F("cpu_millis", &Start::cpu_millis, Int{0, 100000000})};
   }
@@ -536,6 +545,22 @@ Status Check(const Start& m, const std::string& path, Failure& f) {
   }
   if (!m.command.empty() && m.command[0].empty()) {
     return Fail(f, Child(path, "command") + "[0]", "must not be empty");
+  }
+  // The same checks as the API's (job_process.hpp).
+  if (Status s = common::CheckJobEnv(m.env); !s.ok()) {
+    return Fail(f, Child(path, "env"), s.message());
+  }
+  if (!m.working_dir.empty()) {
+    if (Status s = common::CheckWorkingDir(m.working_dir); !s.ok()) {
+      return Fail(f, Child(path, "working_dir"), s.message());
+    }
+  }
+  for (const auto& [name, pattern] :
+       {std::pair<const char*, const std::string*>{"output", &m.output}, {"error", &m.error}}) {
+    if (pattern->empty()) continue;
+    if (Status s = common::CheckOutputPattern(*pattern); !s.ok()) {
+      return Fail(f, Child(path, name), s.message());
+    }
   }
   return Status::Ok();
 }

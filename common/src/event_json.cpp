@@ -12,6 +12,7 @@
 
 #include "json_util.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/common/job_process.hpp"
 
 namespace topo::common {
 
@@ -695,6 +696,7 @@ Json JobRequestToJson(const core::JobRequest& request) {
               {"memory_mb_per_node", request.memory_mb_per_node},
               {"cpu_millis_per_node", request.cpu_millis_per_node},
               {"placement_wait_ms", request.placement_wait}};
+  ProcessSpecToJson(request.process, &out);
   // Written only when set, so the requests of other jobs read as before.
   if (!request.dependencies.empty()) {
     Json deps = Json::array();
@@ -715,7 +717,8 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
   Reader r(j, "",
            {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms",
             "command", "unix_user", "memory_mb_per_node", "cpu_millis_per_node",
-            "placement_wait_ms", "dependencies", "array"});
+            "placement_wait_ms", "launch", "env", "chdir", "output", "error",
+            "dependencies", "array"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -728,6 +731,12 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
   request.time_limit = r.Int64("time_limit_ms");
   request.checkpoint_interval = r.Int64("checkpoint_interval_ms");
   if (!r.ok()) return r.status();
+  // Optional, each of them: absent is the default. Checked when submitted:
+  // here only their types, so a later release's stricter rules still replay
+  // the log.
+  Result<core::ProcessSpec> process = ProcessSpecFromJson(j, nullptr, ProcessSpecChecks::kTypes);
+  if (!process.ok()) return process.status();
+  request.process = std::move(process).value();
   // Optional: logs written before commands existed have none.
   if (auto it = j.find("command"); it != j.end()) {
     if (!it->is_array()) return PathError("command", "must be an array of strings");

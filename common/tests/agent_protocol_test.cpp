@@ -29,6 +29,9 @@ Start SampleStart() {
   s.unix_user = "ada";
   s.env = {{"HF_HOME", "/data/hf"}, {"NCCL_DEBUG", "WARN"}};
   s.working_dir = "/home/ada";
+  s.launch = core::LaunchMode::kNode;
+  s.output = "/home/ada/out-%j-%r.log";
+  s.error = "err-%j.log";
   s.memory_mb = 131072;
   s.cpu_millis = 32000;
   return s;
@@ -192,6 +195,11 @@ TEST_CASE("a start that contradicts itself is refused") {
       {[](Start& s) { s.unix_user = ""; }, "start.unix_user"},
       {[](Start& s) { s.env["1BAD"] = "x"; }, "start.env.1BAD"},
       {[](Start& s) { s.working_dir = "relative/dir"; }, "start.working_dir"},
+      {[](Start& s) { s.env["RANK"] = "3"; }, "start.env"},
+      {[](Start& s) { s.env["TOPO_JOB_ID"] = "3"; }, "start.env"},
+      {[](Start& s) { s.output = "out-%x.log"; }, "start.output"},
+      {[](Start& s) { s.error = "logs/"; }, "start.error"},
+      {[](Start& s) { s.output = "a\nb"; }, "start.output"},
       {[](Start& s) { s.master_port = 80; }, "start.master_port"},
       {[](Start& s) { s.layout.order = "tp-pp"; }, "start.layout"},
   };

@@ -45,6 +45,10 @@ core::JobRequest MakeRequest() {
   r.time_limit = 2 * core::kHour;
   r.checkpoint_interval = -1;
   r.command = {"/usr/bin/python3", "train.py", "--steps", "10"};
+  r.process.launch = core::LaunchMode::kNode;
+  r.process.env = {{"NCCL_DEBUG", "INFO"}};
+  r.process.working_dir = "/srv/run";
+  r.process.output = "out-%j-%r.log";
   return r;
 }
 
@@ -154,6 +158,7 @@ TEST_CASE("field values survive the round trip") {
   CHECK(sub.request.time_limit == 2 * core::kHour);
   CHECK(sub.request.checkpoint_interval == -1);
   CHECK(sub.request.command == MakeRequest().command);
+  CHECK(sub.request.process == MakeRequest().process);
   CHECK(common::JobSpecToJson(sub.request.spec) == common::JobSpecToJson(MakeRequest().spec));
 
   // Logs written before requests carried a command still read, with none.
@@ -162,6 +167,30 @@ TEST_CASE("field values survive the round trip") {
   core::Result<core::JobRequest> back = common::JobRequestFromJson(old);
   REQUIRE(back.ok());
   CHECK(back.value().command.empty());
+  // ... and before they carried how the processes start: the defaults.
+  for (const char* k : {"launch", "env", "chdir", "output"}) old.erase(k);
+  back = common::JobRequestFromJson(old);
+  REQUIRE(back.ok());
+  CHECK(back.value().process == core::ProcessSpec{});
+  old["launch"] = "gpu";
+  back = common::JobRequestFromJson(old);
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.message().find("launch") != std::string::npos);
+  old.erase("launch");
+  // A name reserved, or a pattern refused, after the job was logged still
+  // replays (the daemon must start on its old log); a wrong type does not.
+  old["env"] = {{"RANK", "3"}};
+  old["output"] = "o-%x.log";
+  back = common::JobRequestFromJson(old);
+  REQUIRE_MESSAGE(back.ok(), back.message());
+  CHECK(back.value().process.env.at("RANK") == "3");
+  CHECK(back.value().process.output == "o-%x.log");
+  old["env"] = {{"RANK", 3}};
+  back = common::JobRequestFromJson(old);
+  REQUIRE_FALSE(back.ok());
+  CHECK(back.message().find("env.RANK") != std::string::npos);
+  old.erase("env");
+  old.erase("output");
   old["command"] = {"ok", 3};
   back = common::JobRequestFromJson(old);
   REQUIRE_FALSE(back.ok());
@@ -482,6 +511,11 @@ TEST_CASE("a queued job's whole request survives a snapshot of the core") {
   full.array_job = 2;
   full.array_task = 3;
   full.array_throttle = 4;
+  full.process.launch = core::LaunchMode::kNode;
+  full.process.env = {{"NCCL_DEBUG", "INFO"}, {"A", "1"}};
+  full.process.working_dir = "/home/ada/run";
+  full.process.output = "out-%j-%r.log";
+  full.process.error = "err-%j.log";
   const nlohmann::json want = common::JobRequestToJson(full);
   const nlohmann::json defaults = common::JobRequestToJson(core::JobRequest{});
   for (auto it = want.begin(); it != want.end(); ++it) {

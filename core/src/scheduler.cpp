@@ -483,6 +483,7 @@ Launch SchedulerCore::Impl::MakeLaunch(JobRecord& job) {
   const int port = ports_.Take(l.master_node, job.id);
   l.master_port = port >= 0 ? port : config_.master_ports.first;
   l.command = job.request.command;
+  l.process = job.request.process;
   l.parallelism = job.request.spec.parallelism;
   l.unix_user = job.request.unix_user;
   l.memory_mb = job.request.memory_mb_per_node;

@@ -352,6 +352,32 @@ std::vector<NodeId> ReadNodes(Reader& r, const Bounds& b) {
   return out;
 }
 
+template <typename K, typename V, typename WK, typename WV>
+void WriteMap(Writer& w, const std::map<K, V>& m, WK wk, WV wv) {
+  w.Each(m, [&](const auto& kv) {
+    wk(kv.first);
+    wv(kv.second);
+  });
+}
+
+template <typename K, typename V, typename RK, typename RV>
+void ReadMap(Reader& r, std::map<K, V>& m, RK rk, RV rv) {
+  const size_t n = r.Count();
+  for (size_t i = 0; i < n && r.ok(); ++i) {
+    K k = rk();
+    V v = rv();
+    if (!m.emplace(std::move(k), std::move(v)).second) r.Fail("a key appears twice");
+  }
+}
+
+template <typename K, typename RK>
+void ReadSet(Reader& r, std::set<K>& s, RK rk) {
+  const size_t n = r.Count();
+  for (size_t i = 0; i < n && r.ok(); ++i) {
+    if (!s.insert(rk()).second) r.Fail("an element appears twice");
+  }
+}
+
 void WriteJob(Writer& w, const JobRecord& j) {
   w.I64(j.id);
   const JobRequest& q = j.request;
@@ -372,6 +398,13 @@ void WriteJob(Writer& w, const JobRecord& j) {
       w.I64(d.job);
     });
   };
+  w.Enum(q.process.launch);
+  WriteMap(
+      w, q.process.env, [&](const std::string& k) { w.Str(k); },
+      [&](const std::string& v) { w.Str(v); });
+  w.Str(q.process.working_dir);
+  w.Str(q.process.output);
+  w.Str(q.process.error);
   write_deps(q.dependencies);
   w.I64(q.array_job);
   w.I64(q.array_task);
@@ -419,6 +452,12 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
       d.job = b.Job(r);
     }
   };
+  q.process.launch = r.Enum("launch mode", LaunchMode::kNode);
+  ReadMap(
+      r, q.process.env, [&] { return r.Str(); }, [&] { return r.Str(); });
+  q.process.working_dir = r.Str();
+  q.process.output = r.Str();
+  q.process.error = r.Str();
   read_deps(q.dependencies);
   q.array_job = b.Job(r);
   q.array_task = r.Int("array task", -1);
@@ -456,32 +495,6 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
     }
   }
   return j;
-}
-
-template <typename K, typename V, typename WK, typename WV>
-void WriteMap(Writer& w, const std::map<K, V>& m, WK wk, WV wv) {
-  w.Each(m, [&](const auto& kv) {
-    wk(kv.first);
-    wv(kv.second);
-  });
-}
-
-template <typename K, typename V, typename RK, typename RV>
-void ReadMap(Reader& r, std::map<K, V>& m, RK rk, RV rv) {
-  const size_t n = r.Count();
-  for (size_t i = 0; i < n && r.ok(); ++i) {
-    K k = rk();
-    V v = rv();
-    if (!m.emplace(std::move(k), std::move(v)).second) r.Fail("a key appears twice");
-  }
-}
-
-template <typename K, typename RK>
-void ReadSet(Reader& r, std::set<K>& s, RK rk) {
-  const size_t n = r.Count();
-  for (size_t i = 0; i < n && r.ok(); ++i) {
-    if (!s.insert(rk()).second) r.Fail("an element appears twice");
-  }
 }
 
 }  // namespace

@@ -32,6 +32,10 @@ JobRequest Request(const JobSpec& spec) {
   r.time_limit = kHour;
   r.checkpoint_interval = -1;
   r.command = {"/bin/true"};
+  r.process.launch = LaunchMode::kNode;
+  r.process.env = {{"LANG", "C.UTF-8"}};
+  r.process.working_dir = "/srv/run";
+  r.process.output = "out-%j-%r.txt";
   r.unix_user = "ada";
   return r;
 }
@@ -132,6 +136,8 @@ TEST_CASE("tp 4 x pp 2 x dp 2 on 8-GPU nodes: distinct GROUP_RANK, torchrun's id
   CHECK(l.nodes[1].ranks == std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15});
   // Carried from the request.
   CHECK(l.command == std::vector<std::string>{"/bin/true"});
+  CHECK(l.process == Request(JobSpec{}).process);
+  CHECK(l.process.launch == LaunchMode::kNode);
   CHECK(l.unix_user == "ada");
   CHECK(l.parallelism.tp == 4);
   CHECK(l.master_port >= Config().master_ports.first);

@@ -49,8 +49,11 @@ core::Result<JobLaunch> LaunchFromStart(const proto::Start& s, const std::string
         "the job has no command and this agent has no --job-command: submit the job with a "
         "command");
   }
+  l.mode = s.launch;
   l.env = s.env;
   l.working_dir = s.working_dir;
+  l.output = s.output;
+  l.error = s.error;
   l.limits.memory_bytes = s.memory_mb << 20;
   l.limits.cpus = s.cpu_millis / 1000.0;
   l.unix_user = s.unix_user;
@@ -188,6 +191,7 @@ void AgentCore::TryPendingLaunches() {
             std::to_string(p.launch.group_world_size) + ", master " + p.launch.master_addr + ":" +
             std::to_string(p.launch.master_port) +
             (out.restart_step ? ", from step " + std::to_string(*out.restart_step) : "") + ")" +
+            (p.launch.mode == core::LaunchMode::kNode ? " in one process (launch node)" : "") +
             (launch_ms >= 100 ? " in " + std::to_string(launch_ms) + " ms" : ""));
     if (!out.note.empty()) Log(LogLevel::kInfo, "job " + job + ": " + out.note);
     it = pending_.erase(it);

@@ -464,6 +464,11 @@ void AgentRegistry::SendStart(JobId id, const std::vector<core::GpuSlot>& ranks,
   start.group_world_size = static_cast<int>(launch.nodes.size());
   start.layout = proto::FromParallelism(launch.parallelism);
   start.command = launch.command;
+  start.launch = launch.process.launch;
+  start.env = launch.process.env;
+  start.working_dir = launch.process.working_dir;
+  start.output = launch.process.output;
+  start.error = launch.process.error;
   start.unix_user = unix_user;
   start.memory_mb = launch.memory_mb;
   start.cpu_millis = launch.cpu_millis;

@@ -11,6 +11,7 @@
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_chain.hpp"
 #include "topo/common/job_io.hpp"
+#include "topo/common/job_process.hpp"
 #include "topo/core/evaluator.hpp"
 #include "topo/core/perf_model.hpp"
 
@@ -326,6 +327,7 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
       const core::Topology& topo = *s.driver.topology;
       out["spec"] = common::JobSpecToJson(j->request.spec);
       out["command"] = j->request.command;
+      common::ProcessSpecToJson(j->request.process, &out, /*every_field=*/true);
       out["limits"] = {{"memory_mb_per_node", j->request.memory_mb_per_node},
                        {"cpus_per_node", j->request.cpu_millis_per_node / 1000.0}};
       Json ranks = Json::array();
@@ -379,9 +381,10 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   Body b = ParseBody(*route.request, false);
   if (b.error) return *b.error;
   const Json& body = b.json;
-  if (auto e = UnknownField(body, {"spec", "tenant", "priority", "time_limit_s",
-                                   "checkpoint_interval_s", "placement_wait_s", "command",
-                                   "memory_mb_per_node", "cpus_per_node", "dependency", "array"})) {
+  if (auto e =
+          UnknownField(body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
+                              "placement_wait_s", "command", "memory_mb_per_node", "cpus_per_node",
+                              "launch", "env", "chdir", "output", "error", "dependency", "array"})) {
     return *e;
   }
   if (s.driver.core == nullptr) return NoTopology();
@@ -472,6 +475,20 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
                        std::to_string(total >> 10) + " KiB)",
                    "command");
     }
+  }
+  if (request.command.empty()) {
+    // Nothing would run: the agent has nothing to start.
+    return Error(400,
+                 "command is missing: say what every rank runs, as an argv array, e.g. "
+                 "{\"spec\": {\"gpus\": 8}, \"command\": [\"python3\", \"train.py\"]} "
+                 "(topo submit: -- CMD ARGS, --wrap 'CMD', or a batch script)",
+                 "command");
+  }
+  {
+    std::string field;
+    Result<core::ProcessSpec> process = common::ProcessSpecFromJson(body, &field);
+    if (!process.ok()) return Error(400, process.message(), field);
+    request.process = std::move(process).value();
   }
   // Caps on waiting jobs: a tenant's quota and each user's.
   if (const core::TenantConfig* t = s.driver.core->tenant(request.tenant);

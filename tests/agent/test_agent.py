@@ -77,7 +77,8 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
 
     # A 16-GPU tp-8 job: 2 nodes x 8 ranks, each `sleep 1`, every rank exits 0.
     short = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "short",
-                                                "parallelism": {"tp": 8}}}, expect=201)
+                                                "parallelism": {"tp": 8}},
+                                       "command": ["/bin/sh", "-c", command]}, expect=201)
     check(short["state"] == "running", "the short job starts at once: %s" % short)
     wait_for(lambda: job(d, short["id"])["state"] == "completed", 30, "the 16-GPU job to complete")
     ran_on = [n for n, a in agents.items() if ("job %d restart 0: started ranks" % short["id"]) in a.log()]
@@ -108,7 +109,8 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
     with open(duration, "w") as f:
         f.write("120\n")
     long = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "long",
-                                               "parallelism": {"tp": 8}}}, expect=201)
+                                               "parallelism": {"tp": 8}},
+                                      "command": ["/bin/sh", "-c", command]}, expect=201)
     check(long["state"] == "running", "the long job starts: %s" % long)
     placed = sorted({r["node"] for r in job(d, long["id"])["ranks"]})
     check(len(placed) == 2, "long job on two nodes: %s" % placed)
@@ -234,8 +236,11 @@ def alive(pid):
         os.kill(pid, 0)
     except OSError:
         return False
-    with open("/proc/%d/stat" % pid) as f:
-        return f.read().split(")")[-1].split()[0] != "Z"
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped between the two looks
+        return False
 
 
 def counting_script(work):
@@ -270,8 +275,8 @@ def test_restart(d, agent_bin, topo_bin, work, agents):
     for n in ("n0", "n1"):
         agents[n] = Agent(agent_bin, d, work, n, certs[n][0], certs[n][1], command).start()
     wait_for(lambda: all(nodes(d)[n]["state"] == "up" for n in agents), 20, "n0, n1 to come up")
-    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "long", "parallelism": {"tp": 8}}},
-              expect=201)
+    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "long", "parallelism": {"tp": 8}},
+                                   "command": ["/bin/sh", "-c", command]}, expect=201)
     check(j["state"] == "running", "the job starts: %s" % j)
     jid = j["id"]
     wait_for(lambda: all(len(rank_pids(a, jid)) == 8 for a in agents.values()), 10, "16 ranks to start")
@@ -325,8 +330,8 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
         agents[n] = Agent(agent_bin, d, work, n, certs[n][0], certs[n][1], command,
                           extra=["--drain-checkpoint-ms", "5000"]).start()
     wait_for(lambda: all(nodes(d)[n]["state"] == "up" for n in agents), 20, "n0..n3 to come up")
-    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "drainee", "parallelism": {"tp": 8}}},
-              expect=201)
+    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "drainee", "parallelism": {"tp": 8}},
+                                   "command": ["/bin/sh", "-c", command]}, expect=201)
     jid = j["id"]
     first = job(d, jid)["ranks"][0]["node"]
     wait_for(lambda: len(rank_pids(agents[first], jid)) == 8, 10, "8 ranks on " + first)

@@ -114,7 +114,8 @@ def test(d, agent_bin, work):
                  "64 distinct nodes registered (simulator events)")
 
         j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 32, "name": "sim", "parallelism": {"tp": 8},
-                                                "spares": 1}}, expect=201)
+                                                "spares": 1},
+                                       "command": ["true"]}, expect=201)
         jid = j["id"]
         check(j["state"] == "running", "the job starts at once: %s" % j)
         info = job(d, jid)

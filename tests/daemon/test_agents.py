@@ -189,7 +189,11 @@ def main():
         # ---- starts carry each node's part; a job finishes when every rank exits 0
         agents = {n: Agent(port, ca, certs[n], n, beat=True) for n in ("n0", "n1", "n3")}
 
-        job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "one-node"}}, expect=201)
+        job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "one-node"},
+                                         "command": ["/bin/sh", "-c", "exec torchrun"],
+                                         "launch": "node", "env": {"NCCL_DEBUG": "INFO"},
+                                         "chdir": "/srv/run", "output": "out-%j-%r.log"},
+                    expect=201)
         check(job["state"] == "running", "job starts: %s" % job)
         # The node that runs it gets exactly one start.
         starts = {}
@@ -205,6 +209,10 @@ def main():
         check([r["local_rank"] for r in start["ranks"]] == list(range(8)), str(start))
         check([r["rank"] for r in start["ranks"]] == list(range(8)), str(start))
         check(start["unix_user"] == "admin", "the submitter's account: %s" % start["unix_user"])
+        # How the processes start travels as submitted (docs/agent-protocol.md).
+        check(start["command"] == ["/bin/sh", "-c", "exec torchrun"] and start["launch"] == "node"
+              and start["env"] == {"NCCL_DEBUG": "INFO"} and start["working_dir"] == "/srv/run"
+              and start["output"] == "out-%j-%r.log" and start["error"] == "", str(start))
         check(20000 <= start["master_port"] < 32000, "master port %d" % start["master_port"])
         for r in range(8):
             agents[runner].send(P.agent("rank_exited", job=job["id"], rank=r, restart_count=0,
@@ -214,7 +222,8 @@ def main():
 
         # A two-node job: distinct GROUP_RANKs, contiguous ranks per node.
         big = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "two-nodes",
-                                                  "parallelism": {"tp": 4, "pp": 2}}},
+                                                  "parallelism": {"tp": 4, "pp": 2}},
+                                         "command": ["true"]},
                     expect=201)
         check(big["state"] == "running", "two-node job starts: %s" % big)
         starts = {}

@@ -42,12 +42,12 @@ def main():
         bob = bob_tok["token"]
         revoked = d.api("POST", "/v1/tokens", {"user": "alice"}, expect=201)
         d.api("DELETE", "/v1/tokens/" + revoked["id"], expect=200)
-        bob_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "bobs"}}, token=bob, expect=201)["id"]
-        done_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8}}, expect=201)["id"]
+        bob_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "bobs"}, "command": ["true"]}, token=bob, expect=201)["id"]
+        done_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8}, "command": ["true"]}, expect=201)["id"]
         d.api("POST", "/v1/jobs/%d/cancel" % done_job, expect=200)
         admin = d.admin_token
 
-        job = lambda **kw: {"spec": dict({"gpus": 8}, **kw)}
+        job = lambda **kw: {"spec": dict({"gpus": 8}, **kw), "command": ["true"]}
         deep = "[" * 100 + "]" * 100
         # (name, method, path, token, body (dict/str/bytes), extra headers, status, text in message)
         cases = [
@@ -60,7 +60,7 @@ def main():
             ("negative gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": -8}}, None, 400, "gpus"),
             ("zero gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": 0}}, None, 400, "gpus"),
             ("huge gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": 10**12}}, None, 400, "gpus"),
-            ("more than the cluster", "POST", "/v1/jobs", admin, {"spec": {"gpus": 1024}}, None, 400,
+            ("more than the cluster", "POST", "/v1/jobs", admin, job(gpus=1024), None, 400,
              "more than the cluster"),
             ("float gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": 8.5}}, None, 400, "gpus"),
             ("unknown field", "POST", "/v1/jobs", admin, dict(job(), color="red"), None, 400,
@@ -119,6 +119,44 @@ def main():
              "does not exist"),
             ("command not an argv array", "POST", "/v1/jobs", admin, dict(job(), command="ls -l"), None,
              400, "command"),
+            # Nothing to run: refused with the ways to give a command.
+            ("no command", "POST", "/v1/jobs", admin, {"spec": {"gpus": 8}}, None, 400,
+             "command is missing"),
+            ("empty command", "POST", "/v1/jobs", admin, dict(job(), command=[]), None, 400, "command"),
+            # How the processes start (docs/jobs.md): launch, env, chdir, output, error.
+            ("launch mode unknown", "POST", "/v1/jobs", admin, dict(job(), launch="gpu"), None, 400,
+             "not a launch mode"),
+            ("launch mode a number", "POST", "/v1/jobs", admin, dict(job(), launch=1), None, 400,
+             "launch"),
+            ("env not an object", "POST", "/v1/jobs", admin, dict(job(), env=["A=1"]), None, 400,
+             "env"),
+            ("env value a number", "POST", "/v1/jobs", admin, dict(job(), env={"A": 1}), None, 400,
+             "env.A"),
+            ("env name not an identifier", "POST", "/v1/jobs", admin, dict(job(), env={"A-B": "1"}),
+             None, 400, "not a variable name"),
+            ("env name reserved", "POST", "/v1/jobs", admin, dict(job(), env={"WORLD_SIZE": "1"}),
+             None, 400, "reserved"),
+            ("env name TOPO_", "POST", "/v1/jobs", admin, dict(job(), env={"TOPO_JOB_ID": "1"}),
+             None, 400, "reserved"),
+            ("env value too long", "POST", "/v1/jobs", admin,
+             dict(job(), env={"A": "x" * 131072}), None, 400, "at most 131071"),
+            ("env too many", "POST", "/v1/jobs", admin,
+             dict(job(), env={"V%d" % i: "" for i in range(1025)}), None, 400, "at most 1024"),
+            ("chdir relative", "POST", "/v1/jobs", admin, dict(job(), chdir="run"), None, 400,
+             "absolute"),
+            ("chdir a list", "POST", "/v1/jobs", admin, dict(job(), chdir=["/"]), None, 400, "chdir"),
+            ("chdir too long", "POST", "/v1/jobs", admin, dict(job(), chdir="/" + "d" * 4095), None,
+             400, "chdir"),
+            ("chdir a newline", "POST", "/v1/jobs", admin, dict(job(), chdir="/a\nb"), None, 400,
+             "control character"),
+            ("output pattern unknown", "POST", "/v1/jobs", admin, dict(job(), output="o-%N.log"), None,
+             400, "%j (job id)"),
+            ("output a directory", "POST", "/v1/jobs", admin, dict(job(), output="/tmp/"), None, 400,
+             "directory"),
+            ("output empty", "POST", "/v1/jobs", admin, dict(job(), output=""), None, 400, "output"),
+            ("error a number", "POST", "/v1/jobs", admin, dict(job(), error=2), None, 400, "error"),
+            ("error too long", "POST", "/v1/jobs", admin, dict(job(), error="e" * 4096), None, 400,
+             "error"),
             ("command with a number", "POST", "/v1/jobs", admin, dict(job(), command=["ls", 3]), None, 400,
              "command[1]"),
             ("deep nesting", "POST", "/v1/jobs", admin, deep.encode(), None, 400, "nested"),
@@ -184,13 +222,13 @@ def main():
             ("model preset a number", "POST", "/v1/jobs", alice,
              {"spec": {"gpus": 8, "model": {"preset": 7}}, "command": ["x"]}, None, 400, "model"),
             ("memory limit zero", "POST", "/v1/jobs", alice,
-             {"spec": {"gpus": 8}, "memory_mb_per_node": 0}, None, 400, "memory_mb_per_node"),
+             dict(job(), memory_mb_per_node=0), None, 400, "memory_mb_per_node"),
             ("memory limit a string", "POST", "/v1/jobs", alice,
-             {"spec": {"gpus": 8}, "memory_mb_per_node": "64G"}, None, 400, "memory_mb_per_node"),
+             dict(job(), memory_mb_per_node="64G"), None, 400, "memory_mb_per_node"),
             ("cpus a string", "POST", "/v1/jobs", alice,
-             {"spec": {"gpus": 8}, "cpus_per_node": "lots"}, None, 400, "cpus_per_node"),
+             dict(job(), cpus_per_node="lots"), None, 400, "cpus_per_node"),
             ("cpus negative", "POST", "/v1/jobs", alice,
-             {"spec": {"gpus": 8}, "cpus_per_node": -2}, None, 400, "cpus_per_node"),
+             dict(job(), cpus_per_node=-2), None, 400, "cpus_per_node"),
             ("unix_user not an account name", "POST", "/v1/users", admin,
              {"name": "eve", "tenant": "org/a", "role": "user", "unix_user": "-rf"}, None, 400, "unix_user"),
             ("unix_user a number", "POST", "/v1/users", admin,

@@ -40,7 +40,7 @@ def main():
             up.wait()
             name = "c%d-%d" % (k, n)
             n += 1
-            body = {"spec": {"gpus": 8 if n % 3 else 16, "name": name}}
+            body = {"spec": {"gpus": 8 if n % 3 else 16, "name": name}, "command": ["true"]}
             try:
                 status, out = d.request("POST", "/v1/jobs", body, token, timeout=10)
             except Exception:  # noqa: BLE001 - the daemon died under us

@@ -58,13 +58,15 @@ def main():
     try:
         d.start()
         setup_tiny(d)
-        acked = [d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "before-%d" % i}},
+        acked = [d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "before-%d" % i},
+                                            "command": ["true"]},
                        expect=201)["id"] for i in range(5)]
 
         # Below the floor: writes refused with the reason, reads go on.
         fill(mnt, 4 * MIB)
         time.sleep(0.3)  # the daemon asks the filesystem at most every 200 ms
-        status, body = d.request("POST", "/v1/jobs", {"spec": {"gpus": 8}}, token=d.admin_token)
+        status, body = d.request("POST", "/v1/jobs", {"spec": {"gpus": 8}, "command": ["true"]},
+                              token=d.admin_token)
         check(status == 507, "a submission below the floor: %s %s" % (status, body))
         check(body["error"]["code"] == "insufficient_storage" and
               "min_free_disk_mb" in body["error"]["message"], str(body))
@@ -85,7 +87,8 @@ def main():
         jobs = d.api("GET", "/v1/jobs?all=1", expect=200)["jobs"]
         check(sorted(j["id"] for j in jobs) == sorted(acked),
               "every acknowledged job after a restart on a full disk: %s" % jobs)
-        status, _ = d.request("POST", "/v1/jobs", {"spec": {"gpus": 8}}, token=d.admin_token)
+        status, _ = d.request("POST", "/v1/jobs", {"spec": {"gpus": 8}, "command": ["true"]},
+                              token=d.admin_token)
         check(status == 507, "writes on a full disk: %s" % status)
 
         # Space again: writes work again, without a restart.
@@ -93,7 +96,7 @@ def main():
             if name.startswith("ballast-"):
                 os.unlink(os.path.join(mnt, name))
         time.sleep(0.3)
-        d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "after"}}, expect=201)
+        d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "after"}, "command": ["true"]}, expect=201)
         print("ok: 507 below the floor with reads going on, a restart on a full disk serving "
               "reads, %d acknowledged jobs kept, writes back once space is freed" % len(acked))
     except Exception:

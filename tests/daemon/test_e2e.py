@@ -73,8 +73,12 @@ def main():
         check("has no command" in none.stderr and "--wrap" in none.stderr, none.stderr)
         script = os.path.join(work, "train.sh")
         with open(script, "w") as f:
-            f.write("#!/bin/bash\n#TOPO --gpus 8 --tp 8\n#TOPO --time 30m\necho training\n")
-        j2 = js(["submit", script], alice)
+            f.write("#!/bin/bash\n#TOPO --gpus 8 --tp 8\n#TOPO --time 30m\n"
+                    "#TOPO --launch node --env WANDB_MODE=offline\n"
+                    "#TOPO --chdir /srv/run --output out-%j-%r.log\necho training\n")
+        # (--env on the command line: a #TOPO line is part of the script's text,
+        # which is the job's command.)
+        j2 = js(["submit", script, "--env", "API_KEY=s3cr3t"], alice)
         spec = os.path.join(work, "job.json")
         with open(spec, "w") as f:
             json.dump({"gpus": 8, "name": "from-spec", "parallelism": {"tp": 4}}, f)
@@ -85,7 +89,23 @@ def main():
         check(shown["time_limit_s"] == 1800, "#TOPO --time 30m: %s" % shown["time_limit_s"])
         check(shown["command"][:2] == ["/bin/bash", "-c"] and "echo training" in shown["command"][2],
               "the script runs through its interpreter: %s" % shown["command"])
+        # How the processes start: in --json with the values, in human output
+        # the variables' names only (values may be secrets).
+        check(shown["launch"] == "node" and shown["chdir"] == "/srv/run"
+              and shown["env"] == {"WANDB_MODE": "offline", "API_KEY": "s3cr3t"}
+              and shown["output"] == "out-%j-%r.log" and shown["error"] is None,
+              "#TOPO --launch/--env/--chdir/--output: %s" % shown)
+        human2 = topo(["show", str(j2["id"])], alice).stdout
+        check("Launch:      node (one process per node)" in human2
+              and "Env:         API_KEY, WANDB_MODE (names only" in human2
+              and "s3cr3t" not in human2 and "Directory:   /srv/run" in human2
+              and "Output:      out-%j-%r.log (in /srv/run)" in human2
+              and "Error:       with the output" in human2, "human show of job 2: " + human2)
         s1 = js(["show", str(j1["id"])], alice)
+        check(s1["launch"] == "rank" and s1["env"] == {} and s1["chdir"] is None
+              and s1["output"] is None and s1["error"] is None, "the defaults: %s" % s1)
+        check("Output:      the agent's log (topo logs %d)" % j1["id"]
+              in topo(["show", str(j1["id"])], alice).stdout, "topo show of the defaults")
         check(len(s1["ranks"]) == 16 and s1["placement"]["nodes"] == 2, "placement of job 1: %s" % s1["placement"])
         check(s1["metrics"]["required_met"] is True, "constraints met")
         human = topo(["show", str(j1["id"])], alice).stdout

@@ -154,7 +154,8 @@ def starts_on_unhealthy_nodes(log):
 
 def mass_loss(d, fleet):
     ids = [d.api("POST", "/v1/jobs", {"spec": {"gpus": 320, "name": "big%d" % i, "spares": 1,
-                                               "parallelism": {"tp": 8}}}, expect=201)["id"]
+                                               "parallelism": {"tp": 8}},
+                                      "command": ["true"]}, expect=201)["id"]
            for i in range(6)]
     js = jobs(d)
     check(all(js[i]["state"] == "running" for i in ids), "six jobs run: %s" % js)
@@ -206,7 +207,8 @@ def mass_loss(d, fleet):
 
 def rank_127(d, fleet):
     jid = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "exits-127",
-                                              "parallelism": {"tp": 8}}}, expect=201)["id"]
+                                              "parallelism": {"tp": 8}},
+                                     "command": ["true"]}, expect=201)["id"]
 
     def job():
         return d.api("GET", "/v1/jobs/%d" % jid, expect=200)

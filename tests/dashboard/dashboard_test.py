@@ -409,7 +409,7 @@ def run(tmp, daemon_bin, failures):
         d.request("PUT", "/v1/tenants/team-b", {"guaranteed_gpus": 0, "borrow_limit_gpus": -1, "shares": 1})
         ids = {}
         for name, req in JOBS:
-            r = d.request("POST", "/v1/jobs", req, expect=(201,))
+            r = d.request("POST", "/v1/jobs", dict(req, command=["true"]), expect=(201,))
             ids[name] = r["id"]
             log("submitted %s as job %s: %s (%s)" % (name, r["id"], r.get("state"), r.get("reason")))
 

@@ -29,6 +29,9 @@ TEST_CASE("a start becomes a launch with exactly the start's ranks, GPUs, accoun
   proto::Start s = MakeStart(42, 3, {4, 5, 6, 7, 12, 13, 14, 15}, {7, 6, 5, 4, 0, 1, 2, 3});
   s.checkpoint_step = 120;
   s.layout.order = "tp-cp-ep-pp-dp";
+  s.launch = core::LaunchMode::kNode;
+  s.output = "out-%j-%r.log";
+  s.error = "/home/ada/err-%j.log";
   h.Send(s);
   REQUIRE(h.runner.launches.size() == 1);
   const JobLaunch& l = h.runner.launches[0].first;
@@ -45,6 +48,11 @@ TEST_CASE("a start becomes a launch with exactly the start's ranks, GPUs, accoun
   CHECK(l.env ==
         std::map<std::string, std::string>{{"LANG", "C.UTF-8"}, {"WANDB_MODE", "offline"}});
   CHECK(l.working_dir == "/home/ada/run");
+  // How the processes start travels as the start says (the supervisor
+  // expands the patterns).
+  CHECK(l.mode == core::LaunchMode::kNode);
+  CHECK(l.output == "out-%j-%r.log");
+  CHECK(l.error == "/home/ada/err-%j.log");
   CHECK(l.parallelism.tp == 4);
   CHECK(l.parallelism.pp == 2);
   CHECK(l.parallelism.dp == 2);
@@ -64,7 +72,7 @@ TEST_CASE("a start becomes a launch with exactly the start's ranks, GPUs, accoun
   CHECK(l.limits.cpus == 0);
   CHECK(
       h.log.Has("job 42 restart 3: started ranks 4,5,6,7,12,13,14,15 as ada (group rank 1 of 2, "
-                "master 10.0.0.7:20123, from step 120)"));
+                "master 10.0.0.7:20123, from step 120) in one process (launch node)"));
   // Not rank 0's node: no port check here.
   CHECK(h.runner.port_checks.empty());
   // The launch blocks the loop: a heartbeat just before it and just after.

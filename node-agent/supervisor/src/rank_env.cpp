@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "supervisor_internal.hpp"
+#include "topo/common/job_process.hpp"
 
 namespace topo::agent {
 
@@ -108,6 +109,21 @@ core::Status ValidateLaunch(const JobLaunch& l) {
   if (l.master_port <= 0 || l.master_port > 65535) {
     return core::Status::Error(job + "master_port must be in 1-65535");
   }
+  if (auto st = common::CheckJobEnv(l.env); !st.ok()) {
+    return core::Status::Error(job + st.message());
+  }
+  if (!l.working_dir.empty()) {
+    if (auto st = common::CheckWorkingDir(l.working_dir); !st.ok()) {
+      return core::Status::Error(job + st.message());
+    }
+  }
+  for (const auto* pattern : {&l.output, &l.error}) {
+    if (pattern->empty()) continue;
+    if (auto st = common::CheckOutputPattern(*pattern); !st.ok()) {
+      return core::Status::Error(job + (pattern == &l.output ? "output: " : "error: ") +
+                                 st.message());
+    }
+  }
   if (l.limits.memory_bytes < 0 || l.limits.cpus < 0) {
     return core::Status::Error(job + "limits must not be negative (0: no limit)");
   }
@@ -170,6 +186,46 @@ std::map<std::string, std::string> RankEnvironment(const JobLaunch& launch, cons
     env["TOPO_" + name + "_GROUP"] = std::to_string(layout.GroupOf(k, r.rank));
   }
   env["TOPO_RESTART_COUNT"] = std::to_string(launch.restart_count);
+  env["TOPO_CHECKPOINT_DIR"] = ckpt_dir;
+  if (launch.restart_step) env["TOPO_RESTART_STEP"] = std::to_string(*launch.restart_step);
+  return env;
+}
+
+std::map<std::string, std::string> NodeEnvironment(const JobLaunch& launch,
+                                                   const std::string& ckpt_dir) {
+  core::RankLayout layout(launch.parallelism);
+  const auto& p = launch.parallelism;
+  std::map<std::string, std::string> env;
+  env["MASTER_ADDR"] = launch.master_addr;
+  env["MASTER_PORT"] = std::to_string(launch.master_port);
+  env["WORLD_SIZE"] = std::to_string(layout.world_size());
+  env["LOCAL_WORLD_SIZE"] = std::to_string(launch.ranks.size());
+  env["GROUP_RANK"] = std::to_string(launch.group_rank);
+  env["GROUP_WORLD_SIZE"] = std::to_string(launch.group_world_size);
+  auto omp = launch.env.find("OMP_NUM_THREADS");
+  env["OMP_NUM_THREADS"] =
+      omp != launch.env.end() ? omp->second : std::to_string(std::max(1, launch.omp_num_threads));
+  const auto gpus = JobGpus(launch);
+  if (!gpus.empty()) {
+    std::string v;
+    for (size_t i = 0; i < gpus.size(); ++i) v += (i ? "," : "") + std::to_string(gpus[i]);
+    env["CUDA_VISIBLE_DEVICES"] = v;
+  }
+  std::vector<const LocalRankSpec*> by_local;
+  for (const auto& r : launch.ranks) by_local.push_back(&r);
+  std::sort(by_local.begin(), by_local.end(), [](const LocalRankSpec* a, const LocalRankSpec* b) {
+    return a->local_rank < b->local_rank;
+  });
+  std::string ranks;
+  for (const auto* r : by_local) ranks += (ranks.empty() ? "" : ",") + std::to_string(r->rank);
+  env["TOPO_NODE_RANKS"] = ranks;
+  env["TOPO_JOB_ID"] = launch.job_id;
+  env["TOPO_RESTART_COUNT"] = std::to_string(launch.restart_count);
+  env["TOPO_TP_SIZE"] = std::to_string(p.tp);
+  env["TOPO_CP_SIZE"] = std::to_string(p.cp);
+  env["TOPO_PP_SIZE"] = std::to_string(p.pp);
+  env["TOPO_EP_SIZE"] = std::to_string(p.ep);
+  env["TOPO_DP_SIZE"] = std::to_string(p.dp);
   env["TOPO_CHECKPOINT_DIR"] = ckpt_dir;
   if (launch.restart_step) env["TOPO_RESTART_STEP"] = std::to_string(*launch.restart_step);
   return env;

@@ -16,6 +16,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string>
+#include <vector>
 
 namespace topo::agent {
 
@@ -34,6 +36,11 @@ enum Stage : int {
   kChdir,
   kRequiredDir,
   kExec,
+  // The job's own settings failed: the process writes why to its log and
+  // exits 126 (not a launch failure).
+  kJobChdir,
+  kOpenOutput,
+  kOpenError,
 };
 
 struct ChildReport {
@@ -75,6 +82,32 @@ void WriteAll(int fd, const char* p, size_t n) {
   ChildReport r{stage, err, index};
   WriteAll(status_fd, reinterpret_cast<const char*>(&r), sizeof r);
   ::_exit(stage == kExec ? 127 : 126);
+}
+
+// Text for errno values, made before fork (strerror is not
+// async-signal-safe).
+const std::vector<std::string>& ErrnoTexts() {
+  static const std::vector<std::string> texts = [] {
+    std::vector<std::string> t(134);
+    for (size_t e = 0; e < t.size(); ++e) t[e] = std::strerror(static_cast<int>(e));
+    return t;
+  }();
+  return texts;
+}
+
+// "PREFIX<strerror>SUFFIX\n" to fd, async-signal-safe.
+void WriteReason(int fd, const std::string& prefix, int err, const std::string& suffix) {
+  const auto& texts = ErrnoTexts();
+  WriteAll(fd, prefix.data(), prefix.size());
+  if (err > 0 && static_cast<size_t>(err) < texts.size()) {
+    WriteAll(fd, texts[err].data(), texts[err].size());
+  } else {
+    char num[24];
+    const size_t k = FormatInt(num, err);
+    WriteAll(fd, "errno ", 6);
+    WriteAll(fd, num, k);
+  }
+  WriteAll(fd, suffix.data(), suffix.size());
 }
 
 // A descriptor at 3 or above (the child rearranges 0-2), close-on-exec.
@@ -141,6 +174,23 @@ core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
   const bool switch_identity = ::geteuid() == 0;
   const char* required_dir = req.required_dir.empty() ? nullptr : req.required_dir.c_str();
   static const char kExecFail[] = "=== topo-agent: exec failed, errno ";
+  (void)ErrnoTexts();  // built here, never in the child
+  const std::string who = acct.name + " (uid " + std::to_string(acct.uid) + ")";
+  const std::string chdir_prefix =
+      "=== topo-agent: cannot enter the working directory " +
+      (req.wd_candidates.empty() ? std::string() : req.wd_candidates[0]) + " as " + who + ": ";
+  const std::string chdir_suffix =
+      ": create it, give the account access, or submit with another --chdir; exit status 126 "
+      "===\n";
+  const std::string output_prefix =
+      "=== topo-agent: cannot open the output file " + req.output_path + " as " + who + ": ";
+  const std::string error_prefix =
+      "=== topo-agent: cannot open the error file " + req.error_path + " as " + who + ": ";
+  const std::string file_suffix =
+      ": the account must be able to create or append to it (a relative name is in the working "
+      "directory); exit status 126 ===\n";
+  const char* output_path = req.output_path.empty() ? nullptr : req.output_path.c_str();
+  const char* error_path = req.error_path.empty() ? nullptr : req.error_path.c_str();
 
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -206,23 +256,19 @@ core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
     }
     ::fcntl(log_fd, F_SETFL, ::fcntl(log_fd, F_GETFL) & ~O_NONBLOCK);
     if ((st.st_mode & 07777) != 0600) ::fchmod(log_fd, 0600);
-    ::dup2(devnull, 0);
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    // Nothing of the agent's survives exec but 0-2 (the status pipe closes
-    // on exec, which tells the parent the exec happened).
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     size_t n = header_len;
     n += FormatInt(header.data() + n, static_cast<long>(::getpid()));
     const char tail[] = " ===\n";
     for (size_t i = 0; i + 1 < sizeof tail; ++i) header[n++] = tail[i];
-    WriteAll(1, header.data(), n);
+    WriteAll(log_fd, header.data(), n);
     bool in_wd = false;
     for (size_t i = 0; i < wds.size() && !in_wd; ++i) {
       if (::chdir(wds[i]) == 0) {
         in_wd = true;
       } else if (req.wd_required) {
-        ChildFail(status_w, kChdir, errno, static_cast<int>(i));
+        const int err = errno;
+        WriteReason(log_fd, chdir_prefix, err, chdir_suffix);
+        ChildFail(status_w, kJobChdir, err, static_cast<int>(i));
       }
     }
     if (!in_wd) ChildFail(status_w, kChdir, ENOENT, 0);
@@ -230,13 +276,43 @@ core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
     if (required_dir && ::access(required_dir, R_OK | W_OK | X_OK) != 0) {
       ChildFail(status_w, kRequiredDir, errno);
     }
+    // The job's own files, as the account, relative to its working directory.
+    constexpr int kOutFlags = O_WRONLY | O_CREAT | O_APPEND | O_NOCTTY | O_CLOEXEC;
+    int out_fd = log_fd;
+    if (output_path) {
+      out_fd = AboveStdio(::open(output_path, kOutFlags, 0600));
+      if (out_fd < 0) {
+        const int err = errno;
+        WriteReason(log_fd, output_prefix, err, file_suffix);
+        ChildFail(status_w, kOpenOutput, err);
+      }
+    }
+    int err_fd = out_fd;
+    if (error_path) {
+      err_fd = AboveStdio(::open(error_path, kOutFlags, 0600));
+      if (err_fd < 0) {
+        const int err = errno;
+        WriteReason(log_fd, error_prefix, err, file_suffix);
+        ChildFail(status_w, kOpenError, err);
+      }
+    }
+    ::dup2(devnull, 0);
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    // Nothing of the agent's survives exec but 0-2 (the status pipe and the
+    // log, when output goes elsewhere, close on exec, which tells the parent
+    // the exec happened).
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     ::execve(req.exe.c_str(), argv.data(), envp.data());
     int err = errno;
-    WriteAll(1, kExecFail, sizeof kExecFail - 1);
-    char num[24];
-    size_t k = FormatInt(num, err);
-    num[k++] = '\n';
-    WriteAll(1, num, k);
+    for (int fd : {log_fd, 2}) {
+      if (fd == 2 && err_fd == log_fd) break;
+      WriteAll(fd, kExecFail, sizeof kExecFail - 1);
+      char num[24];
+      size_t k = FormatInt(num, err);
+      num[k++] = '\n';
+      WriteAll(fd, num, k);
+    }
     ChildFail(status_w, kExec, err);
   }
   const int fork_errno = errno;
@@ -279,7 +355,10 @@ core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
                                std::to_string(kSpawnTimeoutMs / 1000) + " s; killed it");
   }
   if (got == 0) return SpawnResult{pid, false};
-  if (got == sizeof report && report.stage == kExec) return SpawnResult{pid, true};
+  if (got == sizeof report && (report.stage == kExec || report.stage == kJobChdir ||
+                               report.stage == kOpenOutput || report.stage == kOpenError)) {
+    return SpawnResult{pid, true};
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

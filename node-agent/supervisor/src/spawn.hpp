@@ -24,10 +24,17 @@ struct SpawnRequest {
   std::string log_path;                  // opened (created 0600) as the account
   std::string log_header;                // written before the pid; the child adds "PID ===\n"
   // Working directories to try in order as the account; the first that
-  // chdir() accepts wins. When required, only wd_candidates[0] is tried
-  // and failing it fails the spawn.
+  // chdir() accepts wins.
+  // When required (the job's own working directory), only wd_candidates[0]
+  // is tried and failing it makes the process write why to its log and
+  // exit 126 (SpawnResult::failed_in_child), as a failed exec does.
   std::vector<std::string> wd_candidates;
   bool wd_required = false;
+  // Files for standard output / error, opened (O_APPEND, created 0600) as the
+  // account in the working directory; empty: the log (error: where output
+  // goes). A file that cannot be opened: a line in the log, exit 126.
+  std::string output_path;
+  std::string error_path;
   // A directory the rank must be able to use (its checkpoint dir): checked
   // as the account before exec, so a parent it cannot traverse fails the
   // launch instead of the job. Empty: none.
@@ -36,9 +43,10 @@ struct SpawnRequest {
 
 struct SpawnResult {
   pid_t pid = 0;
-  // The rank exists but execve failed: it exits 127 (the reason is in its
-  // log) and is reaped like any rank.
-  bool exec_failed = false;
+  // The process exists but cannot run the command: execve failed (it exits
+  // 127), or the job's working directory or output files failed (126). The
+  // reason is in its log; it is reaped like any rank.
+  bool failed_in_child = false;
 };
 
 // Forks and waits (bounded, ~30 s) until the child has exec'd or failed.

@@ -52,6 +52,8 @@ void RankSupervisor::Impl::SaveState(const JobRec& j) const {
   doc["uid"] = j.owner.uid;
   doc["gid"] = j.owner.gid;
   doc["restart_count"] = j.restart_count;
+  doc["launch"] = j.mode == core::LaunchMode::kNode ? "node" : "rank";
+  doc["group_rank"] = j.group_rank;
   doc["reported_step"] = j.reported_step;
   doc["persisted_step"] = j.persisted_step;
   doc["finished_reported"] = j.finished_reported;
@@ -97,6 +99,9 @@ void RankSupervisor::Impl::LoadStates() {
       j.owner.uid = doc.value("uid", uid_t{0});
       j.owner.gid = doc.value("gid", gid_t{0});
       j.restart_count = doc.value("restart_count", 0);
+      j.mode =
+          doc.value("launch", "rank") == "node" ? core::LaunchMode::kNode : core::LaunchMode::kRank;
+      j.group_rank = doc.value("group_rank", 0);
       j.reported_step = doc.value("reported_step", int64_t{-1});
       j.persisted_step = doc.value("persisted_step", int64_t{-1});
       j.finished_reported = doc.value("finished_reported", false);

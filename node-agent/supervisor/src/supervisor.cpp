@@ -15,9 +15,11 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <set>
 
 #include "spawn.hpp"
 #include "supervisor_internal.hpp"
+#include "topo/common/job_process.hpp"
 
 namespace topo::agent {
 namespace fs = std::filesystem;
@@ -171,7 +173,16 @@ RankSupervisor::~RankSupervisor() {
 int RankSupervisor::wake_fd() const { return impl_->wake_r; }
 
 std::string RankSupervisor::LogPath(const std::string& job_id, int rank) const {
+  if (auto it = impl_->jobs.find(job_id);
+      it != impl_->jobs.end() && it->second.mode == core::LaunchMode::kNode) {
+    return NodeLogPath(job_id, it->second.group_rank);
+  }
   return (fs::path(impl_->opt.log_dir) / job_id / ("rank-" + std::to_string(rank) + ".log"))
+      .string();
+}
+
+std::string RankSupervisor::NodeLogPath(const std::string& job_id, int group_rank) const {
+  return (fs::path(impl_->opt.log_dir) / job_id / ("node-" + std::to_string(group_rank) + ".log"))
       .string();
 }
 
@@ -226,6 +237,8 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
   j.unix_user = acct.name;
   j.owner = owner;
   j.restart_count = launch.restart_count;
+  j.mode = launch.mode;
+  j.group_rank = launch.group_rank;
   j.local_dir = launch.local_checkpoint_dir;
   if (j.local_dir.empty() && !opt.local_checkpoint_root.empty()) {
     j.local_dir = (fs::path(opt.local_checkpoint_root) / launch.job_id).string();
@@ -333,16 +346,72 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
                                cleanup);
   };
 
+  // Where a process's output goes (%r: its rank, or the node's group rank),
+  // said at the top of its log so that `topo logs` tells where to look.
+  auto redirect = [&](int index, std::string* note) {
+    req.output_path.clear();
+    req.error_path.clear();
+    if (!launch.output.empty()) {
+      req.output_path = common::ExpandOutputPattern(launch.output, launch.job_id, index);
+    }
+    if (!launch.error.empty()) {
+      req.error_path = common::ExpandOutputPattern(launch.error, launch.job_id, index);
+    }
+    note->clear();
+    if (req.output_path.empty() && req.error_path.empty()) return;
+    const std::string where =
+        launch.working_dir.empty() ? "the working directory" : launch.working_dir;
+    auto shown = [&](const std::string& p) {
+      return p.empty() ? std::string("this log") : p[0] == '/' ? p : p + " (in " + where + ")";
+    };
+    *note = "=== topo-agent: standard output goes to " + shown(req.output_path) +
+            ", standard error to " +
+            shown(req.error_path.empty() ? req.output_path : req.error_path) + " ===\n";
+  };
+  std::string redirect_note;
+  if (launch.mode == core::LaunchMode::kNode) {
+    // One process for the node's ranks; each of them is reported with its
+    // exit.
+    auto env = base;
+    for (auto& [k, v] : NodeEnvironment(launch, j.local_dir)) env[k] = v;
+    for (const auto& [k, v] : env) req.env.push_back(k + "=" + v);
+    std::string ranks;
+    for (const auto& spec : launch.ranks) {
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(spec.rank);
+    }
+    redirect(launch.group_rank, &redirect_note);
+    req.what = "node process (group rank " + std::to_string(launch.group_rank) + ")";
+    req.log_path = NodeLogPath(launch.job_id, launch.group_rank);
+    req.log_header = note_lines + redirect_note + "=== topo-agent " + NowText() + " start job " +
+                     launch.job_id + " node " + std::to_string(launch.group_rank) + " of " +
+                     std::to_string(launch.group_world_size) + " (ranks " + ranks + ") restart " +
+                     std::to_string(launch.restart_count) + " as " + acct.name + " (uid " +
+                     std::to_string(acct.uid) + "): " + cmdline + " pid ";
+    auto spawned = SpawnRank(req);
+    if (!spawned.ok()) return abort_launch(spawned.message());
+    auto st = ReadProcStat(spawned.value().pid);
+    for (const auto& spec : launch.ranks) {
+      RankRec rec;
+      rec.rank = spec.rank;
+      rec.local_rank = spec.local_rank;
+      rec.pid = spawned.value().pid;
+      rec.start_time = st ? st->start_time : 0;
+      rec.running = true;
+      j.ranks.push_back(rec);
+    }
+  }
   for (const auto& spec : launch.ranks) {
+    if (launch.mode != core::LaunchMode::kRank) break;
     auto env = base;
     // RankEnvironment already keeps the job's own OMP_NUM_THREADS.
     for (auto& [k, v] : RankEnvironment(launch, spec, j.local_dir)) env[k] = v;
     req.env.clear();
     for (const auto& [k, v] : env) req.env.push_back(k + "=" + v);
+    redirect(spec.rank, &redirect_note);
     req.what = "rank " + std::to_string(spec.rank);
     req.log_path = LogPath(launch.job_id, spec.rank);
-    req.log_header = note_lines + "=== topo-agent " + NowText() + " start job " + launch.job_id +
-                     " rank " + std::to_string(spec.rank) + " local_rank " +
+    req.log_header = note_lines + redirect_note + "=== topo-agent " + NowText() + " start job " +
+                     launch.job_id + " rank " + std::to_string(spec.rank) + " local_rank " +
                      std::to_string(spec.local_rank) + " restart " +
                      std::to_string(launch.restart_count) + " as " + acct.name + " (uid " +
                      std::to_string(acct.uid) + "): " + cmdline + " pid ";
@@ -389,7 +458,9 @@ core::Status RankSupervisor::RequestCheckpoint(const std::string& job_id) {
   auto it = impl_->jobs.find(job_id);
   if (it == impl_->jobs.end()) return core::Status::Error("no job " + job_id + " on this node");
   int sent = 0;
+  std::set<pid_t> signalled;  // node mode: one process for every rank
   for (auto& r : it->second.ranks) {
+    if (!signalled.insert(r.pid).second) continue;
     if (impl_->SignalRank(r, impl_->opt.checkpoint_signal, false)) ++sent;
   }
   if (sent == 0) return core::Status::Error("job " + job_id + " has no running rank here");
@@ -451,7 +522,17 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
       if (I.Reap(r, ev.exit)) {
         r.running = false;
         changed = true;
-        out.push_back(std::move(ev));
+        out.push_back(ev);
+        // Node mode: the node's process was every rank here; each is
+        // reported with its status (reaped once).
+        for (auto& other : j.ranks) {
+          if (!other.running || other.pid != r.pid) continue;
+          other.running = false;
+          ev.exit.rank = other.rank;
+          ev.exit.local_rank = other.local_rank;
+          ev.exit.stopped = other.stop_requested;
+          out.push_back(ev);
+        }
       }
     }
     if (j.kill_deadline && now >= *j.kill_deadline) {

@@ -61,6 +61,10 @@ struct JobRec {
   std::string unix_user;
   FileOwner owner;  // the account's uid/gid: owner of the persistent copies
   int restart_count = 0;
+  // Node mode: one process for every rank here (the RankRecs share its pid),
+  // logged to NodeLogPath(job, group_rank).
+  core::LaunchMode mode = core::LaunchMode::kRank;
+  int group_rank = 0;
   std::vector<RankRec> ranks;
   int64_t reported_step = -1;
   int64_t persisted_step = -1;

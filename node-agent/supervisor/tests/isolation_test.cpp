@@ -258,12 +258,17 @@ TEST_CASE("a rank sees none of the agent's environment and inherits no descripto
   CHECK(env["OMP_NUM_THREADS"] == "1");  // omp_num_threads' default
 
   // The job's LANG is passed when it gives one, and its own OMP_NUM_THREADS
-  // wins over omp_num_threads (as under torchrun); RANK and the like do not.
+  // wins over omp_num_threads (as under torchrun); RANK and the like are
+  // refused: they are the agent's.
   job.job_id = "env2";
   job.env["LANG"] = "C.UTF-8";
   job.env["OMP_NUM_THREADS"] = "3";
   job.env["RANK"] = "99";
   job.omp_num_threads = 8;
+  const auto refused = sup.Launch(job);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("env.RANK: reserved") != std::string::npos);
+  job.env.erase("RANK");
   REQUIRE(sup.Launch(job).ok());
   PollUntil(sup, Finished("env2"));
   auto env2 = ParseEnvDump(ReadFile(sup.LogPath("env2", 0)));
@@ -272,7 +277,7 @@ TEST_CASE("a rank sees none of the agent's environment and inherits no descripto
   CHECK(env2["RANK"] == "0");
 }
 
-TEST_CASE("the working directory must be accessible to the account") {
+TEST_CASE("a working directory the account cannot enter: exit 126, the reason in the log") {
   Sandbox sb;
   REQUIRE(sb.user.ok());
   RankSupervisor sup(sb.Options());
@@ -281,13 +286,28 @@ TEST_CASE("the working directory must be accessible to the account") {
   fs::create_directories(closed);
   ::chmod(closed.c_str(), 0700);
   auto job = sb.Job("wd", script, 2);
-  job.working_dir = closed;
-  auto st = sup.Launch(job);
-  REQUIRE(!st.ok());
-  CHECK(st.message().find("working directory " + closed + " is not accessible to '" +
-                          sb.user.name() + "'") != std::string::npos);
-  CHECK(sup.List(false).empty());
-  CHECK(ProcessesWithEnv("TOPO_JOB_ID=wd").empty());
+  // A missing directory and one the account may not enter fail alike: the
+  // process starts, says why in its log and exits 126 (as a command that
+  // cannot be executed exits 127), so the job's failure says it.
+  for (const std::string& dir : {closed, sb.t / "missing"}) {
+    CAPTURE(dir);
+    job.working_dir = dir;
+    REQUIRE(sup.Launch(job).ok());
+    auto evs = PollUntil(sup, Finished("wd"));
+    for (int r = 0; r < 2; ++r) {
+      const SupervisorEvent* e = nullptr;
+      for (const auto& ev : evs) {
+        if (ev.kind == EventKind::kRankExited && ev.exit.rank == r) e = &ev;
+      }
+      REQUIRE(e != nullptr);
+      CHECK(e->exit.exit_code == 126);
+      const std::string log = ReadFile(sup.LogPath("wd", r));
+      CHECK(log.find("cannot enter the working directory " + dir + " as " + sb.user.name()) !=
+            std::string::npos);
+      CHECK(log.find("pwd=") == std::string::npos);
+    }
+    REQUIRE(sup.Forget("wd").ok());
+  }
 
   job.working_dir = sb.out;
   REQUIRE(sup.Launch(job).ok());

@@ -35,7 +35,7 @@ TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
   l.job_id = "envjob";
   l.argv = {script};
   l.unix_user = sb.user.name();
-  l.env = {{"OUT_DIR", sb.out}, {"RANK", "overridden-by-the-supervisor"}};
+  l.env = {{"OUT_DIR", sb.out}};
   // tp 2, ep 2, pp 2, dp 2: world 8 in the order tp-cp-ep-dp-pp.
   l.parallelism.tp = 2;
   l.parallelism.ep = 2;
@@ -384,4 +384,114 @@ TEST_CASE("a restarted agent adopts the ranks it started through the state file"
   CHECK(HasEvent(stopped, EventKind::kJobFinished, "adopt"));
   for (const auto& r : before) CHECK(WaitGone(r.pid));
   CHECK(second.List().empty());
+}
+
+TEST_CASE("node mode: one process per node with the environment torchrun reads") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
+  // The node's process records its environment and how many of it ran, then
+  // exits 3: every rank of the node is reported with that status.
+  auto script = WriteScript(t / "node.sh",
+                            "env > \"$OUT_DIR/env-node-$GROUP_RANK.txt\"\n"
+                            "echo started >> \"$OUT_DIR/starts.txt\"\n"
+                            "echo node-output\nexit 3");
+  JobLaunch l = sb.Job("nodejob", script, 0);
+  l.mode = topo::core::LaunchMode::kNode;
+  l.parallelism.tp = 4;
+  l.parallelism.dp = 2;
+  l.master_addr = "10.9.8.7";
+  l.master_port = 29600;
+  l.group_rank = 1;
+  l.group_world_size = 2;
+  l.restart_count = 2;
+  l.restart_step = 7;
+  l.ranks = {LocalRankSpec{4, 0, {3}}, LocalRankSpec{5, 1, {2}}, LocalRankSpec{6, 2, {1}},
+             LocalRankSpec{7, 3, {0}}};
+  REQUIRE(sup.Launch(l).ok());
+  auto evs = PollUntil(sup, Finished("nodejob"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "nodejob"));
+  CHECK(ReadFile(sb.out + "/starts.txt") == "started\n");  // one process, not four
+  for (int r = 4; r < 8; ++r) {
+    const RankExit* e = FindExit(evs, r);
+    CAPTURE(r);
+    REQUIRE(e);
+    CHECK((!e->signaled && e->exit_code == 3 && e->exit_status_known));
+  }
+  CHECK(std::count_if(evs.begin(), evs.end(), [](const SupervisorEvent& e) {
+          return e.kind == EventKind::kRankExited;
+        }) == 4);
+  auto env = ParseEnvDump(ReadFile(sb.out + "/env-node-1.txt"));
+  CHECK(env["GROUP_RANK"] == "1");
+  CHECK(env["GROUP_WORLD_SIZE"] == "2");
+  CHECK(env["LOCAL_WORLD_SIZE"] == "4");
+  CHECK(env["WORLD_SIZE"] == "8");
+  CHECK(env["MASTER_ADDR"] == "10.9.8.7");
+  CHECK(env["MASTER_PORT"] == "29600");
+  CHECK(env["CUDA_VISIBLE_DEVICES"] == "3,2,1,0");
+  CHECK(env["TOPO_NODE_RANKS"] == "4,5,6,7");
+  CHECK(env["TOPO_JOB_ID"] == "nodejob");
+  CHECK(env["TOPO_RESTART_COUNT"] == "2");
+  CHECK(env["TOPO_RESTART_STEP"] == "7");
+  CHECK(env["TOPO_TP_SIZE"] == "4");
+  CHECK(env["TOPO_CHECKPOINT_DIR"] == t / "local/nodejob");
+  CHECK(env["OMP_NUM_THREADS"] == "1");
+  CHECK(env["OUT_DIR"] == sb.out);
+  // What torchrun gives its workers is not set here.
+  for (const char* k : {"RANK", "LOCAL_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID", "TOPO_TP_RANK"}) {
+    CAPTURE(k);
+    CHECK(env.count(k) == 0);
+  }
+  // One log for the node, which every rank of it reads as its own.
+  const std::string log = ReadFile(t / "logs/nodejob/node-1.log");
+  CHECK(log.find("start job nodejob node 1 of 2 (ranks 4,5,6,7)") != std::string::npos);
+  CHECK(log.find("node-output") != std::string::npos);
+  CHECK(sup.LogPath("nodejob", 6) == t / "logs/nodejob/node-1.log");
+  CHECK_FALSE(fs::exists(t / "logs/nodejob/rank-4.log"));
+}
+
+TEST_CASE("--output and --error patterns are opened as the account, relative to chdir") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
+  auto script = WriteScript(t / "rank.sh", "echo out-$RANK\necho err-$RANK >&2");
+  auto job = sb.Job("files", script, 2);
+  job.working_dir = sb.out;
+  job.output = "o-%j-%r.txt";                 // relative: in working_dir
+  job.error = sb.out + "/e-%j-%r-100%%.txt";  // absolute
+  REQUIRE(sup.Launch(job).ok());
+  PollUntil(sup, Finished("files"));
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const std::string out = sb.out + "/o-files-" + std::to_string(r) + ".txt";
+    const std::string err = sb.out + "/e-files-" + std::to_string(r) + "-100%.txt";
+    CHECK(ReadFile(out) == "out-" + std::to_string(r) + "\n");
+    CHECK(ReadFile(err) == "err-" + std::to_string(r) + "\n");
+    CHECK(StatOf(out).uid == ResolveUnixAccount(sb.user.name()).value().uid);  // not root
+    // The log keeps the agent's lines and says where the output went.
+    const std::string log = ReadFile(sup.LogPath("files", r));
+    CHECK(log.find("standard output goes to o-files-" + std::to_string(r) + ".txt (in " + sb.out +
+                   "), standard error to " + err) != std::string::npos);
+    CHECK(log.find("out-") == std::string::npos);
+  }
+  REQUIRE(sup.Forget("files").ok());
+
+  // A file the account may not write (root's, 0644): nothing is written to
+  // it, the log says why, exit 126. Without --error, stderr follows --output.
+  const std::string roots = t / "roots.txt";
+  { std::ofstream(roots) << "root's\n"; }
+  ::chmod(roots.c_str(), 0644);
+  job.output = roots;
+  job.error.clear();
+  REQUIRE(sup.Launch(job).ok());
+  auto evs = PollUntil(sup, Finished("files"));
+  const RankExit* e = FindExit(evs, 0);
+  REQUIRE(e);
+  CHECK(e->exit_code == 126);
+  CHECK(ReadFile(roots) == "root's\n");
+  CHECK(ReadFile(sup.LogPath("files", 0))
+            .find("cannot open the output file " + roots + " as " + sb.user.name()) !=
+        std::string::npos);
 }

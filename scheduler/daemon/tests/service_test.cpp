@@ -362,6 +362,18 @@ TEST_CASE("limits: names, duplicate keys, host lists, queues and the storage flo
       {"an argument longer than exec takes", "POST", "/v1/jobs",
        json{{"spec", {{"gpus", 8}}}, {"command", {"/bin/sh", std::string(131072, 'x')}}}.dump(),
        400, "command"},
+      {"no command", "POST", "/v1/jobs", json{{"spec", {{"gpus", 8}}}}.dump(), 400, "command"},
+      {"a reserved variable", "POST", "/v1/jobs",
+       json{{"spec", {{"gpus", 8}}}, {"command", {"true"}}, {"env", {{"RANK", "0"}}}}.dump(), 400,
+       "env"},
+      {"an unknown launch mode", "POST", "/v1/jobs",
+       json{{"spec", {{"gpus", 8}}}, {"command", {"true"}}, {"launch", "gpu"}}.dump(), 400,
+       "launch"},
+      {"a relative chdir", "POST", "/v1/jobs",
+       json{{"spec", {{"gpus", 8}}}, {"command", {"true"}}, {"chdir", "run"}}.dump(), 400, "chdir"},
+      {"an unknown output pattern", "POST", "/v1/jobs",
+       json{{"spec", {{"gpus", 8}}}, {"command", {"true"}}, {"error", "e-%N"}}.dump(), 400,
+       "error"},
       {"a reason over 1000 bytes", "POST", "/v1/jobs/1/cancel",
        json{{"reason", std::string(1001, 'r')}}.dump(), 400, "reason"},
       {"an unknown method on a route", "PATCH", "/v1/jobs", "{}", 405, ""},
@@ -386,7 +398,7 @@ TEST_CASE("limits: names, duplicate keys, host lists, queues and the storage flo
 
   // Caps on waiting jobs: the tenant's quota, then each user's.
   f.Ok("PUT", "/v1/tenants/org/a", f.admin, {{"max_queued_jobs", 2}});
-  const json big = {{"spec", {{"gpus", 64}}}};
+  const json big = {{"spec", {{"gpus", 64}}}, {"command", {"/bin/true"}}};
   f.Ok("POST", "/v1/jobs", alice, big, 201);  // runs
   f.Ok("POST", "/v1/jobs", alice, big, 201);  // waits (1)
   f.Ok("POST", "/v1/jobs", alice, big, 201);  // waits (2)

@@ -40,7 +40,7 @@ namespace topo::proto {
 
 // Bumped when a message changes incompatibly; `register` carries it and the
 // daemon refuses another version with a message naming both.
-inline constexpr int kProtocolVersion = 2;
+inline constexpr int kProtocolVersion = 3;
 
 // Limits shared by both ends (and by the daemon's submission checks, so a job
 // accepted by the API always fits in a `start`).
@@ -190,11 +190,19 @@ struct Start {
   std::vector<StartRank> ranks;  // in local-rank order 0..k-1
   Layout layout;
   std::vector<std::string> command;  // argv; empty: the agent's --job-command
-  std::string unix_user;             // the account the ranks run as
+  // One process per rank, or one per node (core::LaunchMode).
+  core::LaunchMode launch = core::LaunchMode::kRank;
+  std::string unix_user;  // the account the ranks run as
+  // The job's own variables: names checked as the API checks them
+  // (common::CheckJobEnv: no reserved name).
   std::map<std::string, std::string> env;
   std::string working_dir;  // empty: the account's home, else a job dir
-  int64_t memory_mb = 0;    // the job's cgroup on this node; 0: no limit
-  int cpu_millis = 0;       // likewise, CPU time (1000 = one CPU); 0: no limit
+  // Patterns (%j, %r, %%) of the files standard output and error go to,
+  // opened as unix_user; empty: the agent's log (common::CheckOutputPattern).
+  std::string output;
+  std::string error;
+  int64_t memory_mb = 0;  // the job's cgroup on this node; 0: no limit
+  int cpu_millis = 0;     // likewise, CPU time (1000 = one CPU); 0: no limit
   bool operator==(const Start&) const = default;
 };
 struct Stop {

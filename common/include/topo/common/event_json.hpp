@@ -31,7 +31,9 @@
 //             gpu_health_changed {node, gpu, health, reason}
 //             job_state_changed {id, state, reason}
 //   request:  {spec (job_io.hpp), tenant, user, priority, time_limit_ms,
-//              checkpoint_interval_ms, command ([argv...]; optional on read)}
+//              checkpoint_interval_ms, command ([argv...]; optional on read),
+//              launch, env, chdir, output, error (job_process.hpp; each
+//              written only when not the default)}
 //   tenant:   {name, guaranteed_gpus, borrow_limit_gpus, max_job_gpus,
 //              max_running_jobs, shares}
 //   ranks:    [[node, gpu], ...] in rank order; spares: [node, ...]

@@ -34,6 +34,25 @@
 namespace topo::core {
 
 struct SnapshotAccess;
+// How the agent starts a job's processes on each node, and with what
+// environment, directory and files (docs/jobs.md). Carried from the job's
+// request to every start, never interpreted by the core; the checks live at
+// the boundaries (common/include/topo/common/job_process.hpp).
+enum class LaunchMode : uint8_t {
+  kRank,  // one process per rank (GPU), with the torchrun worker environment
+  kNode,  // one process per node, with the environment torchrun itself reads
+};
+struct ProcessSpec {
+  LaunchMode launch = LaunchMode::kRank;
+  std::map<std::string, std::string> env;  // the job's own variables
+  std::string working_dir;                 // absolute; empty: the account's home
+  // Where standard output and error go: patterns with %j (job id), %r (rank,
+  // or node index in node mode) and %%; absolute or relative to the working
+  // directory. Empty: the agent's per-rank (per-node) log.
+  std::string output;
+  std::string error;
+  bool operator==(const ProcessSpec&) const = default;
+};
 
 struct NodeLaunch {
   NodeId node = -1;
@@ -54,6 +73,7 @@ struct Launch {
   // the event log's copy of the command (the request is logged once, at
   // submission): commands read back from the log leave these empty.
   std::vector<std::string> command;
+  ProcessSpec process;
   Parallelism parallelism;
   std::string unix_user;
   int64_t memory_mb = 0;  // per node; 0: no limit

@@ -180,6 +180,9 @@ struct JobRequest {
   // What each rank runs (argv; empty: the agent's default). Carried, never
   // interpreted by the core.
   std::vector<std::string> command;
+  // How the processes start (launch mode, env, working dir, output files).
+  // Carried, never interpreted.
+  ProcessSpec process;
   // The Unix account the ranks run as (the submitter's, from the daemon's
   // user record). Carried, never interpreted.
   std::string unix_user;

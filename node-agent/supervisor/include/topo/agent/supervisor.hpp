@@ -73,6 +73,7 @@
 #include "topo/agent/account.hpp"
 #include "topo/agent/cgroup.hpp"
 #include "topo/core/job.hpp"
+#include "topo/core/launch.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::agent {
@@ -107,8 +108,25 @@ struct LocalRankSpec {
 struct JobLaunch {
   std::string job_id;                      // [A-Za-z0-9._-], not starting with '.'
   std::vector<std::string> argv;           // argv[0]: a path, or a name found on PATH
-  std::map<std::string, std::string> env;  // the job's own variables
-  std::string working_dir;                 // empty: the account's home (see above)
+  std::map<std::string, std::string> env;  // the job's own variables (no reserved name)
+  // kRank: one process per entry of `ranks` (RankEnvironment). kNode: ONE
+  // process for all of them (NodeEnvironment), logged to NodeLogPath; each
+  // of the node's ranks is reported exited with that process's status, and
+  // the checkpoint signal goes to it.
+  core::LaunchMode mode = core::LaunchMode::kRank;
+  // Must exist and be enterable by the account: otherwise the process writes
+  // "cannot enter the working directory ..." to its log and exits 126 (it
+  // is not a launch failure). Empty: the account's home (see above).
+  std::string working_dir;
+  // Where standard output / error go: patterns (%j job id, %r rank, or the
+  // node's group rank in node mode, %% a %; common::CheckOutputPattern),
+  // absolute or relative to the working directory, opened for appending
+  // (created 0600) by the process AS THE ACCOUNT after it entered its
+  // working directory, so a job can only write where its account can. A
+  // file that cannot be opened: a line in the log, exit 126. Empty output:
+  // the log; empty error: where output goes. The log's header names them.
+  std::string output;
+  std::string error;
   // The Unix account every rank runs as (the submitter's). Required.
   std::string unix_user;
   // This job may run as uid 0 (also allowed when the site sets
@@ -245,8 +263,10 @@ class RankSupervisor {
   // Drops a job whose ranks have all exited: its state file is removed (and
   // its cgroup, if something kept it alive until now).
   core::Status Forget(const std::string& job_id);
-  // Paths, for tests and `topo logs`.
+  // Paths, for tests and `topo logs`. A rank of a node-mode job known here
+  // has its node's log (NodeLogPath).
   std::string LogPath(const std::string& job_id, int rank) const;
+  std::string NodeLogPath(const std::string& job_id, int group_rank) const;
   std::string StatePath(const std::string& job_id) const;
   // The job's cgroup directory in the tracking hierarchy ("" without one).
   std::string CgroupPath(const std::string& job_id) const;
@@ -310,6 +330,22 @@ std::map<std::string, std::string> RankBaseEnvironment(const UnixAccount& accoun
 // REQUIRES: launch passes Launch()'s validation (ranks and GPUs as above).
 std::map<std::string, std::string> RankEnvironment(const JobLaunch& launch,
                                                    const LocalRankSpec& rank,
+                                                   const std::string& local_checkpoint_dir);
+
+// The variables of a node-mode process (source 3 above), exactly: what
+// `torchrun --nnodes $GROUP_WORLD_SIZE --nproc-per-node $LOCAL_WORLD_SIZE
+// --node-rank $GROUP_RANK --master-addr $MASTER_ADDR --master-port
+// $MASTER_PORT` needs, and the job-wide TOPO_* variables:
+//   MASTER_ADDR, MASTER_PORT, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+//   GROUP_WORLD_SIZE, OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES (as in
+//   RankEnvironment), TOPO_JOB_ID, TOPO_RESTART_COUNT, TOPO_{TP,CP,PP,EP,DP}_SIZE,
+//   TOPO_CHECKPOINT_DIR, TOPO_RESTART_STEP (when set), and
+//   TOPO_NODE_RANKS   the global ranks of the node's GPUs in local order,
+//                     comma-separated (CUDA_VISIBLE_DEVICES' order)
+// No RANK, LOCAL_RANK, ROLE_*, TORCHELASTIC_* or per-rank TOPO_*: the
+// node's launcher gives its workers those.
+// REQUIRES: as RankEnvironment.
+std::map<std::string, std::string> NodeEnvironment(const JobLaunch& launch,
                                                    const std::string& local_checkpoint_dir);
 
 }  // namespace topo::agent
