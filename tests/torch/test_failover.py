@@ -29,6 +29,7 @@ Standard library only besides the job itself (/usr/bin/python3).
 import json
 import os
 import pwd
+import re
 import signal
 import subprocess
 import sys
@@ -149,6 +150,17 @@ def run_fault(d, agents, work, case, reference):
     # Some work after the checkpoint, which the fault loses.
     wait_for(lambda: "step %d " % (step + 5) in rank_log(agents, master, jid, 0), 60,
              "rank 0 to pass step %d" % (step + 5))
+    # The ranks all-reduce the signal's flag every step, so a signal that
+    # reaches one node a step later than another makes a second checkpoint
+    # (step 10, then 11): the restart uses the newest, so wait until every
+    # checkpoint rank 0 wrote is stored and take that one.
+    def newest_written():
+        steps = re.findall(r"rank 0: checkpoint step-(\d+) complete",
+                           rank_log(agents, master, jid, 0))
+        return max(int(n) for n in steps) if steps else -1
+    wait_for(lambda: job(d, jid)["checkpoint_step"] == newest_written(), 30,
+             "the newest checkpoint rank 0 wrote to be stored")
+    step = job(d, jid)["checkpoint_step"]
     check(job(d, jid)["restarts"] == 0, "no restart before the fault")
 
     t0 = time.time()
