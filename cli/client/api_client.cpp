@@ -17,10 +17,14 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <optional>
 #include <utility>
 #include <variant>
+#include <vector>
+
+#include "client/tls_session_cache.hpp"
 
 namespace topo::cli {
 
@@ -213,8 +217,47 @@ struct ApiClient::Impl {
   boost::beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point deadline;
   int connections = 0;
+  int resumed = 0;
+  // The TLS session cache (disabled without options.tls_session_dir), the
+  // session to offer on the next connection, and the newest one the server
+  // handed out that is not saved yet (SessionArrived).
+  std::unique_ptr<TlsSessionCache> session_cache;
+  bool session_loaded = false;
+  SslSessionPtr session;
+  SslSessionPtr unsaved_session;
 
   ~Impl() { Close(true); }
+
+  static int ExIndex() {
+    static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    return index;
+  }
+
+  // OpenSSL's new-session callback: TLS 1.3 tickets arrive after the
+  // handshake, while the answer is read; keep the newest. Returning 1 takes
+  // the reference.
+  static int SessionArrived(SSL* ssl, SSL_SESSION* s) {
+    auto* self = static_cast<Impl*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), ExIndex()));
+    if (self == nullptr) return 0;
+    self->unsaved_session.reset(s);
+    return 1;
+  }
+
+  void Debug(const std::string& line) const {
+    if (options.debug_tls) std::cerr << "tls: " << line << "\n";
+  }
+
+  // Once the answer is in: the ticket the server sent becomes the one to
+  // offer next, here and (through the file) in the next process.
+  void SaveNewSession() {
+    if (!unsaved_session) return;
+    session = std::move(unsaved_session);
+    if (Status s = session_cache->Save(session.get()); !s.ok()) {
+      Debug(s.message());
+    } else {
+      Debug("session saved to " + session_cache->path());
+    }
+  }
 
   // Starts an asynchronous operation with `start(handler)` and runs the
   // io_context until it completes or the deadline passes; then `cancel`
@@ -244,7 +287,10 @@ struct ApiClient::Impl {
   void Close(bool polite) {
     if (!stream) return;
     if (polite) {
-      // Send close_notify so the server sees a clean end; bounded wait.
+      // Send close_notify so the server sees a clean end, but do not wait
+      // for the server's: marking it as received makes the shutdown finish
+      // once ours is written (a round trip less at the end of each command).
+      SSL_set_shutdown(stream->native_handle(), SSL_RECEIVED_SHUTDOWN);
       deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
       RunOnStream([this](auto handler) { stream->async_shutdown(handler); });
     }
@@ -268,19 +314,26 @@ struct ApiClient::Impl {
 
   Status Connect() {
     const std::string where = url.ToString();
-    // Resolve (instant for IP literals).
-    tcp::resolver resolver(ioc);
-    tcp::resolver::results_type endpoints;
-    error_code ec = RunUntilDeadline(
-        [&](auto handler) {
-          resolver.async_resolve(
-              url.host, url.port,
-              [&endpoints, handler](const error_code& e, tcp::resolver::results_type r) mutable {
-                endpoints = std::move(r);
-                handler(e);
-              });
-        },
-        [&] { resolver.cancel(); });
+    // An IP literal needs no resolver (Asio's runs getaddrinfo on a thread
+    // it starts: milliseconds per process).
+    std::vector<tcp::endpoint> endpoints;
+    error_code ec;
+    if (url.host_is_ip) {
+      endpoints.emplace_back(asio::ip::make_address(url.host, ec),
+                             static_cast<unsigned short>(std::stoi(url.port)));
+    } else {
+      tcp::resolver resolver(ioc);
+      ec = RunUntilDeadline(
+          [&](auto handler) {
+            resolver.async_resolve(
+                url.host, url.port,
+                [&endpoints, handler](const error_code& e, tcp::resolver::results_type r) mutable {
+                  for (const auto& entry : r) endpoints.push_back(entry.endpoint());
+                  handler(e);
+                });
+          },
+          [&] { resolver.cancel(); });
+    }
     if (ec == asio::error::timed_out) {
       return Status::Error("cannot resolve '" + url.host + "' of " + where + ": timed out after " +
                            Seconds(options.timeout) + " (--server, TOPO_SERVER, --timeout)");
@@ -308,6 +361,15 @@ struct ApiClient::Impl {
         return Status::Error("cannot verify against host name " + url.host);
       }
     }
+    if (!session_loaded) {
+      session_loaded = true;
+      std::string why_not;
+      session = session_cache->Load(&why_not);
+      if (!session && session_cache->enabled() && why_not != "no file") {
+        Debug("ignoring " + session_cache->path() + ": " + why_not);
+      }
+    }
+    if (session) SSL_set_session(ssl, session.get());
 
     ec = RunOnStream([&](auto handler) {
       asio::async_connect(
@@ -328,6 +390,14 @@ struct ApiClient::Impl {
 
     ec = RunOnStream(
         [&](auto handler) { stream->async_handshake(ssl::stream_base::client, handler); });
+    if (ec && session && ec != asio::error::timed_out) {
+      // A session the server refuses outright (a file altered into another
+      // valid session) must not lock the user out: once more, without it.
+      Debug("resuming failed (" + Describe(ec) + "); trying a full handshake");
+      session.reset();
+      stream.reset();
+      return Connect();
+    }
     if (ec) {
       const long verify = SSL_get_verify_result(ssl);
       stream.reset();
@@ -347,6 +417,12 @@ struct ApiClient::Impl {
       }
       return Status::Error("TLS handshake with " + where + " failed: " + Describe(ec) +
                            "; is it topo-scheduler's HTTPS port? (--server, TOPO_SERVER)");
+    }
+    if (SSL_session_reused(ssl) == 1) {
+      ++resumed;
+      Debug("resumed");
+    } else {
+      Debug("full handshake");
     }
     return Status::Ok();
   }
@@ -382,6 +458,7 @@ struct ApiClient::Impl {
       out.body = nlohmann::json::parse(out.text, nullptr, /*allow_exceptions=*/false);
       if (out.body.is_discarded()) out.body = nullptr;
     }
+    SaveNewSession();
     if (!res.keep_alive()) Close(false);
     return out;
   }
@@ -461,6 +538,7 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
                                 ssl::context::no_tlsv1_1,
                             ec);
   impl->ssl_ctx.set_verify_mode(ssl::verify_peer, ec);
+  std::string ca_pem;  // names the session cache's file together with the URL
   if (options.ca_file.empty()) {
     impl->ssl_ctx.set_default_verify_paths(ec);
     if (ec) return Status::Error("cannot load the system's CA certificates: " + Describe(ec));
@@ -469,8 +547,8 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
     if (!options.ca_source.empty()) m += " (from " + options.ca_source + ")";
     std::ifstream f(options.ca_file, std::ios::binary);
     if (!f) return Status::Error(m + ": " + std::strerror(errno) + " (--ca, TOPO_CA)");
-    const std::string pem((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    ca_pem.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
       return Status::Error(m +
                            ": no PEM certificate in it (-----BEGIN CERTIFICATE-----); give "
                            "the daemon's STATE_DIR/ca.pem (--ca, TOPO_CA)");
@@ -483,6 +561,14 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
                            " (--ca, TOPO_CA)");
     }
   }
+  // Sessions are handed to SessionArrived rather than kept in OpenSSL's
+  // in-memory client cache, which no later process could see.
+  impl->session_cache = std::make_unique<TlsSessionCache>(
+      options.tls_session_dir, impl->url.ToString(), impl->url.host, impl->url.host_is_ip, ca_pem);
+  SSL_CTX* ctx = impl->ssl_ctx.native_handle();
+  SSL_CTX_set_ex_data(ctx, Impl::ExIndex(), impl.get());
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(ctx, &Impl::SessionArrived);
   impl->options = std::move(options);
   return std::unique_ptr<ApiClient>(new ApiClient(std::move(impl)));
 }
@@ -495,5 +581,6 @@ Result<ApiResponse> ApiClient::Request(std::string_view method, std::string_view
 const ClientOptions& ApiClient::options() const { return impl_->options; }
 const ServerUrl& ApiClient::url() const { return impl_->url; }
 int ApiClient::connections_opened() const { return impl_->connections; }
+int ApiClient::handshakes_resumed() const { return impl_->resumed; }
 
 }  // namespace topo::cli

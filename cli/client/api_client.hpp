@@ -11,7 +11,12 @@
 // (or to the system's CAs when there is none) and name the server's host (DNS
 // name, sent as SNI too) or IP address. Each Request has one deadline for
 // resolving, connecting, the handshake, sending and the whole answer. The
-// connection is kept open between requests while the server allows it.
+// connection is kept open between requests while the server allows it. An IP
+// literal is connected to without a resolver. With tls_session_dir set, the
+// session the server hands out (a TLS 1.3 ticket, after the handshake) is
+// saved there once the answer is in, and the next ApiClient for the same
+// server and CA offers it (tls_session_cache.hpp). Closing sends TLS
+// close_notify without waiting for the server's.
 //
 // Thread safety: one ApiClient per thread.
 
@@ -50,6 +55,12 @@ struct ClientOptions {
   std::string ca_source;
   std::chrono::milliseconds timeout{30'000};
   std::string user_agent = "topo/0.1.0";
+  // Where the TLS session of the last connection is kept for the next
+  // process to resume (tls_session_cache.hpp); "" keeps none.
+  std::string tls_session_dir;
+  // Prints how each handshake went ("tls: resumed", "tls: full handshake")
+  // and why a cached session was not used, to stderr (TOPO_DEBUG_TLS=1).
+  bool debug_tls = false;
 };
 
 struct ApiResponse {
@@ -84,6 +95,8 @@ class ApiClient {
   const ServerUrl& url() const;
   // Connections opened so far (a reused connection opens none).
   int connections_opened() const;
+  // Of those, how many resumed a TLS session (an abbreviated handshake).
+  int handshakes_resumed() const;
 
  private:
   struct Impl;

@@ -1,5 +1,7 @@
 #include "client/connection.hpp"
 
+#include "client/tls_session_cache.hpp"
+
 #include <sys/stat.h>
 #include <cctype>
 #include <cmath>
@@ -137,7 +139,7 @@ Result<ConfigFile> ParseConfigFile(std::string_view text, const std::string& pat
     if (eq == std::string_view::npos) {
       return Status::Error(at +
                            ": expected 'key = value' (keys: server, token, token_file, ca, "
-                           "timeout), got '" +
+                           "state_dir, timeout), got '" +
                            std::string(line) + "'");
     }
     const std::string key(Trim(line.substr(0, eq)));
@@ -164,6 +166,8 @@ Result<ConfigFile> ParseConfigFile(std::string_view text, const std::string& pat
       s = set(&out.token_file, &out.token_file_at, ExpandPath(value, dir, home));
     } else if (key == "ca") {
       s = set(&out.ca, &out.ca_at, ExpandPath(value, dir, home));
+    } else if (key == "state_dir") {
+      s = set(&out.state_dir, &out.state_dir_at, ExpandPath(value, dir, home));
     } else if (key == "timeout") {
       std::optional<double> t = ParseTimeout(value);
       if (!t) {
@@ -177,7 +181,7 @@ Result<ConfigFile> ParseConfigFile(std::string_view text, const std::string& pat
       out.timeout_at = at;
     } else {
       return Status::Error(at + ": unknown key '" + key +
-                           "' (keys: server, token, token_file, ca, timeout)");
+                           "' (keys: server, token, token_file, ca, state_dir, timeout)");
     }
     if (!s.ok()) return s;
   }
@@ -241,6 +245,23 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
     }
   }
 
+  // The daemon's state directory: the one place a local daemon's endpoint,
+  // admin token and CA are read from.
+  std::string state_dir = DefaultStateDir(env);
+  std::string state_dir_source;  // "" for the default
+  if (!flags.state_dir.empty()) {
+    state_dir = flags.state_dir;
+    state_dir_source = "--state-dir";
+  } else if (std::string v = env_value("TOPO_STATE_DIR"); !v.empty()) {
+    state_dir = v;
+    state_dir_source = "TOPO_STATE_DIR";
+  } else if (!config.state_dir.empty()) {
+    state_dir = config.state_dir;
+    state_dir_source = config.state_dir_at;
+  }
+  out.state_dir = state_dir;
+  out.state_dir_source = state_dir_source.empty() ? "default" : state_dir_source;
+
   // server
   if (!flags.server.empty()) {
     out.options.server = flags.server;
@@ -251,9 +272,17 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
   } else if (!config.server.empty()) {
     out.options.server = config.server;
     out.server_source = config.server_at;
-  } else if (std::string endpoint = LocalEndpoint(DefaultStateDir(env)); !endpoint.empty()) {
+  } else if (std::string endpoint = LocalEndpoint(state_dir); !endpoint.empty()) {
     out.options.server = endpoint;
-    out.server_source = DefaultStateDir(env) + "/endpoint";
+    out.server_source = state_dir + "/endpoint";
+  } else if (!state_dir_source.empty()) {
+    // A state directory named on purpose that holds no endpoint is a
+    // mistake (a typo, or a daemon not started); the default port would be
+    // some other daemon.
+    return Status::Error("state directory " + state_dir + " (from " + state_dir_source +
+                         ") has no endpoint file of a daemon on this machine: start "
+                         "topo-scheduler --state-dir " +
+                         state_dir + ", or give the server with --server");
   } else {
     out.options.server = std::string(kDefaultServer);
     out.server_source = "default";
@@ -266,7 +295,6 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
   }
   // The daemon's own files apply only to a daemon on this machine.
   const bool local = IsLoopbackHost(url.value().host);
-  const std::string state_dir = DefaultStateDir(env);
 
   // token
   if (!flags.token.empty() && !flags.token_file.empty()) {
@@ -324,8 +352,14 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
     out.options.ca_source = config.ca_at;
   } else if (local && !state_dir.empty() && FileExists(state_dir + "/ca.pem")) {
     out.options.ca_file = state_dir + "/ca.pem";
-    out.options.ca_source = "the daemon's default state directory";
+    out.options.ca_source = state_dir_source.empty()
+                                ? "the daemon's default state directory"
+                                : "the state directory, from " + state_dir_source;
   }
+
+  out.options.tls_session_dir =
+      DefaultCacheDir(env("XDG_CACHE_HOME").value_or(""), env("HOME").value_or(""));
+  out.options.debug_tls = env_value("TOPO_DEBUG_TLS") == "1";
 
   // timeout
   double timeout_s = kDefaultTimeoutS;

@@ -9,12 +9,20 @@
 //            --token-file  TOPO_TOKEN_FILE  token_file = ...
 //   ca       --ca          TOPO_CA          ca = ...          STATE_DIR/ca.pem (*)
 //   timeout  --timeout     TOPO_TIMEOUT     timeout = ...     30 s
+//   STATE_DIR --state-dir  TOPO_STATE_DIR   state_dir = ...   $XDG_DATA_HOME/toposched
+//                                                             (~/.local/share/toposched)
 //
-// The config file is $XDG_CONFIG_HOME/topo/config (~/.config/topo/config);
-// STATE_DIR is $XDG_DATA_HOME/toposched (~/.local/share/toposched), the
-// daemon's default; STATE_DIR/endpoint is the URL topo-scheduler wrote when
-// it started. (*) only for a server on this machine (a loopback address or
-// localhost), and the token only when the file is readable.
+// The config file is $XDG_CONFIG_HOME/topo/config (~/.config/topo/config).
+// STATE_DIR is the daemon's state directory (its default is the daemon's
+// default); STATE_DIR/endpoint is the URL topo-scheduler wrote when it
+// started. So one setting, STATE_DIR, reaches a local daemon started with
+// --state-dir (or TOPO_STATE_DIR): a STATE_DIR given that way without an
+// endpoint file is an error unless the server is given. (*) only for a
+// server on this machine (a loopback address or localhost), and the token
+// only when the file is readable.
+//
+// The TLS session cache (tls_session_cache.hpp) lives in $XDG_CACHE_HOME/topo
+// (~/.cache/topo); TOPO_DEBUG_TLS=1 prints how each handshake went.
 
 #include <functional>
 #include <optional>
@@ -26,7 +34,7 @@
 
 namespace topo::cli {
 
-// The --server, --token, --token-file, --ca and --timeout flags; empty or 0
+// The --server, --token, --token-file, --ca, --state-dir and --timeout flags; empty or 0
 // when not given.
 struct ConnectionFlags {
   std::string server;
@@ -34,6 +42,7 @@ struct ConnectionFlags {
   std::string token_file;
   std::string ca;
   double timeout_s = 0;
+  std::string state_dir;
 };
 
 // One parsed config file. Paths are already absolute (relative ones are taken
@@ -44,12 +53,13 @@ struct ConfigFile {
   std::string token;
   std::string token_file;
   std::string ca;
+  std::string state_dir;
   double timeout_s = 0;
   // "path:line" of each key, for messages.
-  std::string server_at, token_at, token_file_at, ca_at, timeout_at;
+  std::string server_at, token_at, token_file_at, ca_at, state_dir_at, timeout_at;
 };
 
-// Lines `key = value` with keys server, token, token_file, ca, timeout;
+// Lines `key = value` with keys server, token, token_file, ca, state_dir, timeout;
 // blank lines and `#` comments (a whole line, or after whitespace). A bad
 // line is an error naming path and line.
 core::Result<ConfigFile> ParseConfigFile(std::string_view text, const std::string& path,
@@ -71,6 +81,10 @@ struct Connection {
   std::string server_source;
   std::string token_source;
   std::string config_path;  // the config file looked at ("" when none)
+  // The daemon state directory looked at, and where it came from
+  // ("--state-dir", "TOPO_STATE_DIR", "PATH:LINE", "default").
+  std::string state_dir;
+  std::string state_dir_source;
 };
 
 // Applies the precedence above, reading the config file and token files.

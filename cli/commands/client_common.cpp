@@ -37,6 +37,12 @@ void AddConnectionFlags(CLI::App& cmd, ConnectionFlags* flags) {
                  "the daemon's ca.pem)")
       ->type_name("FILE")
       ->group(group);
+  cmd.add_option("--state-dir", flags->state_dir,
+                 "State directory of a daemon on this machine: its endpoint, admin-token and "
+                 "ca.pem are used for what is not set otherwise (TOPO_STATE_DIR; default "
+                 "~/.local/share/toposched)")
+      ->type_name("DIR")
+      ->group(group);
   cmd.add_option("--timeout", flags->timeout_s,
                  "Seconds for connecting and each request (TOPO_TIMEOUT; default 30)")
       ->type_name("SECONDS")

@@ -7,6 +7,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -314,6 +315,67 @@ TEST_CASE("ApiClient: a DNS name is sent as SNI and verified") {
   }
   REQUIRE(server.seen().size() == 1);
   CHECK(server.seen()[0].sni == "localhost");
+}
+
+TEST_CASE("ApiClient: the TLS session is saved 0600 and the next client resumes it") {
+  Pki& pki = TestPki();
+  TempFile ca(pki.ca.CertPem());
+  TestServer server(pki.server, Echo);
+  std::string tmpl = (std::filesystem::temp_directory_path() / "topo-cache-XXXXXX").string();
+  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+  const std::string dir = tmpl + "/cache/topo";  // the parent is made too
+  ClientOptions o = Options(server.port(), ca.path);
+  o.tls_session_dir = dir;
+  {
+    auto client = MakeClient(o);
+    REQUIRE(client->Request("GET", "/v1/whoami").ok());
+    CHECK(client->handshakes_resumed() == 0);
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  REQUIRE(files.size() == 1);
+  CHECK(files[0].filename().string().rfind("tls-session-", 0) == 0);
+  struct stat st {};
+  REQUIRE(::stat(files[0].c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  {
+    auto client = MakeClient(o);
+    REQUIRE(client->Request("GET", "/v1/whoami").ok());
+    CHECK(client->handshakes_resumed() == 1);
+  }
+  // Another server URL (same CA) has a file of its own: a full handshake.
+  {
+    ClientOptions by_name = Options(server.port(), ca.path, "localhost");
+    by_name.tls_session_dir = dir;
+    auto client = MakeClient(by_name);
+    REQUIRE(client->Request("GET", "/v1/whoami").ok());
+    CHECK(client->handshakes_resumed() == 0);
+  }
+  // A file others can read is not trusted, and is replaced.
+  REQUIRE(::chmod(files[0].c_str(), 0644) == 0);
+  {
+    auto client = MakeClient(o);
+    REQUIRE(client->Request("GET", "/v1/whoami").ok());
+    CHECK(client->handshakes_resumed() == 0);
+  }
+  REQUIRE(::stat(files[0].c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // Garbage in the file: a full handshake, then a good file again.
+  std::ofstream(files[0]) << "-----BEGIN SSL SESSION PARAMETERS-----\nAAAA\n"
+                             "-----END SSL SESSION PARAMETERS-----\n";
+  {
+    auto client = MakeClient(o);
+    REQUIRE(client->Request("GET", "/v1/whoami").ok());
+    CHECK(client->handshakes_resumed() == 0);
+  }
+  {
+    auto client = MakeClient(o);
+    REQUIRE(client->Request("GET", "/v1/whoami").ok());
+    CHECK(client->handshakes_resumed() == 1);
+  }
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST_CASE("ApiClient: a certificate from another CA is refused, naming the CA file") {

@@ -83,7 +83,7 @@ TEST_CASE("ParseConfigFile: keys, comments, quotes and paths") {
 TEST_CASE("ParseConfigFile: a bad line names the file and the line") {
   CHECK(ParseError("server = x\nsever = y\n") ==
         "/home/ada/.config/topo/config:2: unknown key 'sever' (keys: server, token, "
-        "token_file, ca, timeout)");
+        "token_file, ca, state_dir, timeout)");
   CHECK(ParseError("\n\njust words\n")
             .rfind("/home/ada/.config/topo/config:3: expected 'key = "
                    "value'",
@@ -175,6 +175,76 @@ TEST_CASE("ResolveConnection: defaults with no configuration use the daemon's st
   }
 }
 
+TEST_CASE("ResolveConnection: one setting, the state directory, reaches a local daemon") {
+  TempDir home, state, other;
+  state.Write("endpoint", "https://127.0.0.1:40555\n");
+  const std::string tok = state.Write("admin-token", "topo_state\n");
+  const std::string ca = state.Write("ca.pem", "PEM");
+  home.Write(".local/share/toposched/admin-token", "topo_default");
+  other.Write("endpoint", "https://127.0.0.1:40666\n");
+
+  auto check_state = [&](const core::Result<Connection>& r, const std::string& source) {
+    REQUIRE_MESSAGE(r.ok(), r.message());
+    CHECK(r.value().options.server == "https://127.0.0.1:40555");
+    CHECK(r.value().server_source == state.path.string() + "/endpoint");
+    CHECK(r.value().options.token == "topo_state");
+    CHECK(r.value().token_source == tok);
+    CHECK(r.value().options.ca_file == ca);
+    CHECK(r.value().options.ca_source.find(source) != std::string::npos);
+    CHECK(r.value().state_dir_source == source);
+  };
+  check_state(ResolveConnection({}, FakeEnv({{"HOME", home.path.string()},
+                                             {"TOPO_STATE_DIR", state.path.string()}})),
+              "TOPO_STATE_DIR");
+  ConnectionFlags flag;
+  flag.state_dir = state.path.string();
+  check_state(ResolveConnection(flag, FakeEnv({{"HOME", home.path.string()},
+                                               {"TOPO_STATE_DIR", other.path.string()}})),
+              "--state-dir");
+  const std::string config =
+      home.Write(".config/topo/config", "state_dir = " + state.path.string() + "\n");
+  check_state(ResolveConnection({}, FakeEnv({{"HOME", home.path.string()}})), config + ":1");
+  fs::remove(config);
+
+  // The other settings still win, one by one; a remote server gets nothing local.
+  auto server = ResolveConnection(
+      ServerFlag("https://127.0.0.1:1"),
+      FakeEnv({{"HOME", home.path.string()}, {"TOPO_STATE_DIR", state.path.string()}}));
+  REQUIRE(server.ok());
+  CHECK(server.value().options.server == "https://127.0.0.1:1");
+  CHECK(server.value().options.token == "topo_state");
+  auto remote = ResolveConnection(
+      ServerFlag("https://sched.example.com"),
+      FakeEnv({{"HOME", home.path.string()}, {"TOPO_STATE_DIR", state.path.string()}}));
+  REQUIRE(remote.ok());
+  CHECK(remote.value().options.token.empty());
+  CHECK(remote.value().options.ca_file.empty());
+
+  // A state directory given on purpose without an endpoint is an error.
+  TempDir empty;
+  auto missing = ResolveConnection(
+      {}, FakeEnv({{"HOME", home.path.string()}, {"TOPO_STATE_DIR", empty.path.string()}}));
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.message().find("state directory " + empty.path.string() +
+                               " (from TOPO_STATE_DIR) has no endpoint") == 0);
+  CHECK(missing.message().find("--state-dir") != std::string::npos);
+  CHECK(missing.message().find("--server") != std::string::npos);
+
+  // The TLS session cache goes to XDG_CACHE_HOME, else ~/.cache; TOPO_DEBUG_TLS=1 shows handshakes.
+  auto cache = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()},
+                                              {"TOPO_STATE_DIR", state.path.string()},
+                                              {"TOPO_DEBUG_TLS", "1"}}));
+  REQUIRE(cache.ok());
+  CHECK(cache.value().options.tls_session_dir == home.path.string() + "/.cache/topo");
+  CHECK(cache.value().options.debug_tls);
+  auto xdg = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()},
+                                            {"TOPO_STATE_DIR", state.path.string()},
+                                            {"XDG_CACHE_HOME", "/var/cache/ada"}}));
+  REQUIRE(xdg.ok());
+  CHECK(xdg.value().options.tls_session_dir == "/var/cache/ada/topo");
+  CHECK_FALSE(xdg.value().options.debug_tls);
+}
+
 TEST_CASE("ResolveConnection: flags over environment over config file over defaults") {
   TempDir home;
   home.Write(".local/share/toposched/admin-token", "topo_default");
@@ -220,7 +290,8 @@ TEST_CASE("ResolveConnection: flags over environment over config file over defau
                         .token = "",
                         .token_file = flag_token_file,
                         .ca = "/flag/ca.pem",
-                        .timeout_s = 1};
+                        .timeout_s = 1,
+                        .state_dir = ""};
   auto f = ResolveConnection(flags, FakeEnv(vars));
   REQUIRE_MESSAGE(f.ok(), f.message());
   CHECK(f.value().options.server == "https://flag.example:2");

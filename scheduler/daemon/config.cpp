@@ -415,6 +415,10 @@ Status ApplyConfigFile(const std::string& path, DaemonConfig& config) {
 }
 
 std::string DefaultStateDir() {
+  // One setting for the daemon and the `topo` client (cli/client/connection.hpp).
+  if (const char* dir = std::getenv("TOPO_STATE_DIR"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
   if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg != nullptr && *xdg != '\0') {
     return std::string(xdg) + "/toposched";
   }

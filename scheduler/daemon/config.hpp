@@ -134,7 +134,8 @@ core::Status ApplyConfigFile(const std::string& path, DaemonConfig& config);
 // "HOST:PORT" -> host and port; "[::1]:8443" for IPv6.
 core::Status ParseListen(std::string_view text, DaemonConfig& config);
 
-// $XDG_DATA_HOME/toposched, else $HOME/.local/share/toposched.
+// $TOPO_STATE_DIR, else $XDG_DATA_HOME/toposched, else $HOME/.local/share/toposched
+// (the `topo` client reads the same TOPO_STATE_DIR).
 std::string DefaultStateDir();
 
 // The policy part of the config as JSON text (kept in the store's meta: a

@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
   std::string config_file, state_dir, listen;
   app.add_option("--config", config_file, "settings file (packaging/topo-scheduler.conf)")
       ->check(CLI::ExistingFile);
-  app.add_option("--state-dir", state_dir, "state directory (default ~/.local/share/toposched)");
+  app.add_option("--state-dir", state_dir,
+                 "state directory (default $TOPO_STATE_DIR, else ~/.local/share/toposched)");
   app.add_option("--listen", listen, "HOST:PORT to serve HTTPS on (default 127.0.0.1:8443)");
 
   CLI::App* ca = app.add_subcommand("ca", "the daemon's certificate authority");

@@ -182,6 +182,19 @@ Status Server::Impl::Listen(const std::string& cert, const std::string& key) {
   tls_.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                    ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
                    ssl::context::single_dh_use);
+  // Session resumption for the CLI, one process per command (issue 14): a
+  // resumed handshake skips the certificate and its signature. TLS 1.3
+  // tickets are stateless (encrypted with this process's ticket key), so
+  // nothing grows here; one ticket per handshake is enough for a client that
+  // keeps only the newest. The agents' mutual-TLS context is left as it is.
+  {
+    SSL_CTX* ctx = tls_.native_handle();
+    static constexpr unsigned char kSessionContext[] = "topo-scheduler api";
+    SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+    SSL_CTX_clear_options(ctx, SSL_OP_NO_TICKET);
+    SSL_CTX_set_num_tickets(ctx, 1);
+  }
   tls_.use_certificate_chain_file(cert, ec);
   if (ec) return Status::Error("TLS certificate " + cert + ": " + ec.message());
   tls_.use_private_key_file(key, ssl::context::pem, ec);

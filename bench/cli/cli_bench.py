@@ -1,0 +1,247 @@
+#!/usr/bin/python3
+"""bench/cli: `topo submit` against `sbatch --hold --wrap true`, one process
+per submission, as people and scripts run them (issue 14).
+
+It starts a real topo-scheduler in a temporary state directory (real SQLite
+file, synchronous=FULL, real TLS on loopback; the demo cluster of
+packaging/demo-topology.json, 288 nodes resumed), and, where Slurm 22.05 is
+installed, a real Slurm cluster the way the Slurm tests do
+(tests/slurm/slurm_cluster.py: munged, slurmctld and 16 slurmd in a temp
+dir). Then, for each row, N submissions as separate processes, C at a time:
+
+  topo            `topo submit --gpus 8 -- /bin/true`, with TOPO_STATE_DIR the
+                  one setting and the TLS session cache in a temporary HOME
+                  (primed by one untimed `topo whoami`, as any user's is)
+  topo-no-cache   the same without a cache directory: a full TLS handshake
+                  per process (what every submission cost before issue 14)
+  sbatch          `sbatch --hold --wrap true` against the real slurmctld
+
+Each submission is timed from spawn to exit. Every topo submission counts
+only when it exited 0 with "Submitted job N": the daemon answers 201 after
+the job's group commit is on disk; at the end the bench checks that the
+daemon lists every one of them. Prints a table (submissions/s, p50, p99 and
+the ratios to sbatch) and writes JSON (default bench/results/cli.json).
+
+  bench/cli/cli_bench.py --topo build/cli/topo --scheduler build/scheduler/topo-scheduler
+                         [--submissions 400] [--concurrency 8] [--no-slurm] [--smoke]
+
+--smoke: 16 submissions per row and no Slurm (a few seconds; the `bench`
+ctest label). Standard library only (run with /usr/bin/python3).
+"""
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "daemon"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "slurm"))
+import harness  # noqa: E402
+import slurm_cluster  # noqa: E402
+
+DEMO_TOPOLOGY = os.path.join(ROOT, "packaging", "demo-topology.json")
+DEMO_NODES = "gb[000-287]"
+
+
+def percentile(sorted_values, q):
+    if not sorted_values:
+        return float("nan")
+    i = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
+    return sorted_values[i]
+
+
+def run_row(name, argv, env, count, concurrency, accept):
+    """`count` runs of argv, `concurrency` at a time; accept(stdout) says
+    whether a run counts. Returns the row's figures."""
+    def one(_):
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        elapsed = time.perf_counter() - t0
+        ok = p.returncode == 0 and accept(p.stdout)
+        return elapsed, ok, (p.stdout + p.stderr)[-300:], p.stdout
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = list(pool.map(one, range(count)))
+    wall = time.perf_counter() - start
+    latencies = sorted(r[0] for r in results)
+    failures = [r[2] for r in results if not r[1]]
+    row = {
+        "name": name,
+        "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)),
+        "submissions": count,
+        "failed": len(failures),
+        "concurrency": concurrency,
+        "wall_s": round(wall, 3),
+        "per_second": round((count - len(failures)) / wall, 1),
+        "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        "mean_ms": round(sum(latencies) / len(latencies) * 1000, 2),
+    }
+    if failures:
+        row["first_failure"] = failures[0]
+    return row, [r[3] for r in results if r[1]]
+
+
+def git_commit():
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def machine():
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"hostname": socket.gethostname(), "nproc": os.cpu_count(), "cpu_model": model,
+            "load_avg_at_start": list(os.getloadavg()), "kernel": platform.release()}
+
+
+def print_table(rows, baseline):
+    print("%-14s %8s %9s %9s %9s %7s  %s" % ("row", "subs/s", "p50 ms", "p99 ms", "vs sbatch",
+                                              "failed", "command"))
+    for r in rows:
+        ratio = ""
+        if baseline and r is not baseline and baseline["per_second"] > 0:
+            ratio = "%.2fx" % (r["per_second"] / baseline["per_second"])
+        print("%-14s %8.1f %9.1f %9.1f %9s %7d  %s" % (r["name"], r["per_second"], r["p50_ms"],
+                                                       r["p99_ms"], ratio, r["failed"], r["command"]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topo", required=True, help="the topo binary")
+    ap.add_argument("--scheduler", required=True, help="the topo-scheduler binary")
+    ap.add_argument("--submissions", type=int, default=400, help="per row (default 400)")
+    ap.add_argument("--concurrency", type=int, default=8, help="processes at a time (default 8)")
+    ap.add_argument("--no-slurm", action="store_true", help="measure topo only")
+    ap.add_argument("--smoke", action="store_true", help="16 submissions per row, no Slurm")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "cli.json"),
+                    help="JSON results ('' for none)")
+    args = ap.parse_args()
+    if args.submissions < 1 or args.submissions > 100000:
+        ap.error("--submissions must be 1..100000")
+    if args.concurrency < 1 or args.concurrency > 256:
+        ap.error("--concurrency must be 1..256")
+    if args.smoke:
+        args.submissions, args.no_slurm = 16, True
+
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    home = tempfile.mkdtemp(prefix="topo-bench-cli-home-")
+    daemon = harness.Daemon(args.scheduler, config="rate_limit_per_second = 100000000\n"
+                                                   "max_connections_per_peer = 100000\n")
+    cluster = None
+    slurm_note = "not measured (--no-slurm)" if args.no_slurm else ""
+    rows = []
+    try:
+        daemon.start()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("TOPO_") and not k.startswith("XDG_")}
+        env.update(HOME=home, TOPO_STATE_DIR=daemon.state_dir)
+        subprocess.run([args.topo, "topology", "import", DEMO_TOPOLOGY], env=env, check=True,
+                       capture_output=True, timeout=60)
+        subprocess.run([args.topo, "resume", DEMO_NODES], env=env, check=True,
+                       capture_output=True, timeout=60)
+        subprocess.run([args.topo, "whoami"], env=env, check=True, capture_output=True, timeout=60)
+
+        if not args.no_slurm:
+            if not slurm_cluster.have_slurm():
+                slurm_note = "unavailable: slurmctld is not installed"
+            else:
+                try:
+                    cluster = slurm_cluster.SlurmCluster().start()
+                    slurm_note = "Slurm %s" % subprocess.run(
+                        ["sbatch", "--version"], env=cluster.env, capture_output=True,
+                        text=True).stdout.strip()
+                except Exception as e:  # noqa: BLE001 - the bench goes on without Slurm
+                    slurm_note = "unavailable: %s" % str(e).splitlines()[0][:200]
+                    cluster = None
+
+        submit = [args.topo, "submit", "--gpus", "8", "--", "/bin/true"]
+        accepted = re.compile(r"^Submitted job (\d+) ")
+        topo_row, topo_out = run_row("topo", submit, env, args.submissions, args.concurrency,
+                                     lambda out: accepted.match(out) is not None)
+        no_cache_env = dict(env)
+        no_cache_env.pop("HOME")  # no cache directory: a full handshake each time
+        bare_row, bare_out = run_row("topo-no-cache", submit, no_cache_env, args.submissions,
+                                     args.concurrency, lambda out: accepted.match(out) is not None)
+        rows += [topo_row, bare_row]
+        sbatch_row = None
+        if cluster is not None:
+            cluster.run(["sbatch", "--hold", "--wrap", "true"])  # warm, like topo whoami
+            sbatch_row, _ = run_row("sbatch", ["sbatch", "--hold", "--wrap", "true"], cluster.env,
+                                    args.submissions, args.concurrency,
+                                    lambda out: out.startswith("Submitted batch job"))
+            rows.append(sbatch_row)
+
+        # Every acknowledged topo submission is in the daemon's durable store.
+        ids = {int(accepted.match(o).group(1)) for o in topo_out + bare_out}
+        listed = set()
+        after = ""
+        while True:
+            page = daemon.api("GET", "/v1/jobs?all=1&limit=1000" + after, expect=200)
+            listed.update(j["id"] for j in page["jobs"])
+            if not page.get("next_after"):
+                break
+            after = "&after=%s" % page["next_after"]
+        missing = sorted(ids - listed)
+
+        print("bench/cli: %d submissions per row, %d at a time, one process each; commit %s"
+              % (args.submissions, args.concurrency, git_commit()))
+        print("Slurm: %s" % (slurm_note or "measured"))
+        print_table(rows, sbatch_row)
+        if sbatch_row:
+            print("goal: topo >= 1.0x sbatch's rate (%.2fx) and p50 <= sbatch's (%.1f vs %.1f ms)"
+                  % (topo_row["per_second"] / max(sbatch_row["per_second"], 1e-9),
+                     topo_row["p50_ms"], sbatch_row["p50_ms"]))
+        print("durable: %d acknowledged topo submissions, %d missing from the daemon's store"
+              % (len(ids), len(missing)))
+        result = {
+            "bench": "cli", "started_at": started, "commit": git_commit(), "machine": machine(),
+            "submissions": args.submissions, "concurrency": args.concurrency,
+            "slurm": slurm_note or "measured", "rows": rows,
+            "topo_vs_sbatch": (round(topo_row["per_second"] / sbatch_row["per_second"], 3)
+                               if sbatch_row and sbatch_row["per_second"] > 0 else None),
+            "acknowledged": len(ids), "missing_from_store": len(missing),
+        }
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=2)
+                f.write("\n")
+        failed = any(r["failed"] for r in rows if r["name"] != "sbatch")
+        return 1 if failed or missing else 0
+    except Exception:
+        print(daemon.log()[-4000:], file=sys.stderr)
+        raise
+    finally:
+        if cluster is not None:
+            cluster.cleanup()
+        daemon.cleanup()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
