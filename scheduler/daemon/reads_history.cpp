@@ -39,19 +39,6 @@ void AddNodes(const std::string& ranks_json, std::set<std::string>& seen, Json& 
   }
 }
 
-// The first query parameter not in `allowed`, as a 400 naming them.
-std::optional<HttpResponse> UnknownParameter(const Route& route,
-                                             std::initializer_list<std::string_view> allowed) {
-  for (const auto& [key, value] : route.query) {
-    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    std::string list;
-    for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    return Error(400, "unknown parameter \"" + key.substr(0, 40) + "\"; use " + list,
-                 key.substr(0, 40));
-  }
-  return std::nullopt;
-}
-
 // since= and until= (Unix ms, since <= until), or the 400.
 std::optional<HttpResponse> Window(const Route& route, std::optional<TimeMs>& since,
                                    std::optional<TimeMs>& until) {

@@ -216,6 +216,18 @@ std::optional<int64_t> QueryInt(const Route& route, const std::string& key, int6
   return v;
 }
 
+std::optional<HttpResponse> UnknownParameter(const Route& route,
+                                             std::initializer_list<std::string_view> allowed) {
+  for (const auto& [key, value] : route.query) {
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string list;
+    for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    return Error(400, "unknown parameter \"" + key.substr(0, 40) + "\"; use " + list,
+                 key.substr(0, 40));
+  }
+  return std::nullopt;
+}
+
 HttpResponse NoTopology() {
   return Error(409,
                "the cluster has no topology yet: a cluster-admin imports one with `topo topology "

@@ -117,6 +117,10 @@ void Audit(ServiceState& s, const Caller& caller, std::string_view action, const
 // `error` set (400 naming the key) otherwise.
 std::optional<int64_t> QueryInt(const Route& route, const std::string& key, int64_t lo, int64_t hi,
                                 int64_t fallback, HttpResponse& error);
+// The first query parameter not in `allowed`, as a 400 naming it and the
+// accepted ones; nullopt when every key is allowed.
+std::optional<HttpResponse> UnknownParameter(const Route& route,
+                                             std::initializer_list<std::string_view> allowed);
 // 409 for a route that needs the topology before one was imported.
 HttpResponse NoTopology();
 // An error Status as an answer: its code mapped to the HTTP status (the one
@@ -141,7 +145,15 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
 HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& route);
 HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& route);
+// GET /v1/cluster[?by=domain], GET /v1/utilization (service_cluster.cpp).
 HttpResponse HandleCluster(ServiceState& s, const Caller& caller, const Route& route);
+// GPUs of the whole cluster by state, as GET /v1/cluster and /metrics show
+// them: allocated (held by a job, failed or not), failed (not held), free (on
+// up nodes), unavailable (on nodes not up); they sum to total.
+struct GpuCounts {
+  int total = 0, allocated = 0, failed = 0, unavailable = 0, free = 0;
+};
+GpuCounts CountGpus(const ServiceState& s);
 // GET /v1/config, PUT /v1/config/{key}: the scheduling policy, live.
 HttpResponse HandleConfig(ServiceState& s, const Caller& caller, const Route& route);
 std::string RenderMetrics(ServiceState& s, const Caller& caller);

@@ -111,9 +111,33 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
   const core::Topology& topo = *s.driver.topology;
   if (p.size() == 1) {
     if (m != "GET") return Error(405, "use GET /v1/nodes");
+    if (auto e = UnknownParameter(route, {"domain"})) return *e;
+    // ?domain=NAME: only the nodes under that domain (a pod, leaf, HBD or one
+    // node), so a page that drills into one part of a large cluster reads
+    // only that part.
+    NodeId begin = 0, end = topo.node_count();
+    if (auto it = route.query.find("domain"); it != route.query.end()) {
+      const std::string& name = it->second;
+      if (name.empty() || name.size() > 255) {
+        return Error(400, "domain must be the name of a domain of the topology (1-255 bytes)",
+                     "domain");
+      }
+      const core::DomainId d = topo.FindDomain(name);
+      const NodeId one = topo.FindNode(name);
+      if (d != core::kNoDomain && d != topo.root()) {
+        begin = topo.domain(d).node_begin;
+        end = topo.domain(d).node_end;
+      } else if (one >= 0) {
+        begin = one;
+        end = one + 1;
+      } else {
+        return Error(404, "no domain named \"" + name.substr(0, 100) +
+                              "\" below the root (GET /v1/cluster?by=domain lists them)");
+      }
+    }
     std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
     Json nodes = Json::array();
-    for (NodeId n = 0; n < topo.node_count(); ++n) nodes.push_back(NodeView(s, n, jobs[n]));
+    for (NodeId n = begin; n < end; ++n) nodes.push_back(NodeView(s, n, jobs[n]));
     return JsonResponse(200, Json{{"nodes", std::move(nodes)}});
   }
   if (p.size() == 2 && m == "POST" && (p[1] == "drain" || p[1] == "resume")) {

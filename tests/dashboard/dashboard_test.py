@@ -11,6 +11,8 @@ W3C WebDriver HTTP API and checks, from the DOM:
   * the map has one .gpu cell per GPU of the topology, each running job's id is on exactly
     the GPUs of its ranks (GET /v1/jobs/{id}), free GPUs carry data-job="", health is shown,
     the drained node's cells carry its state;
+  * each HBD header reads "used/total · P%" (and names the drained node's state), each job
+    has one colour and different jobs different ones, no sentinel text ("#-1", "NaN");
   * the running and queue tables list every job, with the right state;
   * summary counts match GET /v1/cluster;
   * a job name made of HTML is shown as text (no element injected, no script run);
@@ -357,6 +359,9 @@ return {
   state: document.body.dataset.state,
   errors: document.getElementById('errors').hidden ? '' : document.getElementById('errors').textContent,
   legend_jobs: q('[data-legend-job]').map((b) => b.getAttribute('data-legend-job')),
+  hbds: q('#map .hbd').map((h) => [h.getAttribute('data-hbd'), h.querySelector('.hbd-h').textContent]),
+  colours: q('#map .gpu[data-job]:not([data-job=""])').map((c) => [c.getAttribute('data-job'), getComputedStyle(c).backgroundColor]),
+  text: document.body.innerText,
 };
 """
 
@@ -485,6 +490,26 @@ def run(tmp, daemon_bin, failures):
               "drained node %s shows node state %s" % (drain, sorted(drained)), failures)
         for name in PLACED:
             check(str(ids[name]) in dom["legend_jobs"], "legend misses job %s" % ids[name], failures)
+
+        # --- per-HBD headers: "hbd NAME · used/total · P%", and the drained node's state
+        for hbd, head in dom["hbds"]:
+            members = [n for n in NODES if nodes[n]["hbd"] == hbd]
+            total = GPUS_PER_NODE * len(members)
+            used = sum(1 for (n, _g) in expected if n in members)
+            want = "%d/%d \u00b7 %d%%" % (used, total, int(100.0 * used / total + 0.5))
+            check(want in head, "HBD %s header %r lacks %r" % (hbd, head, want), failures)
+            if drain in members:
+                check(nodes[drain]["state"] in head, "HBD %s header %r does not say %s is %s"
+                      % (hbd, head, drain, nodes[drain]["state"]), failures)
+        # --- one colour per job, different between jobs
+        by_job = {}
+        for jid, colour in dom["colours"]:
+            by_job.setdefault(jid, set()).add(colour)
+        check(all(len(c) == 1 for c in by_job.values()), "a job has several colours: %s" % by_job, failures)
+        flat = [next(iter(c)) for c in by_job.values()]
+        check(len(flat) == len(PLACED) and len(set(flat)) == len(flat), "jobs' colours are not distinct: %s" % by_job, failures)
+        for bad in ("#-1", "undefined", "NaN"):
+            check(bad not in dom["text"], "the page's text shows %r" % bad, failures)
 
         # --- job tables
         running = {r["id"]: r for r in dom["running"]}
