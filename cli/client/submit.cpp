@@ -4,8 +4,12 @@
 #include <cctype>
 #include <charconv>
 #include <limits>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "client/input.hpp"
+#include "topo/common/job_chain.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/job_process.hpp"
 #include "topo/core/perf_model.hpp"
@@ -203,6 +207,12 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
        "File for standard output: %j job id, %r rank (node index with --launch node), %% a %; "
        "absolute or relative to --chdir (default: the agent's log, topo logs)"},
       {"error", "PATTERN", "File for standard error, like --output (default: with the output)"},
+      {"dependency", "afterok:ID[:ID],...",
+       "Start only after these jobs ended: afterok (completed), afternotok (failed or "
+       "cancelled), afterany; conditions joined by , must all hold"},
+      {"array", "0-99%8",
+       "A job array: one job per index (ranges A-B, lists, :STEP), at most N running with %N; "
+       "each gets TOPO_ARRAY_JOB_ID and TOPO_ARRAY_TASK_ID"},
       {"spec", "FILE", "Job spec v1 JSON (or a whole request), - for standard input"},
   };
   return kTable;
@@ -301,6 +311,14 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
     }
     return Status::Ok();
   }
+  if (name == "dependency") {
+    Result<std::vector<core::Dependency>> d = common::ParseDependencies(value);
+    return d.ok() ? Status::Ok() : err(d.message());
+  }
+  if (name == "array") {
+    Result<common::ArraySpec> a = common::ParseArraySpec(value);
+    return a.ok() ? Status::Ok() : err(a.message());
+  }
   if (name == "chdir") {
     Status s = common::CheckWorkingDir(value);
     return s.ok() ? s : err(s.message());
@@ -376,8 +394,207 @@ Result<std::vector<std::string>> SplitWords(std::string_view text) {
   return words;
 }
 
+namespace {
+
+// Slurm's time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS -> s.
+std::optional<int64_t> SlurmTimeSeconds(std::string_view t) {
+  auto num = [](std::string_view v, int64_t& out) {
+    if (v.empty() || v.size() > 9) return false;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    return ec == std::errc() && p == v.data() + v.size() && out >= 0;
+  };
+  int64_t days = 0;
+  std::string_view rest = t;
+  const size_t dash = t.find('-');
+  if (dash != std::string_view::npos) {
+    if (!num(t.substr(0, dash), days)) return std::nullopt;
+    rest = t.substr(dash + 1);
+  }
+  std::vector<int64_t> parts;
+  size_t from = 0;
+  while (true) {
+    const size_t colon = rest.find(':', from);
+    int64_t v = 0;
+    if (!num(rest.substr(from, colon == std::string_view::npos ? colon : colon - from), v)) {
+      return std::nullopt;
+    }
+    parts.push_back(v);
+    if (colon == std::string_view::npos) break;
+    from = colon + 1;
+  }
+  if (parts.size() > 3) return std::nullopt;
+  int64_t secs = 0;
+  if (dash != std::string_view::npos) {
+    // D-HH, D-HH:MM, D-HH:MM:SS
+    const int64_t mult[] = {3600, 60, 1};
+    for (size_t i = 0; i < parts.size(); ++i) secs += parts[i] * mult[i];
+  } else if (parts.size() == 1) {
+    secs = parts[0] * 60;  // MM
+  } else if (parts.size() == 2) {
+    secs = parts[0] * 60 + parts[1];  // MM:SS
+  } else {
+    secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
+  }
+  secs += days * 86400;
+  if (secs <= 0) return std::nullopt;
+  return secs;
+}
+
+// The #SBATCH lines of a script's leading block, as topo submit flags, with
+// the directives not honoured (SbatchDirectives in docs/migrating-from-slurm.md).
+struct Sbatch {
+  SubmitFlags flags;
+  std::vector<std::string> ignored;  // "-p gpu (s.sh:4)"
+  std::optional<int64_t> nodes, per_node, tasks_per_node, total;
+  std::string nodes_at, per_node_at, total_at;
+  bool exclusive = false;
+  std::string exclusive_at;
+};
+
+// The GPU count of a --gres or --gpus-per-node value: "8", "h100:8",
+// "gpu:8", "gpu:h100:8".
+std::optional<int64_t> GpuCount(std::string_view v, bool gres) {
+  if (gres) {
+    if (v.substr(0, 4) != "gpu:") return std::nullopt;
+    v.remove_prefix(4);
+  }
+  const size_t colon = v.rfind(':');
+  if (colon != std::string_view::npos) v = v.substr(colon + 1);
+  int64_t n = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || p != v.data() + v.size() || n <= 0 || n > 100000) return std::nullopt;
+  return n;
+}
+
+Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch& sb) {
+  Result<std::vector<std::string>> words = SplitWords(words_text);
+  if (!words.ok()) return Status::Error(at + ": " + words.message());
+  static const std::map<std::string, std::string, std::less<>> kShort = {
+      {"N", "nodes"},      {"n", "ntasks"},     {"G", "gpus"},         {"t", "time"},
+      {"J", "job-name"},   {"o", "output"},     {"e", "error"},        {"D", "chdir"},
+      {"d", "dependency"}, {"a", "array"},      {"A", "account"},      {"p", "partition"},
+      {"q", "qos"},        {"C", "constraint"}, {"c", "cpus-per-task"}};
+  static const std::set<std::string, std::less<>> kNoValue = {
+      "exclusive", "hold", "requeue", "no-requeue", "overcommit", "contiguous", "parsable"};
+  const std::vector<std::string>& w = words.value();
+  for (size_t i = 0; i < w.size(); ++i) {
+    const std::string& word = w[i];
+    std::string name;
+    std::optional<std::string> value;
+    if (word.size() >= 3 && word.substr(0, 2) == "--") {
+      name = word.substr(2);
+      if (const size_t eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name.resize(eq);
+      }
+    } else if (word.size() >= 2 && word[0] == '-' && word[1] != '-') {
+      auto it = kShort.find(word.substr(1, 1));
+      name = it != kShort.end() ? it->second : word.substr(1, 1);
+      if (word.size() > 2) value = word.substr(word[2] == '=' ? 3 : 2);
+    } else {
+      return Status::Error(at + ": expected an sbatch option like --nodes=2, got '" + word + "'");
+    }
+    bool separate = false;  // the value is the next word
+    if (!value && !kNoValue.count(name)) {
+      if (i + 1 >= w.size()) return Status::Error(at + ": #SBATCH " + word + " needs a value");
+      value = w[++i];
+      separate = true;
+    }
+    const std::string v = value.value_or("");
+    const std::string origin = at + " (#SBATCH " + word + (separate ? " " + v : "") + ")";
+    auto flag = [&](const char* topo_flag, std::string val) -> Status {
+      if (Status st = CheckSubmitFlag(topo_flag, val); !st.ok()) {
+        return Status::Error(origin + ": " + st.message());
+      }
+      sb.flags[topo_flag] = {std::move(val), origin};
+      return Status::Ok();
+    };
+    auto count = [&](std::optional<int64_t>& into, std::string& where, bool gres = false,
+                     bool typed = false) -> Status {
+      std::optional<int64_t> n = typed || gres ? GpuCount(v, gres) : GpuCount(v, false);
+      if (!n) return Status::Error(origin + ": not a count of GPUs, nodes or tasks: '" + v + "'");
+      into = n;
+      where = origin;
+      return Status::Ok();
+    };
+    Status st = Status::Ok();
+    if (name == "nodes") {
+      st = count(sb.nodes, sb.nodes_at);
+    } else if (name == "gpus-per-node") {
+      st = count(sb.per_node, sb.per_node_at, false, true);
+    } else if (name == "gres") {
+      if (GpuCount(v, true)) {
+        st = count(sb.per_node, sb.per_node_at, true);
+      } else {
+        sb.ignored.push_back("--gres=" + v + " (" + at + ")");
+      }
+    } else if (name == "ntasks-per-node") {
+      std::string ignore;
+      st = count(sb.tasks_per_node, ignore);
+    } else if (name == "gpus" || name == "ntasks") {
+      if (name == "ntasks" && sb.total && sb.total_at.find("gpus") != std::string::npos) continue;
+      st = count(sb.total, sb.total_at, false, name == "gpus");
+    } else if (name == "time") {
+      std::optional<int64_t> secs = SlurmTimeSeconds(v);
+      if (!secs) {
+        return Status::Error(origin + ": '" + v +
+                             "' is not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
+                             "D-HH:MM:SS)");
+      }
+      st = flag("time", std::to_string(*secs) + "s");
+    } else if (name == "job-name") {
+      st = flag("name", v);
+    } else if (name == "output" || name == "error" || name == "chdir" || name == "dependency" ||
+               name == "array" || name == "export") {
+      st = flag(name.c_str(), v);
+    } else if (name == "account") {
+      st = flag("tenant", v);
+    } else if (name == "mem") {
+      st = flag("mem-per-node", v);
+    } else if (name == "exclusive") {
+      sb.exclusive = true;
+      sb.exclusive_at = at;
+    } else {
+      sb.ignored.push_back(word + (separate ? " " + v : "") + " (" + at + ")");
+    }
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+// The #SBATCH GPU counts as --gpus / --gpus-per-node.
+Status FinishSbatch(Sbatch& sb) {
+  const std::optional<int64_t> per_node = sb.per_node ? sb.per_node : sb.tasks_per_node;
+  if (per_node && (sb.nodes || sb.per_node)) {
+    sb.flags["gpus-per-node"] = {std::to_string(*per_node),
+                                 sb.per_node ? sb.per_node_at : sb.nodes_at};
+  }
+  if (sb.total) {
+    sb.flags["gpus"] = {std::to_string(*sb.total), sb.total_at};
+  } else if (sb.nodes && per_node) {
+    sb.flags["gpus"] = {std::to_string(*sb.nodes * *per_node), sb.nodes_at};
+  } else if (sb.nodes) {
+    sb.ignored.push_back("--nodes=" + std::to_string(*sb.nodes) + " (" + sb.nodes_at +
+                         ": say the GPUs per node with --gpus-per-node, --gres=gpu:G or "
+                         "--ntasks-per-node, or #TOPO --gpus N)");
+  }
+  if (sb.exclusive && sb.flags.count("gpus-per-node")) {
+    sb.ignored.push_back("--exclusive (" + sb.exclusive_at +
+                         ": only jobs of whole nodes keep their nodes to themselves)");
+  }
+  for (auto& [name, fv] : sb.flags) {
+    if (Status st = CheckSubmitFlag(name, fv.value); !st.ok()) {
+      return Status::Error(fv.origin + ": " + st.message());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ScriptDirectives> ParseScriptDirectives(std::string_view script, const std::string& path) {
   ScriptDirectives out;
+  Sbatch sbatch;
   bool in_block = true;
   int line_no = 0;
   size_t pos = 0;
@@ -395,6 +612,15 @@ Result<ScriptDirectives> ParseScriptDirectives(std::string_view script, const st
     if (t.empty()) continue;
     if (t.front() != '#') {
       in_block = false;
+      continue;
+    }
+    if (t.substr(0, 7) == "#SBATCH" &&
+        (t.size() == 7 || std::isspace(static_cast<unsigned char>(t[7])))) {
+      if (!in_block) {
+        out.warnings.push_back(at + ": #SBATCH after the first command is ignored");
+        continue;
+      }
+      if (Status st = ReadSbatchLine(t.substr(7), at, sbatch); !st.ok()) return st;
       continue;
     }
     if (t.substr(0, 5) != "#TOPO" ||
@@ -424,6 +650,15 @@ Result<ScriptDirectives> ParseScriptDirectives(std::string_view script, const st
       }
       if (Status s = AddSubmitFlag(&out.flags, name, value, at); !s.ok()) return s;
     }
+  }
+  // #TOPO wins over #SBATCH for the same setting.
+  if (Status st = FinishSbatch(sbatch); !st.ok()) return st;
+  out.flags = MergeSubmitFlags(sbatch.flags, out.flags);
+  if (!sbatch.ignored.empty()) {
+    std::string list;
+    for (const std::string& i : sbatch.ignored) list += (list.empty() ? "" : ", ") + i;
+    out.warnings.push_back("#SBATCH directives not honoured (docs/migrating-from-slurm.md): " +
+                           list);
   }
   return out;
 }
@@ -547,6 +782,8 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
   if (given("cpus-per-node")) {
     req["cpus_per_node"] = std::strtod(flags.at("cpus-per-node").value.c_str(), nullptr);
   }
+  if (given("dependency")) req["dependency"] = flags.at("dependency").value;
+  if (given("array")) req["array"] = flags.at("array").value;
   // A duration in seconds, or 'never' as -1.
   auto never_or_duration = [&](const char* flag, const char* field) -> Status {
     if (!given(flag)) return Status::Ok();

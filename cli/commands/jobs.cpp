@@ -191,6 +191,16 @@ int RunSubmit(SubmitArgs& args) {
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {
     PrintJson(reply.body);
+  } else if (reply.body.is_object() && reply.body.contains("ids") && reply.body["ids"].is_array()) {
+    const json& ids = reply.body["ids"];
+    const json& array = reply.body.value("array", json::object());
+    std::cout << "Submitted array job " << Cell(reply.body.value("id", json())) << ": "
+              << ids.size() << (ids.size() == 1 ? " task" : " tasks") << ", jobs "
+              << Cell(ids.front()) << "-" << Cell(ids.back());
+    if (array.is_object() && array.value("throttle", 0) > 0) {
+      std::cout << ", at most " << array.value("throttle", 0) << " at once";
+    }
+    std::cout << " (topo queue shows each)\n";
   } else {
     std::cout << "Submitted job " << Cell(reply.body.value("id", json())) << " ("
               << StateAndReason(reply.body) << ")\n";

@@ -378,5 +378,88 @@ TEST_CASE("CheckCommand: what exec accepts, with the argument named in the user'
   CHECK(s.message().find("8193 arguments; at most 8192") != std::string::npos);
 }
 
+TEST_CASE("#SBATCH lines: the common directives become flags, #TOPO wins, the rest are listed") {
+  auto d = ParseScriptDirectives(
+      "#!/bin/bash\n"
+      "#SBATCH -N 4\n"
+      "#SBATCH --gpus-per-node=h100:8\n"
+      "#SBATCH -t 1-02:30:00 -J pretrain\n"
+      "#SBATCH --output=out-%j.log --chdir /home/ada/run\n"
+      "#SBATCH -p gpu --qos=high --dependency afterok:12 --array=0-3%2\n"
+      "#SBATCH --account org/team --mem=64G --exclusive\n"
+      "#TOPO --tp 8 --name from-topo\n"
+      "srun python train.py\n",
+      "job.sh");
+  REQUIRE_MESSAGE(d.ok(), d.message());
+  const SubmitFlags& f = d.value().flags;
+  CHECK(f.at("gpus").value == "32");
+  CHECK(f.at("gpus-per-node").value == "8");
+  CHECK(f.at("time").value == std::to_string(86400 + 2 * 3600 + 30 * 60) + "s");
+  CHECK(f.at("name").value == "from-topo");  // #TOPO wins
+  CHECK(f.at("name").origin == "job.sh:8");
+  CHECK(f.at("output").value == "out-%j.log");
+  CHECK(f.at("chdir").value == "/home/ada/run");
+  CHECK(f.at("dependency").value == "afterok:12");
+  CHECK(f.at("array").value == "0-3%2");
+  CHECK(f.at("tenant").value == "org/team");
+  CHECK(f.at("mem-per-node").value == "64G");
+  CHECK(f.at("tp").value == "8");
+  CHECK(f.at("time").origin.find("job.sh:4 (#SBATCH -t 1-02:30:00)") == 0);
+  REQUIRE(d.value().warnings.size() == 1);
+  const std::string& w = d.value().warnings[0];
+  CHECK(w.find("-p gpu (job.sh:6)") != std::string::npos);
+  CHECK(w.find("--qos=high (job.sh:6)") != std::string::npos);
+  CHECK(w.find("--exclusive") != std::string::npos);  // with --gpus-per-node: not honoured
+  auto req = BuildSubmitRequest(f, std::nullopt, "job.sh");
+  REQUIRE_MESSAGE(req.ok(), req.message());
+  CHECK(req.value()["spec"]["gpus"] == 32);
+  CHECK(req.value()["dependency"] == "afterok:12");
+  CHECK(req.value()["array"] == "0-3%2");
+
+  // Slurm's time forms, ntasks-per-node as GPUs per node, --gres.
+  auto t = ParseScriptDirectives("#SBATCH --nodes=2 --ntasks-per-node=4 -t 90\n", "a.sh");
+  REQUIRE(t.ok());
+  CHECK(t.value().flags.at("gpus").value == "8");
+  CHECK(t.value().flags.at("time").value == "5400s");
+  auto g = ParseScriptDirectives("#SBATCH -N2 --gres=gpu:a100:4 --time=10:00\n", "g.sh");
+  REQUIRE(g.ok());
+  CHECK(g.value().flags.at("gpus").value == "8");
+  CHECK(g.value().flags.at("time").value == "600s");
+  // Nodes without GPUs per node: listed, not guessed.
+  auto n = ParseScriptDirectives("#SBATCH -N 3\n", "n.sh");
+  REQUIRE(n.ok());
+  CHECK(n.value().flags.count("gpus") == 0);
+  REQUIRE(n.value().warnings.size() == 1);
+  CHECK(n.value().warnings[0].find("--gpus-per-node") != std::string::npos);
+  // Errors name the line and the directive.
+  for (const char* bad :
+       {"#SBATCH -t soon\n", "#SBATCH --nodes=x\n", "#SBATCH --array=9-1\n",
+        "#SBATCH --dependency=after:1\n", "#SBATCH --time\n", "#SBATCH nodes=2\n"}) {
+    auto r = ParseScriptDirectives(bad, "b.sh");
+    CAPTURE(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().rfind("b.sh:1", 0) == 0);
+  }
+  // After the first command: ignored with a warning, as #TOPO is.
+  auto late = ParseScriptDirectives("echo hi\n#SBATCH -N 2\n", "l.sh");
+  REQUIRE(late.ok());
+  CHECK(late.value().warnings.at(0).find("#SBATCH after the first command") != std::string::npos);
+}
+
+TEST_CASE("--dependency and --array: checked like the daemon, sent as given") {
+  SubmitFlags f;
+  REQUIRE(AddSubmitFlag(&f, "gpus", "8", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "dependency", "afterok:3:4,afterany:5", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "array", "1,3,5-7%2", "").ok());
+  auto req = BuildSubmitRequest(f, std::nullopt, "x");
+  REQUIRE(req.ok());
+  CHECK(req.value()["dependency"] == "afterok:3:4,afterany:5");
+  CHECK(req.value()["array"] == "1,3,5-7%2");
+  core::Status bad = AddSubmitFlag(&f, "dependency", "afterok", "");
+  CHECK(bad.message().rfind("--dependency: dependency: ", 0) == 0);
+  CHECK(AddSubmitFlag(&f, "array", "0-5000", "job.sh:2").message().rfind("job.sh:2: --array", 0) ==
+        0);
+}
+
 }  // namespace
 }  // namespace topo::cli

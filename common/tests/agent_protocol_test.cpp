@@ -235,7 +235,7 @@ TEST_CASE("the checked-in schema is the one the tables generate") {
   std::stringstream text;
   text << in.rdbuf();
   CHECK_MESSAGE(text.str() == ProtocolSchema().dump(2) + "\n",
-                "regenerate it: topo-agent --protocol-schema > schema/agent-protocol.schema.json");
+                "regenerate it: build/common/topo-protocol-schema > schema/agent-protocol.schema.json");
 }
 
 TEST_CASE("the schema names every message and marks required fields") {

@@ -488,6 +488,8 @@ Launch SchedulerCore::Impl::MakeLaunch(JobRecord& job) {
   l.unix_user = job.request.unix_user;
   l.memory_mb = job.request.memory_mb_per_node;
   l.cpu_millis = job.request.cpu_millis_per_node;
+  l.array_job = job.request.array_job;
+  l.array_task = job.request.array_task;
   return l;
 }
 

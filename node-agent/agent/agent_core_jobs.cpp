@@ -62,6 +62,10 @@ core::Result<JobLaunch> LaunchFromStart(const proto::Start& s, const std::string
   l.group_rank = s.group_rank;
   l.group_world_size = s.group_world_size;
   l.restart_count = s.restart_count;
+  if (s.array_job && s.array_task) {
+    l.array_job = *s.array_job;
+    l.array_task = *s.array_task;
+  }
   // The start lists its ranks in local-rank order with one GPU each
   // (checked by the protocol's reader); CUDA_VISIBLE_DEVICES follows it.
   l.ranks.reserve(s.ranks.size());

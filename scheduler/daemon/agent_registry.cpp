@@ -472,6 +472,10 @@ void AgentRegistry::SendStart(JobId id, const std::vector<core::GpuSlot>& ranks,
   start.unix_user = unix_user;
   start.memory_mb = launch.memory_mb;
   start.cpu_millis = launch.cpu_millis;
+  if (launch.array_job != 0) {
+    start.array_job = launch.array_job;
+    start.array_task = launch.array_task;
+  }
   std::vector<std::string> nodes;
   for (const core::NodeLaunch& nl : launch.nodes) {
     start.group_rank = nl.group_rank;

@@ -113,6 +113,23 @@ def main():
             check(waiting["reason"] == "array throttle: 2 tasks of array %d running (at most 2 at "
                   "once)" % ids[0] and waiting["array"] == {"job": ids[0], "task": 2, "throttle": 2},
                   str(waiting))
+            # The tasks' starts say which array and task they are (the agent
+            # sets TOPO_ARRAY_JOB_ID / TOPO_ARRAY_TASK_ID from them).
+            starts = {}
+            for a in agents.values():
+                while True:
+                    try:
+                        m = a.recv(timeout=0.2)
+                    except TimeoutError:
+                        break
+                    if m["type"] == "start":
+                        starts[m["job"]] = m
+            check(starts[ids[0]].get("array_job") == ids[0] and
+                  starts[ids[0]].get("array_task") == 0 and
+                  starts[ids[1]].get("array_task") == 1, "the tasks' starts: %s" %
+                  {i: (s.get("array_job"), s.get("array_task")) for i, s in starts.items()})
+            check("array_job" not in starts[first] and "array_task" not in starts[first],
+                  "a job outside an array: %s" % starts[first])
             finish(ids[0], 0)
             wait_for(lambda: job(ids[2])["state"] == "running", 5, "the third task to start")
             for bad in ("5-1", "0-9%0", "0-5000", 7):

@@ -188,6 +188,10 @@ std::map<std::string, std::string> RankEnvironment(const JobLaunch& launch, cons
   env["TOPO_RESTART_COUNT"] = std::to_string(launch.restart_count);
   env["TOPO_CHECKPOINT_DIR"] = ckpt_dir;
   if (launch.restart_step) env["TOPO_RESTART_STEP"] = std::to_string(*launch.restart_step);
+  if (launch.array_job) {
+    env["TOPO_ARRAY_JOB_ID"] = std::to_string(*launch.array_job);
+    env["TOPO_ARRAY_TASK_ID"] = std::to_string(launch.array_task);
+  }
   return env;
 }
 
@@ -228,6 +232,10 @@ std::map<std::string, std::string> NodeEnvironment(const JobLaunch& launch,
   env["TOPO_DP_SIZE"] = std::to_string(p.dp);
   env["TOPO_CHECKPOINT_DIR"] = ckpt_dir;
   if (launch.restart_step) env["TOPO_RESTART_STEP"] = std::to_string(*launch.restart_step);
+  if (launch.array_job) {
+    env["TOPO_ARRAY_JOB_ID"] = std::to_string(*launch.array_job);
+    env["TOPO_ARRAY_TASK_ID"] = std::to_string(launch.array_task);
+  }
   return env;
 }
 

@@ -296,6 +296,15 @@ TEST_CASE("every rank sees all the job's GPUs in local-rank order; LOCAL_RANK pi
   auto env = RankEnvironment(job, job.ranks[0], "/ck");
   CHECK(env["CUDA_VISIBLE_DEVICES"] == "5,2");
   CHECK(env["LOCAL_RANK"] == "1");
+  CHECK(env.count("TOPO_ARRAY_JOB_ID") == 0);  // not a task of an array
+  auto task = job;
+  task.array_job = 40;
+  task.array_task = 7;
+  for (const auto& e :
+       {RankEnvironment(task, task.ranks[0], "/ck"), NodeEnvironment(task, "/ck")}) {
+    CHECK(e.at("TOPO_ARRAY_JOB_ID") == "40");
+    CHECK(e.at("TOPO_ARRAY_TASK_ID") == "7");
+  }
 
   // A rank with two GPUs, a GPU twice, or sparse local ranks break LOCAL_RANK.
   auto bad = job;

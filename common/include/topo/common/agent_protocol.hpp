@@ -203,6 +203,10 @@ struct Start {
   std::string error;
   int64_t memory_mb = 0;  // the job's cgroup on this node; 0: no limit
   int cpu_millis = 0;     // likewise, CPU time (1000 = one CPU); 0: no limit
+  // A task of a job array: the array's first job and the task's index
+  // (TOPO_ARRAY_JOB_ID, TOPO_ARRAY_TASK_ID); absent for other jobs.
+  std::optional<int64_t> array_job;
+  std::optional<int64_t> array_task;
   bool operator==(const Start&) const = default;
 };
 struct Stop {

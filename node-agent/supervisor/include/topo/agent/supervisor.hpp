@@ -144,6 +144,8 @@ struct JobLaunch {
   std::string local_checkpoint_dir;       // TOPO_CHECKPOINT_DIR; empty: default root/JOB
   std::string persistent_checkpoint_dir;  // empty: default root/JOB (or none)
   std::optional<int64_t> restart_step;    // TOPO_RESTART_STEP when set
+  std::optional<int64_t> array_job;       // TOPO_ARRAY_JOB_ID of an array's task
+  int64_t array_task = 0;                 // TOPO_ARRAY_TASK_ID (with array_job)
   JobLimits limits;                       // per-job cgroup limits (cgroup.hpp)
 };
 
@@ -327,6 +329,8 @@ std::map<std::string, std::string> RankBaseEnvironment(const UnixAccount& accoun
 //                             degree 1 gives every rank its own group
 //   TOPO_CHECKPOINT_DIR       the node-local checkpoint dir (CHECKPOINTS.md)
 //   TOPO_RESTART_STEP         launch.restart_step, when set
+//   TOPO_ARRAY_JOB_ID, TOPO_ARRAY_TASK_ID  launch.array_job and array_task, for
+//                             a task of a job array (both modes)
 // REQUIRES: launch passes Launch()'s validation (ranks and GPUs as above).
 std::map<std::string, std::string> RankEnvironment(const JobLaunch& launch,
                                                    const LocalRankSpec& rank,
