@@ -30,8 +30,8 @@ def main():
         d.api("POST", "/v1/users", {"name": "bob", "tenant": "org/b", "role": "user"}, expect=201)
         alice = d.api("POST", "/v1/tokens", {"user": "alice"}, expect=201)["token"]
         bob = d.api("POST", "/v1/tokens", {"user": "bob"}, expect=201)["token"]
-        a_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "a16"}}, token=alice, expect=201)
-        b_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 4, "name": "b4"}}, token=bob, expect=201)
+        a_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "a16"}, "command": ["/bin/true"]}, token=alice, expect=201)
+        b_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 4, "name": "b4"}, "command": ["/bin/true"]}, token=bob, expect=201)
         check(a_job["state"] == "running" and b_job["state"] == "running",
               "both jobs should start at once: %s %s" % (a_job, b_job))
         a_id, b_id = a_job["id"], b_job["id"]

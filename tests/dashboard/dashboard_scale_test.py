@@ -31,12 +31,11 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dashboard_test import (CHROMEDRIVER, CHROMIUM, SKIP, Daemon, Fail, WebDriver,  # noqa: E402
-                            check, js_errors, log)
+from dashboard_test import (Daemon, Fail, WebDriver, browser_missing,  # noqa: E402
+                            check, js_errors, log, run_test)
 
 TOPOLOGY = "cm384-166k"
 READY_LIMIT_S = 30.0   # failure guard only; the measured figure is printed
@@ -147,7 +146,8 @@ def run(tmp, daemon_bin, topo_bin, failures):
         ids = {}
         for tenant, name, gpus, tp in JOBS:
             r = d.request("POST", "/v1/jobs", {"spec": {"name": name, "gpus": gpus, "parallelism": {"tp": tp}},
-                                               "tenant": tenant}, expect=(201,))
+                                               "tenant": tenant, "command": ["/bin/true"]},
+                          expect=(201,))
             if r["state"] != "running":
                 raise Fail("job %s (%d GPUs) should start at once: %s" % (name, gpus, r))
             ids[name] = r["id"]
@@ -279,38 +279,17 @@ def run(tmp, daemon_bin, topo_bin, failures):
 
 
 def main():
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            print("dashboard_scale_test: SKIP: %s is missing (apt-get install chromium chromium-driver)" % path)
-            return SKIP
+    skip = browser_missing("dashboard_scale_test")
+    if skip is not None:
+        return skip
     daemon_bin = os.environ.get("TOPO_SCHEDULER_BIN", "")
     topo_bin = os.environ.get("TOPO_BIN", "")
     for name, b in (("TOPO_SCHEDULER_BIN", daemon_bin), ("TOPO_BIN", topo_bin)):
         if not b or not os.access(b, os.X_OK):
             print("dashboard_scale_test: FAIL: set %s to the binary (got %r)" % (name, b))
             return 1
-    tmp = tempfile.mkdtemp(prefix="topo-dashboard-scale-")
-    keep = os.environ.get("DASHBOARD_TEST_KEEP") == "1"
-    failures = []
-    try:
-        run(tmp, daemon_bin, topo_bin, failures)
-    except Fail as e:
-        failures.append(str(e))
-    except Exception as e:  # a bug here must still clean up and say what happened
-        import traceback
-        failures.append("unexpected error: %r\n%s" % (e, traceback.format_exc()))
-    finally:
-        if keep:
-            log("kept %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("dashboard_scale_test: FAIL (%d problem%s):" % (len(failures), "" if len(failures) == 1 else "s"))
-        for f in failures:
-            print("  - " + f)
-        return 1
-    print("dashboard_scale_test: PASS")
-    return 0
+    return run_test("dashboard_scale_test", "topo-dashboard-scale-",
+                    lambda tmp, failures: run(tmp, daemon_bin, topo_bin, failures))
 
 
 if __name__ == "__main__":

@@ -575,20 +575,15 @@ def run(tmp, daemon_bin, failures):
         d.stop()
 
 
-def main():
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            print("dashboard_test: SKIP: %s is missing (apt-get install chromium chromium-driver)" % path)
-            return SKIP
-    daemon_bin = os.environ.get("TOPO_SCHEDULER_BIN", "")
-    if not daemon_bin or not os.access(daemon_bin, os.X_OK):
-        print("dashboard_test: FAIL: set TOPO_SCHEDULER_BIN to the topo-scheduler binary (got %r)" % daemon_bin)
-        return 1
-    tmp = tempfile.mkdtemp(prefix="topo-dashboard-test-")
+def run_test(name, prefix, body):
+    """Runs body(tmp) in a fresh temporary directory (kept with
+    DASHBOARD_TEST_KEEP=1), collecting Fail and unexpected errors; prints
+    PASS or each problem under `name` and returns the exit status."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
     keep = os.environ.get("DASHBOARD_TEST_KEEP") == "1"
     failures = []
     try:
-        run(tmp, daemon_bin, failures)
+        body(tmp, failures)
     except Fail as e:
         failures.append(str(e))
     except Exception as e:  # a bug here must still clean up and say what happened
@@ -600,14 +595,35 @@ def main():
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     if failures:
-        print("dashboard_test: FAIL (%d problem%s):" % (len(failures), "" if len(failures) == 1 else "s"))
+        print("%s: FAIL (%d problem%s):" % (name, len(failures), "" if len(failures) == 1 else "s"))
         for f in failures:
             print("  - " + f)
         if not keep:
             print("  (rerun with DASHBOARD_TEST_KEEP=1 to keep the daemon and chromedriver logs)")
         return 1
-    print("dashboard_test: PASS")
+    print("%s: PASS" % name)
     return 0
+
+
+def browser_missing(name):
+    """SKIP's exit status when chromium or chromedriver is absent, else None."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            print("%s: SKIP: %s is missing (apt-get install chromium chromium-driver)" % (name, path))
+            return SKIP
+    return None
+
+
+def main():
+    skip = browser_missing("dashboard_test")
+    if skip is not None:
+        return skip
+    daemon_bin = os.environ.get("TOPO_SCHEDULER_BIN", "")
+    if not daemon_bin or not os.access(daemon_bin, os.X_OK):
+        print("dashboard_test: FAIL: set TOPO_SCHEDULER_BIN to the topo-scheduler binary (got %r)" % daemon_bin)
+        return 1
+    return run_test("dashboard_test", "topo-dashboard-test-",
+                    lambda tmp, failures: run(tmp, daemon_bin, failures))
 
 
 if __name__ == "__main__":
