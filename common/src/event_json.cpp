@@ -714,11 +714,11 @@ Json JobRequestToJson(const core::JobRequest& request) {
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
-  Reader r(j, "",
-           {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms",
-            "command", "unix_user", "memory_mb_per_node", "cpu_millis_per_node",
-            "placement_wait_ms", "launch", "env", "chdir", "output", "error",
-            "dependencies", "array"});
+  Reader r(
+      j, "",
+      {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command",
+       "unix_user", "memory_mb_per_node", "cpu_millis_per_node", "placement_wait_ms", "launch",
+       "env", "chdir", "output", "error", "dependencies", "array"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);

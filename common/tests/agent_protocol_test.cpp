@@ -234,8 +234,9 @@ TEST_CASE("the checked-in schema is the one the tables generate") {
   REQUIRE_MESSAGE(in.good(), "schema/agent-protocol.schema.json is missing");
   std::stringstream text;
   text << in.rdbuf();
-  CHECK_MESSAGE(text.str() == ProtocolSchema().dump(2) + "\n",
-                "regenerate it: build/common/topo-protocol-schema > schema/agent-protocol.schema.json");
+  CHECK_MESSAGE(
+      text.str() == ProtocolSchema().dump(2) + "\n",
+      "regenerate it: build/common/topo-protocol-schema > schema/agent-protocol.schema.json");
 }
 
 TEST_CASE("the schema names every message and marks required fields") {

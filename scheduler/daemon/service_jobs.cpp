@@ -381,10 +381,10 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   Body b = ParseBody(*route.request, false);
   if (b.error) return *b.error;
   const Json& body = b.json;
-  if (auto e =
-          UnknownField(body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
-                              "placement_wait_s", "command", "memory_mb_per_node", "cpus_per_node",
-                              "launch", "env", "chdir", "output", "error", "dependency", "array"})) {
+  if (auto e = UnknownField(
+          body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
+                 "placement_wait_s", "command", "memory_mb_per_node", "cpus_per_node", "launch",
+                 "env", "chdir", "output", "error", "dependency", "array"})) {
     return *e;
   }
   if (s.driver.core == nullptr) return NoTopology();
