@@ -233,7 +233,11 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
   }
   if (name == "time") {
     Result<int64_t> d = ParseDuration(value);
-    return d.ok() ? Status::Ok() : err(d.message());
+    if (!d.ok()) return err(d.message());
+    if (d.value() > kMaxTimeLimitS) {
+      return Status::Error(flag + " " + std::string(value) + " is longer than the maximum 30d");
+    }
+    return Status::Ok();
   }
   if (name == "model") {
     if (core::ModelPreset(value)) return Status::Ok();
@@ -257,7 +261,16 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
   if (name == "checkpoint-interval" || name == "placement-wait") {
     if (value == "never") return Status::Ok();
     Result<int64_t> d = ParseDuration(value);
-    return d.ok() ? Status::Ok() : err(d.message() + ", or 'never'");
+    if (!d.ok()) return err(d.message() + ", or 'never'");
+    if (d.value() > kMaxIntervalS) {
+      return Status::Error(flag + " " + std::string(value) +
+                           " is longer than the maximum 7d (or 'never')");
+    }
+    if (name == "checkpoint-interval" && d.value() < 60) {
+      return Status::Error(flag + " " + std::string(value) +
+                           " is shorter than the minimum 1m (or 'never')");
+    }
+    return Status::Ok();
   }
   if (name == "constraint") {
     const size_t eq = value.find('=');
@@ -591,6 +604,44 @@ Status FinishSbatch(Sbatch& sb) {
 }
 
 }  // namespace
+
+std::string SubmitFieldLabel(const SubmitFlags& flags, std::string_view field) {
+  static const std::map<std::string, std::string, std::less<>> kFlagOf = {
+      {"spec.gpus", "gpus"},
+      {"spec.gpus_per_node", "gpus-per-node"},
+      {"spec.spares", "spares"},
+      {"spec.name", "name"},
+      {"spec.model", "model"},
+      {"spec.parallelism.tp", "tp"},
+      {"spec.parallelism.cp", "cp"},
+      {"spec.parallelism.ep", "ep"},
+      {"spec.parallelism.pp", "pp"},
+      {"spec.parallelism.dp", "dp"},
+      {"spec.parallelism.order", "order"},
+      {"tenant", "tenant"},
+      {"priority", "priority"},
+      {"time_limit_s", "time"},
+      {"checkpoint_interval_s", "checkpoint-interval"},
+      {"placement_wait_s", "placement-wait"},
+      {"memory_mb_per_node", "mem-per-node"},
+      {"cpus_per_node", "cpus-per-node"},
+      {"launch", "launch"},
+      {"chdir", "chdir"},
+      {"output", "output"},
+      {"error", "error"},
+      {"dependency", "dependency"},
+      {"array", "array"}};
+  auto it = kFlagOf.find(field);
+  if (it == kFlagOf.end()) {
+    if (field == "env" || field.substr(0, 4) == "env.") return "--env";
+    return "";
+  }
+  auto given = flags.find(it->second);
+  if (given == flags.end()) return "";  // from --spec, not a flag
+  std::string label = "--" + it->second + " " + given->second.value.substr(0, 80);
+  if (!given->second.origin.empty()) label += " (" + given->second.origin + ")";
+  return label;
+}
 
 Result<ScriptDirectives> ParseScriptDirectives(std::string_view script, const std::string& path) {
   ScriptDirectives out;

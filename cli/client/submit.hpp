@@ -88,6 +88,15 @@ using ArgumentOrigin = std::function<std::string(size_t index)>;
 // The error names the argument through `origin`.
 core::Status CheckCommand(const nlohmann::json& command, const ArgumentOrigin& origin);
 
+// The flag, its value and where it was given ("--time 40d (job.sh:3)") that
+// set the API field a POST /v1/jobs error names ("time_limit_s"), so the
+// error speaks of what the user typed; "" when no flag set it.
+std::string SubmitFieldLabel(const SubmitFlags& flags, std::string_view field);
+
+// The daemon's bounds, checked before sending so the error names the flag.
+inline constexpr int64_t kMaxTimeLimitS = 30 * 86400;
+inline constexpr int64_t kMaxIntervalS = 7 * 86400;
+
 // `over` wins over `base`.
 SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over);
 

@@ -109,7 +109,13 @@ Reply Session::Call(std::string_view method, const std::string& target,
     }
     if (!answer.ok() && !quiet) {
       // The server's message quotes what it refused, which may be anyone's name.
-      std::cerr << "topo: " << TerminalSafe(answer.ErrorMessage());
+      std::cerr << "topo: ";
+      if (label_) {
+        if (const std::string label = label_(answer.ErrorField()); !label.empty()) {
+          std::cerr << TerminalSafe(label) << ": ";
+        }
+      }
+      std::cerr << TerminalSafe(answer.ErrorMessage());
       if (answer.status == 429 && !answer.retry_after.empty()) {
         std::cerr << " (retry after " << TerminalSafe(answer.retry_after) << " s)";
       }

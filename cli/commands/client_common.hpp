@@ -51,10 +51,17 @@ class Session {
 
   const Connection& connection() const { return connection_; }
 
+  // Errors that name a request field are printed after label(field) when it
+  // is not empty: "topo: --time 40d (job.sh:3): ...".
+  void LabelFields(std::function<std::string(std::string_view field)> label) {
+    label_ = std::move(label);
+  }
+
  private:
   Session(Connection connection, std::unique_ptr<ApiClient> client);
   Connection connection_;
   std::unique_ptr<ApiClient> client_;
+  std::function<std::string(std::string_view)> label_;
 };
 
 // POSTs to each target in turn, with {"reason"} when reason is not empty, and

@@ -187,6 +187,7 @@ int RunSubmit(SubmitArgs& args) {
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
+  session->LabelFields([&](std::string_view field) { return SubmitFieldLabel(flags, field); });
   Reply reply = session->Call("POST", "/v1/jobs", request.value());
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {

@@ -461,5 +461,23 @@ TEST_CASE("--dependency and --array: checked like the daemon, sent as given") {
         0);
 }
 
+TEST_CASE("errors speak of the flag typed: bounds checked before sending, fields mapped back") {
+  SubmitFlags f;
+  CHECK(AddSubmitFlag(&f, "time", "40d", "").message() ==
+        "--time 40d is longer than the maximum 30d");
+  CHECK(AddSubmitFlag(&f, "time", "30d", "").ok());
+  CHECK(AddSubmitFlag(&f, "checkpoint-interval", "30s", "job.sh:2").message() ==
+        "job.sh:2: --checkpoint-interval 30s is shorter than the minimum 1m (or 'never')");
+  CHECK(AddSubmitFlag(&f, "placement-wait", "8d", "").message().find("maximum 7d") !=
+        std::string::npos);
+  REQUIRE(AddSubmitFlag(&f, "gpus", "64", "job.sh:3").ok());
+  REQUIRE(AddSubmitFlag(&f, "priority", "5", "").ok());
+  CHECK(SubmitFieldLabel(f, "spec.gpus") == "--gpus 64 (job.sh:3)");
+  CHECK(SubmitFieldLabel(f, "priority") == "--priority 5");
+  CHECK(SubmitFieldLabel(f, "time_limit_s") == "--time 30d");
+  CHECK(SubmitFieldLabel(f, "placement_wait_s").empty());  // refused above, so not given
+  CHECK(SubmitFieldLabel(f, "no_such_field").empty());
+}
+
 }  // namespace
 }  // namespace topo::cli

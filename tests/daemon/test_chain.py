@@ -10,6 +10,7 @@ each job still waits on.
 usage: test_chain.py TOPO_SCHEDULER_BIN TOPO_BIN
 """
 
+import json
 import os
 import sys
 import tempfile
@@ -100,6 +101,21 @@ def main():
             check(job(met)["state"] == "running" and job(met)["dependency"] is None, str(job(met)))
             topo(["cancel", str(met)])
             topo(["cancel", str(theirs)])
+
+            # ---- the CLI names the flag the daemon refused, and where it was given
+            p = topo(["submit", "--gpus", "100000", "--", "/bin/true"], alice, expect=8)
+            check("topo: --gpus 100000: " in p.stderr, "the flag, not the field: %r" % p.stderr)
+            script = os.path.join(work, "job.sh")
+            with open(script, "w") as f:
+                f.write("#!/bin/sh\n#SBATCH -N 2 --gpus-per-node=8 -t 30 -J sb\n"
+                        "#SBATCH -p gpu\n#TOPO --dependency afterok:%d\ntrue\n" % first)
+            p = topo(["submit", "--json", script], alice)
+            sub = json.loads(p.stdout)
+            shown = job(sub["id"])
+            check(shown["gpus"] == 16 and shown["name"] == "sb" and shown["time_limit_s"] == 1800,
+                  "#SBATCH -N 2 --gpus-per-node=8 -t 30 -J sb: %s" % shown)
+            check("-p gpu (" in p.stderr and "not honoured" in p.stderr, p.stderr)
+            topo(["cancel", str(sub["id"])], alice)
 
             # ---- an array with a throttle
             out = submit(alice, 8, array="0-5%2")
