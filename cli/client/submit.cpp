@@ -460,6 +460,7 @@ struct Sbatch {
   std::vector<std::string> ignored;  // "-p gpu (s.sh:4)"
   std::optional<int64_t> nodes, per_node, tasks_per_node, total;
   std::string nodes_at, per_node_at, total_at;
+  bool total_is_gpus = false;  // total came from -G/--gpus, which -n/--ntasks does not override
   bool exclusive = false;
   std::string exclusive_at;
 };
@@ -522,31 +523,35 @@ Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch
       sb.flags[topo_flag] = {std::move(val), origin};
       return Status::Ok();
     };
-    auto count = [&](std::optional<int64_t>& into, std::string& where, bool gres = false,
-                     bool typed = false) -> Status {
-      std::optional<int64_t> n = typed || gres ? GpuCount(v, gres) : GpuCount(v, false);
+    // A count: plain ("4"), or with a GPU type ("h100:8") where typed, or
+    // a --gres value ("gpu:8", "gpu:h100:8").
+    auto count = [&](std::optional<int64_t>& into, std::string* where, bool typed = false,
+                     bool gres = false) -> Status {
+      const bool plain = !typed && !gres;
+      std::optional<int64_t> n =
+          plain && v.find(':') != std::string::npos ? std::nullopt : GpuCount(v, gres);
       if (!n) return Status::Error(origin + ": not a count of GPUs, nodes or tasks: '" + v + "'");
       into = n;
-      where = origin;
+      if (where != nullptr) *where = origin;
       return Status::Ok();
     };
     Status st = Status::Ok();
     if (name == "nodes") {
-      st = count(sb.nodes, sb.nodes_at);
+      st = count(sb.nodes, &sb.nodes_at);
     } else if (name == "gpus-per-node") {
-      st = count(sb.per_node, sb.per_node_at, false, true);
+      st = count(sb.per_node, &sb.per_node_at, /*typed=*/true);
     } else if (name == "gres") {
       if (GpuCount(v, true)) {
-        st = count(sb.per_node, sb.per_node_at, true);
+        st = count(sb.per_node, &sb.per_node_at, false, /*gres=*/true);
       } else {
         sb.ignored.push_back("--gres=" + v + " (" + at + ")");
       }
     } else if (name == "ntasks-per-node") {
-      std::string ignore;
-      st = count(sb.tasks_per_node, ignore);
+      st = count(sb.tasks_per_node, nullptr);
     } else if (name == "gpus" || name == "ntasks") {
-      if (name == "ntasks" && sb.total && sb.total_at.find("gpus") != std::string::npos) continue;
-      st = count(sb.total, sb.total_at, false, name == "gpus");
+      if (name == "ntasks" && sb.total_is_gpus) continue;  // -G says GPUs; -n only ranks
+      st = count(sb.total, &sb.total_at, /*typed=*/name == "gpus");
+      sb.total_is_gpus = sb.total_is_gpus || name == "gpus";
     } else if (name == "time") {
       std::optional<int64_t> secs = SlurmTimeSeconds(v);
       if (!secs) {

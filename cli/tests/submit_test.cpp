@@ -425,6 +425,10 @@ TEST_CASE("#SBATCH lines: the common directives become flags, #TOPO wins, the re
   REQUIRE(g.ok());
   CHECK(g.value().flags.at("gpus").value == "8");
   CHECK(g.value().flags.at("time").value == "600s");
+  // -G gives the GPUs; a later -n (ranks) does not override it.
+  auto gn = ParseScriptDirectives("#SBATCH -G 16 -n 8\n", "gn.sh");
+  REQUIRE(gn.ok());
+  CHECK(gn.value().flags.at("gpus").value == "16");
   // Nodes without GPUs per node: listed, not guessed.
   auto n = ParseScriptDirectives("#SBATCH -N 3\n", "n.sh");
   REQUIRE(n.ok());
@@ -432,9 +436,9 @@ TEST_CASE("#SBATCH lines: the common directives become flags, #TOPO wins, the re
   REQUIRE(n.value().warnings.size() == 1);
   CHECK(n.value().warnings[0].find("--gpus-per-node") != std::string::npos);
   // Errors name the line and the directive.
-  for (const char* bad :
-       {"#SBATCH -t soon\n", "#SBATCH --nodes=x\n", "#SBATCH --array=9-1\n",
-        "#SBATCH --dependency=after:1\n", "#SBATCH --time\n", "#SBATCH nodes=2\n"}) {
+  for (const char* bad : {"#SBATCH -t soon\n", "#SBATCH --nodes=x\n", "#SBATCH --array=9-1\n",
+                          "#SBATCH --dependency=after:1\n", "#SBATCH --time\n", "#SBATCH nodes=2\n",
+                          "#SBATCH --nodes=h100:2\n"}) {
     auto r = ParseScriptDirectives(bad, "b.sh");
     CAPTURE(bad);
     REQUIRE_FALSE(r.ok());

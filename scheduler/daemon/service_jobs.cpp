@@ -490,23 +490,51 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
     if (!process.ok()) return Error(400, process.message(), field);
     request.process = std::move(process).value();
   }
-  // Caps on waiting jobs: a tenant's quota and each user's.
+  // An array (Slurm's 0-99%8): one job per task, logged together.
+  common::ArraySpec array;
+  if (auto it = body.find("array"); it != body.end()) {
+    if (!it->is_string()) {
+      return Error(400, "array must be a string like \"0-99%8\" or \"1,3,5-7\"", "array");
+    }
+    Result<common::ArraySpec> parsed = common::ParseArraySpec(it->get_ref<const std::string&>());
+    if (!parsed.ok()) return Error(400, parsed.message(), "array");
+    array = std::move(parsed).value();
+  }
+  const int64_t count = array.tasks.empty() ? 1 : static_cast<int64_t>(array.tasks.size());
+  // Caps on waiting jobs, a tenant's quota and each user's, counting every
+  // task of an array.
   if (const core::TenantConfig* t = s.driver.core->tenant(request.tenant);
       t != nullptr && t->max_queued_jobs > 0 &&
-      s.driver.waiting().OfTenant(request.tenant) >= t->max_queued_jobs) {
+      s.driver.waiting().OfTenant(request.tenant) + count > t->max_queued_jobs) {
+    const std::string waiting = std::to_string(s.driver.waiting().OfTenant(request.tenant));
+    if (count > 1) {
+      return Error(409,
+                   "the array's " + std::to_string(count) + " tasks would take tenant " +
+                       request.tenant + " (" + waiting +
+                       " jobs waiting) past its max_queued_jobs (" +
+                       std::to_string(t->max_queued_jobs) + "); submit fewer tasks",
+                   "array");
+    }
     return Error(409,
-                 "tenant " + request.tenant + " has " +
-                     std::to_string(s.driver.waiting().OfTenant(request.tenant)) +
+                 "tenant " + request.tenant + " has " + waiting +
                      " jobs waiting, its max_queued_jobs: wait for some to start, or cancel "
                      "some (topo queue --tenant " +
                      request.tenant + ")",
                  "tenant");
   }
   if (s.config.max_queued_jobs_per_user > 0 &&
-      s.driver.waiting().OfUser(request.user) >= s.config.max_queued_jobs_per_user) {
+      s.driver.waiting().OfUser(request.user) + count > s.config.max_queued_jobs_per_user) {
+    const std::string waiting = std::to_string(s.driver.waiting().OfUser(request.user));
+    if (count > 1) {
+      return Error(409,
+                   "the array's " + std::to_string(count) + " tasks would take user " +
+                       request.user + " (" + waiting +
+                       " jobs waiting) past the cluster's max_queued_jobs_per_user (" +
+                       std::to_string(s.config.max_queued_jobs_per_user) + "); submit fewer tasks",
+                   "array");
+    }
     return Error(409,
-                 "user " + request.user + " has " +
-                     std::to_string(s.driver.waiting().OfUser(request.user)) +
+                 "user " + request.user + " has " + waiting +
                      " jobs waiting, the cluster's max_queued_jobs_per_user: wait for some to "
                      "start, or cancel some (topo queue --me)",
                  "user");
@@ -585,38 +613,6 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
       }
     }
   }
-  // An array (Slurm's 0-99%8): one job per task, logged together.
-  common::ArraySpec array;
-  if (auto it = body.find("array"); it != body.end()) {
-    if (!it->is_string()) {
-      return Error(400, "array must be a string like \"0-99%8\" or \"1,3,5-7\"", "array");
-    }
-    Result<common::ArraySpec> parsed = common::ParseArraySpec(it->get_ref<const std::string&>());
-    if (!parsed.ok()) return Error(400, parsed.message(), "array");
-    array = std::move(parsed).value();
-  }
-  const int64_t count = array.tasks.empty() ? 1 : static_cast<int64_t>(array.tasks.size());
-  if (count > 1) {
-    // The caps on waiting jobs count every task.
-    if (const core::TenantConfig* t = s.driver.core->tenant(request.tenant);
-        t != nullptr && t->max_queued_jobs > 0 &&
-        s.driver.waiting().OfTenant(request.tenant) + count > t->max_queued_jobs) {
-      return Error(409,
-                   "the array's " + std::to_string(count) + " tasks would take tenant " +
-                       request.tenant + " past its max_queued_jobs (" +
-                       std::to_string(t->max_queued_jobs) + "); submit fewer tasks",
-                   "array");
-    }
-    if (s.config.max_queued_jobs_per_user > 0 &&
-        s.driver.waiting().OfUser(request.user) + count > s.config.max_queued_jobs_per_user) {
-      return Error(409,
-                   "the array's " + std::to_string(count) + " tasks would take user " +
-                       request.user + " past the cluster's max_queued_jobs_per_user (" +
-                       std::to_string(s.config.max_queued_jobs_per_user) + "); submit fewer tasks",
-                   "array");
-    }
-  }
-
   // Refuse what can never run here, before it is logged.
   if (request.spec.gpus > s.driver.topology->total_gpus()) {
     return Error(400,

@@ -18,7 +18,7 @@ import tempfile
 from harness import Cli, Daemon, check, run, serving, setup_tiny
 from test_agents import P, Agent, issue, wait_for
 
-CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\n"
+CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\nmax_queued_jobs_per_user = 20\n"
 NODES = ["n%d" % i for i in range(8)]
 
 
@@ -150,6 +150,10 @@ def main():
             wait_for(lambda: job(ids[2])["state"] == "running", 5, "the third task to start")
             for bad in ("5-1", "0-9%0", "0-5000", 7):
                 refused("array", array=bad)
+            # The cap on a user's waiting jobs counts every task.
+            e = submit(alice, 8, expect=409, array="0-29")["error"]
+            check(e.get("field") == "array" and "30 tasks would take user alice" in e["message"],
+                  "an array past max_queued_jobs_per_user: %s" % e)
             d.api("GET", "/v1/jobs/%d" % ids[1], token=bob, expect=404)
 
             # ---- a restart keeps what a job still waits on, and the throttle
