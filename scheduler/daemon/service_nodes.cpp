@@ -4,6 +4,7 @@
 #include <charconv>
 #include <set>
 
+#include "daemon/pki.hpp"
 #include "daemon/service_internal.hpp"
 #include "topo/common/hostlist.hpp"
 
@@ -188,14 +189,17 @@ HttpResponse HandleNodes(ServiceState& s, const Caller& caller, const Route& rou
       if (seen.insert(n).second) ids.push_back(n);
     }
     const bool drain = p[1] == "drain";
-    if (drain && reason.empty()) reason = "drained by " + caller.user.name;
-    if (!drain && reason.empty()) reason = "resumed by " + caller.user.name;
+    // Who and when travel with the reason, as Slurm's "Reason=... [user@time]"
+    // does: the core keeps a drain's reason until the node is resumed.
+    const std::string stamp =
+        " [" + caller.user.name + "@" + FormatUtc(s.driver.now / core::kSecond) + "]";
+    if (reason.empty()) reason = drain ? "drained" : "resumed";
     for (NodeId n : ids) {
       s.agents->SetDrainMode(topo.node(n).name, drain ? mode : "");
       s.driver.Step(
           core::NodeStateRequested{
               n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
-              drain && mode != "graceful" ? reason + " (" + mode + ")" : reason},
+              (drain && mode != "graceful" ? reason + " (" + mode + ")" : reason) + stamp},
           s.Actor(caller));
       if (!s.config.slurm_socket.empty()) {
         // Slurm mode, graceful: the Slurm bridge signals the jobs to

@@ -10,6 +10,7 @@ usage: test_e2e.py TOPO_SCHEDULER_BIN TOPO_BIN
 
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -198,7 +199,12 @@ def main():
         # drain / resume with the admin.
         topo(["drain", "n7", "--reason", "bad cable"])
         n7 = js(["nodes", "n7"])
-        check(n7["state"] == "drained" and n7["reason"] == "bad cable", "drained: %s" % n7)
+        # The admin's reason is kept with who drained it and when (UTC), as
+        # Slurm's Reason=... [user@time], until the node is resumed.
+        check(n7["state"] == "drained" and
+              re.fullmatch(r"bad cable \[admin@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\]",
+                           n7["reason"]), "drained: %s" % n7)
+        check("bad cable [admin@" in topo(["nodes", "n7"]).stdout, "the table shows who")
         topo(["drain", "n99", "--reason", "x"], expect=INVALID)
         topo(["resume", "n7"])
         check(js(["nodes", "n7"])["state"] == "up", "resumed")
