@@ -99,6 +99,32 @@ struct Parsed {
   std::optional<HttpResponse> error;
 };
 
+// A query key or value as sent: "%2F" is '/', and so on (RFC 3986; a '+' is
+// a plus sign). nullopt for a '%' without two hex digits after it.
+std::optional<std::string> PercentDecode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (text.size() - i < 3) return std::nullopt;
+    const int hi = hex(text[i + 1]);
+    const int lo = hex(text[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 // Splits the target: path segments after /v1 (or {"metrics"}) and the query.
 Parsed ParseRoute(const HttpRequest& request) {
   Parsed out;
@@ -115,8 +141,19 @@ Parsed ParseRoute(const HttpRequest& request) {
       std::string_view kv = q.substr(i, end - i);
       const size_t eq = kv.find('=');
       if (!kv.empty()) {
-        route.query[std::string(kv.substr(0, eq))] =
-            eq == std::string_view::npos ? "" : std::string(kv.substr(eq + 1));
+        std::optional<std::string> key = PercentDecode(kv.substr(0, eq));
+        std::optional<std::string> value =
+            PercentDecode(eq == std::string_view::npos ? "" : kv.substr(eq + 1));
+        if (!key || !value) {
+          const std::string name(kv.substr(0, std::min<size_t>(eq, 100)));
+          out.error = Error(400,
+                            "query parameter " + name +
+                                ": a '%' must start an escape of two hex digits (%2F for '/')",
+                            name);
+          out.error->route = "invalid";
+          return out;
+        }
+        route.query[std::move(*key)] = std::move(*value);
       }
       i = end + 1;
     }

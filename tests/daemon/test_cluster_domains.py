@@ -92,6 +92,9 @@ def main():
         for name, want in (("leaf1", ["n2", "n3"]), ("spine1", ["n4", "n5", "n6", "n7"]), ("n5", ["n5"])):
             got = [n["name"] for n in d.api("GET", "/v1/nodes?domain=" + name, expect=200)["nodes"]]
             check(got == want, "GET /v1/nodes?domain=%s lists %s, want %s" % (name, got, want))
+        # Query values are percent-decoded (what the CLI sends for any name).
+        got = [n["name"] for n in d.api("GET", "/v1/nodes?domain=%6Cea%66%31", expect=200)["nodes"]]
+        check(got == ["n2", "n3"], "domain=%%6Cea%%66%%31 (leaf1) lists %s" % got)
         for n in d.api("GET", "/v1/nodes?domain=spine0", token=alice, expect=200)["nodes"]:
             check(n["gpu_jobs"] == [(-1 if j == b_id else j) for j in nodes[n["name"]]["gpu_jobs"]],
                   "alice's view of %s: %s" % (n["name"], n["gpu_jobs"]))
