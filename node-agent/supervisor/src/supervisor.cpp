@@ -177,8 +177,27 @@ std::string RankSupervisor::LogPath(const std::string& job_id, int rank) const {
       it != impl_->jobs.end() && it->second.mode == core::LaunchMode::kNode) {
     return NodeLogPath(job_id, it->second.group_rank);
   }
-  return (fs::path(impl_->opt.log_dir) / job_id / ("rank-" + std::to_string(rank) + ".log"))
-      .string();
+  const fs::path dir = fs::path(impl_->opt.log_dir) / job_id;
+  const fs::path rank_log = dir / ("rank-" + std::to_string(rank) + ".log");
+  if (impl_->jobs.count(job_id) == 0) {
+    // A job this supervisor no longer runs (it ended, or the agent was
+    // restarted): one launched once per node left node-G.log, the one log
+    // of this node's group rank, and no rank-R.log.
+    std::error_code ec;
+    if (!fs::exists(rank_log, ec)) {
+      std::string found;
+      int count = 0;
+      for (fs::directory_iterator i(dir, ec), end; !ec && i != end; i.increment(ec)) {
+        const std::string name = i->path().filename().string();
+        if (name.starts_with("node-") && name.ends_with(".log")) {
+          found = i->path().string();
+          ++count;
+        }
+      }
+      if (count == 1) return found;
+    }
+  }
+  return rank_log.string();
 }
 
 std::string RankSupervisor::NodeLogPath(const std::string& job_id, int group_rank) const {

@@ -449,6 +449,11 @@ TEST_CASE("node mode: one process per node with the environment torchrun reads")
   CHECK(log.find("node-output") != std::string::npos);
   CHECK(sup.LogPath("nodejob", 6) == t / "logs/nodejob/node-1.log");
   CHECK_FALSE(fs::exists(t / "logs/nodejob/rank-4.log"));
+  // Once the job is forgotten (it ended, or the agent restarted), `topo
+  // logs` of its ranks still finds the node's log, not a missing rank-R.log.
+  REQUIRE(sup.Forget("nodejob").ok());
+  CHECK(sup.LogPath("nodejob", 6) == t / "logs/nodejob/node-1.log");
+  CHECK(sup.LogPath("never-ran", 0) == t / "logs/never-ran/rank-0.log");
 }
 
 TEST_CASE("--output and --error patterns are opened as the account, relative to chdir") {
