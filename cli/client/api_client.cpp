@@ -427,6 +427,10 @@ struct ApiClient::Impl {
     return Status::Ok();
   }
 
+  // The last Request failed before any byte of it was sent (resolving,
+  // connecting, the TLS handshake): the server cannot have acted on it.
+  bool unsent = false;
+
   enum class Stage { kWrite, kRead };
   struct Failure {
     error_code ec;
@@ -493,9 +497,11 @@ struct ApiClient::Impl {
                             verb == http::verb::delete_ || verb == http::verb::head;
     for (int attempt = 0;; ++attempt) {
       const bool reused = stream != nullptr;
+      unsent = true;
       if (!stream) {
         if (Status s = Connect(); !s.ok()) return s;
       }
+      unsent = false;
       std::variant<ApiResponse, Failure> r = Exchange(req);
       if (auto* ok = std::get_if<ApiResponse>(&r)) return std::move(*ok);
       const Failure f = std::get<Failure>(r);
@@ -514,6 +520,8 @@ struct ApiClient::Impl {
     }
   }
 };
+
+bool ApiClient::last_failure_unsent() const { return impl_->unsent; }
 
 ApiClient::ApiClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ApiClient::~ApiClient() = default;

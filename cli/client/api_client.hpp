@@ -97,6 +97,10 @@ class ApiClient {
   int connections_opened() const;
   // Of those, how many resumed a TLS session (an abbreviated handshake).
   int handshakes_resumed() const;
+  // After a Request error: true when it failed before any byte of the
+  // request was sent (resolving, connecting, the handshake), so the server
+  // cannot have acted on it and it may go to another server whatever it is.
+  bool last_failure_unsent() const;
 
  private:
   struct Impl;

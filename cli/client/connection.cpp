@@ -18,6 +18,8 @@ using core::Status;
 namespace {
 
 constexpr std::string_view kDefaultServer = "https://127.0.0.1:8443";
+// Replicas one command may try (docs/ha.md: three or five in practice).
+constexpr size_t kMaxServers = 16;
 constexpr double kDefaultTimeoutS = 30;
 
 std::string_view Trim(std::string_view s) {
@@ -287,14 +289,42 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
     out.options.server = std::string(kDefaultServer);
     out.server_source = "default";
   }
-  Result<ServerUrl> url = ParseServerUrl(out.options.server);
-  if (!url.ok()) {
-    return Status::Error(url.message() + (out.server_source == "default"
-                                              ? ""
-                                              : " (from " + out.server_source + ")"));
+  // Several servers: separated by commas (or newlines, from a repeated
+  // --server), blanks around them ignored.
+  bool local = true;
+  {
+    std::string item;
+    const std::string all = out.options.server + ",";
+    for (char c : all) {
+      if (c != ',' && c != '\n') {
+        item += c;
+        continue;
+      }
+      const size_t b = item.find_first_not_of(" \t");
+      const size_t e = item.find_last_not_of(" \t");
+      if (b != std::string::npos) out.servers.push_back(item.substr(b, e - b + 1));
+      item.clear();
+    }
+    if (out.servers.empty()) {
+      return Status::Error("no server in '" + out.options.server + "' (from " + out.server_source +
+                           "): give a URL such as https://sched:8443");
+    }
+    if (out.servers.size() > kMaxServers) {
+      return Status::Error("more than " + std::to_string(kMaxServers) + " servers (from " +
+                           out.server_source + ")");
+    }
+    for (const std::string& s : out.servers) {
+      Result<ServerUrl> url = ParseServerUrl(s);
+      if (!url.ok()) {
+        return Status::Error(url.message() + (out.server_source == "default"
+                                                  ? ""
+                                                  : " (from " + out.server_source + ")"));
+      }
+      // The daemon's own files apply only to a daemon on this machine.
+      local = local && IsLoopbackHost(url.value().host);
+    }
+    out.options.server = out.servers.front();
   }
-  // The daemon's own files apply only to a daemon on this machine.
-  const bool local = IsLoopbackHost(url.value().host);
 
   // token
   if (!flags.token.empty() && !flags.token_file.empty()) {

@@ -5,6 +5,8 @@
 //
 //   server   --server      TOPO_SERVER      server = ...      STATE_DIR/endpoint (*),
 //                                                             https://127.0.0.1:8443
+//            (several, comma-separated or --server repeated: the replicas of
+//            one scheduler, tried in order; docs/ha.md)
 //   token    --token       TOPO_TOKEN       token = ...       STATE_DIR/admin-token (*)
 //            --token-file  TOPO_TOKEN_FILE  token_file = ...
 //   ca       --ca          TOPO_CA          ca = ...          STATE_DIR/ca.pem (*)
@@ -28,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "client/api_client.hpp"
 #include "topo/core/status.hpp"
@@ -75,7 +78,11 @@ std::string ConfigFilePath(const EnvLookup& env);
 std::string DefaultStateDir(const EnvLookup& env);
 
 struct Connection {
-  ClientOptions options;
+  ClientOptions options;  // options.server: servers[0]
+  // Every server given, in order (`--server A,B`, repeated --server,
+  // TOPO_SERVER=A,B, `server = A, B`): replicas of one scheduler, of which
+  // one leads. Session tries the next when one cannot be reached.
+  std::vector<std::string> servers;
   // Where each setting came from: "--server", "TOPO_SERVER", "PATH:LINE",
   // "default", "STATE_DIR/admin-token" ...; token_source "" when no token.
   std::string server_source;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "client/input.hpp"
+#include "topo/common/event_json.hpp"
 #include "topo/common/job_chain.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/job_process.hpp"
@@ -213,6 +214,11 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
       {"array", "0-99%8",
        "A job array: one job per index (ranges A-B, lists, :STEP), at most N running with %N; "
        "each gets TOPO_ARRAY_JOB_ID and TOPO_ARRAY_TASK_ID"},
+      {"request-id", "ID",
+       "The submission's idempotency key (letters, digits, . _ : -; at most 64): a second "
+       "submission of yours with the same ID is answered with the job the first one made. "
+       "Default: a random one per topo submit, so its own retries (another --server) never "
+       "make two jobs"},
       {"spec", "FILE", "Job spec v1 JSON (or a whole request), - for standard input"},
   };
   return kTable;
@@ -323,6 +329,10 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
       start = comma + 1;
     }
     return Status::Ok();
+  }
+  if (name == "request-id") {
+    Status s = common::CheckClientRequestId(value);
+    return s.ok() ? s : err(s.message());
   }
   if (name == "dependency") {
     Result<std::vector<core::Dependency>> d = common::ParseDependencies(value);
@@ -635,7 +645,8 @@ std::string SubmitFieldLabel(const SubmitFlags& flags, std::string_view field) {
       {"output", "output"},
       {"error", "error"},
       {"dependency", "dependency"},
-      {"array", "array"}};
+      {"array", "array"},
+      {"client_request_id", "request-id"}};
   auto it = kFlagOf.find(field);
   if (it == kFlagOf.end()) {
     if (field == "env" || field.substr(0, 4) == "env.") return "--env";
@@ -840,6 +851,7 @@ Result<nlohmann::json> BuildSubmitRequest(const SubmitFlags& flags,
   }
   if (given("dependency")) req["dependency"] = flags.at("dependency").value;
   if (given("array")) req["array"] = flags.at("array").value;
+  if (given("request-id")) req["client_request_id"] = flags.at("request-id").value;
   // A duration in seconds, or 'never' as -1.
   auto never_or_duration = [&](const char* flag, const char* field) -> Status {
     if (!given(flag)) return Status::Ok();

@@ -21,8 +21,10 @@ constexpr int kMaxRetryWaitS = 10;
 void AddConnectionFlags(CLI::App& cmd, ConnectionFlags* flags) {
   const std::string group = "Connection (else TOPO_* variables, ~/.config/topo/config)";
   cmd.add_option("--server", flags->server,
-                 "topo-scheduler URL (TOPO_SERVER; default https://127.0.0.1:8443)")
+                 "topo-scheduler URL (TOPO_SERVER; default https://127.0.0.1:8443); several "
+                 "replicas: --server A,B or --server A --server B, tried in order")
       ->type_name("URL")
+      ->multi_option_policy(CLI::MultiOptionPolicy::Join)
       ->group(group);
   auto* token = cmd.add_option("--token", flags->token, "API token (TOPO_TOKEN)")
                     ->type_name("TOKEN")
@@ -84,8 +86,38 @@ std::unique_ptr<Session> Session::Open(const ConnectionFlags& flags, int* exit_c
 Reply Session::Call(std::string_view method, const std::string& target,
                     const std::optional<nlohmann::json>& body, bool quiet) {
   Reply reply;
+  // Safe to send again to another replica even when this one may have got
+  // it: reads, and a submission with its client_request_id (the daemon
+  // answers a repeat with the job it made).
+  const bool repeatable = method == "GET" || method == "HEAD" ||
+                          (body && body->is_object() && body->contains("client_request_id"));
+  size_t tried = 1;  // servers tried for this call
   for (int attempt = 0;; ++attempt) {
     core::Result<ApiResponse> res = client_->Request(method, target, body);
+    // Another replica, when this one did not answer (or answered 503, its
+    // leadership lost or not yet won: it acted on nothing) and the request
+    // cannot be applied twice that way.
+    const bool unanswered = !res.ok();
+    const bool unavailable = res.ok() && res.value().status == 503;
+    if ((unanswered || unavailable) && tried < connection_.servers.size() &&
+        (repeatable || (unanswered && client_->last_failure_unsent()))) {
+      const std::string& was = connection_.servers[server_];
+      server_ = (server_ + 1) % connection_.servers.size();
+      ++tried;
+      ClientOptions next = connection_.options;
+      next.server = connection_.servers[server_];
+      core::Result<std::unique_ptr<ApiClient>> other = ApiClient::Create(next);
+      if (other.ok()) {
+        if (!quiet) {
+          std::cerr << "topo: " << TerminalSafe(was) << " "
+                    << (unanswered ? "did not answer" : "is not serving (503)") << "; trying "
+                    << TerminalSafe(next.server) << "\n";
+        }
+        client_ = std::move(other.value());
+        --attempt;  // not a rate-limit retry
+        continue;
+      }
+    }
     if (!res.ok()) {
       if (!quiet) std::cerr << "topo: " << TerminalSafe(res.message()) << "\n";
       reply.exit_code = kExitUnreachable;

@@ -61,6 +61,7 @@ class Session {
   Session(Connection connection, std::unique_ptr<ApiClient> client);
   Connection connection_;
   std::unique_ptr<ApiClient> client_;
+  size_t server_ = 0;  // the index in connection_.servers that client_ talks to
   std::function<std::string(std::string_view)> label_;
 };
 

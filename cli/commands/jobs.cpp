@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "client/format.hpp"
@@ -44,6 +46,18 @@ std::string StateAndReason(const json& job) {
 }
 
 // ---- submit
+
+// 128 random bits as 32 hex digits, from the kernel's random source.
+std::string RandomRequestId() {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+    out += buf;
+  }
+  return out;
+}
 
 struct SubmitArgs {
   std::string script;
@@ -182,6 +196,11 @@ int RunSubmit(SubmitArgs& args) {
   if (args.dry_run) {
     PrintJson(request.value());
     return kExitOk;
+  }
+  // An idempotency key of this submission (unless --request-id gave one):
+  // a retry against another replica (--server A,B) never makes a second job.
+  if (!request.value().contains("client_request_id")) {
+    request.value()["client_request_id"] = RandomRequestId();
   }
 
   int exit_code = kExitOk;

@@ -684,6 +684,23 @@ Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
   return t;
 }
 
+core::Status CheckClientRequestId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxClientRequestId) {
+    return core::Status::Error("must be 1 to " + std::to_string(kMaxClientRequestId) +
+                               " characters long");
+  }
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == ':' || c == '-';
+    if (!ok) {
+      return core::Status::Error(
+          "may hold only letters, digits and . _ : - (a random hex string from `topo submit`, or "
+          "a name of your own such as nightly-2026-11-26)");
+    }
+  }
+  return core::Status::Ok();
+}
+
 Json JobRequestToJson(const core::JobRequest& request) {
   Json out = {{"spec", JobSpecToJson(request.spec)},
               {"tenant", request.tenant},
@@ -710,6 +727,7 @@ Json JobRequestToJson(const core::JobRequest& request) {
                     {"task", request.array_task},
                     {"throttle", request.array_throttle}};
   }
+  if (!request.client_request_id.empty()) out["client_request_id"] = request.client_request_id;
   return out;
 }
 
@@ -718,7 +736,7 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
       j, "",
       {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command",
        "unix_user", "memory_mb_per_node", "cpu_millis_per_node", "placement_wait_ms", "launch",
-       "env", "chdir", "output", "error", "dependencies", "array"});
+       "env", "chdir", "output", "error", "dependencies", "array", "client_request_id"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -793,6 +811,13 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
     request.array_task = ar.Int("task", 0);
     request.array_throttle = ar.Int("throttle", 0);
     if (!ar.ok()) return ar.status();
+  }
+  if (auto it = j.find("client_request_id"); it != j.end()) {
+    if (!it->is_string() || it->get_ref<const std::string&>().size() > kMaxClientRequestId) {
+      return PathError("client_request_id", "must be a string of at most " +
+                                                std::to_string(kMaxClientRequestId) + " bytes");
+    }
+    request.client_request_id = it->get<std::string>();
   }
   return request;
 }

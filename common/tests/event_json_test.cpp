@@ -445,6 +445,18 @@ TEST_CASE("state names parse back for every value") {
   CHECK_FALSE(common::ParseJobState("unknown").has_value());
 }
 
+TEST_CASE("a client_request_id is checked by one rule") {
+  CHECK(common::CheckClientRequestId("0f3a9c1d2e4b5a6978877665544332211").ok());
+  CHECK(common::CheckClientRequestId("nightly-2026-11-26:run_2.b").ok());
+  CHECK(common::CheckClientRequestId(std::string(64, 'x')).ok());
+  CHECK_FALSE(common::CheckClientRequestId("").ok());
+  CHECK_FALSE(common::CheckClientRequestId(std::string(65, 'x')).ok());
+  for (const char* bad : {"a b", "a/b", "a\nb", "\"quoted\"", "caf\xc3\xa9", "a;rm"}) {
+    CAPTURE(bad);
+    CHECK(common::CheckClientRequestId(bad).message().find("letters, digits") != std::string::npos);
+  }
+}
+
 TEST_CASE("a request's dependencies and array task round-trip; absent ones read as none") {
   core::JobRequest r;
   r.spec.gpus = 8;
@@ -465,6 +477,15 @@ TEST_CASE("a request's dependencies and array task round-trip; absent ones read 
   CHECK(back.value().array_throttle == 8);
   CHECK(common::JobRequestFromJson(plain).value().dependencies.empty());
   CHECK(common::JobRequestFromJson(plain).value().array_job == 0);
+  CHECK(!plain.contains("client_request_id"));
+  r.client_request_id = "a1b2:retry-3";
+  CHECK(common::JobRequestFromJson(common::JobRequestToJson(r)).value().client_request_id ==
+        "a1b2:retry-3");
+  nlohmann::json long_key = common::JobRequestToJson(r);
+  long_key["client_request_id"] = std::string(65, 'k');
+  CHECK(common::JobRequestFromJson(long_key).message().find("client_request_id") !=
+        std::string::npos);
+  r.client_request_id.clear();
 
   struct Bad {
     nlohmann::json deps;
@@ -516,6 +537,7 @@ TEST_CASE("a queued job's whole request survives a snapshot of the core") {
   full.process.working_dir = "/home/ada/run";
   full.process.output = "out-%j-%r.log";
   full.process.error = "err-%j.log";
+  full.client_request_id = "nightly-2026-11-26:7";
   const nlohmann::json want = common::JobRequestToJson(full);
   const nlohmann::json defaults = common::JobRequestToJson(core::JobRequest{});
   for (auto it = want.begin(); it != want.end(); ++it) {
@@ -528,4 +550,14 @@ TEST_CASE("a queued job's whole request survives a snapshot of the core") {
   REQUIRE(restored.Restore(core.Snapshot()).ok());
   REQUIRE(restored.job(2) != nullptr);
   CHECK(common::JobRequestToJson(restored.job(2)->request) == want);
+
+  // A snapshot of format version 1 (before client_request_id) still
+  // restores: the request without the key, the rest the same.
+  core::SchedulerCore old(t, c);
+  REQUIRE(old.Restore(core.Snapshot(1)).ok());
+  REQUIRE(old.job(2) != nullptr);
+  nlohmann::json want_v1 = want;
+  want_v1.erase("client_request_id");
+  CHECK(common::JobRequestToJson(old.job(2)->request) == want_v1);
+  CHECK(old.Snapshot(1) == core.Snapshot(1));
 }

@@ -7,9 +7,12 @@
 // container's own (ordered) iteration order, so the bytes are canonical.
 //
 // A new field of the core's state must be added here, on both sides, and
-// kSnapshotVersion raised: a snapshot of the old version is then refused and
-// the daemon replays the log in full (never a wrong restore).
+// kSnapshotVersion raised, the reader taking the field only from snapshots of
+// the new version (Bounds::version) and keeping every older version readable:
+// a store whose early events were compacted away has nothing else to start
+// from. Version 2 added a request's client_request_id.
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -49,6 +52,7 @@ uint64_t TopologyFingerprint(const Topology& topo) {
 class Writer {
  public:
   std::string out;
+  uint32_t version = SchedulerCore::kSnapshotVersion;  // of the format written
 
   void U8(uint8_t v) { out.push_back(static_cast<char>(v)); }
   void U32(uint32_t v) {
@@ -313,6 +317,7 @@ TenantConfig ReadTenant(Reader& r) {
 // Range checks against the topology.
 struct Bounds {
   const Topology& topo;
+  uint32_t version = SchedulerCore::kSnapshotVersion;  // of the snapshot being read
   NodeId Node(Reader& r) const {
     return static_cast<NodeId>(r.Int("node", 0, static_cast<int64_t>(topo.node_count()) - 1));
   }
@@ -409,6 +414,7 @@ void WriteJob(Writer& w, const JobRecord& j) {
   w.I64(q.array_job);
   w.I64(q.array_task);
   w.I64(q.array_throttle);
+  if (w.version >= 2) w.Str(q.client_request_id);
   write_deps(j.waiting_on);
   w.Enum(j.state);
   w.Str(j.reason);
@@ -462,6 +468,7 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
   q.array_job = b.Job(r);
   q.array_task = r.Int("array task", -1);
   q.array_throttle = r.Int("array throttle", 0);
+  if (b.version >= 2) q.client_request_id = r.Str();
   read_deps(j.waiting_on);
   j.state = r.Enum("job state", JobState::kRejected);
   j.reason = r.Str();
@@ -500,14 +507,15 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
 }  // namespace
 
 struct SnapshotAccess {
-  static std::string Write(const SchedulerCore::Impl& c);
+  static std::string Write(const SchedulerCore::Impl& c, uint32_t version);
   static Status Read(SchedulerCore::Impl& c, std::string_view bytes);
 };
 
-std::string SnapshotAccess::Write(const SchedulerCore::Impl& c) {
+std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version) {
   Writer w;
+  w.version = version;
   w.out.append(kMagic);
-  w.U32(SchedulerCore::kSnapshotVersion);
+  w.U32(version);
   const Topology& topo = c.topo_;
   w.I64(topo.node_count());
   w.U64(TopologyFingerprint(topo));
@@ -602,7 +610,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   }
   Reader head(bytes.substr(kMagic.size(), 4));
   const uint32_t version = head.U32();
-  if (version != SchedulerCore::kSnapshotVersion) {
+  if (version < 1 || version > SchedulerCore::kSnapshotVersion) {
     return Status::Error("snapshot format version " + std::to_string(version) +
                          " is not the one this build reads (" +
                          std::to_string(SchedulerCore::kSnapshotVersion) +
@@ -615,7 +623,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   }
   Reader r(body.substr(kMagic.size() + 4));
   const Topology& topo = c.topo_;
-  const Bounds b{topo};
+  const Bounds b{topo, version};
   const int64_t nodes = r.I64();
   const uint64_t fingerprint = r.U64();
   if (nodes != topo.node_count() || fingerprint != TopologyFingerprint(topo)) {
@@ -794,7 +802,13 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   return Status::Ok();
 }
 
-std::string SchedulerCore::Snapshot() const { return SnapshotAccess::Write(*impl_); }
+std::string SchedulerCore::Snapshot() const {
+  return SnapshotAccess::Write(*impl_, kSnapshotVersion);
+}
+
+std::string SchedulerCore::Snapshot(uint32_t version) const {
+  return SnapshotAccess::Write(*impl_, std::clamp<uint32_t>(version, 1, kSnapshotVersion));
+}
 
 Status SchedulerCore::Restore(std::string_view snapshot) {
   auto fresh = std::make_unique<Impl>(impl_->topo_, impl_->config_);

@@ -244,9 +244,12 @@ TEST_CASE("a bad snapshot is refused with the reason and leaves the core as it w
   std::string flipped = good;
   flipped[flipped.size() / 2] ^= 0x40;
   refused(flipped, "checksum");
-  std::string v2 = good;
-  v2[8] = 2;
-  refused(v2, "format version 2");
+  std::string newer = good;
+  newer[8] = static_cast<char>(SchedulerCore::kSnapshotVersion + 1);
+  refused(newer, "format version " + std::to_string(SchedulerCore::kSnapshotVersion + 1));
+  std::string zero = good;
+  zero[8] = 0;
+  refused(zero, "format version 0");
 
   // Over another topology, or under another config.
   Topology other = testing::MakeRegular({"node", "hbd", "leaf", "spine"}, 1, {2, 2, 3}, 2, 4);

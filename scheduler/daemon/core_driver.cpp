@@ -11,6 +11,19 @@ namespace topo::daemon {
 using core::Result;
 using core::Status;
 
+core::Result<std::vector<core::JobId>> CoreDriver::JobsByClientRequest(const std::string& user,
+                                                                       const std::string& id) {
+  core::Result<std::vector<core::JobId>> ids = store->JobsByClientRequest(user, id);
+  if (!ids.ok()) return ids;
+  for (const store::LogEntry& e : staged_) {
+    if (const auto* s = std::get_if<core::JobSubmitted>(&e.event);
+        s != nullptr && s->request.user == user && s->request.client_request_id == id) {
+      ids.value().push_back(s->id);
+    }
+  }
+  return ids;
+}
+
 const std::vector<core::Command>& CoreDriver::Step(const core::Event& event, std::string actor) {
   const auto t0 = std::chrono::steady_clock::now();
   store::LogEntry entry;

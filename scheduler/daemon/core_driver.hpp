@@ -76,6 +76,10 @@ class CoreDriver {
   // staged: an empty batch). Terminal jobs then leave the core.
   core::Result<std::vector<store::LogEntry>> Commit();
   size_t staged() const { return staged_.size(); }
+  // The jobs `user` submitted with this client_request_id: in the store, and
+  // in the entries staged for the next commit (a retry within one group).
+  core::Result<std::vector<core::JobId>> JobsByClientRequest(const std::string& user,
+                                                             const std::string& id);
   // The tenant of a job, if the job exists (in the core or the store).
   std::optional<std::string> JobTenant(core::JobId id);
   // Rebuilds core, empty and judge over topology (after Open or an import).

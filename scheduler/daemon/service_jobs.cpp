@@ -377,6 +377,38 @@ Result<std::optional<Json>> FindJob(ServiceState& s, const Caller& caller, JobId
   return std::optional<Json>(std::move(out));
 }
 
+// The answer to a submission whose client_request_id made `ids` already
+// (ascending; one job, or the tasks of an array): 200 and the first answer's
+// fields, with "duplicate": true. Nothing new is logged.
+HttpResponse AlreadySubmitted(ServiceState& s, const std::vector<JobId>& ids) {
+  const JobId first = ids.front();
+  Json out = {{"id", first}, {"duplicate", true}};
+  const core::JobRecord* j = s.driver.core->job(first);
+  if (j != nullptr && j->request.array_job != 0) {
+    Json tasks = Json::array();
+    for (JobId id : ids) {
+      const core::JobRecord* t = s.driver.core->job(id);
+      if (t != nullptr) tasks.push_back(t->request.array_task);
+    }
+    out["array"] = {{"job", first}, {"throttle", j->request.array_throttle}};
+    if (tasks.size() == ids.size()) out["array"]["tasks"] = std::move(tasks);
+  }
+  if (ids.size() > 1 || out.contains("array")) {
+    out["ids"] = ids;
+  } else if (j != nullptr) {
+    out["state"] = core::JobStateName(j->state);
+    out["reason"] = j->reason;
+  } else {
+    Result<std::optional<store::JobRow>> row = s.driver.store->GetJob(first);
+    if (!row.ok()) return StoreFailed(row.status());
+    if (row.value()) {
+      out["state"] = core::JobStateName(row.value()->state);
+      out["reason"] = row.value()->reason;
+    }
+  }
+  return JsonResponse(200, out);
+}
+
 HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   Body b = ParseBody(*route.request, false);
   if (b.error) return *b.error;
@@ -384,10 +416,26 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   if (auto e = UnknownField(
           body, {"spec", "tenant", "priority", "time_limit_s", "checkpoint_interval_s",
                  "placement_wait_s", "command", "memory_mb_per_node", "cpus_per_node", "launch",
-                 "env", "chdir", "output", "error", "dependency", "array"})) {
+                 "env", "chdir", "output", "error", "dependency", "array", "client_request_id"})) {
     return *e;
   }
   if (s.driver.core == nullptr) return NoTopology();
+  // The idempotency key: a retry of a submission that was made (its answer
+  // lost, or sent to another replica) gets the jobs made the first time.
+  std::string client_request_id;
+  if (auto it = body.find("client_request_id"); it != body.end()) {
+    if (!it->is_string()) {
+      return Error(400, "client_request_id must be a string", "client_request_id");
+    }
+    client_request_id = it->get<std::string>();
+    if (core::Status c = common::CheckClientRequestId(client_request_id); !c.ok()) {
+      return Error(400, "client_request_id " + c.message(), "client_request_id");
+    }
+    Result<std::vector<JobId>> made =
+        s.driver.JobsByClientRequest(caller.user.name, client_request_id);
+    if (!made.ok()) return StoreFailed(made.status());
+    if (!made.value().empty()) return AlreadySubmitted(s, made.value());
+  }
   if (!body.contains("spec")) {
     return Error(400, "spec is missing: give the job spec v1, e.g. {\"spec\": {\"gpus\": 8}}",
                  "spec");
@@ -396,6 +444,7 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   if (!spec.ok()) return Error(400, "spec: " + spec.message(), "spec");
   core::JobRequest request;
   request.spec = std::move(spec).value();
+  request.client_request_id = std::move(client_request_id);
   request.user = caller.user.name;
   request.tenant = caller.user.tenant;
   if (auto it = body.find("tenant"); it != body.end()) {

@@ -250,6 +250,10 @@ Status Store::Impl::DetectJobRuns() {
       db.QueryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'job_runs'");
   if (!n.ok()) return Error("reading the schema", n.status());
   has_job_runs = n.value() == 1;
+  Result<int64_t> c = db.QueryInt(
+      "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'client_request_id'");
+  if (!c.ok()) return Error("reading the schema", c.status());
+  has_client_request_id = c.value() == 1;
   return Status::Ok();
 }
 

@@ -358,6 +358,10 @@ class Store {
 
   // ---- materialized views
   core::Result<std::optional<JobRow>> GetJob(JobId id);
+  // The jobs `user` submitted with this client_request_id (a job array's
+  // tasks share one), by id; empty when none.
+  core::Result<std::vector<JobId>> JobsByClientRequest(const std::string& user,
+                                                       const std::string& client_request_id);
   core::Result<std::vector<JobRow>> ListJobs(const JobQuery& query);
   // The runs of each job, by job then run (jobs without runs have none).
   core::Result<std::vector<JobRunRow>> ListJobRuns(std::span<const JobId> jobs);

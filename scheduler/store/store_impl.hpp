@@ -36,6 +36,7 @@ JobRow ReadJobRowAt(const internal::Statement& q);
 struct WriteStatements {
   internal::Statement insert_event;
   internal::Statement insert_job;
+  internal::Statement job_request_id;
   internal::Statement job_checkpoint;
   internal::Statement job_start;
   internal::Statement job_restart;
@@ -66,6 +67,8 @@ class Store::Impl {
   // The schema has job_runs (0004_job_runs.sql); tests that migrate to an
   // older version run without it.
   bool has_job_runs = false;
+  // jobs.client_request_id (0006_client_request_id.sql), likewise.
+  bool has_client_request_id = false;
   int64_t last_seq = 0;
   TimeMs last_time = 0;
   WriteStatements write;
@@ -79,7 +82,8 @@ class Store::Impl {
     return Error(what, cause.message());
   }
 
-  // Sets has_job_runs from the file's schema (store.cpp).
+  // Sets has_job_runs and has_client_request_id from the file's schema
+  // (store.cpp).
   core::Status DetectJobRuns();
   // store.cpp: feeds the events from from_seq through core; fresh: the core
   // must not have stepped yet (else it holds a restored snapshot).

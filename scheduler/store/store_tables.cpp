@@ -134,6 +134,7 @@ Status Store::Impl::PrepareWriteStatements() {
        "INSERT OR IGNORE INTO jobs(id, tenant, user, state, reason, spec, priority, "
        "time_limit_ms, checkpoint_interval_ms, submit_ms, submit_seq, updated_seq) "
        "VALUES (?1, ?2, ?3, 'queued', 'submitted', ?4, ?5, ?6, ?7, ?8, ?9, ?9)"},
+      {&write.job_request_id, "UPDATE jobs SET client_request_id = ?2 WHERE id = ?1"},
       // As the core: only a newer step counts, whatever the job's state.
       {&write.job_checkpoint,
        "UPDATE jobs SET checkpoint_step = ?2, checkpoint_ms = ?3, updated_seq = ?4 "
@@ -174,6 +175,7 @@ Status Store::Impl::PrepareWriteStatements() {
   for (const Sql& s : statements) {
     const bool runs = s.target == &write.run_open || s.target == &write.run_close;
     if (runs && !has_job_runs) continue;
+    if (s.target == &write.job_request_id && !has_client_request_id) continue;
     Result<Statement> st = db.Prepare(s.text);
     if (!st.ok()) return Error("preparing statements", st.status());
     *s.target = std::move(st).value();
@@ -193,7 +195,9 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
           q.Bind(1, e.id).Bind(2, r.tenant.empty() ? std::string_view("default") : r.tenant);
           q.Bind(3, r.user).Bind(4, encoded.event.at("request").at("spec").dump());
           q.Bind(5, r.priority).Bind(6, r.time_limit).Bind(7, r.checkpoint_interval);
-          return q.Bind(8, time).Bind(9, seq).Run();
+          if (Status s = q.Bind(8, time).Bind(9, seq).Run(); !s.ok()) return s;
+          if (r.client_request_id.empty() || !has_client_request_id) return Status::Ok();
+          return write.job_request_id.Bind(1, e.id).Bind(2, r.client_request_id).Run();
         } else if constexpr (std::is_same_v<T, core::CheckpointCompleted>) {
           return write.job_checkpoint.Bind(1, e.id)
               .Bind(2, e.step)
@@ -339,6 +343,19 @@ Result<std::vector<JobRow>> Store::ListJobs(const JobQuery& query) {
   Result<std::vector<JobRow>> rows = Collect<JobRow>(q.value(), ReadJobRow);
   if (!rows.ok()) return impl_->Error("listing jobs", rows.status());
   return rows;
+}
+
+Result<std::vector<JobId>> Store::JobsByClientRequest(const std::string& user,
+                                                      const std::string& client_request_id) {
+  if (!impl_->has_client_request_id) return std::vector<JobId>{};
+  Result<Statement> q = impl_->db.Prepare(
+      "SELECT id FROM jobs WHERE user = ?1 AND client_request_id = ?2 ORDER BY id LIMIT 100001");
+  if (!q.ok()) return impl_->Error("reading jobs by request id", q.status());
+  q.value().Bind(1, user).Bind(2, client_request_id);
+  Result<std::vector<JobId>> ids =
+      Collect<JobId>(q.value(), [](const Statement& s) { return s.Int64(0); });
+  if (!ids.ok()) return impl_->Error("reading jobs by request id", ids.status());
+  return ids;
 }
 
 Result<JobId> Store::MaxJobId() {

@@ -81,6 +81,12 @@ core::Result<core::TenantConfig> TenantConfigFromJson(const nlohmann::json& j);
 // At most this many dependencies per job (each an afterok/afterany/afternotok
 // on one job id): the API, the CLI and the log reader all refuse more.
 inline constexpr size_t kMaxJobDependencies = 64;
+// A submission's client_request_id (its idempotency key): 1 to 64 bytes of
+// letters, digits and . _ : -, so it is safe in logs, URLs and messages. The
+// API and the CLI check it with CheckClientRequestId; the log reader only its
+// type and size.
+inline constexpr size_t kMaxClientRequestId = 64;
+core::Status CheckClientRequestId(std::string_view id);
 nlohmann::json JobRequestToJson(const core::JobRequest& request);
 core::Result<core::JobRequest> JobRequestFromJson(const nlohmann::json& j);
 nlohmann::json GpuSlotsToJson(const std::vector<core::GpuSlot>& slots,

@@ -201,6 +201,10 @@ struct JobRequest {
   JobId array_job = 0;
   int array_task = -1;
   int array_throttle = 0;
+  // The submitter's idempotency key ("" none): a retried submission with the
+  // same key from the same user is answered with the job it made the first
+  // time. Carried, never interpreted by the core.
+  std::string client_request_id;
 };
 
 enum class JobState : uint8_t {
@@ -454,17 +458,23 @@ class SchedulerCore {
   // state give the same bytes, so comparing snapshots compares states.
   // Versioned (kSnapshotVersion) and checksummed. Pure: no I/O.
   std::string Snapshot() const;
+  // The same state in an older format version (1..kSnapshotVersion), as an
+  // older release wrote it: what a newer field holds is left out. For the
+  // tests that every older version still restores.
+  std::string Snapshot(uint32_t version) const;
   // Puts the state of a Snapshot() into this core, which then makes the same
   // decisions for the same further events as the core that wrote it.
   // Refused, leaving the core unchanged, with an error that says why, when:
   // the bytes are not a snapshot, are truncated or fail their checksum; the
-  // format version is not kSnapshotVersion; the snapshot was written over
+  // format version is newer than kSnapshotVersion (or older than 1); the snapshot was written over
   // another topology or under another SchedulerConfig (the live policy
   // aside: the snapshot's own replaces this core's); or a field is out of
   // range (a node, GPU or job that cannot exist, an unknown state).
   // REQUIRES: the core is fresh (no Step yet).
   Status Restore(std::string_view snapshot);
-  static constexpr uint32_t kSnapshotVersion = 1;
+  // 2: a job's request has client_request_id. Version 1 is still read (a
+  // store whose early events were compacted away has only its snapshots).
+  static constexpr uint32_t kSnapshotVersion = 2;
 
  private:
   friend struct SnapshotAccess;
