@@ -14,8 +14,8 @@ is tested as it now reads. The conventions (also at the top of docs/cli.md):
   - `$ COMMAND` followed by lines: those lines are its output (stdout and
     stderr together), compared exactly after NORMALISE.
   - A trailing `# exit N` says the example fails with status N; otherwise it
-    must exit 0. A trailing `# not run: REASON` skips it (the reason shows in
-    the summary); SKIP below skips by command text, for what no doc line
+    must exit 0. A trailing comment holding `not run: REASON` skips it (the
+    reason shows in the summary); SKIP below skips by command text, for what no doc line
     should be cluttered with.
   - A command with `--follow` runs for FOLLOW_S seconds, then is interrupted;
     it passes when it had not exited with an error by then.
@@ -135,8 +135,10 @@ class Example:
             m = re.match(r"exit (\d+)\b", comment)
             if m:
                 self.expect = int(m.group(1))
-            if comment.startswith("not run:"):
-                self.skip = comment[len("not run:"):].strip()
+            if "not run:" in comment:  # "# not run: why" or "# ... (not run: why)"
+                self.skip = comment.split("not run:", 1)[1].strip()
+                if "(not run:" in comment:
+                    self.skip = self.skip.rstrip(")")
         for key, reason in SKIP.items():
             if self.command == key or (key.endswith(" ") and self.command.startswith(key)):
                 self.skip = reason
