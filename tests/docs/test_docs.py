@@ -540,6 +540,10 @@ def main():
         only = args[at + 1]
         del args[at:at + 2]
     scheduler, topo, agent = (os.path.abspath(a) for a in args[:3])
+    # The docs pipe into jq; without it those examples would fail with 127.
+    check(shutil.which("jq") is not None,
+          "jq is not installed; the docs' `topo ... | jq` examples need it (apt-get install jq, "
+          "or `make deps`, which installs the Makefile's APT_PACKAGES)")
     top = tempfile.mkdtemp(prefix="topo-doctest-template-")
     try:
         template = os.path.join(top, "state")
