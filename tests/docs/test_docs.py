@@ -558,8 +558,9 @@ def main():
         print("  skipped %s `%s`: %s" % (e.where(), e.command, reason), flush=True)
     failures += table_failures
     if failures:
-        raise Failure("%d example(s) disagree with the docs:\n\n%s"
-                      % (len(failures), "\n\n".join(failures)))
+        raise Failure("%d example(s) disagree with the docs (each block ran on the example "
+                      "cluster:\n%s):\n\n%s"
+                      % (len(failures), EXAMPLE_CLUSTER, "\n\n".join(failures)))
     print("ok")
 
 
