@@ -83,10 +83,11 @@ COMMAND_TIMEOUT_S = 120
 # users and jobs the examples name. 2 spines x 4 leaves x 8 racks x 8 nodes of
 # 8 GPUs (gpu0001-gpu0512, 4096 GPUs); the HBD is a rack of 64 GPUs.
 EXAMPLE_CLUSTER = """\
-nodes   gpu0001-gpu0512 (racks of 8 nodes as HBDs), all up
+nodes   gpu0001-gpu0512 (racks of 8 nodes as HBDs), up but gpu0007
 tenants org, org/team
 users   ada (org/team), bob (org)
-gpus    gpu0007's GPU 2 failed (XID 79, from a simulated agent, gone since)
+gpus    gpu0007's GPU 2 failed (XID 79, from a simulated agent, gone since),
+        which keeps gpu0007 drained
 jobs    1-16 cancelled; 17 ada's, 64 GPUs, running; 18 ada's, 4096 GPUs,
         queued
 env     HF_HOME and WANDB_PROJECT set (the --export example names them)
