@@ -61,10 +61,9 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() != 0) {
       const std::string hint =
           topo::cli::SuggestForUnknown(app, std::vector<std::string>(args.begin() + 1, args.end()));
-      if (!hint.empty()) {
-        std::cerr << "topo: " << hint << "\n";
-        return topo::cli::kExitError;
-      }
+      // Every error is "topo: <message>" (docs/cli.md), CLI11's own too.
+      std::cerr << "topo: " << (hint.empty() ? topo::cli::UsageError(app, e.what()) : hint) << "\n";
+      return topo::cli::kExitError;
     }
     return app.exit(e) == 0 ? topo::cli::kExitOk : topo::cli::kExitError;
   } catch (const std::exception& e) {

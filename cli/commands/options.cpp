@@ -83,6 +83,39 @@ std::string NearestName(std::string_view typed, const std::vector<std::string>& 
   return best;
 }
 
+namespace {
+
+// The deepest subcommand of `app` that parsed.
+CLI::App* DeepestParsed(CLI::App& app) {
+  CLI::App* at = &app;
+  for (std::vector<CLI::App*> parsed = at->get_subcommands(); !parsed.empty();
+       parsed = at->get_subcommands()) {
+    at = parsed.front();
+  }
+  return at;
+}
+
+// "topo token create" for the subcommand `at`.
+std::string CommandPath(const CLI::App* at) {
+  std::string path;
+  for (; at != nullptr; at = at->get_parent()) {
+    path = at->get_parent() == nullptr ? "topo" + path : " " + at->get_name() + path;
+  }
+  return path;
+}
+
+}  // namespace
+
+std::string UsageError(CLI::App& app, const std::string& what) {
+  std::string message = what;
+  // One line: CLI11's messages may end in a newline or hold one.
+  for (char& c : message) {
+    if (c == '\n') c = ' ';
+  }
+  while (!message.empty() && message.back() == ' ') message.pop_back();
+  return message + " (" + CommandPath(DeepestParsed(app)) + " --help)";
+}
+
 std::string SuggestForUnknown(CLI::App& app, const std::vector<std::string>& args) {
   // The deepest subcommand that parsed, and what it accepts.
   CLI::App* at = &app;
@@ -105,7 +138,7 @@ std::string SuggestForUnknown(CLI::App& app, const std::vector<std::string>& arg
       for (const std::string& l : o->get_lnames()) flags.push_back("--" + l);
     }
   }
-  const std::string where = at == &app ? "topo" : "topo " + at->get_name();
+  const std::string where = CommandPath(at);
   for (size_t i = start; i < args.size(); ++i) {
     std::string word = args[i];
     if (word == "--") break;

@@ -33,6 +33,12 @@ std::string NearestName(std::string_view typed, const std::vector<std::string>& 
 // command line holds no unknown name.
 std::string SuggestForUnknown(CLI::App& app, const std::vector<std::string>& args);
 
+// What to print (after "topo: ") for any other command line CLI11 refused
+// with `what` (a bad flag value, a missing argument): `what` and where the
+// help is, "--state: 'x' is not a job state; ... (topo queue --help)", naming
+// the deepest subcommand that parsed, on one line.
+std::string UsageError(CLI::App& app, const std::string& what);
+
 // Prints "topo: <message>" to stderr and returns kExitError.
 int Fail(const std::string& message);
 
