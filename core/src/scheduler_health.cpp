@@ -114,16 +114,23 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
   if (n < 0 || n >= topo_.node_count()) return;
   const bool busy = alloc_.occupied(n);
   switch (e.state) {
-    case NodeState::kUp:
+    case NodeState::kUp: {
+      const bool admin_drained = AdminDrained(n);
       drain_reason_[n].clear();
       last_heartbeat_[n] = now_;
       if (cluster().failed_gpus(n) > 0) {
-        SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained,
-                     "has failed GPUs; clear them before resuming");
+        const NodeState to = busy ? NodeState::kDraining : NodeState::kDrained;
+        if (cluster().node_state(n) != to) {
+          SetNodeState(n, to, "has failed GPUs; clear them before resuming");
+        } else if (admin_drained) {
+          // The admin's reason no longer holds it: its failed GPUs do.
+          SetNodeReason(n, FailedGpus(n));
+        }
       } else {
         SetNodeState(n, NodeState::kUp, e.reason.empty() ? "up" : e.reason);
       }
       break;
+    }
     case NodeState::kDraining:
     case NodeState::kDrained: {
       drain_reason_[n] = e.reason.empty() ? "drain requested" : e.reason;

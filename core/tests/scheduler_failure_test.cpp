@@ -510,6 +510,13 @@ TEST_CASE("a cleared GPU brings its node up only when nothing else keeps it drai
   CHECK(core.cluster().gpu_health(1, 2) == GpuHealth::kHealthy);
   core.Step(NodeStateRequested{1, NodeState::kUp, "resumed"}, 9);
   CHECK(core.cluster().node_state(1) == NodeState::kUp);
+  // A resume of an admin-drained node whose GPU is still failed: it stays
+  // drained, and its reason is now the GPU, not the admin's old words.
+  core.Step(GpuEvent{3, 4, GpuEventKind::kXid, 79}, 9);
+  core.Step(NodeStateRequested{3, NodeState::kDrained, "PSU swap"}, 9);
+  c = reason_of(core.Step(NodeStateRequested{3, NodeState::kUp, "resumed"}, 9));
+  CHECK(c.state == NodeState::kDrained);
+  CHECK(c.reason == "n3 GPU 4 failed");
   // A healthy GPU "cleared" changes nothing.
   CHECK(core.Step(GpuEvent{2, 0, GpuEventKind::kCleared, 0}, 10).empty());
 }

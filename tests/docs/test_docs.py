@@ -71,6 +71,7 @@ SKIP = {
 # each pattern is replaced by its placeholder on both sides.
 NORMALISE = [
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"), "<time>"),  # a local date and time
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"), "<utc time>"),  # a drain's stamp
     (re.compile(r"(?<![\d:])\d+:\d\d(:\d\d)?(?![\d:])"), "<run time>"),  # M:SS, H:MM:SS
 ]
 
