@@ -1,5 +1,7 @@
 #include "ha/leadership.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <utility>
 
@@ -104,7 +106,17 @@ Result<std::unique_ptr<Leadership>> Leadership::Create(LeadershipOptions options
     }
     return Status::Error(m);
   };
-  Result<std::unique_ptr<EtcdClient>> a = EtcdClient::Create(options.etcd);
+  // The election's requests get a shorter deadline: a keepalive that tries
+  // every endpoint in turn must still end well within a TTL, so a lease in
+  // trouble is noticed in time. The log's appends keep the full timeout.
+  EtcdClientOptions election_etcd = options.etcd;
+  const std::chrono::milliseconds share(
+      int64_t{options.ttl_s} * 1000 /
+      (3 * std::max<int64_t>(1, static_cast<int64_t>(options.etcd.endpoints.size()))));
+  election_etcd.timeout =
+      std::clamp(share, std::chrono::milliseconds(100),
+                 std::max(options.etcd.timeout, std::chrono::milliseconds(100)));
+  Result<std::unique_ptr<EtcdClient>> a = EtcdClient::Create(election_etcd);
   if (!a.ok()) return rename(a.status());
   Result<std::unique_ptr<EtcdClient>> b = EtcdClient::Create(options.etcd);
   if (!b.ok()) return rename(b.status());
@@ -162,10 +174,17 @@ Status Leadership::TakeOver(int64_t local_last_seq) {
   if (head.empty()) return Unavailable("etcd: the head key vanished during the take-over");
   const std::string& h = head.front().value;
   if (h == std::to_string(local_last_seq)) return Status::Ok();
+  int64_t head_seq = 0;
+  const auto [end, ec] = std::from_chars(h.data(), h.data() + h.size(), head_seq);
+  if (ec != std::errc() || end != h.data() + h.size() || head_seq < 0) {
+    return Status::Error("etcd: the head key holds '" + h.substr(0, 40) +
+                             "', not a seq; it is written only by topo-scheduler",
+                         core::ErrorCode::kConflict);
+  }
   return Status::Error(
       "the replicated log in etcd ends at seq " + h + " but this replica's store at seq " +
           std::to_string(local_last_seq) +
-          (std::stoll(h) > local_last_seq
+          (head_seq > local_last_seq
                ? ": this replica missed batches; catching up from etcd is not built yet "
                  "(docs/ha.md): start the replica that led last, or copy its state directory here"
                : ": this store holds batches the replicated log does not; it must not lead"),
