@@ -8,7 +8,7 @@ APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev d
                 libsqlite3-dev libssl-dev clang libclang-rt-14-dev libboost-dev python3 curl \
                 chromium chromium-driver python3-torch python3-jsonschema libspdlog-dev \
                 slurm-wlm munge slurm-wlm-basic-plugins-dev libslurm-dev gcc libc6-dev libyaml-cpp-dev \
-                help2man dpkg-dev systemd jq
+                help2man dpkg-dev systemd jq etcd-server etcd-client
 
 .PHONY: all deps build demo test package test-package test-sanitize sanitize fuzz format format-check \
         bench bench-recovery clean
@@ -60,7 +60,7 @@ test-package: build
 sanitize test-sanitize: deps
 	CC=clang CXX=clang++ cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOPO_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests \
-	  daemon_tests cli_tests agent_gpu_tests agent_supervisor_tests agent_core_tests topo-scheduler \
+	  daemon_tests ha_tests cli_tests agent_gpu_tests agent_supervisor_tests agent_core_tests topo-scheduler \
 	  topo topo-agent
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) -L 'unit|daemon|agent' --output-on-failure -j $(JOBS)

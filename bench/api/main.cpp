@@ -19,6 +19,7 @@
 //
 //   bench_api [--topology meta-24k] [--connections 64] [--requests 20000]
 //             [--gpus 8] [--max-seconds 60] [--scanners 4] [--out bench/results/api.json]
+//             [--extra-config FILE]   (more daemon settings; bench/ha runs HA mode with it)
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -73,14 +74,16 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
-bool StartDaemon(const std::string& binary, Daemon& d) {
+// extra_config: more `key = value` lines for the daemon (bench/ha: HA mode).
+bool StartDaemon(const std::string& binary, const std::string& extra_config, Daemon& d) {
   char tmpl[] = "/tmp/topo-bench-api-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return false;
   d.dir = tmpl;
   std::ofstream(d.dir + "/bench.conf") << "rate_limit_per_second = 100000000\n"
                                           "max_connections = 100000\n"
                                           "max_connections_per_peer = 100000\n"
-                                          "io_threads = 2\n";
+                                          "io_threads = 2\n"
+                                       << extra_config;
   d.pid = fork();
   if (d.pid == 0) {
     const std::string log = d.dir + "/daemon.log";
@@ -306,7 +309,7 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_api - durable submissions/s through topo-scheduler's HTTPS API"};
-  std::string daemon_bin = TOPO_SCHEDULER_BIN, topology = "meta-24k", out;
+  std::string daemon_bin = TOPO_SCHEDULER_BIN, topology = "meta-24k", out, extra_config_file;
   int connections = 64, requests = 20000, gpus = 8, scanners = 4;
   double max_seconds = 60;
   app.add_option("--daemon", daemon_bin, "topo-scheduler binary");
@@ -320,6 +323,9 @@ int main(int argc, char** argv) {
   app.add_option("--scanners", scanners, "event-log readers during the last phase (0: skip it)")
       ->check(CLI::Range(0, 64));
   app.add_option("--out", out, "JSON results (default bench/results/api.json)");
+  app.add_option("--extra-config", extra_config_file,
+                 "a file of more daemon settings (bench/ha: the ha_* keys of HA mode)")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   if (out.empty()) out = std::string(TOPO_BENCH_SOURCE_DIR) + "/bench/results/api.json";
 
@@ -330,7 +336,7 @@ int main(int argc, char** argv) {
   }
   const topo::bench::MachineInfo machine = topo::bench::ReadMachine(TOPO_BENCH_SOURCE_DIR);
   Daemon d;
-  if (!StartDaemon(daemon_bin, d)) {
+  if (!StartDaemon(daemon_bin, extra_config_file.empty() ? "" : Slurp(extra_config_file), d)) {
     StopDaemon(d);
     return 1;
   }

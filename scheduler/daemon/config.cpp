@@ -3,6 +3,7 @@
 #include "daemon/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -99,6 +100,58 @@ Status CheckFailurePolicy(const DaemonConfig& c) {
   return Status::Ok();
 }
 
+// A PEM file's path for HA: absolute (a service's working directory is
+// not the admin's), at most 4096 bytes. Whether it reads is checked at start.
+Setter PathSetter(std::string DaemonConfig::*field) {
+  return [field](std::string_view v, DaemonConfig& c) {
+    if (!v.empty() && (v.front() != '/' || v.size() > 4096)) {
+      return Status::Error("\"" + std::string(v.substr(0, 100)) +
+                           "\" must be an absolute path of at most 4096 bytes");
+    }
+    c.*field = std::string(v);
+    return Status::Ok();
+  };
+}
+
+// A name that becomes part of an etcd key or value: 1-64 of [A-Za-z0-9._-].
+Setter NameSetter(std::string DaemonConfig::*field) {
+  return [field](std::string_view v, DaemonConfig& c) {
+    const bool ok = !v.empty() && v.size() <= 64 && std::all_of(v.begin(), v.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+    });
+    if (!ok) {
+      return Status::Error("\"" + std::string(v.substr(0, 100)) +
+                           "\" must be 1-64 characters of A-Z a-z 0-9 . _ -");
+    }
+    c.*field = std::string(v);
+    return Status::Ok();
+  };
+}
+
+// HA needs its endpoints and all three PEM files together, or none of them.
+Status CheckHa(const DaemonConfig& c) {
+  const bool any_file = !c.ha_etcd_ca.empty() || !c.ha_etcd_cert.empty() || !c.ha_etcd_key.empty();
+  if (!c.ha_enabled()) {
+    if (any_file) {
+      return Status::Error(
+          "ha_etcd_ca, ha_etcd_cert and ha_etcd_key need ha_etcd_endpoints (the etcd members, "
+          "https://HOST:PORT,...); without it topo-scheduler runs alone, without HA");
+    }
+    return Status::Ok();
+  }
+  for (const auto& [key, value] :
+       {std::pair<const char*, const std::string*>{"ha_etcd_ca", &c.ha_etcd_ca},
+        {"ha_etcd_cert", &c.ha_etcd_cert},
+        {"ha_etcd_key", &c.ha_etcd_key}}) {
+    if (value->empty()) {
+      return Status::Error(std::string(key) +
+                           " is required with ha_etcd_endpoints: etcd is reached over TLS with a "
+                           "client certificate (docs/ha.md)");
+    }
+  }
+  return Status::Ok();
+}
+
 Setter IntSetter(int64_t lo, int64_t hi, std::function<void(DaemonConfig&, int64_t)> set) {
   return [lo, hi, set](std::string_view v, DaemonConfig& c) {
     int64_t x = 0;
@@ -189,6 +242,34 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"idle_timeout_s",
        IntSetter(1, 86400,
                  [](DaemonConfig& c, int64_t x) { c.idle_timeout_s = static_cast<int>(x); })},
+      {"ha_etcd_endpoints",
+       [](std::string_view v, DaemonConfig& c) {
+         std::vector<std::string> out;
+         size_t start = 0;
+         while (start <= v.size()) {
+           size_t comma = v.find(',', start);
+           if (comma == std::string_view::npos) comma = v.size();
+           const std::string_view e = Trim(v.substr(start, comma - start));
+           start = comma + 1;
+           if (e.empty()) continue;
+           if (e.substr(0, 8) != "https://" || e.size() > 300) {
+             return Status::Error("\"" + std::string(e.substr(0, 300)) +
+                                  "\" must be https://HOST:PORT (etcd's client URL over TLS), "
+                                  "e.g. https://10.0.0.1:2379,https://10.0.0.2:2379");
+           }
+           out.emplace_back(e);
+           if (out.size() > 32) return Status::Error("at most 32 endpoints");
+         }
+         c.ha_etcd_endpoints = std::move(out);
+         return Status::Ok();
+       }},
+      {"ha_etcd_ca", PathSetter(&DaemonConfig::ha_etcd_ca)},
+      {"ha_etcd_cert", PathSetter(&DaemonConfig::ha_etcd_cert)},
+      {"ha_etcd_key", PathSetter(&DaemonConfig::ha_etcd_key)},
+      {"ha_lease_ttl_s",
+       IntSetter(2, 60, [](DaemonConfig& c, int64_t x) { c.ha_lease_ttl_s = static_cast<int>(x); })},
+      {"ha_name", NameSetter(&DaemonConfig::ha_name)},
+      {"ha_cluster", NameSetter(&DaemonConfig::ha_cluster)},
       {"slurm_socket",
        [](std::string_view v, DaemonConfig& c) {
          if (!v.empty() && (v[0] != '/' || v.size() > 100)) {
@@ -402,6 +483,7 @@ Status ApplyConfigText(std::string_view text, const std::string& path, DaemonCon
     if (pos > text.size()) break;
   }
   if (Status s = CheckFailurePolicy(next); !s.ok()) return Status::Error(path + ": " + s.message());
+  if (Status s = CheckHa(next); !s.ok()) return Status::Error(path + ": " + s.message());
   config = std::move(next);
   return Status::Ok();
 }

@@ -85,6 +85,19 @@ struct DaemonConfig {
   int slurm_command_timeout_ms = 10000;
   std::string slurm_user = "slurm";  // who may use the socket (besides root and ourselves)
 
+  // ---- High availability on etcd (docs/ha.md): on when ha_etcd_endpoints
+  // is set; off (the single daemon of today) by default. Replicas with the
+  // same endpoints and ha_cluster elect one leader; the others wait as
+  // standbys with their listeners closed.
+  std::vector<std::string> ha_etcd_endpoints;  // https://HOST:PORT of each member
+  std::string ha_etcd_ca;                      // PEM: the CA of the members' certificates
+  std::string ha_etcd_cert;                    // PEM: this replica's client certificate
+  std::string ha_etcd_key;                     // PEM: its key
+  int ha_lease_ttl_s = 5;                      // 2..60
+  std::string ha_name;                         // empty: the host name
+  std::string ha_cluster = "default";          // keys live under /toposched/<ha_cluster>/
+  bool ha_enabled() const { return !ha_etcd_endpoints.empty(); }
+
   // Policy: a named stack (SchedulerConfig::ForStack) and overrides.
   std::string stack = "toposched";
   int64_t default_time_limit_s = 24 * 3600;

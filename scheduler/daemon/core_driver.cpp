@@ -53,6 +53,13 @@ const std::vector<core::Command>& CoreDriver::Step(const core::Event& event, std
 Result<std::vector<store::LogEntry>> CoreDriver::Commit() {
   if (staged_.empty()) return std::vector<store::LogEntry>{};
   const auto t0 = std::chrono::steady_clock::now();
+  // HA: the replicated log first, so a failed local append never leaves
+  // this store ahead of it (docs/ha.md, Replicated log and fencing).
+  if (replicate) {
+    if (Status s = replicate(store->LastSeq() + 1, staged_, *topology); !s.ok()) {
+      return Status::Error(s.message(), core::ErrorCode::kUnavailable);
+    }
+  }
   Result<store::AppendResult> r = store->Append(*topology, staged_);
   if (!r.ok()) return Status::Error(r.message(), core::ErrorCode::kUnavailable);
   if (metrics_ != nullptr) {

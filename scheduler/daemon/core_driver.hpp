@@ -69,6 +69,11 @@ class CoreDriver {
   std::unordered_map<std::string, std::string> node_reason;  // node -> its last reason
   std::deque<UtilizationSample> utilization;
 
+  // HA (docs/ha.md): called by Commit with the batch and its first seq
+  // before the local append; an error fails the commit (nothing written
+  // locally). Unset: the single daemon.
+  ReplicateBatch replicate;
+
   // Steps the core and stages the entry; returns the commands.
   // REQUIRES: core != nullptr.
   const std::vector<core::Command>& Step(const core::Event& event, std::string actor);

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -23,6 +25,7 @@
 #include "daemon/server.hpp"
 #include "daemon/service.hpp"
 #include "daemon/slurm_bridge.hpp"
+#include "ha/leadership.hpp"
 #include "store/backup.hpp"
 #include "topo/common/topology_io.hpp"
 #include "topo/common/topology_source.hpp"
@@ -35,6 +38,63 @@ namespace daemon = topo::daemon;
 int Fail(const std::string& message) {
   std::cerr << "topo-scheduler: " << message << "\n";
   return 1;
+}
+
+// ---- HA (docs/ha.md): the standby phase, the take-over, the lease.
+std::atomic<bool> g_stop_waiting = false;
+std::atomic<daemon::Server*> g_server = nullptr;
+
+// Waits as a standby until elected, then checks that the replicated log ends
+// where this replica's store does and starts the lease's keepalives.
+topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
+    const daemon::DaemonConfig& config) {
+  topo::ha::LeadershipOptions o;
+  o.etcd.endpoints = config.ha_etcd_endpoints;
+  o.etcd.ca_file = config.ha_etcd_ca;
+  o.etcd.cert_file = config.ha_etcd_cert;
+  o.etcd.key_file = config.ha_etcd_key;
+  o.cluster = config.ha_cluster;
+  o.ttl_s = config.ha_lease_ttl_s;
+  o.name = config.ha_name;
+  if (o.name.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') {
+      return Status::Error("ha_name is not set and the host name is unknown; set ha_name");
+    }
+    o.name = host;
+  }
+  auto l = topo::ha::Leadership::Create(std::move(o));
+  if (!l.ok()) return l.status();
+  // SIGTERM/SIGINT while a standby: stop waiting (the server's own handlers
+  // take over once it runs).
+  std::signal(SIGTERM, [](int) { g_stop_waiting = true; });
+  std::signal(SIGINT, [](int) { g_stop_waiting = true; });
+  daemon::log::Info("standby: not serving until elected (etcd " +
+                    std::to_string(config.ha_etcd_endpoints.size()) + " members, cluster '" +
+                    config.ha_cluster + "', name '" + l.value()->options().name + "')");
+  if (Status s = l.value()->WaitToLead([](const std::string& line) { daemon::log::Info(line); },
+                                       g_stop_waiting);
+      !s.ok()) {
+    return s;
+  }
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  topo::core::Result<topo::store::Store> peek =
+      topo::store::Store::Open(config.state_dir + "/topo.db");
+  if (!peek.ok()) return peek.status();
+  const int64_t last_seq = peek.value().LastSeq();
+  if (Status s = l.value()->TakeOver(last_seq); !s.ok()) {
+    (void)l.value()->Resign();  // let another replica lead at once
+    return s;
+  }
+  l.value()->StartRenewing([](const std::string& why) {
+    const Status lost =
+        Status::Error("lost the leadership (" + why + "); exiting, to restart as a standby",
+                      topo::core::ErrorCode::kUnavailable);
+    daemon::log::Error(lost.message());
+    if (daemon::Server* server = g_server.load(); server != nullptr) server->Shutdown(lost);
+  });
+  return l;
 }
 
 Status MakeStateDir(const std::string& dir) {
@@ -256,9 +316,25 @@ int main(int argc, char** argv) {
   if (*revoke) return RevokeNode(pki.value(), node);
 
   if (Status s = LockStateDir(config.state_dir); !s.ok()) return Fail(s.message());
+  std::unique_ptr<topo::ha::Leadership> leadership;
+  daemon::ReplicateBatch replicate;
+  if (config.ha_enabled()) {
+    auto l = BecomeLeader(config);
+    if (!l.ok() && g_stop_waiting.load()) {
+      daemon::log::Info("standby: stopped by a signal");
+      return 0;
+    }
+    if (!l.ok()) return Fail("HA: " + l.message());
+    leadership = std::move(l).value();
+    replicate = [l = leadership.get()](int64_t first_seq,
+                                       std::span<const topo::store::LogEntry> batch,
+                                       const topo::core::Topology& topology) {
+      return l->Append(first_seq, batch, topology);
+    };
+  }
   daemon::Metrics metrics;
   topo::core::Result<std::unique_ptr<daemon::Service>> service =
-      daemon::Service::Open(config, &metrics, NowMs());
+      daemon::Service::Open(config, &metrics, NowMs(), std::move(replicate));
   if (!service.ok()) return Fail(service.message());
   const daemon::Service& svc = *service.value();
   if (svc.first_admin_token()) {
@@ -303,6 +379,10 @@ int main(int argc, char** argv) {
     config.agent_listen_port = config.listen_port == 0 ? 0 : config.listen_port + 1;
   }
   daemon::Server server(config, *service.value(), metrics);
+  g_server = &server;
+  if (leadership != nullptr && leadership->lost()) {
+    return Fail("HA: lost the leadership while starting (" + leadership->lost_reason() + ")");
+  }
   const std::string cert = config.tls_cert.empty() ? pki.value().server_cert : config.tls_cert;
   const std::string key = config.tls_key.empty() ? pki.value().server_key : config.tls_key;
   if (Status s = server.Listen(cert, key); !s.ok()) return Fail(s.message());
@@ -350,7 +430,15 @@ int main(int argc, char** argv) {
     std::cerr << "topo-scheduler: warning: " << s.message() << "\n";
   }
   Status run = server.Run();
+  g_server = nullptr;
   if (slurm != nullptr) slurm->Stop();
   if (!run.ok()) return Fail(run.message());
+  if (leadership != nullptr && !leadership->lost()) {
+    // A clean stop hands over at once instead of after the lease's TTL.
+    if (Status s = leadership->Resign(); !s.ok()) {
+      daemon::log::Warn("HA: resigning failed (" + s.message() + "); a standby takes over when " +
+                        "the lease expires");
+    }
+  }
   return 0;
 }

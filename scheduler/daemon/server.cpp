@@ -102,6 +102,11 @@ class Server::Impl {
   Status Run();
   int port() const { return port_; }
 
+  // Any thread (Server::Shutdown): Stop on the strand.
+  void RequestStop(Status why) {
+    net::post(strand_, [this, why = std::move(why)] { Stop(why); });
+  }
+
   // Called by sessions (any thread): queue for the strand.
   void Enqueue(Pending p) {
     std::lock_guard lock(mu_);
@@ -697,6 +702,7 @@ Status Server::ListenAgents(const std::string& cert, const std::string& key,
 }
 int Server::agent_port() const { return impl_->agent_port_; }
 Status Server::Run() { return impl_->Run(); }
+void Server::Shutdown(Status why) { impl_->RequestStop(std::move(why)); }
 // Slurm mode's bridge (slurm_bridge.cpp) reaches the Service only through here.
 void Server::Post(std::function<HttpResponse(core::TimeMs)> work,
                   std::function<void(HttpResponse)> done) {

@@ -49,6 +49,10 @@ class Server {
   // with its group), then done(answer); a 503 answer when the commit failed
   // or the server is stopping. done may never run once Run has returned.
   void Post(std::function<HttpResponse(core::TimeMs)> work, std::function<void(HttpResponse)> done);
+  // Any thread: stops the server as a failed commit does (answers 503,
+  // closes the listeners); Run returns `why`. HA uses it when the
+  // leadership is lost (docs/ha.md).
+  void Shutdown(core::Status why);
 
   class Impl;  // server.cpp
 

@@ -305,8 +305,9 @@ class ServiceAgentHost : public AgentHost {
 }  // namespace
 
 Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metrics* metrics,
-                                               TimeMs now) {
+                                               TimeMs now, ReplicateBatch replicate) {
   auto s = std::make_unique<ServiceState>(config, metrics);
+  s->driver.replicate = std::move(replicate);
   s->agent_host = std::make_unique<ServiceAgentHost>(*s);
   s->agents = std::make_unique<AgentRegistry>(
       *s->agent_host, AgentSettings{config.heartbeat_interval_ms, config.missed_heartbeats_down,

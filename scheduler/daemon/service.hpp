@@ -18,9 +18,11 @@
 // The API is docs/api.md.
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -88,6 +90,11 @@ struct SlurmAction {
   std::string reason;              // kDrain; kRelease: the job's new AdminComment (its rank map)
 };
 
+// HA (docs/ha.md): hands a commit's batch, and the seq of its first entry,
+// to the replicated log before the local append; an error fails the commit.
+using ReplicateBatch = std::function<core::Status(
+    int64_t first_seq, std::span<const store::LogEntry> batch, const core::Topology& topology)>;
+
 struct ServiceState;  // service_internal.hpp
 
 class Service {
@@ -95,8 +102,11 @@ class Service {
   // Opens STATE_DIR/topo.db, rebuilds the core from the log (with the policy
   // and topology kept in meta), reconciles tenants, and on a fresh store
   // creates the user "admin" (cluster-admin, tenant default).
+  // replicate (HA, docs/ha.md): every commit's batch goes through it
+  // first, the Open's own included; empty for the single daemon.
   static core::Result<std::unique_ptr<Service>> Open(const DaemonConfig& config, Metrics* metrics,
-                                                     core::TimeMs now);
+                                                     core::TimeMs now,
+                                                     ReplicateBatch replicate = {});
   ~Service();
 
   // A token for "admin", made on the first start only (nullopt otherwise):

@@ -1,0 +1,280 @@
+#include "ha/leadership.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <utility>
+
+#include "topo/common/event_json.hpp"
+
+namespace topo::ha {
+
+using core::Result;
+using core::Status;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Status Unavailable(std::string m) {
+  return Status::Error(std::move(m), core::ErrorCode::kUnavailable);
+}
+
+Compare CreateRevisionIs(const std::string& key, int64_t revision) {
+  Compare c;
+  c.key = key;
+  c.target = Compare::Target::kCreate;
+  c.op = Compare::Op::kEqual;
+  c.number = revision;
+  return c;
+}
+
+Compare ValueIs(const std::string& key, std::string value) {
+  Compare c;
+  c.key = key;
+  c.target = Compare::Target::kValue;
+  c.op = Compare::Op::kEqual;
+  c.value = std::move(value);
+  return c;
+}
+
+RangeRequest KeyAlone(const std::string& key) {
+  RangeRequest r;
+  r.key = key;
+  return r;
+}
+
+}  // namespace
+
+std::string KeyPrefix(const std::string& cluster) { return "/toposched/" + cluster + "/"; }
+
+std::string LogKey(const std::string& cluster, int64_t first_seq) {
+  char digits[24];
+  std::snprintf(digits, sizeof digits, "%020lld", static_cast<long long>(first_seq));
+  return KeyPrefix(cluster) + "log/" + digits;
+}
+
+Result<std::string> EncodeBatch(int64_t term, int64_t first_seq,
+                                std::span<const store::LogEntry> batch,
+                                const core::Topology& topology) {
+  try {
+    json entries = json::array();
+    for (const store::LogEntry& e : batch) {
+      json commands = json::array();
+      for (const core::Command& c : e.commands)
+        commands.push_back(common::CommandToJson(c, topology));
+      entries.push_back({{"time_ms", e.time_ms},
+                         {"actor", e.actor},
+                         {"event", common::EventToJson(e.event, topology)},
+                         {"commands", std::move(commands)}});
+    }
+    return json{{"term", term}, {"first_seq", first_seq}, {"entries", std::move(entries)}}.dump();
+  } catch (const json::exception& e) {  // a string that is not UTF-8
+    return Status::Error(std::string("the batch cannot be written as JSON: ") + e.what());
+  }
+}
+
+Leadership::Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> election_client,
+                       std::unique_ptr<EtcdClient> log_client)
+    : options_(std::move(options)),
+      election_client_(std::move(election_client)),
+      log_client_(std::move(log_client)) {
+  election_ = std::make_unique<Election>(
+      election_client_.get(),
+      ElectionOptions{KeyPrefix(options_.cluster) + "leader", options_.name, options_.ttl_s});
+}
+
+Leadership::~Leadership() {
+  stop_renewing_ = true;
+  if (renewer_.joinable()) renewer_.join();
+}
+
+Result<std::unique_ptr<Leadership>> Leadership::Create(LeadershipOptions options) {
+  if (Status s =
+          Election::Validate({KeyPrefix(options.cluster) + "leader", options.name, options.ttl_s});
+      !s.ok()) {
+    return s;
+  }
+  auto rename = [](const Status& s) {
+    // The client names its own options; the daemon's user knows the ha_* keys.
+    std::string m = s.message();
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"ca_file", "ha_etcd_ca"},
+                                   {"cert_file", "ha_etcd_cert"},
+                                   {"key_file", "ha_etcd_key"},
+                                   {"endpoints:", "ha_etcd_endpoints:"}}) {
+      if (m.rfind(from, 0) == 0) m = to + m.substr(from.size());
+    }
+    return Status::Error(m);
+  };
+  // The election's requests get a shorter deadline: a keepalive that tries
+  // every endpoint in turn must still end well within a TTL, so a lease in
+  // trouble is noticed in time. The log's appends keep the full timeout.
+  EtcdClientOptions election_etcd = options.etcd;
+  const std::chrono::milliseconds share(
+      int64_t{options.ttl_s} * 1000 /
+      (3 * std::max<int64_t>(1, static_cast<int64_t>(options.etcd.endpoints.size()))));
+  election_etcd.timeout =
+      std::clamp(share, std::chrono::milliseconds(100),
+                 std::max(options.etcd.timeout, std::chrono::milliseconds(100)));
+  Result<std::unique_ptr<EtcdClient>> a = EtcdClient::Create(election_etcd);
+  if (!a.ok()) return rename(a.status());
+  Result<std::unique_ptr<EtcdClient>> b = EtcdClient::Create(options.etcd);
+  if (!b.ok()) return rename(b.status());
+  return std::unique_ptr<Leadership>(
+      new Leadership(std::move(options), std::move(a).value(), std::move(b).value()));
+}
+
+Status Leadership::WaitToLead(const std::function<void(const std::string&)>& say,
+                              const std::atomic<bool>& stop) {
+  std::string last;
+  while (!stop.load()) {
+    Result<CampaignResult> c = election_->Campaign(Clock::now());
+    std::string line;
+    if (!c.ok()) {
+      line = "standby: cannot campaign: " + c.message();
+    } else if (c.value().won) {
+      term_ = c.value().term;
+      say("elected leader '" + options_.name + "' (term " + std::to_string(term_) + ")");
+      return Status::Ok();
+    } else if (c.value().term != 0) {
+      line = "standby: leader is '" + c.value().holder + "' (term " +
+             std::to_string(c.value().term) + ")";
+    } else {
+      line = "standby: campaigning";
+    }
+    if (line != last) say(line);
+    last = line;
+    const auto until = Clock::now() + election_->RenewInterval();
+    while (!stop.load() && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  return Status::Error("stopped while waiting to lead", core::ErrorCode::kUnavailable);
+}
+
+Status Leadership::TakeOver(int64_t local_last_seq) {
+  const std::string head_key = KeyPrefix(options_.cluster) + "head";
+  const std::string leader_key = KeyPrefix(options_.cluster) + "leader";
+  TxnRequest t;
+  t.compare.push_back(CreateRevisionIs(leader_key, term_));
+  t.compare.push_back(CreateRevisionIs(head_key, 0));
+  t.success.push_back(PutRequest{head_key, std::to_string(local_last_seq), 0});
+  t.failure.push_back(KeyAlone(head_key));
+  t.failure.push_back(KeyAlone(leader_key));
+  Result<TxnResponse> r = log_client_->Txn(t);
+  if (!r.ok()) return r.status();
+  if (r.value().succeeded) return Status::Ok();  // the replicated log starts here
+  const auto& responses = r.value().responses;
+  if (responses.size() != 2) return Unavailable("etcd: unexpected answer to the take-over txn");
+  const auto& leader = responses[1].range.kvs;
+  if (leader.empty() || leader.front().create_revision != term_) {
+    return MarkLost("lost the leadership before taking over");
+  }
+  const auto& head = responses[0].range.kvs;
+  if (head.empty()) return Unavailable("etcd: the head key vanished during the take-over");
+  const std::string& h = head.front().value;
+  if (h == std::to_string(local_last_seq)) return Status::Ok();
+  int64_t head_seq = 0;
+  const auto [end, ec] = std::from_chars(h.data(), h.data() + h.size(), head_seq);
+  if (ec != std::errc() || end != h.data() + h.size() || head_seq < 0) {
+    return Status::Error("etcd: the head key holds '" + h.substr(0, 40) +
+                             "', not a seq; it is written only by topo-scheduler",
+                         core::ErrorCode::kConflict);
+  }
+  return Status::Error(
+      "the replicated log in etcd ends at seq " + h + " but this replica's store at seq " +
+          std::to_string(local_last_seq) +
+          (head_seq > local_last_seq
+               ? ": this replica missed batches; catching up from etcd is not built yet "
+                 "(docs/ha.md): start the replica that led last, or copy its state directory here"
+               : ": this store holds batches the replicated log does not; it must not lead"),
+      core::ErrorCode::kConflict);
+}
+
+void Leadership::StartRenewing(std::function<void(const std::string&)> on_lost) {
+  renewer_ = std::thread([this, on_lost = std::move(on_lost)] {
+    while (!stop_renewing_.load()) {
+      const auto until = Clock::now() + election_->RenewInterval();
+      while (!stop_renewing_.load() && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (stop_renewing_.load()) return;
+      if (Status s = election_->Renew(Clock::now()); !s.ok()) {
+        (void)MarkLost(election_->lost_reason());
+        on_lost(lost_reason());
+        return;
+      }
+    }
+  });
+}
+
+Status Leadership::MarkLost(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lost_reason_.empty()) lost_reason_ = why;
+  }
+  lost_ = true;
+  return Unavailable("this scheduler lost its leadership (term " + std::to_string(term_) +
+                     "): " + lost_reason());
+}
+
+std::string Leadership::lost_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_reason_;
+}
+
+std::string Leadership::DescribeFailedAppend(const TxnResponse& t, int64_t expected_head) const {
+  if (t.responses.size() != 2) return "the append's compare failed";
+  const auto& leader = t.responses[0].range.kvs;
+  if (leader.empty()) return "the leader key is gone (the lease expired)";
+  if (leader.front().create_revision != term_) {
+    return "the leader key is now held by '" + leader.front().value + "' (term " +
+           std::to_string(leader.front().create_revision) + ")";
+  }
+  const auto& head = t.responses[1].range.kvs;
+  return "the replicated log's head is " +
+         (head.empty() ? "missing" : "at seq " + head.front().value) +
+         ", this leader expected seq " + std::to_string(expected_head) + " (another writer?)";
+}
+
+Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> batch,
+                          const core::Topology& topology) {
+  if (batch.empty()) return Status::Ok();
+  if (lost_.load()) {
+    return Unavailable("this scheduler lost its leadership (term " + std::to_string(term_) +
+                       "): " + lost_reason());
+  }
+  Result<std::string> value = EncodeBatch(term_, first_seq, batch, topology);
+  if (!value.ok()) return value.status();
+  if (value.value().size() > kMaxBatchBytes) {
+    return Unavailable("a batch of " + std::to_string(batch.size()) + " entries is " +
+                       std::to_string(value.value().size()) +
+                       " bytes, above the 1 MiB one etcd request carries; splitting batches is "
+                       "not built yet (docs/ha.md)");
+  }
+  const std::string prefix = KeyPrefix(options_.cluster);
+  const int64_t last_seq = first_seq + static_cast<int64_t>(batch.size()) - 1;
+  TxnRequest t;
+  t.compare.push_back(CreateRevisionIs(prefix + "leader", term_));
+  t.compare.push_back(ValueIs(prefix + "head", std::to_string(first_seq - 1)));
+  t.success.push_back(PutRequest{LogKey(options_.cluster, first_seq), std::move(value).value(), 0});
+  t.success.push_back(PutRequest{prefix + "head", std::to_string(last_seq), 0});
+  t.failure.push_back(KeyAlone(prefix + "leader"));
+  t.failure.push_back(KeyAlone(prefix + "head"));
+  Result<TxnResponse> r = log_client_->Txn(t);
+  if (!r.ok()) {
+    return Unavailable("the replicated log did not take seq " + std::to_string(first_seq) + "-" +
+                       std::to_string(last_seq) + ": " + r.message());
+  }
+  if (r.value().succeeded) return Status::Ok();
+  return MarkLost(DescribeFailedAppend(r.value(), first_seq - 1));
+}
+
+Status Leadership::Resign() {
+  stop_renewing_ = true;
+  if (renewer_.joinable()) renewer_.join();
+  lost_ = true;
+  return election_->Resign();
+}
+
+}  // namespace topo::ha

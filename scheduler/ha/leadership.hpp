@@ -1,0 +1,125 @@
+#pragma once
+// One topo-scheduler replica's part in HA (docs/ha.md): wait as a standby
+// until elected, keep the lease alive, and append every group commit's batch
+// to the replicated log in etcd, fenced on the leader key.
+//
+//   auto l = Leadership::Create(options);
+//   l->WaitToLead(log, stop);               // blocks: the standby phase
+//   l->TakeOver(store.LastSeq());           // the replicated log must end where the store does
+//   l->StartRenewing(on_lost);              // keepalives on a thread of its own
+//   ... per group commit, before the local SQLite append:
+//   l->Append(first_seq, batch, topology);  // Ok: the batch is in etcd under our term
+//
+// Keys under /toposched/<cluster>/: `leader` (the campaign key; the term is
+// its create_revision), `head` (the last seq in the log, decimal) and
+// `log/<first_seq, 20 digits>` (one batch). Append's txn compares
+// create_revision(leader) == term and value(head) == first_seq - 1: a
+// deposed leader's append fails (its lease expired, so the key was deleted,
+// and a successor's key has a later create_revision), and so does an append
+// that would leave a gap or follow another writer. A failed append wrote
+// nothing, and its error names what happened ("the leader key is now held
+// by 'b' (term 41)").
+//
+// Once lost (a failed append, or the renewing thread's verdict) every later
+// Append fails at once without reaching etcd.
+//
+// Thread safety: WaitToLead, TakeOver and StartRenewing from one thread
+// before the server runs; Append from the daemon's strand; lost() and
+// lost_reason() from any thread. The renewing thread owns the Election and
+// its own EtcdClient; Append uses another.
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+
+#include "ha/election.hpp"
+#include "ha/etcd_client.hpp"
+#include "store/store.hpp"
+#include "topo/core/status.hpp"
+#include "topo/core/topology.hpp"
+
+namespace topo::ha {
+
+struct LeadershipOptions {
+  EtcdClientOptions etcd;
+  std::string cluster = "default";  // the key prefix's part
+  std::string name;                 // this replica (the leader key's value)
+  int ttl_s = 5;
+};
+
+// The largest batch value written as one key (etcd refuses requests above
+// its --max-request-bytes, 1.5 MiB by default).
+inline constexpr size_t kMaxBatchBytes = 1u << 20;
+
+// "/toposched/<cluster>/".
+std::string KeyPrefix(const std::string& cluster);
+// log/<seq> with the seq zero-padded to 20 digits, so keys sort in log order.
+std::string LogKey(const std::string& cluster, int64_t first_seq);
+
+// A batch as stored in etcd: {"term", "first_seq", "entries": [{"time_ms",
+// "actor", "event", "commands"}]}, events and commands in the store's JSON
+// (common/event_json.hpp). Errors: an entry that cannot be written as JSON.
+core::Result<std::string> EncodeBatch(int64_t term, int64_t first_seq,
+                                      std::span<const store::LogEntry> batch,
+                                      const core::Topology& topology);
+
+class Leadership {
+ public:
+  // Validates the options (errors name the ha_* setting) and makes the two
+  // etcd clients; reaches no member yet.
+  static core::Result<std::unique_ptr<Leadership>> Create(LeadershipOptions options);
+  ~Leadership();  // stops the renewing thread (does not resign)
+
+  // The standby phase: campaigns every TTL/3 until won or `stop` is set;
+  // `say` gets one line per change ("standby: leader is 'a' (term 7)",
+  // "etcd unreachable: ..."). Errors: stopped.
+  core::Status WaitToLead(const std::function<void(const std::string&)>& say,
+                          const std::atomic<bool>& stop);
+
+  // After winning: the replicated log must end at local_last_seq (the local
+  // store's LastSeq). A fresh cluster's log starts there: `head` is created.
+  // Errors: the log is ahead of this replica (a standby that has not
+  // applied it; catching up from etcd is not built yet) or behind it (the
+  // store holds batches the log does not), or etcd fails.
+  core::Status TakeOver(int64_t local_last_seq);
+
+  // Keeps the lease alive every TTL/3 on a thread; the first time the
+  // leadership is lost, calls on_lost(reason) from that thread.
+  void StartRenewing(std::function<void(const std::string&)> on_lost);
+
+  // The fenced append of one group commit (see above). An empty batch is Ok.
+  core::Status Append(int64_t first_seq, std::span<const store::LogEntry> batch,
+                      const core::Topology& topology);
+
+  // Revokes the lease (a clean stop: a standby takes over at once).
+  core::Status Resign();
+
+  int64_t term() const { return term_; }
+  bool lost() const { return lost_.load(); }
+  std::string lost_reason() const;
+  const LeadershipOptions& options() const { return options_; }
+
+ private:
+  Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> election_client,
+             std::unique_ptr<EtcdClient> log_client);
+  core::Status MarkLost(const std::string& why);
+  std::string DescribeFailedAppend(const TxnResponse& t, int64_t expected_head) const;
+
+  LeadershipOptions options_;
+  std::unique_ptr<EtcdClient> election_client_;  // the election's (renewing thread)
+  std::unique_ptr<EtcdClient> log_client_;       // Append's (the strand)
+  std::unique_ptr<Election> election_;
+  int64_t term_ = 0;
+  std::atomic<bool> lost_ = false;
+  mutable std::mutex mu_;
+  std::string lost_reason_;  // guarded by mu_
+  std::atomic<bool> stop_renewing_ = false;
+  std::thread renewer_;
+};
+
+}  // namespace topo::ha
