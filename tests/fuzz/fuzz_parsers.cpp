@@ -1,7 +1,9 @@
-// libFuzzer target for the text parsers of common/ (topo_common).
+// libFuzzer target for the text parsers of common/ (topo_common) and of the
+// etcd gateway's answers (scheduler/ha/gateway.cpp).
 //
-// The first byte of the input selects the parser (byte % 16; past 10, % 8), the rest is its
-// text; the seed corpus (tests/fuzz/corpus) starts each file with the digit (':' for 10):
+// The first byte of the input selects the parser (byte % 16; past 11, % 8), the rest is its
+// text; the seed corpus (tests/fuzz/corpus) starts each file with the digit (':' for 10, ';'
+// for 11):
 //
 //   0 ParseJobSpec          JobSpecFromJson(JobSpecToJson(x)) == x, and
 //                           through text too
@@ -16,6 +18,10 @@
 //   8 ParseAgentMessage     WriteAgentMessage reads back equal, a fixed point
 //   9 ParseSchedulerMessage WriteSchedulerMessage likewise
 //  10 ParseSlurmRankMap     FormatSlurmRankMap reads back equal, a fixed point
+//  11 etcd gateway answers  every ha/gateway.hpp reader on the JSON (what an
+//                           etcd member, or anything on its port, sends the
+//                           daemon); Base64Decode, whose output encodes back
+//                           to the input
 //
 // Parsers return core::Result and must never throw: nothing is caught here,
 // so an exception, a sanitizer report or a broken round trip (Fail below,
@@ -32,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ha/gateway.hpp"
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
@@ -339,13 +346,31 @@ void FuzzSlurmRankMap(std::string_view text) {
   Require(common::FormatSlurmRankMap(back.value()) == once, "rank map writer is not a fixed point");
 }
 
+// ---------------------------------------------------------------- etcd gateway
+
+void FuzzEtcdGateway(std::string_view text) {
+  if (core::Result<std::string> bytes = ha::Base64Decode(text); bytes.ok()) {
+    Require(ha::Base64Encode(bytes.value()) == text, "base64: decode then encode");
+  }
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return;
+  (void)ha::ParseHeader(j, "header");
+  (void)ha::ParseRangeResponse(j);
+  (void)ha::ParsePutResponse(j);
+  (void)ha::ParseDeleteRangeResponse(j);
+  (void)ha::ParseTxnResponse(j);
+  (void)ha::ParseLeaseGrantResponse(j);
+  (void)ha::ParseLeaseKeepAliveResponse(j);
+  (void)ha::GatewayErrorMessage(j);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   const unsigned selector = data[0] % 16;
-  switch (selector < 11 ? selector : selector % 8) {
+  switch (selector < 12 ? selector : selector % 8) {
     case 0:
       FuzzJobSpec(text);
       break;
@@ -384,6 +409,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 10:
       FuzzSlurmRankMap(text);
+      break;
+    case 11:
+      FuzzEtcdGateway(text);
       break;
   }
   return 0;
