@@ -213,7 +213,8 @@ struct Table<Registered> {
     return std::tuple{
         F("node", &Registered::node, kNodeName),
         F("heartbeat_interval_ms", &Registered::heartbeat_interval_ms, Int{10, 600000}),
-        F("keep", &Registered::keep, List<Int>{kMaxKeepJobs, kJob})};
+        F("keep", &Registered::keep, List<Int>{kMaxKeepJobs, kJob}),
+        F("term", &Registered::term, Int{1, int64_t{1} << 62})};
   }
 };
 template <>

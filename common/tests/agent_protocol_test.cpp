@@ -79,7 +79,8 @@ TEST_CASE("every agent message reads back as written") {
 
 TEST_CASE("every scheduler message reads back as written") {
   const std::vector<SchedulerMessage> messages = {
-      Registered{"n01", 1000, {1, 2, 3}},
+      Registered{"n01", 1000, {1, 2, 3}, {}},
+      Registered{"n02", 500, {}, 41},
       SampleStart(),
       Stop{17, "cancelled by user:ada"},
       CheckpointRequest{17, "preemption"},

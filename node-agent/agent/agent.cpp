@@ -147,11 +147,12 @@ core::Status Agent::SetUpTls() {
 
 int Agent::Run() {
   ConnectionSettings cs;
-  if (!ParseServerUrl(o_.server_url, &cs.url)) {
-    Log("--server " + o_.server_url + ": expected wss://HOST:PORT/PATH");
+  core::Result<std::vector<ConnectionTarget>> targets = ParseServerList(o_.server_url);
+  if (!targets.ok()) {
+    Log(targets.message());
     return 2;
   }
-  cs.url_text = o_.server_url;
+  cs.targets = std::move(targets).value();
   std::string state;
   if (core::Status st = SetUpStateDir(&state); !st.ok()) {
     Log(st.message());

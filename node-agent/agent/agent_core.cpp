@@ -135,6 +135,23 @@ void AgentCore::OnText(std::string_view text) {
 }
 
 void AgentCore::HandleRegistered(const proto::Registered& m) {
+  // HA (docs/ha.md): a replica that answers with an older leadership term
+  // than one seen before was deposed and does not know it yet (paused past
+  // its lease): nothing it says is followed, and the agent moves on.
+  if (m.term) {
+    if (*m.term < newest_term_) {
+      Log(LogLevel::kWarning, "refusing a scheduler of leadership term " + std::to_string(*m.term) +
+                                  ": term " + std::to_string(newest_term_) +
+                                  " leads now; trying the next scheduler address");
+      link_.Drop();
+      return;
+    }
+    if (*m.term > newest_term_ && newest_term_ > 0) {
+      Log(LogLevel::kInfo, "the scheduler's leadership moved to term " + std::to_string(*m.term) +
+                               " (was " + std::to_string(newest_term_) + ")");
+    }
+    newest_term_ = *m.term;
+  }
   registered_ = true;
   heartbeat_ms_ = options_.heartbeat_ms > 0 ? options_.heartbeat_ms : m.heartbeat_interval_ms;
   std::string keep;

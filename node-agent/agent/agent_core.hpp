@@ -84,6 +84,9 @@ class AgentLink {
   virtual bool Send(std::string text) = 0;
   // Registration accepted: beat now, then every heartbeat_ms.
   virtual void Registered(int heartbeat_ms) = 0;
+  // Ends this connection (the scheduler is one the agent must not follow);
+  // the connection then tries the next scheduler address.
+  virtual void Drop() = 0;
 };
 
 // Milliseconds on a clock that does not jump (steady in production).
@@ -161,6 +164,8 @@ class AgentCore {
   void Beat();  // one heartbeat now, when registered
   void Report(const proto::AgentMessage& message);
   void HandleRegistered(const proto::Registered& m);
+  // HA: the newest leadership term a `registered` carried (0: none yet).
+  int64_t newest_term_ = 0;
   void HandleStart(const proto::Start& m);
   void HandleStop(const std::string& job, const std::string& reason);
   void HandleCheckpoint(const proto::CheckpointRequest& m);

@@ -68,6 +68,29 @@ bool ParseServerUrl(const std::string& url, ServerUrl* out) {
                      [](char c) { return c >= '0' && c <= '9'; });
 }
 
+core::Result<std::vector<ConnectionTarget>> ParseServerList(const std::string& text) {
+  std::vector<ConnectionTarget> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(start, comma - start);
+    const size_t b = item.find_first_not_of(" \t");
+    const size_t e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    ConnectionTarget t;
+    if (item.empty() || !ParseServerUrl(item, &t.url)) {
+      return core::Status::Error("--server " + text.substr(0, 200) + ": '" + item.substr(0, 200) +
+                                 "' is not wss://HOST:PORT/PATH (several: comma-separated)");
+    }
+    t.url_text = item;
+    out.push_back(std::move(t));
+    start = comma + 1;
+  }
+  if (out.size() > 16) return core::Status::Error("--server: at most 16 scheduler addresses");
+  return out;
+}
+
 ConnectionShared::ConnectionShared(net::io_context& io, ssl::context& t, ConnectionSettings s,
                                    AgentLog& l, uint64_t seed)
     : ioc(io), tls(t), settings(std::move(s)), log(l), rng(seed) {}
@@ -162,7 +185,8 @@ awaitable<void> AgentConnection::Session() {
     ~SlotGuard() { Release(); }
   } slot{this};
   if (killed_ || shared_.stopping) co_return;
-  const ConnectionSettings& s = shared_.settings;
+  const ConnectionSettings& settings = shared_.settings;
+  const ConnectionTarget& s = settings.targets[target_ % settings.targets.size()];
   auto holder = std::make_shared<WsHolder>(shared_.ioc, shared_.tls);
   auto& ws = holder->ws;
   if (cert_ != nullptr) {
@@ -175,7 +199,7 @@ awaitable<void> AgentConnection::Session() {
     SSL_set_tlsext_host_name(ws.next_layer().native_handle(), s.url.host.c_str());
   }
   ws_ = holder;
-  beast::get_lowest_layer(ws).expires_after(s.connect_timeout);
+  beast::get_lowest_layer(ws).expires_after(settings.connect_timeout);
   if (s.endpoint) {
     co_await beast::get_lowest_layer(ws).async_connect(*s.endpoint, use_awaitable);
   } else {
@@ -187,9 +211,9 @@ awaitable<void> AgentConnection::Session() {
   co_await ws.next_layer().async_handshake(ssl::stream_base::client, use_awaitable);
   beast::get_lowest_layer(ws).expires_never();
   auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::client);
-  timeouts.handshake_timeout = s.connect_timeout;
-  if (s.idle_timeout.count() > 0) {
-    timeouts.idle_timeout = s.idle_timeout;
+  timeouts.handshake_timeout = settings.connect_timeout;
+  if (settings.idle_timeout.count() > 0) {
+    timeouts.idle_timeout = settings.idle_timeout;
     timeouts.keep_alive_pings = true;
   }
   ws.set_option(timeouts);
@@ -246,6 +270,9 @@ awaitable<void> AgentConnection::ConnectLoop() {
     if (!core_->last_refusal().empty()) why += " (refused: " + core_->last_refusal() + ")";
     const bool was_registered = registered_;
     if (!connected_ && !killed_ && !shared_.stopping) ++shared_.stats.connect_failures;
+    const std::string& tried = s.targets[target_ % s.targets.size()].url_text;
+    // The next attempt goes to the next scheduler address (HA replicas).
+    target_ = (target_ + 1) % s.targets.size();
     Disconnected();
     if (shared_.stopping) break;
     if (was_registered) {
@@ -258,8 +285,8 @@ awaitable<void> AgentConnection::ConnectLoop() {
     const int wait_ms = static_cast<int>(delay_ms * jitter(shared_.rng));
     shared_.log.Line(core_->node(), LogLevel::kInfo,
                      std::string(was_registered ? "connection lost" : "connection attempt") + " " +
-                         std::to_string(attempt) + " to " + s.url_text + ": " + why +
-                         "; retrying in " + std::to_string(wait_ms) + " ms");
+                         std::to_string(attempt) + " to " + tried + ": " + why + "; retrying in " +
+                         std::to_string(wait_ms) + " ms");
     delay_ms = std::min(delay_ms * 2, s.backoff_max_ms);
     wait_timer_.expires_after(milliseconds(wait_ms));
     boost::system::error_code ec;
@@ -304,6 +331,8 @@ bool AgentConnection::Send(std::string text) {
   if (!writing_) WriteNext();
   return true;
 }
+
+void AgentConnection::Drop() { CloseSocket(); }
 
 void AgentConnection::Registered(int heartbeat_ms) {
   if (!registered_) ++shared_.stats.registered;

@@ -9,6 +9,8 @@
 //   closed       -> core.OnDisconnected(), then a reconnect after a backoff
 // and is the core's AgentLink (Send, Registered).
 //
+// Several scheduler addresses (HA replicas): each attempt goes to one, and
+// after a failed attempt or a lost connection the next one is tried.
 // Reconnects: the delay starts at backoff_first_ms, doubles per failed
 // attempt up to backoff_max_ms, is multiplied by a random factor in
 // [0.8, 1.2] (so a thousand agents that lost the scheduler together do not
@@ -60,11 +62,20 @@ struct ServerUrl {
 // false when the URL is not of that form (the path defaults to /v1/agent).
 bool ParseServerUrl(const std::string& url, ServerUrl* out);
 
-struct ConnectionSettings {
+// One scheduler address (HA: each replica's; docs/ha.md).
+struct ConnectionTarget {
   ServerUrl url;
   std::string url_text;  // for logs
   // Resolved once (simulate); without it the host is resolved per attempt.
   std::optional<boost::asio::ip::tcp::endpoint> endpoint;
+};
+// "wss://A:7443/v1/agent,wss://B:7443/v1/agent" -> targets; an error names
+// the address that is not of that form.
+core::Result<std::vector<ConnectionTarget>> ParseServerList(const std::string& text);
+
+struct ConnectionSettings {
+  // Tried in turn: after a failed attempt or a lost connection, the next.
+  std::vector<ConnectionTarget> targets;
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds idle_timeout{10000};  // 0: never closed for silence
   int backoff_first_ms = 100;
@@ -131,6 +142,7 @@ class AgentConnection final : public AgentLink {
   // AgentLink
   bool Send(std::string text) override;
   void Registered(int heartbeat_ms) override;
+  void Drop() override;
 
   const AgentCore* core() const { return core_; }
   bool connected() const { return connected_; }
@@ -163,6 +175,7 @@ class AgentConnection final : public AgentLink {
   bool hung_ = false;
   bool slot_granted_ = false;
   bool beat_now_ = false;  // Registered() woke the heartbeat loop
+  size_t target_ = 0;      // the index in settings.targets of this (or the next) attempt
   int heartbeat_ms_ = 1000;
   boost::asio::steady_timer beat_timer_;
   boost::asio::steady_timer wait_timer_;  // backoff, a turn to connect, a killed node's revive

@@ -61,7 +61,8 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
   app.add_option("--node", o.node, "this node's name (the CN of its certificate)");
   app.add_option("--server", o.server_url,
                  "the scheduler's agent endpoint, wss://HOST:PORT/v1/agent (default: "
-                 "SCHEDULER_STATE/agent-endpoint with --scheduler-state-dir)");
+                 "SCHEDULER_STATE/agent-endpoint with --scheduler-state-dir); HA replicas: "
+                 "several, comma-separated, tried in turn");
   app.add_option("--scheduler-state-dir", scheduler_state_dir,
                  "a local daemon's state directory: --server and --ca default from it");
   app.add_option("--ca", o.ca_file, "the scheduler's CA certificate (ca.pem)");

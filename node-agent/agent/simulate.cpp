@@ -156,11 +156,12 @@ SimNode::SimNode(Simulator& sim, std::string node_name, int index, CertPtr node_
 int Simulator::Run() {
   ::signal(SIGPIPE, SIG_IGN);
   ConnectionSettings cs;
-  if (!ParseServerUrl(o_.server_url, &cs.url)) {
-    Log("--server " + o_.server_url + ": expected wss://HOST:PORT/PATH");
+  core::Result<std::vector<ConnectionTarget>> targets = ParseServerList(o_.server_url);
+  if (!targets.ok()) {
+    Log(targets.message());
     return 2;
   }
-  cs.url_text = o_.server_url;
+  cs.targets = std::move(targets).value();
   const std::vector<std::string> names = SimulatedNodeNames(o_);
   if (names.empty()) {
     Log("no node names (--simulate N with --node-prefix, or --simulate-nodes FILE)");
@@ -195,12 +196,14 @@ int Simulator::Run() {
   // Idle connections give their TLS buffers back: thousands sit idle between beats.
   SSL_CTX_set_mode(tls_.native_handle(), SSL_MODE_RELEASE_BUFFERS);
   tcp::resolver resolver(ioc_);
-  auto resolved = resolver.resolve(cs.url.host, cs.url.port, ec);
-  if (ec || resolved.empty()) {
-    Log("cannot resolve " + cs.url.host + ":" + cs.url.port + ": " + ec.message());
-    return 1;
+  for (ConnectionTarget& t : cs.targets) {
+    auto resolved = resolver.resolve(t.url.host, t.url.port, ec);
+    if (ec || resolved.empty()) {
+      Log("cannot resolve " + t.url.host + ":" + t.url.port + ": " + ec.message());
+      return 1;
+    }
+    t.endpoint = resolved.begin()->endpoint();
   }
-  cs.endpoint = resolved.begin()->endpoint();
   cs.connect_timeout = std::chrono::seconds(30);  // thousands of handshakes queue up
   cs.idle_timeout = milliseconds(0);
   cs.first_beat_spread_ms = 999;

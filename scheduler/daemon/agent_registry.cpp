@@ -91,7 +91,8 @@ Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::s
                 std::to_string(m->gpus.size()) + " GPUs, " + std::to_string(m->ranks.size()) +
                 " ranks running, " + m->agent + ")",
             {{"node", m->node}, {"addr", m->addr}, {"gpus", m->gpus.size()}});
-  proto::Registered reply{m->node, static_cast<int>(settings_.heartbeat_interval_ms), {}};
+  proto::Registered reply{m->node, static_cast<int>(settings_.heartbeat_interval_ms), {}, {}};
+  if (settings_.term > 0) reply.term = settings_.term;
   for (const auto& [id, job] : core->jobs()) {
     if (!Holds(job.state)) continue;
     for (const core::GpuSlot& slot : job.ranks) {

@@ -63,11 +63,17 @@ struct AgentSettings {
   int missed_heartbeats_down = 3;
   // Slurm mode: slurmd runs the jobs; agents only report health.
   bool send_jobs = true;
+  // HA: this replica's leadership term, sent in every `registered` (0: one
+  // scheduler, none sent).
+  int64_t term = 0;
 };
 
 class AgentRegistry {
  public:
   AgentRegistry(AgentHost& host, AgentSettings settings);
+  // HA: the term this replica leads in, sent to every agent that registers
+  // from now on (before the agent listener opens).
+  void SetTerm(int64_t term) { settings_.term = term; }
 
   // The first message of a connection whose certificate names cert_node: the
   // `registered` reply, or an error (refuse and close).

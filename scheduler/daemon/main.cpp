@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
   topo::core::Result<std::unique_ptr<daemon::Service>> service =
       daemon::Service::Open(config, &metrics, NowMs(), std::move(replicate));
   if (!service.ok()) return Fail(service.message());
+  if (leadership) service.value()->SetLeadershipTerm(leadership->term());
   const daemon::Service& svc = *service.value();
   if (svc.first_admin_token()) {
     const std::string path = config.state_dir + "/admin-token";

@@ -404,6 +404,8 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
 
 Status Service::Commit() { return s_->Commit(); }
 
+void Service::SetLeadershipTerm(int64_t term) { s_->agents->SetTerm(term); }
+
 Status ServiceState::Commit() {
   Result<std::vector<store::LogEntry>> done = driver.Commit();
   if (!done.ok()) return done.status();

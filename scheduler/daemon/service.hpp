@@ -112,6 +112,10 @@ class Service {
   // A token for "admin", made on the first start only (nullopt otherwise):
   // the caller writes it to STATE_DIR/admin-token and prints it once.
   const std::optional<std::string>& first_admin_token() const;
+  // HA (docs/ha.md): the leadership term this replica won; every agent's
+  // `registered` carries it, so agents refuse an older leader. Call before
+  // the agent listener opens.
+  void SetLeadershipTerm(int64_t term);
 
   HttpResponse Handle(const HttpRequest& request, core::TimeMs now);
   // Reads that need no strand (the event log, the audit log, whoami;

@@ -3,7 +3,8 @@
 
 64 simulated nodes (n0..n63, one process, one TLS WebSocket and one minted
 certificate each) register and come up; a 32-GPU tp-8 job with a spare runs on
-four of them; a checkpoint reported by rank 0's node is stored; `kill` of one of
+four of them; a checkpoint reported by rank 0's node is stored; every node is
+given two scheduler addresses of which the first refuses (HA replicas); `kill` of one of
 the job's nodes brings that node down within 3 heartbeat intervals (200 ms, with
 slack for a loaded machine) and the job restarts with restart_count 1 from the
 stored step on four nodes without it; an XID 79 fails a GPU; `revive` brings the
@@ -56,9 +57,14 @@ class Simulator:
         self.log_path = log_path
         self.events = []
         self.lock = threading.Lock()
+        # Two scheduler addresses, as for HA replicas (docs/ha.md): the first
+        # refuses every connection, so each node goes on to the second.
+        with open(os.path.join(daemon.state_dir, "agent-endpoint")) as f:
+            endpoint = f.read().strip()
         self.proc = subprocess.Popen(
             [binary, "--simulate", str(NODES), "--node-prefix", "n", "--scheduler-state-dir",
-             daemon.state_dir, "--stats-every-s", "0", "--step-ms", "100"],
+             daemon.state_dir, "--server", "wss://127.0.0.1:1/v1/agent," + endpoint,
+             "--stats-every-s", "0", "--step-ms", "100"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "ab"))
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -112,6 +118,10 @@ def test(d, agent_bin, work):
         # possibly after the daemon already shows the nodes up.
         wait_for(lambda: len({e["node"] for e in sim.find(ev="up")}) == NODES, 10,
                  "64 distinct nodes registered (simulator events)")
+        sim.send("status")
+        first = wait_for(lambda: sim.find(ev="status"), 5, "the status event")[-1]
+        check(first["connect_failures"] >= NODES and first["registered"] == NODES,
+              "every node tried the refusing address first, then registered: %s" % first)
 
         j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 32, "name": "sim", "parallelism": {"tp": 8},
                                                 "spares": 1},
@@ -161,7 +171,7 @@ def test(d, agent_bin, work):
         sim.send("revive " + victim)
         wait_for(lambda: nodes(d)[victim]["state"] == "up", 10, victim + " to come back up")
         sim.send("status")
-        status = wait_for(lambda: sim.find(ev="status"), 5, "the status event")[-1]
+        status = wait_for(lambda: sim.find(ev="status")[1:], 5, "the status event")[-1]
         check(status["registered"] == NODES and status["killed"] == 0, "status: %s" % status)
         check(not sim.find(ev="refused"), "no refusals: %s" % sim.find(ev="refused"))
         acks = sim.find(ev="ack")

@@ -195,7 +195,7 @@ TEST_CASE("keep: every job not kept is stopped, launches waiting included") {
   h.runner.jobs["5"].running = {0};
   h.runner.jobs["6"].running = {1};
   h.core.OnConnected();
-  h.Send(proto::Registered{"n0", 200, {5}});
+  h.Send(proto::Registered{"n0", 200, {5}, {}});
   REQUIRE(h.runner.stops.size() == 1);
   CHECK(h.runner.stops[0].first == "6");
   CHECK(h.log.Has("job 6 is not in the scheduler's keep list"));
@@ -209,7 +209,7 @@ TEST_CASE("keep: every job not kept is stopped, launches waiting included") {
   CHECK(h.core.pending_launches() == 1);
   h.core.OnDisconnected();
   h.core.OnConnected();
-  h.Send(proto::Registered{"n0", 200, {5}});
+  h.Send(proto::Registered{"n0", 200, {5}, {}});
   CHECK(h.core.pending_launches() == 0);
   CHECK(h.runner.stops.back().first == "7");
 }

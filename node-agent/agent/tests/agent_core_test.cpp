@@ -43,7 +43,7 @@ TEST_CASE("registered: the scheduler's heartbeat interval, a beat at once, heart
   h.core.OnConnected();
   h.core.Heartbeat();  // not registered yet: no heartbeat
   CHECK(h.link.Of<proto::Heartbeat>().empty());
-  h.Send(proto::Registered{"n0", 250, {}});
+  h.Send(proto::Registered{"n0", 250, {}, {}});
   CHECK(h.core.registered());
   CHECK(h.core.heartbeat_ms() == 250);
   CHECK(h.link.registrations == 1);
@@ -60,10 +60,42 @@ TEST_CASE("registered: the scheduler's heartbeat interval, a beat at once, heart
     Harness g;
     g.options.heartbeat_ms = 40;
     g.core.OnConnected();
-    g.Send(proto::Registered{"n0", 250, {}});
+    g.Send(proto::Registered{"n0", 250, {}, {}});
     CHECK(g.core.heartbeat_ms() == 40);
     CHECK(g.link.heartbeat_ms == 40);
   }
+}
+
+TEST_CASE("HA: a scheduler of an older leadership term is refused, its keep list ignored") {
+  Harness h;
+  h.link.connected = true;
+  h.core.OnConnected();
+  h.Send(proto::Registered{"n0", 200, {}, 7});
+  REQUIRE(h.core.registered());
+  h.Send(MakeStart(9, 0, {8, 9}));
+  REQUIRE(h.runner.jobs.count("9"));
+  // The leader of term 7 is gone; a paused replica of term 5 answers first.
+  h.core.OnDisconnected();
+  h.core.OnConnected();
+  h.Send(proto::Registered{"n0", 200, {}, 5});
+  CHECK_FALSE(h.core.registered());
+  CHECK(h.link.drops == 1);
+  CHECK(h.link.registrations == 1);  // no beat for it
+  CHECK(h.runner.jobs.count("9"));   // its empty keep list stopped nothing
+  CHECK(h.log.Has("refusing a scheduler of leadership term 5: term 7 leads now"));
+  // The new leader (term 8) keeps the job.
+  h.core.OnDisconnected();
+  h.core.OnConnected();
+  h.Send(proto::Registered{"n0", 200, {9}, 8});
+  CHECK(h.core.registered());
+  CHECK(h.link.registrations == 2);
+  CHECK(h.runner.jobs.count("9"));
+  CHECK(h.log.Has("leadership moved to term 8 (was 7)"));
+  // A scheduler that sends no term (no HA) is followed as before.
+  h.core.OnDisconnected();
+  h.core.OnConnected();
+  h.Send(proto::Registered{"n0", 200, {9}, {}});
+  CHECK(h.core.registered());
 }
 
 TEST_CASE(
@@ -88,7 +120,7 @@ TEST_CASE(
   h.link.connected = true;
   h.core.OnConnected();
   CHECK(h.link.Of<proto::RankExited>().empty());
-  h.Send(proto::Registered{"n0", 200, {9}});
+  h.Send(proto::Registered{"n0", 200, {9}, {}});
   const auto messages = h.link.Messages();
   REQUIRE(messages.size() == 3);
   CHECK(std::holds_alternative<proto::Register>(messages[0]));
@@ -113,7 +145,7 @@ TEST_CASE("held reports are bounded: the oldest go first") {
   CHECK(h.log.Has("oldest report(s) held while disconnected", LogLevel::kWarning));
   h.link.connected = true;
   h.core.OnConnected();
-  h.Send(proto::Registered{"n0", 200, {}});
+  h.Send(proto::Registered{"n0", 200, {}, {}});
   const auto xids = h.link.Of<proto::GpuEventReport>();
   REQUIRE(xids.size() == h.link.Of<proto::GpuEventReport>().size());
   REQUIRE(xids.size() <= 10);

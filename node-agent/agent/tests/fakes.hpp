@@ -38,6 +38,8 @@ class FakeLink final : public AgentLink {
     ++registrations;
     heartbeat_ms = ms;
   }
+  void Drop() override { ++drops; }
+  int drops = 0;
   // Every message sent, read back by the protocol's strict reader.
   std::vector<proto::AgentMessage> Messages() const {
     std::vector<proto::AgentMessage> out;

@@ -19,7 +19,7 @@ struct Harness {
   void Register(std::vector<int64_t> keep = {}, int heartbeat_ms = 200) {
     link.connected = true;
     core.OnConnected();
-    Send(proto::Registered{"n0", heartbeat_ms, std::move(keep)});
+    Send(proto::Registered{"n0", heartbeat_ms, std::move(keep), {}});
     link.Clear();
   }
 

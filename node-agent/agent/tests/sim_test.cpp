@@ -35,7 +35,7 @@ struct SimNodeHarness {
   void Send(const proto::SchedulerMessage& m) { core.OnText(proto::WriteSchedulerMessage(m)); }
   void Register() {
     core.OnConnected();
-    Send(proto::Registered{"s7", 200, {}});
+    Send(proto::Registered{"s7", 200, {}, {}});
     link.Clear();
   }
   std::string name = "s7";

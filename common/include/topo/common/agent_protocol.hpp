@@ -162,6 +162,10 @@ struct Registered {
   std::string node;
   int heartbeat_interval_ms = 1000;
   std::vector<int64_t> keep;  // jobs to keep; the agent stops the others
+  // HA (docs/ha.md): the leadership term of the replica that answered; a
+  // connection's commands are that term's. An agent that has seen a newer
+  // term refuses an older one (a deposed leader). Absent: one scheduler.
+  std::optional<int64_t> term;
   bool operator==(const Registered&) const = default;
 };
 struct StartRank {
