@@ -391,6 +391,13 @@ int main(int argc, char** argv) {
                                ? "[" + config.listen_host + "]"
                                : config.listen_host;
   const std::string url = "https://" + host + ":" + std::to_string(server.port());
+  // Both listeners are bound before either endpoint file is written, so a
+  // client (or test) that saw `endpoint` appear can reach the agent port too.
+  if (config.agent_listen_host != "off") {
+    if (Status s = server.ListenAgents(cert, key, pki.value().ca_cert); !s.ok()) {
+      return Fail(s.message());
+    }
+  }
   // The endpoint files only help local clients find the daemon: on a full
   // disk it still starts and serves reads (docs/daemon.md).
   if (Status s = daemon::WriteFileAtomic(config.state_dir + "/endpoint", url + "\n", 0644);
@@ -398,9 +405,6 @@ int main(int argc, char** argv) {
     std::cerr << "topo-scheduler: warning: " << s.message() << "\n";
   }
   if (config.agent_listen_host != "off") {
-    if (Status s = server.ListenAgents(cert, key, pki.value().ca_cert); !s.ok()) {
-      return Fail(s.message());
-    }
     const std::string agent_url = "wss://" + config.agent_listen_host + ":" +
                                   std::to_string(server.agent_port()) + "/v1/agent";
     if (Status s =
