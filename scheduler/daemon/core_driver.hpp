@@ -73,6 +73,8 @@ class CoreDriver {
   // before the local append; an error fails the commit (nothing written
   // locally). Unset: the single daemon.
   ReplicateBatch replicate;
+  // HA: a topology import's meta, before the store's (service_admin.cpp).
+  ReplicateEpoch replicate_epoch;
 
   // Steps the core and stages the entry; returns the commands.
   // REQUIRES: core != nullptr.
