@@ -446,7 +446,15 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
       return Error(503, "the topology was not imported: " + st.message());
     }
   }
-  if (Status st = s.driver.store->SetMetas(meta); !st.ok()) return StoreFailed(st);
+  if (Status st = s.driver.store->SetMetas(meta); !st.ok()) {
+    if (s.driver.replicate_epoch) {
+      s.driver.diverged = Status::Error(
+          "the replicated log holds a topology import this store could not write (" +
+              st.message() + "); stopping, to catch up as a standby",
+          core::ErrorCode::kUnavailable);
+    }
+    return StoreFailed(st);
+  }
   s.driver.core.reset();
   s.driver.topology = std::move(topology);
   s.driver.BuildCore();
