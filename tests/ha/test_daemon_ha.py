@@ -12,11 +12,16 @@
            standby until the key is free, then leads with exactly the acknowledged jobs
   pause    SIGSTOP the leader past its lease, SIGCONT: it acknowledges nothing more, appends
            nothing to etcd, and exits to restart as a standby
+  gap      a replica started with an empty state directory replays the whole log from etcd
+           (topology epoch included) up to head; a log key that is not a batch, then a batch
+           that does not follow on, stop its catch-up with errors that name the key and the
+           seqs; elected, it refuses to lead, resigns and exits non-zero
 
 Skips (77) where /usr/bin/etcd is missing (config runs without it).
 """
 
 import base64
+import json
 import os
 import shutil
 import signal
@@ -270,8 +275,51 @@ def scenario_pause(binary, tmp):
             a.kill9()
 
 
+def scenario_gap(binary, tmp):
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        try:
+            a.start()
+            setup_tiny(a)
+            for n in range(2):
+                status, out = submit(a, f"j{n}")
+                assert status == 201, (status, out)
+            a.stop()  # resigns: the key is free, head stays
+            head = int(etcd_get(etcd, "head"))
+            assert etcd_get(etcd, "topology/00000000000000000001") is not None
+            # Someone else leads (a key without a lease), so b stays a standby.
+            key = b64(f"/toposched/{CLUSTER}/leader")
+            etcd.post(0, "/v3/kv/put", {"key": key, "value": b64("intruder")})
+            share_identity(a, b)
+            b.start_standby()
+            wait_for(lambda: f"the store is at seq {head}" in b.log_all(), 15,
+                     "an empty replica replays the whole log")
+            bad = f"/toposched/{CLUSTER}/log/{head + 1:020d}"
+            etcd.post(0, "/v3/kv/put", {"key": b64(bad), "value": b64("not json")})
+            wait_for(lambda: f"etcd key {bad}: not a batch" in b.log_all(), 15,
+                     "b names the key it cannot read")
+            batch = json.dumps({"term": 1, "first_seq": head + 5, "entries": [{}]})
+            etcd.post(0, "/v3/kv/put", {"key": b64(bad), "value": b64(batch)})
+            want = (f"holds the batch from seq {head + 5} but this replica's store ends at "
+                    f"seq {head}")
+            wait_for(lambda: want in b.log_all(), 15, "b names the gap")
+            assert not b.serving()
+            etcd.post(0, "/v3/kv/deleterange", {"key": key})
+            wait_for(lambda: b.proc.poll() is not None, 15, "b is elected and refuses to lead")
+            assert b.proc.returncode != 0
+            blog = b.log_all()
+            assert "HA: catching up with the replicated log: " in blog, blog[-2000:]
+            assert not b.serving()
+            wait_for(lambda: etcd_get(etcd, "leader") is None, 5, "b resigned")
+            print(f"empty replica replayed {head} seqs; bad key and gap refused by name")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
 SCENARIOS = {"config": scenario_config, "standby": scenario_standby, "fence": scenario_fence,
-             "pause": scenario_pause}
+             "pause": scenario_pause, "gap": scenario_gap}
 
 
 def main():
