@@ -51,6 +51,7 @@ const std::vector<core::Command>& CoreDriver::Step(const core::Event& event, std
 }
 
 Result<std::vector<store::LogEntry>> CoreDriver::Commit() {
+  if (!diverged.ok()) return diverged;
   if (staged_.empty()) return std::vector<store::LogEntry>{};
   const auto t0 = std::chrono::steady_clock::now();
   // HA: the replicated log first, so a failed local append never leaves

@@ -73,6 +73,13 @@ class CoreDriver {
   // before the local append; an error fails the commit (nothing written
   // locally). Unset: the single daemon.
   ReplicateBatch replicate;
+  // HA: a topology import's meta, before the store's (service_admin.cpp).
+  ReplicateEpoch replicate_epoch;
+  // Set when the replicated log took what this store then failed to write
+  // (an import's meta): every later Commit fails with it, so the daemon
+  // stops and catches up as a standby instead of leading on a store that
+  // differs from the log.
+  core::Status diverged = core::Status::Ok();
 
   // Steps the core and stages the entry; returns the commands.
   // REQUIRES: core != nullptr.

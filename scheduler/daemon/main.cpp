@@ -72,17 +72,43 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
   daemon::log::Info("standby: not serving until elected (etcd " +
                     std::to_string(config.ha_etcd_endpoints.size()) + " members, cluster '" +
                     config.ha_cluster + "', name '" + l.value()->options().name + "')");
+  // The standby follows the replicated log into its own store between
+  // campaigns; the core is rebuilt from the store once elected (Service::Open).
+  topo::core::Result<topo::store::Store> store =
+      topo::store::Store::Open(config.state_dir + "/topo.db");
+  if (!store.ok()) return store.status();
+  std::string last_error;
+  auto follow = [&] {
+    topo::core::Result<int64_t> n = l.value()->CatchUp(store.value());
+    if (!n.ok()) {
+      if (n.message() != last_error)
+        daemon::log::Error("standby: following the log: " + n.message());
+      last_error = n.message();
+      return;
+    }
+    last_error.clear();
+    if (n.value() > 0) {
+      daemon::log::Info("standby: applied " + std::to_string(n.value()) +
+                        " logged events; the store is at seq " +
+                        std::to_string(store.value().LastSeq()));
+    }
+  };
+  follow();
   if (Status s = l.value()->WaitToLead([](const std::string& line) { daemon::log::Info(line); },
-                                       g_stop_waiting);
+                                       g_stop_waiting, follow);
       !s.ok()) {
     return s;
   }
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
-  topo::core::Result<topo::store::Store> peek =
-      topo::store::Store::Open(config.state_dir + "/topo.db");
-  if (!peek.ok()) return peek.status();
-  const int64_t last_seq = peek.value().LastSeq();
+  // Elected: everything the log holds, up to head, before leading.
+  topo::core::Result<int64_t> caught_up = l.value()->CatchUp(store.value());
+  if (!caught_up.ok()) {
+    (void)l.value()->Resign();
+    return Status::Error("catching up with the replicated log: " + caught_up.message());
+  }
+  const int64_t last_seq = store.value().LastSeq();
+  daemon::log::Info("caught up with the replicated log at seq " + std::to_string(last_seq));
   if (Status s = l.value()->TakeOver(last_seq); !s.ok()) {
     (void)l.value()->Resign();  // let another replica lead at once
     return s;
@@ -318,6 +344,7 @@ int main(int argc, char** argv) {
   if (Status s = LockStateDir(config.state_dir); !s.ok()) return Fail(s.message());
   std::unique_ptr<topo::ha::Leadership> leadership;
   daemon::ReplicateBatch replicate;
+  daemon::ReplicateEpoch replicate_epoch;
   if (config.ha_enabled()) {
     auto l = BecomeLeader(config);
     if (!l.ok() && g_stop_waiting.load()) {
@@ -331,10 +358,15 @@ int main(int argc, char** argv) {
                                        const topo::core::Topology& topology) {
       return l->Append(first_seq, batch, topology);
     };
+    replicate_epoch = [l = leadership.get()](
+                          int64_t from_seq,
+                          std::span<const std::pair<std::string, std::string>> meta) {
+      return l->AppendEpoch(from_seq, meta);
+    };
   }
   daemon::Metrics metrics;
-  topo::core::Result<std::unique_ptr<daemon::Service>> service =
-      daemon::Service::Open(config, &metrics, NowMs(), std::move(replicate));
+  topo::core::Result<std::unique_ptr<daemon::Service>> service = daemon::Service::Open(
+      config, &metrics, NowMs(), std::move(replicate), std::move(replicate_epoch));
   if (!service.ok()) return Fail(service.message());
   if (leadership) service.value()->SetLeadershipTerm(leadership->term());
   const daemon::Service& svc = *service.value();

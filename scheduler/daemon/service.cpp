@@ -16,6 +16,7 @@
 #include "topo/common/job_io.hpp"
 #include "topo/common/strict_json.hpp"
 #include "topo/common/topology_io.hpp"
+#include "topo/common/topology_source.hpp"
 
 namespace topo::daemon {
 
@@ -305,9 +306,11 @@ class ServiceAgentHost : public AgentHost {
 }  // namespace
 
 Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metrics* metrics,
-                                               TimeMs now, ReplicateBatch replicate) {
+                                               TimeMs now, ReplicateBatch replicate,
+                                               ReplicateEpoch replicate_epoch) {
   auto s = std::make_unique<ServiceState>(config, metrics);
   s->driver.replicate = std::move(replicate);
+  s->driver.replicate_epoch = std::move(replicate_epoch);
   s->agent_host = std::make_unique<ServiceAgentHost>(*s);
   s->agents = std::make_unique<AgentRegistry>(
       *s->agent_host, AgentSettings{config.heartbeat_interval_ms, config.missed_heartbeats_down,
@@ -391,9 +394,25 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
   if (users.value().empty()) {
     store::User admin{"admin", "default", store::Role::kClusterAdmin, s->driver.now, "admin"};
     if (Status u = st.CreateUser(admin); !u.ok()) return u;
-    Result<store::IssuedToken> token = st.CreateToken("admin", s->driver.now);
-    if (!token.ok()) return token.status();
-    s->first_admin_token = token.value().token;
+    // HA: every replica is given the same admin token file, so a failover
+    // keeps the token (docs/ha.md, Not in the log).
+    const std::string token_file = config.state_dir + "/admin-token";
+    std::optional<std::string> given;
+    if (config.ha_enabled() && std::filesystem::exists(token_file)) {
+      Result<std::string> text = common::ReadFile(token_file);
+      if (!text.ok()) return text.status();
+      std::string t = text.value();
+      while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+      given = t;
+    }
+    Result<store::IssuedToken> token = given
+                                           ? st.CreateTokenFromText("admin", *given, s->driver.now)
+                                           : st.CreateToken("admin", s->driver.now);
+    if (!token.ok()) {
+      if (given) return Status::Error(token_file + ": " + token.message());
+      return token.status();
+    }
+    if (!given) s->first_admin_token = token.value().token;
     (void)st.AppendAudit(s->driver.now, "scheduler", "user.create",
                          Json{{"user", "admin"}, {"role", "cluster-admin"}}.dump());
   }

@@ -95,6 +95,12 @@ struct SlurmAction {
 using ReplicateBatch = std::function<core::Status(
     int64_t first_seq, std::span<const store::LogEntry> batch, const core::Topology& topology)>;
 
+// HA: hands a topology import's new meta values (topology,
+// topology_from_seq, policy) and the epoch's first seq to the replicated log
+// before the store's meta changes; an error fails the import (503).
+using ReplicateEpoch = std::function<core::Status(
+    int64_t from_seq, std::span<const std::pair<std::string, std::string>> meta)>;
+
 struct ServiceState;  // service_internal.hpp
 
 class Service {
@@ -104,9 +110,14 @@ class Service {
   // creates the user "admin" (cluster-admin, tenant default).
   // replicate (HA, docs/ha.md): every commit's batch goes through it
   // first, the Open's own included; empty for the single daemon.
+  // replicate_epoch (HA): every topology import goes through it first.
+  // In HA mode (config.ha_enabled()) a fresh store's admin token is the one
+  // in STATE_DIR/admin-token when that file exists (every replica is given
+  // the same file), and user and token changes are refused (docs/ha.md).
   static core::Result<std::unique_ptr<Service>> Open(const DaemonConfig& config, Metrics* metrics,
                                                      core::TimeMs now,
-                                                     ReplicateBatch replicate = {});
+                                                     ReplicateBatch replicate = {},
+                                                     ReplicateEpoch replicate_epoch = {});
   ~Service();
 
   // A token for "admin", made on the first start only (nullopt otherwise):

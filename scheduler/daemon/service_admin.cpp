@@ -169,9 +169,21 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
 
 // ---------------------------------------------------------------- users
 
+namespace {
+// HA replicates the log and the topology, not the users and tokens: they stay
+// as every replica's first start made them (docs/ha.md, Not in the log).
+HttpResponse AuthFixedInHa(const std::string& what) {
+  return Error(409, "in HA mode " + what +
+                        " cannot be changed: they are not replicated, so another replica would "
+                        "not know the change; every replica uses the admin token of "
+                        "STATE_DIR/admin-token (docs/ha.md)");
+}
+}  // namespace
+
 HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& route) {
   const auto& p = route.path;
   const std::string& m = route.method();
+  if (m != "GET" && s.config.ha_enabled()) return AuthFixedInHa("users");
   if (p.size() == 1 && m == "GET") {
     Result<std::vector<store::User>> users = s.driver.store->ListUsers();
     if (!users.ok()) return StoreFailed(users.status());
@@ -285,6 +297,7 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
 HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& route) {
   const auto& p = route.path;
   const std::string& m = route.method();
+  if (m != "GET" && s.config.ha_enabled()) return AuthFixedInHa("tokens");
   auto user_of = [&](const std::string& name) -> std::optional<store::User> {
     Result<std::optional<store::User>> u = s.driver.store->GetUser(name);
     return u.ok() ? u.value() : std::nullopt;
@@ -428,7 +441,20 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
       // The policy as of this epoch's first event: a restart replays only
       // this epoch, with live changes made before it already in effect.
       {"policy", PolicyJson(s.config)}};
-  if (Status st = s.driver.store->SetMetas(meta); !st.ok()) return StoreFailed(st);
+  if (s.driver.replicate_epoch) {
+    if (Status st = s.driver.replicate_epoch(s.driver.store->LastSeq() + 1, meta); !st.ok()) {
+      return Error(503, "the topology was not imported: " + st.message());
+    }
+  }
+  if (Status st = s.driver.store->SetMetas(meta); !st.ok()) {
+    if (s.driver.replicate_epoch) {
+      s.driver.diverged = Status::Error(
+          "the replicated log holds a topology import this store could not write (" +
+              st.message() + "); stopping, to catch up as a standby",
+          core::ErrorCode::kUnavailable);
+    }
+    return StoreFailed(st);
+  }
   s.driver.core.reset();
   s.driver.topology = std::move(topology);
   s.driver.BuildCore();

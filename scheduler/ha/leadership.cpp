@@ -125,7 +125,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Create(LeadershipOptions options
 }
 
 Status Leadership::WaitToLead(const std::function<void(const std::string&)>& say,
-                              const std::atomic<bool>& stop) {
+                              const std::atomic<bool>& stop, const std::function<void()>& between) {
   std::string last;
   while (!stop.load()) {
     Result<CampaignResult> c = election_->Campaign(Clock::now());
@@ -144,6 +144,7 @@ Status Leadership::WaitToLead(const std::function<void(const std::string&)>& say
     }
     if (line != last) say(line);
     last = line;
+    if (between) between();
     const auto until = Clock::now() + election_->RenewInterval();
     while (!stop.load() && Clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -185,8 +186,7 @@ Status Leadership::TakeOver(int64_t local_last_seq) {
       "the replicated log in etcd ends at seq " + h + " but this replica's store at seq " +
           std::to_string(local_last_seq) +
           (head_seq > local_last_seq
-               ? ": this replica missed batches; catching up from etcd is not built yet "
-                 "(docs/ha.md): start the replica that led last, or copy its state directory here"
+               ? ": this replica did not catch up with it"
                : ": this store holds batches the replicated log does not; it must not lead"),
       core::ErrorCode::kConflict);
 }

@@ -36,6 +36,8 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ha/election.hpp"
 #include "ha/etcd_client.hpp"
@@ -60,6 +62,10 @@ inline constexpr size_t kMaxBatchBytes = 1u << 20;
 std::string KeyPrefix(const std::string& cluster);
 // log/<seq> with the seq zero-padded to 20 digits, so keys sort in log order.
 std::string LogKey(const std::string& cluster, int64_t first_seq);
+// topology/<seq>, padded the same way: the topology epoch that starts at seq
+// ({"term", "from_seq", "meta": {"topology", "topology_from_seq", "policy"}},
+// the meta values a topology import sets).
+std::string EpochKey(const std::string& cluster, int64_t from_seq);
 
 // A batch as stored in etcd: {"term", "first_seq", "entries": [{"time_ms",
 // "actor", "event", "commands"}]}, events and commands in the store's JSON
@@ -78,13 +84,33 @@ class Leadership {
   // The standby phase: campaigns every TTL/3 until won or `stop` is set;
   // `say` gets one line per change ("standby: leader is 'a' (term 7)",
   // "etcd unreachable: ..."). Errors: stopped.
+  // `between` runs after each campaign that lost (the standby follows the
+  // log there, CatchUp).
   core::Status WaitToLead(const std::function<void(const std::string&)>& say,
-                          const std::atomic<bool>& stop);
+                          const std::atomic<bool>& stop, const std::function<void()>& between = {});
+
+  // A standby's (and a new leader's) catch-up: applies to `store` every
+  // topology epoch and batch the replicated log holds after its LastSeq(),
+  // in order: an epoch key at LastSeq()+1 sets the store's topology meta the
+  // way an import does, and each batch is decoded with the store's event JSON
+  // and written with Store::Append under the same seqs. Returns how many
+  // entries it applied. Errors: etcd fails; a batch whose first_seq is not
+  // LastSeq()+1 (the log lacks batches this store needs, or the store holds
+  // ones the log does not); a key that does not decode (named). What was
+  // applied before the error stays applied (each batch is one transaction).
+  // REQUIRES: the thread that calls WaitToLead/TakeOver; no Append meanwhile.
+  core::Result<int64_t> CatchUp(store::Store& store);
+
+  // The leader's topology import, before the store's meta changes: puts the
+  // epoch key at from_seq in a txn fenced like Append (leader term, head ==
+  // from_seq - 1). Errors: lost leadership (final, like Append's), etcd
+  // unreachable, or a value above kMaxBatchBytes.
+  core::Status AppendEpoch(int64_t from_seq,
+                           std::span<const std::pair<std::string, std::string>> meta);
 
   // After winning: the replicated log must end at local_last_seq (the local
   // store's LastSeq). A fresh cluster's log starts there: `head` is created.
-  // Errors: the log is ahead of this replica (a standby that has not
-  // applied it; catching up from etcd is not built yet) or behind it (the
+  // Errors: the log is ahead of this replica (CatchUp first) or behind it (the
   // store holds batches the log does not), or etcd fails.
   core::Status TakeOver(int64_t local_last_seq);
 

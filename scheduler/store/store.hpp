@@ -390,6 +390,11 @@ class Store {
   core::Result<std::vector<User>> ListUsers(std::optional<std::string_view> tenant = {});
   // A new random token for an existing user; only its hash is stored.
   core::Result<IssuedToken> CreateToken(std::string_view user, TimeMs now_ms);
+  // The same for a token the caller made ("topo_" + 64 lowercase hex digits;
+  // anything else is an error saying so): HA replicas given one admin token
+  // file (docs/ha.md, Not in the log).
+  core::Result<IssuedToken> CreateTokenFromText(std::string_view user, std::string_view token,
+                                                TimeMs now_ms);
   // The token's user, or nullopt for an unknown or revoked token (an error
   // only when the store fails).
   core::Result<std::optional<User>> Authenticate(std::string_view token);
@@ -416,6 +421,7 @@ class Store {
 
  private:
   explicit Store(std::unique_ptr<Impl> impl);
+  core::Result<IssuedToken> InsertToken(std::string_view user, std::string token, TimeMs now_ms);
   std::unique_ptr<Impl> impl_;
 };
 

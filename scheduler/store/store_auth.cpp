@@ -176,8 +176,30 @@ Result<IssuedToken> Store::CreateToken(std::string_view user, TimeMs now_ms) {
   if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) != 1) {
     return impl_->Error("creating a token", "OpenSSL has no randomness to give");
   }
+  return InsertToken(user, std::string(kTokenPrefix) + Hex(secret.data(), secret.size()), now_ms);
+}
+
+Result<IssuedToken> Store::CreateTokenFromText(std::string_view user, std::string_view token,
+                                               TimeMs now_ms) {
+  if (token.size() != kTokenPrefix.size() + 64 ||
+      token.substr(0, kTokenPrefix.size()) != kTokenPrefix ||
+      !IsHex(token.substr(kTokenPrefix.size()))) {
+    return impl_->Error("creating a token",
+                        "a token is \"topo_\" and 64 lowercase hex digits (make one with "
+                        "`printf 'topo_%s\\n' $(openssl rand -hex 32)`)");
+  }
+  Result<std::optional<User>> owner = GetUser(user);
+  if (!owner.ok()) return owner.status();
+  if (!owner.value()) {
+    return impl_->Error("creating a token",
+                        "no user \"" + std::string(user) + "\"; create it first");
+  }
+  return InsertToken(user, std::string(token), now_ms);
+}
+
+Result<IssuedToken> Store::InsertToken(std::string_view user, std::string token, TimeMs now_ms) {
   IssuedToken issued;
-  issued.token = std::string(kTokenPrefix) + Hex(secret.data(), secret.size());
+  issued.token = std::move(token);
   const std::string hash = Sha256Hex(issued.token);
   if (hash.empty()) return impl_->Error("creating a token", "OpenSSL could not hash it");
   issued.id = hash.substr(0, kTokenIdDigits);

@@ -3,20 +3,25 @@
     test_daemon_ha.py TOPO_SCHEDULER SCENARIO
 
   config   bad ha_* settings are refused at start with the key and the fix (no etcd needed)
-  standby  replica a leads and serves; replica b waits with its listeners closed; a's
-           submissions are in etcd's replicated log; a stops cleanly (resigns): b is elected
-           at once and, its store lacking a's batches, refuses to lead (catching up is not
-           built yet) instead of serving stale state
+  standby  replica a leads and serves; replica b (given a's CA and admin token file) waits
+           with its listeners closed and follows etcd's replicated log into its store; a
+           stops cleanly (resigns): b is elected at once and serves a's topology and jobs,
+           with the same admin token; user and token changes are refused in HA mode
   fence    a successor takes the leader key (the test writes it): a's next submission is
            refused (503), nothing of it reaches etcd or a's store, a exits; restarted, a is a
            standby until the key is free, then leads with exactly the acknowledged jobs
   pause    SIGSTOP the leader past its lease, SIGCONT: it acknowledges nothing more, appends
            nothing to etcd, and exits to restart as a standby
+  gap      a replica started with an empty state directory replays the whole log from etcd
+           (topology epoch included) up to head; a log key that is not a batch, then a batch
+           that does not follow on, stop its catch-up with errors that name the key and the
+           seqs; elected, it refuses to lead, resigns and exits non-zero
 
 Skips (77) where /usr/bin/etcd is missing (config runs without it).
 """
 
 import base64
+import json
 import os
 import shutil
 import signal
@@ -112,6 +117,14 @@ class Replica(Daemon):
         self.ctx = ssl.create_default_context(cafile=os.path.join(self.state_dir, "ca.pem"))
 
 
+def share_identity(a, b):
+    """Gives replica b the CA and the admin token file of a's state directory
+    (docs/ha.md: every replica gets the same ones), before b's first start."""
+    os.makedirs(b.state_dir, exist_ok=True)
+    for f in ("ca.pem", "ca-key.pem", "admin-token"):
+        shutil.copy2(os.path.join(a.state_dir, f), os.path.join(b.state_dir, f))
+
+
 def submit(d, name):
     return d.request("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": name}, "command": ["true"]},
                      d.admin_token, timeout=15)
@@ -156,6 +169,7 @@ def scenario_standby(binary, tmp):
         try:
             a.start()
             assert etcd_get(etcd, "leader") == "a"
+            share_identity(a, b)
             b.start_standby()
             wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b says it is a standby")
             assert not b.serving() and b.proc.poll() is None, b.log()
@@ -174,19 +188,25 @@ def scenario_standby(binary, tmp):
             assert [k for k, _ in log] == sorted(k for k, _ in log)
             print(f"replicated log: {len(log)} batches, head at seq {head}")
             assert not b.serving()
+            wait_for(lambda: f"the store is at seq {head}" in b.log_all(), 15,
+                     "b follows the log up to head")
+            status, out = a.request("POST", "/v1/users", {"name": "eve", "tenant": "default"},
+                                    a.admin_token)
+            assert status == 409 and "HA mode" in str(out), (status, out)
+            names_a = job_names(a)
 
             t0 = time.monotonic()
             a.stop()  # SIGTERM: exit 0 and resign
-            wait_for(lambda: b.proc.poll() is not None, 15, "b takes the leadership and stops")
+            wait_for(b.serving, 15, "b takes over and serves")
             took = time.monotonic() - t0
-            assert b.proc.returncode != 0
-            blog = b.log_all()
-            assert "elected leader 'b'" in blog, blog[-2000:]
-            assert "catching up from etcd is not built yet" in blog, blog[-2000:]
-            assert not b.serving()
-            # b resigned on refusing: nobody holds the key.
-            wait_for(lambda: etcd_get(etcd, "leader") is None, 5, "b resigned")
-            print(f"b elected {took:.2f} s after a's clean stop; refused its stale store")
+            b.attach()
+            assert b.admin_token == a.admin_token
+            assert job_names(b) == names_a, (job_names(b), names_a)
+            assert etcd_get(etcd, "leader") == "b"
+            status, out = submit(b, "on-b")
+            assert status == 201, (status, out)
+            assert "caught up with the replicated log" in b.log_all()
+            print(f"b serves {len(names_a)} jobs {took:.2f} s after a's clean stop")
         finally:
             for r in (a, b):
                 r.kill9()
@@ -255,8 +275,51 @@ def scenario_pause(binary, tmp):
             a.kill9()
 
 
+def scenario_gap(binary, tmp):
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        try:
+            a.start()
+            setup_tiny(a)
+            for n in range(2):
+                status, out = submit(a, f"j{n}")
+                assert status == 201, (status, out)
+            a.stop()  # resigns: the key is free, head stays
+            head = int(etcd_get(etcd, "head"))
+            assert etcd_get(etcd, "topology/00000000000000000001") is not None
+            # Someone else leads (a key without a lease), so b stays a standby.
+            key = b64(f"/toposched/{CLUSTER}/leader")
+            etcd.post(0, "/v3/kv/put", {"key": key, "value": b64("intruder")})
+            share_identity(a, b)
+            b.start_standby()
+            wait_for(lambda: f"the store is at seq {head}" in b.log_all(), 15,
+                     "an empty replica replays the whole log")
+            bad = f"/toposched/{CLUSTER}/log/{head + 1:020d}"
+            etcd.post(0, "/v3/kv/put", {"key": b64(bad), "value": b64("not json")})
+            wait_for(lambda: f"etcd key {bad}: not a batch" in b.log_all(), 15,
+                     "b names the key it cannot read")
+            batch = json.dumps({"term": 1, "first_seq": head + 5, "entries": [{}]})
+            etcd.post(0, "/v3/kv/put", {"key": b64(bad), "value": b64(batch)})
+            want = (f"holds the batch from seq {head + 5} but this replica's store ends at "
+                    f"seq {head}")
+            wait_for(lambda: want in b.log_all(), 15, "b names the gap")
+            assert not b.serving()
+            etcd.post(0, "/v3/kv/deleterange", {"key": key})
+            wait_for(lambda: b.proc.poll() is not None, 15, "b is elected and refuses to lead")
+            assert b.proc.returncode != 0
+            blog = b.log_all()
+            assert "HA: catching up with the replicated log: " in blog, blog[-2000:]
+            assert not b.serving()
+            wait_for(lambda: etcd_get(etcd, "leader") is None, 5, "b resigned")
+            print(f"empty replica replayed {head} seqs; bad key and gap refused by name")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
 SCENARIOS = {"config": scenario_config, "standby": scenario_standby, "fence": scenario_fence,
-             "pause": scenario_pause}
+             "pause": scenario_pause, "gap": scenario_gap}
 
 
 def main():

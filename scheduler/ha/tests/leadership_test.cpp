@@ -21,6 +21,13 @@ TEST_CASE("log keys sort in seq order and sit under the cluster's prefix") {
   CHECK(LogKey("prod", 1).size() == LogKey("prod", 9223372036854775807).size());
 }
 
+TEST_CASE("topology epoch keys sort in seq order apart from the log's") {
+  CHECK(EpochKey("prod", 42) == "/toposched/prod/topology/00000000000000000042");
+  CHECK(EpochKey("prod", 9) < EpochKey("prod", 10));
+  // A range over log/ never returns an epoch key, and the other way round.
+  CHECK(EpochKey("prod", 1).rfind(KeyPrefix("prod") + "log/", 0) == std::string::npos);
+}
+
 TEST_CASE("a batch is encoded with its term, first seq and the store's event JSON") {
   auto topo = core::GenerateTopology("tiny");
   REQUIRE(topo.ok());

@@ -485,6 +485,27 @@ TEST_CASE("audit rows and multi-key meta are durable and ordered") {
   CHECK(store.GetMeta("b").value() == "2");
 }
 
+TEST_CASE("a token made by the caller (HA replicas share one admin token)") {
+  TempDir dir;
+  Store store = OpenOk(dir.File("state.db"));
+  CHECK(store.CreateUser({"admin", "default", Role::kClusterAdmin, 1, "admin"}).ok());
+  const std::string token = "topo_" + std::string(64, 'a');
+  IssuedToken t = store.CreateTokenFromText("admin", token, 5).value();
+  CHECK(t.token == token);
+  CHECK(t.id.size() == 12);
+  std::optional<User> who = store.Authenticate(token).value();
+  REQUIRE(who.has_value());
+  CHECK(who->name == "admin");
+  for (const std::string& bad : {"topo_" + std::string(63, 'a'), "topo_" + std::string(64, 'A'),
+                                 "xopo_" + std::string(64, 'a'), std::string()}) {
+    CHECK(store.CreateTokenFromText("admin", bad, 5).message().find("64 lowercase hex digits") !=
+          std::string::npos);
+  }
+  CHECK(store.CreateTokenFromText("nobody", "topo_" + std::string(64, 'b'), 5)
+            .message()
+            .find("no user \"nobody\"") != std::string::npos);
+}
+
 TEST_CASE("users and tokens: create, authenticate, revoke, delete") {
   TempDir dir;
   const std::string path = dir.File("state.db");

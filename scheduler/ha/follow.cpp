@@ -1,0 +1,194 @@
+// Leadership's standby side: following the replicated log into the local
+// store, and the topology epochs written beside it (docs/ha.md, Standbys).
+
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include "ha/leadership.hpp"
+#include "topo/common/event_json.hpp"
+#include "topo/common/topology_io.hpp"
+
+namespace topo::ha {
+
+using core::Result;
+using core::Status;
+using nlohmann::json;
+
+namespace {
+
+// The meta keys a topology import sets (service_admin.cpp), and the only
+// ones an epoch key may carry.
+constexpr const char* kEpochMetaKeys[] = {"topology", "topology_from_seq", "policy"};
+
+Status Corrupt(const std::string& key, const std::string& why) {
+  return Status::Error("etcd key " + key + ": " + why + "; it is written only by topo-scheduler",
+                       core::ErrorCode::kConflict);
+}
+
+// The local store's topology of the epoch that holds next_seq.
+Result<std::optional<core::Topology>> StoredTopology(store::Store& store) {
+  Result<std::optional<std::string>> text = store.GetMeta("topology");
+  if (!text.ok()) return text.status();
+  if (!text.value()) return std::optional<core::Topology>();
+  Result<core::Topology> t = common::ParseTopologyJson(*text.value());
+  if (!t.ok())
+    return Status::Error("store " + store.path() + ": the stored topology: " + t.message());
+  return std::optional<core::Topology>(std::move(t).value());
+}
+
+}  // namespace
+
+std::string EpochKey(const std::string& cluster, int64_t from_seq) {
+  char digits[24];
+  std::snprintf(digits, sizeof digits, "%020lld", static_cast<long long>(from_seq));
+  return KeyPrefix(cluster) + "topology/" + digits;
+}
+
+Status Leadership::AppendEpoch(int64_t from_seq,
+                               std::span<const std::pair<std::string, std::string>> meta) {
+  if (lost_.load()) {
+    return Status::Error(
+        "this scheduler lost its leadership (term " + std::to_string(term_) + "): " + lost_reason(),
+        core::ErrorCode::kUnavailable);
+  }
+  json value = json::object();
+  for (const auto& [k, v] : meta) value[k] = v;
+  const std::string text = json{{"term", term_}, {"from_seq", from_seq}, {"meta", value}}.dump();
+  if (text.size() > kMaxBatchBytes) {
+    return Status::Error("the topology is " + std::to_string(text.size()) +
+                             " bytes as JSON, above the 1 MiB one etcd request carries; splitting "
+                             "it over several keys is not built yet (docs/ha.md)",
+                         core::ErrorCode::kUnavailable);
+  }
+  const std::string prefix = KeyPrefix(options_.cluster);
+  TxnRequest t;
+  Compare leader;
+  leader.key = prefix + "leader";
+  leader.target = Compare::Target::kCreate;
+  leader.number = term_;
+  t.compare.push_back(leader);
+  Compare head;
+  head.key = prefix + "head";
+  head.target = Compare::Target::kValue;
+  head.value = std::to_string(from_seq - 1);
+  t.compare.push_back(head);
+  t.success.push_back(PutRequest{EpochKey(options_.cluster, from_seq), text, 0});
+  t.failure.push_back(RangeRequest{prefix + "leader", "", 0, 0});
+  t.failure.push_back(RangeRequest{prefix + "head", "", 0, 0});
+  Result<TxnResponse> r = log_client_->Txn(t);
+  if (!r.ok()) {
+    return Status::Error("the replicated log did not take the topology import: " + r.message(),
+                         core::ErrorCode::kUnavailable);
+  }
+  if (r.value().succeeded) return Status::Ok();
+  return MarkLost(DescribeFailedAppend(r.value(), from_seq - 1));
+}
+
+Result<int64_t> Leadership::CatchUp(store::Store& store) {
+  const std::string prefix = KeyPrefix(options_.cluster);
+  int64_t applied = 0;
+  while (true) {
+    const int64_t next = store.LastSeq() + 1;
+    // An epoch that starts at next comes before the batch at next.
+    Result<RangeResponse> epoch =
+        log_client_->Range(RangeRequest{EpochKey(options_.cluster, next), "", 0, 0});
+    if (!epoch.ok()) return epoch.status();
+    if (!epoch.value().kvs.empty()) {
+      const KeyValue& kv = epoch.value().kvs.front();
+      json j = json::parse(kv.value, nullptr, false);
+      if (!j.is_object() || !j.contains("meta") || !j["meta"].is_object()) {
+        return Corrupt(kv.key, "not an epoch record {\"term\", \"from_seq\", \"meta\"}");
+      }
+      std::vector<std::pair<std::string, std::string>> meta;
+      for (const char* k : kEpochMetaKeys) {
+        auto it = j["meta"].find(k);
+        if (it == j["meta"].end() || !it->is_string()) {
+          return Corrupt(kv.key, std::string("meta.") + k + " is missing or not a string");
+        }
+        meta.emplace_back(k, it->get<std::string>());
+      }
+      if (meta[1].second != std::to_string(next)) {
+        return Corrupt(kv.key, "meta.topology_from_seq is " + meta[1].second.substr(0, 24) +
+                                   ", not the key's seq " + std::to_string(next));
+      }
+      if (Result<core::Topology> t = common::ParseTopologyJson(meta[0].second); !t.ok()) {
+        return Corrupt(kv.key, "meta.topology: " + t.message());
+      }
+      Result<std::optional<std::string>> have = store.GetMeta("topology");
+      Result<std::optional<std::string>> have_from = store.GetMeta("topology_from_seq");
+      if (!have.ok()) return have.status();
+      if (!have_from.ok()) return have_from.status();
+      if (have.value() != meta[0].second || have_from.value() != meta[1].second) {
+        if (Status s = store.SetMetas(meta); !s.ok()) return s;
+      }
+    }
+    RangeRequest r;
+    r.key = LogKey(options_.cluster, next);
+    r.range_end = PrefixRangeEnd(prefix + "log/");
+    r.limit = 64;
+    Result<RangeResponse> log = log_client_->Range(r);
+    if (!log.ok()) return log.status();
+    if (log.value().kvs.empty()) return applied;
+    Result<std::optional<core::Topology>> topology = StoredTopology(store);
+    if (!topology.ok()) return topology.status();
+    for (const KeyValue& kv : log.value().kvs) {
+      const int64_t want = store.LastSeq() + 1;
+      json j = json::parse(kv.value, nullptr, false);
+      if (!j.is_object() || !j.contains("first_seq") || !j["first_seq"].is_number_integer() ||
+          !j.contains("entries") || !j["entries"].is_array() || j["entries"].empty()) {
+        return Corrupt(kv.key, "not a batch {\"term\", \"first_seq\", \"entries\"}");
+      }
+      const int64_t first_seq = j["first_seq"].get<int64_t>();
+      if (first_seq != want) {
+        return Status::Error(
+            "etcd key " + kv.key + " holds the batch from seq " + std::to_string(first_seq) +
+                " but this replica's store ends at seq " + std::to_string(want - 1) +
+                ": the replicated log no longer holds the batches in between (or this store "
+                "has some it lacks); give this replica an empty state directory",
+            core::ErrorCode::kConflict);
+      }
+      // A later epoch begins inside this range: apply it first.
+      if (first_seq != next) {
+        Result<RangeResponse> e =
+            log_client_->Range(RangeRequest{EpochKey(options_.cluster, first_seq), "", 0, 0});
+        if (!e.ok()) return e.status();
+        if (!e.value().kvs.empty()) break;
+      }
+      if (!topology.value()) {
+        return Corrupt(kv.key, "a batch before any topology epoch");
+      }
+      std::vector<store::LogEntry> entries;
+      for (const json& e : j["entries"]) {
+        if (!e.is_object() || !e.contains("time_ms") || !e["time_ms"].is_number_integer() ||
+            !e.contains("actor") || !e["actor"].is_string() || !e.contains("event") ||
+            !e.contains("commands") || !e["commands"].is_array()) {
+          return Corrupt(kv.key,
+                         "an entry is not {\"time_ms\", \"actor\", \"event\", \"commands\"}");
+        }
+        store::LogEntry entry;
+        entry.time_ms = e["time_ms"].get<int64_t>();
+        entry.actor = e["actor"].get<std::string>();
+        Result<core::Event> ev = common::EventFromJson(e["event"], *topology.value());
+        if (!ev.ok()) return Corrupt(kv.key, "event: " + ev.message());
+        entry.event = std::move(ev).value();
+        for (const json& c : e["commands"]) {
+          Result<core::Command> cmd = common::CommandFromJson(c, *topology.value());
+          if (!cmd.ok()) return Corrupt(kv.key, "command: " + cmd.message());
+          entry.commands.push_back(std::move(cmd).value());
+        }
+        entries.push_back(std::move(entry));
+      }
+      Result<store::AppendResult> a = store.Append(*topology.value(), entries);
+      if (!a.ok()) return a.status();
+      if (a.value().first_seq != first_seq) {
+        return Status::Error("store " + store.path() + " gave the batch of etcd key " + kv.key +
+                                 " seq " + std::to_string(a.value().first_seq),
+                             core::ErrorCode::kConflict);
+      }
+      applied += static_cast<int64_t>(entries.size());
+    }
+  }
+}
+
+}  // namespace topo::ha
