@@ -223,6 +223,14 @@ std::string Leadership::lost_reason() const {
   return lost_reason_;
 }
 
+bool Leadership::AppliedBefore(const TxnResponse& t, int64_t last_seq) const {
+  if (t.responses.size() != 2) return false;
+  const auto& leader = t.responses[0].range.kvs;
+  const auto& head = t.responses[1].range.kvs;
+  return !leader.empty() && leader.front().create_revision == term_ && !head.empty() &&
+         head.front().value == std::to_string(last_seq);
+}
+
 std::string Leadership::DescribeFailedAppend(const TxnResponse& t, int64_t expected_head) const {
   if (t.responses.size() != 2) return "the append's compare failed";
   const auto& leader = t.responses[0].range.kvs;
@@ -262,11 +270,23 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
   t.failure.push_back(KeyAlone(prefix + "leader"));
   t.failure.push_back(KeyAlone(prefix + "head"));
   Result<TxnResponse> r = log_client_->Txn(t);
+  // An answer lost (a member down, etcd electing its own raft leader): the
+  // same txn again, on the next member, while this replica leads. Safe: the
+  // compare on head lets it apply at most once, and a retry that finds head
+  // at last_seq under this term means the lost attempt applied (no other
+  // writer can move head while the leader key is ours).
+  const int attempts = std::max<int>(2, static_cast<int>(options_.etcd.endpoints.size()));
+  bool retried = false;
+  for (int attempt = 1; !r.ok() && attempt < attempts && !lost_.load(); ++attempt) {
+    retried = true;
+    r = log_client_->Txn(t);
+  }
   if (!r.ok()) {
     return Unavailable("the replicated log did not take seq " + std::to_string(first_seq) + "-" +
                        std::to_string(last_seq) + ": " + r.message());
   }
   if (r.value().succeeded) return Status::Ok();
+  if (retried && AppliedBefore(r.value(), last_seq)) return Status::Ok();
   return MarkLost(DescribeFailedAppend(r.value(), first_seq - 1));
 }
 

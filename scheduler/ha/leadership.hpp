@@ -134,6 +134,9 @@ class Leadership {
   Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> election_client,
              std::unique_ptr<EtcdClient> log_client);
   core::Status MarkLost(const std::string& why);
+  // A failed compare that shows this term's leader key and head at last_seq:
+  // an earlier attempt of the same append applied (its answer was lost).
+  bool AppliedBefore(const TxnResponse& t, int64_t last_seq) const;
   std::string DescribeFailedAppend(const TxnResponse& t, int64_t expected_head) const;
 
   LeadershipOptions options_;
