@@ -448,10 +448,10 @@ HttpResponse HandleTopology(ServiceState& s, const Caller& caller, const Route& 
   }
   if (Status st = s.driver.store->SetMetas(meta); !st.ok()) {
     if (s.driver.replicate_epoch) {
-      s.driver.diverged = Status::Error(
-          "the replicated log holds a topology import this store could not write (" +
-              st.message() + "); stopping, to catch up as a standby",
-          core::ErrorCode::kUnavailable);
+      s.driver.diverged =
+          Status::Error("the replicated log holds a topology import this store could not write (" +
+                            st.message() + "); stopping, to catch up as a standby",
+                        core::ErrorCode::kUnavailable);
     }
     return StoreFailed(st);
   }
