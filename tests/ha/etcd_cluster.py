@@ -165,8 +165,11 @@ class EtcdCluster:
             "--peer-cert-file", self._path(f"{member}.pem"),
             "--peer-key-file", self._path(f"{member}-key.pem"),
             "--peer-trusted-ca-file", self.ca, "--peer-client-cert-auth",
-            # Loopback: elect within about a second of a member's loss.
-            "--heartbeat-interval", "100", "--election-timeout", "1000",
+            # Loopback: a member's loss is followed by a raft election within
+            # 0.5-1 s (etcd randomizes the timeout up to twice its value), well
+            # inside the tests' 2 s lease TTL: with 1000 ms an election could
+            # outlast the TTL and a leader lose its lease to a minority's loss.
+            "--heartbeat-interval", "50", "--election-timeout", "500",
             "--logger", "zap", "--log-level", "warn",
         ]
         log = open(self._path(f"{member}.log"), "a")

@@ -372,8 +372,8 @@ def status_text(status):
     return "no answer" if status is None else str(status)
 
 
-SCENARIOS = {"quorum": scenario_quorum, "config": scenario_config, "standby": scenario_standby, "fence": scenario_fence,
-             "pause": scenario_pause, "gap": scenario_gap}
+SCENARIOS = {"config": scenario_config, "standby": scenario_standby, "fence": scenario_fence,
+             "pause": scenario_pause, "gap": scenario_gap, "quorum": scenario_quorum}
 
 
 def main():
@@ -383,9 +383,15 @@ def main():
     binary, name = sys.argv[1], sys.argv[2]
     if name != "config":
         skip_without_etcd()
-    tmp = tempfile.mkdtemp(prefix="topo-ha-")
+    return run_scenario("topo-ha-", f"ha daemon {name}", lambda tmp: SCENARIOS[name](binary, tmp))
+
+
+def run_scenario(prefix, label, body):
+    """body(tmp) in a fresh temporary directory; on a failure each replica's
+    daemon.log tail is printed; the directory goes in any case."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
     try:
-        SCENARIOS[name](binary, tmp)
+        body(tmp)
     except Exception:
         for d in sorted(os.listdir(tmp)):
             log = os.path.join(tmp, d, "daemon.log")
@@ -395,7 +401,7 @@ def main():
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"ha daemon {name}: 1 passed, 0 failed")
+    print(f"{label}: 1 passed, 0 failed")
     return 0
 
 

@@ -39,8 +39,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
 from harness import setup_tiny, tiny_topology  # noqa: E402
-from test_daemon_ha import (TTL, Replica, etcd_get, ha_config, share_identity,  # noqa: E402
-                            wait_for)
+from test_daemon_ha import (TTL, Replica, etcd_get, ha_config, run_scenario,  # noqa: E402
+                            share_identity, wait_for)
 
 # Kill to the successor answering: the lease's TTL, a campaign interval
 # (TTL/3), the catch-up and the start.
@@ -454,20 +454,8 @@ def main():
     binary, topo, name = args[0], args[1], args[2]
     kills = int(args[3]) if len(args) == 4 else 20
     skip_without_etcd()
-    tmp = tempfile.mkdtemp(prefix="topo-failover-")
-    try:
-        SCENARIOS[name](binary, topo, tmp, kills, json_out)
-    except Exception:
-        for d in sorted(os.listdir(tmp)):
-            log = os.path.join(tmp, d, "daemon.log")
-            if os.path.exists(log):
-                with open(log, errors="replace") as f:
-                    print(f"---- {d}/daemon.log\n" + f.read()[-3000:], file=sys.stderr)
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"ha failover {name}: 1 passed, 0 failed")
-    return 0
+    return run_scenario("topo-failover-", f"ha failover {name}",
+                        lambda tmp: SCENARIOS[name](binary, topo, tmp, kills, json_out))
 
 
 if __name__ == "__main__":
