@@ -27,14 +27,23 @@ def main():
     ap.add_argument("topo_scheduler")
     ap.add_argument("topo")
     ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--agents", type=int, default=0,
+                    help="simulated agents (topo-agent --simulate, TOPO_AGENT_BIN or beside "
+                         "topo-scheduler's build dir); a failover then lasts until every agent "
+                         "re-registered with the new leader")
     ap.add_argument("--out", default="bench/results/ha.json")
     a = ap.parse_args()
     if not 1 <= a.kills <= 1000:
         ap.error("--kills must be 1..1000")
     with tempfile.TemporaryDirectory(prefix="topo-bench-failover-") as tmp:
         got = os.path.join(tmp, "failover.json")
+        env = dict(os.environ)
+        env.setdefault("TOPO_AGENT_BIN", os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(a.topo_scheduler))), "node-agent",
+            "agent", "topo-agent"))
+        extra = ["--agents", str(a.agents)] if a.agents else []
         p = subprocess.run([sys.executable, TEST, a.topo_scheduler, a.topo, "kills",
-                            str(a.kills), "--json", got])
+                            str(a.kills), "--json", got] + extra, env=env)
         if p.returncode != 0:
             return p.returncode
         with open(got) as f:

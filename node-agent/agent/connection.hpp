@@ -10,7 +10,8 @@
 // and is the core's AgentLink (Send, Registered).
 //
 // Several scheduler addresses (HA replicas): each attempt goes to one, and
-// after a failed attempt or a lost connection the next one is tried.
+// after a failed attempt or a lost connection the next one is tried; the
+// backoff below grows once per round over all of them.
 // Reconnects: the delay starts at backoff_first_ms, doubles per failed
 // attempt up to backoff_max_ms, is multiplied by a random factor in
 // [0.8, 1.2] (so a thousand agents that lost the scheduler together do not
@@ -174,8 +175,9 @@ class AgentConnection final : public AgentLink {
   bool killed_ = false;
   bool hung_ = false;
   bool slot_granted_ = false;
-  bool beat_now_ = false;  // Registered() woke the heartbeat loop
-  size_t target_ = 0;      // the index in settings.targets of this (or the next) attempt
+  bool beat_now_ = false;   // Registered() woke the heartbeat loop
+  size_t target_ = 0;       // the index in settings.targets of this (or the next) attempt
+  size_t cycle_tries_ = 0;  // failed attempts since the last registration or loss
   int heartbeat_ms_ = 1000;
   boost::asio::steady_timer beat_timer_;
   boost::asio::steady_timer wait_timer_;  // backoff, a turn to connect, a killed node's revive

@@ -1,6 +1,6 @@
 """kill -9 failover of topo-scheduler on etcd (docs/ha.md, label `ha`).
 
-    test_failover.py TOPO_SCHEDULER TOPO SCENARIO [KILLS] [--json FILE]
+    test_failover.py TOPO_SCHEDULER TOPO SCENARIO [KILLS] [--json FILE] [--agents N]
 
 Three TLS etcd members on loopback, two replicas a and b (own state directories, the same
 ha_cluster, a's CA and admin token file given to b before its first start).
@@ -280,16 +280,51 @@ class Submitters:
             time.sleep(0.05)
 
 
-def scenario_kills(binary, topo, tmp, kills, json_out):
+def flat_topology(nodes):
+    """`nodes` 8-GPU nodes n0.. in leaves of 16 under one spine each 8 leaves."""
+    names = [f"n{i}" for i in range(nodes)]
+    leaves = [{"name": f"leaf{j}", "nodes": names[16 * j:16 * j + 16]}
+              for j in range((nodes + 15) // 16)]
+    spines = [{"name": f"spine{k}", "children": leaves[8 * k:8 * k + 8]}
+              for k in range((len(leaves) + 7) // 8)]
+    return {"version": 1, "name": f"flat{nodes}", "tiers": ["node", "leaf", "spine"],
+            "hbd": "node", "gpus_per_node": 8, "gpu_model": "H100", "domains": spines}
+
+
+def registrations(replica, since):
+    return replica.log_all()[since:].count(" registered from ")
+
+
+def scenario_kills(binary, topo, tmp, kills, json_out, agents=0):
+    """With agents > 0 (bench/ha: --agents 1000), `topo-agent --simulate` runs that many
+    nodes given both replicas' agent addresses, and each failover's time also runs until
+    every agent has registered with the new leader."""
     with EtcdCluster(3) as etcd:
         a, b = make_replicas(binary, tmp, etcd)
+        ports = {"a": free_port(), "b": free_port()}
+        if agents:
+            for r in (a, b):
+                r.config += f"agent_listen = 127.0.0.1:{ports[r.name]}\n"
         subs = None
+        sim = None
         try:
             a.start()
             share_identity(a, b)
             b.start_standby()
             wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
-            setup_tiny(a)
+            if agents:
+                a.api("PUT", "/v1/topology",
+                      {"format": "json", "content": json.dumps(flat_topology(agents))}, expect=200)
+                servers = ",".join(f"wss://127.0.0.1:{ports[n]}/v1/agent" for n in ("a", "b"))
+                sim = subprocess.Popen(
+                    [os.environ["TOPO_AGENT_BIN"], "--simulate", str(agents), "--node-prefix",
+                     "n", "--server", servers, "--ca", os.path.join(a.state_dir, "ca.pem"),
+                     "--ca-key", os.path.join(a.state_dir, "ca-key.pem"), "--stats-every-s", "0"],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                    stderr=open(os.path.join(tmp, "sim.log"), "ab"))
+                wait_for(lambda: registrations(a, 0) >= agents, 120, f"{agents} agents on a")
+            else:
+                setup_tiny(a)
             ca = os.path.join(a.state_dir, "ca.pem")
             client = Client([a, b], ca, a.admin_token)
             subs = Submitters(client, [a, b], topo, ca, a.admin_token)
@@ -297,7 +332,14 @@ def scenario_kills(binary, topo, tmp, kills, json_out):
             times = []
             for k in range(kills):
                 time.sleep(1.0)  # submissions land on the leader meanwhile
+                new = next(r for r in (a, b) if r is not leader_of([a, b], etcd))
+                seen_new = len(new.log_all())
+                t0 = time.monotonic()
                 took, old, _ = failover([a, b], etcd, client)
+                if agents:
+                    wait_for(lambda: registrations(new, seen_new) >= agents, 120,
+                             f"{agents} agents re-registered with {new.name}")
+                    took = time.monotonic() - t0
                 times.append(took)
                 seen = len(old.log_all())
                 old.start_standby()
@@ -329,6 +371,7 @@ def scenario_kills(binary, topo, tmp, kills, json_out):
             if json_out:
                 with open(json_out, "w") as f:
                     json.dump({"kills": kills, "ha_lease_ttl_s": TTL, "etcd_members": 3,
+                               "agents": agents,
                                "failover_s": [round(t, 3) for t in times],
                                "failover_p50_s": round(p50, 3), "failover_p99_s": round(p99, 3),
                                "acknowledged": len(subs.acked)}, f, indent=2)
@@ -336,6 +379,9 @@ def scenario_kills(binary, topo, tmp, kills, json_out):
         finally:
             if subs is not None:
                 subs.stop.set()
+            if sim is not None and sim.poll() is None:
+                sim.kill()
+                sim.wait()
             for r in (a, b):
                 r.kill9()
 
@@ -447,6 +493,11 @@ def main():
         i = args.index("--json")
         json_out = args[i + 1]
         del args[i:i + 2]
+    agents = 0
+    if "--agents" in args:
+        i = args.index("--agents")
+        agents = int(args[i + 1])
+        del args[i:i + 2]
     if len(args) not in (3, 4) or args[2] not in SCENARIOS:
         print(f"usage: {sys.argv[0]} TOPO_SCHEDULER TOPO {{{','.join(SCENARIOS)}}} [KILLS] "
               "[--json FILE]")
@@ -454,8 +505,12 @@ def main():
     binary, topo, name = args[0], args[1], args[2]
     kills = int(args[3]) if len(args) == 4 else 20
     skip_without_etcd()
+    if agents and name != "kills":
+        print("--agents is for the kills scenario")
+        return 2
+    extra = {"agents": agents} if agents else {}
     return run_scenario("topo-failover-", f"ha failover {name}",
-                        lambda tmp: SCENARIOS[name](binary, topo, tmp, kills, json_out))
+                        lambda tmp: SCENARIOS[name](binary, topo, tmp, kills, json_out, **extra))
 
 
 if __name__ == "__main__":
