@@ -37,6 +37,9 @@ struct WriteStatements {
   internal::Statement insert_event;
   internal::Statement insert_job;
   internal::Statement job_request_id;
+  // Not a write: the strand's idempotency check of every submission that
+  // carries a client_request_id (Store::JobsByClientRequest).
+  internal::Statement jobs_by_request;
   internal::Statement job_checkpoint;
   internal::Statement job_start;
   internal::Statement job_restart;

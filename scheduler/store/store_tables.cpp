@@ -135,6 +135,8 @@ Status Store::Impl::PrepareWriteStatements() {
        "time_limit_ms, checkpoint_interval_ms, submit_ms, submit_seq, updated_seq) "
        "VALUES (?1, ?2, ?3, 'queued', 'submitted', ?4, ?5, ?6, ?7, ?8, ?9, ?9)"},
       {&write.job_request_id, "UPDATE jobs SET client_request_id = ?2 WHERE id = ?1"},
+      {&write.jobs_by_request,
+       "SELECT id FROM jobs WHERE user = ?1 AND client_request_id = ?2 ORDER BY id LIMIT 100001"},
       // As the core: only a newer step counts, whatever the job's state.
       {&write.job_checkpoint,
        "UPDATE jobs SET checkpoint_step = ?2, checkpoint_ms = ?3, updated_seq = ?4 "
@@ -175,7 +177,10 @@ Status Store::Impl::PrepareWriteStatements() {
   for (const Sql& s : statements) {
     const bool runs = s.target == &write.run_open || s.target == &write.run_close;
     if (runs && !has_job_runs) continue;
-    if (s.target == &write.job_request_id && !has_client_request_id) continue;
+    if ((s.target == &write.job_request_id || s.target == &write.jobs_by_request) &&
+        !has_client_request_id) {
+      continue;
+    }
     Result<Statement> st = db.Prepare(s.text);
     if (!st.ok()) return Error("preparing statements", st.status());
     *s.target = std::move(st).value();
@@ -348,12 +353,12 @@ Result<std::vector<JobRow>> Store::ListJobs(const JobQuery& query) {
 Result<std::vector<JobId>> Store::JobsByClientRequest(const std::string& user,
                                                       const std::string& client_request_id) {
   if (!impl_->has_client_request_id) return std::vector<JobId>{};
-  Result<Statement> q = impl_->db.Prepare(
-      "SELECT id FROM jobs WHERE user = ?1 AND client_request_id = ?2 ORDER BY id LIMIT 100001");
-  if (!q.ok()) return impl_->Error("reading jobs by request id", q.status());
-  q.value().Bind(1, user).Bind(2, client_request_id);
-  Result<std::vector<JobId>> ids =
-      Collect<JobId>(q.value(), [](const Statement& s) { return s.Int64(0); });
+  if (impl_->read_only) return impl_->Error("reading jobs by request id", "the store is read-only");
+  // Prepared once with the write statements: every CLI submission asks.
+  Statement& q = impl_->write.jobs_by_request;
+  q.Bind(1, user).Bind(2, client_request_id);
+  Result<std::vector<JobId>> ids = Collect<JobId>(q, [](const Statement& s) { return s.Int64(0); });
+  q.Reset();
   if (!ids.ok()) return impl_->Error("reading jobs by request id", ids.status());
   return ids;
 }

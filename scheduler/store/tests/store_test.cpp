@@ -299,6 +299,26 @@ TEST_CASE("appended events read back with their seq, time, actor and commands") 
   CHECK(health[0].time_ms == 20);
 }
 
+TEST_CASE("jobs are found by their submitter's client_request_id, again and again") {
+  TempDir dir;
+  const core::Topology topo = MakeTestTopology();
+  Store store = OpenOk(dir.File("state.db"));
+  std::vector<LogEntry> batch;
+  for (core::JobId id = 1; id <= 4; ++id) {
+    core::JobRequest r = SmallRequest();
+    r.user = id == 4 ? "bob" : "ada";
+    r.client_request_id = id <= 2 ? "sweep-1" : (id == 3 ? "one" : "sweep-1");
+    batch.push_back({id, "user:" + r.user, core::JobSubmitted{id, r}, {}});
+  }
+  REQUIRE(store.Append(topo, batch).ok());
+  for (int round = 0; round < 2; ++round) {  // the prepared statement is reused
+    CHECK(store.JobsByClientRequest("ada", "sweep-1").value() == std::vector<core::JobId>{1, 2});
+    CHECK(store.JobsByClientRequest("ada", "one").value() == std::vector<core::JobId>{3});
+    CHECK(store.JobsByClientRequest("bob", "sweep-1").value() == std::vector<core::JobId>{4});
+    CHECK(store.JobsByClientRequest("bob", "one").value().empty());
+  }
+}
+
 TEST_CASE("a batch with an entry that would not read back writes nothing") {
   TempDir dir;
   const core::Topology topo = MakeTestTopology();
