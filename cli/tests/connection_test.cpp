@@ -345,6 +345,37 @@ TEST_CASE("ResolveConnection: errors name the file and the fix") {
   CHECK_FALSE(ResolveConnection({}, FakeEnv(vars)).ok());
 }
 
+TEST_CASE("ResolveConnection: several servers, each checked, at most 16") {
+  TempDir home;
+  const std::map<std::string, std::string> vars = {{"HOME", home.path.string()}};
+  ConnectionFlags f;
+  f.server = " https://a:8443 ,https://b:9443\nhttps://c";  // a repeated --server joins with \n
+  auto ok = ResolveConnection(f, FakeEnv(vars));
+  REQUIRE_MESSAGE(ok.ok(), ok.message());
+  CHECK(ok.value().servers ==
+        std::vector<std::string>{"https://a:8443", "https://b:9443", "https://c"});
+  CHECK(ok.value().options.server == "https://a:8443");
+  CHECK(ok.value().options.token.empty());  // not all on this machine: no local admin token
+
+  f.server = "https://a:8443,http://plain:80";
+  auto plain = ResolveConnection(f, FakeEnv(vars));
+  REQUIRE_FALSE(plain.ok());
+  CHECK(plain.message().find("HTTPS only") != std::string::npos);
+  CHECK(plain.message().find("(from --server)") != std::string::npos);
+
+  f.server = " , ";
+  auto none = ResolveConnection(f, FakeEnv(vars));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.message().find("no server in") != std::string::npos);
+
+  f.server.clear();
+  for (int i = 0; i < 17; ++i)
+    f.server += (i ? "," : "") + std::string("https://h") + std::to_string(i);
+  auto many = ResolveConnection(f, FakeEnv(vars));
+  REQUIRE_FALSE(many.ok());
+  CHECK(many.message().find("more than 16 servers") != std::string::npos);
+}
+
 TEST_CASE("ParseServerUrl: schemes, ports, IPv6 and mistakes") {
   auto url = [](std::string_view u) {
     auto r = ParseServerUrl(u);

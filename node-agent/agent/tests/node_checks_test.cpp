@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "connection.hpp"
 #include "harness.hpp"
 #include "port_check.hpp"
 #include "supervisor_runner.hpp"
@@ -238,4 +239,24 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good;
     ::usleep(20000);
   }
   (void)root_ok.Poll();
+}
+
+TEST_CASE("--server: one or several scheduler addresses, each wss://HOST:PORT[/PATH]") {
+  core::Result<std::vector<topo::agent::ConnectionTarget>> two =
+      topo::agent::ParseServerList("wss://10.0.0.1:7443/v1/agent, wss://[::1]:7443");
+  REQUIRE_MESSAGE(two.ok(), two.message());
+  REQUIRE(two.value().size() == 2);
+  CHECK(two.value()[0].url.host == "10.0.0.1");
+  CHECK(two.value()[0].url_text == "wss://10.0.0.1:7443/v1/agent");
+  CHECK(two.value()[1].url.host == "::1");
+  CHECK(two.value()[1].url.path == "/v1/agent");
+  for (const char* bad : {"", "wss://a:1,", "https://a:1", "wss://a:1,wss://b", "wss://a:x"}) {
+    CAPTURE(bad);
+    core::Result<std::vector<topo::agent::ConnectionTarget>> r = topo::agent::ParseServerList(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().find("is not wss://HOST:PORT/PATH") != std::string::npos);
+  }
+  std::string many;
+  for (int i = 0; i < 17; ++i) many += (i ? ",wss://h:" : "wss://h:") + std::to_string(7000 + i);
+  CHECK(topo::agent::ParseServerList(many).message().find("at most 16") != std::string::npos);
 }
