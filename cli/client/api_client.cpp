@@ -226,7 +226,35 @@ struct ApiClient::Impl {
   SslSessionPtr session;
   SslSessionPtr unsaved_session;
 
+  // The --ca file's certificates are parsed when a handshake first needs
+  // them, in VerifyChain: a resumed session was verified when it was made,
+  // and parsing the PEM is a tenth of a resumed `topo submit`'s CPU
+  // (docs/benchmarks.md, CLI submissions). Empty: the system's CA paths.
+  std::string ca_file;
+  std::string ca_load_message;  // "cannot load CA file F (from S)"
+  bool ca_loaded = false;
+  std::string ca_error;  // why parsing it failed, reported by Connect
+
   ~Impl() { Close(true); }
+
+  // OpenSSL's chain verification, with the CA file loaded on first use.
+  static int VerifyChain(X509_STORE_CTX* store_ctx, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    if (!self->ca_loaded) {
+      self->ca_loaded = true;
+      X509_STORE* store = SSL_CTX_get_cert_store(self->ssl_ctx.native_handle());
+      if (X509_STORE_load_file(store, self->ca_file.c_str()) != 1) {
+        const char* reason = ERR_reason_error_string(ERR_peek_last_error());
+        self->ca_error = reason != nullptr ? reason : "not a PEM certificate file";
+        ERR_clear_error();
+      }
+    }
+    if (!self->ca_error.empty()) {
+      X509_STORE_CTX_set_error(store_ctx, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY);
+      return 0;
+    }
+    return X509_verify_cert(store_ctx);
+  }
 
   static int ExIndex() {
     static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
@@ -406,6 +434,9 @@ struct ApiClient::Impl {
                              Seconds(options.timeout) +
                              "; is it topo-scheduler's HTTPS port? (--server, --timeout)");
       }
+      if (!ca_error.empty()) {
+        return Status::Error(ca_load_message + ": " + ca_error + " (--ca, TOPO_CA)");
+      }
       if (verify != X509_V_OK) {
         std::string why = X509_verify_cert_error_string(verify);
         if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
@@ -561,13 +592,9 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
                            ": no PEM certificate in it (-----BEGIN CERTIFICATE-----); give "
                            "the daemon's STATE_DIR/ca.pem (--ca, TOPO_CA)");
     }
-    impl->ssl_ctx.load_verify_file(options.ca_file, ec);
-    if (ec) {
-      const char* reason = ERR_reason_error_string(ERR_peek_last_error());
-      ERR_clear_error();
-      return Status::Error(m + ": " + (reason != nullptr ? reason : Describe(ec)) +
-                           " (--ca, TOPO_CA)");
-    }
+    impl->ca_file = options.ca_file;
+    impl->ca_load_message = std::move(m);
+    SSL_CTX_set_cert_verify_callback(impl->ssl_ctx.native_handle(), &Impl::VerifyChain, impl.get());
   }
   // Sessions are handed to SessionArrived rather than kept in OpenSSL's
   // in-memory client cache, which no later process could see.

@@ -395,6 +395,23 @@ TEST_CASE("ApiClient: a certificate from another CA is refused, naming the CA fi
   CHECK(server.seen().empty());
 }
 
+TEST_CASE("ApiClient: a CA file that is PEM-shaped but unreadable fails the first handshake") {
+  // The CA file is parsed when a full handshake first needs it (a resumed
+  // session needs none): a broken one must still stop the connection, with
+  // the CA file's error, and nothing may reach the server.
+  Pki& pki = TestPki();
+  TempFile broken("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n");
+  TestServer server(pki.server, Echo);
+  auto client = MakeClient(Options(server.port(), broken.path));
+  auto r = client->Request("GET", "/v1/whoami");
+  REQUIRE_FALSE(r.ok());
+  const std::string m = r.message();
+  CAPTURE(m);
+  CHECK(m.rfind("cannot load CA file " + broken.path + " (from --ca): ", 0) == 0);
+  CHECK(m.find("(--ca, TOPO_CA)") != std::string::npos);
+  CHECK(server.seen().empty());
+}
+
 TEST_CASE("ApiClient: a certificate for another host is refused") {
   Pki& pki = TestPki();
   TempFile ca(pki.ca.CertPem());
