@@ -1,7 +1,10 @@
 // topo: the toposched command line.
 
+#include <algorithm>
 #include <exception>
+#include <initializer_list>
 #include <iostream>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -10,8 +13,32 @@
 #include "commands/commands.hpp"
 #include "commands/options.hpp"
 
-int main(int argc, char** argv) {
-  CLI::App app{
+namespace {
+
+// The verbs each Register* function adds, so that a command builds only the
+// options of its own group: building every verb's CLI11 options is a tenth of
+// a `topo submit`'s CPU (docs/benchmarks.md, CLI submissions). The table only
+// saves work: a verb missing here, or registered by another group than it
+// says, gets the whole tree (BuildApp checks), so it can never change what a
+// command does.
+struct VerbGroup {
+  void (*add)(CLI::App&, int*);
+  std::initializer_list<std::string_view> verbs;
+};
+const VerbGroup kGroups[] = {
+    {topo::cli::RegisterPlace, {"place"}},
+    {topo::cli::RegisterTopology, {"topology"}},
+    {topo::cli::RegisterDemo, {"demo"}},
+    {topo::cli::RegisterSim, {"sim"}},
+    {topo::cli::RegisterJobCommands,
+     {"submit", "queue", "show", "logs", "cancel", "hold", "checkpoint", "release"}},
+    {topo::cli::RegisterHistoryCommands, {"history", "report"}},
+    {topo::cli::RegisterClusterCommands, {"nodes", "drain", "resume", "gpu", "events", "whoami"}},
+    {topo::cli::RegisterAdminCommands, {"tenants", "quota", "config", "users", "audit", "token"}},
+};
+
+std::unique_ptr<CLI::App> NewApp() {
+  auto app = std::make_unique<CLI::App>(
       "topo - topology-aware placement for GPU gang jobs.\n\n"
       "Examples:\n"
       "  topo place --generate nvl72-64k --fill 60 --job job.json\n"
@@ -26,24 +53,42 @@ int main(int argc, char** argv) {
       "forbidden, 6 conflict (the job's or cluster's state forbids it), 7 server\n"
       "unreachable, TLS failure or timeout, 8 request rejected as invalid, 9 other\n"
       "server error.\n",
-      "topo"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "topo 0.1.0");
-  int exit_code = topo::cli::kExitOk;
-  topo::cli::RegisterPlace(app, &exit_code);
-  topo::cli::RegisterTopology(app, &exit_code);
-  topo::cli::RegisterDemo(app, &exit_code);
-  topo::cli::RegisterSim(app, &exit_code);
-  topo::cli::RegisterJobCommands(app, &exit_code);
-  topo::cli::RegisterHistoryCommands(app, &exit_code);
-  topo::cli::RegisterClusterCommands(app, &exit_code);
-  topo::cli::RegisterAdminCommands(app, &exit_code);
-  for (const char* name : {"place", "topology", "demo", "sim"}) {
-    app.get_subcommand(name)->group("Offline tools");
+      "topo");
+  app->require_subcommand(1);
+  app->set_version_flag("--version", "topo 0.1.0");
+  return app;
+}
+
+// The app for a command line whose first word is `verb`: that verb's group
+// only when the table says which it is, else every verb with the help's
+// groups (--help, --version, a mistyped verb).
+std::unique_ptr<CLI::App> BuildApp(std::string_view verb, int* exit_code) {
+  for (const VerbGroup& g : kGroups) {
+    if (std::find(g.verbs.begin(), g.verbs.end(), verb) == g.verbs.end()) continue;
+    std::unique_ptr<CLI::App> app = NewApp();
+    g.add(*app, exit_code);
+    for (const CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() == verb) return app;
+    }
+    break;  // the table is out of date: build everything
   }
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+  std::unique_ptr<CLI::App> app = NewApp();
+  for (const VerbGroup& g : kGroups) g.add(*app, exit_code);
+  for (const char* name : {"place", "topology", "demo", "sim"}) {
+    app->get_subcommand(name)->group("Offline tools");
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
     if (sub->get_group() == "Subcommands") sub->group("Cluster (talk to topo-scheduler)");
   }
+  return app;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int exit_code = topo::cli::kExitOk;
+  std::unique_ptr<CLI::App> built = BuildApp(argc > 1 ? argv[1] : "", &exit_code);
+  CLI::App& app = *built;
   std::vector<char*> args(argv, argv + argc);
   if (argc > 1 && std::string_view(argv[1]) == "submit") {
     for (int i = 2; i < argc; ++i) {
