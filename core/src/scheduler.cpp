@@ -227,6 +227,7 @@ void SchedulerCore::Impl::SetState(JobRecord& job, JobState state, std::string r
   ++queue_epoch_;
   timers_dirty_ = true;
   if (IsTerminal(state)) {
+    finished_.push_back(job.id);
     job.end_time = now_;
     waiting_.erase(job.id);
     if (job.restart_at >= 0) backoff_.erase({job.restart_at, job.id});
@@ -584,22 +585,25 @@ const SchedulerConfig& SchedulerCore::config() const { return impl_->config_; }
 TimeMs SchedulerCore::NextWakeup() const { return impl_->NextWakeup(); }
 
 std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
+  // In id order, as a walk over every job would give them.
+  std::vector<JobId>& ids = impl_->finished_;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   std::vector<JobRecord> out;
-  for (auto it = impl_->jobs_.begin(); it != impl_->jobs_.end();) {
-    if (IsTerminal(it->second.state)) {
-      impl_->queue_time_.erase(it->first);
-      impl_->feasible_.erase(it->first);
-      impl_->preemptors_.erase(it->first);
-      impl_->blocked_at_.erase(it->first);
-      impl_->preempt_failed_at_.erase(it->first);
-      impl_->faster_tried_.erase(it->first);
-      impl_->checkpoint_asked_.erase(it->first);
-      out.push_back(std::move(it->second));
-      it = impl_->jobs_.erase(it);
-    } else {
-      ++it;
-    }
+  for (JobId id : ids) {
+    auto it = impl_->jobs_.find(id);
+    if (it == impl_->jobs_.end() || !IsTerminal(it->second.state)) continue;
+    impl_->queue_time_.erase(id);
+    impl_->feasible_.erase(id);
+    impl_->preemptors_.erase(id);
+    impl_->blocked_at_.erase(id);
+    impl_->preempt_failed_at_.erase(id);
+    impl_->faster_tried_.erase(id);
+    impl_->checkpoint_asked_.erase(id);
+    out.push_back(std::move(it->second));
+    impl_->jobs_.erase(it);
   }
+  ids.clear();
   return out;
 }
 

@@ -46,6 +46,9 @@ class SchedulerCore::Impl {
 
   // ---- jobs and the queue
   std::map<JobId, JobRecord> jobs_;
+  // Jobs that reached a terminal state since TakeFinishedJobs last ran (it
+  // visits these, not every job: the daemon calls it after each commit).
+  std::vector<JobId> finished_;
   TimeMs now_ = 0;
   std::set<JobId> waiting_;               // queued or held
   std::map<JobId, TimeMs> queue_time_;    // ordering time (age)

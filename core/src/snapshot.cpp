@@ -700,6 +700,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     for (size_t i = 0; i < n && r.ok(); ++i) {
       JobRecord j = ReadJob(r, b);
       const JobId id = j.id;
+      if (IsTerminal(j.state)) c.finished_.push_back(id);  // not taken before the snapshot
       if (!c.jobs_.emplace(id, std::move(j)).second) r.Fail("job " + std::to_string(id) + " twice");
     }
   }

@@ -200,6 +200,35 @@ TEST_CASE("fairshare converges to the configured shares on a saturated two-tenan
   CHECK(share == doctest::Approx(0.75).epsilon(0.05));
 }
 
+TEST_CASE("TakeFinishedJobs hands over each ended job once, in id order, and keeps the rest") {
+  Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {2, 2}, 2, 4);
+  SchedulerCore core(topo, SimConfig());
+  for (JobId id = 1; id <= 6; ++id) core.Step(JobSubmitted{id, Request(4, 4, kHour, "x")}, 0);
+  core.Step(JobSubmitted{7, Request(64, 8, kHour, "x")}, 0);  // larger than the cluster
+  // Ends in another order than the ids: 5 completes, 2 is cancelled, 3 fails.
+  core.Step(JobFinished{5, 0}, kMinute);
+  core.Step(JobCancelled{2, "not needed"}, kMinute);
+  core.Step(JobFinished{3, 1}, 2 * kMinute);
+  // Before the snapshot is taken and restored: a restored core hands over the
+  // ended jobs it holds too.
+  SchedulerCore restored(topo, SimConfig());
+  REQUIRE(restored.Restore(core.Snapshot()).ok());
+  for (SchedulerCore* c : {&core, &restored}) {
+    std::vector<JobId> ids;
+    for (const JobRecord& r : c->TakeFinishedJobs()) ids.push_back(r.id);
+    CHECK(ids == std::vector<JobId>{2, 3, 5, 7});
+    CHECK(c->TakeFinishedJobs().empty());
+    CHECK(c->job(3) == nullptr);
+    REQUIRE(c->job(1) != nullptr);
+    CHECK(c->job(1)->state == JobState::kRunning);
+  }
+  core.Step(JobFinished{1, 0}, 3 * kMinute);
+  std::vector<JobRecord> later = core.TakeFinishedJobs();
+  REQUIRE(later.size() == 1);
+  CHECK(later[0].id == 1);
+  CHECK(later[0].state == JobState::kCompleted);
+}
+
 TEST_CASE("preemption frees a placement that meets the required constraints") {
   // HBDs of 2 nodes x 4 GPUs (8 GPUs), 2 HBDs per leaf, 2 leaves: 32 GPUs.
   Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {2, 2}, 2, 4);
