@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -238,6 +239,8 @@ struct ApiClient::Impl {
   bool session_loaded = false;
   SslSessionPtr session;
   SslSessionPtr unsaved_session;
+  bool session_from_file = false;   // `session` is the one the file holds
+  bool file_session_fresh = false;  // it resumed, younger than a quarter of its lifetime
 
   // The --ca file's certificates are parsed when a handshake first needs
   // them, in VerifyChain: a resumed session was verified when it was made,
@@ -293,6 +296,15 @@ struct ApiClient::Impl {
   void SaveNewSession() {
     if (!unsaved_session) return;
     session = std::move(unsaved_session);
+    session_from_file = false;
+    if (file_session_fresh) {
+      // The file's ticket just resumed and has most of its life ahead: the
+      // next command can resume it as well (tickets are stateless and
+      // reusable), so the file is not rewritten on every command.
+      file_session_fresh = false;
+      Debug("the saved session is fresh; kept");
+      return;
+    }
     if (Status s = session_cache->Save(session.get()); !s.ok()) {
       Debug(s.message());
     } else {
@@ -406,6 +418,7 @@ struct ApiClient::Impl {
       session_loaded = true;
       std::string why_not;
       session = session_cache->Load(&why_not);
+      session_from_file = session != nullptr;
       if (!session && session_cache->enabled() && why_not != "no file") {
         Debug("ignoring " + session_cache->path() + ": " + why_not);
       }
@@ -436,6 +449,7 @@ struct ApiClient::Impl {
       // valid session) must not lock the user out: once more, without it.
       Debug("resuming failed (" + Describe(ec) + "); trying a full handshake");
       session.reset();
+      session_from_file = false;
       stream.reset();
       return Connect();
     }
@@ -465,6 +479,13 @@ struct ApiClient::Impl {
     if (SSL_session_reused(ssl) == 1) {
       ++resumed;
       Debug("resumed");
+      if (session_from_file) {
+        const long lifetime =
+            static_cast<long>(SSL_SESSION_get_ticket_lifetime_hint(session.get()));
+        const long age =
+            static_cast<long>(std::time(nullptr)) - SSL_SESSION_get_time(session.get());
+        file_session_fresh = lifetime > 0 && age >= 0 && age < lifetime / 4;
+      }
     } else {
       Debug("full handshake");
     }

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
@@ -15,9 +16,11 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -101,6 +104,29 @@ void MakeCert(KeyAndCert* out, const std::string& cn, const KeyAndCert* issuer,
     AddExt(x, &ctx, NID_subject_alt_name, san.c_str());
   }
   REQUIRE(X509_sign(x, issuer ? issuer->key : out->key, EVP_sha256()) > 0);
+}
+
+std::string ReadAll(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Rewrites the saved session as if it had been received `age_s` ago.
+void AgeSavedSession(const std::filesystem::path& path, long age_s) {
+  const std::string pem = ReadAll(path);
+  BIO* in = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  SSL_SESSION* s = PEM_read_bio_SSL_SESSION(in, nullptr, nullptr, nullptr);
+  BIO_free(in);
+  REQUIRE(s != nullptr);
+  REQUIRE(SSL_SESSION_set_time(s, static_cast<long>(std::time(nullptr)) - age_s) != 0);
+  BIO* out = BIO_new(BIO_s_mem());
+  REQUIRE(PEM_write_bio_SSL_SESSION(out, s) == 1);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(out, &data);
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << std::string(data, static_cast<size_t>(n));
+  BIO_free(out);
+  SSL_SESSION_free(s);
 }
 
 struct TempFile {
@@ -340,11 +366,41 @@ TEST_CASE("ApiClient: the TLS session is saved 0600 and the next client resumes 
   CHECK((st.st_mode & 0777) == 0600);
   REQUIRE(::stat(dir.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
+  // A resumed ticket younger than a quarter of its lifetime stays in the
+  // file (it is reusable): no rewrite per command, and it resumes again.
+  const std::string saved_pem = ReadAll(files[0]);
+  REQUIRE(::stat(files[0].c_str(), &st) == 0);
+  const ino_t saved_inode = st.st_ino;
+  for (int i = 0; i < 2; ++i) {
+    auto client = MakeClient(o);
+    REQUIRE(client->Request("GET", "/v1/whoami").ok());
+    CHECK(client->handshakes_resumed() == 1);
+  }
+  REQUIRE(::stat(files[0].c_str(), &st) == 0);
+  CHECK(st.st_ino == saved_inode);
+  CHECK(ReadAll(files[0]) == saved_pem);
+  // Past a quarter of its lifetime (the server's hint), the newer ticket the
+  // server sent replaces it.
+  {
+    const std::string pem = ReadAll(files[0]);
+    BIO* in = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+    SSL_SESSION* s = PEM_read_bio_SSL_SESSION(in, nullptr, nullptr, nullptr);
+    BIO_free(in);
+    REQUIRE(s != nullptr);
+    const long lifetime = static_cast<long>(SSL_SESSION_get_ticket_lifetime_hint(s));
+    SSL_SESSION_free(s);
+    REQUIRE(lifetime > 8);
+    AgeSavedSession(files[0], lifetime / 2);
+  }
+  const std::string aged_pem = ReadAll(files[0]);
   {
     auto client = MakeClient(o);
     REQUIRE(client->Request("GET", "/v1/whoami").ok());
     CHECK(client->handshakes_resumed() == 1);
   }
+  CHECK(ReadAll(files[0]) != aged_pem);
+  REQUIRE(::stat(files[0].c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
   // Another server URL (same CA) has a file of its own: a full handshake.
   {
     ClientOptions by_name = Options(server.port(), ca.path, "localhost");
