@@ -1,6 +1,5 @@
 #include "client/api_client.hpp"
 
-#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
@@ -65,18 +64,6 @@ std::string Seconds(std::chrono::milliseconds d) {
 
 bool IsUnreserved(unsigned char c) {
   return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
-}
-
-// OpenSSL's start-up, once per process, without the legacy name tables of
-// every cipher and digest: TLS fetches its algorithms from the provider by
-// name and the client never looks one up by its legacy name, and filling
-// them is a twentieth of a command's CPU (docs/benchmarks.md, CLI
-// submissions). Asio's later initialisation leaves them out too.
-void StartOpenSsl() {
-  static const bool started =
-      OPENSSL_init_crypto(OPENSSL_INIT_NO_ADD_ALL_CIPHERS | OPENSSL_INIT_NO_ADD_ALL_DIGESTS,
-                          nullptr) == 1;
-  (void)started;
 }
 
 }  // namespace
@@ -603,7 +590,6 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
           "from (--token, --token-file, TOPO_TOKEN, the config file)");
     }
   }
-  StartOpenSsl();
   auto impl = std::make_unique<Impl>();
   impl->url = url.value();
   error_code ec;
