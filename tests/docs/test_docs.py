@@ -12,7 +12,9 @@ is tested as it now reads. The conventions (also at the top of docs/cli.md):
     with `topo` first on PATH, in a scratch directory. Other lines (README's
     `make demo`, `make test`) are not examples.
   - `$ COMMAND` followed by lines: those lines are its output (stdout and
-    stderr together), compared exactly after NORMALISE.
+    stderr together), compared exactly after NORMALISE (and with the daemon's
+    address read as DEFAULT_URL). Output shown any other way fails the test
+    (unshown_outputs): no illustration escapes the comparison.
   - A trailing `# exit N` says the example fails with status N; otherwise it
     must exit 0. A trailing comment holding `not run: REASON` skips it (the
     reason shows in the summary); SKIP below skips by command text, for what no doc line
@@ -175,10 +177,13 @@ def split_comment(text):
     return text, ""
 
 
-def fenced_blocks(path):
-    """(first line number, info string, lines) of each fenced code block."""
-    with open(os.path.join(ROOT, path)) as f:
-        lines = f.read().split("\n")
+def fenced_blocks(path, text=None):
+    """(first line number, info string, lines) of each fenced code block of
+    the doc `path` (or of `text`, read as that doc)."""
+    if text is None:
+        with open(os.path.join(ROOT, path)) as f:
+            text = f.read()
+    lines = text.split("\n")
     out, i = [], 0
     while i < len(lines):
         m = re.match(r"^(```+)(.*)$", lines[i])
@@ -224,6 +229,49 @@ def examples_of(path):
         if found:
             blocks.append((start, found))
     return blocks
+
+
+# What only a command prints: a table's header (three or more upper-case
+# column names apart by two or more spaces, as `ID  USER  TENANT ...`), an
+# error or a note of `topo`, the first line of a submission or a report.
+OUTPUT_LOOKING = re.compile(r"^\s*([A-Z][A-Z0-9()./-]*(\s{2,}|\s*$)){3,}$"
+                            r"|^topo: |^Submitted (array )?job |^Usage by ")
+
+
+def unshown_outputs(path, text=None):
+    """Where the doc shows output that no `$ COMMAND` produced, so that no test
+    compares it: [(line, why)]. A line that looks like output (OUTPUT_LOOKING)
+    must follow a `$ ` line in its block (the lines after a `$ COMMAND` are its
+    output); and in docs/cli.md, a block without an info string is a
+    transcript: it holds a `$ ` line (files and scripts say what they are:
+    ```ini, ```bash, ```sh)."""
+    found = []
+    for start, info, body in fenced_blocks(path, text):
+        under_dollar = False
+        for at, line in enumerate(body, start):
+            if line.startswith("$ "):
+                under_dollar = True
+            elif not under_dollar and OUTPUT_LOOKING.search(line):
+                found.append((at, "looks like a command's output but follows no `$ COMMAND` "
+                                  "line: %r" % line[:80]))
+        if (path == "docs/cli.md" and info == "" and body
+                and not any(l.startswith("$ ") for l in body)):
+            found.append((start, "a block without an info string and without a `$ COMMAND` "
+                                 "line (an illustration no test runs)"))
+    return found
+
+
+def check_unshown_outputs():
+    """Failures for the docs' outputs that no test compares: each must be the
+    real output of a `$ COMMAND` from the example cluster."""
+    # The check itself, on an illustration and on a transcript.
+    sample = "```\nID  USER  STATE\n17  ada   running\n```\n\n```\n$ topo queue\nID  USER  STATE\n```\n"
+    check([at for at, _ in unshown_outputs("docs/cli.md", sample)] == [2, 2],
+          "unshown_outputs does not find the sample's illustration: %s"
+          % unshown_outputs("docs/cli.md", sample))
+    return ["%s:%d: %s: show it as `$ COMMAND` and the output the example cluster gives "
+            "(see the conventions at the top of docs/cli.md)" % (doc, at, why)
+            for doc in DOCS for at, why in unshown_outputs(doc)]
 
 
 def batch_script_from_docs():
@@ -613,7 +661,7 @@ def main():
           % (ran, compared, len(skipped), codes), flush=True)
     for e, reason in skipped:
         print("  skipped %s `%s`: %s" % (e.where(), e.command, reason), flush=True)
-    failures += table_failures
+    failures += table_failures + check_unshown_outputs()
     if failures:
         raise Failure("%d example(s) disagree with the docs (each block ran on the example "
                       "cluster:\n%s):\n\n%s"
