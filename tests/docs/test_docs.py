@@ -80,6 +80,11 @@ NORMALISE = [
 # real output its address reads as the default one, which the docs show. Only
 # that one address: any other in an output is compared as it is.
 DEFAULT_URL = "https://127.0.0.1:8443"
+# The examples run at about noon local time: a time that is today shows
+# without its date (`topo queue --start`'s `~14:05 (est.)`), so a run close
+# to midnight would show dates where the docs show none. POSIX TZ: "DOC-9"
+# is UTC+9.
+LOCAL_TZ = "DOC%+d" % (time.gmtime().tm_hour - 12)
 
 # bash, not dash: `topo ... | jq` must fail when topo does (pipefail).
 SHELL = ["/bin/bash", "-o", "pipefail", "-c"]
@@ -354,7 +359,7 @@ class Scratch:
                if not k.startswith(("TOPO_", "XDG_"))}
         env.update(HOME=self.home, PATH=self.bin + ":" + env.get("PATH", "/usr/bin:/bin"),
                    TOPO_SHARED_DIR=os.path.join(self.home, "shared"),
-                   HF_HOME=os.path.join(self.home, "hf"), WANDB_PROJECT="llama")
+                   HF_HOME=os.path.join(self.home, "hf"), WANDB_PROJECT="llama", TZ=LOCAL_TZ)
         return env
 
     def run(self, command, stdin=None):
