@@ -12,7 +12,9 @@ is tested as it now reads. The conventions (also at the top of docs/cli.md):
     with `topo` first on PATH, in a scratch directory. Other lines (README's
     `make demo`, `make test`) are not examples.
   - `$ COMMAND` followed by lines: those lines are its output (stdout and
-    stderr together), compared exactly after NORMALISE.
+    stderr together), compared exactly after NORMALISE (and with the daemon's
+    address read as DEFAULT_URL). Output shown any other way fails the test
+    (unshown_outputs): no illustration escapes the comparison.
   - A trailing `# exit N` says the example fails with status N; otherwise it
     must exit 0. A trailing comment holding `not run: REASON` skips it (the
     reason shows in the summary); SKIP below skips by command text, for what no doc line
@@ -72,8 +74,17 @@ SKIP = {
 NORMALISE = [
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"), "<time>"),  # a local date and time
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"), "<utc time>"),  # a drain's stamp
-    (re.compile(r"(?<![\d:])\d+:\d\d(:\d\d)?(?![\d:])"), "<run time>"),  # M:SS, H:MM:SS
+    (re.compile(r"(?<![\d:])\d+:\d\d(:\d\d)?(?![\d:])"), "<run time>"),  # M:SS, H:MM:SS, HH:MM
 ]
+# The example daemon listens on a port it picks (--listen 127.0.0.1:0); in a
+# real output its address reads as the default one, which the docs show. Only
+# that one address: any other in an output is compared as it is.
+DEFAULT_URL = "https://127.0.0.1:8443"
+# The examples run at about noon local time: a time that is today shows
+# without its date (`topo queue --start`'s `~14:05 (est.)`), so a run close
+# to midnight would show dates where the docs show none. POSIX TZ: "DOC-9"
+# is UTC+9.
+LOCAL_TZ = "DOC%+d" % (time.gmtime().tm_hour - 12)
 
 # bash, not dash: `topo ... | jq` must fail when topo does (pipefail).
 SHELL = ["/bin/bash", "-o", "pipefail", "-c"]
@@ -89,8 +100,9 @@ tenants org, org/team
 users   ada (org/team), bob (org)
 gpus    gpu0007's GPU 2 failed (XID 79, from a simulated agent, gone since),
         which keeps gpu0007 drained
-jobs    1-16 cancelled; 17 ada's, 64 GPUs, running; 18 ada's, 4096 GPUs,
-        queued
+jobs    1-14 ada's, cancelled; 15 bob's, completed, and 16 bob's, failed
+        (exit status 3), both 8 GPUs on gpu0001, run by a simulated agent;
+        17 ada's, 64 GPUs, running; 18 ada's, 4096 GPUs, queued
 env     HF_HOME and WANDB_PROJECT set (the --export example names them)
 """
 
@@ -113,6 +125,8 @@ def example_topology():
 
 # Files the examples name that no doc shows.
 FILES = {
+    # A batch script over the 131071-byte limit: 150,000 bytes.
+    "big.sh": "#!/bin/sh\n" + "#" * (150000 - len("#!/bin/sh\n")),
     "job.json": json.dumps({"spec": {"gpus": 8, "parallelism": {"tp": 8}},
                             "command": ["python", "eval.py"]}),
     "topology.json": json.dumps(example_topology(), indent=1),
@@ -168,10 +182,13 @@ def split_comment(text):
     return text, ""
 
 
-def fenced_blocks(path):
-    """(first line number, info string, lines) of each fenced code block."""
-    with open(os.path.join(ROOT, path)) as f:
-        lines = f.read().split("\n")
+def fenced_blocks(path, text=None):
+    """(first line number, info string, lines) of each fenced code block of
+    the doc `path` (or of `text`, read as that doc)."""
+    if text is None:
+        with open(os.path.join(ROOT, path)) as f:
+            text = f.read()
+    lines = text.split("\n")
     out, i = [], 0
     while i < len(lines):
         m = re.match(r"^(```+)(.*)$", lines[i])
@@ -217,6 +234,49 @@ def examples_of(path):
         if found:
             blocks.append((start, found))
     return blocks
+
+
+# What only a command prints: a table's header (three or more upper-case
+# column names apart by two or more spaces, as `ID  USER  TENANT ...`), an
+# error or a note of `topo`, the first line of a submission or a report.
+OUTPUT_LOOKING = re.compile(r"^\s*([A-Z][A-Z0-9()./-]*(\s{2,}|\s*$)){3,}$"
+                            r"|^topo: |^Submitted (array )?job |^Usage by ")
+
+
+def unshown_outputs(path, text=None):
+    """Where the doc shows output that no `$ COMMAND` produced, so that no test
+    compares it: [(line, why)]. A line that looks like output (OUTPUT_LOOKING)
+    must follow a `$ ` line in its block (the lines after a `$ COMMAND` are its
+    output); and in docs/cli.md, a block without an info string is a
+    transcript: it holds a `$ ` line (files and scripts say what they are:
+    ```ini, ```bash, ```sh)."""
+    found = []
+    for start, info, body in fenced_blocks(path, text):
+        under_dollar = False
+        for at, line in enumerate(body, start):
+            if line.startswith("$ "):
+                under_dollar = True
+            elif not under_dollar and OUTPUT_LOOKING.search(line):
+                found.append((at, "looks like a command's output but follows no `$ COMMAND` "
+                                  "line: %r" % line[:80]))
+        if (path == "docs/cli.md" and info == "" and body
+                and not any(l.startswith("$ ") for l in body)):
+            found.append((start, "a block without an info string and without a `$ COMMAND` "
+                                 "line (an illustration no test runs)"))
+    return found
+
+
+def check_unshown_outputs():
+    """Failures for the docs' outputs that no test compares: each must be the
+    real output of a `$ COMMAND` from the example cluster."""
+    # The check itself, on an illustration and on a transcript.
+    sample = "```\nID  USER  STATE\n17  ada   running\n```\n\n```\n$ topo queue\nID  USER  STATE\n```\n"
+    check([at for at, _ in unshown_outputs("docs/cli.md", sample)] == [2, 2],
+          "unshown_outputs does not find the sample's illustration: %s"
+          % unshown_outputs("docs/cli.md", sample))
+    return ["%s:%d: %s: show it as `$ COMMAND` and the output the example cluster gives "
+            "(see the conventions at the top of docs/cli.md)" % (doc, at, why)
+            for doc in DOCS for at, why in unshown_outputs(doc)]
 
 
 def batch_script_from_docs():
@@ -275,6 +335,12 @@ class Scratch:
         for name, content in FILES.items():
             with open(os.path.join(self.work, name), "w") as f:
                 f.write(content)
+        # The certificate of a CA that did not sign the daemon's.
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-keyout", "/dev/null",
+                        "-subj", "/CN=other CA", "-days", "1",
+                        "-out", os.path.join(self.work, "other-ca.pem")],
+                       check=True, capture_output=True)
         for name, args in GENERATED.items():
             with open(os.path.join(self.work, name), "w") as f:
                 subprocess.run([topo] + args, stdout=f, check=True)
@@ -293,7 +359,7 @@ class Scratch:
                if not k.startswith(("TOPO_", "XDG_"))}
         env.update(HOME=self.home, PATH=self.bin + ":" + env.get("PATH", "/usr/bin:/bin"),
                    TOPO_SHARED_DIR=os.path.join(self.home, "shared"),
-                   HF_HOME=os.path.join(self.home, "hf"), WANDB_PROJECT="llama")
+                   HF_HOME=os.path.join(self.home, "hf"), WANDB_PROJECT="llama", TZ=LOCAL_TZ)
         return env
 
     def run(self, command, stdin=None):
@@ -338,45 +404,74 @@ class Scratch:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def fail_gpu(s, agent, node, gpu):
-    """Registers `node` through `topo-agent --simulate`, makes its GPU fail
-    with an XID 79, and ends the simulator."""
-    names = os.path.join(s.dir, "sim-nodes")
-    with open(names, "w") as f:
-        f.write(node + "\n")
-    log = open(os.path.join(s.dir, "sim.log"), "w+")
-    sim = subprocess.Popen([agent, "--simulate", "1", "--simulate-nodes", names,
-                            "--scheduler-state-dir", s.daemon.state_dir, "--stats-every-s", "0"],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+class SimAgents:
+    """`topo-agent --simulate` for the named nodes, registered with the daemon
+    of Scratch `s` and driven through its stdin (docs: topo-agent --help);
+    its stdout is JSON lines, one per event."""
 
-    def until(event):
-        """The simulator's next event `event` (its stdout is JSON lines)."""
-        for line in sim.stdout:
-            log.write(line)
-            if json.loads(line).get("ev") == event:
-                return json.loads(line)
-        raise Failure("the simulator ended before its %r event" % event)
+    def __init__(self, s, agent, nodes):
+        names = os.path.join(s.dir, "sim-nodes-" + nodes[0])
+        with open(names, "w") as f:
+            f.write("\n".join(nodes) + "\n")
+        self.log = open(os.path.join(s.dir, "sim.log"), "a+")
+        self.proc = subprocess.Popen(
+            [agent, "--simulate", str(len(nodes)), "--simulate-nodes", names,
+             "--scheduler-state-dir", s.daemon.state_dir, "--stats-every-s", "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        for _ in nodes:
+            self.until("up")
 
-    try:
-        until("up")
-        sim.stdin.write("xid %s %d 79\n" % (node, gpu))
-        sim.stdin.flush()
-        ack = until("ack")
-        check("error" not in ack, "the simulator refused the XID: %s" % ack)
-        wait_for(lambda: node_view(s, node)["gpu_health"][gpu] == "failed", 10,
-                 "%s GPU %d to fail" % (node, gpu))
-        sim.stdin.write("quit\n")
-        sim.stdin.close()
-        sim.wait(timeout=20)
-    except Exception:
-        log.seek(0)
-        print(log.read()[-3000:], file=sys.stderr)
-        raise
-    finally:
-        if sim.poll() is None:
-            sim.kill()
-            sim.wait()
-        log.close()
+    def until(self, event, **fields):
+        """The simulator's next event `event` with these fields."""
+        for line in self.proc.stdout:
+            self.log.write(line)
+            e = json.loads(line)
+            if e.get("ev") == event and all(e.get(k) == v for k, v in fields.items()):
+                return e
+        raise Failure("the simulator ended before its %r event %s" % (event, fields))
+
+    def command(self, line):
+        """Sends a control command; fails unless the simulator accepts it."""
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        ack = self.until("ack", cmd=line)
+        check("error" not in ack, "the simulator refused %r: %s" % (line, ack))
+
+    def close(self, failed):
+        if failed:
+            self.log.seek(0)
+            print(self.log.read()[-3000:], file=sys.stderr)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def fail_gpu(sim, s, node, gpu):
+    """Makes `node`'s GPU fail with an XID 79 through its simulated agent."""
+    sim.command("xid %s %d 79" % (node, gpu))
+    wait_for(lambda: node_view(s, node)["gpu_health"][gpu] == "failed", 10,
+             "%s GPU %d to fail" % (node, gpu))
+
+
+def run_ended_jobs(sim, s, token):
+    """Jobs 15 (completed: every rank exits 0) and 16 (failed: rank 0 exits
+    3) as the owner of `token`, on gpu0001, which `sim` runs."""
+    def run(job_id, exits, state):
+        j = s.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "eval"},
+                                       "command": ["python", "eval.py"]}, token=token)
+        check(j["id"] == job_id and j["state"] == "running", "job %d: %s" % (job_id, j))
+        sim.until("start", job=job_id, node="gpu0001")
+        for rank, code in exits:
+            sim.command("exit gpu0001 %d %d %d" % (job_id, rank, code))
+        wait_for(lambda: s.api("GET", "/v1/jobs/%d" % job_id)["state"] == state, 10,
+                 "job %d to be %s" % (job_id, state))
+
+    run(15, [(r, 0) for r in range(8)], "completed")
+    # The first application failure ends the job (not 10 restarts later).
+    s.api("PUT", "/v1/config/max_app_failures", {"value": 1})
+    run(16, [(0, 3)], "failed")
+    s.api("PUT", "/v1/config/max_app_failures", {"value": 10})
 
 
 def node_view(s, name):
@@ -393,21 +488,30 @@ def wait_for(pred, timeout, what):
 
 
 def prepare_example_cluster(scheduler, topo, agent, into):
-    """Builds the example cluster's daemon state in `into` (a stopped daemon)."""
-    s = Scratch(scheduler, topo)
+    """Builds the example cluster's daemon state in `into` (a stopped daemon).
+
+    The simulated agents of gpu0007 and gpu0001 stay connected until the
+    daemon has stopped: an agent that leaves makes its node suspect, then
+    down 2 s later (docs/agent-protocol.md), which would change the example
+    cluster depending on how long the setup took."""
+    s, sims, ok = Scratch(scheduler, topo), [], False
     try:
         s.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(example_topology())})
         s.api("POST", "/v1/nodes/resume", {"nodes": "gpu[0001-0512]"})
-        fail_gpu(s, agent, "gpu0007", 2)
+        sims.append(SimAgents(s, agent, ["gpu0007"]))
+        fail_gpu(sims[-1], s, "gpu0007", 2)
         for tenant in ("org", "org/team"):
             s.api("PUT", "/v1/tenants/" + tenant, {})
         for user, tenant in (("ada", "org/team"), ("bob", "org")):
             s.api("POST", "/v1/users", {"name": user, "tenant": tenant, "role": "user"})
         ada = s.api("POST", "/v1/tokens", {"user": "ada"})["token"]
-        for _ in range(16):
+        bob = s.api("POST", "/v1/tokens", {"user": "bob"})["token"]
+        for _ in range(14):
             j = s.api("POST", "/v1/jobs", {"spec": {"gpus": 8}, "command": ["/bin/true"]},
                       token=ada)
             s.api("POST", "/v1/jobs/%d/cancel" % j["id"], {})
+        sims.append(SimAgents(s, agent, ["gpu0001"]))
+        run_ended_jobs(sims[-1], s, bob)
         j17 = s.api("POST", "/v1/jobs", {"spec": {"gpus": 64, "name": "llama-70b",
                                                   "parallelism": {"tp": 8}},
                                          "command": ["python", "train.py"]}, token=ada)
@@ -418,10 +522,13 @@ def prepare_example_cluster(scheduler, topo, agent, into):
         s.daemon.stop()
         shutil.copytree(s.daemon.state_dir, into)
         os.unlink(os.path.join(into, "endpoint"))
+        ok = True
     except Exception:
         print(s.daemon.log(), file=sys.stderr)
         raise
     finally:
+        for sim in sims:
+            sim.close(not ok)
         s.close()
 
 
@@ -441,6 +548,7 @@ def run_example(s, e):
         return None
     if e.shown is not None:
         status, out = s.run_merged(e.command)
+        out = out.replace(s.daemon.url, DEFAULT_URL)
         got, want = normalise(out), normalise("\n".join(e.shown))
         if got != want:
             return "output differs from the doc's\n--- shown\n%s\n--- real\n%s" % (want, got)
@@ -558,7 +666,7 @@ def main():
           % (ran, compared, len(skipped), codes), flush=True)
     for e, reason in skipped:
         print("  skipped %s `%s`: %s" % (e.where(), e.command, reason), flush=True)
-    failures += table_failures
+    failures += table_failures + check_unshown_outputs()
     if failures:
         raise Failure("%d example(s) disagree with the docs (each block ran on the example "
                       "cluster:\n%s):\n\n%s"

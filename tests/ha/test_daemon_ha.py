@@ -10,8 +10,10 @@
   fence    a successor takes the leader key (the test writes it): a's next submission is
            refused (503), nothing of it reaches etcd or a's store, a exits; restarted, a is a
            standby until the key is free, then leads with exactly the acknowledged jobs
-  pause    SIGSTOP the leader past its lease, SIGCONT: it acknowledges nothing more, appends
-           nothing to etcd, and exits to restart as a standby
+  pause    agents run a job for leader a; SIGSTOP a past its lease, b is elected; SIGCONT:
+           a acknowledges nothing more, appends nothing to etcd or its store, starts and
+           stops no rank (the agents' events and logs), and exits; the agents' ranks are
+           adopted by b; a restarted is a standby of b
   gap      a replica started with an empty state directory replays the whole log from etcd
            (topology epoch included) up to head; a log key that is not a batch, then a batch
            that does not follow on, stop its catch-up with errors that name the key and the
@@ -25,6 +27,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import sqlite3
 import ssl
 import subprocess
 import sys
@@ -35,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
-from harness import Daemon, setup_tiny  # noqa: E402
+from harness import Daemon, setup_tiny, tiny_topology  # noqa: E402
 
 TTL = 2
 CLUSTER = "t"
@@ -77,6 +81,47 @@ def etcd_log(etcd):
     r = etcd.post(etcd.running()[0], "/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)})
     return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv["value"]).decode())
             for kv in r.get("kvs", [])]
+
+
+def leader_term(etcd):
+    """The leader key's create_revision: the leadership term (docs/ha.md)."""
+    r = etcd.post(etcd.running()[0], "/v3/kv/range", {"key": b64(f"/toposched/{CLUSTER}/leader")})
+    kvs = r.get("kvs", [])
+    assert kvs, "no leader key"
+    return int(kvs[0]["create_revision"])
+
+
+def store_last_seq(replica):
+    """The newest event seq of a stopped replica's SQLite store."""
+    db = sqlite3.connect(f"file:{os.path.join(replica.state_dir, 'topo.db')}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+    finally:
+        db.close()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def sim_events(path):
+    """The JSON events `topo-agent --simulate` wrote to `path` (its stdout)."""
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def rank_events(path, ev, job):
+    return [e for e in sim_events(path) if e.get("ev") == ev and e.get("job") == job]
 
 
 def wait_for(cond, timeout, what):
@@ -248,31 +293,143 @@ def scenario_fence(binary, tmp):
 
 
 def scenario_pause(binary, tmp):
+    """A leader paused past its lease, with agents running a job's ranks for it.
+
+    `topo-agent --simulate 8`, given both replicas' agent addresses, registers
+    with a and runs a 16-GPU job there. SIGSTOP a past its lease: b is elected
+    (a newer term). SIGCONT a: its queued work (a submission, the agents'
+    overdue heartbeats) is fenced. Checked in every store and in the agents: a
+    acknowledges nothing and exits non-zero (docs/ha.md, "What the daemon does
+    today", 5); no batch after the pause is of a's term (etcd) and a's SQLite
+    store ends where the log was when it paused; no rank is started or stopped
+    after the SIGCONT (the simulator's events), an agent that hears a's old
+    term refuses it by name (AgentCore), every agent registers with b, which
+    adopts the running ranks (restarts 0); a, restarted as its service manager
+    would, is a standby of b."""
+    agent_bin = os.environ.get("TOPO_AGENT_BIN")
+    assert agent_bin, "TOPO_AGENT_BIN is not set (tests/CMakeLists.txt sets it)"
     with EtcdCluster(3) as etcd:
-        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        replicas = []
+        ports = {}
+        for name in ("a", "b"):
+            ports[name] = free_port()
+            replicas.append(Replica(binary, os.path.join(tmp, name),
+                                    ha_config(etcd, name) +
+                                    f"agent_listen = 127.0.0.1:{ports[name]}\n"
+                                    "heartbeat_interval_ms = 200\n"))
+        a, b = replicas
+        sim = None
+        events = os.path.join(tmp, "sim-events.jsonl")
+        sim_log = os.path.join(tmp, "sim.log")
         try:
             a.start()
-            setup_tiny(a)
-            status, out = submit(a, "before")
-            assert status == 201, (status, out)
-            head = etcd_get(etcd, "head")
+            share_identity(a, b)
+            b.start_standby()
+            wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
+            # The topology only: the agents bring the nodes up.
+            a.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())},
+                  expect=200)
+            servers = ",".join(f"wss://127.0.0.1:{ports[n]}/v1/agent" for n in ("a", "b"))
+            sim = subprocess.Popen(
+                [agent_bin, "--simulate", "8", "--node-prefix", "n", "--server", servers,
+                 "--ca", os.path.join(a.state_dir, "ca.pem"),
+                 "--ca-key", os.path.join(a.state_dir, "ca-key.pem"), "--stats-every-s", "0"],
+                stdin=subprocess.PIPE, stdout=open(events, "ab"), stderr=open(sim_log, "ab"))
+            wait_for(lambda: all(n["state"] == "up" for n in a.api("GET", "/v1/nodes")["nodes"]),
+                     30, "the 8 simulated nodes up on a")
+            status, job = a.request("POST", "/v1/jobs", {
+                "spec": {"gpus": 16, "name": "before", "parallelism": {"tp": 8}},
+                "command": ["true"]}, a.admin_token, timeout=15)
+            assert status == 201 and job["state"] == "running", (status, job)
+            jid = job["id"]
+            wait_for(lambda: len(rank_events(events, "start", jid)) == 2, 15,
+                     "the job's ranks started on its 2 nodes")
+            term_a, head = leader_term(etcd), int(etcd_get(etcd, "head"))
+
             os.kill(a.proc.pid, signal.SIGSTOP)
-            time.sleep(TTL + 2)
-            assert etcd_get(etcd, "leader") is None, "the lease outlived the pause"
+            wait_for(lambda: etcd_get(etcd, "leader") == "b", 4 * TTL, "b elected while a sleeps")
+            term_b = leader_term(etcd)
+            assert term_b > term_a, (term_a, term_b)
+            wait_for(b.serving, 15, "b serves")
+            b.attach()
+            seen = len(sim_events(events))
+            with open(sim_log, "rb") as f:
+                log_seen = len(f.read())
+            a_log_seen = len(a.log_all())
             os.kill(a.proc.pid, signal.SIGCONT)
+
             try:
                 status, out = submit(a, "after")
             except Exception as e:  # noqa: BLE001 - the daemon went away mid-request
                 status, out = None, repr(e)
             assert status != 201, f"a paused leader acknowledged a submission: {out}"
+            answer = status_text(status)
             wait_for(lambda: a.proc.poll() is not None, 10, "a exits")
-            assert a.proc.returncode != 0
+            exit_status = a.proc.returncode
+            assert exit_status != 0
             alog = a.log_all()
             assert "lost the leadership" in alog or "leader key is gone" in alog, alog[-2000:]
-            assert etcd_get(etcd, "head") == head, "a paused leader appended to the log"
-            print(f"paused leader: answer {status}, exit {a.proc.returncode}, log unchanged")
+
+            # The agents: all with b, which adopted the job's ranks.
+            wait_for(lambda: all(f"agent n{i} registered" in b.log_all() for i in range(8)), 30,
+                     "every agent registered with b")
+            for node in ("n0", "n1"):
+                assert f"agent {node} registered from 127.0.0.1 (8 GPUs, 8 ranks running" in \
+                    b.log_all(), b.log_all()[-3000:]
+            time.sleep(1)  # heartbeats to b: nothing stops or restarts the adopted ranks
+            status, after = b.request("GET", f"/v1/jobs/{jid}", None, b.admin_token)
+            assert status == 200 and after["state"] == "running" and after["restarts"] == 0, \
+                (status, after)
+            since = sim_events(events)[seen:]
+            moved = [e for e in since if e.get("ev") in ("start", "stop")]
+            assert not moved, f"ranks started or stopped after a's SIGCONT: {moved}"
+            assert len(rank_events(events, "start", jid)) == 2, sim_events(events)
+            assert not rank_events(events, "stop", jid), sim_events(events)
+            with open(sim_log, errors="replace") as f:
+                agent_lines = f.read()[log_seen:].splitlines()
+            # The agents' warnings since: a refusal of a's older term, naming both
+            # terms (AgentCore), or a's own refusal of a registration while it
+            # stops; nothing else. Which of the two an agent meets is a race (a
+            # notices its lost lease within moments of the SIGCONT, and from then
+            # refuses registrations itself), so neither is required here; the
+            # refusal of an older term alone is node-agent's unit test ("HA: ...").
+            refusals = [l for l in agent_lines if "leadership term" in l]
+            for line in refusals:
+                assert (f"refusing a scheduler of leadership term {term_a}: term {term_b} leads "
+                        "now") in line, line
+            others = [l for l in agent_lines if l not in refusals and not (
+                "the scheduler refused register" in l and "topo-scheduler is stopping" in l)]
+            assert not others, "\n".join(others)
+
+            # The stores: etcd holds nothing of a's term after the pause (b's
+            # batches only: a submission to b), a's SQLite nothing after the log's
+            # head then.
+            status, out = submit(b, "on-b")
+            assert status == 201, (status, out)
+            later = [(k, json.loads(v)) for k, v in etcd_log(etcd)
+                     if int(k.rsplit("/", 1)[1]) > head]
+            assert later, "b's submission is not in etcd's log"
+            assert all(batch["term"] == term_b for _, batch in later), \
+                [(k, batch["term"]) for k, batch in later]
+            assert '"after"' not in json.dumps([batch for _, batch in later])
+            assert '"on-b"' in json.dumps([batch for _, batch in later])
+            assert store_last_seq(a) == head, (store_last_seq(a), head)
+
+            # docs/ha.md: a exits so that its service manager restarts it as a standby.
+            a.start_standby()
+            wait_for(lambda: f"standby: leader is 'b' (term {term_b})" in a.log_all()[a_log_seen:],
+                     15, "a restarted is a standby of b")
+            assert not a.serving()
+            print(f"paused leader (term {term_a}): answer {answer}, exit {exit_status}; b (term {term_b}) adopted the job's ranks from 8 agents; "
+                  f"no rank started or stopped after SIGCONT, {len(refusals)} refusal(s) of term "
+                  f"{term_a}; etcd and a's store hold nothing of a after seq {head}; a restarted "
+                  "as a standby")
         finally:
-            a.kill9()
+            if sim is not None and sim.poll() is None:
+                sim.kill()
+                sim.wait()
+            for r in replicas:
+                r.kill9()
 
 
 def scenario_gap(binary, tmp):
