@@ -1,5 +1,6 @@
 #include "client/api_client.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
@@ -64,6 +65,17 @@ std::string Seconds(std::chrono::milliseconds d) {
 
 bool IsUnreserved(unsigned char c) {
   return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+// OpenSSL's start-up, once per process, without the legacy name table of
+// every cipher: TLS fetches its ciphers from the provider, and nothing here
+// looks one up by its legacy name, while copying that table into the
+// provider's name map was an eighth of a `topo submit`'s instructions
+// (callgrind: 20.2 M -> 17.6 M). The digests' table stays: certificate
+// checks find a signature's digest there (without it every CA is "too weak").
+void StartOpenSsl() {
+  static const bool started = OPENSSL_init_crypto(OPENSSL_INIT_NO_ADD_ALL_CIPHERS, nullptr) == 1;
+  (void)started;
 }
 
 }  // namespace
@@ -590,6 +602,7 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
           "from (--token, --token-file, TOPO_TOKEN, the config file)");
     }
   }
+  StartOpenSsl();
   auto impl = std::make_unique<Impl>();
   impl->url = url.value();
   error_code ec;
