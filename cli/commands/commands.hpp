@@ -57,6 +57,7 @@ void RegisterSim(CLI::App& app, int* exit_code);
 // Verbs that talk to topo-scheduler over HTTPS (jobs.cpp, cluster.cpp,
 // admin.cpp); `topology import` and the server side of `topology export` are
 // added to the topology command by RegisterTopology.
+void RegisterSubmit(CLI::App& app, int* exit_code);
 void RegisterJobCommands(CLI::App& app, int* exit_code);
 // `topo history`, `topo report usage` (history.cpp).
 void RegisterHistoryCommands(CLI::App& app, int* exit_code);

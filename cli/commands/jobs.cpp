@@ -610,8 +610,7 @@ void SetSubmitCommand(std::vector<std::string> command) {
   SubmitArgsOfThisRun()->command = std::move(command);
 }
 
-void RegisterJobCommands(CLI::App& app, int* exit_code) {
-  // submit
+void RegisterSubmit(CLI::App& app, int* exit_code) {
   std::shared_ptr<SubmitArgs> submit = SubmitArgsOfThisRun();
   CLI::App* s = AddVerb(
       app, "submit",
@@ -666,7 +665,9 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
   s->add_flag("--dry-run", submit->dry_run, "Print the request body and send nothing");
   AddConnectionFlags(*s, SharedConnectionFlags());
   s->callback([submit, exit_code] { *exit_code = RunSubmit(*submit); });
+}
 
+void RegisterJobCommands(CLI::App& app, int* exit_code) {
   // queue
   auto queue = std::make_shared<QueueArgs>();
   CLI::App* q =
