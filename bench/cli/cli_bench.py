@@ -7,7 +7,9 @@ file, synchronous=FULL, real TLS on loopback; the demo cluster of
 packaging/demo-topology.json, 288 nodes resumed), and, where Slurm 22.05 is
 installed, a real Slurm cluster the way the Slurm tests do
 (tests/slurm/slurm_cluster.py: munged, slurmctld and 16 slurmd in a temp
-dir). Then, for each row, N submissions as separate processes, C at a time:
+dir). Then, for each row, N submissions as separate processes, C at a time,
+in R rounds where the rows take turns (their order rotating), so that load
+from other work on a shared machine falls on every row alike:
 
   topo            `topo submit --gpus 8 -- /bin/true`, with TOPO_STATE_DIR the
                   one setting and the TLS session cache in a temporary HOME
@@ -23,7 +25,8 @@ daemon lists every one of them. Prints a table (submissions/s, p50, p99 and
 the ratios to sbatch) and writes JSON (default bench/results/cli.json).
 
   bench/cli/cli_bench.py --topo build/cli/topo --scheduler build/scheduler/topo-scheduler
-                         [--submissions 400] [--concurrency 8] [--no-slurm] [--smoke]
+                         [--submissions 400] [--concurrency 8] [--rounds 4]
+                         [--no-slurm] [--smoke]
 
 --smoke: 16 submissions per row and no Slurm (a few seconds; the `bench`
 ctest label). Standard library only (run with /usr/bin/python3).
@@ -60,9 +63,9 @@ def percentile(sorted_values, q):
     return sorted_values[i]
 
 
-def run_row(name, argv, env, count, concurrency, accept):
+def run_chunk(argv, env, count, concurrency, accept):
     """`count` runs of argv, `concurrency` at a time; accept(stdout) says
-    whether a run counts. Returns the row's figures."""
+    whether a run counts. Returns (wall seconds, [(latency, ok, tail, stdout)])."""
     def one(_):
         t0 = time.perf_counter()
         p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
@@ -73,24 +76,45 @@ def run_row(name, argv, env, count, concurrency, accept):
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
         results = list(pool.map(one, range(count)))
-    wall = time.perf_counter() - start
-    latencies = sorted(r[0] for r in results)
-    failures = [r[2] for r in results if not r[1]]
-    row = {
-        "name": name,
-        "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)),
-        "submissions": count,
-        "failed": len(failures),
-        "concurrency": concurrency,
-        "wall_s": round(wall, 3),
-        "per_second": round((count - len(failures)) / wall, 1),
-        "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
-        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
-        "mean_ms": round(sum(latencies) / len(latencies) * 1000, 2),
-    }
-    if failures:
-        row["first_failure"] = failures[0]
-    return row, [r[3] for r in results if r[1]]
+    return time.perf_counter() - start, results
+
+
+def run_rows(rows, count, concurrency, rounds):
+    """Runs every row's `count` submissions in `rounds` chunks, the rows
+    taking turns (their order rotating each round), so that load from other
+    work on the machine falls on every row alike. rows: [(name, argv, env,
+    accept)]. Returns {name: (row figures, accepted stdouts)}."""
+    walls = {r[0]: 0.0 for r in rows}
+    results = {r[0]: [] for r in rows}
+    for k in range(rounds):
+        n = count // rounds + (1 if k < count % rounds else 0)
+        for i in range(len(rows)):
+            name, argv, env, accept = rows[(i + k) % len(rows)]
+            wall, res = run_chunk(argv, env, n, concurrency, accept)
+            walls[name] += wall
+            results[name] += res
+    out = {}
+    for name, argv, _, _ in rows:
+        res = results[name]
+        latencies = sorted(r[0] for r in res)
+        failures = [r[2] for r in res if not r[1]]
+        row = {
+            "name": name,
+            "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)),
+            "submissions": len(res),
+            "failed": len(failures),
+            "concurrency": concurrency,
+            "rounds": rounds,
+            "wall_s": round(walls[name], 3),
+            "per_second": round((len(res) - len(failures)) / walls[name], 1),
+            "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
+            "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+            "mean_ms": round(sum(latencies) / len(latencies) * 1000, 2),
+        }
+        if failures:
+            row["first_failure"] = failures[0]
+        out[name] = (row, [r[3] for r in res if r[1]])
+    return out
 
 
 def git_commit():
@@ -136,6 +160,8 @@ def main():
     ap.add_argument("--scheduler", required=True, help="the topo-scheduler binary")
     ap.add_argument("--submissions", type=int, default=400, help="per row (default 400)")
     ap.add_argument("--concurrency", type=int, default=8, help="processes at a time (default 8)")
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="chunks per row, the rows taking turns (default 4)")
     ap.add_argument("--no-slurm", action="store_true", help="measure topo only")
     ap.add_argument("--smoke", action="store_true", help="16 submissions per row, no Slurm")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "cli.json"),
@@ -145,8 +171,10 @@ def main():
         ap.error("--submissions must be 1..100000")
     if args.concurrency < 1 or args.concurrency > 256:
         ap.error("--concurrency must be 1..256")
+    if args.rounds < 1 or args.rounds > args.submissions:
+        ap.error("--rounds must be 1..--submissions")
     if args.smoke:
-        args.submissions, args.no_slurm = 16, True
+        args.submissions, args.no_slurm, args.rounds = 16, True, 2
 
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     home = tempfile.mkdtemp(prefix="topo-bench-cli-home-")
@@ -181,19 +209,20 @@ def main():
 
         submit = [args.topo, "submit", "--gpus", "8", "--", "/bin/true"]
         accepted = re.compile(r"^Submitted job (\d+) ")
-        topo_row, topo_out = run_row("topo", submit, env, args.submissions, args.concurrency,
-                                     lambda out: accepted.match(out) is not None)
+        topo_ok = lambda out: accepted.match(out) is not None  # noqa: E731
         no_cache_env = dict(env)
         no_cache_env.pop("HOME")  # no cache directory: a full handshake each time
-        bare_row, bare_out = run_row("topo-no-cache", submit, no_cache_env, args.submissions,
-                                     args.concurrency, lambda out: accepted.match(out) is not None)
-        rows += [topo_row, bare_row]
-        sbatch_row = None
+        specs = [("topo", submit, env, topo_ok), ("topo-no-cache", submit, no_cache_env, topo_ok)]
         if cluster is not None:
             cluster.run(["sbatch", "--hold", "--wrap", "true"])  # warm, like topo whoami
-            sbatch_row, _ = run_row("sbatch", ["sbatch", "--hold", "--wrap", "true"], cluster.env,
-                                    args.submissions, args.concurrency,
-                                    lambda out: out.startswith("Submitted batch job"))
+            specs.append(("sbatch", ["sbatch", "--hold", "--wrap", "true"], cluster.env,
+                          lambda out: out.startswith("Submitted batch job")))
+        measured = run_rows(specs, args.submissions, args.concurrency, args.rounds)
+        topo_row, topo_out = measured["topo"]
+        bare_row, bare_out = measured["topo-no-cache"]
+        rows += [topo_row, bare_row]
+        sbatch_row = measured["sbatch"][0] if "sbatch" in measured else None
+        if sbatch_row:
             rows.append(sbatch_row)
 
         # Every acknowledged topo submission is in the daemon's durable store.
@@ -208,8 +237,9 @@ def main():
             after = "&after=%s" % page["next_after"]
         missing = sorted(ids - listed)
 
-        print("bench/cli: %d submissions per row, %d at a time, one process each; commit %s"
-              % (args.submissions, args.concurrency, git_commit()))
+        print("bench/cli: %d submissions per row in %d rounds (rows taking turns), %d at a time, "
+              "one process each; commit %s"
+              % (args.submissions, args.rounds, args.concurrency, git_commit()))
         print("Slurm: %s" % (slurm_note or "measured"))
         print_table(rows, sbatch_row)
         if sbatch_row:
@@ -220,7 +250,7 @@ def main():
               % (len(ids), len(missing)))
         result = {
             "bench": "cli", "started_at": started, "commit": git_commit(), "machine": machine(),
-            "submissions": args.submissions, "concurrency": args.concurrency,
+            "submissions": args.submissions, "concurrency": args.concurrency, "rounds": args.rounds,
             "slurm": slurm_note or "measured", "rows": rows,
             "topo_vs_sbatch": (round(topo_row["per_second"] / sbatch_row["per_second"], 3)
                                if sbatch_row and sbatch_row["per_second"] > 0 else None),
