@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
@@ -67,23 +68,49 @@ bool IsUnreserved(unsigned char c) {
   return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-// OpenSSL's start-up, once per process, leaving out what a short-lived
-// client never reads (callgrind, `topo submit` resumed: 20.2 M -> 15.6 M
+// OpenSSL's start-up, once per process, leaving out what a resumed
+// session never reads (callgrind, `topo submit` resumed: 20.2 M -> 14.5 M
 // instructions):
-// - the legacy name table of every cipher: TLS fetches its ciphers from the
-//   provider, and copying that table into the provider's name map was an
-//   eighth of the command. The digests' table stays: certificate checks find
-//   a signature's digest there (without it every CA is "too weak");
+// - the legacy name tables of every cipher and digest: TLS fetches its
+//   algorithms from the provider, and copying the tables into the provider's
+//   name map was a sixth of the command. Certificate checks do look a
+//   signature's digest up there (without it every CA is "too weak"), so a
+//   full handshake adds the digests first (AddDigestNames);
 // - libcrypto's error strings: the errors topo reports are libssl's (kept),
 //   X.509 verification's (a table of their own) and its own;
 // - the clean-up at exit: the process ends right after, and the kernel
 //   frees its memory.
 void StartOpenSsl() {
   static const bool started =
-      OPENSSL_init_crypto(OPENSSL_INIT_NO_ADD_ALL_CIPHERS | OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS |
-                              OPENSSL_INIT_NO_ATEXIT,
+      OPENSSL_init_crypto(OPENSSL_INIT_NO_ADD_ALL_CIPHERS | OPENSSL_INIT_NO_ADD_ALL_DIGESTS |
+                              OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS | OPENSSL_INIT_NO_ATEXIT,
                           nullptr) == 1;
   (void)started;
+}
+
+// The digests' legacy names, as OPENSSL_INIT_ADD_ALL_DIGESTS would have
+// added them: chain verification finds each signature's digest by them.
+void AddDigestNames() {
+  static const bool added = [] {
+    for (const EVP_MD* md : {
+             EVP_md5(),        EVP_md5_sha1(),   EVP_sha1(),       EVP_sha224(),     EVP_sha256(),
+             EVP_sha384(),     EVP_sha512(),     EVP_sha512_224(), EVP_sha512_256(), EVP_sha3_224(),
+             EVP_sha3_256(),   EVP_sha3_384(),   EVP_sha3_512(),   EVP_shake128(),   EVP_shake256(),
+#ifndef OPENSSL_NO_RMD160
+             EVP_ripemd160(),
+#endif
+#ifndef OPENSSL_NO_BLAKE2
+             EVP_blake2b512(), EVP_blake2s256(),
+#endif
+#ifndef OPENSSL_NO_SM3
+             EVP_sm3(),
+#endif
+         }) {
+      if (md != nullptr) EVP_add_digest(md);
+    }
+    return true;
+  }();
+  (void)added;
 }
 
 }  // namespace
@@ -260,10 +287,12 @@ struct ApiClient::Impl {
 
   ~Impl() { Close(true); }
 
-  // OpenSSL's chain verification, with the CA file loaded on first use.
+  // OpenSSL's chain verification, with what only it needs loaded on first
+  // use: the digests' names (StartOpenSsl) and the CA file.
   static int VerifyChain(X509_STORE_CTX* store_ctx, void* arg) {
     auto* self = static_cast<Impl*>(arg);
-    if (!self->ca_loaded) {
+    AddDigestNames();
+    if (!self->ca_loaded && !self->ca_file.empty()) {
       self->ca_loaded = true;
       X509_STORE* store = SSL_CTX_get_cert_store(self->ssl_ctx.native_handle());
       if (X509_STORE_load_file(store, self->ca_file.c_str()) != 1) {
@@ -636,8 +665,8 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
     }
     impl->ca_file = options.ca_file;
     impl->ca_load_message = std::move(m);
-    SSL_CTX_set_cert_verify_callback(impl->ssl_ctx.native_handle(), &Impl::VerifyChain, impl.get());
   }
+  SSL_CTX_set_cert_verify_callback(impl->ssl_ctx.native_handle(), &Impl::VerifyChain, impl.get());
   // Sessions are handed to SessionArrived rather than kept in OpenSSL's
   // in-memory client cache, which no later process could see.
   impl->session_cache = std::make_unique<TlsSessionCache>(

@@ -9,6 +9,8 @@ session resumption across CLI processes (issue 14).
   - The first `topo` process does a full handshake and saves the session in
     ~/.cache/topo (a 0700 directory, a 0600 file); the second resumes it
     (TOPO_DEBUG_TLS=1 prints "tls: resumed").
+  - A first handshake against the system's CAs (SSL_CERT_FILE) verifies the
+    daemon's chain, and refuses it against another CA.
   - A garbage, world-readable or foreign-owned cache file is ignored (full
     handshake, the command still works) and replaced by a good one; a session
     of another daemon, put under this daemon's file name, is not resumed: the
@@ -159,6 +161,26 @@ def test_resumption(topo, daemon, other, home):
     bare = topo_env(home, TOPO_STATE_DIR=daemon.state_dir, TOPO_DEBUG_TLS="1")
     bare.pop("HOME")
     run_topo(topo, ["queue"], bare)
+
+    # A new process's first (full) handshake against the system's CAs (no
+    # --ca; OpenSSL's SSL_CERT_FILE stands in for the system store): the
+    # chain is verified, signature digests included, with none of the
+    # start-up tables a resumed session skips. And a CA that did not sign
+    # the daemon's certificate is refused, naming what was checked.
+    endpoint = open(os.path.join(daemon.state_dir, "endpoint")).read().split()[0]
+    token_file = os.path.join(daemon.state_dir, "admin-token")
+    system = topo_env(tempfile.mkdtemp(prefix="topo-cli-home-"),
+                      SSL_CERT_FILE=os.path.join(daemon.state_dir, "ca.pem"), TOPO_DEBUG_TLS="1")
+    p = run_topo(topo, ["whoami", "--server", endpoint, "--token-file", token_file], system)
+    check("tls: full handshake" in p.stderr and "User:    admin" in p.stdout,
+          "system-CA handshake: %s %s" % (p.stdout, p.stderr))
+    system["SSL_CERT_FILE"] = os.path.join(other.state_dir, "ca.pem")
+    shutil.rmtree(os.path.join(system["HOME"], ".cache"), ignore_errors=True)
+    p = run_topo(topo, ["whoami", "--server", endpoint, "--token-file", token_file], system,
+                 expect=7)
+    check("TLS verification of %s failed: unable to get local issuer certificate" % endpoint
+          in p.stderr, "wrong CA not refused by name: %s" % p.stderr)
+    shutil.rmtree(system["HOME"], ignore_errors=True)
 
 
 def main():
