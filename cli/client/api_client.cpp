@@ -7,12 +7,9 @@
 #include <openssl/x509_vfy.h>
 
 #include <algorithm>
-#include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <cerrno>
@@ -28,13 +25,13 @@
 #include <vector>
 
 #include "client/tls_session_cache.hpp"
+#include "topo/common/https_connection.hpp"
 
 namespace topo::cli {
 
 namespace asio = boost::asio;
 namespace ssl = boost::asio::ssl;
 namespace http = boost::beast::http;
-using tcp = boost::asio::ip::tcp;
 using boost::system::error_code;
 using core::Result;
 using core::Status;
@@ -255,15 +252,10 @@ std::string ApiResponse::ErrorField() const {
 }
 
 struct ApiClient::Impl {
-  using Stream = ssl::stream<tcp::socket>;
-
   ClientOptions options;
   ServerUrl url;
-  asio::io_context ioc;
   ssl::context ssl_ctx{ssl::context::tls_client};
-  std::unique_ptr<Stream> stream;  // the open connection, or null
-  boost::beast::flat_buffer buffer;
-  std::chrono::steady_clock::time_point deadline;
+  common::HttpsConnection conn{ssl_ctx};  // open, or not
   int connections = 0;
   int resumed = 0;
   // The TLS session cache (disabled without options.tls_session_dir), the
@@ -285,7 +277,7 @@ struct ApiClient::Impl {
   bool ca_loaded = false;
   std::string ca_error;  // why parsing it failed, reported by Connect
 
-  ~Impl() { Close(true); }
+  ~Impl() { conn.Close(true); }
 
   // OpenSSL's chain verification, with what only it needs loaded on first
   // use: the digests' names (StartOpenSsl) and the CA file.
@@ -348,47 +340,6 @@ struct ApiClient::Impl {
     }
   }
 
-  // Starts an asynchronous operation with `start(handler)` and runs the
-  // io_context until it completes or the deadline passes; then `cancel`
-  // aborts it. Returns the operation's error, or timed_out.
-  template <typename Start, typename Cancel>
-  error_code RunUntilDeadline(Start&& start, Cancel&& cancel) {
-    std::optional<error_code> result;
-    start([&result](const error_code& ec, auto&&...) { result = ec; });
-    ioc.restart();
-    ioc.run_until(deadline);
-    if (!result) {
-      cancel();
-      ioc.restart();
-      ioc.run();
-      return asio::error::timed_out;
-    }
-    return *result;
-  }
-
-  error_code RunOnStream(auto&& start) {
-    return RunUntilDeadline(start, [this] {
-      error_code ignored;
-      stream->lowest_layer().close(ignored);
-    });
-  }
-
-  void Close(bool polite) {
-    if (!stream) return;
-    if (polite) {
-      // Send close_notify so the server sees a clean end, but do not wait
-      // for the server's: marking it as received makes the shutdown finish
-      // once ours is written (a round trip less at the end of each command).
-      SSL_set_shutdown(stream->native_handle(), SSL_RECEIVED_SHUTDOWN);
-      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
-      RunOnStream([this](auto handler) { stream->async_shutdown(handler); });
-    }
-    error_code ignored;
-    stream->lowest_layer().close(ignored);
-    stream.reset();
-    buffer.clear();
-  }
-
   std::string ConnectHint() const { return "; is topo-scheduler running? (--server, TOPO_SERVER)"; }
 
   std::string CaDescription() const {
@@ -403,96 +354,54 @@ struct ApiClient::Impl {
 
   Status Connect() {
     const std::string where = url.ToString();
-    // An IP literal needs no resolver (Asio's runs getaddrinfo on a thread
-    // it starts: milliseconds per process).
-    std::vector<tcp::endpoint> endpoints;
-    error_code ec;
-    if (url.host_is_ip) {
-      endpoints.emplace_back(asio::ip::make_address(url.host, ec),
-                             static_cast<unsigned short>(std::stoi(url.port)));
-    } else {
-      tcp::resolver resolver(ioc);
-      ec = RunUntilDeadline(
-          [&](auto handler) {
-            resolver.async_resolve(
-                url.host, url.port,
-                [&endpoints, handler](const error_code& e, tcp::resolver::results_type r) mutable {
-                  for (const auto& entry : r) endpoints.push_back(entry.endpoint());
-                  handler(e);
-                });
-          },
-          [&] { resolver.cancel(); });
-    }
-    if (ec == asio::error::timed_out) {
-      return Status::Error("cannot resolve '" + url.host + "' of " + where + ": timed out after " +
-                           Seconds(options.timeout) + " (--server, TOPO_SERVER, --timeout)");
-    }
-    if (ec) {
-      return Status::Error("cannot resolve '" + url.host + "' of " + where + ": " + Describe(ec) +
-                           " (--server, TOPO_SERVER)");
-    }
-
-    stream = std::make_unique<Stream>(ioc, ssl_ctx);
-    SSL* ssl = stream->native_handle();
-    // Which name the certificate must carry: the IP address or the DNS name;
-    // SNI only for names (RFC 6066 forbids literals).
-    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-    if (url.host_is_ip) {
-      if (X509_VERIFY_PARAM_set1_ip_asc(param, url.host.c_str()) != 1) {
-        stream.reset();
-        return Status::Error("cannot verify against IP address " + url.host);
+    std::optional<common::HttpsConnection::Failure> failed =
+        conn.Connect(url.host, url.port, url.host_is_ip, [this](SSL* ssl) {
+          if (!session_loaded) {
+            session_loaded = true;
+            std::string why_not;
+            session = session_cache->Load(&why_not);
+            session_from_file = session != nullptr;
+            if (!session && session_cache->enabled() && why_not != "no file") {
+              Debug("ignoring " + session_cache->path() + ": " + why_not);
+            }
+          }
+          if (session) SSL_set_session(ssl, session.get());
+        });
+    using Stage = common::HttpsConnection::Stage;
+    if (!failed || failed->stage == Stage::kHandshake) ++connections;
+    if (failed) {
+      const error_code ec = failed->ec;
+      const bool timed_out = ec == asio::error::timed_out;
+      switch (failed->stage) {
+        case Stage::kResolve:
+          if (timed_out) {
+            return Status::Error("cannot resolve '" + url.host + "' of " + where +
+                                 ": timed out after " + Seconds(options.timeout) +
+                                 " (--server, TOPO_SERVER, --timeout)");
+          }
+          return Status::Error("cannot resolve '" + url.host + "' of " + where + ": " +
+                               Describe(ec) + " (--server, TOPO_SERVER)");
+        case Stage::kName:
+          return Status::Error("cannot verify against " +
+                               std::string(url.host_is_ip ? "IP address " : "host name ") +
+                               url.host);
+        case Stage::kConnect:
+          return Status::Error(
+              "cannot connect to " + where + ": " +
+              (timed_out ? "timed out after " + Seconds(options.timeout) : Describe(ec)) +
+              ConnectHint() + (timed_out ? " (--timeout)" : ""));
+        case Stage::kHandshake:
+          break;
       }
-    } else {
-      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-      if (X509_VERIFY_PARAM_set1_host(param, url.host.c_str(), 0) != 1 ||
-          SSL_set_tlsext_host_name(ssl, url.host.c_str()) != 1) {
-        stream.reset();
-        return Status::Error("cannot verify against host name " + url.host);
+      if (session && !timed_out) {
+        // A session the server refuses outright (a file altered into another
+        // valid session) must not lock the user out: once more, without it.
+        Debug("resuming failed (" + Describe(ec) + "); trying a full handshake");
+        session.reset();
+        session_from_file = false;
+        return Connect();
       }
-    }
-    if (!session_loaded) {
-      session_loaded = true;
-      std::string why_not;
-      session = session_cache->Load(&why_not);
-      session_from_file = session != nullptr;
-      if (!session && session_cache->enabled() && why_not != "no file") {
-        Debug("ignoring " + session_cache->path() + ": " + why_not);
-      }
-    }
-    if (session) SSL_set_session(ssl, session.get());
-
-    ec = RunOnStream([&](auto handler) {
-      asio::async_connect(
-          stream->next_layer(), endpoints,
-          [handler](const error_code& e, const tcp::endpoint&) mutable { handler(e); });
-    });
-    if (ec) {
-      stream.reset();
-      const std::string why = ec == asio::error::timed_out
-                                  ? "timed out after " + Seconds(options.timeout)
-                                  : Describe(ec);
-      return Status::Error("cannot connect to " + where + ": " + why + ConnectHint() +
-                           (ec == asio::error::timed_out ? " (--timeout)" : ""));
-    }
-    error_code nodelay_ec;
-    stream->next_layer().set_option(tcp::no_delay(true), nodelay_ec);
-    ++connections;
-
-    ec = RunOnStream(
-        [&](auto handler) { stream->async_handshake(ssl::stream_base::client, handler); });
-    if (ec && session && ec != asio::error::timed_out) {
-      // A session the server refuses outright (a file altered into another
-      // valid session) must not lock the user out: once more, without it.
-      Debug("resuming failed (" + Describe(ec) + "); trying a full handshake");
-      session.reset();
-      session_from_file = false;
-      stream.reset();
-      return Connect();
-    }
-    if (ec) {
-      const long verify = SSL_get_verify_result(ssl);
-      stream.reset();
-      if (ec == asio::error::timed_out) {
+      if (timed_out) {
         return Status::Error("TLS handshake with " + where + " timed out after " +
                              Seconds(options.timeout) +
                              "; is it topo-scheduler's HTTPS port? (--server, --timeout)");
@@ -500,9 +409,10 @@ struct ApiClient::Impl {
       if (!ca_error.empty()) {
         return Status::Error(ca_load_message + ": " + ca_error + " (--ca, TOPO_CA)");
       }
-      if (verify != X509_V_OK) {
-        std::string why = X509_verify_cert_error_string(verify);
-        if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+      if (failed->verify != X509_V_OK) {
+        std::string why = X509_verify_cert_error_string(failed->verify);
+        if (failed->verify == X509_V_ERR_HOSTNAME_MISMATCH ||
+            failed->verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
           why += ": the server's certificate is not for '" + url.host +
                  "' (connect by a name or address the certificate lists)";
         }
@@ -512,7 +422,7 @@ struct ApiClient::Impl {
       return Status::Error("TLS handshake with " + where + " failed: " + Describe(ec) +
                            "; is it topo-scheduler's HTTPS port? (--server, TOPO_SERVER)");
     }
-    if (SSL_session_reused(ssl) == 1) {
+    if (SSL_session_reused(conn.native_handle()) == 1) {
       ++resumed;
       Debug("resumed");
       if (session_from_file) {
@@ -540,17 +450,11 @@ struct ApiClient::Impl {
   };
 
   std::variant<ApiResponse, Failure> Exchange(const http::request<http::string_body>& req) {
-    error_code ec = RunOnStream([&](auto handler) {
-      http::async_write(*stream, req,
-                        [handler](const error_code& e, size_t) mutable { handler(e); });
-    });
+    error_code ec = conn.Write(req);
     if (ec) return Failure{ec, Stage::kWrite};
     http::response_parser<http::string_body> parser;
     parser.body_limit(kMaxResponseBytes);
-    ec = RunOnStream([&](auto handler) {
-      http::async_read(*stream, buffer, parser,
-                       [handler](const error_code& e, size_t) mutable { handler(e); });
-    });
+    ec = conn.Read(parser);
     if (ec) return Failure{ec, Stage::kRead, parser.got_some()};
     http::response<http::string_body> res = parser.release();
     ApiResponse out;
@@ -564,7 +468,7 @@ struct ApiClient::Impl {
       if (out.body.is_discarded()) out.body = nullptr;
     }
     SaveNewSession();
-    if (!res.keep_alive()) Close(false);
+    if (!res.keep_alive()) conn.Close(false);
     return out;
   }
 
@@ -589,7 +493,7 @@ struct ApiClient::Impl {
     req.keep_alive(true);
     req.prepare_payload();
 
-    deadline = std::chrono::steady_clock::now() + options.timeout;
+    conn.set_deadline(std::chrono::steady_clock::now() + options.timeout);
     const std::string where = url.ToString();
     // A kept-open connection the server has since closed fails at once; then
     // one fresh connection is tried, when the request cannot have been acted
@@ -597,16 +501,16 @@ struct ApiClient::Impl {
     const bool idempotent = verb == http::verb::get || verb == http::verb::put ||
                             verb == http::verb::delete_ || verb == http::verb::head;
     for (int attempt = 0;; ++attempt) {
-      const bool reused = stream != nullptr;
+      const bool reused = conn.open();
       unsent = true;
-      if (!stream) {
+      if (!conn.open()) {
         if (Status s = Connect(); !s.ok()) return s;
       }
       unsent = false;
       std::variant<ApiResponse, Failure> r = Exchange(req);
       if (auto* ok = std::get_if<ApiResponse>(&r)) return std::move(*ok);
       const Failure f = std::get<Failure>(r);
-      Close(false);
+      conn.Close(false);
       const bool stale = reused && attempt == 0 && f.ec != asio::error::timed_out && !f.got_bytes &&
                          (idempotent || f.stage == Stage::kWrite);
       if (stale) continue;
@@ -643,11 +547,7 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->url = url.value();
   error_code ec;
-  impl->ssl_ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                                ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                                ssl::context::no_tlsv1_1,
-                            ec);
-  impl->ssl_ctx.set_verify_mode(ssl::verify_peer, ec);
+  common::HttpsConnection::SetClientDefaults(impl->ssl_ctx);
   std::string ca_pem;  // names the session cache's file together with the URL
   if (options.ca_file.empty()) {
     impl->ssl_ctx.set_default_verify_paths(ec);

@@ -4,12 +4,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <charconv>
@@ -19,12 +15,13 @@
 #include <optional>
 #include <utility>
 
+#include "topo/common/https_connection.hpp"
+
 namespace topo::ha {
 
 namespace asio = boost::asio;
 namespace ssl = asio::ssl;
 namespace http = boost::beast::http;
-using asio::ip::tcp;
 using boost::system::error_code;
 using core::Result;
 using core::Status;
@@ -124,107 +121,42 @@ Result<EtcdEndpoint> ParseEtcdEndpoint(std::string_view text) {
 }
 
 struct EtcdClient::Impl {
-  using Stream = ssl::stream<tcp::socket>;
-
   EtcdClientOptions options;
   std::vector<EtcdEndpoint> endpoints;
   size_t current = 0;  // the endpoint tried first
-  asio::io_context ioc;
   ssl::context ssl_ctx{ssl::context::tls_client};
-  std::unique_ptr<Stream> stream;  // open to endpoints[current], or null
-  boost::beast::flat_buffer buffer;
-  std::chrono::steady_clock::time_point deadline;
+  common::HttpsConnection conn{ssl_ctx};  // open to endpoints[current], or not
 
-  ~Impl() { Close(); }
-
-  // Runs one asynchronous operation until it completes or the deadline
-  // passes (then the socket is closed, which aborts it).
-  template <typename Start>
-  error_code Run(Start&& start) {
-    std::optional<error_code> result;
-    start([&result](const error_code& ec, auto&&...) { result = ec; });
-    ioc.restart();
-    ioc.run_until(deadline);
-    if (!result) {
-      error_code ignored;
-      if (stream) stream->lowest_layer().close(ignored);
-      ioc.restart();
-      ioc.run();
-      return asio::error::timed_out;
-    }
-    return *result;
-  }
-
-  void Close() {
-    if (!stream) return;
-    error_code ignored;
-    stream->lowest_layer().close(ignored);
-    stream.reset();
-    buffer.clear();
-  }
+  void Close() { conn.Close(false); }
 
   Status Connect(const EtcdEndpoint& ep) {
-    Close();
-    std::vector<tcp::endpoint> targets;
-    error_code ec;
-    if (ep.host_is_ip) {
-      targets.emplace_back(asio::ip::make_address(ep.host, ec),
-                           static_cast<unsigned short>(std::stoi(ep.port)));
-    } else {
-      tcp::resolver resolver(ioc);
-      std::optional<error_code> done;
-      resolver.async_resolve(ep.host, ep.port,
-                             [&](const error_code& e, tcp::resolver::results_type r) {
-                               for (const auto& entry : r) targets.push_back(entry.endpoint());
-                               done = e;
-                             });
-      ioc.restart();
-      ioc.run_until(deadline);
-      if (!done) {
-        resolver.cancel();
-        ioc.restart();
-        ioc.run();
-        return Unavailable("cannot resolve " + ep.host + " within " + Seconds(options.timeout));
-      }
-      if (*done) return Unavailable("cannot resolve " + ep.host + ": " + Describe(*done));
+    std::optional<common::HttpsConnection::Failure> failed =
+        conn.Connect(ep.host, ep.port, ep.host_is_ip);
+    if (!failed) return Status::Ok();
+    const error_code ec = failed->ec;
+    const bool timed_out = ec == asio::error::timed_out;
+    switch (failed->stage) {
+      case common::HttpsConnection::Stage::kResolve:
+        return Unavailable(timed_out
+                               ? "cannot resolve " + ep.host + " within " + Seconds(options.timeout)
+                               : "cannot resolve " + ep.host + ": " + Describe(ec));
+      case common::HttpsConnection::Stage::kName:
+        return Unavailable("cannot verify a certificate against " + ep.host);
+      case common::HttpsConnection::Stage::kConnect:
+        return Unavailable(
+            "cannot connect: " +
+            (timed_out ? "no answer within " + Seconds(options.timeout) : Describe(ec)));
+      case common::HttpsConnection::Stage::kHandshake:
+        break;
     }
-    stream = std::make_unique<Stream>(ioc, ssl_ctx);
-    SSL* ssl = stream->native_handle();
-    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-    if (ep.host_is_ip) {
-      X509_VERIFY_PARAM_set1_ip_asc(param, ep.host.c_str());
-    } else {
-      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-      X509_VERIFY_PARAM_set1_host(param, ep.host.c_str(), 0);
-      SSL_set_tlsext_host_name(ssl, ep.host.c_str());
+    if (failed->verify != X509_V_OK) {
+      return Unavailable(std::string("TLS verification failed: ") +
+                         X509_verify_cert_error_string(failed->verify) +
+                         " (checked against ca_file " + options.ca_file + ")");
     }
-    ec = Run([&](auto handler) {
-      asio::async_connect(
-          stream->next_layer(), targets,
-          [handler](const error_code& e, const tcp::endpoint&) mutable { handler(e); });
-    });
-    if (ec) {
-      stream.reset();
-      return Unavailable("cannot connect: " + (ec == asio::error::timed_out
-                                                   ? "no answer within " + Seconds(options.timeout)
-                                                   : Describe(ec)));
-    }
-    error_code nodelay_ec;
-    stream->next_layer().set_option(tcp::no_delay(true), nodelay_ec);
-    ec = Run([&](auto handler) { stream->async_handshake(ssl::stream_base::client, handler); });
-    if (ec) {
-      const long verify = SSL_get_verify_result(ssl);
-      stream.reset();
-      if (verify != X509_V_OK) {
-        return Unavailable(std::string("TLS verification failed: ") +
-                           X509_verify_cert_error_string(verify) + " (checked against ca_file " +
-                           options.ca_file + ")");
-      }
-      return Unavailable("TLS handshake failed: " + Describe(ec) +
-                         "; is it etcd's client URL, and does it accept ca_file's client "
-                         "certificates?");
-    }
-    return Status::Ok();
+    return Unavailable("TLS handshake failed: " + Describe(ec) +
+                       "; is it etcd's client URL, and does it accept ca_file's client "
+                       "certificates?");
   }
 
   enum class Outcome { kAnswered, kNotSent, kUnknown };
@@ -235,7 +167,7 @@ struct EtcdClient::Impl {
                         Outcome* outcome) {
     const EtcdEndpoint& ep = endpoints[i];
     *outcome = Outcome::kNotSent;
-    deadline = std::chrono::steady_clock::now() + options.timeout;
+    conn.set_deadline(std::chrono::steady_clock::now() + options.timeout);
     http::request<http::string_body> req{http::verb::post, path, 11};
     req.set(http::field::host, ep.host.find(':') != std::string::npos
                                    ? "[" + ep.host + "]:" + ep.port
@@ -248,15 +180,12 @@ struct EtcdClient::Impl {
     // A kept-open connection the member has since closed fails on write or
     // with an empty read: then once more on a fresh connection.
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const bool reused = stream != nullptr && current == i;
+      const bool reused = conn.open() && current == i;
       if (!reused) {
         current = i;
         if (Status s = Connect(ep); !s.ok()) return s;
       }
-      error_code ec = Run([&](auto handler) {
-        http::async_write(*stream, req,
-                          [handler](const error_code& e, size_t) mutable { handler(e); });
-      });
+      error_code ec = conn.Write(req);
       if (ec) {
         Close();
         if (reused && ec != asio::error::timed_out) continue;
@@ -264,10 +193,7 @@ struct EtcdClient::Impl {
       }
       http::response_parser<http::string_body> parser;
       parser.body_limit(kMaxEtcdResponseBytes);
-      ec = Run([&](auto handler) {
-        http::async_read(*stream, buffer, parser,
-                         [handler](const error_code& e, size_t) mutable { handler(e); });
-      });
+      ec = conn.Read(parser);
       if (ec) {
         const bool got_some = parser.got_some();
         Close();
@@ -328,11 +254,7 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions options
   }
   if (Status s = CheckPem(options.key_file, "key_file", "PRIVATE KEY-----"); !s.ok()) return s;
   error_code ec;
-  impl->ssl_ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                                ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                                ssl::context::no_tlsv1_1,
-                            ec);
-  impl->ssl_ctx.set_verify_mode(ssl::verify_peer, ec);
+  common::HttpsConnection::SetClientDefaults(impl->ssl_ctx);
   auto ssl_error = [&](const std::string& what) {
     const char* reason = ERR_reason_error_string(ERR_peek_last_error());
     ERR_clear_error();
