@@ -133,6 +133,13 @@ HttpsConnection::error_code HttpsConnection::Read(ResponseParser& parser) {
   });
 }
 
+HttpsConnection::error_code HttpsConnection::ReadSome(ResponseParser& parser) {
+  return RunOnStream([&](auto handler) {
+    http::async_read_some(*stream_, buffer_, parser,
+                          [handler](const error_code& e, size_t) mutable { handler(e); });
+  });
+}
+
 void HttpsConnection::Close(bool polite) {
   if (!stream_) return;
   if (polite) {

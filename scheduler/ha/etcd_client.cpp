@@ -4,6 +4,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
+#include <algorithm>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/http.hpp>
@@ -129,9 +130,9 @@ struct EtcdClient::Impl {
 
   void Close() { conn.Close(false); }
 
-  Status Connect(const EtcdEndpoint& ep) {
+  Status Connect(const EtcdEndpoint& ep, common::HttpsConnection& c) {
     std::optional<common::HttpsConnection::Failure> failed =
-        conn.Connect(ep.host, ep.port, ep.host_is_ip);
+        c.Connect(ep.host, ep.port, ep.host_is_ip);
     if (!failed) return Status::Ok();
     const error_code ec = failed->ec;
     const bool timed_out = ec == asio::error::timed_out;
@@ -159,6 +160,67 @@ struct EtcdClient::Impl {
                        "certificates?");
   }
 
+  // One watch on endpoint i, on a connection of its own that ends with it.
+  Result<WatchResult> WatchOn(size_t i, const std::string& body,
+                              std::chrono::milliseconds max_wait) {
+    const EtcdEndpoint& ep = endpoints[i];
+    common::HttpsConnection watch(ssl_ctx);
+    watch.set_deadline(std::chrono::steady_clock::now() + options.timeout);
+    if (Status s = Connect(ep, watch); !s.ok()) return s;
+    http::request<http::string_body> req{http::verb::post, "/v3/watch", 11};
+    req.set(http::field::host, HostHeader(ep));
+    req.set(http::field::content_type, "application/json");
+    req.set(http::field::user_agent, "topo-scheduler-ha");
+    req.body() = body;
+    req.prepare_payload();
+    if (error_code ec = watch.Write(req))
+      return Unavailable("sending the watch failed: " + Describe(ec));
+    // The stream's messages, one JSON object per line, until one says what
+    // changed or max_wait passes.
+    watch.set_deadline(std::chrono::steady_clock::now() + max_wait);
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kMaxEtcdResponseBytes);
+    size_t parsed = 0;  // the body's bytes already read as messages
+    bool created = false;
+    WatchResult out;
+    for (;;) {
+      const error_code ec = watch.ReadSome(parser);
+      if (parser.is_header_done() && parser.get().result() != http::status::ok) {
+        return Unavailable("watch: HTTP " + std::to_string(parser.get().result_int()));
+      }
+      const std::string& text = parser.get().body();
+      for (size_t end; (end = text.find('\n', parsed)) != std::string::npos; parsed = end + 1) {
+        json j = json::parse(text.begin() + static_cast<std::ptrdiff_t>(parsed),
+                             text.begin() + static_cast<std::ptrdiff_t>(end), nullptr,
+                             /*allow_exceptions=*/false);
+        if (j.is_discarded()) return Unavailable("watch: a message that is not JSON");
+        Result<WatchMessage> w = ParseWatchMessage(j);
+        if (!w.ok()) return w.status();
+        out.revision = std::max(out.revision, w.value().header.revision);
+        if (w.value().events > 0 || w.value().compact_revision > 0) {
+          out.changed = true;
+          return out;
+        }
+        if (w.value().canceled) {
+          return Unavailable("watch: canceled by etcd" + (w.value().cancel_reason.empty()
+                                                              ? std::string()
+                                                              : ": " + w.value().cancel_reason));
+        }
+        created = created || w.value().created;
+      }
+      if (ec == asio::error::timed_out) {
+        if (!created) return Unavailable("watch: not in place within " + Seconds(max_wait));
+        return out;
+      }
+      if (ec) return Unavailable("watch: the stream ended: " + Describe(ec));
+    }
+  }
+
+  static std::string HostHeader(const EtcdEndpoint& ep) {
+    return ep.host.find(':') != std::string::npos ? "[" + ep.host + "]:" + ep.port
+                                                  : ep.host + ":" + ep.port;
+  }
+
   enum class Outcome { kAnswered, kNotSent, kUnknown };
 
   // One request to endpoint i: the answer, or why not and whether it may
@@ -169,9 +231,7 @@ struct EtcdClient::Impl {
     *outcome = Outcome::kNotSent;
     conn.set_deadline(std::chrono::steady_clock::now() + options.timeout);
     http::request<http::string_body> req{http::verb::post, path, 11};
-    req.set(http::field::host, ep.host.find(':') != std::string::npos
-                                   ? "[" + ep.host + "]:" + ep.port
-                                   : ep.host + ":" + ep.port);
+    req.set(http::field::host, HostHeader(ep));
     req.set(http::field::content_type, "application/json");
     req.set(http::field::user_agent, "topo-scheduler-ha");
     req.keep_alive(true);
@@ -183,7 +243,7 @@ struct EtcdClient::Impl {
       const bool reused = conn.open() && current == i;
       if (!reused) {
         current = i;
-        if (Status s = Connect(ep); !s.ok()) return s;
+        if (Status s = Connect(ep, conn); !s.ok()) return s;
       }
       error_code ec = conn.Write(req);
       if (ec) {
@@ -298,6 +358,23 @@ Result<json> EtcdClient::Call(std::string_view path, const json& body, bool retr
     m.Close();
   }
   return Unavailable("etcd " + p + ": no member answered (" + why + ")");
+}
+
+Result<EtcdClient::WatchResult> EtcdClient::Watch(std::string_view key, std::string_view range_end,
+                                                  int64_t start_revision,
+                                                  std::chrono::milliseconds max_wait) {
+  Impl& m = *impl_;
+  const std::string body = WatchCreateJson(key, range_end, start_revision).dump();
+  std::string why;
+  const size_t n = m.endpoints.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (m.current + k) % n;
+    Result<WatchResult> r = m.WatchOn(i, body, max_wait);
+    if (r.ok()) return r;
+    if (!why.empty()) why += "; ";
+    why += m.endpoints[i].ToString() + ": " + r.message();
+  }
+  return Unavailable("etcd /v3/watch: no member watched (" + why + ")");
 }
 
 Result<RangeResponse> EtcdClient::Range(const RangeRequest& request) {

@@ -81,6 +81,20 @@ class EtcdClient {
   // TTL <= 0 in the answer: the lease is gone (expired or revoked).
   core::Result<LeaseKeepAliveResponse> LeaseKeepAlive(int64_t lease_id);
   core::Status LeaseRevoke(int64_t lease_id);
+  // Waits until a key in [key, range_end) is put or deleted at or after
+  // start_revision (0: from now), or max_wait passes. changed: something
+  // changed, or start_revision was compacted away (read again); else
+  // max_wait passed first. revision: the newest store revision the watch
+  // saw, so that a next watch from revision + 1 misses nothing. An etcd
+  // watch on the gateway's stream, on a connection of its own that the call
+  // ends (which ends the watch), so it blocks up to max_wait; the members
+  // are tried in order as by Call.
+  struct WatchResult {
+    bool changed = false;
+    int64_t revision = 0;
+  };
+  core::Result<WatchResult> Watch(std::string_view key, std::string_view range_end,
+                                  int64_t start_revision, std::chrono::milliseconds max_wait);
 
   // The raw call behind them: POST `path` with `body`, the answer's JSON.
   // retry_after_write: whether a request already written may be sent again

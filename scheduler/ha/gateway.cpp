@@ -316,6 +316,7 @@ Result<ResponseHeader> ParseHeader(const json& j, std::string_view where) {
   HA_TRY(ReadInt(j, where, "member_id", &h.member_id));
   HA_TRY(ReadInt(j, where, "revision", &h.revision));
   HA_TRY(ReadInt(j, where, "raft_term", &h.raft_term));
+  if (h.revision < 0) return FieldError(where, "revision", "negative: " + Shown(j["revision"]));
   return h;
 }
 
@@ -420,6 +421,48 @@ Result<LeaseKeepAliveResponse> ParseLeaseKeepAliveResponse(const json& j) {
   HA_TRY(ReadInt(*it, "lease_keepalive.result", "ID", &r.id));
   HA_TRY(ReadInt(*it, "lease_keepalive.result", "TTL", &r.ttl_s));
   return r;
+}
+
+json WatchCreateJson(std::string_view key, std::string_view range_end, int64_t start_revision) {
+  json create = {{"key", Base64Encode(key)}};
+  if (!range_end.empty()) create["range_end"] = Base64Encode(range_end);
+  if (start_revision > 0) create["start_revision"] = Dec(start_revision);
+  return {{"create_request", std::move(create)}};
+}
+
+Result<WatchMessage> ParseWatchMessage(const json& j) {
+  HA_TRY(NeedObject(j, "watch"));
+  auto it = j.find("result");
+  if (it == j.end()) {
+    const std::string m = GatewayErrorMessage(j);
+    return Status::Error("watch: " + (m.empty() ? "no result in the message: " + Shown(j) : m),
+                         core::ErrorCode::kUnavailable);
+  }
+  const std::string where = "watch.result";
+  HA_TRY(NeedObject(*it, where));
+  WatchMessage w;
+  // A cancel's header may leave the revision out (a proto3 zero).
+  if (auto h = it->find("header"); h != it->end()) {
+    Result<ResponseHeader> header = ParseHeader(*h, where + ".header");
+    if (!header.ok()) return header.status();
+    w.header = header.value();
+  }
+  for (auto [field, out] : {std::pair{"created", &w.created}, std::pair{"canceled", &w.canceled}}) {
+    if (auto f = it->find(field); f != it->end() && !f->is_null()) {
+      if (!f->is_boolean()) return FieldError(where, field, "not true or false: " + Shown(*f));
+      *out = f->get<bool>();
+    }
+  }
+  HA_TRY(ReadInt(*it, where, "compact_revision", &w.compact_revision));
+  if (auto r = it->find("cancel_reason"); r != it->end() && !r->is_null()) {
+    if (!r->is_string()) return FieldError(where, "cancel_reason", "not a string: " + Shown(*r));
+    w.cancel_reason = r->get<std::string>().substr(0, 300);
+  }
+  if (auto e = it->find("events"); e != it->end() && !e->is_null()) {
+    if (!e->is_array()) return FieldError(where, "events", "not an array: " + Shown(*e));
+    w.events = e->size();
+  }
+  return w;
 }
 
 std::string GatewayErrorMessage(const json& j) {

@@ -149,6 +149,23 @@ core::Result<LeaseGrantResponse> ParseLeaseGrantResponse(const nlohmann::json& j
 // The gateway wraps a keepalive's answer in {"result": ...}.
 core::Result<LeaseKeepAliveResponse> ParseLeaseKeepAliveResponse(const nlohmann::json& j);
 
+// ---- watch: POST /v3/watch answers with a stream of messages, one JSON
+// object per line, for as long as the connection stays open.
+nlohmann::json WatchCreateJson(std::string_view key, std::string_view range_end,
+                               int64_t start_revision);
+struct WatchMessage {
+  ResponseHeader header;
+  bool created = false;   // the watch is in place
+  bool canceled = false;  // etcd ended it (see compact_revision, cancel_reason)
+  // Canceled because start_revision was compacted away: what is older than
+  // this is gone, so the watcher must read the keys again.
+  int64_t compact_revision = 0;
+  std::string cancel_reason;
+  size_t events = 0;  // puts and deletes in [key, range_end)
+};
+// One message of the stream ({"result": {...}}, or {"error": {...}}).
+core::Result<WatchMessage> ParseWatchMessage(const nlohmann::json& j);
+
 // The gateway's error body ({"error": "...", "message": "...", "code": N},
 // or {"error": {...}} from a streaming call): the message etcd gave, or
 // empty when the body is not one.

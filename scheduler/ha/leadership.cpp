@@ -144,13 +144,45 @@ Status Leadership::WaitToLead(const std::function<void(const std::string&)>& say
     }
     if (line != last) say(line);
     last = line;
+    const auto round_start = Clock::now();
     if (between) between();
-    const auto until = Clock::now() + election_->RenewInterval();
-    while (!stop.load() && Clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    WaitForChange(round_start, round_start + election_->RenewInterval(), stop);
   }
   return Status::Error("stopped while waiting to lead", core::ErrorCode::kUnavailable);
+}
+
+void Leadership::WaitForChange(Clock::time_point round_start, Clock::time_point until,
+                               const std::atomic<bool>& stop) {
+  // Watches of at most half a second each, so `stop` is seen soon; each one
+  // starts where the last one's revision ended, so no change between them is
+  // missed. A change ends the wait, but rounds (a campaign and a range read)
+  // stay kMinRound apart however busy the leader's log is.
+  constexpr auto kMinRound = std::chrono::milliseconds(100);
+  constexpr auto kSlice = std::chrono::milliseconds(500);
+  const std::string prefix = KeyPrefix(options_.cluster);
+  auto sleep_until = [&](Clock::time_point t) {
+    while (!stop.load() && Clock::now() < t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  while (!stop.load() && Clock::now() < until) {
+    const auto slice = std::min<Clock::duration>(until - Clock::now(), kSlice);
+    Result<EtcdClient::WatchResult> w =
+        election_client_->Watch(prefix, PrefixRangeEnd(prefix), watch_from_,
+                                std::chrono::duration_cast<std::chrono::milliseconds>(slice));
+    if (!w.ok()) {
+      // etcd unreachable: the round's pace, as the campaign will say.
+      watch_from_ = 0;
+      sleep_until(until);
+      return;
+    }
+    // No revision: the start was compacted away; the next watch starts now.
+    watch_from_ = w.value().revision > 0 ? w.value().revision + 1 : 0;
+    if (w.value().changed) {
+      sleep_until(round_start + kMinRound);
+      return;
+    }
+  }
 }
 
 Status Leadership::TakeOver(int64_t local_last_seq) {

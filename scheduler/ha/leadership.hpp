@@ -81,7 +81,9 @@ class Leadership {
   static core::Result<std::unique_ptr<Leadership>> Create(LeadershipOptions options);
   ~Leadership();  // stops the renewing thread (does not resign)
 
-  // The standby phase: campaigns every TTL/3 until won or `stop` is set;
+  // The standby phase: campaigns every TTL/3, and at once (at most every
+  // 100 ms) when a key of the cluster changes (an etcd watch: a new batch,
+  // the leader key's end), until won or `stop` is set;
   // `say` gets one line per change ("standby: leader is 'a' (term 7)",
   // "etcd unreachable: ..."). Errors: stopped.
   // `between` runs after each campaign that lost (the standby follows the
@@ -134,6 +136,10 @@ class Leadership {
   Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> election_client,
              std::unique_ptr<EtcdClient> log_client);
   core::Status MarkLost(const std::string& why);
+  // The standby's wait between rounds: until `until`, or a change under the
+  // cluster's keys (then at least kMinRound after `round_start`).
+  void WaitForChange(std::chrono::steady_clock::time_point round_start,
+                     std::chrono::steady_clock::time_point until, const std::atomic<bool>& stop);
   // A failed compare that shows this term's leader key and head at last_seq:
   // an earlier attempt of the same append applied (its answer was lost).
   bool AppliedBefore(const TxnResponse& t, int64_t last_seq) const;
@@ -144,6 +150,7 @@ class Leadership {
   std::unique_ptr<EtcdClient> log_client_;       // Append's (the strand)
   std::unique_ptr<Election> election_;
   int64_t term_ = 0;
+  int64_t watch_from_ = 0;  // the standby's next watch starts at this revision (0: now)
   std::atomic<bool> lost_ = false;
   mutable std::mutex mu_;
   std::string lost_reason_;  // guarded by mu_

@@ -12,6 +12,8 @@ printing one JSON line per happening. Scenarios, each on a fresh 3-member TLS cl
             the leadership lost at once (before touching etcd) and exits
   minority  one etcd member killed (the first endpoint each contender tries): the leader keeps
             its term past several TTLs, and a new election after it is killed still succeeds
+  watch     a watcher of the key wakes when a contender wins it (also with the first member
+            killed), and returns quiet when nothing changes
   majority  two members killed: the leader loses within its TTL, a campaign fails with an error
             naming the endpoints and the missing quorum; one member back: a campaign wins
 
@@ -208,7 +210,41 @@ def scenario_majority(binary, c, probes):
     print(f"quorum back: a campaign won after {time.monotonic() - t0:.2f} s")
 
 
+def watch(binary, cluster, wait_s, endpoints=None):
+    return Probe(binary, cluster, ["watch", "--wait-s", str(wait_s)], endpoints)
+
+
+def scenario_watch(binary, c, probes):
+    # A change of the key after the watcher read it wakes the watcher (long
+    # before its 30 s); nothing changing lets it return quiet, not an error.
+    w = watch(binary, c, 30)
+    probes.append(w)
+    w.expect("watching", 10)
+    a = campaign(binary, c, "a")
+    probes.append(a)
+    a.expect("won", 10)
+    w.expect("changed", 30)
+    assert w.wait(5) == 0
+    quiet = watch(binary, c, 1)
+    probes.append(quiet)
+    quiet.expect("watching", 10)
+    quiet.expect("quiet", 10)
+    assert quiet.wait(5) == 0
+    # The first member gone: the watch is placed on the next, and still wakes.
+    c.kill(0)
+    w2 = watch(binary, c, 30)
+    probes.append(w2)
+    w2.expect("watching", 10)
+    a.kill()
+    a.wait(5)
+    b = campaign(binary, c, "b")
+    probes.append(b)
+    b.expect_after_held("won", 10 + TTL)
+    w2.expect("changed", 30)
+
+
 SCENARIOS = {
+    "watch": scenario_watch,
     "kill": scenario_kill,
     "resign": scenario_resign,
     "pause": scenario_pause,

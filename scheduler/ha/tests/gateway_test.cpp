@@ -182,5 +182,49 @@ TEST_CASE("gateway error bodies give etcd's message") {
   CHECK(GatewayErrorMessage(json::parse("[]")).empty());
 }
 
+TEST_CASE("watch: the create request and the stream's messages") {
+  const json create = WatchCreateJson("topo/c/log/", PrefixRangeEnd("topo/c/log/"), 42);
+  CHECK(create.dump() ==
+        R"({"create_request":{"key":"dG9wby9jL2xvZy8=","range_end":"dG9wby9jL2xvZzA=",)"
+        R"("start_revision":"42"}})");
+  // From now: no start_revision; one key: no range_end.
+  CHECK(WatchCreateJson("k", "", 0).dump() == R"({"create_request":{"key":"aw=="}})");
+
+  // As etcd 3.4's gateway streams them (tests/ha: a real member).
+  auto created = ParseWatchMessage(json::parse(
+      R"({"result":{"header":{"cluster_id":"1","member_id":"2","revision":"5","raft_term":"2"},"created":true}})"));
+  REQUIRE(created.ok());
+  CHECK(created.value().created);
+  CHECK(created.value().events == 0);
+  CHECK(created.value().header.revision == 5);
+  auto events = ParseWatchMessage(json::parse(
+      R"({"result":{"header":{"revision":"6"},"events":[{"kv":{"key":"aw==","mod_revision":"6"}},{"type":"DELETE","kv":{"key":"aw=="}}]}})"));
+  REQUIRE(events.ok());
+  CHECK(events.value().events == 2);
+  CHECK(!events.value().created);
+  // A start below the compaction: canceled, with the compact revision (the
+  // header has no revision then).
+  auto compacted = ParseWatchMessage(json::parse(
+      R"({"result":{"header":{"cluster_id":"1","raft_term":"2"},"canceled":true,"compact_revision":"4"}})"));
+  REQUIRE(compacted.ok());
+  CHECK(compacted.value().canceled);
+  CHECK(compacted.value().compact_revision == 4);
+  CHECK(compacted.value().header.revision == 0);
+
+  // Hostile or broken messages are errors naming the field, never a crash.
+  CHECK(ParseWatchMessage(json::parse("[]")).message().find("watch") != std::string::npos);
+  CHECK(ParseWatchMessage(json::parse(R"({"header":{}})")).message().find("no result") !=
+        std::string::npos);
+  CHECK(ParseWatchMessage(json::parse(R"({"error":{"message":"etcdserver: no leader"}})"))
+            .message() == "watch: etcdserver: no leader");
+  CHECK(
+      ParseWatchMessage(json::parse(R"({"result":{"created":"yes"}})")).message().find("created") !=
+      std::string::npos);
+  CHECK(ParseWatchMessage(json::parse(R"({"result":{"events":{}}})")).message().find("events") !=
+        std::string::npos);
+  CHECK(ParseWatchMessage(json::parse(R"({"result":{"compact_revision":"x"}})")).ok() == false);
+  CHECK(ParseWatchMessage(json::parse(R"({"result":{"header":{"revision":-1}}})")).ok() == false);
+}
+
 }  // namespace
 }  // namespace topo::ha

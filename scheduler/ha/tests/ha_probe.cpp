@@ -3,6 +3,7 @@
 //   ha_probe campaign --endpoints URL,URL --ca F --cert F --key F --key-name K --name N
 //                     [--ttl S] [--wait-s S] [--hold-s S] [--resign]
 //   ha_probe observe  --endpoints ... --key-name K
+//   ha_probe watch    --endpoints ... --key-name K [--wait-s S]
 //
 // campaign tries until it wins or --wait-s passes, then keeps its lease
 // alive until it loses, --hold-s passes (then --resign revokes the lease) or
@@ -70,6 +71,9 @@ int main(int argc, char** argv) {
   campaign->add_flag("--resign", resign, "revoke the lease when --hold-s ends");
   CLI::App* observe = app.add_subcommand("observe", "print who holds the key");
   common(observe);
+  CLI::App* watch = app.add_subcommand("watch", "wait for a change of the key");
+  common(watch);
+  watch->add_option("--wait-s", wait_s, "wait at most this long");
   CLI11_PARSE(app, argc, argv);
 
   auto client = topo::ha::EtcdClient::Create({.endpoints = Split(endpoints),
@@ -80,6 +84,25 @@ int main(int argc, char** argv) {
   if (!client.ok()) {
     Emit({{"event", "error"}, {"message", client.message()}});
     return 2;
+  }
+  if (watch->parsed()) {
+    // {"event":"watching"} once the key was read, then
+    // {"event":"changed"} or {"event":"quiet"} (--wait-s passed).
+    // From just after a read of the key, so no change after it is missed.
+    auto r = client.value()->Range({key_name, "", 0, 0});
+    if (!r.ok()) {
+      Emit({{"event", "error"}, {"message", r.message()}});
+      return 2;
+    }
+    Emit({{"event", "watching"}, {"revision", r.value().header.revision}});
+    auto w = client.value()->Watch(key_name, "", r.value().header.revision + 1,
+                                   std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
+    if (!w.ok()) {
+      Emit({{"event", "error"}, {"message", w.message()}});
+      return 2;
+    }
+    Emit({{"event", w.value().changed ? "changed" : "quiet"}, {"revision", w.value().revision}});
+    return 0;
   }
   Election election(client.value().get(), {.key = key_name, .name = name, .ttl_s = ttl_s});
   if (observe->parsed()) {

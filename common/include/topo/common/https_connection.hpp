@@ -72,6 +72,9 @@ class HttpsConnection {
   // REQUIRES: open()
   error_code Write(const Request& request);
   error_code Read(ResponseParser& parser);
+  // What has arrived of a streamed answer (a chunked body that stays open):
+  // at least one more piece of it, appended to the parser's body.
+  error_code ReadSome(ResponseParser& parser);
 
   // Ends the connection. `polite`: sends close_notify first, without waiting
   // for the server's (at most 250 ms), so the server sees a clean end and the
