@@ -170,8 +170,11 @@ std::string RenderText(const Report& report) {
        }},
       {"unfinished", [](auto& r) { return Count(r.unfinished); }},
       {"restarts (failures + preemptions)", [](auto& r) { return Count(r.restarts); }},
-      {"preemptions / their restarts",
-       [](auto& r) { return Count(r.preemptions) + "/" + Count(r.preemption_restarts); }},
+      {"preemptions (of borrowed jobs) / restarts",
+       [](auto& r) {
+         return Count(r.preemptions) + " (" + Count(r.preempted_borrowed) + ")/" +
+                Count(r.preemption_restarts);
+       }},
       {"victims' wait to restart, GPU-h",
        [](auto& r) { return Fixed(r.preempted_wait_gpu_ms / 3.6e6, 0); }},
       {"failures injected / hitting jobs",
@@ -348,6 +351,7 @@ nlohmann::ordered_json ToJson(const Report& report) {
                       {"failures_absorbed", r.failures_absorbed},
                       {"failures_hit_jobs", r.failures_hit_jobs},
                       {"preemptions", r.preemptions},
+                      {"preempted_borrowed", r.preempted_borrowed},
                       {"preempted_gpus", r.preempted_gpus},
                       {"preemption_restarts", r.preemption_restarts},
                       {"rank_exit_fallbacks", r.rank_exit_fallbacks},

@@ -487,6 +487,9 @@ void Simulator::OnStateChanged(const JobStateChanged& c) {
     r.preempted = true;
     ++report_.preemptions;
     report_.preempted_gpus += Spec(pos).gpus;
+    if (const JobRecord* rec = core_.job(c.id); rec != nullptr && rec->borrowed) {
+      ++report_.preempted_borrowed;
+    }
   }
   if (!IsTerminal(c.state)) return;
   if (r.running) {

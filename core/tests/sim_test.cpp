@@ -295,6 +295,7 @@ TEST_CASE("preemption tally: victims, their restarts and their wait to restart")
   CheckNoAnomalies(r);
   CHECK(r.completed == 3);
   CHECK(r.preemptions == 1);
+  CHECK(r.preempted_borrowed == 1);
   CHECK(r.preempted_gpus == 32);
   CHECK(r.preemption_restarts == 1);
   CHECK(r.restarts == 1);
