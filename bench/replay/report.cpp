@@ -170,6 +170,13 @@ std::string RenderText(const Report& report) {
        }},
       {"unfinished", [](auto& r) { return Count(r.unfinished); }},
       {"restarts (failures + preemptions)", [](auto& r) { return Count(r.restarts); }},
+      {"preemptions (of borrowed jobs) / restarts",
+       [](auto& r) {
+         return Count(r.preemptions) + " (" + Count(r.preempted_borrowed) + ")/" +
+                Count(r.preemption_restarts);
+       }},
+      {"victims' wait to restart, GPU-h",
+       [](auto& r) { return Fixed(r.preempted_wait_gpu_ms / 3.6e6, 0); }},
       {"failures injected / hitting jobs",
        [](auto& r) { return Count(r.failures_injected) + "/" + Count(r.failures_hit_jobs); }},
       {"simulated days", [](auto& r) { return Fixed(r.span_days, 1); }},
@@ -328,6 +335,7 @@ nlohmann::ordered_json ToJson(const Report& report) {
       pj["peak_rss_mb"] = Opt(r.peak_rss_mb);
       pj["allocated_gpu_hours"] = Opt(r.allocated_gpu_hours);
       pj["span_days"] = Opt(r.span_days);
+      pj["preempted_wait_gpu_hours"] = r.preempted_wait_gpu_ms / 3.6e6;
       pj["counts"] = {{"completed", r.completed},
                       {"rejected", r.rejected},
                       {"failed", r.failed},
@@ -342,6 +350,10 @@ nlohmann::ordered_json ToJson(const Report& report) {
                       {"failures_injected", r.failures_injected},
                       {"failures_absorbed", r.failures_absorbed},
                       {"failures_hit_jobs", r.failures_hit_jobs},
+                      {"preemptions", r.preemptions},
+                      {"preempted_borrowed", r.preempted_borrowed},
+                      {"preempted_gpus", r.preempted_gpus},
+                      {"preemption_restarts", r.preemption_restarts},
                       {"rank_exit_fallbacks", r.rank_exit_fallbacks},
                       {"events", r.events}};
       J anomalies = J::object();

@@ -435,9 +435,18 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
 }
 
 // Preemption. Candidates are running jobs of lower priority, and borrowed
-// jobs of other tenants when the waiting job is within its guarantee (never
-// a gang larger than the waiting job), except jobs that end within the grace
-// period anyway and jobs preempted preempt_protect_after times already.
+// jobs of other tenants (never a gang larger than the waiting job) when the
+// waiting job is within its guarantee and waiting would break the
+// guarantee's promise; except jobs that end within the grace period anyway
+// and jobs preempted preempt_protect_after times already.
+// The promise: a tenant that holds none of its guarantee gets it at once;
+// one that holds some gets each job within its guarantee started within the
+// job's own time limit of its submission (its slowdown stays <= 2). While the
+// reservation plan keeps that, borrowed GPUs are not reclaimed: reclaiming
+// only moves the wait to the victims (on S/meta-24k, seed 1, the victims of
+// reclaim waited 102,011 GPU-h to restart against 111,561 GPU-h of waiting
+// saved), at the price of their restarts. A start the plan cannot foresee is
+// not promised.
 // Victims that may have checkpointed recently (they checkpoint on request
 // and lose little) come first, and a victim set of only such jobs is taken
 // whenever one exists; then borrowed jobs before lower-priority ones, then
@@ -451,6 +460,10 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
   const JobSpec& spec = waiting.request.spec;
   const bool in_guarantee = quotas_.gpus(waiting.request.tenant) + spec.gpus <=
                             quotas_.guaranteed(waiting.request.tenant);
+  // Waiting keeps the guarantee's promise (above).
+  const bool promise_kept = quotas_.gpus(waiting.request.tenant) > 0 && expected_start != kNever &&
+                            expected_start - waiting.submit_time <= TimeLimit(waiting);
+  int deferred_reclaims = 0;  // borrowed jobs not reclaimed: the promise holds
   struct Candidate {
     bool borrowed;
     bool stale;        // cannot have checkpointed within its interval
@@ -474,18 +487,30 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
       ++protected_jobs;
       continue;
     }
+    if (!lower && promise_kept) {
+      ++deferred_reclaims;
+      continue;
+    }
     const TimeMs since = now_ - ProgressMark(j);
     const TimeMs interval = CheckpointInterval(j);
     const bool stale = interval == kNever || since > interval;
     candidates.push_back({j.borrowed, stale, static_cast<double>(since), id});
   }
-  const std::string protected_note =
-      protected_jobs == 0
-          ? ""
-          : "; " + std::to_string(protected_jobs) + " job(s) preempted " +
-                std::to_string(config_.preempt_protect_after) + " times already are protected";
+  std::string protected_note = protected_jobs == 0
+                                   ? ""
+                                   : "; " + std::to_string(protected_jobs) + " job(s) preempted " +
+                                         std::to_string(config_.preempt_protect_after) +
+                                         " times already are protected";
+  if (deferred_reclaims > 0) {
+    protected_note +=
+        "; borrowed GPUs are not reclaimed while the plan starts it within its time "
+        "limit (" +
+        DurationText(TimeLimit(waiting)) + ") of its submission (in " +
+        DurationText(std::max<TimeMs>(0, expected_start - now_)) + ")";
+  }
   if (candidates.empty()) {
-    return {false, protected_jobs == 0 ? "" : "not preempting" + protected_note};
+    return {false,
+            protected_jobs == 0 && deferred_reclaims == 0 ? "" : "not preempting" + protected_note};
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.stale != b.stale) return !a.stale;

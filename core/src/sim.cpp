@@ -77,6 +77,8 @@ struct JobRun {
   bool hit = false;  // a failure hit the current run
   bool stopped_by_failure = false;
   bool terminal = false;
+  bool preempted = false;  // told to stop for another job (kPreempting); cleared at its restart
+  TimeMs stopped_at = -1;  // when the last run ended
 };
 
 // Standard normal from two uniforms (Box-Muller), platform independent.
@@ -356,6 +358,11 @@ void Simulator::BeginRun(int32_t pos, const std::vector<GpuSlot>& ranks, TimeMs 
   JobRun& r = runs_[pos];
   SimJobResult& res = results_[pos];
   const JobSpec& spec = Spec(pos);
+  if (r.ever_started && r.preempted) {
+    ++report_.preemption_restarts;
+    report_.preempted_wait_gpu_ms += static_cast<double>(now_ - r.stopped_at) * spec.gpus;
+    r.preempted = false;
+  }
   if (r.ever_started) {
     const double lost = static_cast<double>(r.progress_at_stop - kept) * spec.gpus;
     if (lost > 0) {
@@ -442,6 +449,7 @@ void Simulator::EndRun(int32_t pos, TimeMs progress) {
   }
   r.running = false;
   r.progress_at_stop = progress;
+  r.stopped_at = now_;
   r.stopped_by_failure = r.hit;
   ++r.epoch;
   --running_jobs_;
@@ -475,6 +483,14 @@ void Simulator::OnStateChanged(const JobStateChanged& c) {
     return;
   }
   res.state = c.state;
+  if (c.state == JobState::kPreempting && r.running && !r.preempted) {
+    r.preempted = true;
+    ++report_.preemptions;
+    report_.preempted_gpus += Spec(pos).gpus;
+    if (const JobRecord* rec = core_.job(c.id); rec != nullptr && rec->borrowed) {
+      ++report_.preempted_borrowed;
+    }
+  }
   if (!IsTerminal(c.state)) return;
   if (r.running) {
     Anomaly("terminal state for a job that still runs (no StopJob first)");

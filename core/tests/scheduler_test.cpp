@@ -481,20 +481,87 @@ TEST_CASE("EstimatedStart: a head waiting for a faster placement, the end it wai
   CHECK(core->EstimatedStart(9) == 10 * kMinute);
 }
 
-TEST_CASE("borrowed capacity is reclaimed for a tenant within its guarantee") {
+TEST_CASE("borrowed capacity is reclaimed when the plan would break the guarantee's promise") {
   Topology topo = Tiny();
-  SchedulerCore core(topo, SimConfig());
-  core.Step(TenantConfigured{TenantConfig{"a", 32, -1, 0, 0, 1}}, 0);
-  core.Step(TenantConfigured{TenantConfig{"b", 32, -1, 0, 0, 1}}, 0);
-  // b borrows the whole cluster.
-  for (JobId id = 1; id <= 4; ++id) core.Step(JobSubmitted{id, Request(16, 8, kHour, "b")}, 0);
-  REQUIRE(core.TenantUsage("b") == 64);
-  auto cmds = core.Step(JobSubmitted{10, Request(16, 8, kHour, "a")}, kMinute);
-  auto asks = Only<RequestCheckpoint>(cmds);
-  REQUIRE(asks.size() == 1);
-  CHECK(core.job(asks[0].id)->borrowed);
-  core.Step(CheckpointCompleted{asks[0].id, 1}, 2 * kMinute);
-  CHECK(core.job(10)->state == JobState::kRunning);
+  // Tenants a and b are guaranteed 32 GPUs each. a runs one 8-GPU job (to
+  // 24 h) when `a_runs`; b borrows the rest with 8-GPU jobs whose limits end
+  // at 90 min. At 1 min a's 16-GPU job arrives, within a's guarantee: the
+  // plan starts it at 90 min, 89 min after its submission.
+  auto borrowed_cluster = [&](SchedulerCore& core, bool a_runs) {
+    core.Step(TenantConfigured{TenantConfig{"a", 32, -1, 0, 0, 1}}, 0);
+    core.Step(TenantConfigured{TenantConfig{"b", 32, -1, 0, 0, 1}}, 0);
+    if (a_runs) core.Step(JobSubmitted{9, Request(8, 8, 24 * kHour, "a")}, 0);
+    for (JobId id = 1; id <= (a_runs ? 7 : 8); ++id) {
+      core.Step(JobSubmitted{id, Request(8, 8, 90 * kMinute, "b")}, 0);
+    }
+    REQUIRE(core.cluster().total_busy_gpus() == 64);
+  };
+  SUBCASE("a 1 h job would wait 89 min, more than its limit: two borrowed jobs are reclaimed") {
+    SchedulerCore core(topo, SimConfig());
+    borrowed_cluster(core, true);
+    auto cmds = core.Step(JobSubmitted{10, Request(16, 8, kHour, "a")}, kMinute);
+    auto asks = Only<RequestCheckpoint>(cmds);
+    REQUIRE(asks.size() == 2);
+    for (const auto& a : asks) CHECK(core.job(a.id)->borrowed);
+    CHECK(core.job(10)->reason.find("preempting") == 0);
+    core.Step(CheckpointCompleted{asks[0].id, 1}, 2 * kMinute);
+    core.Step(CheckpointCompleted{asks[1].id, 1}, 2 * kMinute);
+    CHECK(core.job(10)->state == JobState::kRunning);
+  }
+  SUBCASE("a 2 h job would wait 89 min, within its limit: nothing stops, it starts at 90 min") {
+    SchedulerCore core(topo, SimConfig());
+    borrowed_cluster(core, true);
+    auto cmds = core.Step(JobSubmitted{10, Request(16, 8, 2 * kHour, "a")}, kMinute);
+    CHECK(Only<RequestCheckpoint>(cmds).empty());
+    CHECK(core.job(10)->state == JobState::kQueued);
+    CHECK(core.job(10)->reason.find("not preempting; borrowed GPUs are not reclaimed while the "
+                                    "plan starts it within its time limit (120 min) of its "
+                                    "submission (in 89 min)") != std::string::npos);
+    CHECK(core.EstimatedStart(10) == 90 * kMinute);
+    // b's jobs reach their limits at 90 min: a's job starts then.
+    core.Step(Tick{}, 90 * kMinute);
+    CHECK(core.job(10)->state == JobState::kRunning);
+    CHECK(core.job(10)->last_start == 90 * kMinute);
+  }
+  SUBCASE("a tenant that holds none of its guarantee reclaims at once, even for a 2 h job") {
+    SchedulerCore core(topo, SimConfig());
+    borrowed_cluster(core, false);
+    auto cmds = core.Step(JobSubmitted{10, Request(16, 8, 2 * kHour, "a")}, kMinute);
+    CHECK(Only<RequestCheckpoint>(cmds).size() == 2);
+    CHECK(core.job(10)->reason.find("preempting") == 0);
+  }
+}
+
+TEST_CASE("a job within its guarantee starts within its time limit of its submission") {
+  // Whatever the borrowers' limits, a guaranteed 16-GPU job with a 1 h limit
+  // of a tenant that already runs a job starts by submission + 1 h (+ the
+  // victims' grace when it reclaims): it waits when the plan keeps that, else
+  // it reclaims.
+  Topology topo = Tiny();
+  for (TimeMs borrow_limit : {20 * kMinute, 59 * kMinute, 61 * kMinute, 3 * kHour, 24 * kHour}) {
+    CAPTURE(borrow_limit);
+    SchedulerCore core(topo, SimConfig());
+    core.Step(TenantConfigured{TenantConfig{"a", 32, -1, 0, 0, 1}}, 0);
+    core.Step(TenantConfigured{TenantConfig{"b", 32, -1, 0, 0, 1}}, 0);
+    core.Step(JobSubmitted{9, Request(8, 8, 48 * kHour, "a")}, 0);
+    for (JobId id = 1; id <= 7; ++id) {
+      core.Step(JobSubmitted{id, Request(8, 8, borrow_limit, "b")}, 0);
+    }
+    REQUIRE(core.TenantUsage("b") == 56);
+    const TimeMs submit = kMinute;
+    core.Step(JobSubmitted{10, Request(16, 8, kHour, "a")}, submit);
+    // Victims never checkpoint (Request): they stop at their grace deadline.
+    for (TimeMs t = submit; t <= submit + kHour + core.config().preempt_grace; t += kMinute) {
+      core.Step(Tick{}, t);
+      if (core.job(10)->state == JobState::kRunning) break;
+    }
+    REQUIRE(core.job(10)->state == JobState::kRunning);
+    CHECK(core.job(10)->last_start - submit <= kHour + core.config().preempt_grace);
+    // Borrowers that end within the hour anyway are waited for, not preempted.
+    int preempted = 0;
+    for (JobId id = 1; id <= 7; ++id) preempted += core.job(id)->preemptions;
+    CHECK((preempted == 0) == (borrow_limit <= kHour + submit));
+  }
 }
 
 TEST_CASE("a failed GPU drains its node and the job restarts on the nearest spare") {

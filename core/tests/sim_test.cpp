@@ -276,6 +276,37 @@ TEST_CASE("two jobs that do not fit together: the second waits for the first") {
   CHECK(r.allocated_gpu_hours == doctest::Approx((48.0 * 100 + 32.0 * 50) / 3600));
 }
 
+TEST_CASE("preemption tally: victims, their restarts and their wait to restart") {
+  // Two tenants guaranteed 32 GPUs each on the 64 GPUs of tiny. Team b
+  // fills the cluster (its second job borrows team a's guarantee); team a's
+  // job at 10 min reclaims the borrowed 32 GPUs. The victim checkpoints on
+  // request (30 s), stops at 10.5 min, and restarts when team a's 1 h job
+  // ends at 70.5 min: one preemption, one restart, 60 min x 32 GPUs waited.
+  const Topology topo = Tiny();
+  SimWorkload w;
+  w.tenants = {TenantConfig{.name = "a", .guaranteed_gpus = 32},
+               TenantConfig{.name = "b", .guaranteed_gpus = 32}};
+  w.jobs = {Job(0, 0, 4 * kHour, 32, 8), Job(1, kSecond, 4 * kHour, 32, 8),
+            Job(2, 10 * kMinute, kHour, 32, 8)};
+  w.jobs[0].request.tenant = "b";
+  w.jobs[1].request.tenant = "b";
+  w.jobs[2].request.tenant = "a";
+  SimReport r = Run(topo, "toposched", w);
+  CheckNoAnomalies(r);
+  CHECK(r.completed == 3);
+  CHECK(r.preemptions == 1);
+  CHECK(r.preempted_borrowed == 1);
+  CHECK(r.preempted_gpus == 32);
+  CHECK(r.preemption_restarts == 1);
+  CHECK(r.restarts == 1);
+  CHECK(r.preempted_wait_gpu_ms == doctest::Approx(32.0 * 60 * kMinute));
+  CHECK(r.job_results[2].first_start == 10 * kMinute + 30 * kSecond);
+  // slurm-tree never preempts: nothing to count.
+  SimReport slurm = Run(topo, "slurm-tree", w);
+  CHECK(slurm.preemptions == 0);
+  CHECK(slurm.preempted_wait_gpu_ms == 0);
+}
+
 TEST_CASE("a job that can never fit is rejected and measured nowhere") {
   const Topology topo = Tiny();
   SimWorkload w;

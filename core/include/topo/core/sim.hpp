@@ -243,6 +243,17 @@ struct SimReport {
   int64_t failures_injected = 0;
   int64_t failures_absorbed = 0;  // hit a GPU or node that was already broken
   int64_t failures_hit_jobs = 0;  // job interruptions caused by failures
+  // Preemption (docs/sim.md, Metrics): jobs told to stop for another job
+  // (JobStateChanged kPreempting), those of them that ran on borrowed
+  // capacity (reclaimable by a tenant within its guarantee; the others can
+  // only be stopped for higher priority), their GPUs, their restarts, and
+  // the GPU-ms they spent between that stop and the restart: the victims'
+  // wait to restart, what a preemption costs them beyond lost work.
+  int64_t preemptions = 0;
+  int64_t preempted_borrowed = 0;
+  int64_t preempted_gpus = 0;
+  int64_t preemption_restarts = 0;
+  double preempted_wait_gpu_ms = 0;
   int64_t rank_exit_fallbacks = 0;
   int64_t large_jobs = 0;          // jobs >= large_gpus
   int64_t ettr_jobs = 0;           // jobs >= ettr_gpus that ran and ended
