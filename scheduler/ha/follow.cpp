@@ -74,8 +74,8 @@ Status Leadership::AppendEpoch(int64_t from_seq,
   head.value = std::to_string(from_seq - 1);
   t.compare.push_back(head);
   t.success.push_back(PutRequest{EpochKey(options_.cluster, from_seq), text, 0});
-  t.failure.push_back(RangeRequest{prefix + "leader", "", 0, 0});
-  t.failure.push_back(RangeRequest{prefix + "head", "", 0, 0});
+  t.failure.push_back(RangeRequest{prefix + "leader", "", 0, 0, false});
+  t.failure.push_back(RangeRequest{prefix + "head", "", 0, 0, false});
   Result<TxnResponse> r = log_client_->Txn(t);
   if (!r.ok()) {
     return Status::Error("the replicated log did not take the topology import: " + r.message(),
@@ -92,7 +92,7 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
     const int64_t next = store.LastSeq() + 1;
     // An epoch that starts at next comes before the batch at next.
     Result<RangeResponse> epoch =
-        log_client_->Range(RangeRequest{EpochKey(options_.cluster, next), "", 0, 0});
+        log_client_->Range(RangeRequest{EpochKey(options_.cluster, next), "", 0, 0, false});
     if (!epoch.ok()) return epoch.status();
     if (!epoch.value().kvs.empty()) {
       const KeyValue& kv = epoch.value().kvs.front();
@@ -144,14 +144,15 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
         return Status::Error(
             "etcd key " + kv.key + " holds the batch from seq " + std::to_string(first_seq) +
                 " but this replica's store ends at seq " + std::to_string(want - 1) +
-                ": the replicated log no longer holds the batches in between (or this store "
-                "has some it lacks); give this replica an empty state directory",
+                ": the replicated log no longer holds the batches in between and no snapshot "
+                "in etcd covers them (or this store has batches the log lacks); give this "
+                "replica the state directory of one that is up to date",
             core::ErrorCode::kConflict);
       }
       // A later epoch begins inside this range: apply it first.
       if (first_seq != next) {
-        Result<RangeResponse> e =
-            log_client_->Range(RangeRequest{EpochKey(options_.cluster, first_seq), "", 0, 0});
+        Result<RangeResponse> e = log_client_->Range(
+            RangeRequest{EpochKey(options_.cluster, first_seq), "", 0, 0, false});
         if (!e.ok()) return e.status();
         if (!e.value().kvs.empty()) break;
       }

@@ -75,16 +75,19 @@ Result<std::string> EncodeBatch(int64_t term, int64_t first_seq,
 }
 
 Leadership::Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> election_client,
-                       std::unique_ptr<EtcdClient> log_client)
+                       std::unique_ptr<EtcdClient> log_client,
+                       std::unique_ptr<EtcdClient> snapshot_client)
     : options_(std::move(options)),
       election_client_(std::move(election_client)),
-      log_client_(std::move(log_client)) {
+      log_client_(std::move(log_client)),
+      snapshot_client_(std::move(snapshot_client)) {
   election_ = std::make_unique<Election>(
       election_client_.get(),
       ElectionOptions{KeyPrefix(options_.cluster) + "leader", options_.name, options_.ttl_s});
 }
 
 Leadership::~Leadership() {
+  StopPublishing();
   stop_renewing_ = true;
   if (renewer_.joinable()) renewer_.join();
 }
@@ -120,8 +123,10 @@ Result<std::unique_ptr<Leadership>> Leadership::Create(LeadershipOptions options
   if (!a.ok()) return rename(a.status());
   Result<std::unique_ptr<EtcdClient>> b = EtcdClient::Create(options.etcd);
   if (!b.ok()) return rename(b.status());
-  return std::unique_ptr<Leadership>(
-      new Leadership(std::move(options), std::move(a).value(), std::move(b).value()));
+  Result<std::unique_ptr<EtcdClient>> c = EtcdClient::Create(options.etcd);
+  if (!c.ok()) return rename(c.status());
+  return std::unique_ptr<Leadership>(new Leadership(std::move(options), std::move(a).value(),
+                                                    std::move(b).value(), std::move(c).value()));
 }
 
 Status Leadership::WaitToLead(const std::function<void(const std::string&)>& say,
@@ -291,6 +296,7 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
 }
 
 Status Leadership::Resign() {
+  StopPublishing();
   stop_renewing_ = true;
   if (renewer_.joinable()) renewer_.join();
   lost_ = true;

@@ -1,0 +1,326 @@
+"""Snapshots in etcd and the bounded replicated log (docs/ha.md, label `ha`).
+
+    test_snapshot.py TOPO_SCHEDULER SCENARIO
+
+Every replica takes a local snapshot every SNAP events (snapshot_every_events), so a few
+dozen submissions make several.
+
+  bounded  a leads, b follows. After a's snapshots, etcd holds at most two snapshot/
+           manifests, each complete (every chunk the manifest names, SHA-256 as stated),
+           and log/ no longer starts at seq 1 while b keeps following. A live standby is
+           never trimmed past: with an applied/ key at seq 5 on a lease the test keeps
+           alive, log/ keeps the batch after seq 5 through several snapshots; once the test
+           revokes that lease, the next snapshot trims past it.
+  restore  a leads, b follows and is killed (kill -9); its applied/ key expires with its
+           lease and a's snapshots trim log/ past b's store. b restarted on its old store
+           and c started with an EMPTY state directory both load the newest snapshot from
+           etcd and follow the log from there. kill -9 a: the successor serves every
+           acknowledged job and takes submissions; kill -9 it: the third does the same.
+  nosnap   log/ trimmed past seq 1 and the snapshots deleted (the test deletes them): a
+           replica started empty cannot catch up, says why naming the gap, and once
+           elected refuses to lead (resigns, exits non-zero).
+  bigbatch a job array whose submission logs more than 1 MiB of JSON in one group commit
+           is acknowledged; etcd holds it as a header and parts under log/<seq>/; the
+           standby applies it, and after a's stop serves every task with its command.
+
+Skips (77) where /usr/bin/etcd is missing.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
+from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
+from harness import setup_tiny  # noqa: E402
+from test_daemon_ha import (CLUSTER, Replica, b64, etcd_get, ha_config, job_names,  # noqa: E402
+                            run_scenario, share_identity, submit, wait_for)
+
+SNAP = 10  # snapshot_every_events of every replica
+PREFIX = f"/toposched/{CLUSTER}/"
+
+
+def config(etcd, name):
+    return ha_config(etcd, name) + f"snapshot_every_events = {SNAP}\n"
+
+
+def keys(etcd, sub, values=False):
+    """[(key without the cluster prefix, value or None)] under PREFIX + sub, in key order."""
+    start = PREFIX + sub
+    end = start[:-1] + chr(ord(start[-1]) + 1)
+    body = {"key": b64(start), "range_end": b64(end)}
+    if not values:
+        body["keys_only"] = True
+    r = etcd.post(etcd.running()[0], "/v3/kv/range", body, timeout=10)
+    out = []
+    for kv in r.get("kvs", []):
+        k = base64.b64decode(kv["key"]).decode()[len(PREFIX):]
+        out.append((k, base64.b64decode(kv.get("value", "")) if values else None))
+    return out
+
+
+def log_seqs(etcd):
+    """The first seqs of the batches in log/ (headers and plain batches, not parts)."""
+    return [int(k.split("/")[1]) for k, _ in keys(etcd, "log/") if k.count("/") == 1]
+
+
+def manifests(etcd):
+    """{seq: manifest} of the snapshots in etcd."""
+    out = {}
+    for k, v in keys(etcd, "snapshot/", values=True):
+        if k.count("/") == 1:
+            out[int(k.split("/")[1])] = json.loads(v)
+    return out
+
+
+def check_snapshot(etcd, seq, m):
+    chunks = dict(keys(etcd, f"snapshot/{seq:020d}/", values=True))
+    assert len(chunks) == m["chunks"], (seq, sorted(chunks), m)
+    data = b"".join(chunks[f"snapshot/{seq:020d}/{i:06d}"] for i in range(m["chunks"]))
+    assert len(data) == m["bytes"], (len(data), m)
+    assert hashlib.sha256(data).hexdigest() == m["sha256"], m
+    assert data.startswith(b"SQLite format 3\0"), data[:16]
+
+
+def submit_n(d, first, n):
+    names = []
+    for i in range(first, first + n):
+        status, out = submit(d, f"j{i}")
+        assert status == 201, (status, out)
+        names.append(f"j{i}")
+    return names
+
+
+def store_seq(r):
+    """The seq the replica's log says its store reached last."""
+    seq = 0
+    for line in r.log_all().splitlines():
+        for marker in ("the store is at seq ", "caught up with the replicated log at seq "):
+            if marker in line:
+                seq = int(line.split(marker)[1].split()[0].rstrip("\",}"))
+    return seq
+
+
+class Lease:
+    """A lease of the test's own, kept alive until revoke()."""
+
+    def __init__(self, etcd, ttl=2):
+        self.etcd = etcd
+        self.id = etcd.post(0, "/v3/lease/grant", {"TTL": str(ttl)})["ID"]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._keep, daemon=True)
+        self.thread.start()
+
+    def _keep(self):
+        while not self.stop.wait(0.5):
+            try:
+                self.etcd.post(0, "/v3/lease/keepalive", {"ID": self.id})
+            except Exception:  # noqa: BLE001 - the next round tries again
+                pass
+
+    def revoke(self):
+        self.stop.set()
+        self.thread.join()
+        self.etcd.post(0, "/v3/lease/revoke", {"ID": self.id})
+
+
+def scenario_bounded(binary, tmp):
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), config(etcd, "b"))
+        try:
+            a.start()
+            share_identity(a, b)
+            b.start_standby()
+            wait_for(lambda: etcd_get(etcd, "applied/b") is not None, 15, "b reports its seq")
+            setup_tiny(a)
+            acked = submit_n(a, 0, 2)
+            # A live standby that lags: the test's own applied/ key, at a batch's end,
+            # on a lease the test keeps alive.
+            slow = int(etcd_get(etcd, "head"))
+            lease = Lease(etcd)
+            etcd.post(0, "/v3/kv/put", {"key": b64(PREFIX + "applied/slow"),
+                                        "value": b64(str(slow)), "lease": lease.id})
+            acked += submit_n(a, len(acked), 4 * SNAP)
+            wait_for(lambda: len(manifests(etcd)) == 2 and log_seqs(etcd)[0] > 1, 20,
+                     "two snapshots in etcd and log/ trimmed")
+            ms = manifests(etcd)
+            for seq, m in ms.items():
+                check_snapshot(etcd, seq, m)
+            time.sleep(3)  # a TTL: the publisher trims again with b's newer seq
+            seqs = log_seqs(etcd)
+            assert seqs[0] == slow + 1, \
+                f"live standby at seq {slow}: log/ from {seqs[0]} (trimmed past it, or not at all)"
+            print(f"snapshots at {sorted(ms)}; a live standby at seq {slow} keeps log/ from "
+                  f"seq {seqs[0]}")
+            lease.revoke()
+            assert etcd_get(etcd, "applied/slow") is None
+            before = max(manifests(etcd))
+            acked += submit_n(a, len(acked), 2 * SNAP)
+            wait_for(lambda: max(manifests(etcd)) > before and log_seqs(etcd)[0] > slow + 1, 20,
+                     "trimmed past the standby once its lease is gone")
+            assert len(manifests(etcd)) == 2, sorted(manifests(etcd))
+            # Every live standby keeps what it needs: sample log/, then b's applied seq
+            # (both only grow), many times while b follows.
+            for _ in range(20):
+                oldest = log_seqs(etcd)[0]
+                applied = int(etcd_get(etcd, "applied/b"))
+                assert oldest <= applied + 1, (oldest, applied)
+                time.sleep(0.05)
+            # The log stays bounded: below two snapshot intervals plus b's lag.
+            acked += submit_n(a, len(acked), 3 * SNAP)
+            time.sleep(3)
+            head = int(etcd_get(etcd, "head"))
+            oldest = (log_seqs(etcd) or [head + 1])[0]  # empty: trimmed up to head
+            assert head - oldest < 4 * SNAP, (head, oldest)
+            a.stop()
+            wait_for(b.serving, 15, "b takes over")
+            b.attach()
+            assert job_names(b) == sorted(acked)
+            print(f"bounded: {len(acked)} jobs, log/ holds seqs {oldest}..{head}, "
+                  f"b serves every job")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
+def scenario_restore(binary, tmp):
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), config(etcd, "b"))
+        c = Replica(binary, os.path.join(tmp, "c"), config(etcd, "c"))
+        try:
+            a.start()
+            share_identity(a, b)
+            share_identity(a, c)
+            b.start_standby()
+            setup_tiny(a)
+            acked = submit_n(a, 0, 5)
+            head = int(etcd_get(etcd, "head"))
+            wait_for(lambda: store_seq(b) == head, 15, "b follows")
+            b.kill9()
+            b_seq = store_seq(b)
+            wait_for(lambda: etcd_get(etcd, "applied/b") is None, 10,
+                     "b's applied key expires with its lease")
+            acked += submit_n(a, len(acked), 4 * SNAP)
+            wait_for(lambda: log_seqs(etcd) and log_seqs(etcd)[0] > b_seq + 1, 20,
+                     "log/ trimmed past b's store")
+            print(f"b's store at seq {b_seq}; log/ now from seq {log_seqs(etcd)[0]}")
+            b.start_standby()
+            c.start_standby()
+            for r in (b, c):
+                wait_for(lambda r=r: "loaded the snapshot at seq" in r.log_all(), 20,
+                         f"{os.path.basename(r.state_dir)} loads the snapshot")
+            acked += submit_n(a, len(acked), 3)
+            head = int(etcd_get(etcd, "head"))
+            for r in (b, c):
+                wait_for(lambda r=r: store_seq(r) == head, 15, "follows the log after the snapshot")
+            a.kill9()
+            wait_for(lambda: b.serving() or c.serving(), 20, "a successor serves")
+            first, second = (b, c) if b.serving() else (c, b)
+            first.attach()
+            assert job_names(first) == sorted(acked), (len(job_names(first)), len(acked))
+            acked += submit_n(first, len(acked), 3)
+            first.kill9()
+            wait_for(second.serving, 20, "the third replica serves")
+            second.attach()
+            assert job_names(second) == sorted(acked), (len(job_names(second)), len(acked))
+            status, out = submit(second, "last")
+            assert status == 201, (status, out)
+            print(f"restore: old store and empty state dir loaded the snapshot; "
+                  f"{len(acked)} acknowledged jobs served after two kill -9")
+        finally:
+            for r in (a, b, c):
+                r.kill9()
+
+
+def scenario_nosnap(binary, tmp):
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), config(etcd, "b"))
+        try:
+            a.start()
+            setup_tiny(a)
+            submit_n(a, 0, 3 * SNAP)
+            wait_for(lambda: log_seqs(etcd) and log_seqs(etcd)[0] > 1, 20, "log/ trimmed")
+            a.stop()
+            start = PREFIX + "snapshot/"
+            etcd.post(0, "/v3/kv/deleterange", {"key": b64(start), "range_end": b64(PREFIX + "snapshot0")})
+            key = b64(PREFIX + "leader")
+            etcd.post(0, "/v3/kv/put", {"key": key, "value": b64("intruder")})
+            share_identity(a, b)
+            b.start_standby()
+            oldest = log_seqs(etcd)[0]
+            want = f"holds the batch from seq {oldest} but this replica's store ends at seq 0"
+            wait_for(lambda: want in b.log_all(), 15, "b names the gap")
+            assert "no snapshot in etcd covers" in b.log_all(), b.log()
+            etcd.post(0, "/v3/kv/deleterange", {"key": key})
+            wait_for(lambda: b.proc.poll() is not None, 15, "b is elected and refuses to lead")
+            assert b.proc.returncode != 0
+            assert not b.serving()
+            print(f"no snapshot: an empty replica refuses to lead (log/ from seq {oldest})")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
+def scenario_bigbatch(binary, tmp):
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        try:
+            a.start()
+            share_identity(a, b)
+            b.start_standby()
+            setup_tiny(a)
+            # 300 tasks each logged with a 4 KiB command: one batch of about 1.3 MiB.
+            command = ["echo", "x" * 4096]
+            status, out = a.request("POST", "/v1/jobs",
+                                    {"spec": {"gpus": 8, "name": "big", "array": "0-299"},
+                                     "command": command}, a.admin_token, timeout=30)
+            assert status == 201, (status, str(out)[:500])
+            log = keys(etcd, "log/", values=True)
+            parts = [k for k, _ in log if k.count("/") == 2]
+            assert parts, "no batch was split"
+            header = [json.loads(v) for k, v in log if k == parts[0].rsplit("/", 1)[0]][0]
+            assert header["parts"] == len([p for p in parts if p.startswith(parts[0][:-5])]), header
+            assert header["bytes"] > 1 << 20, header
+            head = int(etcd_get(etcd, "head"))
+            wait_for(lambda: store_seq(b) == head, 20, "b applies the split batch")
+            names = job_names(a)
+            a.stop()
+            wait_for(b.serving, 15, "b takes over")
+            b.attach()
+            assert job_names(b) == names and len(names) == 300, len(job_names(b))
+            task = b.api("GET", f"/v1/jobs/{out['ids'][-1]}", expect=200)
+            assert task.get("command") == command, str(task)[:300]
+            print(f"big batch: {header['bytes']} bytes in {header['parts']} parts, "
+                  f"300 tasks on the standby")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
+SCENARIOS = {"bounded": scenario_bounded, "restore": scenario_restore,
+             "nosnap": scenario_nosnap, "bigbatch": scenario_bigbatch}
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in SCENARIOS:
+        print(f"usage: {sys.argv[0]} TOPO_SCHEDULER {{{','.join(SCENARIOS)}}}")
+        return 2
+    binary, name = sys.argv[1], sys.argv[2]
+    skip_without_etcd()
+    return run_scenario("topo-hasnap-", f"ha snapshot {name}",
+                        lambda tmp: SCENARIOS[name](binary, tmp))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
