@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ha/leadership.hpp"
+#include "ha/records.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/topology_io.hpp"
 
@@ -39,6 +40,39 @@ Result<std::optional<core::Topology>> StoredTopology(store::Store& store) {
 
 }  // namespace
 
+// The value at kv, or, when kv holds a split value's header, the value its
+// parts make (read with one range over kv.key + "/"). Errors name the key.
+Result<json> Leadership::ReadSplit(const KeyValue& kv) {
+  json j = json::parse(kv.value, nullptr, false);
+  Result<std::optional<BatchParts>> header = ParseBatchParts(j);
+  if (!header.ok()) return Corrupt(kv.key, header.message());
+  if (!header.value()) return j;
+  const BatchParts& h = *header.value();
+  RangeRequest r;
+  r.key = kv.key + "/";
+  r.range_end = PrefixRangeEnd(r.key);
+  Result<RangeResponse> parts = log_client_->Range(r);
+  if (!parts.ok()) return parts.status();
+  if (static_cast<int64_t>(parts.value().kvs.size()) != h.parts) {
+    return Corrupt(kv.key, "its header names " + std::to_string(h.parts) + " parts, etcd holds " +
+                               std::to_string(parts.value().kvs.size()));
+  }
+  std::string text;
+  text.reserve(static_cast<size_t>(h.bytes));
+  for (int64_t i = 0; i < h.parts; ++i) {
+    const KeyValue& part = parts.value().kvs[static_cast<size_t>(i)];
+    char name[32];
+    std::snprintf(name, sizeof name, "/%04lld", static_cast<long long>(i));
+    if (part.key != kv.key + name) return Corrupt(part.key, "not the part expected here");
+    text += part.value;
+  }
+  if (static_cast<int64_t>(text.size()) != h.bytes) {
+    return Corrupt(kv.key, "its parts hold " + std::to_string(text.size()) + " bytes, the header " +
+                               std::to_string(h.bytes));
+  }
+  return json::parse(text, nullptr, false);
+}
+
 std::string EpochKey(const std::string& cluster, int64_t from_seq) {
   char digits[24];
   std::snprintf(digits, sizeof digits, "%020lld", static_cast<long long>(from_seq));
@@ -54,12 +88,15 @@ Status Leadership::AppendEpoch(int64_t from_seq,
   }
   json value = json::object();
   for (const auto& [k, v] : meta) value[k] = v;
-  const std::string text = json{{"term", term_}, {"from_seq", from_seq}, {"meta", value}}.dump();
-  if (text.size() > kMaxBatchBytes) {
-    return Status::Error("the topology is " + std::to_string(text.size()) +
-                             " bytes as JSON, above the 1 MiB one etcd request carries; splitting "
-                             "it over several keys is not built yet (docs/ha.md)",
-                         core::ErrorCode::kUnavailable);
+  std::string text = json{{"term", term_}, {"from_seq", from_seq}, {"meta", value}}.dump();
+  const size_t bytes = text.size();
+  Result<std::vector<PutRequest>> puts =
+      SplitPuts(EpochKey(options_.cluster, from_seq), std::move(text), term_, from_seq, from_seq,
+                [&](int64_t i) { return EpochPartKey(options_.cluster, from_seq, i); });
+  if (!puts.ok()) {
+    return Status::Error(
+        "the topology (" + std::to_string(bytes) + " bytes as JSON): " + puts.message(),
+        core::ErrorCode::kUnavailable);
   }
   const std::string prefix = KeyPrefix(options_.cluster);
   TxnRequest t;
@@ -73,12 +110,13 @@ Status Leadership::AppendEpoch(int64_t from_seq,
   head.target = Compare::Target::kValue;
   head.value = std::to_string(from_seq - 1);
   t.compare.push_back(head);
-  t.success.push_back(PutRequest{EpochKey(options_.cluster, from_seq), text, 0});
+  for (PutRequest& p : puts.value()) t.success.push_back(std::move(p));
   t.failure.push_back(RangeRequest{prefix + "leader", "", 0, 0, false});
   t.failure.push_back(RangeRequest{prefix + "head", "", 0, 0, false});
   Result<TxnResponse> r = log_client_->Txn(t);
   if (!r.ok()) {
-    return Status::Error("the replicated log did not take the topology import: " + r.message(),
+    return Status::Error("the replicated log did not take the topology import: " + r.message() +
+                             TooLargeHint(r.message()),
                          core::ErrorCode::kUnavailable);
   }
   if (r.value().succeeded) return Status::Ok();
@@ -96,7 +134,9 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
     if (!epoch.ok()) return epoch.status();
     if (!epoch.value().kvs.empty()) {
       const KeyValue& kv = epoch.value().kvs.front();
-      json j = json::parse(kv.value, nullptr, false);
+      Result<json> joined = ReadSplit(kv);
+      if (!joined.ok()) return joined.status();
+      json j = std::move(joined).value();
       if (!j.is_object() || !j.contains("meta") || !j["meta"].is_object()) {
         return Corrupt(kv.key, "not an epoch record {\"term\", \"from_seq\", \"meta\"}");
       }
@@ -133,8 +173,12 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
     Result<std::optional<core::Topology>> topology = StoredTopology(store);
     if (!topology.ok()) return topology.status();
     for (const KeyValue& kv : log.value().kvs) {
+      std::string part;
+      if (SeqOfKey(kv.key, prefix + "log/", &part) && !part.empty()) continue;  // ReadSplit's
       const int64_t want = store.LastSeq() + 1;
-      json j = json::parse(kv.value, nullptr, false);
+      Result<json> joined = ReadSplit(kv);
+      if (!joined.ok()) return joined.status();
+      json j = std::move(joined).value();
       if (!j.is_object() || !j.contains("first_seq") || !j["first_seq"].is_number_integer() ||
           !j.contains("entries") || !j["entries"].is_array() || j["entries"].empty()) {
         return Corrupt(kv.key, "not a batch {\"term\", \"first_seq\", \"entries\"}");

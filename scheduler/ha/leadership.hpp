@@ -78,6 +78,18 @@ core::Result<std::string> EncodeBatch(int64_t term, int64_t first_seq,
                                       std::span<const store::LogEntry> batch,
                                       const core::Topology& topology);
 
+// The puts that store `value` at `key`: one put when it is at most
+// kMaxBatchBytes, else a BatchParts header at `key` (first_seq..last_seq; an
+// epoch gives from_seq twice) and the value's consecutive slices of at most
+// kMaxPartBytes at part_key(0), part_key(1), ..., all for ONE txn. Errors:
+// more than kMaxBatchParts parts.
+core::Result<std::vector<PutRequest>> SplitPuts(
+    const std::string& key, std::string value, int64_t term, int64_t first_seq, int64_t last_seq,
+    const std::function<std::string(int64_t)>& part_key);
+// " (etcd refuses ...: raise --max-request-bytes ...)" for etcd's "request is
+// too large" error; empty for any other.
+std::string TooLargeHint(const std::string& etcd_error);
+
 class Leadership {
  public:
   // Validates the options (errors name the ha_* setting) and makes the two
@@ -193,6 +205,8 @@ class Leadership {
   // an earlier attempt of the same append applied (its answer was lost).
   bool AppliedBefore(const TxnResponse& t, int64_t last_seq) const;
   std::string DescribeFailedAppend(const TxnResponse& t, int64_t expected_head) const;
+  // CatchUp's reader of a value that may be split over parts (records.hpp).
+  core::Result<nlohmann::json> ReadSplit(const KeyValue& kv);
 
   LeadershipOptions options_;
   std::unique_ptr<EtcdClient> election_client_;  // the election's (renewing thread)

@@ -64,6 +64,10 @@ std::string LogPartKey(const std::string& cluster, int64_t first_seq, int64_t pa
   return Prefix(cluster) + "log/" + Padded(first_seq, 20) + "/" + Padded(part, 4);
 }
 
+std::string EpochPartKey(const std::string& cluster, int64_t from_seq, int64_t part) {
+  return Prefix(cluster) + "topology/" + Padded(from_seq, 20) + "/" + Padded(part, 4);
+}
+
 std::optional<int64_t> SeqOfKey(std::string_view key, std::string_view prefix, std::string* rest) {
   if (key.size() < prefix.size() + 20 || key.substr(0, prefix.size()) != prefix) {
     return std::nullopt;

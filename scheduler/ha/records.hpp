@@ -8,6 +8,7 @@
 //   applied/<replica>         a standby's applied seq, decimal, on its own lease
 //   log/<first_seq>           a batch, or a BatchParts header of a split batch
 //   log/<first_seq>/<i>       part i of a split batch's JSON text (4 digits)
+//   topology/<seq>/<i>        part i of a split topology epoch, the same way
 //
 // Seqs are 20 digits, zero-padded, so a range read returns keys in seq order
 // and a key's chunks or parts sort after it and before the next seq's key.
@@ -41,6 +42,8 @@ std::string SnapshotKey(const std::string& cluster, int64_t seq);
 std::string SnapshotChunkKey(const std::string& cluster, int64_t seq, int64_t chunk);
 std::string AppliedKey(const std::string& cluster, const std::string& replica);
 std::string LogPartKey(const std::string& cluster, int64_t first_seq, int64_t part);
+// topology/<from_seq>/<i>: part i of a split topology epoch (4 digits).
+std::string EpochPartKey(const std::string& cluster, int64_t from_seq, int64_t part);
 
 // The seq of a key `<prefix><20 digits>` (exactly: `rest` is empty) or
 // `<prefix><20 digits>/<anything>` (`rest` gets what follows the slash);
@@ -65,7 +68,9 @@ core::Result<SnapshotManifest> ParseSnapshotManifest(std::string_view text);
 
 // The header a split batch leaves at log/<first_seq>: the batch's JSON text
 // (EncodeBatch's) is the concatenation of `parts` values at
-// log/<first_seq>/<i>, `bytes` long in all, written in the same txn.
+// log/<first_seq>/<i>, `bytes` long in all, written in the same txn. A split
+// topology epoch leaves the same header at topology/<from_seq>, with
+// first_seq = last_seq = from_seq.
 struct BatchParts {
   int64_t term = 0;
   int64_t first_seq = 0;

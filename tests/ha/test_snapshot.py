@@ -19,9 +19,12 @@ dozen submissions make several.
   nosnap   log/ trimmed past seq 1 and the snapshots deleted (the test deletes them): a
            replica started empty cannot catch up, says why naming the gap, and once
            elected refuses to lead (resigns, exits non-zero).
-  bigbatch a job array whose submission logs more than 1 MiB of JSON in one group commit
-           is acknowledged; etcd holds it as a header and parts under log/<seq>/; the
-           standby applies it, and after a's stop serves every task with its command.
+  bigbatch a job array whose submission logs about 3 MiB of JSON in one group commit
+           (members started with --max-request-bytes 8 MiB) is acknowledged; etcd holds
+           it as a header at log/<seq> and its parts under log/<seq>/; the standby applies
+           it, and after a's stop serves every task with its command.
+  toolarge the same submission against etcd's default 1.5 MiB request limit: not
+           acknowledged, nothing in etcd, the leader exits naming --max-request-bytes.
 
 Skips (77) where /usr/bin/etcd is missing.
 """
@@ -271,8 +274,18 @@ def scenario_nosnap(binary, tmp):
                 r.kill9()
 
 
+BIG_TASKS = 300
+BIG_COMMAND = ["echo", "x" * 10240]  # 300 tasks x 10 KiB: one batch of about 3 MiB
+
+
+def submit_big(d):
+    return d.request("POST", "/v1/jobs",
+                     {"spec": {"gpus": 8, "name": "big"}, "array": f"0-{BIG_TASKS - 1}",
+                      "command": BIG_COMMAND}, d.admin_token, timeout=60)
+
+
 def scenario_bigbatch(binary, tmp):
-    with EtcdCluster(3) as etcd:
+    with EtcdCluster(3, max_request_bytes=8 << 20) as etcd:
         a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
         b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
         try:
@@ -280,36 +293,62 @@ def scenario_bigbatch(binary, tmp):
             share_identity(a, b)
             b.start_standby()
             setup_tiny(a)
-            # 300 tasks each logged with a 4 KiB command: one batch of about 1.3 MiB.
-            command = ["echo", "x" * 4096]
-            status, out = a.request("POST", "/v1/jobs",
-                                    {"spec": {"gpus": 8, "name": "big", "array": "0-299"},
-                                     "command": command}, a.admin_token, timeout=30)
+            status, out = submit_big(a)
             assert status == 201, (status, str(out)[:500])
             log = keys(etcd, "log/", values=True)
             parts = [k for k, _ in log if k.count("/") == 2]
             assert parts, "no batch was split"
-            header = [json.loads(v) for k, v in log if k == parts[0].rsplit("/", 1)[0]][0]
-            assert header["parts"] == len([p for p in parts if p.startswith(parts[0][:-5])]), header
-            assert header["bytes"] > 1 << 20, header
+            header_key = parts[0].rsplit("/", 1)[0]
+            header = json.loads(dict(log)[header_key])
+            mine = [p for p in parts if p.startswith(header_key + "/")]
+            assert header["parts"] == len(mine) >= 3, (header, mine)
+            assert header["bytes"] > 2 << 20, header
+            text = b"".join(v for k, v in log if k in mine)
+            assert len(text) == header["bytes"] and json.loads(text)["first_seq"] == \
+                header["first_seq"], header
             head = int(etcd_get(etcd, "head"))
             wait_for(lambda: store_seq(b) == head, 20, "b applies the split batch")
             names = job_names(a)
             a.stop()
             wait_for(b.serving, 15, "b takes over")
             b.attach()
-            assert job_names(b) == names and len(names) == 300, len(job_names(b))
+            assert job_names(b) == names and len(names) == BIG_TASKS, len(job_names(b))
             task = b.api("GET", f"/v1/jobs/{out['ids'][-1]}", expect=200)
-            assert task.get("command") == command, str(task)[:300]
-            print(f"big batch: {header['bytes']} bytes in {header['parts']} parts, "
-                  f"300 tasks on the standby")
+            assert task.get("command") == BIG_COMMAND, str(task)[:300]
+            print(f"big batch: {header['bytes']} bytes in {header['parts']} parts under "
+                  f"{header_key}, {BIG_TASKS} tasks on the standby")
         finally:
             for r in (a, b):
                 r.kill9()
 
 
+def scenario_toolarge(binary, tmp):
+    """Beyond etcd's --max-request-bytes (here its 1.5 MiB default) the batch cannot be
+    replicated: the submission is not acknowledged, nothing reaches etcd, and the leader
+    steps down with a message naming the setting (docs/ha.md, Size limits)."""
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        try:
+            a.start()
+            setup_tiny(a)
+            head = etcd_get(etcd, "head")
+            try:
+                status, out = submit_big(a)
+            except Exception as e:  # noqa: BLE001 - the daemon went away mid-request
+                status, out = None, repr(e)
+            assert status != 201, "a batch above etcd's request limit was acknowledged"
+            wait_for(lambda: a.proc.poll() is not None, 15, "a steps down")
+            assert a.proc.returncode != 0
+            assert "--max-request-bytes" in a.log_all(), a.log()
+            assert etcd_get(etcd, "head") == head
+            print(f"too large: answer {status}, the leader exits naming --max-request-bytes")
+        finally:
+            a.kill9()
+
+
 SCENARIOS = {"bounded": scenario_bounded, "restore": scenario_restore,
-             "nosnap": scenario_nosnap, "bigbatch": scenario_bigbatch}
+             "nosnap": scenario_nosnap, "bigbatch": scenario_bigbatch,
+             "toolarge": scenario_toolarge}
 
 
 def main():
