@@ -8,9 +8,11 @@ dozen submissions make several.
   bounded  a leads, b follows. After a's snapshots, etcd holds at most two snapshot/
            manifests, each complete (every chunk the manifest names, SHA-256 as stated),
            and log/ no longer starts at seq 1 while b keeps following. A live standby is
-           never trimmed past: with an applied/ key at seq 5 on a lease the test keeps
-           alive, log/ keeps the batch after seq 5 through several snapshots; once the test
-           revokes that lease, the next snapshot trims past it.
+           never trimmed past: with an applied/ key at seq S (a batch's end) on a lease the
+           test keeps alive, log/ is trimmed exactly to S + 1 and stays there through more
+           snapshots; once the test revokes that lease, the next snapshot trims past it.
+           log/ never starts above b's applied seq + 1, and ends up within two snapshot
+           intervals of head. b then serves every job.
   restore  a leads, b follows and is killed (kill -9); its applied/ key expires with its
            lease and a's snapshots trim log/ past b's store. b restarted on its old store
            and c started with an EMPTY state directory both load the newest snapshot from
@@ -157,12 +159,21 @@ def scenario_bounded(binary, tmp):
             ms = manifests(etcd)
             for seq, m in ms.items():
                 check_snapshot(etcd, seq, m)
-            time.sleep(3)  # a TTL: the publisher trims again with b's newer seq
-            seqs = log_seqs(etcd)
-            assert seqs[0] == slow + 1, \
-                f"live standby at seq {slow}: log/ from {seqs[0]} (trimmed past it, or not at all)"
+            # The publisher trims again every TTL as b advances, down to the lagging
+            # standby's seq and never past it.
+            def trimmed_to_slow():
+                oldest = log_seqs(etcd)[0]
+                assert oldest <= slow + 1, f"trimmed past a live standby at seq {slow}: {oldest}"
+                return oldest == slow + 1
+            wait_for(trimmed_to_slow, 20, f"log/ trimmed up to the live standby at seq {slow}")
+            # Two more snapshots and trims: still kept for the standby.
+            before = max(manifests(etcd))
+            acked += submit_n(a, len(acked), 2 * SNAP)
+            wait_for(lambda: max(manifests(etcd)) >= before + 2 * SNAP, 20, "two more snapshots")
+            time.sleep(2.5)  # past the publisher's next trim (every TTL)
+            assert trimmed_to_slow()
             print(f"snapshots at {sorted(ms)}; a live standby at seq {slow} keeps log/ from "
-                  f"seq {seqs[0]}")
+                  f"seq {slow + 1}")
             lease.revoke()
             assert etcd_get(etcd, "applied/slow") is None
             before = max(manifests(etcd))
@@ -179,10 +190,13 @@ def scenario_bounded(binary, tmp):
                 time.sleep(0.05)
             # The log stays bounded: below two snapshot intervals plus b's lag.
             acked += submit_n(a, len(acked), 3 * SNAP)
-            time.sleep(3)
             head = int(etcd_get(etcd, "head"))
-            oldest = (log_seqs(etcd) or [head + 1])[0]  # empty: trimmed up to head
-            assert head - oldest < 4 * SNAP, (head, oldest)
+
+            def oldest_left():
+                return (log_seqs(etcd) or [head + 1])[0]  # empty: trimmed up to head
+            # About one snapshot interval once b has caught up.
+            wait_for(lambda: head - oldest_left() < 2 * SNAP, 20, "log/ bounded")
+            oldest = oldest_left()
             a.stop()
             wait_for(b.serving, 15, "b takes over")
             b.attach()
