@@ -317,7 +317,8 @@ Result<int64_t> Leadership::LoadSnapshotIfBehind(std::optional<store::Store>& st
                          std::to_string(m.value().seq) + "; it is written only by topo-scheduler");
   }
   std::string bytes;
-  bytes.reserve(static_cast<size_t>(m.value().bytes));
+  // The manifest's size is checked, not trusted, before it is known right.
+  bytes.reserve(static_cast<size_t>(std::min<int64_t>(m.value().bytes, int64_t{256} << 20)));
   for (int64_t i = 0; i < m.value().chunks; ++i) {
     const std::string key = SnapshotChunkKey(options_.cluster, seq, i);
     Result<RangeResponse> c = log_client_->Range(RangeRequest{key, "", 0, 0, false});
@@ -327,8 +328,15 @@ Result<int64_t> Leadership::LoadSnapshotIfBehind(std::optional<store::Store>& st
                          " is missing (the snapshot was deleted while "
                          "loading it?); trying again");
     }
-    bytes += c.value().kvs.front().value;
-    if (static_cast<int64_t>(bytes.size()) > m.value().bytes) break;
+    const std::string& chunk = c.value().kvs.front().value;
+    if (chunk.size() > kMaxPartBytes ||
+        (i + 1 < m.value().chunks && chunk.size() != kMaxPartBytes)) {
+      return Status::Error("etcd key " + key + " holds " + std::to_string(chunk.size()) +
+                               " bytes, not a chunk of the snapshot its manifest describes; it is "
+                               "written only by topo-scheduler",
+                           core::ErrorCode::kConflict);
+    }
+    bytes += chunk;
   }
   if (static_cast<int64_t>(bytes.size()) != m.value().bytes ||
       store::Sha256Hex(bytes) != m.value().sha256) {

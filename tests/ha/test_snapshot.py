@@ -24,7 +24,9 @@ dozen submissions make several.
   bigbatch a job array whose submission logs about 3 MiB of JSON in one group commit
            (members started with --max-request-bytes 8 MiB) is acknowledged; etcd holds
            it as a header at log/<seq> and its parts under log/<seq>/; the standby applies
-           it, and after a's stop serves every task with its command.
+           it. The store's snapshot in etcd then takes several 1 MiB chunks, and a replica
+           started empty after the trim loads them; after a's stop the successor serves
+           every task with its command.
   bigepoch a topology import of about 1.3 MiB of JSON is split into topology/<seq> and its
            parts in one txn; the standby applies it, and after a's stop serves the same
            topology and the job submitted after it.
@@ -303,11 +305,13 @@ def submit_big(d):
 
 def scenario_bigbatch(binary, tmp):
     with EtcdCluster(3, max_request_bytes=8 << 20) as etcd:
-        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
-        b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        a = Replica(binary, os.path.join(tmp, "a"), config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), config(etcd, "b"))
+        c = Replica(binary, os.path.join(tmp, "c"), config(etcd, "c"))
         try:
             a.start()
             share_identity(a, b)
+            share_identity(a, c)
             b.start_standby()
             setup_tiny(a)
             status, out = submit_big(a)
@@ -325,17 +329,30 @@ def scenario_bigbatch(binary, tmp):
                 header["first_seq"], header
             head = int(etcd_get(etcd, "head"))
             wait_for(lambda: store_seq(b) == head, 20, "b applies the split batch")
+            # The store now holds megabytes: its snapshot in etcd takes several chunks,
+            # and a replica started empty after the trim loads them all.
+            wait_for(lambda: manifests(etcd) and max(manifests(etcd)) == head and
+                     (log_seqs(etcd) or [head + 1])[0] > head, 20,
+                     "a snapshot at head and log/ trimmed up to it")
+            m = manifests(etcd)[head]
+            assert m["chunks"] >= 2, m
+            check_snapshot(etcd, head, m)
+            c.start_standby()
+            wait_for(lambda: f"loaded the snapshot at seq {head}" in c.log_all(), 20,
+                     "c loads the snapshot")
             names = job_names(a)
             a.stop()
-            wait_for(b.serving, 15, "b takes over")
-            b.attach()
-            assert job_names(b) == names and len(names) == BIG_TASKS, len(job_names(b))
-            task = b.api("GET", f"/v1/jobs/{out['ids'][-1]}", expect=200)
+            wait_for(lambda: b.serving() or c.serving(), 15, "a successor takes over")
+            new = b if b.serving() else c
+            new.attach()
+            assert job_names(new) == names and len(names) == BIG_TASKS, len(job_names(new))
+            task = new.api("GET", f"/v1/jobs/{out['ids'][-1]}", expect=200)
             assert task.get("command") == BIG_COMMAND, str(task)[:300]
             print(f"big batch: {header['bytes']} bytes in {header['parts']} parts under "
-                  f"{header_key}, {BIG_TASKS} tasks on the standby")
+                  f"{header_key}; snapshot of {m['bytes']} bytes in {m['chunks']} chunks "
+                  f"loaded by an empty replica; {BIG_TASKS} tasks served after failover")
         finally:
-            for r in (a, b):
+            for r in (a, b, c):
                 r.kill9()
 
 
