@@ -122,6 +122,15 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
   l.value()->StopReporting();
+  // The lease is kept alive from here on: catching up (a snapshot download
+  // included) may outlast a TTL. Losing it meanwhile fails the take-over.
+  l.value()->StartRenewing([](const std::string& why) {
+    const Status lost =
+        Status::Error("lost the leadership (" + why + "); exiting, to restart as a standby",
+                      topo::core::ErrorCode::kUnavailable);
+    daemon::log::Error(lost.message());
+    if (daemon::Server* server = g_server.load(); server != nullptr) server->Shutdown(lost);
+  });
   // Elected: everything the log holds, up to head, before leading.
   Status loaded = load_snapshot();
   topo::core::Result<int64_t> caught_up = loaded;
@@ -136,13 +145,6 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
     (void)l.value()->Resign();  // let another replica lead at once
     return s;
   }
-  l.value()->StartRenewing([](const std::string& why) {
-    const Status lost =
-        Status::Error("lost the leadership (" + why + "); exiting, to restart as a standby",
-                      topo::core::ErrorCode::kUnavailable);
-    daemon::log::Error(lost.message());
-    if (daemon::Server* server = g_server.load(); server != nullptr) server->Shutdown(lost);
-  });
   return l;
 }
 

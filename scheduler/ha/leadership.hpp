@@ -4,9 +4,11 @@
 // to the replicated log in etcd, fenced on the leader key.
 //
 //   auto l = Leadership::Create(options);
-//   l->WaitToLead(log, stop);               // blocks: the standby phase
-//   l->TakeOver(store.LastSeq());           // the replicated log must end where the store does
+//   l->WaitToLead(log, stop, follow);       // blocks: the standby phase
 //   l->StartRenewing(on_lost);              // keepalives on a thread of its own
+//   l->LoadSnapshotIfBehind(store, dir);    // a store behind the trimmed log
+//   l->CatchUp(store);                      // the rest of the log
+//   l->TakeOver(store.LastSeq());           // the replicated log must end where the store does
 //   ... per group commit, before the local SQLite append:
 //   l->Append(first_seq, batch, topology);  // Ok: the batch is in etcd under our term
 //
