@@ -201,6 +201,13 @@ void Leadership::StartPublishing(std::string db_path, std::string work_dir,
       [this, db_path = std::move(db_path), work_dir = std::move(work_dir), say = std::move(say)] {
         // Woken by each local snapshot; between them every TTL, so the log is
         // trimmed as soon as the standbys' applied seqs allow it.
+        // A failure that repeats every TTL (etcd unreachable) is said once.
+        std::string last_failure;
+        std::string failure_before;
+        auto failed = [&](const std::string& why) {
+          if (why != failure_before) say(why);
+          last_failure = why;
+        };
         while (true) {
           bool due = false;
           {
@@ -211,21 +218,26 @@ void Leadership::StartPublishing(std::string db_path, std::string work_dir,
             due = std::exchange(publish_due_, false);
           }
           if (lost_.load()) return;
+          // A round without a failure forgets the last one.
+          failure_before = std::exchange(last_failure, std::string());
+          std::string line;
           if (due) {
             Result<int64_t> r = PublishSnapshot(db_path, work_dir);
             if (!r.ok()) {
-              say("snapshot not written to etcd: " + r.message() +
-                  "; the replicated log keeps every batch until the next one");
+              failed("snapshot not written to etcd: " + r.message() +
+                     "; the replicated log keeps every batch until the next one");
             } else if (r.value() > 0) {
-              say("snapshot at seq " + std::to_string(r.value()) + " written to etcd");
+              line = "snapshot at seq " + std::to_string(r.value()) + " written to etcd";
             }
           }
+          // Between snapshots a trim is not worth a line of its own.
           Result<int64_t> cut = TrimLog();
           if (!cut.ok()) {
-            say("the replicated log was not trimmed: " + cut.message());
-          } else if (cut.value() > 0) {
-            say("trimmed the replicated log up to seq " + std::to_string(cut.value()));
+            failed("the replicated log was not trimmed: " + cut.message());
+          } else if (!line.empty() && cut.value() > 0) {
+            line += "; log/ trimmed up to seq " + std::to_string(cut.value());
           }
+          if (!line.empty()) say(line);
         }
       });
 }
