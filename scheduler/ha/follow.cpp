@@ -22,6 +22,11 @@ namespace {
 // ones an epoch key may carry.
 constexpr const char* kEpochMetaKeys[] = {"topology", "topology_from_seq", "policy"};
 
+// Values read per range: each is at most 1 MiB (a batch, a header, a part),
+// so an answer stays below kMaxEtcdResponseBytes even in base64.
+constexpr int64_t kValuesPerRange = 8;
+static_assert(kValuesPerRange * kMaxPartBytes * 4 / 3 + (1u << 20) < kMaxEtcdResponseBytes);
+
 Status Corrupt(const std::string& key, const std::string& why) {
   return Status::Error("etcd key " + key + ": " + why + "; it is written only by topo-scheduler",
                        core::ErrorCode::kConflict);
@@ -48,23 +53,33 @@ Result<json> Leadership::ReadSplit(const KeyValue& kv) {
   if (!header.ok()) return Corrupt(kv.key, header.message());
   if (!header.value()) return j;
   const BatchParts& h = *header.value();
-  RangeRequest r;
-  r.key = kv.key + "/";
-  r.range_end = PrefixRangeEnd(r.key);
-  Result<RangeResponse> parts = log_client_->Range(r);
-  if (!parts.ok()) return parts.status();
-  if (static_cast<int64_t>(parts.value().kvs.size()) != h.parts) {
-    return Corrupt(kv.key, "its header names " + std::to_string(h.parts) + " parts, etcd holds " +
-                               std::to_string(parts.value().kvs.size()));
-  }
+  // In ranges of kValuesPerRange parts, so no answer exceeds the client's
+  // limit whatever the batch's size.
   std::string text;
   text.reserve(static_cast<size_t>(h.bytes));
-  for (int64_t i = 0; i < h.parts; ++i) {
-    const KeyValue& part = parts.value().kvs[static_cast<size_t>(i)];
+  int64_t i = 0;
+  while (i < h.parts) {
     char name[32];
     std::snprintf(name, sizeof name, "/%04lld", static_cast<long long>(i));
-    if (part.key != kv.key + name) return Corrupt(part.key, "not the part expected here");
-    text += part.value;
+    RangeRequest r;
+    r.key = kv.key + name;
+    r.range_end = PrefixRangeEnd(kv.key + "/");
+    r.limit = kValuesPerRange;
+    Result<RangeResponse> parts = log_client_->Range(r);
+    if (!parts.ok()) return parts.status();
+    if (parts.value().kvs.empty()) {
+      return Corrupt(kv.key, "its header names " + std::to_string(h.parts) + " parts, etcd holds " +
+                                 std::to_string(i));
+    }
+    for (const KeyValue& part : parts.value().kvs) {
+      std::snprintf(name, sizeof name, "/%04lld", static_cast<long long>(i));
+      if (part.key != kv.key + name) return Corrupt(part.key, "not the part expected here");
+      if (++i > h.parts) {
+        return Corrupt(kv.key,
+                       "etcd holds more parts than its header's " + std::to_string(h.parts));
+      }
+      text += part.value;
+    }
   }
   if (static_cast<int64_t>(text.size()) != h.bytes) {
     return Corrupt(kv.key, "its parts hold " + std::to_string(text.size()) + " bytes, the header " +
@@ -166,7 +181,7 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
     RangeRequest r;
     r.key = LogKey(options_.cluster, next);
     r.range_end = PrefixRangeEnd(prefix + "log/");
-    r.limit = 64;
+    r.limit = kValuesPerRange;
     Result<RangeResponse> log = log_client_->Range(r);
     if (!log.ok()) return log.status();
     if (log.value().kvs.empty()) return applied;
