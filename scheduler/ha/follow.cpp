@@ -184,7 +184,28 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
     r.limit = kValuesPerRange;
     Result<RangeResponse> log = log_client_->Range(r);
     if (!log.ok()) return log.status();
-    if (log.value().kvs.empty()) return applied;
+    if (log.value().kvs.empty()) {
+      // Nothing after this store: the end of the log, or a log trimmed past
+      // it. head, then log/ again (a batch appended before that head read is
+      // visible to the second read), tell them apart.
+      Result<RangeResponse> head =
+          log_client_->Range(RangeRequest{prefix + "head", "", 0, 0, false});
+      if (!head.ok()) return head.status();
+      if (head.value().kvs.empty()) return applied;
+      Result<int64_t> head_seq = ParseAppliedSeq(head.value().kvs.front().value);
+      if (!head_seq.ok() || head_seq.value() <= store.LastSeq()) return applied;
+      log = log_client_->Range(r);
+      if (!log.ok()) return log.status();
+      if (log.value().kvs.empty()) {
+        return Status::Error("the replicated log ends at seq " + std::to_string(head_seq.value()) +
+                                 " but holds no batch after this replica's store's seq " +
+                                 std::to_string(store.LastSeq()) +
+                                 ": it was trimmed past this store and no snapshot in etcd "
+                                 "covers the gap; give this replica the state directory of one "
+                                 "that is up to date",
+                             core::ErrorCode::kConflict);
+      }
+    }
     Result<std::optional<core::Topology>> topology = StoredTopology(store);
     if (!topology.ok()) return topology.status();
     for (const KeyValue& kv : log.value().kvs) {

@@ -20,7 +20,8 @@ dozen submissions make several.
            acknowledged job and takes submissions; kill -9 it: the third does the same.
   nosnap   log/ trimmed past seq 1 and the snapshots deleted (the test deletes them): a
            replica started empty cannot catch up, says why naming the gap, and once
-           elected refuses to lead (resigns, exits non-zero).
+           elected refuses to lead (resigns, exits non-zero). The same with log/ emptied
+           below head (the test deletes the rest).
   bigbatch a job array whose submission logs about 13.5 MiB of JSON in one group commit
            (members started with --max-request-bytes 16 MiB) is acknowledged; etcd holds
            it as a header at log/<seq> and its parts under log/<seq>/; the standby applies
@@ -79,6 +80,13 @@ def keys(etcd, sub, values=False):
 def log_seqs(etcd):
     """The first seqs of the batches in log/ (headers and plain batches, not parts)."""
     return [int(k.split("/")[1]) for k, _ in keys(etcd, "log/") if k.count("/") == 1]
+
+
+def oldest_batch(etcd):
+    """The first seq of the oldest batch left in log/; with log/ trimmed empty, head + 1
+    (the next batch's)."""
+    seqs = log_seqs(etcd)
+    return seqs[0] if seqs else int(etcd_get(etcd, "head")) + 1
 
 
 def manifests(etcd):
@@ -159,7 +167,7 @@ def scenario_bounded(binary, tmp):
             etcd.post(0, "/v3/kv/put", {"key": b64(PREFIX + "applied/slow"),
                                         "value": b64(str(slow)), "lease": lease.id})
             acked += submit_n(a, len(acked), 4 * SNAP)
-            wait_for(lambda: len(manifests(etcd)) == 2 and log_seqs(etcd)[0] > 1, 20,
+            wait_for(lambda: len(manifests(etcd)) == 2 and oldest_batch(etcd) > 1, 20,
                      "two snapshots in etcd and log/ trimmed")
             ms = manifests(etcd)
             for seq, m in ms.items():
@@ -167,7 +175,7 @@ def scenario_bounded(binary, tmp):
             # The publisher trims again every TTL as b advances, down to the lagging
             # standby's seq and never past it.
             def trimmed_to_slow():
-                oldest = log_seqs(etcd)[0]
+                oldest = oldest_batch(etcd)
                 assert oldest <= slow + 1, f"trimmed past a live standby at seq {slow}: {oldest}"
                 return oldest == slow + 1
             wait_for(trimmed_to_slow, 20, f"log/ trimmed up to the live standby at seq {slow}")
@@ -183,13 +191,13 @@ def scenario_bounded(binary, tmp):
             assert etcd_get(etcd, "applied/slow") is None
             before = max(manifests(etcd))
             acked += submit_n(a, len(acked), 2 * SNAP)
-            wait_for(lambda: max(manifests(etcd)) > before and log_seqs(etcd)[0] > slow + 1, 20,
+            wait_for(lambda: max(manifests(etcd)) > before and oldest_batch(etcd) > slow + 1, 20,
                      "trimmed past the standby once its lease is gone")
             assert len(manifests(etcd)) == 2, sorted(manifests(etcd))
             # Every live standby keeps what it needs: sample log/, then b's applied seq
             # (both only grow), many times while b follows.
             for _ in range(20):
-                oldest = log_seqs(etcd)[0]
+                oldest = oldest_batch(etcd)
                 applied = int(etcd_get(etcd, "applied/b"))
                 assert oldest <= applied + 1, (oldest, applied)
                 time.sleep(0.05)
@@ -197,11 +205,9 @@ def scenario_bounded(binary, tmp):
             acked += submit_n(a, len(acked), 3 * SNAP)
             head = int(etcd_get(etcd, "head"))
 
-            def oldest_left():
-                return (log_seqs(etcd) or [head + 1])[0]  # empty: trimmed up to head
             # About one snapshot interval once b has caught up.
-            wait_for(lambda: head - oldest_left() < 2 * SNAP, 20, "log/ bounded")
-            oldest = oldest_left()
+            wait_for(lambda: head - oldest_batch(etcd) < 2 * SNAP, 20, "log/ bounded")
+            oldest = oldest_batch(etcd)
             a.stop()
             wait_for(b.serving, 15, "b takes over")
             b.attach()
@@ -232,9 +238,9 @@ def scenario_restore(binary, tmp):
             wait_for(lambda: etcd_get(etcd, "applied/b") is None, 10,
                      "b's applied key expires with its lease")
             acked += submit_n(a, len(acked), 4 * SNAP)
-            wait_for(lambda: log_seqs(etcd) and log_seqs(etcd)[0] > b_seq + 1, 20,
+            wait_for(lambda: oldest_batch(etcd) > b_seq + 1, 20,
                      "log/ trimmed past b's store")
-            print(f"b's store at seq {b_seq}; log/ now from seq {log_seqs(etcd)[0]}")
+            print(f"b's store at seq {b_seq}; log/ now from seq {oldest_batch(etcd)}")
             b.start_standby()
             c.start_standby()
             for r in (b, c):
@@ -267,11 +273,13 @@ def scenario_nosnap(binary, tmp):
     with EtcdCluster(3) as etcd:
         a = Replica(binary, os.path.join(tmp, "a"), config(etcd, "a"))
         b = Replica(binary, os.path.join(tmp, "b"), config(etcd, "b"))
+        c = Replica(binary, os.path.join(tmp, "c"), config(etcd, "c"))
         try:
             a.start()
             setup_tiny(a)
             submit_n(a, 0, 3 * SNAP)
-            wait_for(lambda: log_seqs(etcd) and log_seqs(etcd)[0] > 1, 20, "log/ trimmed")
+            wait_for(lambda: oldest_batch(etcd) > 1, 20, "log/ trimmed")
+            submit_n(a, 3 * SNAP, 1)  # a batch after the newest snapshot stays in log/
             a.stop()
             start = PREFIX + "snapshot/"
             etcd.post(0, "/v3/kv/deleterange", {"key": b64(start), "range_end": b64(PREFIX + "snapshot0")})
@@ -279,7 +287,7 @@ def scenario_nosnap(binary, tmp):
             etcd.post(0, "/v3/kv/put", {"key": key, "value": b64("intruder")})
             share_identity(a, b)
             b.start_standby()
-            oldest = log_seqs(etcd)[0]
+            oldest = log_seqs(etcd)[0]  # no standby: trimmed to the newest snapshot only
             want = f"holds the batch from seq {oldest} but this replica's store ends at seq 0"
             wait_for(lambda: want in b.log_all(), 15, "b names the gap")
             assert "no snapshot in etcd covers" in b.log_all(), b.log()
@@ -287,9 +295,23 @@ def scenario_nosnap(binary, tmp):
             wait_for(lambda: b.proc.poll() is not None, 15, "b is elected and refuses to lead")
             assert b.proc.returncode != 0
             assert not b.serving()
-            print(f"no snapshot: an empty replica refuses to lead (log/ from seq {oldest})")
+            # log/ trimmed empty (the test deletes the rest): the gap is named too.
+            etcd.post(0, "/v3/kv/deleterange", {"key": b64(PREFIX + "log/"),
+                                                "range_end": b64(PREFIX + "log0")})
+            etcd.post(0, "/v3/kv/put", {"key": key, "value": b64("intruder")})
+            share_identity(a, c)
+            c.start_standby()
+            head = int(etcd_get(etcd, "head"))
+            want = (f"the replicated log ends at seq {head} but holds no batch after this "
+                    f"replica's store's seq 0")
+            wait_for(lambda: want in c.log_all(), 15, "c names the gap")
+            etcd.post(0, "/v3/kv/deleterange", {"key": key})
+            wait_for(lambda: c.proc.poll() is not None, 15, "c is elected and refuses to lead")
+            assert c.proc.returncode != 0 and not c.serving()
+            print(f"no snapshot: empty replicas refuse to lead (log/ from seq {oldest}, "
+                  f"then log/ empty below head {head})")
         finally:
-            for r in (a, b):
+            for r in (a, b, c):
                 r.kill9()
 
 
@@ -334,7 +356,7 @@ def scenario_bigbatch(binary, tmp):
             # The store now holds megabytes: its snapshot in etcd takes several chunks,
             # and a replica started empty after the trim loads them all.
             wait_for(lambda: manifests(etcd) and max(manifests(etcd)) == head and
-                     (log_seqs(etcd) or [head + 1])[0] > head, 20,
+                     oldest_batch(etcd) > head, 20,
                      "a snapshot at head and log/ trimmed up to it")
             m = manifests(etcd)[head]
             assert m["chunks"] >= 2, m
