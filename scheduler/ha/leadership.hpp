@@ -147,8 +147,9 @@ class Leadership {
   // the log in etcd").
 
   // The leader: starts the thread that publishes snapshots. After each
-  // SnapshotWritten() it copies the store at db_path (store/backup.hpp, a
-  // consistent copy as of one commit, into work_dir), writes the copy to
+  // SnapshotWritten() it copies the store at db_path (VACUUM INTO on a
+  // read-only connection: consistent as of one commit, into work_dir), writes
+  // the copy to
   // snapshot/<seq> (its chunks first, each in a txn fenced on the leader key,
   // the manifest last, so a reader never sees half a snapshot), keeps the
   // newest kKeptEtcdSnapshots, and deletes the log/ and topology/ keys at or

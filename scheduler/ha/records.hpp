@@ -52,7 +52,7 @@ std::optional<int64_t> SeqOfKey(std::string_view key, std::string_view prefix,
                                 std::string* rest = nullptr);
 
 // A snapshot in etcd: a consistent copy of the leader's store (its SQLite
-// file, as `topo-scheduler backup` writes it) whose newest event is `seq`,
+// file, like one `topo-scheduler backup` writes) whose newest event is `seq`,
 // in `chunks` values of at most kMaxPartBytes.
 struct SnapshotManifest {
   int64_t term = 0;        // the leader term that wrote it

@@ -11,7 +11,9 @@
 #include <system_error>
 #include <utility>
 
+#include <sqlite3.h>
 #include "ha/leadership.hpp"
+
 #include "store/backup.hpp"
 #include "store/sqlite_db.hpp"
 
@@ -66,6 +68,42 @@ Result<std::string> ReadFileBytes(const std::string& path) {
   return bytes;
 }
 
+struct StoreCopy {
+  int64_t seq = 0;  // its newest event
+  int schema_version = 0;
+};
+
+// Copies the store with VACUUM INTO on a read-only connection: one statement
+// in one read transaction, so the copy is consistent as of one commit, and
+// the leader's commits meanwhile neither wait for it nor restart it (WAL), as
+// they would restart the page-by-page backup API on a busy store. The copy
+// carries no free pages and is left in rollback-journal mode, a plain file.
+Result<StoreCopy> CopyStore(const std::string& db_path, const std::string& copy) {
+  std::error_code ec;
+  std::filesystem::remove(copy, ec);
+  {
+    Result<store::internal::Database> src = store::internal::Database::Open(db_path, true);
+    if (!src.ok()) return Status::Error("cannot open " + db_path + ": " + src.message());
+    sqlite3_busy_timeout(src.value().get(), 5000);
+    std::string quoted;
+    for (char c : copy) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+    if (Status s = src.value().Exec("VACUUM INTO '" + quoted + "'"); !s.ok()) {
+      return Status::Error("VACUUM INTO " + copy + ": " + s.message());
+    }
+  }
+  Result<store::internal::Database> db = store::internal::Database::Open(copy);
+  if (!db.ok()) return Status::Error("cannot open " + copy + ": " + db.message());
+  if (Status s = db.value().Exec("PRAGMA journal_mode = DELETE"); !s.ok()) {
+    return Status::Error(copy + ": " + s.message());
+  }
+  Result<int64_t> seq = db.value().QueryInt("SELECT COALESCE(MAX(seq), 0) FROM events");
+  if (!seq.ok()) return Status::Error(copy + ": " + seq.message());
+  Result<int64_t> version =
+      db.value().QueryInt("SELECT COALESCE(MAX(version), 0) FROM schema_version");
+  if (!version.ok()) return Status::Error(copy + ": " + version.message());
+  return StoreCopy{seq.value(), static_cast<int>(version.value())};
+}
+
 }  // namespace
 
 Status Leadership::FencedTxn(EtcdClient& client, TxnRequest t, const std::string& what) {
@@ -89,25 +127,17 @@ Result<int64_t> Leadership::PublishSnapshot(const std::string& db_path,
   // A consistent copy as of one commit: every commit is in etcd's log
   // before the store's, so the copy's newest seq is in the replicated log.
   const std::string copy = work_dir + "/ha-snapshot.db";
-  std::error_code ec;
-  std::filesystem::remove(copy, ec);
-  Result<store::BackupInfo> info = store::BackupStore(db_path, copy);
-  if (!info.ok()) return Status::Error("copying the store: " + info.message());
   struct Cleanup {
     std::string path;
     ~Cleanup() {
       std::error_code e;
       std::filesystem::remove(path, e);
+      std::filesystem::remove(path + "-journal", e);
     }
   } cleanup{copy};
-  int64_t seq = 0;
-  {
-    Result<store::internal::Database> db = store::internal::Database::Open(copy, true);
-    if (!db.ok()) return Status::Error("reading the store copy: " + db.message());
-    Result<int64_t> last = db.value().QueryInt("SELECT COALESCE(MAX(seq), 0) FROM events");
-    if (!last.ok()) return Status::Error("reading the store copy: " + last.message());
-    seq = last.value();
-  }
+  Result<StoreCopy> info = CopyStore(db_path, copy);
+  if (!info.ok()) return Status::Error("copying the store: " + info.message());
+  const int64_t seq = info.value().seq;
   if (seq <= 0) return int64_t{0};
   Result<std::vector<int64_t>> have = ManifestSeqs(etcd, prefix);
   if (!have.ok()) return have.status();
