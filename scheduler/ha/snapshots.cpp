@@ -12,8 +12,8 @@
 #include <utility>
 
 #include <sqlite3.h>
-#include "ha/leadership.hpp"
 
+#include "ha/leadership.hpp"
 #include "store/backup.hpp"
 #include "store/sqlite_db.hpp"
 
