@@ -201,6 +201,7 @@ Status CoreDriver::MaybeSnapshot(int64_t every_events, core::TimeMs every_ms) {
   const std::string state = core->Snapshot();
   Status s =
       store->WriteSnapshot(static_cast<int>(core::SchedulerCore::kSnapshotVersion), state, now);
+  if (s.ok() && snapshot_written) snapshot_written();
   if (s.ok()) {
     log::Debug(
         "snapshot at seq " + std::to_string(last),

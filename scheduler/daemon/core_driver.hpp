@@ -13,6 +13,7 @@
 // Thread safety: none; the daemon's strand owns it.
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,9 @@ class CoreDriver {
   ReplicateBatch replicate;
   // HA: a topology import's meta, before the store's (service_admin.cpp).
   ReplicateEpoch replicate_epoch;
+  // HA: called after MaybeSnapshot wrote a snapshot (the leader publishes a
+  // copy of the store to etcd, off the strand). Unset: the single daemon.
+  std::function<void()> snapshot_written;
   // Set when the replicated log took what this store then failed to write
   // (an import's meta): every later Commit fails with it, so the daemon
   // stops and catches up as a standby instead of leading on a store that

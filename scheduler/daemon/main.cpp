@@ -13,6 +13,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -74,12 +75,29 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
                     config.ha_cluster + "', name '" + l.value()->options().name + "')");
   // The standby follows the replicated log into its own store between
   // campaigns; the core is rebuilt from the store once elected (Service::Open).
-  topo::core::Result<topo::store::Store> store =
-      topo::store::Store::Open(config.state_dir + "/topo.db");
-  if (!store.ok()) return store.status();
+  std::optional<topo::store::Store> store;
+  {
+    topo::core::Result<topo::store::Store> opened =
+        topo::store::Store::Open(config.state_dir + "/topo.db");
+    if (!opened.ok()) return opened.status();
+    store.emplace(std::move(opened).value());
+  }
+  // A store behind the oldest batch left in etcd's log (started empty, or
+  // down while the log was trimmed) loads the newest snapshot first.
+  auto load_snapshot = [&]() -> Status {
+    topo::core::Result<int64_t> loaded = l.value()->LoadSnapshotIfBehind(store, config.state_dir);
+    if (!loaded.ok()) return loaded.status();
+    if (loaded.value() > 0) {
+      daemon::log::Info("loaded the snapshot at seq " + std::to_string(loaded.value()) +
+                        " from etcd: this store was behind the replicated log's oldest batch");
+    }
+    return Status::Ok();
+  };
   std::string last_error;
   auto follow = [&] {
-    topo::core::Result<int64_t> n = l.value()->CatchUp(store.value());
+    Status s = load_snapshot();
+    topo::core::Result<int64_t> n = s;
+    if (s.ok()) n = l.value()->CatchUp(*store);
     if (!n.ok()) {
       if (n.message() != last_error)
         daemon::log::Error("standby: following the log: " + n.message());
@@ -89,8 +107,10 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
     last_error.clear();
     if (n.value() > 0) {
       daemon::log::Info("standby: applied " + std::to_string(n.value()) +
-                        " logged events; the store is at seq " +
-                        std::to_string(store.value().LastSeq()));
+                        " logged events; the store is at seq " + std::to_string(store->LastSeq()));
+    }
+    if (Status r = l.value()->ReportApplied(store->LastSeq()); !r.ok()) {
+      daemon::log::Warn("standby: cannot report its applied seq to etcd: " + r.message());
     }
   };
   follow();
@@ -101,18 +121,9 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
   }
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
-  // Elected: everything the log holds, up to head, before leading.
-  topo::core::Result<int64_t> caught_up = l.value()->CatchUp(store.value());
-  if (!caught_up.ok()) {
-    (void)l.value()->Resign();
-    return Status::Error("catching up with the replicated log: " + caught_up.message());
-  }
-  const int64_t last_seq = store.value().LastSeq();
-  daemon::log::Info("caught up with the replicated log at seq " + std::to_string(last_seq));
-  if (Status s = l.value()->TakeOver(last_seq); !s.ok()) {
-    (void)l.value()->Resign();  // let another replica lead at once
-    return s;
-  }
+  l.value()->StopReporting();
+  // The lease is kept alive from here on: catching up (a snapshot download
+  // included) may outlast a TTL. Losing it meanwhile fails the take-over.
   l.value()->StartRenewing([](const std::string& why) {
     const Status lost =
         Status::Error("lost the leadership (" + why + "); exiting, to restart as a standby",
@@ -120,6 +131,20 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
     daemon::log::Error(lost.message());
     if (daemon::Server* server = g_server.load(); server != nullptr) server->Shutdown(lost);
   });
+  // Elected: everything the log holds, up to head, before leading.
+  Status loaded = load_snapshot();
+  topo::core::Result<int64_t> caught_up = loaded;
+  if (loaded.ok()) caught_up = l.value()->CatchUp(*store);
+  if (!caught_up.ok()) {
+    (void)l.value()->Resign();
+    return Status::Error("catching up with the replicated log: " + caught_up.message());
+  }
+  const int64_t last_seq = store->LastSeq();
+  daemon::log::Info("caught up with the replicated log at seq " + std::to_string(last_seq));
+  if (Status s = l.value()->TakeOver(last_seq); !s.ok()) {
+    (void)l.value()->Resign();  // let another replica lead at once
+    return s;
+  }
   return l;
 }
 
@@ -368,7 +393,14 @@ int main(int argc, char** argv) {
   topo::core::Result<std::unique_ptr<daemon::Service>> service = daemon::Service::Open(
       config, &metrics, NowMs(), std::move(replicate), std::move(replicate_epoch));
   if (!service.ok()) return Fail(service.message());
-  if (leadership) service.value()->SetLeadershipTerm(leadership->term());
+  if (leadership) {
+    service.value()->SetLeadershipTerm(leadership->term());
+    // Each local snapshot is published to etcd off the strand, which also
+    // trims the replicated log (docs/ha.md, Snapshots bound the log in etcd).
+    leadership->StartPublishing(config.state_dir + "/topo.db", config.state_dir,
+                                [](const std::string& line) { daemon::log::Info("HA: " + line); });
+    service.value()->OnSnapshotWritten([l = leadership.get()] { l->SnapshotWritten(); });
+  }
   const daemon::Service& svc = *service.value();
   if (svc.first_admin_token()) {
     const std::string path = config.state_dir + "/admin-token";

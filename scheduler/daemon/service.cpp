@@ -425,6 +425,10 @@ Status Service::Commit() { return s_->Commit(); }
 
 void Service::SetLeadershipTerm(int64_t term) { s_->agents->SetTerm(term); }
 
+void Service::OnSnapshotWritten(std::function<void()> hook) {
+  s_->driver.snapshot_written = std::move(hook);
+}
+
 Status ServiceState::Commit() {
   Result<std::vector<store::LogEntry>> done = driver.Commit();
   if (!done.ok()) return done.status();

@@ -127,6 +127,9 @@ class Service {
   // `registered` carries it, so agents refuse an older leader. Call before
   // the agent listener opens.
   void SetLeadershipTerm(int64_t term);
+  // HA: `hook` runs on the strand after each snapshot the store writes
+  // (docs/ha.md: the leader publishes it to etcd); it must not block.
+  void OnSnapshotWritten(std::function<void()> hook);
 
   HttpResponse Handle(const HttpRequest& request, core::TimeMs now);
   // Reads that need no strand (the event log, the audit log, whoami;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ha/leadership.hpp"
+#include "ha/records.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/topology_io.hpp"
 
@@ -20,6 +21,11 @@ namespace {
 // The meta keys a topology import sets (service_admin.cpp), and the only
 // ones an epoch key may carry.
 constexpr const char* kEpochMetaKeys[] = {"topology", "topology_from_seq", "policy"};
+
+// Values read per range: each is at most 1 MiB (a batch, a header, a part),
+// so an answer stays below kMaxEtcdResponseBytes even in base64.
+constexpr int64_t kValuesPerRange = 8;
+static_assert(kValuesPerRange * kMaxPartBytes * 4 / 3 + (1u << 20) < kMaxEtcdResponseBytes);
 
 Status Corrupt(const std::string& key, const std::string& why) {
   return Status::Error("etcd key " + key + ": " + why + "; it is written only by topo-scheduler",
@@ -39,6 +45,49 @@ Result<std::optional<core::Topology>> StoredTopology(store::Store& store) {
 
 }  // namespace
 
+// The value at kv, or, when kv holds a split value's header, the value its
+// parts make (read with one range over kv.key + "/"). Errors name the key.
+Result<json> Leadership::ReadSplit(const KeyValue& kv) {
+  json j = json::parse(kv.value, nullptr, false);
+  Result<std::optional<BatchParts>> header = ParseBatchParts(j);
+  if (!header.ok()) return Corrupt(kv.key, header.message());
+  if (!header.value()) return j;
+  const BatchParts& h = *header.value();
+  // In ranges of kValuesPerRange parts, so no answer exceeds the client's
+  // limit whatever the batch's size.
+  std::string text;
+  text.reserve(static_cast<size_t>(h.bytes));
+  int64_t i = 0;
+  while (i < h.parts) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/%04lld", static_cast<long long>(i));
+    RangeRequest r;
+    r.key = kv.key + name;
+    r.range_end = PrefixRangeEnd(kv.key + "/");
+    r.limit = kValuesPerRange;
+    Result<RangeResponse> parts = log_client_->Range(r);
+    if (!parts.ok()) return parts.status();
+    if (parts.value().kvs.empty()) {
+      return Corrupt(kv.key, "its header names " + std::to_string(h.parts) + " parts, etcd holds " +
+                                 std::to_string(i));
+    }
+    for (const KeyValue& part : parts.value().kvs) {
+      std::snprintf(name, sizeof name, "/%04lld", static_cast<long long>(i));
+      if (part.key != kv.key + name) return Corrupt(part.key, "not the part expected here");
+      if (++i > h.parts) {
+        return Corrupt(kv.key,
+                       "etcd holds more parts than its header's " + std::to_string(h.parts));
+      }
+      text += part.value;
+    }
+  }
+  if (static_cast<int64_t>(text.size()) != h.bytes) {
+    return Corrupt(kv.key, "its parts hold " + std::to_string(text.size()) + " bytes, the header " +
+                               std::to_string(h.bytes));
+  }
+  return json::parse(text, nullptr, false);
+}
+
 std::string EpochKey(const std::string& cluster, int64_t from_seq) {
   char digits[24];
   std::snprintf(digits, sizeof digits, "%020lld", static_cast<long long>(from_seq));
@@ -54,12 +103,15 @@ Status Leadership::AppendEpoch(int64_t from_seq,
   }
   json value = json::object();
   for (const auto& [k, v] : meta) value[k] = v;
-  const std::string text = json{{"term", term_}, {"from_seq", from_seq}, {"meta", value}}.dump();
-  if (text.size() > kMaxBatchBytes) {
-    return Status::Error("the topology is " + std::to_string(text.size()) +
-                             " bytes as JSON, above the 1 MiB one etcd request carries; splitting "
-                             "it over several keys is not built yet (docs/ha.md)",
-                         core::ErrorCode::kUnavailable);
+  std::string text = json{{"term", term_}, {"from_seq", from_seq}, {"meta", value}}.dump();
+  const size_t bytes = text.size();
+  Result<std::vector<PutRequest>> puts =
+      SplitPuts(EpochKey(options_.cluster, from_seq), std::move(text), term_, from_seq, from_seq,
+                [&](int64_t i) { return EpochPartKey(options_.cluster, from_seq, i); });
+  if (!puts.ok()) {
+    return Status::Error(
+        "the topology (" + std::to_string(bytes) + " bytes as JSON): " + puts.message(),
+        core::ErrorCode::kUnavailable);
   }
   const std::string prefix = KeyPrefix(options_.cluster);
   TxnRequest t;
@@ -73,12 +125,13 @@ Status Leadership::AppendEpoch(int64_t from_seq,
   head.target = Compare::Target::kValue;
   head.value = std::to_string(from_seq - 1);
   t.compare.push_back(head);
-  t.success.push_back(PutRequest{EpochKey(options_.cluster, from_seq), text, 0});
-  t.failure.push_back(RangeRequest{prefix + "leader", "", 0, 0});
-  t.failure.push_back(RangeRequest{prefix + "head", "", 0, 0});
+  for (PutRequest& p : puts.value()) t.success.push_back(std::move(p));
+  t.failure.push_back(RangeRequest{prefix + "leader", "", 0, 0, false});
+  t.failure.push_back(RangeRequest{prefix + "head", "", 0, 0, false});
   Result<TxnResponse> r = log_client_->Txn(t);
   if (!r.ok()) {
-    return Status::Error("the replicated log did not take the topology import: " + r.message(),
+    return Status::Error("the replicated log did not take the topology import: " + r.message() +
+                             TooLargeHint(r.message()),
                          core::ErrorCode::kUnavailable);
   }
   if (r.value().succeeded) return Status::Ok();
@@ -92,11 +145,13 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
     const int64_t next = store.LastSeq() + 1;
     // An epoch that starts at next comes before the batch at next.
     Result<RangeResponse> epoch =
-        log_client_->Range(RangeRequest{EpochKey(options_.cluster, next), "", 0, 0});
+        log_client_->Range(RangeRequest{EpochKey(options_.cluster, next), "", 0, 0, false});
     if (!epoch.ok()) return epoch.status();
     if (!epoch.value().kvs.empty()) {
       const KeyValue& kv = epoch.value().kvs.front();
-      json j = json::parse(kv.value, nullptr, false);
+      Result<json> joined = ReadSplit(kv);
+      if (!joined.ok()) return joined.status();
+      json j = std::move(joined).value();
       if (!j.is_object() || !j.contains("meta") || !j["meta"].is_object()) {
         return Corrupt(kv.key, "not an epoch record {\"term\", \"from_seq\", \"meta\"}");
       }
@@ -126,15 +181,40 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
     RangeRequest r;
     r.key = LogKey(options_.cluster, next);
     r.range_end = PrefixRangeEnd(prefix + "log/");
-    r.limit = 64;
+    r.limit = kValuesPerRange;
     Result<RangeResponse> log = log_client_->Range(r);
     if (!log.ok()) return log.status();
-    if (log.value().kvs.empty()) return applied;
+    if (log.value().kvs.empty()) {
+      // Nothing after this store: the end of the log, or a log trimmed past
+      // it. head, then log/ again (a batch appended before that head read is
+      // visible to the second read), tell them apart.
+      Result<RangeResponse> head =
+          log_client_->Range(RangeRequest{prefix + "head", "", 0, 0, false});
+      if (!head.ok()) return head.status();
+      if (head.value().kvs.empty()) return applied;
+      Result<int64_t> head_seq = ParseAppliedSeq(head.value().kvs.front().value);
+      if (!head_seq.ok() || head_seq.value() <= store.LastSeq()) return applied;
+      log = log_client_->Range(r);
+      if (!log.ok()) return log.status();
+      if (log.value().kvs.empty()) {
+        return Status::Error("the replicated log ends at seq " + std::to_string(head_seq.value()) +
+                                 " but holds no batch after this replica's store's seq " +
+                                 std::to_string(store.LastSeq()) +
+                                 ": it was trimmed past this store and no snapshot in etcd "
+                                 "covers the gap; give this replica the state directory of one "
+                                 "that is up to date",
+                             core::ErrorCode::kConflict);
+      }
+    }
     Result<std::optional<core::Topology>> topology = StoredTopology(store);
     if (!topology.ok()) return topology.status();
     for (const KeyValue& kv : log.value().kvs) {
+      std::string part;
+      if (SeqOfKey(kv.key, prefix + "log/", &part) && !part.empty()) continue;  // ReadSplit's
       const int64_t want = store.LastSeq() + 1;
-      json j = json::parse(kv.value, nullptr, false);
+      Result<json> joined = ReadSplit(kv);
+      if (!joined.ok()) return joined.status();
+      json j = std::move(joined).value();
       if (!j.is_object() || !j.contains("first_seq") || !j["first_seq"].is_number_integer() ||
           !j.contains("entries") || !j["entries"].is_array() || j["entries"].empty()) {
         return Corrupt(kv.key, "not a batch {\"term\", \"first_seq\", \"entries\"}");
@@ -144,14 +224,15 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
         return Status::Error(
             "etcd key " + kv.key + " holds the batch from seq " + std::to_string(first_seq) +
                 " but this replica's store ends at seq " + std::to_string(want - 1) +
-                ": the replicated log no longer holds the batches in between (or this store "
-                "has some it lacks); give this replica an empty state directory",
+                ": the replicated log no longer holds the batches in between and no snapshot "
+                "in etcd covers them (or this store has batches the log lacks); give this "
+                "replica the state directory of one that is up to date",
             core::ErrorCode::kConflict);
       }
       // A later epoch begins inside this range: apply it first.
       if (first_seq != next) {
-        Result<RangeResponse> e =
-            log_client_->Range(RangeRequest{EpochKey(options_.cluster, first_seq), "", 0, 0});
+        Result<RangeResponse> e = log_client_->Range(
+            RangeRequest{EpochKey(options_.cluster, first_seq), "", 0, 0, false});
         if (!e.ok()) return e.status();
         if (!e.value().kvs.empty()) break;
       }

@@ -258,6 +258,7 @@ json ToJson(const RangeRequest& r) {
   if (!r.range_end.empty()) j["range_end"] = Base64Encode(r.range_end);
   if (r.limit != 0) j["limit"] = Dec(r.limit);
   if (r.revision != 0) j["revision"] = Dec(r.revision);
+  if (r.keys_only) j["keys_only"] = true;
   return j;
 }
 

@@ -58,9 +58,10 @@ struct KeyValue {
 // ---- requests
 struct RangeRequest {
   std::string key;
-  std::string range_end;  // empty: key alone; PrefixRangeEnd(p) with key p: the prefix
-  int64_t limit = 0;      // 0: no limit
-  int64_t revision = 0;   // 0: the newest
+  std::string range_end;   // empty: key alone; PrefixRangeEnd(p) with key p: the prefix
+  int64_t limit = 0;       // 0: no limit
+  int64_t revision = 0;    // 0: the newest
+  bool keys_only = false;  // the keys without their values
 };
 
 struct PutRequest {

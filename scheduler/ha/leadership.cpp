@@ -46,6 +46,46 @@ RangeRequest KeyAlone(const std::string& key) {
 
 }  // namespace
 
+std::string TooLargeHint(const std::string& etcd_error) {
+  // "etcdserver: request is too large" above --max-request-bytes; gRPC's own
+  // "received message larger than max" above it plus gRPC's 512 KiB margin.
+  if (etcd_error.find("too large") == std::string::npos &&
+      etcd_error.find("larger than max") == std::string::npos) {
+    return "";
+  }
+  return " (etcd refuses a request above its --max-request-bytes, 1.5 MiB by default; raise "
+         "it on every member for batches this large, docs/ha.md)";
+}
+
+Result<std::vector<PutRequest>> SplitPuts(const std::string& key, std::string value, int64_t term,
+                                          int64_t first_seq, int64_t last_seq,
+                                          const std::function<std::string(int64_t)>& part_key) {
+  std::vector<PutRequest> puts;
+  if (value.size() <= kMaxBatchBytes) {
+    puts.push_back(PutRequest{key, std::move(value), 0});
+    return puts;
+  }
+  const int64_t parts = static_cast<int64_t>((value.size() + kMaxPartBytes - 1) / kMaxPartBytes);
+  if (parts > kMaxBatchParts) {
+    return Status::Error(std::to_string(value.size()) + " bytes of JSON need " +
+                         std::to_string(parts) + " keys of 1 MiB, above the " +
+                         std::to_string(kMaxBatchParts) +
+                         " one etcd txn may write (docs/ha.md, Size limits)");
+  }
+  BatchParts header;
+  header.term = term;
+  header.first_seq = first_seq;
+  header.last_seq = last_seq;
+  header.parts = parts;
+  header.bytes = static_cast<int64_t>(value.size());
+  puts.push_back(PutRequest{key, EncodeBatchParts(header), 0});
+  for (int64_t i = 0; i < parts; ++i) {
+    puts.push_back(PutRequest{
+        part_key(i), value.substr(static_cast<size_t>(i) * kMaxPartBytes, kMaxPartBytes), 0});
+  }
+  return puts;
+}
+
 std::string KeyPrefix(const std::string& cluster) { return "/toposched/" + cluster + "/"; }
 
 std::string LogKey(const std::string& cluster, int64_t first_seq) {
@@ -75,16 +115,19 @@ Result<std::string> EncodeBatch(int64_t term, int64_t first_seq,
 }
 
 Leadership::Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> election_client,
-                       std::unique_ptr<EtcdClient> log_client)
+                       std::unique_ptr<EtcdClient> log_client,
+                       std::unique_ptr<EtcdClient> snapshot_client)
     : options_(std::move(options)),
       election_client_(std::move(election_client)),
-      log_client_(std::move(log_client)) {
+      log_client_(std::move(log_client)),
+      snapshot_client_(std::move(snapshot_client)) {
   election_ = std::make_unique<Election>(
       election_client_.get(),
       ElectionOptions{KeyPrefix(options_.cluster) + "leader", options_.name, options_.ttl_s});
 }
 
 Leadership::~Leadership() {
+  StopPublishing();
   stop_renewing_ = true;
   if (renewer_.joinable()) renewer_.join();
 }
@@ -120,8 +163,10 @@ Result<std::unique_ptr<Leadership>> Leadership::Create(LeadershipOptions options
   if (!a.ok()) return rename(a.status());
   Result<std::unique_ptr<EtcdClient>> b = EtcdClient::Create(options.etcd);
   if (!b.ok()) return rename(b.status());
-  return std::unique_ptr<Leadership>(
-      new Leadership(std::move(options), std::move(a).value(), std::move(b).value()));
+  Result<std::unique_ptr<EtcdClient>> c = EtcdClient::Create(options.etcd);
+  if (!c.ok()) return rename(c.status());
+  return std::unique_ptr<Leadership>(new Leadership(std::move(options), std::move(a).value(),
+                                                    std::move(b).value(), std::move(c).value()));
 }
 
 Status Leadership::WaitToLead(const std::function<void(const std::string&)>& say,
@@ -286,18 +331,19 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
   }
   Result<std::string> value = EncodeBatch(term_, first_seq, batch, topology);
   if (!value.ok()) return value.status();
-  if (value.value().size() > kMaxBatchBytes) {
-    return Unavailable("a batch of " + std::to_string(batch.size()) + " entries is " +
-                       std::to_string(value.value().size()) +
-                       " bytes, above the 1 MiB one etcd request carries; splitting batches is "
-                       "not built yet (docs/ha.md)");
-  }
   const std::string prefix = KeyPrefix(options_.cluster);
   const int64_t last_seq = first_seq + static_cast<int64_t>(batch.size()) - 1;
   TxnRequest t;
   t.compare.push_back(CreateRevisionIs(prefix + "leader", term_));
   t.compare.push_back(ValueIs(prefix + "head", std::to_string(first_seq - 1)));
-  t.success.push_back(PutRequest{LogKey(options_.cluster, first_seq), std::move(value).value(), 0});
+  Result<std::vector<PutRequest>> puts =
+      SplitPuts(LogKey(options_.cluster, first_seq), std::move(value).value(), term_, first_seq,
+                last_seq, [&](int64_t i) { return LogPartKey(options_.cluster, first_seq, i); });
+  if (!puts.ok()) {
+    return Unavailable("a batch of " + std::to_string(batch.size()) +
+                       " entries: " + puts.message());
+  }
+  for (PutRequest& p : puts.value()) t.success.push_back(std::move(p));
   t.success.push_back(PutRequest{prefix + "head", std::to_string(last_seq), 0});
   t.failure.push_back(KeyAlone(prefix + "leader"));
   t.failure.push_back(KeyAlone(prefix + "head"));
@@ -315,7 +361,7 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
   }
   if (!r.ok()) {
     return Unavailable("the replicated log did not take seq " + std::to_string(first_seq) + "-" +
-                       std::to_string(last_seq) + ": " + r.message());
+                       std::to_string(last_seq) + ": " + r.message() + TooLargeHint(r.message()));
   }
   if (r.value().succeeded) return Status::Ok();
   if (retried && AppliedBefore(r.value(), last_seq)) return Status::Ok();
@@ -323,6 +369,7 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
 }
 
 Status Leadership::Resign() {
+  StopPublishing();
   stop_renewing_ = true;
   if (renewer_.joinable()) renewer_.join();
   lost_ = true;

@@ -4,9 +4,11 @@
 // to the replicated log in etcd, fenced on the leader key.
 //
 //   auto l = Leadership::Create(options);
-//   l->WaitToLead(log, stop);               // blocks: the standby phase
-//   l->TakeOver(store.LastSeq());           // the replicated log must end where the store does
+//   l->WaitToLead(log, stop, follow);       // blocks: the standby phase
 //   l->StartRenewing(on_lost);              // keepalives on a thread of its own
+//   l->LoadSnapshotIfBehind(store, dir);    // a store behind the trimmed log
+//   l->CatchUp(store);                      // the rest of the log
+//   l->TakeOver(store.LastSeq());           // the replicated log must end where the store does
 //   ... per group commit, before the local SQLite append:
 //   l->Append(first_seq, batch, topology);  // Ok: the batch is in etcd under our term
 //
@@ -30,9 +32,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -41,6 +45,7 @@
 
 #include "ha/election.hpp"
 #include "ha/etcd_client.hpp"
+#include "ha/records.hpp"
 #include "store/store.hpp"
 #include "topo/core/status.hpp"
 #include "topo/core/topology.hpp"
@@ -55,7 +60,8 @@ struct LeadershipOptions {
 };
 
 // The largest batch value written as one key (etcd refuses requests above
-// its --max-request-bytes, 1.5 MiB by default).
+// its --max-request-bytes, 1.5 MiB by default). A larger batch is split into
+// parts of at most kMaxPartBytes (records.hpp) written in the same txn.
 inline constexpr size_t kMaxBatchBytes = 1u << 20;
 
 // "/toposched/<cluster>/".
@@ -73,6 +79,18 @@ std::string EpochKey(const std::string& cluster, int64_t from_seq);
 core::Result<std::string> EncodeBatch(int64_t term, int64_t first_seq,
                                       std::span<const store::LogEntry> batch,
                                       const core::Topology& topology);
+
+// The puts that store `value` at `key`: one put when it is at most
+// kMaxBatchBytes, else a BatchParts header at `key` (first_seq..last_seq; an
+// epoch gives from_seq twice) and the value's consecutive slices of at most
+// kMaxPartBytes at part_key(0), part_key(1), ..., all for ONE txn. Errors:
+// more than kMaxBatchParts parts.
+core::Result<std::vector<PutRequest>> SplitPuts(
+    const std::string& key, std::string value, int64_t term, int64_t first_seq, int64_t last_seq,
+    const std::function<std::string(int64_t)>& part_key);
+// " (etcd refuses ...: raise --max-request-bytes ...)" for etcd's "request is
+// too large" error; empty for any other.
+std::string TooLargeHint(const std::string& etcd_error);
 
 class Leadership {
  public:
@@ -127,6 +145,58 @@ class Leadership {
   // Revokes the lease (a clean stop: a standby takes over at once).
   core::Status Resign();
 
+  // ---- snapshots in etcd and the bounded log (docs/ha.md, "Snapshots bound
+  // the log in etcd").
+
+  // The leader: starts the thread that publishes snapshots. After each
+  // SnapshotWritten() it copies the store at db_path (VACUUM INTO on a
+  // read-only connection: consistent as of one commit, into work_dir), writes
+  // the copy to
+  // snapshot/<seq> (its chunks first, each in a txn fenced on the leader key,
+  // the manifest last, so a reader never sees half a snapshot), keeps the
+  // newest kKeptEtcdSnapshots, and deletes the log/ and topology/ keys at or
+  // below min(the newest snapshot's seq, every applied/<replica> seq) in one
+  // fenced txn; between snapshots it trims every TTL as standbys advance.
+  // `say` gets one line per snapshot and trim, or why one failed (the log
+  // stays the truth: a failed publication is tried at the next snapshot).
+  // REQUIRES: after TakeOver; called once.
+  void StartPublishing(std::string db_path, std::string work_dir,
+                       std::function<void(const std::string&)> say);
+  // From the strand after the store wrote a snapshot: wakes the publisher
+  // (never blocks; a publication in progress takes the newest state when it
+  // starts its next round).
+  void SnapshotWritten();
+  // What StartPublishing's thread does once, on the calling thread. Returns
+  // the published seq (0: etcd already holds a snapshot as new).
+  core::Result<int64_t> PublishSnapshot(const std::string& db_path, const std::string& work_dir);
+  // Deletes the log/ and topology/ keys at or below min(the newest snapshot
+  // in etcd, every applied/<replica> seq but this replica's) in one txn
+  // fenced on the leader key. Returns the new cut (0: nothing to trim).
+  // REQUIRES: the publisher's thread (or, in tests, no publisher).
+  core::Result<int64_t> TrimLog();
+
+  // A standby, after each catch-up: puts applied/<name> = seq on a lease of
+  // its own (TTL ha_lease_ttl_s, kept alive by each call), so the leader
+  // never trims a batch this replica still needs, and forgets it once this
+  // replica stops calling (dies, stops, is elected).
+  core::Status ReportApplied(int64_t seq);
+  // Elected: revokes that lease (the leader's own progress bounds nothing).
+  void StopReporting();
+
+  // A standby or a new leader whose store is behind the oldest batch left in
+  // log/ (started empty, or down while the log was trimmed): loads the newest
+  // snapshot in etcd in place of the store at state_dir/topo.db (checked
+  // against its manifest's size and SHA-256, then restored as
+  // `topo-scheduler restore --force` does) and reopens `store` on it, so the
+  // ordinary start (a local snapshot plus the events after it) and CatchUp
+  // go on from the snapshot's seq. Returns that seq, or 0 when the store is
+  // not behind or no snapshot covers the gap (CatchUp then names the gap).
+  // Errors: etcd fails, a chunk is missing or does not match the manifest,
+  // the restore fails (the old store is reopened).
+  // REQUIRES: store holds the store of state_dir; the CatchUp thread.
+  core::Result<int64_t> LoadSnapshotIfBehind(std::optional<store::Store>& store,
+                                             const std::string& state_dir);
+
   int64_t term() const { return term_; }
   bool lost() const { return lost_.load(); }
   std::string lost_reason() const;
@@ -134,7 +204,7 @@ class Leadership {
 
  private:
   Leadership(LeadershipOptions options, std::unique_ptr<EtcdClient> election_client,
-             std::unique_ptr<EtcdClient> log_client);
+             std::unique_ptr<EtcdClient> log_client, std::unique_ptr<EtcdClient> snapshot_client);
   core::Status MarkLost(const std::string& why);
   // The standby's wait between rounds: until `until`, or a change under the
   // cluster's keys (then at least kMinRound after `round_start`).
@@ -144,6 +214,8 @@ class Leadership {
   // an earlier attempt of the same append applied (its answer was lost).
   bool AppliedBefore(const TxnResponse& t, int64_t last_seq) const;
   std::string DescribeFailedAppend(const TxnResponse& t, int64_t expected_head) const;
+  // CatchUp's reader of a value that may be split over parts (records.hpp).
+  core::Result<nlohmann::json> ReadSplit(const KeyValue& kv);
 
   LeadershipOptions options_;
   std::unique_ptr<EtcdClient> election_client_;  // the election's (renewing thread)
@@ -156,6 +228,21 @@ class Leadership {
   std::string lost_reason_;  // guarded by mu_
   std::atomic<bool> stop_renewing_ = false;
   std::thread renewer_;
+
+  // Snapshot publishing (the publisher thread owns snapshot_client_).
+  core::Status FencedTxn(EtcdClient& client, TxnRequest t, const std::string& what);
+  void StopPublishing();
+  std::unique_ptr<EtcdClient> snapshot_client_;
+  std::mutex publish_mu_;
+  std::condition_variable publish_cv_;
+  bool publish_due_ = false;      // guarded by publish_mu_
+  bool stop_publishing_ = false;  // guarded by publish_mu_
+  std::thread publisher_;
+  int64_t newest_snapshot_seq_ = 0;  // the publisher's: the newest in etcd (0: not read yet)
+  int64_t trimmed_to_ = 0;           // the publisher's: log/ holds nothing at or below it
+  // ReportApplied's lease (the standby's thread).
+  int64_t applied_lease_ = 0;
+  int64_t applied_reported_ = -1;
 };
 
 }  // namespace topo::ha

@@ -1,9 +1,9 @@
 // libFuzzer target for the text parsers of common/ (topo_common) and of the
 // etcd gateway's answers (scheduler/ha/gateway.cpp).
 //
-// The first byte of the input selects the parser (byte % 16; past 11, % 8), the rest is its
+// The first byte of the input selects the parser (byte % 16; past 12, % 8), the rest is its
 // text; the seed corpus (tests/fuzz/corpus) starts each file with the digit (':' for 10, ';'
-// for 11):
+// for 11, '<' for 12):
 //
 //   0 ParseJobSpec          JobSpecFromJson(JobSpecToJson(x)) == x, and
 //                           through text too
@@ -22,6 +22,9 @@
 //                           etcd member, or anything on its port, sends the
 //                           daemon); Base64Decode, whose output encodes back
 //                           to the input
+//  12 etcd records          ha/records.hpp: a snapshot manifest, a split
+//                           batch header and an applied seq each read back
+//                           equal once written; SeqOfKey must not crash
 //
 // Parsers return core::Result and must never throw: nothing is caught here,
 // so an exception, a sanitizer report or a broken round trip (Fail below,
@@ -32,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ha/gateway.hpp"
+#include "ha/records.hpp"
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
@@ -364,13 +369,38 @@ void FuzzEtcdGateway(std::string_view text) {
   (void)ha::GatewayErrorMessage(j);
 }
 
+// The values topo-scheduler keeps in etcd beside the log (ha/records.hpp):
+// what parses writes back and parses to the same record.
+void FuzzEtcdRecords(std::string_view text) {
+  if (core::Result<ha::SnapshotManifest> m = ha::ParseSnapshotManifest(text); m.ok()) {
+    core::Result<ha::SnapshotManifest> back =
+        ha::ParseSnapshotManifest(ha::EncodeSnapshotManifest(m.value()));
+    Require(back.ok() && back.value() == m.value(), "snapshot manifest: write then read");
+  }
+  if (core::Result<int64_t> a = ha::ParseAppliedSeq(text); a.ok()) {
+    Require(ha::ParseAppliedSeq(std::to_string(a.value())).value() == a.value(),
+            "applied seq: write then read");
+  }
+  std::string rest;
+  (void)ha::SeqOfKey(text, "/toposched/t/log/", &rest);
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return;
+  core::Result<std::optional<ha::BatchParts>> p = ha::ParseBatchParts(j);
+  if (p.ok() && p.value()) {
+    core::Result<std::optional<ha::BatchParts>> back =
+        ha::ParseBatchParts(json::parse(ha::EncodeBatchParts(*p.value())));
+    Require(back.ok() && back.value() && *back.value() == *p.value(),
+            "split batch header: write then read");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   const unsigned selector = data[0] % 16;
-  switch (selector < 12 ? selector : selector % 8) {
+  switch (selector < 13 ? selector : selector % 8) {
     case 0:
       FuzzJobSpec(text);
       break;
@@ -412,6 +442,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 11:
       FuzzEtcdGateway(text);
+      break;
+    case 12:
+      FuzzEtcdRecords(text);
       break;
   }
   return 0;

@@ -56,7 +56,7 @@ TEST_CASE("a campaign txn is written as the gateway expects") {
   TxnRequest t;
   t.compare.push_back({"L", Compare::Target::kCreate, Compare::Op::kEqual, 0, ""});
   t.success.push_back(PutRequest{.key = "L", .value = "me", .lease = 6171798566322865158});
-  t.failure.push_back(RangeRequest{"L", "", 0, 0});
+  t.failure.push_back(RangeRequest{"L", "", 0, 0, false});
   const json j = ToJson(t);
   CHECK(j["compare"][0] ==
         json{{"key", "TA=="}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}});
@@ -74,7 +74,7 @@ TEST_CASE("a campaign txn is written as the gateway expects") {
   CHECK(j2["compare"][0]["result"] == "NOT_EQUAL");
   CHECK(j2["success"][0] ==
         json{{"request_delete_range", {{"key", "YQ=="}, {"range_end", "Yg=="}}}});
-  CHECK(ToJson(RangeRequest{"k", "", 5, 9}) ==
+  CHECK(ToJson(RangeRequest{"k", "", 5, 9, false}) ==
         json{{"key", "aw=="}, {"limit", "5"}, {"revision", "9"}});
 }
 

@@ -70,3 +70,51 @@ TEST_CASE("a batch whose text is not UTF-8 is refused, not thrown") {
 
 }  // namespace
 }  // namespace topo::ha
+
+namespace topo::ha {
+namespace {
+
+TEST_CASE("a value up to 1 MiB is one put; a larger one a header and parts that rebuild it") {
+  auto part_key = [](int64_t i) { return LogPartKey("p", 41, i); };
+  auto small = SplitPuts(LogKey("p", 41), std::string(kMaxBatchBytes, 'a'), 3, 41, 45, part_key);
+  REQUIRE(small.ok());
+  REQUIRE(small.value().size() == 1);
+  CHECK(small.value()[0].key == LogKey("p", 41));
+  CHECK(small.value()[0].value.size() == kMaxBatchBytes);
+
+  std::string big;
+  for (size_t i = 0; i < 2 * kMaxPartBytes + 10; ++i)
+    big.push_back(static_cast<char>('a' + i % 26));
+  auto split = SplitPuts(LogKey("p", 41), big, 3, 41, 45, part_key);
+  REQUIRE(split.ok());
+  REQUIRE(split.value().size() == 4);  // the header and three parts
+  auto header = ParseBatchParts(nlohmann::json::parse(split.value()[0].value));
+  REQUIRE(header.ok());
+  REQUIRE(header.value().has_value());
+  CHECK(*header.value() == BatchParts{3, 41, 45, 3, static_cast<int64_t>(big.size())});
+  std::string joined;
+  for (size_t i = 1; i < split.value().size(); ++i) {
+    CHECK(split.value()[i].key == LogPartKey("p", 41, static_cast<int64_t>(i - 1)));
+    CHECK(split.value()[i].value.size() <= kMaxPartBytes);
+    joined += split.value()[i].value;
+  }
+  CHECK(joined == big);
+}
+
+TEST_CASE("a value that needs more parts than one txn may write is refused, saying so") {
+  auto r = SplitPuts(LogKey("p", 1), std::string(kMaxBatchParts * kMaxPartBytes + 1, 'x'), 3, 1, 1,
+                     [](int64_t i) { return LogPartKey("p", 1, i); });
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message().find("above the 100 one etcd txn may write") != std::string::npos);
+}
+
+TEST_CASE("etcd's request-too-large error gets the setting to raise; others nothing") {
+  CHECK(TooLargeHint("etcd https://x: etcdserver: request is too large")
+            .find("--max-request-bytes") != std::string::npos);
+  CHECK(TooLargeHint("HTTP 429: grpc: received message larger than max (3279705 vs. 2097152)")
+            .find("--max-request-bytes") != std::string::npos);
+  CHECK(TooLargeHint("etcdserver: request timed out").empty());
+}
+
+}  // namespace
+}  // namespace topo::ha
