@@ -89,17 +89,29 @@ def oldest_batch(etcd):
     return seqs[0] if seqs else int(etcd_get(etcd, "head")) + 1
 
 
-def manifests(etcd):
-    """{seq: manifest} of the snapshots in etcd."""
+def manifests(etcd, snapshot_keys=None):
+    """{seq: manifest} of the snapshots in etcd (or in snapshot_keys, one read of them)."""
     out = {}
-    for k, v in keys(etcd, "snapshot/", values=True):
+    for k, v in (snapshot_keys or keys(etcd, "snapshot/", values=True)):
         if k.count("/") == 1:
             out[int(k.split("/")[1])] = json.loads(v)
     return out
 
 
-def check_snapshot(etcd, seq, m):
-    chunks = dict(keys(etcd, f"snapshot/{seq:020d}/", values=True))
+def check_snapshots(etcd):
+    """Every snapshot in etcd is whole, from one read of snapshot/ (the
+    publisher may replace the oldest between two reads). Returns {seq: manifest}."""
+    snapshot_keys = keys(etcd, "snapshot/", values=True)
+    ms = manifests(etcd, snapshot_keys)
+    for seq, m in ms.items():
+        check_snapshot(etcd, seq, m, snapshot_keys)
+    return ms
+
+
+def check_snapshot(etcd, seq, m, snapshot_keys=None):
+    prefix = f"snapshot/{seq:020d}/"
+    chunks = {k: v for k, v in (snapshot_keys or keys(etcd, prefix, values=True))
+              if k.startswith(prefix)}
     assert len(chunks) == m["chunks"], (seq, sorted(chunks), m)
     data = b"".join(chunks[f"snapshot/{seq:020d}/{i:06d}"] for i in range(m["chunks"]))
     assert len(data) == m["bytes"], (len(data), m)
@@ -169,9 +181,7 @@ def scenario_bounded(binary, tmp):
             acked += submit_n(a, len(acked), 4 * SNAP)
             wait_for(lambda: len(manifests(etcd)) == 2 and oldest_batch(etcd) > 1, 20,
                      "two snapshots in etcd and log/ trimmed")
-            ms = manifests(etcd)
-            for seq, m in ms.items():
-                check_snapshot(etcd, seq, m)
+            ms = check_snapshots(etcd)
             # The publisher trims again every TTL as b advances, down to the lagging
             # standby's seq and never past it.
             def trimmed_to_slow():
