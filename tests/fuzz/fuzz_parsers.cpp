@@ -366,6 +366,7 @@ void FuzzEtcdGateway(std::string_view text) {
   (void)ha::ParseTxnResponse(j);
   (void)ha::ParseLeaseGrantResponse(j);
   (void)ha::ParseLeaseKeepAliveResponse(j);
+  (void)ha::ParseWatchMessage(j);
   (void)ha::GatewayErrorMessage(j);
 }
 

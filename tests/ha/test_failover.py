@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import statistics
 import subprocess
@@ -39,8 +38,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
 from harness import setup_tiny, tiny_topology  # noqa: E402
-from test_daemon_ha import (TTL, Replica, etcd_get, ha_config, run_scenario,  # noqa: E402
-                            share_identity, wait_for)
+from test_daemon_ha import (TTL, Replica, etcd_get, free_port, ha_config,  # noqa: E402
+                            run_scenario, share_identity, sim_events, wait_for)
 
 # Kill to the successor answering: the lease's TTL, a campaign interval
 # (TTL/3), the catch-up and the start.
@@ -384,25 +383,6 @@ def scenario_kills(binary, topo, tmp, kills, json_out, agents=0):
                 sim.wait()
             for r in (a, b):
                 r.kill9()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def sim_events(path):
-    out = []
-    with open(path, errors="replace") as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
 
 
 def scenario_agents(binary, topo, tmp, kills, json_out):
