@@ -2,6 +2,7 @@
 
 #include "daemon/http_session.hpp"
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <optional>
@@ -84,7 +85,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(context_.config.max_header_bytes));
-    parser_->body_limit(static_cast<uint64_t>(context_.config.max_body_bytes));
+    // The largest any route allows: the parser checks a Content-Length
+    // against the limit as soon as the headers are in, before OnHeader can
+    // raise it for PUT /v1/topology. OnHeader sets the route's own.
+    parser_->body_limit(static_cast<uint64_t>(
+        std::max(context_.config.max_body_bytes, context_.config.max_topology_bytes)));
     // The first request keeps the deadline set at accept.
     if (phase_ != Phase::kFirstRequest) {
       phase_ = Phase::kIdle;
@@ -99,9 +104,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void OnHeader(beast::error_code ec) {
     if (ec) return ReadFailed(ec);
     const auto& req = parser_->get();
-    if (req.target() == "/v1/topology" && req.method() == http::verb::put) {
-      parser_->body_limit(static_cast<uint64_t>(context_.config.max_topology_bytes));
+    const bool topology = req.target() == "/v1/topology" && req.method() == http::verb::put;
+    const auto limit = static_cast<uint64_t>(topology ? context_.config.max_topology_bytes
+                                                      : context_.config.max_body_bytes);
+    if (const auto length = parser_->content_length(); length && *length > limit) {
+      return ReadFailed(http::error::body_limit);
     }
+    parser_->body_limit(limit);  // a chunked body counts against it as it arrives
     if (phase_ != Phase::kFirstRequest) {
       phase_ = Phase::kRequest;
       beast::get_lowest_layer(stream_).expires_after(

@@ -174,6 +174,9 @@ def main():
              "JSON"),
             ("oversized body", "POST", "/v1/jobs", admin,
              b'{"spec":{"gpus":8,"name":"' + b"x" * (2 << 20) + b'"}}', None, 413, "larger"),
+            # Above max_body_bytes but within max_topology_bytes: read and checked, not 413.
+            ("topology above max_body_bytes", "PUT", "/v1/topology", admin,
+             {"format": "json", "content": "x" * (3 << 19)}, None, 400, "content: invalid JSON"),
             ("not JSON content type", "POST", "/v1/jobs", admin, b'{"spec":{"gpus":8}}',
              {"Content-Type": "text/plain"}, 415, "Content-Type"),
             ("no token", "POST", "/v1/jobs", None, job(), None, 401, "token"),

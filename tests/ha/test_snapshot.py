@@ -402,10 +402,7 @@ def big_topology(nodes=4096, name_len=300):
 
 
 def scenario_bigepoch(binary, tmp):
-    # max_body_bytes: a PUT /v1/topology above it is refused (413) even below
-    # max_topology_bytes, since the HTTP parser checks Content-Length against the
-    # general limit before the route raises it (a daemon bug outside HA).
-    conf = "max_body_bytes = 4194304\n"
+    conf = ""
     with EtcdCluster(3, max_request_bytes=8 << 20) as etcd:
         a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a") + conf)
         b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b") + conf)
