@@ -94,8 +94,11 @@ struct DaemonConfig {
   std::string ha_etcd_cert;                    // PEM: this replica's client certificate
   std::string ha_etcd_key;                     // PEM: its key
   int ha_lease_ttl_s = 5;                      // 2..60
-  std::string ha_name;                         // empty: the host name
-  std::string ha_cluster = "default";          // keys live under /toposched/<ha_cluster>/
+  // etcd's --max-request-bytes on every member: a group commit whose batch is
+  // larger goes to etcd as several appends (docs/ha.md, Size limits).
+  int64_t ha_etcd_max_request_bytes = 1572864;  // 256 KiB..1 GiB
+  std::string ha_name;                          // empty: the host name
+  std::string ha_cluster = "default";           // keys live under /toposched/<ha_cluster>/
   bool ha_enabled() const { return !ha_etcd_endpoints.empty(); }
 
   // Policy: a named stack (SchedulerConfig::ForStack) and overrides.

@@ -56,6 +56,7 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
   o.etcd.key_file = config.ha_etcd_key;
   o.cluster = config.ha_cluster;
   o.ttl_s = config.ha_lease_ttl_s;
+  o.max_request_bytes = config.ha_etcd_max_request_bytes;
   o.name = config.ha_name;
   if (o.name.empty()) {
     char host[256] = {};

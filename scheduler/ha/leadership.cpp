@@ -331,6 +331,15 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
   }
   Result<std::string> value = EncodeBatch(term_, first_seq, batch, topology);
   if (!value.ok()) return value.status();
+  // A batch larger than one etcd request takes several appends, in order,
+  // each fenced and moving head (a batch of one entry goes as it is: its
+  // error names the setting).
+  if (static_cast<int64_t>(value.value().size()) > options_.max_request_bytes - kRequestMargin &&
+      batch.size() > 1) {
+    const size_t half = batch.size() / 2;
+    if (Status s = Append(first_seq, batch.first(half), topology); !s.ok()) return s;
+    return Append(first_seq + static_cast<int64_t>(half), batch.subspan(half), topology);
+  }
   const std::string prefix = KeyPrefix(options_.cluster);
   const int64_t last_seq = first_seq + static_cast<int64_t>(batch.size()) - 1;
   TxnRequest t;

@@ -57,7 +57,13 @@ struct LeadershipOptions {
   std::string cluster = "default";  // the key prefix's part
   std::string name;                 // this replica (the leader key's value)
   int ttl_s = 5;
+  // etcd's --max-request-bytes (every member's): Append splits a batch whose
+  // value would not fit one request, less kRequestMargin, into several appends.
+  int64_t max_request_bytes = 1572864;
 };
+
+// What an append's txn carries besides the batch's value (keys, compares, head).
+inline constexpr int64_t kRequestMargin = 64 << 10;
 
 // The largest batch value written as one key (etcd refuses requests above
 // its --max-request-bytes, 1.5 MiB by default). A larger batch is split into

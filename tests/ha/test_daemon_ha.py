@@ -189,6 +189,8 @@ def scenario_config(binary, tmp):
         ("ha_etcd_endpoints = http://127.0.0.1:2379\n", "must be https://HOST:PORT"),
         ("ha_etcd_endpoints = https://127.0.0.1:2379\n", "ha_etcd_ca is required"),
         ("ha_lease_ttl_s = 1\n", "ha_lease_ttl_s: 1 is out of range; use 2..60"),
+        ("ha_etcd_max_request_bytes = 1000\n",
+         "ha_etcd_max_request_bytes: 1000 is out of range; use 262144..1073741824"),
         ("ha_name = a/b\n", "ha_name: \"a/b\" must be 1-64 characters"),
         ("ha_etcd_cert = relative.pem\n", "must be an absolute path"),
         ("ha_etcd_endpoints = https://127.0.0.1:2379\nha_etcd_ca = /nonexistent/ca.pem\n"

@@ -31,8 +31,11 @@ dozen submissions make several.
   bigepoch a topology import of about 1.3 MiB of JSON is split into topology/<seq> and its
            parts in one txn; the standby applies it, and after a's stop serves the same
            topology and the job submitted after it.
-  toolarge the same submission against etcd's default 1.5 MiB request limit: not
-           acknowledged, nothing in etcd, the leader exits naming --max-request-bytes.
+  toolarge the same submission against etcd's default 1.5 MiB request limit (and the
+           daemon's ha_etcd_max_request_bytes at its default, the same): acknowledged,
+           appended as ten or more batches in seq order, followed by the standby.
+  overlimit ha_etcd_max_request_bytes set above the members' limit: not acknowledged,
+           nothing in etcd, the leader exits naming --max-request-bytes.
 
 Skips (77) where /usr/bin/etcd is missing.
 """
@@ -59,7 +62,8 @@ PREFIX = f"/toposched/{CLUSTER}/"
 
 
 def config(etcd, name):
-    return ha_config(etcd, name) + f"snapshot_every_events = {SNAP}\n"
+    return (ha_config(etcd, name) + f"snapshot_every_events = {SNAP}\n" +
+            f"ha_etcd_max_request_bytes = {etcd.max_request_bytes or 1572864}\n")
 
 
 def keys(etcd, sub, values=False):
@@ -435,11 +439,43 @@ def scenario_bigepoch(binary, tmp):
 
 
 def scenario_toolarge(binary, tmp):
-    """Beyond etcd's --max-request-bytes (here its 1.5 MiB default) the batch cannot be
-    replicated: the submission is not acknowledged, nothing reaches etcd, and the leader
-    steps down with a message naming the setting (docs/ha.md, Size limits)."""
+    """A batch above etcd's --max-request-bytes (here its 1.5 MiB default, which
+    ha_etcd_max_request_bytes defaults to) goes to etcd as several appends: the
+    submission is acknowledged, the log holds it in seq order with no gap, and the
+    standby applies all of it (docs/ha.md, Size limits)."""
     with EtcdCluster(3) as etcd:
         a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        try:
+            a.start()
+            share_identity(a, b)
+            b.start_standby()
+            setup_tiny(a)
+            before = int(etcd_get(etcd, "head"))
+            batches_before = len(log_seqs(etcd))
+            status, out = submit_big(a)
+            assert status == 201, (status, str(out)[:300])
+            head = int(etcd_get(etcd, "head"))
+            seqs = [q for q in log_seqs(etcd) if q > before]
+            assert len(seqs) >= 10, f"the array went to etcd in {len(seqs)} appends"
+            assert seqs[0] == before + 1 and seqs == sorted(seqs), seqs
+            assert len(log_seqs(etcd)) - batches_before == len(seqs)
+            wait_for(lambda: f"the store is at seq {head}" in b.log_all(), 30,
+                     "b applies every part up to head")
+            print(f"a {head - before}-event array in {len(seqs)} appends up to seq {head}, "
+                  "followed by the standby")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
+def scenario_overlimit(binary, tmp):
+    """ha_etcd_max_request_bytes set above what the members allow: the batch is
+    not replicated, the submission is not acknowledged, nothing reaches etcd, and
+    the leader steps down with a message naming --max-request-bytes."""
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"),
+                    ha_config(etcd, "a") + "ha_etcd_max_request_bytes = 67108864\n")
         try:
             a.start()
             setup_tiny(a)
@@ -453,14 +489,16 @@ def scenario_toolarge(binary, tmp):
             assert a.proc.returncode != 0
             assert "--max-request-bytes" in a.log_all(), a.log()
             assert etcd_get(etcd, "head") == head
-            print(f"too large: answer {status}, the leader exits naming --max-request-bytes")
+            print(f"over the members' limit: answer {status}, the leader exits naming "
+                  "--max-request-bytes")
         finally:
             a.kill9()
 
 
 SCENARIOS = {"bounded": scenario_bounded, "restore": scenario_restore,
              "nosnap": scenario_nosnap, "bigbatch": scenario_bigbatch,
-             "bigepoch": scenario_bigepoch, "toolarge": scenario_toolarge}
+             "bigepoch": scenario_bigepoch, "toolarge": scenario_toolarge,
+             "overlimit": scenario_overlimit}
 
 
 def main():
