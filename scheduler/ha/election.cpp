@@ -11,12 +11,6 @@ namespace {
 
 std::string TermText(int64_t term) { return "term " + std::to_string(term); }
 
-RangeRequest KeyAlone(const std::string& key) {
-  RangeRequest r;
-  r.key = key;
-  return r;
-}
-
 }  // namespace
 
 Election::Election(EtcdClient* client, ElectionOptions options)
@@ -83,12 +77,7 @@ Result<CampaignResult> Election::Campaign(SteadyTime now) {
   }
 
   TxnRequest txn;
-  Compare absent;  // create_revision(key) == 0: nobody holds it
-  absent.key = options_.key;
-  absent.target = Compare::Target::kCreate;
-  absent.op = Compare::Op::kEqual;
-  absent.number = 0;
-  txn.compare.push_back(absent);
+  txn.compare.push_back(CreateRevisionIs(options_.key, 0));  // nobody holds it
   txn.success.push_back(PutRequest{options_.key, options_.name, lease_id_});
   txn.failure.push_back(KeyAlone(options_.key));
   Result<TxnResponse> t = client_->Txn(txn);

@@ -115,19 +115,11 @@ Status Leadership::AppendEpoch(int64_t from_seq,
   }
   const std::string prefix = KeyPrefix(options_.cluster);
   TxnRequest t;
-  Compare leader;
-  leader.key = prefix + "leader";
-  leader.target = Compare::Target::kCreate;
-  leader.number = term_;
-  t.compare.push_back(leader);
-  Compare head;
-  head.key = prefix + "head";
-  head.target = Compare::Target::kValue;
-  head.value = std::to_string(from_seq - 1);
-  t.compare.push_back(head);
+  t.compare.push_back(CreateRevisionIs(prefix + "leader", term_));
+  t.compare.push_back(ValueIs(prefix + "head", std::to_string(from_seq - 1)));
   for (PutRequest& p : puts.value()) t.success.push_back(std::move(p));
-  t.failure.push_back(RangeRequest{prefix + "leader", "", 0, 0, false});
-  t.failure.push_back(RangeRequest{prefix + "head", "", 0, 0, false});
+  t.failure.push_back(KeyAlone(prefix + "leader"));
+  t.failure.push_back(KeyAlone(prefix + "head"));
   Result<TxnResponse> r = log_client_->Txn(t);
   if (!r.ok()) {
     return Status::Error("the replicated log did not take the topology import: " + r.message() +

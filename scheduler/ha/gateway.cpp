@@ -307,6 +307,30 @@ json ToJson(const TxnRequest& r) {
           {"failure", std::move(failure)}};
 }
 
+Compare CreateRevisionIs(std::string key, int64_t revision) {
+  Compare c;
+  c.key = std::move(key);
+  c.target = Compare::Target::kCreate;
+  c.op = Compare::Op::kEqual;
+  c.number = revision;
+  return c;
+}
+
+Compare ValueIs(std::string key, std::string value) {
+  Compare c;
+  c.key = std::move(key);
+  c.target = Compare::Target::kValue;
+  c.op = Compare::Op::kEqual;
+  c.value = std::move(value);
+  return c;
+}
+
+RangeRequest KeyAlone(std::string key) {
+  RangeRequest r;
+  r.key = std::move(key);
+  return r;
+}
+
 json LeaseGrantJson(int64_t ttl_s) { return {{"TTL", Dec(ttl_s)}}; }
 json LeaseIdJson(int64_t lease_id) { return {{"ID", Dec(lease_id)}}; }
 

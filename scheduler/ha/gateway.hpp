@@ -86,6 +86,12 @@ struct Compare {
   std::string value;   // kValue
 };
 
+// The compares and reads the txns here are made of: a key's create_revision
+// is `revision` (0: the key is absent), a key's value is `value`, one key.
+Compare CreateRevisionIs(std::string key, int64_t revision);
+Compare ValueIs(std::string key, std::string value);
+RangeRequest KeyAlone(std::string key);
+
 using TxnOp = std::variant<RangeRequest, PutRequest, DeleteRangeRequest>;
 
 struct TxnRequest {

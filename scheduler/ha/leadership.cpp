@@ -20,30 +20,6 @@ Status Unavailable(std::string m) {
   return Status::Error(std::move(m), core::ErrorCode::kUnavailable);
 }
 
-Compare CreateRevisionIs(const std::string& key, int64_t revision) {
-  Compare c;
-  c.key = key;
-  c.target = Compare::Target::kCreate;
-  c.op = Compare::Op::kEqual;
-  c.number = revision;
-  return c;
-}
-
-Compare ValueIs(const std::string& key, std::string value) {
-  Compare c;
-  c.key = key;
-  c.target = Compare::Target::kValue;
-  c.op = Compare::Op::kEqual;
-  c.value = std::move(value);
-  return c;
-}
-
-RangeRequest KeyAlone(const std::string& key) {
-  RangeRequest r;
-  r.key = key;
-  return r;
-}
-
 }  // namespace
 
 std::string TooLargeHint(const std::string& etcd_error) {

@@ -28,15 +28,6 @@ Status Unavailable(std::string m) {
   return Status::Error(std::move(m), core::ErrorCode::kUnavailable);
 }
 
-Compare LeaderTermIs(const std::string& key, int64_t term) {
-  Compare c;
-  c.key = key;
-  c.target = Compare::Target::kCreate;
-  c.op = Compare::Op::kEqual;
-  c.number = term;
-  return c;
-}
-
 RangeRequest Prefixed(const std::string& prefix, bool keys_only) {
   RangeRequest r;
   r.key = prefix;
@@ -108,7 +99,7 @@ Result<StoreCopy> CopyStore(const std::string& db_path, const std::string& copy)
 
 Status Leadership::FencedTxn(EtcdClient& client, TxnRequest t, const std::string& what) {
   const std::string leader = KeyPrefix(options_.cluster) + "leader";
-  t.compare.insert(t.compare.begin(), LeaderTermIs(leader, term_));
+  t.compare.insert(t.compare.begin(), CreateRevisionIs(leader, term_));
   t.failure.clear();
   RangeRequest who;
   who.key = leader;
