@@ -387,6 +387,14 @@ nlohmann::ordered_json SimMetricsToJson(const core::SimReport& r) {
   j["required_met"] = Opt(r.required_met);
   j["lost_gpu_hours"] = r.placements > 0 ? nlohmann::ordered_json(Round6(r.lost_gpu_hours))
                                          : nlohmann::ordered_json(nullptr);
+  // Restarts of every kind, and what preemption did (docs/sim.md, Metrics).
+  j["restarts"] = r.restarts;
+  j["preemption"] = {{"victims", r.preemptions},
+                     {"borrowed_victims", r.preempted_borrowed},
+                     {"victim_gpus", r.preempted_gpus},
+                     {"restarts", r.preemption_restarts},
+                     {"victims_wait_gpu_hours", Round6(r.preempted_wait_gpu_ms / 3.6e6)}};
+  j["failures"] = {{"injected", r.failures_injected}, {"hit_jobs", r.failures_hit_jobs}};
   j["leaf_span_ratio_mean"] = Opt(r.leaf_span_ratio_mean);
   j["comm_cost_ratio_mean"] = Opt(r.comm_cost_ratio_mean);
   j["cpu_s"] = Opt(r.cpu_s);

@@ -189,6 +189,9 @@ TEST_CASE("sim JSON: the documented keys in order, null where nothing was measur
                                          "ettr_large",
                                          "required_met",
                                          "lost_gpu_hours",
+                                         "restarts",
+                                         "preemption",
+                                         "failures",
                                          "leaf_span_ratio_mean",
                                          "comm_cost_ratio_mean",
                                          "cpu_s",
@@ -202,11 +205,33 @@ TEST_CASE("sim JSON: the documented keys in order, null where nothing was measur
   CHECK(m["lost_gpu_hours"] == 2.5);
   CHECK(m["cpu_s"].is_null());
   CHECK(j["policies"]["slurm-tree"]["cpu_s"] == 1.25);
-  core::SimReport nothing;  // no job ran: nothing to measure
+  // Counts, not measurements: what preemption and failures did.
+  core::SimReport counted = SmallReport();
+  counted.restarts = 5;
+  counted.preemptions = 3;
+  counted.preempted_borrowed = 2;
+  counted.preempted_gpus = 24;
+  counted.preemption_restarts = 3;
+  counted.preempted_wait_gpu_ms = 7.2e6;  // 2 GPU-hours
+  counted.failures_injected = 4;
+  counted.failures_hit_jobs = 2;
+  const nlohmann::ordered_json c = common::SimMetricsToJson(counted);
+  CHECK(c["restarts"] == 5);
+  CHECK(c["preemption"].dump() ==
+        R"({"victims":3,"borrowed_victims":2,"victim_gpus":24,"restarts":3,)"
+        R"("victims_wait_gpu_hours":2.0})");
+  CHECK(c["failures"].dump() == R"({"injected":4,"hit_jobs":2})");
+  core::SimReport nothing;  // no job ran: nothing to measure, nothing counted
   nothing.stack = "toposched";
   nlohmann::ordered_json none = common::SimMetricsToJson(nothing);
   for (auto it = none.begin(); it != none.end(); ++it) {
     CAPTURE(it.key());
-    CHECK(it->is_null());
+    if (it.key() == "restarts") {
+      CHECK(*it == 0);
+    } else if (it.key() == "preemption" || it.key() == "failures") {
+      for (const auto& v : *it) CHECK(v == 0);
+    } else {
+      CHECK(it->is_null());
+    }
   }
 }
