@@ -66,8 +66,8 @@ bool IsUnreserved(unsigned char c) {
 }
 
 // OpenSSL's start-up, once per process, leaving out what a resumed
-// session never reads (callgrind, `topo submit` resumed: 20.2 M -> 14.5 M
-// instructions):
+// session never reads (callgrind, a resumed `topo submit`: about 5.5 M of
+// its 20.2 M instructions):
 // - the legacy name tables of every cipher and digest: TLS fetches its
 //   algorithms from the provider, and copying the tables into the provider's
 //   name map was a sixth of the command. Certificate checks do look a
