@@ -115,6 +115,12 @@ class SlurmCluster:
         self.env["SLURM_CONF"] = self.conf
         self.env["PATH"] = SBIN_PATH
         self.env.pop("SLURM_JOB_ID", None)
+        # Jobs inherit it: what topo-slurm-task writes for them (hostfiles) is
+        # removed with the cluster instead of piling up in /tmp.
+        tmp = os.path.join(self.dir, "tmp")
+        os.makedirs(tmp)
+        os.chmod(tmp, 0o1777)
+        self.env["TMPDIR"] = tmp
         if extra_env:
             self.env.update(extra_env)
 
