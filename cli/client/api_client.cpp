@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
@@ -18,7 +19,6 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <optional>
 #include <utility>
 #include <variant>
@@ -83,6 +83,32 @@ void StartOpenSsl() {
                               OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS | OPENSSL_INIT_NO_ATEXIT,
                           nullptr) == 1;
   (void)started;
+}
+
+constexpr size_t kMaxCaFileBytes = 4u << 20;
+
+// Adds the certificates (and CRLs) of a PEM text to `store`, as OpenSSL's
+// file loader does: empty, or why they could not be read.
+std::string AddCertificates(X509_STORE* store, const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  STACK_OF(X509_INFO)* infos = PEM_X509_INFO_read_bio(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  std::string error;
+  if (infos == nullptr) {
+    const char* reason = ERR_reason_error_string(ERR_peek_last_error());
+    error = reason != nullptr ? reason : "not a PEM certificate file";
+  } else {
+    int added = 0;
+    for (int i = 0; i < sk_X509_INFO_num(infos); ++i) {
+      const X509_INFO* info = sk_X509_INFO_value(infos, i);
+      if (info->x509 != nullptr && X509_STORE_add_cert(store, info->x509) == 1) ++added;
+      if (info->crl != nullptr && X509_STORE_add_crl(store, info->crl) == 1) ++added;
+    }
+    sk_X509_INFO_pop_free(infos, X509_INFO_free);
+    if (added == 0) error = "no certificate could be read from it";
+  }
+  ERR_clear_error();
+  return error;
 }
 
 // The digests' legacy names, as OPENSSL_INIT_ADD_ALL_DIGESTS would have
@@ -268,11 +294,12 @@ struct ApiClient::Impl {
   bool session_from_file = false;   // `session` is the one the file holds
   bool file_session_fresh = false;  // it resumed, younger than a quarter of its lifetime
 
-  // The --ca file's certificates are parsed when a handshake first needs
-  // them, in VerifyChain: a resumed session was verified when it was made,
-  // and parsing the PEM is a tenth of a resumed `topo submit`'s CPU
-  // (docs/benchmarks.md, CLI submissions). Empty: the system's CA paths.
-  std::string ca_file;
+  // The --ca file's bytes, read once (they also name the session cache's
+  // file); its certificates are parsed when a handshake first needs them, in
+  // VerifyChain: a resumed session was verified when it was made, and parsing
+  // the PEM is a tenth of a resumed `topo submit`'s CPU (docs/benchmarks.md,
+  // CLI submissions). Empty: the system's CA paths.
+  std::string ca_pem;
   std::string ca_load_message;  // "cannot load CA file F (from S)"
   bool ca_loaded = false;
   std::string ca_error;  // why parsing it failed, reported by Connect
@@ -284,14 +311,10 @@ struct ApiClient::Impl {
   static int VerifyChain(X509_STORE_CTX* store_ctx, void* arg) {
     auto* self = static_cast<Impl*>(arg);
     AddDigestNames();
-    if (!self->ca_loaded && !self->ca_file.empty()) {
+    if (!self->ca_loaded && !self->ca_pem.empty()) {
       self->ca_loaded = true;
-      X509_STORE* store = SSL_CTX_get_cert_store(self->ssl_ctx.native_handle());
-      if (X509_STORE_load_file(store, self->ca_file.c_str()) != 1) {
-        const char* reason = ERR_reason_error_string(ERR_peek_last_error());
-        self->ca_error = reason != nullptr ? reason : "not a PEM certificate file";
-        ERR_clear_error();
-      }
+      self->ca_error =
+          AddCertificates(SSL_CTX_get_cert_store(self->ssl_ctx.native_handle()), self->ca_pem);
     }
     if (!self->ca_error.empty()) {
       X509_STORE_CTX_set_error(store_ctx, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY);
@@ -557,13 +580,22 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
     if (!options.ca_source.empty()) m += " (from " + options.ca_source + ")";
     std::ifstream f(options.ca_file, std::ios::binary);
     if (!f) return Status::Error(m + ": " + std::strerror(errno) + " (--ca, TOPO_CA)");
-    ca_pem.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    // A CA bundle is kilobytes (the system's, a few hundred); read no more
+    // than a bound, whatever the path names (/dev/zero, a disk image).
+    ca_pem.resize(kMaxCaFileBytes + 1);
+    f.read(ca_pem.data(), static_cast<std::streamsize>(ca_pem.size()));
+    ca_pem.resize(static_cast<size_t>(f.gcount()));
+    if (ca_pem.size() > kMaxCaFileBytes) {
+      return Status::Error(
+          m + ": larger than " + std::to_string(kMaxCaFileBytes >> 20) +
+          " MiB, not a CA file; give the daemon's STATE_DIR/ca.pem (--ca, TOPO_CA)");
+    }
     if (ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
       return Status::Error(m +
                            ": no PEM certificate in it (-----BEGIN CERTIFICATE-----); give "
                            "the daemon's STATE_DIR/ca.pem (--ca, TOPO_CA)");
     }
-    impl->ca_file = options.ca_file;
+    impl->ca_pem = ca_pem;
     impl->ca_load_message = std::move(m);
   }
   SSL_CTX_set_cert_verify_callback(impl->ssl_ctx.native_handle(), &Impl::VerifyChain, impl.get());

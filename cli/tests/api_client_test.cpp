@@ -546,6 +546,11 @@ TEST_CASE("ApiClient::Create: bad URLs, CA files and tokens fail before any netw
   TempFile not_pem("hello\n");
   o.ca_file = not_pem.path;
   CHECK(ApiClient::Create(o).message().find("no PEM certificate in it") != std::string::npos);
+  // A path that never ends is read only up to a bound.
+  o.ca_file = "/dev/zero";
+  CHECK(ApiClient::Create(o).message() ==
+        "cannot load CA file /dev/zero (from TOPO_CA): larger than 4 MiB, not a CA file; give the "
+        "daemon's STATE_DIR/ca.pem (--ca, TOPO_CA)");
   o.ca_file.clear();
   o.token = "topo_x\r\nX-Evil: 1";
   CHECK(ApiClient::Create(o).message().find("control character") != std::string::npos);
