@@ -136,8 +136,7 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
   while (true) {
     const int64_t next = store.LastSeq() + 1;
     // An epoch that starts at next comes before the batch at next.
-    Result<RangeResponse> epoch =
-        log_client_->Range(RangeRequest{EpochKey(options_.cluster, next), "", 0, 0, false});
+    Result<RangeResponse> epoch = log_client_->Range(KeyAlone(EpochKey(options_.cluster, next)));
     if (!epoch.ok()) return epoch.status();
     if (!epoch.value().kvs.empty()) {
       const KeyValue& kv = epoch.value().kvs.front();
@@ -180,8 +179,7 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
       // Nothing after this store: the end of the log, or a log trimmed past
       // it. head, then log/ again (a batch appended before that head read is
       // visible to the second read), tell them apart.
-      Result<RangeResponse> head =
-          log_client_->Range(RangeRequest{prefix + "head", "", 0, 0, false});
+      Result<RangeResponse> head = log_client_->Range(KeyAlone(prefix + "head"));
       if (!head.ok()) return head.status();
       if (head.value().kvs.empty()) return applied;
       Result<int64_t> head_seq = ParseAppliedSeq(head.value().kvs.front().value);
@@ -223,8 +221,8 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
       }
       // A later epoch begins inside this range: apply it first.
       if (first_seq != next) {
-        Result<RangeResponse> e = log_client_->Range(
-            RangeRequest{EpochKey(options_.cluster, first_seq), "", 0, 0, false});
+        Result<RangeResponse> e =
+            log_client_->Range(KeyAlone(EpochKey(options_.cluster, first_seq)));
         if (!e.ok()) return e.status();
         if (!e.value().kvs.empty()) break;
       }

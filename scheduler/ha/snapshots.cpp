@@ -323,7 +323,7 @@ Result<int64_t> Leadership::LoadSnapshotIfBehind(std::optional<store::Store>& st
     oldest_seq = *s;
     if (oldest_seq <= local + 1) return int64_t{0};  // not behind: follow the log
   } else {
-    Result<RangeResponse> head = log_client_->Range(RangeRequest{prefix + "head", "", 0, 0, false});
+    Result<RangeResponse> head = log_client_->Range(KeyAlone(prefix + "head"));
     if (!head.ok()) return head.status();
     if (head.value().kvs.empty()) return int64_t{0};  // a fresh cluster
     Result<int64_t> h = ParseAppliedSeq(head.value().kvs.front().value);
@@ -336,8 +336,7 @@ Result<int64_t> Leadership::LoadSnapshotIfBehind(std::optional<store::Store>& st
   if (seqs.value().empty()) return int64_t{0};
   const int64_t seq = seqs.value().back();
   if (seq <= local || (oldest_seq > 0 && seq + 1 < oldest_seq)) return int64_t{0};
-  Result<RangeResponse> mr =
-      log_client_->Range(RangeRequest{SnapshotKey(options_.cluster, seq), "", 0, 0, false});
+  Result<RangeResponse> mr = log_client_->Range(KeyAlone(SnapshotKey(options_.cluster, seq)));
   if (!mr.ok()) return mr.status();
   if (mr.value().kvs.empty())
     return Unavailable("the snapshot at seq " + std::to_string(seq) +
@@ -354,7 +353,7 @@ Result<int64_t> Leadership::LoadSnapshotIfBehind(std::optional<store::Store>& st
   bytes.reserve(static_cast<size_t>(std::min<int64_t>(m.value().bytes, int64_t{256} << 20)));
   for (int64_t i = 0; i < m.value().chunks; ++i) {
     const std::string key = SnapshotChunkKey(options_.cluster, seq, i);
-    Result<RangeResponse> c = log_client_->Range(RangeRequest{key, "", 0, 0, false});
+    Result<RangeResponse> c = log_client_->Range(KeyAlone(key));
     if (!c.ok()) return c.status();
     if (c.value().kvs.empty()) {
       return Unavailable("etcd key " + key +

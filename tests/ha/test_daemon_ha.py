@@ -25,6 +25,7 @@ Skips (77) where /usr/bin/etcd is missing (config runs without it).
 """
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -296,6 +297,53 @@ def scenario_fence(binary, tmp):
             a.kill9()
 
 
+@contextlib.contextmanager
+def pair_with_agents(binary, tmp, etcd, sim_args=()):
+    """Replicas a (leader) and b (standby), each with an agent listener, a's
+    topology imported, and `topo-agent --simulate 8` given both agent
+    addresses, its 8 nodes up on a. Yields (a, b, events, sim_log): the
+    simulator's JSON events and its log. Kills the simulator and both replicas
+    at the end."""
+    agent_bin = os.environ.get("TOPO_AGENT_BIN")
+    assert agent_bin, "TOPO_AGENT_BIN is not set (tests/CMakeLists.txt sets it)"
+    ports = {name: free_port() for name in ("a", "b")}
+    replicas = []
+    for name in ("a", "b"):
+        r = Replica(binary, os.path.join(tmp, name),
+                    ha_config(etcd, name) + f"agent_listen = 127.0.0.1:{ports[name]}\n"
+                    "heartbeat_interval_ms = 200\n")
+        r.name = name
+        replicas.append(r)
+    a, b = replicas
+    sim = None
+    events = os.path.join(tmp, "sim-events.jsonl")
+    sim_log = os.path.join(tmp, "sim.log")
+    try:
+        a.start()
+        share_identity(a, b)
+        b.start_standby()
+        wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
+        # The topology only: the agents bring the nodes up.
+        a.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())},
+              expect=200)
+        servers = ",".join(f"wss://127.0.0.1:{ports[n]}/v1/agent" for n in ("a", "b"))
+        sim = subprocess.Popen(
+            [agent_bin, "--simulate", "8", "--node-prefix", "n", "--server", servers,
+             "--ca", os.path.join(a.state_dir, "ca.pem"),
+             "--ca-key", os.path.join(a.state_dir, "ca-key.pem"), "--stats-every-s", "0",
+             *sim_args],
+            stdin=subprocess.PIPE, stdout=open(events, "ab"), stderr=open(sim_log, "ab"))
+        wait_for(lambda: all(n["state"] == "up" for n in a.api("GET", "/v1/nodes")["nodes"]),
+                 30, "the 8 simulated nodes up on a")
+        yield a, b, events, sim_log
+    finally:
+        if sim is not None and sim.poll() is None:
+            sim.kill()
+            sim.wait()
+        for r in replicas:
+            r.kill9()
+
+
 def scenario_pause(binary, tmp):
     """A leader paused past its lease, with agents running a job's ranks for it.
 
@@ -310,130 +358,94 @@ def scenario_pause(binary, tmp):
     term refuses it by name (AgentCore), every agent registers with b, which
     adopts the running ranks (restarts 0); a, restarted as its service manager
     would, is a standby of b."""
-    agent_bin = os.environ.get("TOPO_AGENT_BIN")
-    assert agent_bin, "TOPO_AGENT_BIN is not set (tests/CMakeLists.txt sets it)"
-    with EtcdCluster(3) as etcd:
-        replicas = []
-        ports = {}
-        for name in ("a", "b"):
-            ports[name] = free_port()
-            replicas.append(Replica(binary, os.path.join(tmp, name),
-                                    ha_config(etcd, name) +
-                                    f"agent_listen = 127.0.0.1:{ports[name]}\n"
-                                    "heartbeat_interval_ms = 200\n"))
-        a, b = replicas
-        sim = None
-        events = os.path.join(tmp, "sim-events.jsonl")
-        sim_log = os.path.join(tmp, "sim.log")
+    with EtcdCluster(3) as etcd, pair_with_agents(binary, tmp, etcd) as (a, b, events, sim_log):
+        status, job = a.request("POST", "/v1/jobs", {
+            "spec": {"gpus": 16, "name": "before", "parallelism": {"tp": 8}},
+            "command": ["true"]}, a.admin_token, timeout=15)
+        assert status == 201 and job["state"] == "running", (status, job)
+        jid = job["id"]
+        wait_for(lambda: len(rank_events(events, "start", jid)) == 2, 15,
+                 "the job's ranks started on its 2 nodes")
+        term_a, head = leader_term(etcd), int(etcd_get(etcd, "head"))
+
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        wait_for(lambda: etcd_get(etcd, "leader") == "b", 4 * TTL, "b elected while a sleeps")
+        term_b = leader_term(etcd)
+        assert term_b > term_a, (term_a, term_b)
+        wait_for(b.serving, 15, "b serves")
+        b.attach()
+        seen = len(sim_events(events))
+        with open(sim_log, "rb") as f:
+            log_seen = len(f.read())
+        a_log_seen = len(a.log_all())
+        os.kill(a.proc.pid, signal.SIGCONT)
+
         try:
-            a.start()
-            share_identity(a, b)
-            b.start_standby()
-            wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
-            # The topology only: the agents bring the nodes up.
-            a.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())},
-                  expect=200)
-            servers = ",".join(f"wss://127.0.0.1:{ports[n]}/v1/agent" for n in ("a", "b"))
-            sim = subprocess.Popen(
-                [agent_bin, "--simulate", "8", "--node-prefix", "n", "--server", servers,
-                 "--ca", os.path.join(a.state_dir, "ca.pem"),
-                 "--ca-key", os.path.join(a.state_dir, "ca-key.pem"), "--stats-every-s", "0"],
-                stdin=subprocess.PIPE, stdout=open(events, "ab"), stderr=open(sim_log, "ab"))
-            wait_for(lambda: all(n["state"] == "up" for n in a.api("GET", "/v1/nodes")["nodes"]),
-                     30, "the 8 simulated nodes up on a")
-            status, job = a.request("POST", "/v1/jobs", {
-                "spec": {"gpus": 16, "name": "before", "parallelism": {"tp": 8}},
-                "command": ["true"]}, a.admin_token, timeout=15)
-            assert status == 201 and job["state"] == "running", (status, job)
-            jid = job["id"]
-            wait_for(lambda: len(rank_events(events, "start", jid)) == 2, 15,
-                     "the job's ranks started on its 2 nodes")
-            term_a, head = leader_term(etcd), int(etcd_get(etcd, "head"))
+            status, out = submit(a, "after")
+        except Exception as e:  # noqa: BLE001 - the daemon went away mid-request
+            status, out = None, repr(e)
+        assert status != 201, f"a paused leader acknowledged a submission: {out}"
+        answer = status_text(status)
+        wait_for(lambda: a.proc.poll() is not None, 10, "a exits")
+        exit_status = a.proc.returncode
+        assert exit_status != 0
+        alog = a.log_all()
+        assert "lost the leadership" in alog or "leader key is gone" in alog, alog[-2000:]
 
-            os.kill(a.proc.pid, signal.SIGSTOP)
-            wait_for(lambda: etcd_get(etcd, "leader") == "b", 4 * TTL, "b elected while a sleeps")
-            term_b = leader_term(etcd)
-            assert term_b > term_a, (term_a, term_b)
-            wait_for(b.serving, 15, "b serves")
-            b.attach()
-            seen = len(sim_events(events))
-            with open(sim_log, "rb") as f:
-                log_seen = len(f.read())
-            a_log_seen = len(a.log_all())
-            os.kill(a.proc.pid, signal.SIGCONT)
+        # The agents: all with b, which adopted the job's ranks.
+        wait_for(lambda: all(f"agent n{i} registered" in b.log_all() for i in range(8)), 30,
+                 "every agent registered with b")
+        for node in ("n0", "n1"):
+            assert f"agent {node} registered from 127.0.0.1 (8 GPUs, 8 ranks running" in \
+                b.log_all(), b.log_all()[-3000:]
+        time.sleep(1)  # heartbeats to b: nothing stops or restarts the adopted ranks
+        status, after = b.request("GET", f"/v1/jobs/{jid}", None, b.admin_token)
+        assert status == 200 and after["state"] == "running" and after["restarts"] == 0, \
+            (status, after)
+        since = sim_events(events)[seen:]
+        moved = [e for e in since if e.get("ev") in ("start", "stop")]
+        assert not moved, f"ranks started or stopped after a's SIGCONT: {moved}"
+        assert len(rank_events(events, "start", jid)) == 2, sim_events(events)
+        assert not rank_events(events, "stop", jid), sim_events(events)
+        with open(sim_log, errors="replace") as f:
+            agent_lines = f.read()[log_seen:].splitlines()
+        # The agents' warnings since: a refusal of a's older term, naming both
+        # terms (AgentCore), or a's own refusal of a registration while it
+        # stops; nothing else. Which of the two an agent meets is a race (a
+        # notices its lost lease within moments of the SIGCONT, and from then
+        # refuses registrations itself), so neither is required here; the
+        # refusal of an older term alone is node-agent's unit test ("HA: ...").
+        refusals = [l for l in agent_lines if "leadership term" in l]
+        for line in refusals:
+            assert (f"refusing a scheduler of leadership term {term_a}: term {term_b} leads "
+                    "now") in line, line
+        others = [l for l in agent_lines if l not in refusals and not (
+            "the scheduler refused register" in l and "topo-scheduler is stopping" in l)]
+        assert not others, "\n".join(others)
 
-            try:
-                status, out = submit(a, "after")
-            except Exception as e:  # noqa: BLE001 - the daemon went away mid-request
-                status, out = None, repr(e)
-            assert status != 201, f"a paused leader acknowledged a submission: {out}"
-            answer = status_text(status)
-            wait_for(lambda: a.proc.poll() is not None, 10, "a exits")
-            exit_status = a.proc.returncode
-            assert exit_status != 0
-            alog = a.log_all()
-            assert "lost the leadership" in alog or "leader key is gone" in alog, alog[-2000:]
+        # The stores: etcd holds nothing of a's term after the pause (b's
+        # batches only: a submission to b), a's SQLite nothing after the log's
+        # head then.
+        status, out = submit(b, "on-b")
+        assert status == 201, (status, out)
+        later = [(k, json.loads(v)) for k, v in etcd_log(etcd)
+                 if int(k.rsplit("/", 1)[1]) > head]
+        assert later, "b's submission is not in etcd's log"
+        assert all(batch["term"] == term_b for _, batch in later), \
+            [(k, batch["term"]) for k, batch in later]
+        assert '"after"' not in json.dumps([batch for _, batch in later])
+        assert '"on-b"' in json.dumps([batch for _, batch in later])
+        assert store_last_seq(a) == head, (store_last_seq(a), head)
 
-            # The agents: all with b, which adopted the job's ranks.
-            wait_for(lambda: all(f"agent n{i} registered" in b.log_all() for i in range(8)), 30,
-                     "every agent registered with b")
-            for node in ("n0", "n1"):
-                assert f"agent {node} registered from 127.0.0.1 (8 GPUs, 8 ranks running" in \
-                    b.log_all(), b.log_all()[-3000:]
-            time.sleep(1)  # heartbeats to b: nothing stops or restarts the adopted ranks
-            status, after = b.request("GET", f"/v1/jobs/{jid}", None, b.admin_token)
-            assert status == 200 and after["state"] == "running" and after["restarts"] == 0, \
-                (status, after)
-            since = sim_events(events)[seen:]
-            moved = [e for e in since if e.get("ev") in ("start", "stop")]
-            assert not moved, f"ranks started or stopped after a's SIGCONT: {moved}"
-            assert len(rank_events(events, "start", jid)) == 2, sim_events(events)
-            assert not rank_events(events, "stop", jid), sim_events(events)
-            with open(sim_log, errors="replace") as f:
-                agent_lines = f.read()[log_seen:].splitlines()
-            # The agents' warnings since: a refusal of a's older term, naming both
-            # terms (AgentCore), or a's own refusal of a registration while it
-            # stops; nothing else. Which of the two an agent meets is a race (a
-            # notices its lost lease within moments of the SIGCONT, and from then
-            # refuses registrations itself), so neither is required here; the
-            # refusal of an older term alone is node-agent's unit test ("HA: ...").
-            refusals = [l for l in agent_lines if "leadership term" in l]
-            for line in refusals:
-                assert (f"refusing a scheduler of leadership term {term_a}: term {term_b} leads "
-                        "now") in line, line
-            others = [l for l in agent_lines if l not in refusals and not (
-                "the scheduler refused register" in l and "topo-scheduler is stopping" in l)]
-            assert not others, "\n".join(others)
-
-            # The stores: etcd holds nothing of a's term after the pause (b's
-            # batches only: a submission to b), a's SQLite nothing after the log's
-            # head then.
-            status, out = submit(b, "on-b")
-            assert status == 201, (status, out)
-            later = [(k, json.loads(v)) for k, v in etcd_log(etcd)
-                     if int(k.rsplit("/", 1)[1]) > head]
-            assert later, "b's submission is not in etcd's log"
-            assert all(batch["term"] == term_b for _, batch in later), \
-                [(k, batch["term"]) for k, batch in later]
-            assert '"after"' not in json.dumps([batch for _, batch in later])
-            assert '"on-b"' in json.dumps([batch for _, batch in later])
-            assert store_last_seq(a) == head, (store_last_seq(a), head)
-
-            # docs/ha.md: a exits so that its service manager restarts it as a standby.
-            a.start_standby()
-            wait_for(lambda: f"standby: leader is 'b' (term {term_b})" in a.log_all()[a_log_seen:],
-                     15, "a restarted is a standby of b")
-            assert not a.serving()
-            print(f"paused leader (term {term_a}): answer {answer}, exit {exit_status}; b (term {term_b}) adopted the job's ranks from 8 agents; "
-                  f"no rank started or stopped after SIGCONT, {len(refusals)} refusal(s) of term "
-                  f"{term_a}; etcd and a's store hold nothing of a after seq {head}; a restarted "
-                  "as a standby")
-        finally:
-            if sim is not None and sim.poll() is None:
-                sim.kill()
-                sim.wait()
-            for r in replicas:
-                r.kill9()
+        # docs/ha.md: a exits so that its service manager restarts it as a standby.
+        a.start_standby()
+        wait_for(lambda: f"standby: leader is 'b' (term {term_b})" in a.log_all()[a_log_seen:],
+                 15, "a restarted is a standby of b")
+        assert not a.serving()
+        print(f"paused leader (term {term_a}): answer {answer}, exit {exit_status}; b (term {term_b}) adopted the job's ranks from 8 agents; "
+              f"no rank started or stopped after SIGCONT, {len(refusals)} refusal(s) of term "
+              f"{term_a}; etcd and a's store hold nothing of a after seq {head}; a restarted "
+              "as a standby")
 
 
 def scenario_gap(binary, tmp):

@@ -24,12 +24,10 @@ import http.client
 import json
 import os
 import secrets
-import shutil
 import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -37,9 +35,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
-from harness import setup_tiny, tiny_topology  # noqa: E402
+from harness import setup_tiny  # noqa: E402
 from test_daemon_ha import (TTL, Replica, etcd_get, free_port, ha_config,  # noqa: E402
-                            run_scenario, share_identity, sim_events, wait_for)
+                            pair_with_agents, run_scenario, share_identity, sim_events,
+                            wait_for)
 
 # Kill to the successor answering: the lease's TTL, a campaign interval
 # (TTL/3), the catch-up and the start.
@@ -390,77 +389,37 @@ def scenario_agents(binary, topo, tmp, kills, json_out):
     agent addresses runs a job's ranks for a; after kill -9 a, every node
     re-registers with b (which sends its newer term) and b adopts the running
     ranks: the job stays running, not restarted, and no rank is started again."""
-    agent_bin = os.environ.get("TOPO_AGENT_BIN")
-    assert agent_bin, "TOPO_AGENT_BIN is not set (tests/CMakeLists.txt sets it)"
-    with EtcdCluster(3) as etcd:
-        ports = {"a": free_port(), "b": free_port()}
-        replicas = []
-        for name in ("a", "b"):
-            config = (ha_config(etcd, name) + f"agent_listen = 127.0.0.1:{ports[name]}\n"
-                      "heartbeat_interval_ms = 200\n")
-            r = Replica(binary, os.path.join(tmp, name), config)
-            r.name = name
-            replicas.append(r)
-        a, b = replicas
-        sim = None
-        events = os.path.join(tmp, "sim-events.jsonl")
-        try:
-            a.start()
-            share_identity(a, b)
-            b.start_standby()
-            wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
-            # The topology only: the agents bring the nodes up.
-            a.api("PUT", "/v1/topology", {"format": "json", "content": json.dumps(tiny_topology())},
-                  expect=200)
-            client = Client([a, b], os.path.join(a.state_dir, "ca.pem"), a.admin_token)
-            servers = ",".join(f"wss://127.0.0.1:{ports[n]}/v1/agent" for n in ("a", "b"))
-            sim = subprocess.Popen(
-                [agent_bin, "--simulate", "8", "--node-prefix", "n", "--server", servers,
-                 "--ca", os.path.join(a.state_dir, "ca.pem"),
-                 "--ca-key", os.path.join(a.state_dir, "ca-key.pem"), "--stats-every-s", "0",
-                 "--step-ms", "100"],
-                stdin=subprocess.PIPE, stdout=open(events, "ab"),
-                stderr=open(os.path.join(tmp, "sim.log"), "ab"))
+    with EtcdCluster(3) as etcd, \
+            pair_with_agents(binary, tmp, etcd, ("--step-ms", "100")) as (a, b, events, _):
+        client = Client([a, b], os.path.join(a.state_dir, "ca.pem"), a.admin_token)
+        status, job = client.call(a.url, "POST", "/v1/jobs", {
+            "spec": {"gpus": 16, "name": "adopted", "parallelism": {"tp": 8}},
+            "command": ["true"], "client_request_id": secrets.token_hex(16)})
+        assert status == 201 and job["state"] == "running", (status, job)
+        jid = job["id"]
+        wait_for(lambda: len([e for e in sim_events(events)
+                              if e.get("ev") == "start" and e.get("job") == jid]) == 2,
+                 15, "the job's ranks started on its 2 nodes")
 
-            def up_on(url):
-                status, out = client.call(url, "GET", "/v1/nodes")
-                return status == 200 and all(n["state"] == "up" for n in out["nodes"])
-
-            wait_for(lambda: up_on(a.url), 30, "the 8 simulated nodes up on a")
-            status, job = client.call(a.url, "POST", "/v1/jobs", {
-                "spec": {"gpus": 16, "name": "adopted", "parallelism": {"tp": 8}},
-                "command": ["true"], "client_request_id": secrets.token_hex(16)})
-            assert status == 201 and job["state"] == "running", (status, job)
-            jid = job["id"]
-            wait_for(lambda: len([e for e in sim_events(events)
-                                  if e.get("ev") == "start" and e.get("job") == jid]) == 2,
-                     15, "the job's ranks started on its 2 nodes")
-
-            took, _, _ = failover([a, b], etcd, client)
-            url = endpoint(b)
-            # b's own log, not the node states it replayed from a's log.
-            wait_for(lambda: all(f"agent n{i} registered" in b.log_all() for i in range(8)), 30,
-                     "every agent re-registered with b")
-            status, after = client.call(url, "GET", f"/v1/jobs/{jid}")
-            assert status == 200, (status, after)
-            assert after["state"] == "running" and after["restarts"] == 0, after
-            starts = [e for e in sim_events(events) if e.get("ev") == "start" and e.get("job") == jid]
-            assert len(starts) == 2 and all(e.get("restart_count") == 0 for e in starts), starts
-            for node in ("n0", "n1"):
-                assert f"agent {node} registered from 127.0.0.1 (8 GPUs, 8 ranks running" in \
-                    b.log_all(), b.log_all()[-3000:]
-            time.sleep(1)  # a few heartbeats: nothing stops or restarts the adopted ranks
-            status, later = client.call(url, "GET", f"/v1/jobs/{jid}")
-            assert later["state"] == "running" and later["restarts"] == 0, later
-            assert not [e for e in sim_events(events) if e.get("ev") == "stop"], sim_events(events)
-            print(f"kill -9 a: b served after {took:.2f} s; 8 agents re-registered with it and its "
-                  f"job {jid} kept running (adopted, restarts 0)")
-        finally:
-            if sim is not None and sim.poll() is None:
-                sim.kill()
-                sim.wait()
-            for r in replicas:
-                r.kill9()
+        took, _, _ = failover([a, b], etcd, client)
+        url = endpoint(b)
+        # b's own log, not the node states it replayed from a's log.
+        wait_for(lambda: all(f"agent n{i} registered" in b.log_all() for i in range(8)), 30,
+                 "every agent re-registered with b")
+        status, after = client.call(url, "GET", f"/v1/jobs/{jid}")
+        assert status == 200, (status, after)
+        assert after["state"] == "running" and after["restarts"] == 0, after
+        starts = [e for e in sim_events(events) if e.get("ev") == "start" and e.get("job") == jid]
+        assert len(starts) == 2 and all(e.get("restart_count") == 0 for e in starts), starts
+        for node in ("n0", "n1"):
+            assert f"agent {node} registered from 127.0.0.1 (8 GPUs, 8 ranks running" in \
+                b.log_all(), b.log_all()[-3000:]
+        time.sleep(1)  # a few heartbeats: nothing stops or restarts the adopted ranks
+        status, later = client.call(url, "GET", f"/v1/jobs/{jid}")
+        assert later["state"] == "running" and later["restarts"] == 0, later
+        assert not [e for e in sim_events(events) if e.get("ev") == "stop"], sim_events(events)
+        print(f"kill -9 a: b served after {took:.2f} s; 8 agents re-registered with it and its "
+              f"job {jid} kept running (adopted, restarts 0)")
 
 
 SCENARIOS = {"kill": scenario_kill, "kills": scenario_kills, "agents": scenario_agents}
