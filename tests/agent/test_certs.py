@@ -159,9 +159,14 @@ def test(d, agent_bin, work, agents, port):
 
     # ---- a restart keeps the revocation
     d.stop()
+    restarted = len(d.log_all())
     d.start()
     refused = probe(d, port, n0_cert, n0_key)
     check("CERTIFICATE_REVOKED" in refused.upper(), "still refused after a restart: %s" % refused)
+    # The store remembers n1 as up, so wait for its agent's new session
+    # itself: --revoke-old below must find it connected to cut it off.
+    wait_for(lambda: "agent n1 registered" in d.log_all()[restarted:], 20,
+             "n1's agent to register with the restarted daemon")
     wait_for(lambda: nodes(d)["n1"]["state"] == "up", 20, "n1 back up after the restart")
 
     # ---- renew: a fresh certificate connects again
@@ -179,7 +184,7 @@ def test(d, agent_bin, work, agents, port):
     serial1 = openssl_x509(n1_cert, "-serial")
     said = ca(d, "renew", "--node", "n1", "--out", os.path.join(work, "renewed"), "--revoke-old")
     check("revoked 1 of them now" in said, "renew --revoke-old says so: " + said)
-    wait_for(lambda: "agent n1: closing the connection: certificate serial " + serial1 in d.log(),
+    wait_for(lambda: "agent n1: closing the connection: certificate serial " + serial1 in d.log_all(),
              5, "the daemon to close n1's old session")
     check("CERTIFICATE_REVOKED" in probe(d, port, n1_cert, n1_key).upper(), "n1's old certificate is refused")
     agents["n1"].kill9()
