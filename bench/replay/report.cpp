@@ -90,6 +90,17 @@ std::vector<Goal> EvaluateGoals(const Report& report) {
              Fixed(ours->ettr_large, 2, 100) + " %", ">= 97 %", std::nullopt};
       if (ours->ettr_large) e.met = *ours->ettr_large >= 0.97;
       goals.push_back(e);
+      if (slurm != nullptr) {
+        Goal es{
+            "ETTR, >= " + std::to_string(report.params.ettr_gpus) + " GPUs, under F >= slurm-tree",
+            w.name, "", ">= slurm-tree", std::nullopt};
+        if (ours->ettr_large && slurm->ettr_large) {
+          es.measured =
+              Fixed(ours->ettr_large, 2, 100) + " % vs " + Fixed(slurm->ettr_large, 2, 100) + " %";
+          es.met = *ours->ettr_large >= *slurm->ettr_large;
+        }
+        goals.push_back(es);
+      }
     }
     Goal r{"required constraints met", w.name, Fixed(ours->required_met, 2, 100) + " %", "100 %",
            std::nullopt};
@@ -159,6 +170,8 @@ std::string RenderText(const Report& report) {
       {"mean queue delay >= " + large + " GPUs s",
        [](auto& r) { return Fixed(r.mean_queue_delay_large_s, 0); }},
       {"ETTR >= " + ettr + " GPUs %", [](auto& r) { return Fixed(r.ettr_large, 2, 100); }},
+      {"work / wall >= " + ettr + " GPUs %",
+       [](auto& r) { return Fixed(r.work_ratio_large, 2, 100); }},
       {"GPU-hours lost to failures", [](auto& r) { return Fixed(r.lost_gpu_hours, 0); }},
       {"GPU-hours lost to preemption", [](auto& r) { return Fixed(r.lost_other_gpu_hours, 0); }},
       {"required constraints met %", [](auto& r) { return Fixed(r.required_met, 2, 100); }},
@@ -324,6 +337,7 @@ nlohmann::ordered_json ToJson(const Report& report) {
       pj["mean_queue_delay_s"] = Opt(r.mean_queue_delay_s);
       pj["mean_queue_delay_large_s"] = Opt(r.mean_queue_delay_large_s);
       pj["ettr_large"] = Opt(r.ettr_large);
+      pj["work_ratio_large"] = Opt(r.work_ratio_large);
       pj["required_met"] = Opt(r.required_met);
       pj["lost_gpu_hours"] = Opt(r.lost_gpu_hours);
       pj["lost_preemption_gpu_hours"] = Opt(r.lost_other_gpu_hours);

@@ -136,6 +136,8 @@ void PrintTable(const std::vector<core::SimReport>& reports, const SimArgs& args
       {"mean queue delay, >= " + large + " GPUs, s",
        [](auto& r) { return Fixed(r.mean_queue_delay_large_s, 0); }},
       {"ETTR, >= 1024 GPUs, %", [](auto& r) { return Fixed(r.ettr_large, 2, 100); }},
+      {"work / wall time, >= 1024 GPUs, %",
+       [](auto& r) { return Fixed(r.work_ratio_large, 2, 100); }},
       {"required constraints met %", [](auto& r) { return Fixed(r.required_met, 1, 100); }},
       {"GPU-hours lost to failures", [](auto& r) { return Fixed(r.lost_gpu_hours, 1); }},
       {"GPU-hours lost to preemption", [](auto& r) { return Fixed(r.lost_other_gpu_hours, 1); }},

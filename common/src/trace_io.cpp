@@ -384,6 +384,7 @@ nlohmann::ordered_json SimMetricsToJson(const core::SimReport& r) {
   j["mean_queue_delay_s"] = Opt(r.mean_queue_delay_s);
   j["mean_queue_delay_large_s"] = Opt(r.mean_queue_delay_large_s);
   j["ettr_large"] = Opt(r.ettr_large);
+  j["work_ratio_large"] = Opt(r.work_ratio_large);
   j["required_met"] = Opt(r.required_met);
   j["lost_gpu_hours"] = r.placements > 0 ? nlohmann::ordered_json(Round6(r.lost_gpu_hours))
                                          : nlohmann::ordered_json(nullptr);

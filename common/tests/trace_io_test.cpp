@@ -187,6 +187,7 @@ TEST_CASE("sim JSON: the documented keys in order, null where nothing was measur
                                          "mean_queue_delay_s",
                                          "mean_queue_delay_large_s",
                                          "ettr_large",
+                                         "work_ratio_large",
                                          "required_met",
                                          "lost_gpu_hours",
                                          "restarts",
@@ -202,6 +203,7 @@ TEST_CASE("sim JSON: the documented keys in order, null where nothing was measur
   CHECK(m["mean_jct_s"] == 12.345679);
   CHECK(m["p95_jct_s"].is_null());
   CHECK(m["ettr_large"].is_null());
+  CHECK(m["work_ratio_large"].is_null());
   CHECK(m["lost_gpu_hours"] == 2.5);
   CHECK(m["cpu_s"].is_null());
   CHECK(j["policies"]["slurm-tree"]["cpu_s"] == 1.25);

@@ -782,7 +782,7 @@ void Simulator::Finish() {
   int64_t slowdown_n = 0;
   double queue_sum = 0, queue_large_sum = 0;
   int64_t queue_n = 0, queue_large_n = 0;
-  double ettr_productive = 0, ettr_wall = 0;
+  double ettr_productive = 0, ettr_work = 0, ettr_wall = 0;
   double lost_failure = 0, lost_other = 0;
   TimeMs last_end = r.first_submit;
   bool any_ran = false;
@@ -828,7 +828,13 @@ void Simulator::Finish() {
       }
       if (run.terminal) last_end = std::max(last_end, res.end);
       if (run.terminal && res.gpus >= options_.ettr_gpus && res.end > res.first_start) {
-        ettr_productive += static_cast<double>(res.productive_ms);
+        // The wall time whose work was kept: run time x work kept / work
+        // done (lost work re-done at the job's mean speed).
+        const double kept =
+            res.work_ms > 0 ? std::min(1.0, static_cast<double>(res.productive_ms) / res.work_ms)
+                            : 0.0;
+        ettr_productive += res.run_ms * kept;
+        ettr_work += static_cast<double>(res.productive_ms);
         ettr_wall += static_cast<double>(res.end - res.first_start);
         ++r.ettr_jobs;
       }
@@ -877,7 +883,10 @@ void Simulator::Finish() {
   r.cross_hbd_scale = options_.cross_hbd_scale;
   if (queue_n > 0) r.mean_queue_delay_s = queue_sum / static_cast<double>(queue_n);
   if (queue_large_n > 0) r.mean_queue_delay_large_s = queue_large_sum / queue_large_n;
-  if (ettr_wall > 0) r.ettr_large = ettr_productive / ettr_wall;
+  if (ettr_wall > 0) {
+    r.ettr_large = ettr_productive / ettr_wall;
+    r.work_ratio_large = ettr_work / ettr_wall;
+  }
   if (r.placements > 0) {
     r.required_met = static_cast<double>(placements_met_) / static_cast<double>(r.placements);
   }

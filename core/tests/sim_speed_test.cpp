@@ -63,6 +63,7 @@ TEST_CASE("two jobs sharing an oversubscribed fabric: fair share, then full spee
   SimOptions options;
   options.speed_model = true;
   options.tick_interval = 0;
+  options.ettr_gpus = 16;
   SimReport r = RunSimulation(topo, "toposched", w, options).value();
   REQUIRE(r.job_results.size() == 2);
   // Alone, A crosses the root as its ideal placement does: speed 1. With B,
@@ -76,6 +77,12 @@ TEST_CASE("two jobs sharing an oversubscribed fabric: fair share, then full spee
   CHECK(r.job_results[0].productive_ms == 100 * kSecond);
   CHECK(r.goodput.value() == doctest::Approx(140.0 / (a_end - 0 + b_end - 20)).epsilon(1e-3));
   CHECK(r.slow_gpu_hours == doctest::Approx(2 * 16 * (40 / speed - 40) / 3600).epsilon(1e-3));
+  // Neither lost work nor waited once started: ETTR 1, though both ran
+  // slowly for a while; the work ratio counts the slowness.
+  CHECK(r.ettr_large.value() == doctest::Approx(1.0));
+  CHECK(r.work_ratio_large.value() ==
+        doctest::Approx(140.0 / (a_end - 0 + b_end - 20)).epsilon(1e-3));
+  CHECK(r.work_ratio_large.value() < 0.99);
   CHECK(r.anomalies.empty());
 
   SUBCASE("without the speed model both run their trace durations") {

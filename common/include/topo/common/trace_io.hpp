@@ -51,7 +51,8 @@ core::Result<std::vector<core::KalosRow>> ParseKalosCsv(std::string_view text);
 void WritePerJobCsv(std::ostream& out, std::span<const core::SimReport> reports);
 
 // {"utilization", "mean_jct_s", "p95_jct_s", "mean_queue_delay_s",
-//  "mean_queue_delay_large_s", "ettr_large", "required_met", "lost_gpu_hours",
+//  "mean_queue_delay_large_s", "ettr_large", "work_ratio_large", "required_met",
+//  "lost_gpu_hours",
 //  "leaf_span_ratio_mean", "comm_cost_ratio_mean", "cpu_s", "wall_s",
 //  "peak_rss_mb"} in this order; fractions 0..1; null where there was nothing
 // to measure (or the caller did not time the run). Values are rounded to 6

@@ -211,8 +211,18 @@ struct SimReport {
   std::optional<double> p95_jct_s;                 // nearest rank
   std::optional<double> mean_queue_delay_s;        // started jobs, first start - submit
   std::optional<double> mean_queue_delay_large_s;  // started jobs >= large_gpus
-  // Jobs >= ettr_gpus that ran and ended: sum(productive) / sum(end - first start).
+  // Jobs >= ettr_gpus that ran and ended: sum(productive time) / sum(end -
+  // first start), where a job's productive time is the wall time it ran
+  // minus the share of it whose work was lost (re-done after a restart).
+  // This is ETTR as ByteRobust and Meta's cluster studies measure it: what
+  // failures, restarts and waits to restart cost. A slow placement is not
+  // counted here (its job runs, slowly); work_ratio_large, goodput and
+  // mean_slowdown count that.
   std::optional<double> ettr_large;
+  // The same jobs: sum(work kept, at the ideal placement's speed) / sum(end -
+  // first start): ETTR x the jobs' mean speed, below 1 without any failure
+  // when placements or neighbours slow jobs down.
+  std::optional<double> work_ratio_large;
   std::optional<double> required_met;  // share of placements meeting every required constraint
   std::optional<double> leaf_span_ratio_mean;  // over placements
   std::optional<double> comm_cost_ratio_mean;  // over placements
