@@ -53,7 +53,8 @@ uint64_t HealthyMask(const ClusterState& state, NodeId n) {
 
 Replacement FindReplacements(const Topology& topology, const ClusterState& state,
                              std::span<const GpuSlot> ranks, const std::set<NodeId>& leave,
-                             std::span<const NodeId> spares, std::span<const JobId> spare_owner) {
+                             std::span<const NodeId> spares, std::span<const JobId> spare_owner,
+                             std::span<const double> node_cost) {
   Replacement out;
   out.ranks.assign(ranks.begin(), ranks.end());
   out.complete = true;
@@ -66,7 +67,7 @@ Replacement FindReplacements(const Topology& topology, const ClusterState& state
       if (out.ranks[r].node == b) moved.push_back(static_cast<int>(r));
     }
     NodeId best = -1;
-    std::tuple<int, int, NodeId> best_key{};
+    std::tuple<int, int, double, NodeId> best_key{};
     auto consider = [&](NodeId r, bool spare) {
       if (used.count(r) || taken.count(r)) return;
       if (std::popcount(HealthyMask(state, r)) < static_cast<int>(moved.size())) return;
@@ -76,7 +77,8 @@ Replacement FindReplacements(const Topology& topology, const ClusterState& state
           return;
         }
       }
-      std::tuple<int, int, NodeId> key{CommonTier(topology, b, r), spare ? 0 : 1, r};
+      const double cost = node_cost.empty() ? 0.0 : node_cost[static_cast<size_t>(r)];
+      std::tuple<int, int, double, NodeId> key{CommonTier(topology, b, r), spare ? 0 : 1, cost, r};
       if (best < 0 || key < best_key) {
         best = r;
         best_key = key;

@@ -2,6 +2,7 @@
 // topology.
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "scheduler_impl.hpp"
@@ -359,6 +360,34 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, Nod
         keeps = true;
       }
     }
+    std::string taken;  // the victims whose nodes it takes, for its reason
+    if (!keeps && config_.preemption) {
+      // Last resort before the queue: nodes of small running jobs. Worth it
+      // when the GPUs it would otherwise wait with in the queue (its GPUs x
+      // the plan's wait) exceed what stopping them costs.
+      TakeOver t = ReplaceByPreempting(job, bad, spares);
+      if (t.found) {
+        const TimeMs start = Reserve(job).start;
+        const bool worth =
+            start == kNever ||
+            static_cast<double>(start - now_) / kSecond * job.request.spec.gpus > t.cost_gpu_s;
+        if (worth) {
+          for (JobId v : t.victims) {
+            JobRecord& victim = jobs_.at(v);
+            const std::string why = "preempted for job " + std::to_string(job.id) +
+                                    ", whose failed node its node replaces";
+            victim.preemptions += 1;
+            SetState(victim, JobState::kPreempting, why);
+            LoseProgress(victim);
+            Requeue(victim, why, RequeuePosition::kHead, /*keep_age_only=*/true);
+            taken += (taken.empty() ? "" : ", ") + std::to_string(v);
+          }
+          ranks = std::move(t.ranks);
+          remaining_spares = std::move(t.spares_left);
+          keeps = true;
+        }
+      }
+    }
     if (keeps) {
       Release(job);
       Allocate(job, ranks, remaining_spares);
@@ -369,7 +398,8 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, Nod
       job.reason =
           "restarted after " + reason +
           (job.checkpoint_step >= 0 ? " from checkpoint step " + std::to_string(job.checkpoint_step)
-                                    : " from the beginning (no checkpoint)");
+                                    : " from the beginning (no checkpoint)") +
+          (taken.empty() ? "" : "; on nodes of preempted job(s) " + taken);
       return;
     }
   }
@@ -377,6 +407,87 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, Nod
   // (the pass's reason says for what) and restarts from its checkpoint.
   job.restarts += 1;
   Requeue(job, reason + "; requeued until healthy nodes can take it", config_.requeue);
+}
+
+// Candidates are running jobs of no higher priority than the recovering job
+// and no larger than the GPUs it must move (so a victim's own restart needs
+// no bigger shape than the one lost), not protected (preempt_protect_after),
+// not ending within the grace period anyway. A node qualifies when it is up
+// and whole, no job's spare, and every job on it is a candidate; it costs its
+// jobs' GPUs x (preempt_restart_cost + work since their last checkpoint:
+// they stop at once, without a grace period, since the recovering job's
+// other ranks wait idle meanwhile). FindReplacements then picks the nearest
+// nodes, cheapest first at the same distance, with free nodes at cost 0.
+SchedulerCore::Impl::TakeOver SchedulerCore::Impl::ReplaceByPreempting(
+    const JobRecord& job, const std::set<NodeId>& bad, const std::vector<NodeId>& spares) const {
+  TakeOver out;
+  std::set<NodeId> own;
+  int moved = 0;
+  for (const GpuSlot& s : job.ranks) {
+    own.insert(s.node);
+    if (bad.count(s.node)) ++moved;
+  }
+  std::map<JobId, double> cost;  // a candidate's cost; < 0: not a candidate
+  auto cost_of = [&](JobId id) {
+    auto [it, first] = cost.try_emplace(id, -1.0);
+    if (!first) return it->second;
+    const JobRecord& j = jobs_.at(id);
+    if (id == job.id || j.state != JobState::kRunning ||
+        j.request.priority > job.request.priority || j.request.spec.gpus > moved ||
+        (config_.preempt_protect_after > 0 && j.preemptions >= config_.preempt_protect_after) ||
+        j.last_start + TimeLimit(j) <= now_ + config_.preempt_grace) {
+      return it->second;
+    }
+    const double at_risk_s = static_cast<double>(now_ - ProgressMark(j)) / kSecond;
+    it->second = j.request.spec.gpus *
+                 (static_cast<double>(config_.preempt_restart_cost) / kSecond + at_risk_s);
+    return it->second;
+  };
+  ClusterState trial = cluster();
+  std::vector<double> node_cost(static_cast<size_t>(topo_.node_count()), 0.0);
+  std::set<JobId> released;
+  for (NodeId n = 0; n < topo_.node_count(); ++n) {
+    const std::vector<JobId>& on = alloc_.jobs_on(n);
+    if (on.empty() || own.count(n) || alloc_.spare_owners()[static_cast<size_t>(n)] != 0 ||
+        !Restartable(n)) {
+      continue;
+    }
+    double c = 0;
+    bool all = true;
+    for (JobId id : on) {
+      const double v = cost_of(id);
+      if (v < 0) {
+        all = false;
+        break;
+      }
+      c += v;
+    }
+    if (!all) continue;
+    node_cost[static_cast<size_t>(n)] = c;
+    for (JobId id : on) {
+      if (!released.insert(id).second) continue;
+      const JobRecord& j = jobs_.at(id);
+      (void)trial.Release(alloc_.Held(j.ranks, j.spares));
+    }
+  }
+  if (released.empty()) return out;
+  Replacement r =
+      FindReplacements(topo_, trial, job.ranks, bad, spares, alloc_.spare_owners(), node_cost);
+  if (!r.complete || !Evaluate(job.request.spec, topo_, r.ranks).required_met) return out;
+  std::set<JobId> victims;
+  for (const GpuSlot& s : r.ranks) {
+    if (own.count(s.node)) continue;
+    for (JobId id : alloc_.jobs_on(s.node)) {
+      if (id != job.id) victims.insert(id);
+    }
+  }
+  if (victims.empty()) return out;  // free nodes did it after all: not this path
+  out.found = true;
+  out.ranks = std::move(r.ranks);
+  out.spares_left = std::move(r.spares_left);
+  out.victims.assign(victims.begin(), victims.end());
+  for (JobId v : out.victims) out.cost_gpu_s += cost.at(v);
+  return out;
 }
 
 TimeMs SchedulerCore::Impl::NextWakeup() const {

@@ -6,10 +6,12 @@
 // and scheduler_health.cpp (GPU and node health, failure recovery).
 
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -224,7 +226,20 @@ class SchedulerCore::Impl {
     TimeMs start = kNever;
     std::vector<GpuSlot> gpus;
   };
+  // When the plan (running jobs ending at their limits) starts `job`; a job
+  // holding GPUs is planned as if requeued (its GPUs free, its end not
+  // waited for).
   Reservation Reserve(const JobRecord& job) const;
+  // The plan's search, shared by Reserve and the preemption cost: the first
+  // of the times `at` (ascending) after whose release(state, 0..i) a job of
+  // `gpus` GPUs is placed by `place` on `base`; start kNever when none.
+  struct PlannedStart {
+    TimeMs start = kNever;
+    Placement placement;
+  };
+  PlannedStart PlanStart(int gpus, const ClusterState& base, std::span<const TimeMs> at,
+                         const std::function<void(ClusterState&, size_t)>& release,
+                         const std::function<Placement(const ClusterState&)>& place) const;
   // Running jobs by the time they must end, earliest first: their time
   // limits (or, preempting, their grace deadlines).
   std::vector<std::pair<TimeMs, JobId>> EndsByLimit() const;
@@ -259,6 +274,19 @@ class SchedulerCore::Impl {
   // restart it on healthy replacements that keep its topology, else requeue
   // it to wait for capacity. Never fails the job.
   void Recover(JobRecord& job, const std::string& reason, NodeId avoid = -1);
+  // Recovery's last resort before the queue: replacements for the nodes in
+  // `bad` on nodes freed by stopping small running jobs (see the definition
+  // for which). found is false when no such set completes the job within its
+  // required constraints.
+  struct TakeOver {
+    bool found = false;
+    std::vector<GpuSlot> ranks;
+    std::vector<NodeId> spares_left;
+    std::vector<JobId> victims;
+    double cost_gpu_s = 0;  // the victims' GPUs x (restart cost + work at risk)
+  };
+  TakeOver ReplaceByPreempting(const JobRecord& job, const std::set<NodeId>& bad,
+                               const std::vector<NodeId>& spares) const;
   // A rank exited non-zero: count it, and back off, restart or fail
   // (FailurePolicy::AfterAppFailure).
   void OnAppFailure(JobRecord& job, int rank, int exit_code);

@@ -79,56 +79,81 @@ std::vector<std::pair<TimeMs, JobId>> SchedulerCore::Impl::EndsByLimit() const {
 }
 
 SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& job) const {
-  const std::vector<std::pair<TimeMs, JobId>> ends = EndsByLimit();
+  std::vector<std::pair<TimeMs, JobId>> ends = EndsByLimit();
+  // A job that holds GPUs (a running job being recovered) is planned as if
+  // requeued: its GPUs are free now and its own end is not waited for.
+  ClusterState base = cluster();
+  if (!job.ranks.empty() || !job.spares.empty()) {
+    (void)base.Release(alloc_.Held(job.ranks, job.spares));
+    std::erase_if(ends, [&](const auto& e) { return e.second == job.id; });
+  }
+  std::vector<TimeMs> at;
+  at.reserve(ends.size());
+  for (const auto& e : ends) at.push_back(e.first);
+  PlannedStart planned = PlanStart(
+      job.request.spec.gpus, base, at,
+      [&](ClusterState& s, size_t i) {
+        const JobRecord& j = jobs_.at(ends[i].second);
+        (void)s.Release(alloc_.Held(j.ranks, j.spares));
+      },
+      [&](const ClusterState& s) { return PlaceForReservation(job, s); });
   Reservation r;
   r.job = job.id;
-  if (ends.empty()) return r;
+  if (planned.start == kNever) return r;
+  r.start = planned.start;
+  r.gpus = alloc_.Held(planned.placement.ranks, planned.placement.spares);
+  return r;
+}
+
+SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
+    int gpus, const ClusterState& base, std::span<const TimeMs> at,
+    const std::function<void(ClusterState&, size_t)>& release,
+    const std::function<Placement(const ClusterState&)>& place) const {
+  PlannedStart out;
+  if (at.empty()) return out;
   auto release_through = [&](ClusterState& s, size_t from, size_t to) {
-    for (size_t i = from; i <= to; ++i) {
-      const JobRecord& j = jobs_.at(ends[i].second);
-      (void)s.Release(alloc_.Held(j.ranks, j.spares));
-    }
+    for (size_t i = from; i <= to; ++i) release(s, i);
   };
   // The first end after which enough GPUs are free at all.
-  ClusterState future = cluster();
-  size_t lo = ends.size();
-  for (size_t i = 0; i < ends.size(); ++i) {
+  ClusterState future = base;
+  size_t lo = at.size();
+  for (size_t i = 0; i < at.size(); ++i) {
     release_through(future, i, i);
-    if (future.free_gpus(topo_.root()) >= job.request.spec.gpus) {
+    if (future.free_gpus(topo_.root()) >= gpus) {
       lo = i;
       break;
     }
   }
-  if (lo == ends.size()) return r;  // failed hardware: no foreseeable start
+  if (lo == at.size()) return out;  // failed hardware: no foreseeable start
   // `future` now has ends[0..lo] released. Usually the job fits within a
   // few more ends: try them one by one; past that, check that it fits once
   // every job has ended and binary search the first end after which it does
   // (more released GPUs only help).
   constexpr size_t kLinearTries = 4;
-  size_t hi = ends.size() - 1;
+  size_t hi = at.size() - 1;
   Placement found;
   bool have = false;
-  for (size_t tried = 0; tried < kLinearTries && lo < ends.size(); ++tried) {
-    Placement p = PlaceForReservation(job, future);
+  for (size_t tried = 0; tried < kLinearTries && lo < at.size(); ++tried) {
+    Placement p = place(future);
     if (p.placed()) {
       hi = lo;
       found = std::move(p);
       have = true;
       break;
     }
-    if (++lo < ends.size()) release_through(future, lo, lo);
+    if (++lo < at.size()) release_through(future, lo, lo);
   }
   if (!have) {
-    if (lo >= ends.size()) return r;
-    release_through(future, lo + 1, ends.size() - 1);
-    Placement last = PlaceForReservation(job, future);
-    if (!last.placed()) return r;
+    if (lo >= at.size()) return out;
+    release_through(future, lo + 1, at.size() - 1);
+    Placement last = place(future);
+    if (!last.placed()) return out;
     found = std::move(last);
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;
-      ClusterState probe = cluster();
+      ClusterState probe = base;
       release_through(probe, 0, mid);
-      Placement p = PlaceForReservation(job, probe);
+      Placement p = place(probe);
       if (p.placed()) {
         hi = mid;
         found = std::move(p);
@@ -137,9 +162,9 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
       }
     }
   }
-  r.start = std::max(ends[hi].first, now_);
-  r.gpus = alloc_.Held(found.ranks, found.spares);
-  return r;
+  out.start = std::max(at[hi], now_);
+  out.placement = std::move(found);
+  return out;
 }
 
 Placement SchedulerCore::Impl::PlaceForReservation(const JobRecord& job,

@@ -79,6 +79,18 @@ TEST_CASE("replacements: nearest first, a spare before a free node at the same d
     Replacement r = FindReplacements(topo, state, ranks, {0, 4}, {}, owner);
     CHECK_FALSE(r.complete);
   }
+  SUBCASE("with node costs: the cheapest of the nearest, never a farther node for its price") {
+    // n1 (same leaf) is dear, n2 and n3 (same spine) cost 5 and 2.
+    std::vector<double> cost(topo.node_count(), 0.0);
+    cost[1] = 100;
+    cost[2] = 5;
+    cost[3] = 2;
+    Replacement r = FindReplacements(topo, state, ranks, {0}, {}, owner, cost);
+    CHECK(r.ranks[0] == GpuSlot{1, 0});  // distance first
+    REQUIRE(state.Allocate(std::vector<GpuSlot>{{1, 0}}).ok());
+    r = FindReplacements(topo, state, ranks, {0}, {}, owner, cost);
+    CHECK(r.ranks[0] == GpuSlot{3, 0});  // then price: n3 before the lower n2
+  }
   SUBCASE("two nodes left, each gets its own nearest") {
     Replacement r = FindReplacements(topo, state, ranks, {0, 4}, {}, owner);
     CHECK(r.complete);

@@ -663,6 +663,82 @@ TEST_CASE("without a replacement a failed job requeues at the head (slurm-tree) 
   }
 }
 
+TEST_CASE("with no free node a failed gang takes the node of a small job, when that costs less") {
+  Topology topo = Tiny();  // 8 nodes of 8 GPUs
+  // Job 1 (56 GPUs, checkpointed at 10 min) and job 2 (8 GPUs, started at
+  // 5 min, never checkpoints) fill the cluster; at 20 min a node of job 1 is
+  // lost. No node is free and job 1 cannot be placed afresh.
+  auto full = [&](SchedulerConfig config, int victim_gpus, int priority, TimeMs victim_limit) {
+    auto core = std::make_unique<SchedulerCore>(topo, config);
+    core->Step(JobSubmitted{1, Request(64 - victim_gpus, 8, 10 * kHour, "x", 0)}, 0);
+    core->Step(JobSubmitted{2, Request(victim_gpus, 8, victim_limit, "y", priority)}, 5 * kMinute);
+    core->Step(CheckpointCompleted{1, 5}, 10 * kMinute);
+    REQUIRE(core->cluster().total_busy_gpus() == 64);
+    return core;
+  };
+  const NodeId lost = 0;  // job 1 starts first, on the lowest nodes
+  SUBCASE("job 2 would hold its node 10 h: it is stopped and job 1 restarts on its node") {
+    auto core = full(SimConfig(), 8, 0, 10 * kHour);
+    REQUIRE(core->job(1)->ranks[0].node == lost);
+    const NodeId taken = core->job(2)->ranks[0].node;
+    auto cmds = core->Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 20 * kMinute);
+    auto restarts = Only<RestartJob>(cmds);
+    REQUIRE(restarts.size() == 1);
+    CHECK(restarts[0].id == 1);
+    std::set<NodeId> nodes;
+    for (const GpuSlot& g : restarts[0].ranks) nodes.insert(g.node);
+    CHECK(nodes.count(lost) == 0);
+    CHECK(nodes.count(taken) == 1);
+    CHECK(Evaluate(core->job(1)->request.spec, topo, core->job(1)->ranks).required_met);
+    CHECK(core->job(1)->reason.find("on nodes of preempted job(s) 2") != std::string::npos);
+    auto stops = Only<StopJob>(cmds);
+    REQUIRE(stops.size() == 1);
+    CHECK(stops[0].id == 2);
+    CHECK(core->job(2)->state == JobState::kQueued);
+    CHECK(core->job(2)->preemptions == 1);
+    // It is told why (preempting, then queued at its age's place).
+    bool told = false;
+    for (const auto& c : Only<JobStateChanged>(cmds)) {
+      told |= c.id == 2 && c.state == JobState::kPreempting &&
+              c.reason.find("preempted for job 1") == 0;
+    }
+    CHECK(told);
+    // Its 15 min since its start are lost: it never checkpointed.
+    CHECK(core->job(2)->lost_gpu_ms == doctest::Approx(8.0 * 15 * kMinute));
+  }
+  SUBCASE("job 2 ends in 5 min: waiting costs less than stopping it, job 1 requeues") {
+    // Job 2 started at 5 min with a 40 min limit; the loss comes at 40 min.
+    // Job 1 would wait 5 min x 56 GPUs = 4.7 GPU-h; stopping job 2 costs
+    // 8 GPUs x (10 min restart + 35 min at risk) = 6 GPU-h: not worth it.
+    auto core = full(SimConfig(), 8, 0, 40 * kMinute);
+    core->Step(CheckpointCompleted{1, 6}, 30 * kMinute);
+    auto cmds = core->Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 40 * kMinute);
+    CHECK(Only<RestartJob>(cmds).empty());
+    CHECK(core->job(1)->state == JobState::kQueued);
+    CHECK(core->job(2)->state == JobState::kRunning);
+  }
+  SUBCASE("a victim larger than the GPUs lost is never taken") {
+    auto core = full(SimConfig(), 16, 0, 10 * kHour);
+    core->Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 20 * kMinute);
+    CHECK(core->job(1)->state == JobState::kQueued);
+    CHECK(core->job(2)->state == JobState::kRunning);
+  }
+  SUBCASE("a victim of higher priority is never taken") {
+    auto core = full(SimConfig(), 8, 5, 10 * kHour);
+    core->Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 20 * kMinute);
+    CHECK(core->job(1)->state == JobState::kQueued);
+    CHECK(core->job(2)->state == JobState::kRunning);
+  }
+  SUBCASE("without preemption nothing is taken") {
+    SchedulerConfig config = SimConfig();
+    config.preemption = false;
+    auto core = full(config, 8, 0, 10 * kHour);
+    core->Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 20 * kMinute);
+    CHECK(core->job(1)->state == JobState::kQueued);
+    CHECK(core->job(2)->state == JobState::kRunning);
+  }
+}
+
 TEST_CASE("missed heartbeats: up -> suspect -> down, then recovery") {
   Topology topo = Tiny();
   SchedulerConfig config = SimConfig();

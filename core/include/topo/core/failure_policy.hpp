@@ -74,7 +74,10 @@ class FailurePolicy {
 // also be up, hold nothing (no busy GPU, not a spare of any job:
 // spare_owner[n] == 0) and have every GPU usable. The job's other nodes and
 // nodes already taken are never chosen. Ranks take the new node's healthy
-// GPUs lowest first, in rank order.
+// GPUs lowest first, in rank order. With `node_cost` (one value per node;
+// empty: all 0), free nodes at the same distance are taken cheapest first:
+// the recovery that frees nodes by preempting their jobs prices each node
+// by what stopping its jobs costs (SchedulerCore, docs/architecture.md).
 struct Replacement {
   bool complete = false;            // every node left got a replacement
   std::vector<GpuSlot> ranks;       // the job's ranks with the moves made
@@ -84,6 +87,7 @@ struct Replacement {
 // the topology.
 Replacement FindReplacements(const Topology& topology, const ClusterState& state,
                              std::span<const GpuSlot> ranks, const std::set<NodeId>& leave,
-                             std::span<const NodeId> spares, std::span<const JobId> spare_owner);
+                             std::span<const NodeId> spares, std::span<const JobId> spare_owner,
+                             std::span<const double> node_cost = {});
 
 }  // namespace topo::core
