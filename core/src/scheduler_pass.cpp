@@ -604,6 +604,11 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
                        gpu_hours(gain_gpu_s) + " GPU-h of waiting it saves" + protected_note};
   }
   preemptors_.insert(waiting.id);
+  // The plan changed: the victims now end at their grace deadlines. Without
+  // a new generation the pass would keep the reservation it computed before
+  // (its start far off, its GPUs elsewhere), and backfill would hand the
+  // GPUs this job preempted for to jobs "ending before" that stale start.
+  ++generation_;
   std::string ids;
   for (size_t i : chosen) {
     const JobId v = candidates[i].id;

@@ -328,6 +328,34 @@ TEST_CASE("a job preempted preempt_protect_after times is not preempted again") 
   CHECK(core.job(3)->reason.find("preempted 1 times already are protected") != std::string::npos);
 }
 
+TEST_CASE("while a preemptor waits for its victims, backfill keeps off the GPUs it preempted for") {
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  // Low-priority jobs: 1 (32 GPUs) and 2 (24 GPUs) to 10 h; 8 GPUs free.
+  core.Step(JobSubmitted{1, Request(32, 8, 10 * kHour, "x", 0)}, 0);
+  core.Step(JobSubmitted{2, Request(24, 8, 10 * kHour, "x", 0)}, 0);
+  REQUIRE(core.cluster().total_busy_gpus() == 56);
+  // A high-priority 40-GPU job needs the 8 free GPUs and job 1's 32.
+  auto cmds = core.Step(JobSubmitted{3, Request(40, 8, kHour, "y", 10)}, kMinute);
+  auto asks = Only<RequestCheckpoint>(cmds);
+  REQUIRE(asks.size() == 1);
+  REQUIRE(asks[0].id == 1);
+  // Before the victim stops, an 8-GPU job of 1 h arrives. The plan made
+  // before the preemption started job 3 at 10 h, and a 1 h job "ends before
+  // it": it would have taken the free GPUs job 3 preempted for, and job 3
+  // would have preempted job 2 next. The plan now has job 3 start when job
+  // 1's grace ends, so the small job waits.
+  cmds = core.Step(JobSubmitted{4, Request(8, 8, kHour, "z", 0)}, 2 * kMinute);
+  CHECK(Only<StartJob>(cmds).empty());
+  CHECK(core.job(4)->state == JobState::kQueued);
+  CHECK(core.EstimatedStart(3) == kMinute + core.config().preempt_grace);
+  cmds = core.Step(CheckpointCompleted{1, 4}, 2 * kMinute);
+  CHECK(Only<RequestCheckpoint>(cmds).empty());
+  CHECK(core.job(3)->state == JobState::kRunning);
+  CHECK(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(2)->preemptions == 0);
+}
+
 namespace {
 
 // Tiny() with one 8-GPU job per node, in node order; the jobs on nodes 3 and
