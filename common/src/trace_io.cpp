@@ -336,7 +336,7 @@ Result<std::vector<core::KalosRow>> ParseKalosCsv(std::string_view text) {
 void WritePerJobCsv(std::ostream& out, std::span<const core::SimReport> reports) {
   out << "policy,index,id,tenant,gpus,submit_s,first_start_s,end_s,state,queue_delay_s,jct_s,"
          "placements,restarts,interruptions,productive_s,lost_failure_gpu_h,lost_other_gpu_h,"
-         "leaf_span_ratio,comm_cost_ratio,required_met\n";
+         "leaf_span_ratio,comm_cost_ratio,required_met,run_s,work_s\n";
   constexpr double kMsPerHour = 3600.0 * 1000.0;
   for (const core::SimReport& r : reports) {
     for (const core::SimJobResult& j : r.job_results) {
@@ -355,7 +355,9 @@ void WritePerJobCsv(std::ostream& out, std::span<const core::SimReport> reports)
           << ',' << Decimal(j.lost_other_gpu_ms / kMsPerHour, 3) << ','
           << (started ? Decimal(j.leaf_span_ratio, 4) : "") << ','
           << (started ? Decimal(j.comm_cost_ratio, 4) : "") << ','
-          << (started ? (j.required_met ? "1" : "0") : "") << '\n';
+          << (started ? (j.required_met ? "1" : "0") : "") << ','
+          << (started ? Decimal(j.run_ms / 1000.0, 3) : "") << ','
+          << (started ? Decimal(j.work_ms / 1000.0, 3) : "") << '\n';
     }
   }
 }

@@ -140,6 +140,8 @@ core::SimReport SmallReport() {
   done.state = JobState::kCompleted;
   done.placements = 1;
   done.productive_ms = 60000;
+  done.run_ms = 66000;  // ran slowly: 60 s of work in 66 s
+  done.work_ms = 60000;
   done.leaf_span_ratio = 1.0;
   done.comm_cost_ratio = 1.5;
   core::SimJobResult waiting;
@@ -165,8 +167,9 @@ TEST_CASE("per-job CSV: a header, times in seconds, empty where nothing applies"
   CHECK_FALSE(std::getline(in, extra));
   CHECK(header.rfind("policy,index,id,tenant,gpus,submit_s,first_start_s,end_s,state,", 0) == 0);
   CHECK(first ==
-        "toposched,7,1,t1,8,1.5,2,62,completed,0.5,60.5,1,0,0,60,0.000,0.000,1.0000,1.5000,1");
-  CHECK(second == "toposched,8,2,default,64,3,,,unfinished,,,0,0,0,0,0.000,0.000,,,");
+        "toposched,7,1,t1,8,1.5,2,62,completed,0.5,60.5,1,0,0,60,0.000,0.000,1.0000,1.5000,1,"
+        "66.000,60.000");
+  CHECK(second == "toposched,8,2,default,64,3,,,unfinished,,,0,0,0,0,0.000,0.000,,,,,");
 }
 
 TEST_CASE("sim JSON: the documented keys in order, null where nothing was measured") {

@@ -46,7 +46,8 @@ core::Result<std::vector<core::KalosRow>> ParseKalosCsv(std::string_view text);
 // The per-job result CSV: a header, then one row per job and report:
 //   policy,index,id,tenant,gpus,submit_s,first_start_s,end_s,state,
 //   queue_delay_s,jct_s,placements,restarts,interruptions,productive_s,
-//   lost_failure_gpu_h,lost_other_gpu_h,leaf_span_ratio,comm_cost_ratio,required_met
+//   lost_failure_gpu_h,lost_other_gpu_h,leaf_span_ratio,comm_cost_ratio,required_met,
+//   run_s,work_s
 // Times are seconds of simulated time; a value that does not apply is empty.
 void WritePerJobCsv(std::ostream& out, std::span<const core::SimReport> reports);
 
