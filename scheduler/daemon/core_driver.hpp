@@ -76,6 +76,9 @@ class CoreDriver {
   ReplicateBatch replicate;
   // HA: a topology import's meta, before the store's (service_admin.cpp).
   ReplicateEpoch replicate_epoch;
+  // HA: the store's users and tokens (Store::ExportAuth) after each change
+  // to them (service_admin.cpp). Unset: the single daemon.
+  std::function<core::Status(const std::string&)> replicate_auth;
   // HA: called after MaybeSnapshot wrote a snapshot (the leader publishes a
   // copy of the store to etcd, off the strand). Unset: the single daemon.
   std::function<void()> snapshot_written;

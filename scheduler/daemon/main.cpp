@@ -94,7 +94,20 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
     }
     return Status::Ok();
   };
-  std::string last_error;
+  std::string last_error, last_auth_error;
+  // The leader's users and tokens, whenever they changed in etcd.
+  auto follow_auth = [&] {
+    topo::core::Result<bool> took = l.value()->SyncAuth(*store);
+    if (!took.ok()) {
+      if (took.message() != last_auth_error) {
+        daemon::log::Error("standby: taking the users and tokens: " + took.message());
+      }
+      last_auth_error = took.message();
+      return;
+    }
+    last_auth_error.clear();
+    if (took.value()) daemon::log::Info("standby: took the leader's users and tokens");
+  };
   auto follow = [&] {
     Status s = load_snapshot();
     topo::core::Result<int64_t> n = s;
@@ -110,6 +123,7 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
       daemon::log::Info("standby: applied " + std::to_string(n.value()) +
                         " logged events; the store is at seq " + std::to_string(store->LastSeq()));
     }
+    follow_auth();
     if (Status r = l.value()->ReportApplied(store->LastSeq()); !r.ok()) {
       daemon::log::Warn("standby: cannot report its applied seq to etcd: " + r.message());
     }
@@ -145,6 +159,12 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
   if (Status s = l.value()->TakeOver(last_seq); !s.ok()) {
     (void)l.value()->Resign();  // let another replica lead at once
     return s;
+  }
+  // The users and tokens as the last leader left them (a fresh cluster has
+  // none in etcd yet: this leader publishes its own once it has opened).
+  if (topo::core::Result<bool> took = l.value()->SyncAuth(*store); !took.ok()) {
+    (void)l.value()->Resign();
+    return Status::Error("taking the users and tokens from etcd: " + took.message());
   }
   return l;
 }
@@ -396,6 +416,13 @@ int main(int argc, char** argv) {
   if (!service.ok()) return Fail(service.message());
   if (leadership) {
     service.value()->SetLeadershipTerm(leadership->term());
+    service.value()->SetAuthReplication(
+        [l = leadership.get()](const std::string& value) { return l->PublishAuth(value); });
+    if (!leadership->auth_published()) {
+      if (Status s = service.value()->PublishAuthNow(); !s.ok()) {
+        return Fail("HA: publishing the users and tokens to etcd: " + s.message());
+      }
+    }
     // Each local snapshot is published to etcd off the strand, which also
     // trims the replicated log (docs/ha.md, Snapshots bound the log in etcd).
     leadership->StartPublishing(config.state_dir + "/topo.db", config.state_dir,

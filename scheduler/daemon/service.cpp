@@ -425,6 +425,17 @@ Status Service::Commit() { return s_->Commit(); }
 
 void Service::SetLeadershipTerm(int64_t term) { s_->agents->SetTerm(term); }
 
+void Service::SetAuthReplication(std::function<Status(const std::string&)> publish) {
+  s_->driver.replicate_auth = std::move(publish);
+}
+
+Status Service::PublishAuthNow() {
+  if (!s_->driver.replicate_auth) return Status::Ok();
+  Result<std::string> value = s_->driver.store->ExportAuth();
+  if (!value.ok()) return value.status();
+  return s_->driver.replicate_auth(value.value());
+}
+
 void Service::OnSnapshotWritten(std::function<void()> hook) {
   s_->driver.snapshot_written = std::move(hook);
 }

@@ -113,7 +113,8 @@ class Service {
   // replicate_epoch (HA): every topology import goes through it first.
   // In HA mode (config.ha_enabled()) a fresh store's admin token is the one
   // in STATE_DIR/admin-token when that file exists (every replica is given
-  // the same file), and user and token changes are refused (docs/ha.md).
+  // the same file); user and token changes are replicated through
+  // SetAuthReplication (docs/ha.md, Users and tokens).
   static core::Result<std::unique_ptr<Service>> Open(const DaemonConfig& config, Metrics* metrics,
                                                      core::TimeMs now,
                                                      ReplicateBatch replicate = {},
@@ -127,6 +128,12 @@ class Service {
   // `registered` carries it, so agents refuse an older leader. Call before
   // the agent listener opens.
   void SetLeadershipTerm(int64_t term);
+  // HA (docs/ha.md, Users and tokens): every change to the users or tokens
+  // is handed to `publish` (Store::ExportAuth's value) before it is answered;
+  // PublishAuthNow hands the current ones at once (a fresh cluster's first
+  // leader, whose etcd has none yet). Errors: publish's.
+  void SetAuthReplication(std::function<core::Status(const std::string&)> publish);
+  core::Status PublishAuthNow();
   // HA: `hook` runs on the strand after each snapshot the store writes
   // (docs/ha.md: the leader publishes it to etcd); it must not block.
   void OnSnapshotWritten(std::function<void()> hook);

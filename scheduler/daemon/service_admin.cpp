@@ -170,20 +170,47 @@ HttpResponse HandleTenants(ServiceState& s, const Caller& caller, const Route& r
 // ---------------------------------------------------------------- users
 
 namespace {
-// HA replicates the log and the topology, not the users and tokens: they stay
-// as every replica's first start made them (docs/ha.md, Not in the log).
-HttpResponse AuthFixedInHa(const std::string& what) {
-  return Error(409, "in HA mode " + what +
-                        " cannot be changed: they are not replicated, so another replica would "
-                        "not know the change; every replica uses the admin token of "
-                        "STATE_DIR/admin-token (docs/ha.md)");
+
+// HA (docs/ha.md, Users and tokens): after a change to the users or tokens
+// the leader writes all of them to etcd before it answers. When etcd does
+// not take them, the change stays in this store only: the answer is 503 and
+// the daemon stops (every later commit fails), to come back as a standby
+// that takes etcd's users and tokens, so no replica serves a change the
+// others would not know.
+HttpResponse Replicated(ServiceState& s, HttpResponse r) {
+  if (!s.driver.replicate_auth || r.status >= 300) return r;
+  Result<std::string> value = s.driver.store->ExportAuth();
+  Status st = value.ok() ? s.driver.replicate_auth(value.value()) : value.status();
+  if (st.ok()) return r;
+  s.driver.diverged = Status::Error("the users and tokens changed here but not in etcd (" +
+                                        st.message() + "); stopping, to take etcd's as a standby",
+                                    core::ErrorCode::kUnavailable);
+  return Error(st.code() == core::ErrorCode::kInsufficientStorage ? 507 : 503,
+               "the change was not replicated and is undone when this scheduler restarts as a "
+               "standby: " +
+                   st.message());
 }
+
+HttpResponse HandleUsersHere(ServiceState& s, const Caller& caller, const Route& route);
+HttpResponse HandleTokensHere(ServiceState& s, const Caller& caller, const Route& route);
+
 }  // namespace
 
 HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& route) {
+  HttpResponse r = HandleUsersHere(s, caller, route);
+  return route.method() == "GET" ? r : Replicated(s, std::move(r));
+}
+
+HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& route) {
+  HttpResponse r = HandleTokensHere(s, caller, route);
+  return route.method() == "GET" ? r : Replicated(s, std::move(r));
+}
+
+namespace {
+
+HttpResponse HandleUsersHere(ServiceState& s, const Caller& caller, const Route& route) {
   const auto& p = route.path;
   const std::string& m = route.method();
-  if (m != "GET" && s.config.ha_enabled()) return AuthFixedInHa("users");
   if (p.size() == 1 && m == "GET") {
     Result<std::vector<store::User>> users = s.driver.store->ListUsers();
     if (!users.ok()) return StoreFailed(users.status());
@@ -294,10 +321,9 @@ HttpResponse HandleUsers(ServiceState& s, const Caller& caller, const Route& rou
 
 // ---------------------------------------------------------------- tokens
 
-HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& route) {
+HttpResponse HandleTokensHere(ServiceState& s, const Caller& caller, const Route& route) {
   const auto& p = route.path;
   const std::string& m = route.method();
-  if (m != "GET" && s.config.ha_enabled()) return AuthFixedInHa("tokens");
   auto user_of = [&](const std::string& name) -> std::optional<store::User> {
     Result<std::optional<store::User>> u = s.driver.store->GetUser(name);
     return u.ok() ? u.value() : std::nullopt;
@@ -367,6 +393,8 @@ HttpResponse HandleTokens(ServiceState& s, const Caller& caller, const Route& ro
   }
   return Error(p.size() <= 2 ? 405 : 404, "use GET or POST /v1/tokens, or DELETE /v1/tokens/ID");
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------- topology
 

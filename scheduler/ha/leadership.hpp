@@ -203,6 +203,25 @@ class Leadership {
   core::Result<int64_t> LoadSnapshotIfBehind(std::optional<store::Store>& store,
                                              const std::string& state_dir);
 
+  // ---- users and tokens (docs/ha.md, Users and tokens): the value at
+  // auth (Store::ExportAuth's JSON).
+
+  // The leader, after a change to its store's users or tokens: puts `value`
+  // in a txn fenced on the leader key. Errors: lost leadership (final, like
+  // Append's), etcd unreachable, or a value too large for one request.
+  // REQUIRES: the strand (or the thread before the server runs).
+  core::Status PublishAuth(const std::string& value);
+  // A standby after each catch-up, and a new leader before it serves: when
+  // etcd's value changed since this replica last took it, replaces the
+  // store's users and tokens with it (Store::ImportAuth). Returns whether it
+  // did. Errors: etcd fails; a value the store refuses (named; the store
+  // keeps its own).
+  // REQUIRES: the CatchUp thread.
+  core::Result<bool> SyncAuth(store::Store& store);
+  // Whether etcd held a value at the last SyncAuth or PublishAuth (a fresh
+  // cluster's first leader publishes its own).
+  bool auth_published() const { return published_auth_; }
+
   int64_t term() const { return term_; }
   bool lost() const { return lost_.load(); }
   std::string lost_reason() const;
@@ -246,6 +265,8 @@ class Leadership {
   std::thread publisher_;
   int64_t newest_snapshot_seq_ = 0;  // the publisher's: the newest in etcd (0: not read yet)
   int64_t trimmed_to_ = 0;           // the publisher's: log/ holds nothing at or below it
+  int64_t auth_revision_ = 0;        // the mod_revision of the auth value this store took
+  bool published_auth_ = false;      // etcd holds an auth value (seen or written)
   // ReportApplied's lease (the standby's thread).
   int64_t applied_lease_ = 0;
   int64_t applied_reported_ = -1;

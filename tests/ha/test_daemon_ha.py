@@ -216,6 +216,15 @@ def scenario_standby(binary, tmp):
     with EtcdCluster(3) as etcd:
         a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
         b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        def b_users():
+            db = sqlite3.connect(f"file:{os.path.join(b.state_dir, 'topo.db')}?mode=ro", uri=True)
+            try:
+                return {r[0] for r in db.execute("SELECT name FROM users")}
+            except sqlite3.Error:
+                return set()
+            finally:
+                db.close()
+
         try:
             a.start()
             assert etcd_get(etcd, "leader") == "a"
@@ -240,9 +249,17 @@ def scenario_standby(binary, tmp):
             assert not b.serving()
             wait_for(lambda: f"the store is at seq {head}" in b.log_all(), 15,
                      "b follows the log up to head")
-            status, out = a.request("POST", "/v1/users", {"name": "eve", "tenant": "default"},
+            # Users and tokens are replicated: the standby takes them whole.
+            status, out = a.request("POST", "/v1/users", {"name": "eve", "tenant": "default", "role": "user"},
                                     a.admin_token)
-            assert status == 409 and "HA mode" in str(out), (status, out)
+            assert status == 201, (status, out)
+            eve = a.api("POST", "/v1/tokens", {"user": "eve"}, a.admin_token, expect=201)
+            gone = a.api("POST", "/v1/tokens", {"user": "eve"}, a.admin_token, expect=201)
+            a.api("DELETE", "/v1/tokens/" + gone["id"], None, a.admin_token, expect=200)
+            auth = json.loads(etcd_get(etcd, "auth"))
+            assert "eve" in [u["name"] for u in auth["users"]], auth
+            assert eve["token"] not in json.dumps(auth), "etcd holds hashes, never tokens"
+            wait_for(lambda: b_users() >= {"admin", "eve"}, 15, "b's store has eve")
             names_a = job_names(a)
 
             t0 = time.monotonic()
@@ -256,7 +273,17 @@ def scenario_standby(binary, tmp):
             status, out = submit(b, "on-b")
             assert status == 201, (status, out)
             assert "caught up with the replicated log" in b.log_all()
-            print(f"b serves {len(names_a)} jobs {took:.2f} s after a's clean stop")
+            # eve's token works on the new leader, the one revoked on a does not.
+            assert b.api("GET", "/v1/whoami", None, eve["token"], expect=200)["user"] == "eve"
+            status, _ = b.request("GET", "/v1/whoami", None, gone["token"])
+            assert status == 401, status
+            # And b's own changes go to etcd in turn.
+            b.api("POST", "/v1/users", {"name": "frank", "tenant": "default", "role": "user"}, b.admin_token,
+                  expect=201)
+            auth = json.loads(etcd_get(etcd, "auth"))
+            assert {"eve", "frank"} <= {u["name"] for u in auth["users"]}, auth
+            print(f"b serves {len(names_a)} jobs {took:.2f} s after a's clean stop, "
+                  "with eve's token and without the one revoked on a")
         finally:
             for r in (a, b):
                 r.kill9()

@@ -599,6 +599,84 @@ TEST_CASE("users and tokens: create, authenticate, revoke, delete") {
   CHECK(store.DeleteUser("bob").message().find("no user \"bob\"") != std::string::npos);
 }
 
+TEST_CASE("users and tokens as one value: exported, taken whole by another store, never half") {
+  TempDir dir;
+  Store a = OpenOk(dir.File("a.db"));
+  CHECK(a.CreateUser({"ada", "org/a", Role::kTenantAdmin, 1, "ada"}).ok());
+  CHECK(a.CreateUser({"bob", "org/b", Role::kUser, 2, "robert"}).ok());
+  IssuedToken ta = a.CreateToken("ada", 100).value();
+  IssuedToken tb = a.CreateToken("bob", 200).value();
+  CHECK(a.RevokeToken(tb.id).ok());
+  const std::string value = a.ExportAuth().value();
+  CHECK(value.find(ta.token) == std::string::npos);  // hashes only
+  CHECK(value.find(Sha256Hex(ta.token)) != std::string::npos);
+
+  // Another store with users of its own ends with exactly a's.
+  Store b = OpenOk(dir.File("b.db"));
+  CHECK(b.CreateUser({"eve", "org/e", Role::kUser, 3, "eve"}).ok());
+  IssuedToken te = b.CreateToken("eve", 300).value();
+  REQUIRE(b.ImportAuth(value).ok());
+  CHECK(b.ExportAuth().value() == value);
+  CHECK(b.Authenticate(ta.token).value()->name == "ada");
+  CHECK_FALSE(b.Authenticate(tb.token).value().has_value());  // revoked stays revoked
+  CHECK_FALSE(b.Authenticate(te.token).value().has_value());  // b's own are gone
+  CHECK(b.GetUser("bob").value()->unix_user == "robert");
+  CHECK_FALSE(b.GetUser("eve").value().has_value());
+
+  // Hostile values: each refused with what is wrong, and b keeps a's.
+  const std::string hash(64, 'a');
+  const std::string user =
+      R"({"name":"x","tenant":"t","role":"user","created_ms":1,"unix_user":"x"})";
+  const std::string token =
+      R"({"hash":")" + hash + R"(","user":"x","created_ms":1,"revoked":false})";
+  const struct {
+    std::string value;
+    std::string says;
+  } bad[] = {
+      {"", "not JSON"},
+      {"[1]", "must be an object"},
+      {R"({"users":[]})", "must both be lists"},
+      {R"({"users":{},"tokens":[]})", "must both be lists"},
+      {R"({"users":[],"tokens":[],"extra":1})", "unknown field \"extra\""},
+      {R"({"users":[1],"tokens":[]})", "users[0] must be an object"},
+      {R"({"users":[{"name":"x"}],"tokens":[]})", "users[0]: \"tenant\" must be a string"},
+      {R"({"users":[{"name":"","tenant":"t","role":"user","created_ms":1,"unix_user":"x"}],"tokens":[]})",
+       "\"name\" must be 1 to 256 bytes"},
+      {R"({"users":[{"name":")" + std::string(300, 'n') +
+           R"(","tenant":"t","role":"user","created_ms":1,"unix_user":"x"}],"tokens":[]})",
+       "\"name\" must be 1 to 256 bytes"},
+      {R"({"users":[{"name":"x","tenant":"t","role":"root","created_ms":1,"unix_user":"x"}],"tokens":[]})",
+       "\"role\" must be user, tenant-admin or cluster-admin"},
+      {R"({"users":[{"name":"x","tenant":"t","role":"user","created_ms":-1,"unix_user":"x"}],"tokens":[]})",
+       "\"created_ms\" must be an integer >= 0"},
+      {R"({"users":[{"name":"x","tenant":"t","role":"user","created_ms":1,"unix_user":"x","admin":true}],"tokens":[]})",
+       "users[0]: unknown field \"admin\""},
+      {R"({"users":[)" + user + "," + user + R"(],"tokens":[]})", "appears twice"},
+      {R"({"users":[)" + user +
+           R"(],"tokens":[{"hash":"ABC","user":"x","created_ms":1,"revoked":false}]})",
+       "\"hash\" must be 64 lowercase hex digits"},
+      {R"({"users":[)" + user + R"(],"tokens":[{"hash":")" + std::string(64, 'A') +
+           R"(","user":"x","created_ms":1,"revoked":false}]})",
+       "\"hash\" must be 64 lowercase hex digits"},
+      {R"({"users":[],"tokens":[)" + token + "]}", "its user \"x\" is not among the users"},
+      {R"({"users":[)" + user + R"(],"tokens":[{"hash":")" + hash +
+           R"(","user":"x","created_ms":1,"revoked":0}]})",
+       "\"revoked\" must be true or false"},
+      {R"({"users":[)" + user + R"(],"tokens":[)" + token + "," + token + "]}", "appears twice"},
+      {std::string(Store::kMaxAuthBytes + 1, ' '), "more than"},
+  };
+  for (const auto& b_case : bad) {
+    CAPTURE(b_case.says);
+    core::Status st = b.ImportAuth(b_case.value);
+    CHECK_FALSE(st.ok());
+    CHECK(st.message().find(b_case.says) != std::string::npos);
+  }
+  CHECK(b.ExportAuth().value() == value);
+  // An empty value is a valid one: no users, no tokens.
+  CHECK(b.ImportAuth(R"({"users":[],"tokens":[]})").ok());
+  CHECK(b.ListUsers().value().empty());
+}
+
 TEST_CASE("SHA-256 matches the standard test vectors") {
   CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(Sha256Hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
