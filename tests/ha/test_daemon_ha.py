@@ -597,9 +597,56 @@ def scenario_watch(binary, tmp):
                 r.kill9()
 
 
+def etcd_put(etcd, key, value):
+    etcd.post(etcd.running()[0], "/v3/kv/put",
+              {"key": b64(f"/toposched/{CLUSTER}/{key}"), "value": b64(value)})
+
+
+def scenario_auth(binary, tmp):
+    """A hostile `auth` value in etcd: a standby logs what is wrong and keeps
+    its own users; elected on it, a replica refuses to serve and names the
+    field; a good value again and it serves with the leader's users."""
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        try:
+            a.start()
+            a.api("POST", "/v1/users", {"name": "eve", "tenant": "default", "role": "user"},
+                  a.admin_token, expect=201)
+            good = etcd_get(etcd, "auth")
+            assert "eve" in good, good
+            share_identity(a, b)
+            b.start_standby()
+            wait_for(lambda: "standby: took the leader's users and tokens" in b.log_all(), 15,
+                     "b takes the users and tokens")
+            bad = json.loads(good)
+            bad["users"][0]["role"] = "root"
+            etcd_put(etcd, "auth", json.dumps(bad))
+            wait_for(lambda: "must be user, tenant-admin or cluster-admin" in b.log_all(), 15,
+                     "b names the field it refuses")
+            assert b.proc.poll() is None and not b.serving(), b.log()
+            a.kill9()
+            wait_for(lambda: b.proc.poll() is not None, 30, "b, elected, refuses to serve")
+            assert b.proc.returncode != 0
+            assert "taking the users and tokens from etcd" in b.log_all(), b.log()
+            assert not b.serving()
+            # Fixed in etcd, b serves with eve.
+            etcd_put(etcd, "auth", good)
+            b.start_standby()
+            wait_for(b.serving, 30, "b serves once the value is good")
+            b.attach()
+            users = b.api("GET", "/v1/users", None, b.admin_token, expect=200)["users"]
+            assert "eve" in [u["name"] for u in users], users
+            print("a refused auth value is logged by a standby, stops an elected replica's "
+                  "start with the field, and a good one lets it serve")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
 SCENARIOS = {"config": scenario_config, "standby": scenario_standby, "fence": scenario_fence,
              "pause": scenario_pause, "gap": scenario_gap, "quorum": scenario_quorum,
-             "watch": scenario_watch}
+             "watch": scenario_watch, "auth": scenario_auth}
 
 
 def main():
