@@ -16,6 +16,10 @@ rank 127    with max_app_failures = 3 and a backoff of 1 s doubling: a rank
             logged start is never earlier); a lost node in between restarts
             it at once and does not count; the third exit fails it with the
             status.
+take node   a gang on 287 of the 288 nodes and an 8-GPU job on the last:
+            a lost node of the gang is replaced by the small job's node in
+            the same step (the small job is preempted and waits), and the
+            small job starts again when the lost node is back.
 
 usage: test_failures.py TOPO_SCHEDULER_BIN [TOPO_BIN]
 """
@@ -257,6 +261,49 @@ def rank_127(d, fleet):
     return "rank 127: %s | %s | failed: %s" % (reasons[0], reasons[1], failed["reason"])
 
 
+def take_node(d, fleet):
+    """A gang on all but one node and an 8-GPU job on the last: a lost node
+    of the gang has no free replacement, so the small job's node takes its
+    place (docs/architecture.md, Recovery by preemption), in one step."""
+    big = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8 * (NODES - 1), "name": "nearly-all",
+                                              "parallelism": {"tp": 8}},
+                                     "command": ["true"]}, expect=201)["id"]
+    small = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "small",
+                                                "parallelism": {"tp": 8}},
+                                       "command": ["true"]}, expect=201)["id"]
+    def job(jid):
+        return d.api("GET", "/v1/jobs/%d" % jid, expect=200)
+
+    b, s = job(big), job(small)
+    check(b["state"] == "running" and s["state"] == "running",
+          "both run: %s / %s" % (b["reason"], s["reason"]))
+    taken = s["ranks"][0]["node"]
+    lost = b["ranks"][0]["node"]
+    fleet.drop([lost])
+    moved = wait_for(lambda: (lambda j: j if j["restarts"] == 1 and j["state"] == "running"
+                              else None)(job(big)), 15, "the gang's restart")
+    used = {r["node"] for r in moved["ranks"]}
+    check(taken in used and lost not in used,
+          "the gang moved onto %s and off %s: %s" % (taken, lost, sorted(used)[:4]))
+    check(("on nodes of preempted job(s) %d" % small) in moved["reason"],
+          "its reason names the job it took the node of: %s" % moved["reason"])
+    check(job(small)["state"] == "queued", "the small job waits: %s" % job(small)["reason"])
+    # One logged step stops the small job and restarts the gang, saying why.
+    step = [e for e in events(d) if any(c["type"] == "restart_job" and c["id"] == big
+                                        for c in e["commands"])][-1]
+    kinds = [(c["type"], c.get("id"), c.get("state")) for c in step["commands"]]
+    check(("job_state_changed", small, "preempting") in kinds and ("stop_job", small, None) in kinds,
+          "the same step stops job %d: %s" % (small, kinds))
+    said = [c["reason"] for c in step["commands"]
+            if c["type"] == "job_state_changed" and c["id"] == small and c["state"] == "preempting"]
+    check(said and said[0].startswith("preempted for job %d" % big), "why: %s" % said)
+    fleet.connect(lost)
+    wait_for(lambda: job(small)["state"] == "running", 15,
+             "the small job to start again once the node is back")
+    return "take node: gang %d restarted on job %d's node %s in the step that lost %s" % (
+        big, small, taken, lost)
+
+
 def main():
     binary = sys.argv[1]
     d = Daemon(binary, config=CONFIG).start()
@@ -277,6 +324,10 @@ def main():
                 if j["state"] not in ("completed", "failed", "cancelled", "rejected"):
                     d.api("POST", "/v1/jobs/%d/cancel" % j["id"], {}, expect=200)
             print("ok: " + rank_127(d, fleet))
+            for j in jobs(d).values():
+                if j["state"] not in ("completed", "failed", "cancelled", "rejected"):
+                    d.api("POST", "/v1/jobs/%d/cancel" % j["id"], {}, expect=200)
+            print("ok: " + take_node(d, fleet))
         finally:
             if fleet is not None:
                 fleet.stop()
