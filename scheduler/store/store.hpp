@@ -404,19 +404,12 @@ class Store {
   core::Result<std::vector<TokenInfo>> ListTokens(std::optional<std::string_view> user = {});
 
   // ---- users and tokens as one value: what HA replicates (docs/ha.md,
-  // Users and tokens). {"users": [{"name", "tenant", "role", "created_ms",
-  // "unix_user"}], "tokens": [{"hash", "user", "created_ms", "revoked"}]},
-  // each list by name / hash; token hashes only, never a token.
+  // Users and tokens), in common/auth_json.hpp's format; token hashes only.
   core::Result<std::string> ExportAuth();
-  // Replaces every user and token with `json`'s in one transaction, after
-  // checking all of it: an object of exactly those two lists, each field of
-  // its type and size (names 1-256 bytes, roles as RoleName, hashes 64
-  // lowercase hex digits, every token's user among the users), at most
-  // kMaxAuthRows rows in all, at most kMaxAuthBytes. Errors name the row
-  // and field; nothing changes then.
+  // Replaces every user and token with the value's in one transaction,
+  // after common::ParseAuthRows has checked all of it; its error, naming the
+  // row and field, changes nothing.
   core::Status ImportAuth(std::string_view json);
-  static constexpr size_t kMaxAuthRows = 100000;
-  static constexpr size_t kMaxAuthBytes = 16u << 20;
 
   // ---- audit (each call its own durable transaction)
   core::Status AppendAudit(TimeMs time_ms, std::string_view actor, std::string_view action,

@@ -3,11 +3,10 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include <algorithm>
 #include <array>
-#include <set>
 
 #include "store/store_impl.hpp"
+#include "topo/common/auth_json.hpp"
 
 namespace topo::store {
 namespace {
@@ -281,175 +280,58 @@ Result<std::vector<TokenInfo>> Store::ListTokens(std::optional<std::string_view>
 // ---------------------------------------------------------------- users and tokens as one value
 
 Result<std::string> Store::ExportAuth() {
-  nlohmann::ordered_json users = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
+  common::AuthRows rows;
   Result<Statement> u = impl_->db.Prepare(
       "SELECT name, tenant, role, created_ms, unix_user FROM users ORDER BY name");
   if (!u.ok()) return impl_->Error("reading the users", u.status());
-  while (true) {
-    Result<bool> row = u.value().Step();
-    if (!row.ok()) return impl_->Error("reading the users", row.status());
-    if (!row.value()) break;
-    const Statement& q = u.value();
-    users.push_back({{"name", q.Text(0)},
-                     {"tenant", q.Text(1)},
-                     {"role", q.Text(2)},
-                     {"created_ms", q.Int64(3)},
-                     {"unix_user", q.Text(4)}});
-  }
+  Result<std::vector<common::AuthUser>> users =
+      Collect<common::AuthUser>(u.value(), [](const Statement& q) {
+        return common::AuthUser{q.Text(0), q.Text(1), q.Text(2), q.Int64(3), q.Text(4)};
+      });
+  if (!users.ok()) return impl_->Error("reading the users", users.status());
+  rows.users = std::move(users).value();
   Result<Statement> t =
       impl_->db.Prepare("SELECT hash, user, created_ms, revoked FROM tokens ORDER BY hash");
   if (!t.ok()) return impl_->Error("reading the tokens", t.status());
-  while (true) {
-    Result<bool> row = t.value().Step();
-    if (!row.ok()) return impl_->Error("reading the tokens", row.status());
-    if (!row.value()) break;
-    const Statement& q = t.value();
-    tokens.push_back({{"hash", q.Text(0)},
-                      {"user", q.Text(1)},
-                      {"created_ms", q.Int64(2)},
-                      {"revoked", q.Int64(3) != 0}});
-  }
-  return nlohmann::ordered_json{{"users", std::move(users)}, {"tokens", std::move(tokens)}}.dump();
+  Result<std::vector<common::AuthToken>> tokens =
+      Collect<common::AuthToken>(t.value(), [](const Statement& q) {
+        return common::AuthToken{q.Text(0), q.Text(1), q.Int64(2), q.Int64(3) != 0};
+      });
+  if (!tokens.ok()) return impl_->Error("reading the tokens", tokens.status());
+  rows.tokens = std::move(tokens).value();
+  return common::WriteAuthRows(rows);
 }
-
-namespace {
-
-// A string field of 1..max_bytes bytes (no NUL), or the error naming it.
-Result<std::string> AuthText(const nlohmann::json& row, const char* field, const std::string& where,
-                             size_t max_bytes = 256) {
-  auto it = row.find(field);
-  if (it == row.end() || !it->is_string()) {
-    return Status::Error(where + ": \"" + field + "\" must be a string");
-  }
-  const std::string& v = it->get_ref<const std::string&>();
-  if (v.empty() || v.size() > max_bytes || v.find('\0') != std::string::npos) {
-    return Status::Error(where + ": \"" + field + "\" must be 1 to " + std::to_string(max_bytes) +
-                         " bytes without NUL");
-  }
-  return v;
-}
-
-Result<int64_t> AuthTime(const nlohmann::json& row, const std::string& where) {
-  auto it = row.find("created_ms");
-  if (it == row.end() || !it->is_number_integer() || it->get<int64_t>() < 0) {
-    return Status::Error(where + ": \"created_ms\" must be an integer >= 0");
-  }
-  return it->get<int64_t>();
-}
-
-Status OnlyFields(const nlohmann::json& row, std::initializer_list<std::string_view> fields,
-                  const std::string& where) {
-  if (!row.is_object()) return Status::Error(where + " must be an object");
-  for (auto it = row.begin(); it != row.end(); ++it) {
-    if (std::find(fields.begin(), fields.end(), it.key()) == fields.end()) {
-      return Status::Error(where + ": unknown field \"" + it.key() + "\"");
-    }
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 Status Store::ImportAuth(std::string_view text) {
-  auto fail = [&](const std::string& why) { return impl_->Error("taking users and tokens", why); };
-  if (text.size() > kMaxAuthBytes) {
-    return fail(std::to_string(text.size()) + " bytes, more than " + std::to_string(kMaxAuthBytes));
-  }
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return fail("not JSON");
-  if (Status s = OnlyFields(doc, {"users", "tokens"}, "the value"); !s.ok())
-    return fail(s.message());
-  if (!doc.contains("users") || !doc["users"].is_array() || !doc.contains("tokens") ||
-      !doc["tokens"].is_array()) {
-    return fail("\"users\" and \"tokens\" must both be lists");
-  }
-  if (doc["users"].size() + doc["tokens"].size() > kMaxAuthRows) {
-    return fail("more than " + std::to_string(kMaxAuthRows) + " users and tokens");
-  }
-  std::vector<User> users;
-  std::set<std::string> names;
-  for (size_t i = 0; i < doc["users"].size(); ++i) {
-    const nlohmann::json& row = doc["users"][i];
-    const std::string where = "users[" + std::to_string(i) + "]";
-    if (Status s = OnlyFields(row, {"name", "tenant", "role", "created_ms", "unix_user"}, where);
-        !s.ok()) {
-      return fail(s.message());
-    }
-    User u;
-    Result<std::string> name = AuthText(row, "name", where);
-    Result<std::string> tenant = AuthText(row, "tenant", where);
-    Result<std::string> role = AuthText(row, "role", where, 32);
-    Result<std::string> unix_user = AuthText(row, "unix_user", where);
-    Result<int64_t> created = AuthTime(row, where);
-    for (const Status& s :
-         {name.status(), tenant.status(), role.status(), unix_user.status(), created.status()}) {
-      if (!s.ok()) return fail(s.message());
-    }
-    const std::optional<Role> r = ParseRole(role.value());
-    if (!r) return fail(where + ": \"role\" must be user, tenant-admin or cluster-admin");
-    if (!names.insert(name.value()).second) {
-      return fail(where + ": user \"" + name.value() + "\" appears twice");
-    }
-    users.push_back(User{name.value(), tenant.value(), *r, created.value(), unix_user.value()});
-  }
-  struct TokenRow {
-    std::string hash, user;
-    int64_t created_ms;
-    bool revoked;
-  };
-  std::vector<TokenRow> tokens;
-  std::set<std::string> hashes;
-  for (size_t i = 0; i < doc["tokens"].size(); ++i) {
-    const nlohmann::json& row = doc["tokens"][i];
-    const std::string where = "tokens[" + std::to_string(i) + "]";
-    if (Status s = OnlyFields(row, {"hash", "user", "created_ms", "revoked"}, where); !s.ok()) {
-      return fail(s.message());
-    }
-    Result<std::string> hash = AuthText(row, "hash", where, 64);
-    Result<std::string> user = AuthText(row, "user", where);
-    Result<int64_t> created = AuthTime(row, where);
-    for (const Status& s : {hash.status(), user.status(), created.status()}) {
-      if (!s.ok()) return fail(s.message());
-    }
-    if (hash.value().size() != 64 || !IsHex(hash.value())) {
-      return fail(where + ": \"hash\" must be 64 lowercase hex digits (a SHA-256)");
-    }
-    if (!names.count(user.value())) {
-      return fail(where + ": its user \"" + user.value() + "\" is not among the users");
-    }
-    auto revoked = row.find("revoked");
-    if (revoked == row.end() || !revoked->is_boolean()) {
-      return fail(where + ": \"revoked\" must be true or false");
-    }
-    if (!hashes.insert(hash.value()).second) return fail(where + ": a hash that appears twice");
-    tokens.push_back({hash.value(), user.value(), created.value(), revoked->get<bool>()});
-  }
+  const std::string doing = "taking users and tokens";
+  Result<common::AuthRows> rows = common::ParseAuthRows(text);
+  if (!rows.ok()) return impl_->Error(doing, rows.message());
   Result<Transaction> tx = Transaction::Begin(impl_->db);
-  if (!tx.ok()) return impl_->Error("taking users and tokens", tx.status());
+  if (!tx.ok()) return impl_->Error(doing, tx.status());
   for (const char* sql : {"DELETE FROM tokens", "DELETE FROM users"}) {
     Result<Statement> q = impl_->db.Prepare(sql);
-    if (!q.ok()) return impl_->Error("taking users and tokens", q.status());
-    if (Status s = q.value().Run(); !s.ok()) return impl_->Error("taking users and tokens", s);
+    if (!q.ok()) return impl_->Error(doing, q.status());
+    if (Status s = q.value().Run(); !s.ok()) return impl_->Error(doing, s);
   }
-  for (const User& u : users) {
-    Result<Statement> q = impl_->db.Prepare(
-        "INSERT INTO users(name, tenant, role, created_ms, unix_user) VALUES (?1, ?2, ?3, ?4, "
-        "?5)");
-    if (!q.ok()) return impl_->Error("taking users and tokens", q.status());
-    q.value().Bind(1, u.name).Bind(2, u.tenant).Bind(3, RoleName(u.role));
-    q.value().Bind(4, u.created_ms).Bind(5, u.unix_user);
-    if (Status s = q.value().Run(); !s.ok()) return impl_->Error("taking users and tokens", s);
+  Result<Statement> user = impl_->db.Prepare(
+      "INSERT INTO users(name, tenant, role, created_ms, unix_user) VALUES (?1, ?2, ?3, ?4, ?5)");
+  if (!user.ok()) return impl_->Error(doing, user.status());
+  for (const common::AuthUser& u : rows.value().users) {
+    user.value().Reset();
+    user.value().Bind(1, u.name).Bind(2, u.tenant).Bind(3, u.role);
+    user.value().Bind(4, u.created_ms).Bind(5, u.unix_user);
+    if (Status s = user.value().Run(); !s.ok()) return impl_->Error(doing, s);
   }
-  for (const TokenRow& t : tokens) {
-    Result<Statement> q = impl_->db.Prepare(
-        "INSERT INTO tokens(hash, user, created_ms, revoked) VALUES (?1, ?2, ?3, ?4)");
-    if (!q.ok()) return impl_->Error("taking users and tokens", q.status());
-    q.value().Bind(1, t.hash).Bind(2, t.user).Bind(3, t.created_ms);
-    q.value().Bind(4, static_cast<int64_t>(t.revoked ? 1 : 0));
-    if (Status s = q.value().Run(); !s.ok()) return impl_->Error("taking users and tokens", s);
+  Result<Statement> token = impl_->db.Prepare(
+      "INSERT INTO tokens(hash, user, created_ms, revoked) VALUES (?1, ?2, ?3, ?4)");
+  if (!token.ok()) return impl_->Error(doing, token.status());
+  for (const common::AuthToken& t : rows.value().tokens) {
+    token.value().Reset();
+    token.value().Bind(1, t.hash).Bind(2, t.user).Bind(3, t.created_ms);
+    token.value().Bind(4, static_cast<int64_t>(t.revoked ? 1 : 0));
+    if (Status s = token.value().Run(); !s.ok()) return impl_->Error(doing, s);
   }
-  if (Status s = tx.value().Commit(); !s.ok()) return impl_->Error("taking users and tokens", s);
+  if (Status s = tx.value().Commit(); !s.ok()) return impl_->Error(doing, s);
   return Status::Ok();
 }
 

@@ -1,9 +1,9 @@
 // libFuzzer target for the text parsers of common/ (topo_common) and of the
 // etcd gateway's answers (scheduler/ha/gateway.cpp).
 //
-// The first byte of the input selects the parser (byte % 16; past 12, % 8), the rest is its
+// The first byte of the input selects the parser (byte % 16; past 13, % 8), the rest is its
 // text; the seed corpus (tests/fuzz/corpus) starts each file with the digit (':' for 10, ';'
-// for 11, '<' for 12):
+// for 11, '<' for 12, '=' for 13):
 //
 //   0 ParseJobSpec          JobSpecFromJson(JobSpecToJson(x)) == x, and
 //                           through text too
@@ -25,6 +25,9 @@
 //  12 etcd records          ha/records.hpp: a snapshot manifest, a split
 //                           batch header and an applied seq each read back
 //                           equal once written; SeqOfKey must not crash
+//  13 ParseAuthRows         the users and tokens an HA replica takes from
+//                           etcd (common/auth_json.hpp): WriteAuthRows reads
+//                           back to the same rows
 //
 // Parsers return core::Result and must never throw: nothing is caught here,
 // so an exception, a sanitizer report or a broken round trip (Fail below,
@@ -45,6 +48,7 @@
 #include "ha/gateway.hpp"
 #include "ha/records.hpp"
 #include "topo/common/agent_protocol.hpp"
+#include "topo/common/auth_json.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
 #include "topo/common/job_io.hpp"
@@ -395,13 +399,22 @@ void FuzzEtcdRecords(std::string_view text) {
   }
 }
 
+// The users-and-tokens value an HA replica takes from etcd: whatever parses
+// writes back to a value that parses to the same rows.
+void FuzzAuth(std::string_view text) {
+  core::Result<common::AuthRows> rows = common::ParseAuthRows(text);
+  if (!rows.ok()) return;
+  core::Result<common::AuthRows> back = common::ParseAuthRows(common::WriteAuthRows(rows.value()));
+  Require(back.ok() && back.value() == rows.value(), "users and tokens: write then read");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   const unsigned selector = data[0] % 16;
-  switch (selector < 13 ? selector : selector % 8) {
+  switch (selector < 14 ? selector : selector % 8) {
     case 0:
       FuzzJobSpec(text);
       break;
@@ -446,6 +459,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 12:
       FuzzEtcdRecords(text);
+      break;
+    case 13:
+      FuzzAuth(text);
       break;
   }
   return 0;

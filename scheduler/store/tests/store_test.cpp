@@ -8,6 +8,7 @@
 
 #include "store/store.hpp"
 #include "store_test_util.hpp"
+#include "topo/common/auth_json.hpp"
 #include "topo/common/event_json.hpp"
 
 using namespace topo;
@@ -663,7 +664,8 @@ TEST_CASE("users and tokens as one value: exported, taken whole by another store
            R"(","user":"x","created_ms":1,"revoked":0}]})",
        "\"revoked\" must be true or false"},
       {R"({"users":[)" + user + R"(],"tokens":[)" + token + "," + token + "]}", "appears twice"},
-      {std::string(Store::kMaxAuthBytes + 1, ' '), "more than"},
+      {std::string(common::kMaxAuthBytes + 1, ' '), "more than"},
+      {R"({"users":[],"users":[],"tokens":[]})", "duplicate field \"users\""},
   };
   for (const auto& b_case : bad) {
     CAPTURE(b_case.says);
