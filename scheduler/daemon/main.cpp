@@ -418,10 +418,10 @@ int main(int argc, char** argv) {
     service.value()->SetLeadershipTerm(leadership->term());
     service.value()->SetAuthReplication(
         [l = leadership.get()](const std::string& value) { return l->PublishAuth(value); });
-    if (!leadership->auth_published()) {
-      if (Status s = service.value()->PublishAuthNow(); !s.ok()) {
-        return Fail("HA: publishing the users and tokens to etcd: " + s.message());
-      }
+    // What it took from etcd, or its own on a fresh cluster, plus the admin
+    // Open creates when no user is left: every replica then has the same.
+    if (Status s = service.value()->PublishAuthNow(); !s.ok()) {
+      return Fail("HA: publishing the users and tokens to etcd: " + s.message());
     }
     // Each local snapshot is published to etcd off the strand, which also
     // trims the replicated log (docs/ha.md, Snapshots bound the log in etcd).

@@ -43,10 +43,7 @@ Status Leadership::PublishAuth(const std::string& value) {
     return Status::Error("the replicated store did not take the users and tokens: " + r.message(),
                          core::ErrorCode::kUnavailable);
   }
-  if (r.value().succeeded) {
-    published_auth_ = true;
-    return Status::Ok();
-  }
+  if (r.value().succeeded) return Status::Ok();
   return MarkLost("the leader key is no longer this replica's (term " + std::to_string(term_) +
                   ") when writing the users and tokens");
 }
@@ -56,7 +53,6 @@ Result<bool> Leadership::SyncAuth(store::Store& store) {
   if (!r.ok()) return r.status();
   if (r.value().kvs.empty()) return false;
   const KeyValue& kv = r.value().kvs.front();
-  published_auth_ = true;
   if (kv.mod_revision == auth_revision_) return false;
   if (Status s = store.ImportAuth(kv.value); !s.ok()) {
     return Status::Error(AuthKey(options_.cluster) + " (revision " +

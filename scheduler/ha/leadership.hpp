@@ -218,9 +218,6 @@ class Leadership {
   // keeps its own).
   // REQUIRES: the CatchUp thread.
   core::Result<bool> SyncAuth(store::Store& store);
-  // Whether etcd held a value at the last SyncAuth or PublishAuth (a fresh
-  // cluster's first leader publishes its own).
-  bool auth_published() const { return published_auth_; }
 
   int64_t term() const { return term_; }
   bool lost() const { return lost_.load(); }
@@ -266,7 +263,6 @@ class Leadership {
   int64_t newest_snapshot_seq_ = 0;  // the publisher's: the newest in etcd (0: not read yet)
   int64_t trimmed_to_ = 0;           // the publisher's: log/ holds nothing at or below it
   int64_t auth_revision_ = 0;        // the mod_revision of the auth value this store took
-  bool published_auth_ = false;      // etcd holds an auth value (seen or written)
   // ReportApplied's lease (the standby's thread).
   int64_t applied_lease_ = 0;
   int64_t applied_reported_ = -1;
