@@ -206,7 +206,9 @@ def scenario_bounded(binary, tmp):
             acked += submit_n(a, len(acked), 2 * SNAP)
             wait_for(lambda: max(manifests(etcd)) > before and oldest_batch(etcd) > slow + 1, 20,
                      "trimmed past the standby once its lease is gone")
-            assert len(manifests(etcd)) == 2, sorted(manifests(etcd))
+            # Two kept: the publisher writes a new manifest before it deletes the
+            # oldest, so a read in between sees three for a moment.
+            wait_for(lambda: len(manifests(etcd)) == 2, 10, "two snapshots kept in etcd")
             # Every live standby keeps what it needs: sample log/, then b's applied seq
             # (both only grow), many times while b follows.
             for _ in range(20):
