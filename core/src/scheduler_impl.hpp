@@ -271,8 +271,10 @@ class SchedulerCore::Impl {
   bool Restartable(NodeId n) const;
   // An infrastructure failure of a running job (it lost GPUs or nodes, a
   // drain evacuated it, a node could not start it; avoid: that node, or -1):
-  // restart it on healthy replacements that keep its topology, else requeue
-  // it to wait for capacity. Never fails the job.
+  // restart it on healthy replacements that keep its topology (spares and
+  // free nodes, else a fresh placement, else nodes of small jobs it preempts
+  // when that costs less than its wait: ReplaceByPreempting), else requeue it
+  // to wait for capacity. Never fails the job.
   void Recover(JobRecord& job, const std::string& reason, NodeId avoid = -1);
   // Recovery's last resort before the queue: replacements for the nodes in
   // `bad` on nodes freed by stopping small running jobs (see the definition

@@ -5,7 +5,8 @@
 // Failures are of two kinds.
 //   - Infrastructure (a node lost, a GPU failed, a drain, a transient launch
 //     failure): never fails the job. It restarts on healthy replacements that
-//     keep its topology (FindReplacements) or waits in the queue.
+//     keep its topology (FindReplacements; with preemption on, nodes of small
+//     jobs may be taken, docs/architecture.md) or waits in the queue.
 //   - Application (a rank exits non-zero): the k-th in a row without a new
 //     checkpoint between them fails the job at max_app_failures; before that
 //     the job waits out Backoff(k) in the queue, holding nothing, then
