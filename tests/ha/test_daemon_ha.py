@@ -278,8 +278,8 @@ def scenario_standby(binary, tmp):
             status, _ = b.request("GET", "/v1/whoami", None, gone["token"])
             assert status == 401, status
             # And b's own changes go to etcd in turn.
-            b.api("POST", "/v1/users", {"name": "frank", "tenant": "default", "role": "user"}, b.admin_token,
-                  expect=201)
+            b.api("POST", "/v1/users", {"name": "frank", "tenant": "default", "role": "user"},
+                  b.admin_token, expect=201)
             auth = json.loads(etcd_get(etcd, "auth"))
             assert {"eve", "frank"} <= {u["name"] for u in auth["users"]}, auth
             print(f"b serves {len(names_a)} jobs {took:.2f} s after a's clean stop, "
