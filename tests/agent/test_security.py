@@ -272,8 +272,15 @@ def run_escapee(d, agents, token, name, gpus, priority=None):
     wait_for(lambda: sum(len(escape_pids(agents[n], jid)) for n in placed) == 3 * ranks, 20,
              "every rank of job %d to record its escapee" % jid)
     pids = [p for n in placed for p in escape_pids(agents[n], jid)]
-    escaped = [p for p in pids if not gone(p)]
-    check(len(escaped) == len(pids) - ranks,  # the session leaders have exited
+    # A session leader prints its pid and then exits: wait for the exits,
+    # as one read can come between the print and the exit (seen under the
+    # sanitizers). The escapees and ranks sleep 600 s, so the count cannot
+    # drop below them while they run.
+    running = lambda: [p for p in pids if not gone(p)]
+    wait_for(lambda: len(running()) <= len(pids) - ranks, 10,
+             "the session leaders of job %d to exit" % jid)
+    escaped = running()
+    check(len(escaped) == len(pids) - ranks,
           "the escapees run before the stop: %d of %d" % (len(escaped), len(pids)))
     # They left the rank's session but not the job's cgroup.
     for p in escaped[:2]:
