@@ -3,6 +3,7 @@
 #include "daemon/core_driver.hpp"
 
 #include <chrono>
+#include <future>
 
 #include "daemon/log.hpp"
 
@@ -54,14 +55,29 @@ Result<std::vector<store::LogEntry>> CoreDriver::Commit() {
   if (!diverged.ok()) return diverged;
   if (staged_.empty()) return std::vector<store::LogEntry>{};
   const auto t0 = std::chrono::steady_clock::now();
-  // HA: the replicated log first, so a failed local append never leaves
-  // this store ahead of it (docs/ha.md, Replicated log and fencing).
+  Result<store::AppendResult> r = store::AppendResult{};
   if (replicate) {
-    if (Status s = replicate(store->LastSeq() + 1, staged_, *topology); !s.ok()) {
-      return Status::Error(s.message(), core::ErrorCode::kUnavailable);
+    // HA: the append to the replicated log runs on its own thread while
+    // this one writes the same batch into the local transaction; the local
+    // commit waits for etcd's answer and rolls back on an error, so this
+    // store is never ahead of the log (docs/ha.md, Replicated log and
+    // fencing). Both only read staged_ and the topology until joined.
+    std::future<Status> replicated =
+        std::async(std::launch::async, [this, first_seq = store->LastSeq() + 1] {
+          return replicate(first_seq, staged_, *topology);
+        });
+    r = store->Append(*topology, staged_, [&] { return replicated.get(); });
+    // The local batch failed before asking: wait for the append all the
+    // same (the thread reads staged_); the log may hold what this store
+    // lacks, and the daemon stops and catches up as a standby.
+    if (replicated.valid()) {
+      if (Status s = replicated.get(); !s.ok() && !r.ok()) {
+        return Status::Error(s.message(), core::ErrorCode::kUnavailable);
+      }
     }
+  } else {
+    r = store->Append(*topology, staged_);
   }
-  Result<store::AppendResult> r = store->Append(*topology, staged_);
   if (!r.ok()) return Status::Error(r.message(), core::ErrorCode::kUnavailable);
   if (metrics_ != nullptr) {
     metrics_->Commit(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -70,9 +70,10 @@ class CoreDriver {
   std::unordered_map<std::string, std::string> node_reason;  // node -> its last reason
   std::deque<UtilizationSample> utilization;
 
-  // HA (docs/ha.md): called by Commit with the batch and its first seq
-  // before the local append; an error fails the commit (nothing written
-  // locally). Unset: the single daemon.
+  // HA (docs/ha.md): called by Commit with the batch and its first seq, on
+  // a thread of its own while the strand writes the batch into the local
+  // transaction, which commits only after this returns Ok; an error fails
+  // the commit (the local transaction rolls back). Unset: the single daemon.
   ReplicateBatch replicate;
   // HA: a topology import's meta, before the store's (service_admin.cpp).
   ReplicateEpoch replicate_epoch;

@@ -26,7 +26,9 @@
 // Append fails at once without reaching etcd.
 //
 // Thread safety: WaitToLead, TakeOver and StartRenewing from one thread
-// before the server runs; Append from the daemon's strand; lost() and
+// before the server runs; Append one call at a time, from the thread the
+// strand's commit starts for it (AppendEpoch and PublishAuth from the strand
+// while no Append runs); lost() and
 // lost_reason() from any thread. The renewing thread owns the Election and
 // its own EtcdClient; Append uses another.
 

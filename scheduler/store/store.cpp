@@ -152,7 +152,8 @@ Status ForEachLogged(Store::Impl& impl, int64_t from_seq, Fn&& fn) {
 }
 
 Result<AppendResult> AppendBatch(Store::Impl& impl, const core::Topology& topology,
-                                 std::span<const LogEntry> batch) {
+                                 std::span<const LogEntry> batch,
+                                 const std::function<Status()>& before_commit) {
   if (batch.empty()) return AppendResult{impl.last_seq + 1, impl.last_seq};
   // Encode before the transaction: a batch that cannot be logged whole is
   // not logged at all, and the write lock is held only for the writes.
@@ -179,6 +180,10 @@ Result<AppendResult> AppendBatch(Store::Impl& impl, const core::Topology& topolo
     if (Status s = impl.Materialize(topology, batch[i], encoded[i], seq, time); !s.ok()) {
       return impl.Error("materializing event " + std::to_string(seq), s);
     }
+  }
+  if (before_commit) {
+    // An error leaves through tx's destructor, which rolls back.
+    if (Status s = before_commit(); !s.ok()) return s;
   }
   if (Status s = tx.value().Commit(); !s.ok()) {
     return impl.Error("committing " + std::to_string(batch.size()) + " events", s);
@@ -316,10 +321,10 @@ Result<Store> Store::Open(const std::string& path, const OpenOptions& options) {
   return Store(std::move(impl));
 }
 
-Result<AppendResult> Store::Append(const core::Topology& topology,
-                                   std::span<const LogEntry> batch) {
+Result<AppendResult> Store::Append(const core::Topology& topology, std::span<const LogEntry> batch,
+                                   const std::function<Status()>& before_commit) {
   try {
-    return AppendBatch(*impl_, topology, batch);
+    return AppendBatch(*impl_, topology, batch, before_commit);
   } catch (const std::exception& e) {  // the transaction, if any, rolled back
     return impl_->Error("appending", e.what());
   }

@@ -303,8 +303,15 @@ class Store {
   // or command would not read back (a node id outside the topology, an
   // invalid job spec, a NaN share). An empty batch writes nothing.
   // REQUIRES: topology is the one the core was built over.
-  core::Result<AppendResult> Append(const core::Topology& topology,
-                                    std::span<const LogEntry> batch);
+  //
+  // before_commit, when given, is called once the batch is written inside
+  // the open transaction, just before its commit: an error from it rolls
+  // the transaction back and is returned, so nothing of the batch is
+  // written. HA uses it to commit locally only after the replicated log
+  // took the batch, while its append ran beside this one's writes. It is
+  // not called when the batch fails earlier (encoding, a write).
+  core::Result<AppendResult> Append(const core::Topology& topology, std::span<const LogEntry> batch,
+                                    const std::function<core::Status()>& before_commit = {});
 
   // Calls fn for every logged event with seq >= from_seq, in order; stops at
   // the first error fn returns and returns it. Node names are resolved

@@ -348,6 +348,58 @@ TEST_CASE("a batch with an entry that would not read back writes nothing") {
   CHECK(CountEvents(store, topo) == 1);
 }
 
+TEST_CASE("a batch commits only when before_commit agrees, which sees it unwritten to others") {
+  TempDir dir;
+  const core::Topology topo = MakeTestTopology();
+  const std::string path = dir.File("state.db");
+  Store store = OpenOk(path);
+  std::vector<LogEntry> batch = {{1, "user:ada", core::JobSubmitted{1, SmallRequest()}, {}},
+                                 {2, "scheduler", core::Tick{}, {}}};
+
+  // Refused: the transaction rolls back, the refusal is returned as it is.
+  int calls = 0;
+  std::string seen_by_others;
+  core::Result<AppendResult> r = store.Append(topo, batch, [&] {
+    ++calls;
+    // The rows are written in the open transaction, not committed: another
+    // connection (a reader, the sqlite3 shell) sees none of them.
+    seen_by_others = RawDb(path).Text("SELECT count(*) FROM events");
+    return core::Status::Error("the replicated log did not take seq 1-2",
+                               core::ErrorCode::kUnavailable);
+  });
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message() == "the replicated log did not take seq 1-2");
+  CHECK(calls == 1);
+  CHECK(seen_by_others == "0");
+  CHECK(store.LastSeq() == 0);
+  CHECK(CountEvents(store, topo) == 0);
+  CHECK(RawDb(path).Text("SELECT count(*) FROM jobs") == "0");
+
+  // The same batch again, agreed: committed whole under the same seqs.
+  r = store.Append(topo, batch, [&] {
+    ++calls;
+    return core::Status::Ok();
+  });
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  CHECK(calls == 2);
+  CHECK(r.value().first_seq == 1);
+  CHECK(r.value().last_seq == 2);
+  CHECK(CountEvents(store, topo) == 2);
+  CHECK(RawDb(path).Text("SELECT count(*) FROM jobs") == "1");
+
+  // A batch that fails before the commit never asks.
+  core::JobRequest invalid = SmallRequest();
+  invalid.spec.parallelism.tp = 3;
+  std::vector<LogEntry> bad = {{3, "user:ada", core::JobSubmitted{2, invalid}, {}}};
+  r = store.Append(topo, bad, [&] {
+    ++calls;
+    return core::Status::Ok();
+  });
+  CHECK_FALSE(r.ok());
+  CHECK(calls == 2);
+  CHECK(store.LastSeq() == 2);
+}
+
 TEST_CASE("jobs, tenants and nodes follow a real core's commands") {
   TempDir dir;
   const core::Topology topo = MakeTestTopology();
