@@ -558,7 +558,7 @@ QuotaFlags Quota(std::string guaranteed, std::string borrow, std::string max_job
   return q;
 }
 
-TEST_CASE("Quota bodies carry only the fields given; none maps to the API's value") {
+TEST_CASE("Quota bodies carry only the fields given, none maps to the API's value") {
   CHECK(QuotaSetBody({}).value() == json::object());
   auto all = QuotaSetBody(Quota("64", "none", "none", "3", "2.5"));
   REQUIRE_MESSAGE(all.ok(), all.message());

@@ -457,7 +457,7 @@ TEST_CASE("a client_request_id is checked by one rule") {
   }
 }
 
-TEST_CASE("a request's dependencies and array task round-trip; absent ones read as none") {
+TEST_CASE("a request's dependencies and array task round-trip, absent ones read as none") {
   core::JobRequest r;
   r.spec.gpus = 8;
   r.spec.parallelism.dp = 8;

@@ -41,7 +41,7 @@ TEST_CASE("a job's own variables: identifiers, not the agent's, bounded") {
   CHECK(CheckJobEnv(env).message().find("at most") != std::string::npos);
 }
 
-TEST_CASE("output patterns take %j, %r and %% only; chdir is absolute") {
+TEST_CASE("output patterns take %j, %r and %% only, chdir is absolute") {
   for (const char* good : {"out.log", "/srv/o-%j-%r.log", "100%%.txt", "logs/%j/%r"}) {
     CAPTURE(good);
     CHECK(CheckOutputPattern(good).ok());

@@ -91,7 +91,7 @@ TEST_CASE("a dependency that can no longer be met cancels the job, and the cance
   CHECK(core.job(4)->state == JobState::kRunning);
 }
 
-TEST_CASE("afterany starts after any end; several dependencies must all hold") {
+TEST_CASE("afterany starts after any end, several dependencies must all hold") {
   Topology topo = Small();
   SchedulerCore core(topo, Config());
   core.Step(JobSubmitted{1, Request(8)}, 0);
@@ -124,7 +124,7 @@ TEST_CASE("dependencies on ended, unknown or own jobs are decided at submission"
   CHECK(core.job(5)->state == JobState::kRejected);
 }
 
-TEST_CASE("an array's throttle bounds its running tasks; the next starts as one ends") {
+TEST_CASE("an array's throttle bounds its running tasks, the next starts as one ends") {
   Topology topo = Small();  // room for 4 one-node tasks
   SchedulerCore core(topo, Config());
   for (JobId id = 10; id < 16; ++id) {

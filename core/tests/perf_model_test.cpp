@@ -133,7 +133,7 @@ TEST_CASE("cp: K and V gathered forward and scattered back, scaled by kv heads /
   CHECK(s.tp_s == doctest::Approx(4 * 8 * 32 * ar));
 }
 
-TEST_CASE("ep: all-to-all of top-k token copies; cross-leaf share over the leaf link") {
+TEST_CASE("ep: all-to-all of top-k token copies, cross-leaf share over the leaf link") {
   Topology topo = RoundTopology(4);
   ModelSpec m = RoundModel();
   m.parameters = 4e9;
@@ -175,7 +175,7 @@ TEST_CASE("dp: reduce-scatter + all-gather of the gradients, hidden up to one mi
   CHECK(s.total_s == doctest::Approx(s.compute_s + s.dp_s));
 }
 
-TEST_CASE("links: running minimum of bandwidth and maximum of latency; scales") {
+TEST_CASE("links: running minimum of bandwidth and maximum of latency, scales") {
   Topology topo = RoundTopology();
   LinkView links{&topo, {}};
   CHECK(links.bandwidth(0) == 100);

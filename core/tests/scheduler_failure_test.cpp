@@ -374,7 +374,7 @@ TEST_CASE("a new checkpoint resets the count of application failures and the bac
   CHECK(Has(core.job(1)->reason, "(failure 1 of 10)"));
 }
 
-TEST_CASE("backoff 0 restarts at once in place; the limit still holds") {
+TEST_CASE("backoff 0 restarts at once in place, the limit still holds") {
   const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
   SchedulerConfig config = SimConfig();
   config.restart_backoff_initial = 0;

@@ -82,7 +82,7 @@ TEST_CASE("a start becomes a launch with exactly the start's ranks, GPUs, accoun
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
 }
 
-TEST_CASE("a start without a command runs --job-command; without either it fails for good") {
+TEST_CASE("a start without a command runs --job-command, without either it fails for good") {
   Harness h;
   h.Register();
   proto::Start s = MakeStart(5, 0, {0});
@@ -130,7 +130,7 @@ TEST_CASE("LaunchFromStart refuses a layout whose order does not read") {
 }
 
 TEST_CASE(
-    "a restart waits for the earlier run's ranks; exits are reported with their run's count") {
+    "a restart waits for the earlier run's ranks, exits are reported with their run's count") {
   Harness h;
   h.Register();
   h.Send(MakeStart(8, 0, {0, 1, 2}));
@@ -214,7 +214,7 @@ TEST_CASE("keep: every job not kept is stopped, launches waiting included") {
   CHECK(h.runner.stops.back().first == "7");
 }
 
-TEST_CASE("stop: the job's ranks are stopped; a launch waiting is dropped") {
+TEST_CASE("stop: the job's ranks are stopped, a launch waiting is dropped") {
   Harness h;
   h.Register();
   h.Send(MakeStart(4, 0, {0}));
@@ -279,7 +279,7 @@ TEST_CASE("a busy runner is retried until the wait ends") {
   CHECK(h.core.pending_launches() == 0);
 }
 
-TEST_CASE("the node holding rank 0 checks MASTER_PORT first; a busy port is a transient failure") {
+TEST_CASE("the node holding rank 0 checks MASTER_PORT first, a busy port is a transient failure") {
   Harness h;
   h.Register();
   h.runner.port_check = [](int port) {
@@ -394,7 +394,7 @@ TEST_CASE("immediate drain: stop at once (no grace), drained once every rank is 
   }
 }
 
-TEST_CASE("checkpoint requests reach the runner; a job that is not here is logged") {
+TEST_CASE("checkpoint requests reach the runner, a job that is not here is logged") {
   Harness h;
   h.Register();
   h.Send(MakeStart(70, 0, {0}));

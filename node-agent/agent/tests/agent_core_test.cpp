@@ -153,7 +153,7 @@ TEST_CASE("held reports are bounded: the oldest go first") {
   CHECK(xids.front().code > 10);  // the oldest did not
 }
 
-TEST_CASE("an error from the scheduler is logged with its type and field; nothing else happens") {
+TEST_CASE("an error from the scheduler is logged with its type and field, nothing else happens") {
   Harness h;
   h.Register();
   h.Send(proto::Error{"checkpoint.job: job 12 has no ranks on node n0", "checkpoint.job",
@@ -208,7 +208,7 @@ TEST_CASE("a logs request is answered at once with the runner's piece and the re
   }
 }
 
-TEST_CASE("GPU faults are reported at once; thermal throttling that ends is reported as cleared") {
+TEST_CASE("GPU faults are reported at once, thermal throttling that ends is reported as cleared") {
   Harness h;
   h.Register();
   REQUIRE(h.gpus.Inject({gpu::HealthEventKind::kEccSingleBit, 1, 5, 2}).ok());

@@ -85,7 +85,7 @@ void WriteFile(const std::string& path, const std::string& text) {
 }  // namespace
 
 TEST_CASE(
-    "CheckTcpPortFree: a port held by a listener is busy, and named; once closed it is free") {
+    "CheckTcpPortFree: a port held by a listener is busy, and named, once closed it is free") {
   Listener loopback(AF_INET, false);
   REQUIRE(loopback.ok);
   core::Status st = CheckTcpPortFree(loopback.port);
@@ -174,7 +174,7 @@ TEST_CASE("ReadLogPiece reads pieces of a plain file and refuses what a job coul
   CHECK(r.error->find("no log file on this node") != std::string::npos);
 }
 
-TEST_CASE("SupervisorRunner: a missing account and a root account fail for good; staging") {
+TEST_CASE("SupervisorRunner: a missing account and a root account fail for good, staging") {
   TempDir dir;
   SupervisorOptions so;
   so.state_dir = dir.path + "/supervisor";

@@ -122,7 +122,7 @@ TEST_CASE("simulated node: a start runs, the exit command reports with the run's
   CHECK(n.link.Of<proto::RankExited>().size() == 1);
 }
 
-TEST_CASE("simulated node: --run-ms ends every rank with 0; rank 0's node checkpoints on its own") {
+TEST_CASE("simulated node: --run-ms ends every rank with 0, rank 0's node checkpoints on its own") {
   SimNodeHarness n({100, 1000, 5000});
   n.Register();
   n.Send(MakeStart(9, 0, {0, 1}, {0, 1}));
@@ -146,7 +146,7 @@ TEST_CASE("simulated node: --run-ms ends every rank with 0; rank 0's node checkp
 }
 
 TEST_CASE(
-    "simulated node: checkpoint requests; only rank 0's node reports; drains finish at once") {
+    "simulated node: checkpoint requests, only rank 0's node reports, drains finish at once") {
   SimNodeHarness rank0({100, 0, 0});
   rank0.Register();
   rank0.Send(MakeStart(3, 0, {0, 1}, {0, 1}));
@@ -172,7 +172,7 @@ TEST_CASE(
   CHECK_FALSE(other.log.Has("stopping anyway"));
 }
 
-TEST_CASE("simulated node: logs are one synthetic line; adopted ranks are re-registered") {
+TEST_CASE("simulated node: logs are one synthetic line, adopted ranks are re-registered") {
   SimNodeHarness n({100, 0, 0});
   n.Register();
   n.Send(MakeStart(4, 1, {0}, {0}));

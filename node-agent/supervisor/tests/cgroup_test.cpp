@@ -273,7 +273,7 @@ TEST_CASE("a restarted agent adopts a job by its cgroup and Stop ends all of it"
   CHECK(!fs::exists(kept_cg));
 }
 
-TEST_CASE("every rank sees all the job's GPUs in local-rank order; LOCAL_RANK picks its own") {
+TEST_CASE("every rank sees all the job's GPUs in local-rank order, LOCAL_RANK picks its own") {
   Sandbox sb;
   REQUIRE(sb.user.ok());
   RankSupervisor sup(sb.Options());
@@ -318,7 +318,7 @@ TEST_CASE("every rank sees all the job's GPUs in local-rank order; LOCAL_RANK pi
   CHECK(!sup.Launch(bad).ok());
 }
 
-TEST_CASE("limits land where the node enforces them; the others are named in the log") {
+TEST_CASE("limits land where the node enforces them, the others are named in the log") {
   Sandbox sb;
   REQUIRE(sb.user.ok());
   SKIP_WITHOUT_CGROUPS(sb);

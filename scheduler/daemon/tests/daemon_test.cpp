@@ -167,7 +167,7 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   }
 }
 
-TEST_CASE("config: the failure policy is stored with the policy; old stores keep the defaults") {
+TEST_CASE("config: the failure policy is stored with the policy, old stores keep the defaults") {
   DaemonConfig a;
   a.max_app_failures = 4;
   a.restart_backoff_initial_s = 30;

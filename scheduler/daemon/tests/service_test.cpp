@@ -226,7 +226,7 @@ TEST_CASE("scoping: no byte of another tenant's job names, commands or users in 
   }
 }
 
-TEST_CASE("job list: user= narrows the scope; the blocked head's estimated start") {
+TEST_CASE("job list: user= narrows the scope, the blocked head's estimated start") {
   Fixture f;
   SetUpTwoTenants(f);
   const std::string alice = f.TokenFor("alice");
@@ -413,7 +413,7 @@ TEST_CASE("limits: names, duplicate keys, host lists, queues and the storage flo
   CHECK(body2.find("max_queued_jobs_per_user") != std::string::npos);
 }
 
-TEST_CASE("storage floor: below it writes get 507 with the reason; reads go on") {
+TEST_CASE("storage floor: below it writes get 507 with the reason, reads go on") {
   // A floor no filesystem here reaches: every write is below it.
   Fixture f([](DaemonConfig& c) { c.min_free_disk_mb = int64_t{1} << 40; });
   auto [status, body] = f.Call("PUT", "/v1/topology", f.admin,

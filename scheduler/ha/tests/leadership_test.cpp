@@ -74,7 +74,7 @@ TEST_CASE("a batch whose text is not UTF-8 is refused, not thrown") {
 namespace topo::ha {
 namespace {
 
-TEST_CASE("a value up to 1 MiB is one put; a larger one a header and parts that rebuild it") {
+TEST_CASE("a value up to 1 MiB is one put, a larger one a header and parts that rebuild it") {
   auto part_key = [](int64_t i) { return LogPartKey("p", 41, i); };
   auto small = SplitPuts(LogKey("p", 41), std::string(kMaxBatchBytes, 'a'), 3, 41, 45, part_key);
   REQUIRE(small.ok());
@@ -108,7 +108,7 @@ TEST_CASE("a value that needs more parts than one txn may write is refused, sayi
   CHECK(r.message().find("above the 100 one etcd txn may write") != std::string::npos);
 }
 
-TEST_CASE("etcd's request-too-large error gets the setting to raise; others nothing") {
+TEST_CASE("etcd's request-too-large error gets the setting to raise, others nothing") {
   CHECK(TooLargeHint("etcd https://x: etcdserver: request is too large")
             .find("--max-request-bytes") != std::string::npos);
   CHECK(TooLargeHint("HTTP 429: grpc: received message larger than max (3279705 vs. 2097152)")

@@ -89,7 +89,7 @@ TEST_CASE("a snapshot manifest that topo-scheduler would not write is refused by
   CHECK_FALSE(ParseSnapshotManifest(std::string(5000, ' ')).ok());
 }
 
-TEST_CASE("a split batch header reads back; an ordinary batch is not one") {
+TEST_CASE("a split batch header reads back, an ordinary batch is not one") {
   BatchParts p{3, 41, 1040, 4, 3 * static_cast<int64_t>(kMaxPartBytes) + 1};
   auto back = ParseBatchParts(json::parse(EncodeBatchParts(p)));
   REQUIRE(back.ok());

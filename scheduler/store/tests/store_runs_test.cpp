@@ -80,7 +80,7 @@ const UsageRow* Find(const std::vector<UsageRow>& rows, const std::string& key) 
 
 }  // namespace
 
-TEST_CASE("runs: a restart, a requeue and a cancel each end a run; GPU-ms by hand") {
+TEST_CASE("runs: a restart, a requeue and a cancel each end a run, GPU-ms by hand") {
   TempDir dir;
   const core::Topology topo = MakeTestTopology();
   Store store = OpenOk(dir.File("state.db"));
