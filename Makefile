@@ -8,7 +8,7 @@ APT_PACKAGES := cmake ninja-build g++ make git nlohmann-json3-dev libcli11-dev d
                 libsqlite3-dev libssl-dev clang libclang-rt-14-dev libboost-dev python3 curl \
                 chromium chromium-driver python3-torch python3-jsonschema libspdlog-dev \
                 slurm-wlm munge slurm-wlm-basic-plugins-dev libslurm-dev gcc libc6-dev libyaml-cpp-dev \
-                help2man dpkg-dev systemd jq etcd-server etcd-client
+                help2man dpkg-dev systemd jq etcd-server etcd-client zlib1g-dev
 
 .PHONY: all deps build demo test package test-package test-sanitize sanitize fuzz format format-check \
         bench bench-recovery clean

@@ -48,6 +48,12 @@ Result<std::optional<core::Topology>> StoredTopology(store::Store& store) {
 // The value at kv, or, when kv holds a split value's header, the value its
 // parts make (read with one range over kv.key + "/"). Errors name the key.
 Result<json> Leadership::ReadSplit(const KeyValue& kv) {
+  // A compressed batch: its marker cannot begin a JSON header.
+  if (kv.value.starts_with(kCompressedMarker)) {
+    Result<std::string> text = BatchText(kv.value);
+    if (!text.ok()) return Corrupt(kv.key, text.message());
+    return json::parse(text.value(), nullptr, false);
+  }
   json j = json::parse(kv.value, nullptr, false);
   Result<std::optional<BatchParts>> header = ParseBatchParts(j);
   if (!header.ok()) return Corrupt(kv.key, header.message());
@@ -85,7 +91,9 @@ Result<json> Leadership::ReadSplit(const KeyValue& kv) {
     return Corrupt(kv.key, "its parts hold " + std::to_string(text.size()) + " bytes, the header " +
                                std::to_string(h.bytes));
   }
-  return json::parse(text, nullptr, false);
+  Result<std::string> joined = BatchText(text);
+  if (!joined.ok()) return Corrupt(kv.key, joined.message());
+  return json::parse(joined.value(), nullptr, false);
 }
 
 std::string EpochKey(const std::string& cluster, int64_t from_seq) {

@@ -43,9 +43,8 @@ Result<std::vector<PutRequest>> SplitPuts(const std::string& key, std::string va
   }
   const int64_t parts = static_cast<int64_t>((value.size() + kMaxPartBytes - 1) / kMaxPartBytes);
   if (parts > kMaxBatchParts) {
-    return Status::Error(std::to_string(value.size()) + " bytes of JSON need " +
-                         std::to_string(parts) + " keys of 1 MiB, above the " +
-                         std::to_string(kMaxBatchParts) +
+    return Status::Error(std::to_string(value.size()) + " bytes need " + std::to_string(parts) +
+                         " keys of 1 MiB, above the " + std::to_string(kMaxBatchParts) +
                          " one etcd txn may write (docs/ha.md, Size limits)");
   }
   BatchParts header;
@@ -305,8 +304,19 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
     return Unavailable("this scheduler lost its leadership (term " + std::to_string(term_) +
                        "): " + lost_reason());
   }
-  Result<std::string> value = EncodeBatch(term_, first_seq, batch, topology);
-  if (!value.ok()) return value.status();
+  Result<std::string> text = EncodeBatch(term_, first_seq, batch, topology);
+  if (!text.ok()) return text.status();
+  Result<std::string> value = CompressBatchText(text.value());
+  if (!value.ok() && batch.size() > 1) {
+    // Too long for one batch: in halves, like a value etcd would refuse.
+    const size_t half = batch.size() / 2;
+    if (Status s = Append(first_seq, batch.first(half), topology); !s.ok()) return s;
+    return Append(first_seq + static_cast<int64_t>(half), batch.subspan(half), topology);
+  }
+  if (!value.ok()) {
+    return Unavailable("a batch of " + std::to_string(batch.size()) +
+                       " entries: " + value.message());
+  }
   // A batch larger than one etcd request takes several appends, in order,
   // each fenced and moving head (a batch of one entry goes as it is: its
   // error names the setting).

@@ -1,5 +1,8 @@
 #include "ha/records.hpp"
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <limits>
@@ -157,6 +160,66 @@ Result<std::optional<BatchParts>> ParseBatchParts(const json& j) {
   p.parts = parts.value();
   p.bytes = bytes.value();
   return std::optional<BatchParts>(p);
+}
+
+Result<std::string> CompressBatchText(std::string_view text) {
+  if (text.size() > kMaxBatchTextBytes) {
+    return Status::Error("the batch's JSON text is " + std::to_string(text.size()) +
+                         " bytes, above the " + std::to_string(kMaxBatchTextBytes >> 20) +
+                         " MiB one batch may hold in the replicated log");
+  }
+  // Level 1: about as small as the default here, several times faster.
+  uLongf size = compressBound(static_cast<uLong>(text.size()));
+  std::string out(kCompressedMarker.size() + size, '\0');
+  std::copy(kCompressedMarker.begin(), kCompressedMarker.end(), out.begin());
+  const int rc = compress2(reinterpret_cast<Bytef*>(out.data() + kCompressedMarker.size()), &size,
+                           reinterpret_cast<const Bytef*>(text.data()),
+                           static_cast<uLong>(text.size()), Z_BEST_SPEED);
+  if (rc != Z_OK)
+    return Status::Error("zlib could not compress the batch (" + std::to_string(rc) + ")");
+  out.resize(kCompressedMarker.size() + size);
+  return out;
+}
+
+Result<std::string> BatchText(std::string_view value) {
+  if (!value.starts_with(kCompressedMarker)) return std::string(value);
+  // Plain reasons: the caller names the key and who writes it.
+  auto Bad = [](const std::string& why) {
+    return Status::Error("compressed batch: " + why, core::ErrorCode::kConflict);
+  };
+  value.remove_prefix(kCompressedMarker.size());
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return Status::Error("zlib could not start inflating a batch");
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(value.data()));
+  z.avail_in = static_cast<uInt>(value.size());
+  if (z.avail_in != value.size()) {
+    inflateEnd(&z);
+    return Bad("larger than a batch may be");
+  }
+  std::string text;
+  char chunk[65536];
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    z.next_out = reinterpret_cast<Bytef*>(chunk);
+    z.avail_out = sizeof chunk;
+    rc = inflate(&z, Z_NO_FLUSH);
+    const size_t got = sizeof chunk - z.avail_out;
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&z);
+      if (rc == Z_BUF_ERROR) return Bad("its zlib stream ends early");
+      return Bad(std::string("not a zlib stream (") + (z.msg != nullptr ? z.msg : "error") + ")");
+    }
+    if (text.size() + got > kMaxBatchTextBytes) {
+      inflateEnd(&z);
+      return Bad("it inflates to more than the " + std::to_string(kMaxBatchTextBytes >> 20) +
+                 " MiB a batch may hold");
+    }
+    text.append(chunk, got);
+  }
+  const bool trailing = z.avail_in != 0;
+  inflateEnd(&z);
+  if (trailing) return Bad("bytes after its zlib stream's end");
+  return text;
 }
 
 Result<int64_t> ParseAppliedSeq(std::string_view text) {

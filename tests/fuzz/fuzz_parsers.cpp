@@ -24,7 +24,9 @@
 //                           to the input
 //  12 etcd records          ha/records.hpp: a snapshot manifest, a split
 //                           batch header and an applied seq each read back
-//                           equal once written; SeqOfKey must not crash
+//                           equal once written; SeqOfKey must not crash; a
+//                           compressed batch's text compresses and reads
+//                           back to the same text
 //  13 ParseAuthRows         the users and tokens an HA replica takes from
 //                           etcd (common/auth_json.hpp): WriteAuthRows reads
 //                           back to the same rows
@@ -388,6 +390,11 @@ void FuzzEtcdRecords(std::string_view text) {
   }
   std::string rest;
   (void)ha::SeqOfKey(text, "/toposched/t/log/", &rest);
+  if (core::Result<std::string> t = ha::BatchText(text); t.ok()) {
+    core::Result<std::string> again = ha::CompressBatchText(t.value());
+    Require(again.ok() && ha::BatchText(again.value()).value() == t.value(),
+            "compressed batch: compress then read");
+  }
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return;
   core::Result<std::optional<ha::BatchParts>> p = ha::ParseBatchParts(j);

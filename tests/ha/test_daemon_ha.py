@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -77,13 +78,32 @@ def etcd_get(etcd, key):
     raise AssertionError("no etcd member answered")
 
 
+# A log batch's value in etcd: this marker, then its JSON text compressed
+# with zlib (ha/records.hpp); a value without it is the JSON text itself.
+COMPRESSED_MARKER = b"\0zlib"
+
+
+def batch_text(value):
+    """The JSON text of a log value (bytes), inflated when it is compressed."""
+    if value.startswith(COMPRESSED_MARKER):
+        return zlib.decompress(value[len(COMPRESSED_MARKER):]).decode()
+    return value.decode()
+
+
 def etcd_log(etcd):
-    """Every batch in the replicated log, in order, as (key, text)."""
+    """Every batch in the replicated log, in order, as (key, JSON text): a
+    split batch's parts joined under its header's key, each inflated."""
     prefix = f"/toposched/{CLUSTER}/log/"
     end = prefix[:-1] + "0"
     r = etcd.post(etcd.running()[0], "/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)})
-    return [(base64.b64decode(kv["key"]).decode(), base64.b64decode(kv["value"]).decode())
-            for kv in r.get("kvs", [])]
+    batches, parts = [], {}
+    for kv in r.get("kvs", []):
+        key, value = base64.b64decode(kv["key"]).decode(), base64.b64decode(kv["value"])
+        if key[len(prefix):].count("/"):
+            parts.setdefault(key.rsplit("/", 1)[0], []).append(value)
+        else:
+            batches.append((key, value))
+    return [(k, batch_text(b"".join(parts[k]) if k in parts else v)) for k, v in batches]
 
 
 def leader_term(etcd):

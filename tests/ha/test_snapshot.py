@@ -44,6 +44,8 @@ import base64
 import hashlib
 import json
 import os
+import random
+import string
 import sys
 import threading
 import time
@@ -53,8 +55,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
 from harness import setup_tiny  # noqa: E402
-from test_daemon_ha import (CLUSTER, Replica, b64, etcd_get, ha_config, job_names,  # noqa: E402
-                            run_scenario, share_identity, submit, wait_for)
+from test_daemon_ha import (CLUSTER, COMPRESSED_MARKER, Replica, b64, batch_text,  # noqa: E402
+                            etcd_get, ha_config, job_names, run_scenario, share_identity, submit,
+                            wait_for)
 
 SNAP = 10  # snapshot_every_events of every replica
 PREFIX = f"/toposched/{CLUSTER}/"
@@ -331,9 +334,12 @@ def scenario_nosnap(binary, tmp):
 
 
 BIG_TASKS = 300
-# 300 tasks x 46 KiB: one batch of about 13.5 MiB, in more parts than a follower reads in one
-# range (8), whose values together would exceed the client's 16 MiB answer in base64.
-BIG_COMMAND = ["echo", "x" * 47104]
+# 300 tasks x 46 KiB: one batch of about 13.5 MiB of JSON, about 10 MiB once compressed (the
+# text is seeded random letters and digits, and its copies lie farther apart than zlib's
+# 32 KiB window), in more parts than a follower reads in one range (8), whose values together
+# would exceed the client's 16 MiB answer in base64.
+BIG_COMMAND = ["echo", "".join(random.Random(17).choices(string.ascii_letters + string.digits,
+                                                          k=47104))]
 
 
 def submit_big(d):
@@ -363,9 +369,9 @@ def scenario_bigbatch(binary, tmp):
             mine = [p for p in parts if p.startswith(header_key + "/")]
             assert header["parts"] == len(mine) > 8, (header, mine)
             assert header["bytes"] > 8 << 20, header
-            text = b"".join(v for k, v in log if k in mine)
-            assert len(text) == header["bytes"] and json.loads(text)["first_seq"] == \
-                header["first_seq"], header
+            value = b"".join(v for k, v in log if k in mine)
+            assert len(value) == header["bytes"] and value.startswith(COMPRESSED_MARKER), header
+            assert json.loads(batch_text(value))["first_seq"] == header["first_seq"], header
             head = int(etcd_get(etcd, "head"))
             wait_for(lambda: store_seq(b) == head, 20, "b applies the split batch")
             # The store now holds megabytes: its snapshot in etcd takes several chunks,
@@ -458,7 +464,12 @@ def scenario_toolarge(binary, tmp):
             assert status == 201, (status, str(out)[:300])
             head = int(etcd_get(etcd, "head"))
             seqs = [q for q in log_seqs(etcd) if q > before]
-            assert len(seqs) >= 10, f"the array went to etcd in {len(seqs)} appends"
+            # About 10 MiB compressed: several appends, none above the 1.5 MiB etcd takes.
+            values = [v for k, v in keys(etcd, "log/", values=True)
+                      if int(k.split("/")[1]) > before]
+            assert all(len(v) <= 1536 * 1024 for v in values), max(len(v) for v in values)
+            assert sum(len(v) for v in values) > 8 << 20, sum(len(v) for v in values)
+            assert len(seqs) >= 6, f"the array went to etcd in {len(seqs)} appends"
             assert seqs[0] == before + 1 and seqs == sorted(seqs), seqs
             assert len(log_seqs(etcd)) - batches_before == len(seqs)
             wait_for(lambda: f"the store is at seq {head}" in b.log_all(), 30,

@@ -4,6 +4,7 @@
 #include "ha/records.hpp"
 
 #include <doctest/doctest.h>
+#include <zlib.h>
 
 #include <nlohmann/json.hpp>
 
@@ -109,6 +110,73 @@ TEST_CASE("a split batch header reads back, an ordinary batch is not one") {
   bad = json::parse(EncodeBatchParts(p));
   bad["bytes"] = 4 * static_cast<int64_t>(kMaxPartBytes) + 1;
   CHECK_FALSE(ParseBatchParts(bad).ok());
+}
+
+// A zlib stream of `text`, the marker before it, as a writer could make one.
+std::string Deflated(const std::string& text) {
+  uLongf size = compressBound(static_cast<uLong>(text.size()));
+  std::string out(size, '\0');
+  REQUIRE(compress2(reinterpret_cast<Bytef*>(out.data()), &size,
+                    reinterpret_cast<const Bytef*>(text.data()), static_cast<uLong>(text.size()),
+                    Z_BEST_SPEED) == Z_OK);
+  out.resize(size);
+  return std::string(kCompressedMarker) + out;
+}
+
+TEST_CASE("a batch's text reads back from its compressed value, and a plain value is the text") {
+  std::string text = "{\"term\":3,\"first_seq\":41,\"entries\":[";
+  for (int i = 0; i < 200; ++i) {
+    text += std::string(i > 0 ? "," : "") +
+            "{\"actor\":\"user:ada\",\"event\":{\"id\":" + std::to_string(i) +
+            ",\"type\":\"job_submitted\"},\"commands\":[]}";
+  }
+  text += "]}";
+  auto value = CompressBatchText(text);
+  REQUIRE(value.ok());
+  CHECK(value.value().starts_with(kCompressedMarker));
+  CHECK(value.value().size() * 5 < text.size());  // repeated keys compress
+  auto back = BatchText(value.value());
+  REQUIRE(back.ok());
+  CHECK(back.value() == text);
+  // What earlier releases wrote, and the topology epochs: the text itself.
+  CHECK(BatchText(text).value() == text);
+  CHECK(BatchText("not json").value() == "not json");
+  // A JSON text never begins with the marker's NUL.
+  CHECK_FALSE(json::parse(std::string(kCompressedMarker), nullptr, false).is_object());
+  // Empty, and at the bound exactly, compress; one byte more does not.
+  CHECK(BatchText(CompressBatchText("").value()).value().empty());
+  CHECK(CompressBatchText(std::string(kMaxBatchTextBytes, ' ')).ok());
+  auto over = CompressBatchText(std::string(kMaxBatchTextBytes + 1, ' '));
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.message().find("above the 100 MiB one batch may hold") != std::string::npos);
+}
+
+TEST_CASE("a compressed value that topo-scheduler would not write is refused, saying why") {
+  const std::string good = Deflated("{\"term\":1}");
+  std::string bomb_text(kMaxBatchTextBytes + 1, '{');
+  const std::string bomb = Deflated(bomb_text);
+  bomb_text = std::string();
+  struct Row {
+    const char* name;
+    std::string value;
+    const char* why;
+  };
+  const Row rows[] = {
+      {"the marker alone", std::string(kCompressedMarker), "ends early"},
+      {"not zlib after the marker", std::string(kCompressedMarker) + "{\"term\":1}",
+       "not a zlib stream"},
+      {"a stream cut short", good.substr(0, good.size() - 3), "ends early"},
+      {"bytes after the stream", good + "x", "bytes after its zlib stream's end"},
+      {"a stream that inflates past the bound", bomb, "inflates to more than the 100 MiB"},
+  };
+  for (const Row& row : rows) {
+    CAPTURE(row.name);
+    auto r = BatchText(row.value);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().find(row.why) != std::string::npos);
+    CHECK(r.message().starts_with("compressed batch: "));
+  }
+  CHECK(BatchText(good).value() == "{\"term\":1}");
 }
 
 TEST_CASE("an applied seq is a plain decimal") {
