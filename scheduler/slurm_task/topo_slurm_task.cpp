@@ -22,7 +22,15 @@
 //
 // In an salloc shell, `eval "$(topo-slurm-task)"` does what the batch script
 // gets.
+//
+// As Slurm's TaskEpilog too (SLURM_SCRIPT_CONTEXT=epilog_task), after the
+// batch script only: removes the hostfile and nodefile the batch script's
+// run wrote, so $TMPDIR does not keep two files per job on every batch
+// host. Only regular files of this user named as WriteFile names them for
+// this job go; a step's task epilog removes nothing (the script's next srun
+// reads them).
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,12 +129,18 @@ std::string AdminComment(const std::string& line) {
   return line.substr(at + 14, end - at - 14);
 }
 
-// Writes lines to a new file under $TMPDIR (else /tmp); its path, or "".
-std::string WriteFile(const std::string& job, const char* what,
-                      const std::vector<std::string>& lines) {
+// Where WriteFile writes: $TMPDIR, else /tmp.
+std::string FileDir() {
   std::string dir = Env("TMPDIR");
   if (dir.empty() || dir[0] != '/') dir = "/tmp";
-  std::string path = dir + "/topo-" + job + "-" + what + "-XXXXXX";
+  return dir;
+}
+
+// Writes lines to a new file under FileDir(), named topo-JOB-WHAT-XXXXXX
+// (mkstemp's six letters and digits); its path, or "".
+std::string WriteFile(const std::string& job, const char* what,
+                      const std::vector<std::string>& lines) {
+  std::string path = FileDir() + "/topo-" + job + "-" + what + "-XXXXXX";
   std::vector<char> tmpl(path.begin(), path.end());
   tmpl.push_back('\0');
   const int fd = ::mkstemp(tmpl.data());
@@ -187,6 +201,38 @@ void ExportRestart() {
   if (best >= 0) Export("TOPO_RESTART_STEP", std::to_string(best));
 }
 
+// TaskEpilog of the batch script: removes what its TaskProlog wrote (see the
+// top). Returns how many files it removed.
+int RemoveJobFiles(const std::string& job) {
+  const std::string dir = FileDir();
+  int removed = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    bool ours = false;
+    for (const char* what : {"hosts", "nodes"}) {
+      const std::string head = "topo-" + job + "-" + what + "-";
+      ours =
+          ours || (name.size() == head.size() + 6 && name.rfind(head, 0) == 0 &&
+                   std::all_of(name.begin() + static_cast<long>(head.size()), name.end(),
+                               [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }));
+    }
+    struct stat st {};
+    const std::string path = dir + "/" + name;
+    if (!ours || ::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    if (::unlink(path.c_str()) == 0) {
+      ++removed;
+    } else {
+      std::fprintf(stderr, "topo-slurm-task: could not remove %s: %s\n", path.c_str(),
+                   std::strerror(errno));
+    }
+  }
+  return removed;
+}
+
 int Run() {
   const std::string job = Env("SLURM_JOB_ID");
   if (job.empty() || !std::all_of(job.begin(), job.end(), ::isdigit) || job.size() > 12) {
@@ -196,6 +242,10 @@ int Run() {
     return 2;
   }
   const bool batch = Env("SLURM_STEP_ID").empty();
+  if (Env("SLURM_SCRIPT_CONTEXT") == "epilog_task") {
+    if (batch) RemoveJobFiles(job);
+    return 0;
+  }
   // Exported by the batch script's run with ';' for ' ' (one export line),
   // with TOPO_SLURM_JOB naming the job it belongs to. The batch script reads
   // the AdminComment itself: its environment may come from an enclosing job
@@ -302,6 +352,8 @@ int main(int argc, char** argv) {
         "usage: topo-slurm-task\n"
         "Slurm's TaskProlog for jobs placed by toposched (TaskProlog=/path/to/"
         "topo-slurm-task in slurm.conf); in an salloc shell: eval \"$(topo-slurm-task)\".\n"
+        "As TaskEpilog (the same path) it removes the hostfile and nodefile the batch "
+        "script's run wrote.\n"
         "It takes no arguments; docs/slurm.md describes what it exports.\n");
     return help ? 0 : 2;
   }

@@ -68,7 +68,8 @@ def main():
     slurm_cluster.require(plugin)
     t0 = time.time()
     cluster = SlurmCluster(plugin_dir=os.path.dirname(os.path.abspath(plugin)), job_submit_plugins="topo",
-                           extra_conf=["TaskProlog=%s" % os.path.abspath(task_bin)])
+                           extra_conf=["TaskProlog=%s" % os.path.abspath(task_bin),
+                                       "TaskEpilog=%s" % os.path.abspath(task_bin)])
     # toposched reads the cluster's tree as Slurm 25.05's topology.yaml
     # (slurm_topology = ....yaml), written from the same switches.
     topo_conf = os.path.join(cluster.dir, "topology.yaml")
@@ -108,6 +109,7 @@ def main():
         with open(script, "w") as f:
             f.write("#!/bin/sh\n"
                     "echo \"batch hostfile=$SLURM_HOSTFILE dist=$SLURM_DISTRIBUTION world=$TOPO_WORLD_SIZE\"\n"
+                    "echo \"batch nodefile=$TOPO_NODEFILE\"\n"
                     "srun -O sh -c '%s'\n"
                     "SLURM_HOSTFILE=$TOPO_NODEFILE srun -O -n $SLURM_JOB_NUM_NODES sh -c '%s'\n"
                     "sbatch -w gpu0016 -o %s --wrap 'echo nested hostfile=$SLURM_HOSTFILE "
@@ -175,6 +177,20 @@ def main():
         nested = wait_for_text(cluster.path("nested.out"), "nested srun ok")
         check("nested hostfile= map=\n" in nested,
               "a job submitted inside a placed job kept its rank layout: %r" % nested)
+        # The TaskEpilog after the batch script removed the two files its
+        # TaskProlog wrote (the script's second srun still read the nodefile:
+        # the steps' task epilogs leave them).
+        files = [line.split("=", 1)[1] for line in text.splitlines()
+                 if line.startswith("batch hostfile=") or line.startswith("batch nodefile=")]
+        files = [f.split()[0] for f in files]
+        check(len(files) == 2 and all(os.path.basename(f).startswith("topo-%d-" % job) for f in files),
+              "the batch script's hostfile and nodefile: %s" % files)
+        deadline = time.time() + 15
+        while time.time() < deadline and any(os.path.exists(f) for f in files):
+            time.sleep(0.2)
+        check(not any(os.path.exists(f) for f in files),
+              "the TaskEpilog left the job's files: %s" % [f for f in files if os.path.exists(f)])
+        print("task epilog: the batch script's hostfile and nodefile are gone after it")
         print("ok in %.1f s" % (time.time() - t0))
 
 
