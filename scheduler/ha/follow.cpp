@@ -50,7 +50,7 @@ Result<std::optional<core::Topology>> StoredTopology(store::Store& store) {
 Result<json> Leadership::ReadSplit(const KeyValue& kv) {
   // A compressed batch: its marker cannot begin a JSON header.
   if (kv.value.starts_with(kCompressedMarker)) {
-    Result<std::string> text = BatchText(kv.value);
+    Result<std::string> text = JsonText(kv.value);
     if (!text.ok()) return Corrupt(kv.key, text.message());
     return json::parse(text.value(), nullptr, false);
   }
@@ -91,7 +91,7 @@ Result<json> Leadership::ReadSplit(const KeyValue& kv) {
     return Corrupt(kv.key, "its parts hold " + std::to_string(text.size()) + " bytes, the header " +
                                std::to_string(h.bytes));
   }
-  Result<std::string> joined = BatchText(text);
+  Result<std::string> joined = JsonText(text);
   if (!joined.ok()) return Corrupt(kv.key, joined.message());
   return json::parse(joined.value(), nullptr, false);
 }

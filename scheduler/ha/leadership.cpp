@@ -306,7 +306,7 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
   }
   Result<std::string> text = EncodeBatch(term_, first_seq, batch, topology);
   if (!text.ok()) return text.status();
-  Result<std::string> value = CompressBatchText(text.value());
+  Result<std::string> value = CompressJsonText(text.value());
   if (!value.ok() && batch.size() > 1) {
     // Too long for one batch: in halves, like a value etcd would refuse.
     const size_t half = batch.size() / 2;

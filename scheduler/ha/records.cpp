@@ -162,11 +162,11 @@ Result<std::optional<BatchParts>> ParseBatchParts(const json& j) {
   return std::optional<BatchParts>(p);
 }
 
-Result<std::string> CompressBatchText(std::string_view text) {
-  if (text.size() > kMaxBatchTextBytes) {
-    return Status::Error("the batch's JSON text is " + std::to_string(text.size()) +
-                         " bytes, above the " + std::to_string(kMaxBatchTextBytes >> 20) +
-                         " MiB one batch may hold in the replicated log");
+Result<std::string> CompressJsonText(std::string_view text) {
+  if (text.size() > kMaxJsonTextBytes) {
+    return Status::Error("the JSON text is " + std::to_string(text.size()) + " bytes, above the " +
+                         std::to_string(kMaxJsonTextBytes >> 20) +
+                         " MiB one value may hold in etcd");
   }
   // Level 1: about as small as the default here, several times faster.
   uLongf size = compressBound(static_cast<uLong>(text.size()));
@@ -176,20 +176,20 @@ Result<std::string> CompressBatchText(std::string_view text) {
                            reinterpret_cast<const Bytef*>(text.data()),
                            static_cast<uLong>(text.size()), Z_BEST_SPEED);
   if (rc != Z_OK)
-    return Status::Error("zlib could not compress the batch (" + std::to_string(rc) + ")");
+    return Status::Error("zlib could not compress the value (" + std::to_string(rc) + ")");
   out.resize(kCompressedMarker.size() + size);
   return out;
 }
 
-Result<std::string> BatchText(std::string_view value) {
+Result<std::string> JsonText(std::string_view value) {
   if (!value.starts_with(kCompressedMarker)) return std::string(value);
   // Plain reasons: the caller names the key and who writes it.
   auto Bad = [](const std::string& why) {
-    return Status::Error("compressed batch: " + why, core::ErrorCode::kConflict);
+    return Status::Error("compressed value: " + why, core::ErrorCode::kConflict);
   };
   value.remove_prefix(kCompressedMarker.size());
   z_stream z{};
-  if (inflateInit(&z) != Z_OK) return Status::Error("zlib could not start inflating a batch");
+  if (inflateInit(&z) != Z_OK) return Status::Error("zlib could not start inflating a value");
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(value.data()));
   z.avail_in = static_cast<uInt>(value.size());
   if (z.avail_in != value.size()) {
@@ -209,10 +209,10 @@ Result<std::string> BatchText(std::string_view value) {
       if (rc == Z_BUF_ERROR) return Bad("its zlib stream ends early");
       return Bad(std::string("not a zlib stream (") + (z.msg != nullptr ? z.msg : "error") + ")");
     }
-    if (text.size() + got > kMaxBatchTextBytes) {
+    if (text.size() + got > kMaxJsonTextBytes) {
       inflateEnd(&z);
-      return Bad("it inflates to more than the " + std::to_string(kMaxBatchTextBytes >> 20) +
-                 " MiB a batch may hold");
+      return Bad("it inflates to more than the " + std::to_string(kMaxJsonTextBytes >> 20) +
+                 " MiB a value may hold");
     }
     text.append(chunk, got);
   }

@@ -84,25 +84,26 @@ std::string EncodeBatchParts(const BatchParts& p);
 // than a header; an error when it has "parts" but is not a valid header.
 core::Result<std::optional<BatchParts>> ParseBatchParts(const nlohmann::json& j);
 
-// A log batch's value (or a split batch's joined parts) is its JSON text
-// compressed with zlib, after kCompressedMarker, which no JSON text begins
-// with: the batches' JSON repeats its keys and compresses about tenfold, and
+// A log batch's value (or a split batch's joined parts) and the auth value
+// are their JSON text compressed with zlib, after kCompressedMarker, which
+// no JSON text begins with: the batches' JSON repeats its keys and
+// compresses about tenfold (the users and tokens about threefold), and
 // etcd's time per append grows with the bytes it replicates and fsyncs on
 // every member. A value without the marker is the JSON text itself (what
 // earlier releases wrote, and the topology epochs).
 inline constexpr std::string_view kCompressedMarker{"\0zlib", 5};
-// The largest JSON text one batch may have, compressed or not (what a split
+// The largest JSON text one value may have, compressed or not (what a split
 // batch of kMaxBatchParts parts could hold before values were compressed):
 // a reader inflates no more than this.
-inline constexpr size_t kMaxBatchTextBytes = static_cast<size_t>(kMaxBatchParts) * kMaxPartBytes;
+inline constexpr size_t kMaxJsonTextBytes = static_cast<size_t>(kMaxBatchParts) * kMaxPartBytes;
 // The marker and the zlib stream of `text`; an error when text is longer
-// than kMaxBatchTextBytes.
-core::Result<std::string> CompressBatchText(std::string_view text);
+// than kMaxJsonTextBytes.
+core::Result<std::string> CompressJsonText(std::string_view text);
 // The JSON text a value holds: the value itself without the marker, else
 // the stream after it, inflated. Errors: a stream zlib refuses, one that
-// ends early or has bytes after its end, or more than kMaxBatchTextBytes
+// ends early or has bytes after its end, or more than kMaxJsonTextBytes
 // once inflated (the reader stops there).
-core::Result<std::string> BatchText(std::string_view value);
+core::Result<std::string> JsonText(std::string_view value);
 
 // applied/<replica>'s value: a seq, decimal, >= 0.
 core::Result<int64_t> ParseAppliedSeq(std::string_view text);

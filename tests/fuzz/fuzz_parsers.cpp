@@ -390,9 +390,9 @@ void FuzzEtcdRecords(std::string_view text) {
   }
   std::string rest;
   (void)ha::SeqOfKey(text, "/toposched/t/log/", &rest);
-  if (core::Result<std::string> t = ha::BatchText(text); t.ok()) {
-    core::Result<std::string> again = ha::CompressBatchText(t.value());
-    Require(again.ok() && ha::BatchText(again.value()).value() == t.value(),
+  if (core::Result<std::string> t = ha::JsonText(text); t.ok()) {
+    core::Result<std::string> again = ha::CompressJsonText(t.value());
+    Require(again.ok() && ha::JsonText(again.value()).value() == t.value(),
             "compressed batch: compress then read");
   }
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -50,7 +50,7 @@ CLUSTER = "t"
 
 
 def b64(s):
-    return base64.b64encode(s.encode()).decode()
+    return base64.b64encode(s if isinstance(s, bytes) else s.encode()).decode()
 
 
 def ha_config(etcd, name, ttl=TTL):
@@ -74,17 +74,18 @@ def etcd_get(etcd, key):
         except Exception:  # noqa: BLE001 - a member that is down: the next
             continue
         kvs = r.get("kvs", [])
-        return base64.b64decode(kvs[0]["value"]).decode() if kvs else None
+        return json_text(base64.b64decode(kvs[0]["value"])) if kvs else None
     raise AssertionError("no etcd member answered")
 
 
-# A log batch's value in etcd: this marker, then its JSON text compressed
-# with zlib (ha/records.hpp); a value without it is the JSON text itself.
+# A log batch's value and the auth value in etcd: this marker, then the JSON
+# text compressed with zlib (ha/records.hpp); a value without it is the JSON
+# text itself.
 COMPRESSED_MARKER = b"\0zlib"
 
 
-def batch_text(value):
-    """The JSON text of a log value (bytes), inflated when it is compressed."""
+def json_text(value):
+    """The JSON text of a value (bytes), inflated when it is compressed."""
     if value.startswith(COMPRESSED_MARKER):
         return zlib.decompress(value[len(COMPRESSED_MARKER):]).decode()
     return value.decode()
@@ -103,7 +104,7 @@ def etcd_log(etcd):
             parts.setdefault(key.rsplit("/", 1)[0], []).append(value)
         else:
             batches.append((key, value))
-    return [(k, batch_text(b"".join(parts[k]) if k in parts else v)) for k, v in batches]
+    return [(k, json_text(b"".join(parts[k]) if k in parts else v)) for k, v in batches]
 
 
 def leader_term(etcd):
@@ -279,6 +280,9 @@ def scenario_standby(binary, tmp):
             auth = json.loads(etcd_get(etcd, "auth"))
             assert "eve" in [u["name"] for u in auth["users"]], auth
             assert eve["token"] not in json.dumps(auth), "etcd holds hashes, never tokens"
+            raw = etcd.post(0, "/v3/kv/range", {"key": b64(f"/toposched/{CLUSTER}/auth")})
+            assert base64.b64decode(raw["kvs"][0]["value"]).startswith(COMPRESSED_MARKER), \
+                "the auth value is written compressed"
             wait_for(lambda: b_users() >= {"admin", "eve"}, 15, "b's store has eve")
             names_a = job_names(a)
 
@@ -646,6 +650,14 @@ def scenario_auth(binary, tmp):
             b.start_standby()
             wait_for(lambda: "standby: took the leader's users and tokens" in b.log_all(), 15,
                      "b takes the users and tokens")
+            # A compressed value that is not a zlib stream, then one cut short.
+            etcd_put(etcd, "auth", COMPRESSED_MARKER + b'{"users": []}')
+            wait_for(lambda: "compressed value: not a zlib stream" in b.log_all(), 15,
+                     "b names what is wrong with the compressed value")
+            etcd_put(etcd, "auth", COMPRESSED_MARKER + zlib.compress(good.encode())[:-4])
+            wait_for(lambda: "compressed value: its zlib stream ends early" in b.log_all(), 15,
+                     "b refuses a stream cut short")
+            assert b.proc.poll() is None and not b.serving(), b.log()
             bad = json.loads(good)
             bad["users"][0]["role"] = "root"
             etcd_put(etcd, "auth", json.dumps(bad))

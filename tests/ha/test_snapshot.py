@@ -55,7 +55,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
 from harness import setup_tiny  # noqa: E402
-from test_daemon_ha import (CLUSTER, COMPRESSED_MARKER, Replica, b64, batch_text,  # noqa: E402
+from test_daemon_ha import (CLUSTER, COMPRESSED_MARKER, Replica, b64, json_text,  # noqa: E402
                             etcd_get, ha_config, job_names, run_scenario, share_identity, submit,
                             wait_for)
 
@@ -371,7 +371,7 @@ def scenario_bigbatch(binary, tmp):
             assert header["bytes"] > 8 << 20, header
             value = b"".join(v for k, v in log if k in mine)
             assert len(value) == header["bytes"] and value.startswith(COMPRESSED_MARKER), header
-            assert json.loads(batch_text(value))["first_seq"] == header["first_seq"], header
+            assert json.loads(json_text(value))["first_seq"] == header["first_seq"], header
             head = int(etcd_get(etcd, "head"))
             wait_for(lambda: store_seq(b) == head, 20, "b applies the split batch")
             # The store now holds megabytes: its snapshot in etcd takes several chunks,

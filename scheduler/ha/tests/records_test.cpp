@@ -131,29 +131,29 @@ TEST_CASE("a batch's text reads back from its compressed value, and a plain valu
             ",\"type\":\"job_submitted\"},\"commands\":[]}";
   }
   text += "]}";
-  auto value = CompressBatchText(text);
+  auto value = CompressJsonText(text);
   REQUIRE(value.ok());
   CHECK(value.value().starts_with(kCompressedMarker));
   CHECK(value.value().size() * 5 < text.size());  // repeated keys compress
-  auto back = BatchText(value.value());
+  auto back = JsonText(value.value());
   REQUIRE(back.ok());
   CHECK(back.value() == text);
   // What earlier releases wrote, and the topology epochs: the text itself.
-  CHECK(BatchText(text).value() == text);
-  CHECK(BatchText("not json").value() == "not json");
+  CHECK(JsonText(text).value() == text);
+  CHECK(JsonText("not json").value() == "not json");
   // A JSON text never begins with the marker's NUL.
   CHECK_FALSE(json::parse(std::string(kCompressedMarker), nullptr, false).is_object());
   // Empty, and at the bound exactly, compress; one byte more does not.
-  CHECK(BatchText(CompressBatchText("").value()).value().empty());
-  CHECK(CompressBatchText(std::string(kMaxBatchTextBytes, ' ')).ok());
-  auto over = CompressBatchText(std::string(kMaxBatchTextBytes + 1, ' '));
+  CHECK(JsonText(CompressJsonText("").value()).value().empty());
+  CHECK(CompressJsonText(std::string(kMaxJsonTextBytes, ' ')).ok());
+  auto over = CompressJsonText(std::string(kMaxJsonTextBytes + 1, ' '));
   REQUIRE_FALSE(over.ok());
-  CHECK(over.message().find("above the 100 MiB one batch may hold") != std::string::npos);
+  CHECK(over.message().find("above the 100 MiB one value may hold") != std::string::npos);
 }
 
 TEST_CASE("a compressed value that topo-scheduler would not write is refused, saying why") {
   const std::string good = Deflated("{\"term\":1}");
-  std::string bomb_text(kMaxBatchTextBytes + 1, '{');
+  std::string bomb_text(kMaxJsonTextBytes + 1, '{');
   const std::string bomb = Deflated(bomb_text);
   bomb_text = std::string();
   struct Row {
@@ -171,12 +171,12 @@ TEST_CASE("a compressed value that topo-scheduler would not write is refused, sa
   };
   for (const Row& row : rows) {
     CAPTURE(row.name);
-    auto r = BatchText(row.value);
+    auto r = JsonText(row.value);
     REQUIRE_FALSE(r.ok());
     CHECK(r.message().find(row.why) != std::string::npos);
-    CHECK(r.message().starts_with("compressed batch: "));
+    CHECK(r.message().starts_with("compressed value: "));
   }
-  CHECK(BatchText(good).value() == "{\"term\":1}");
+  CHECK(JsonText(good).value() == "{\"term\":1}");
 }
 
 TEST_CASE("an applied seq is a plain decimal") {
