@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <future>
+#include <system_error>
 
 #include "daemon/log.hpp"
 
@@ -62,10 +63,21 @@ Result<std::vector<store::LogEntry>> CoreDriver::Commit() {
     // commit waits for etcd's answer and rolls back on an error, so this
     // store is never ahead of the log (docs/ha.md, Replicated log and
     // fencing). Both only read staged_ and the topology until joined.
-    std::future<Status> replicated =
-        std::async(std::launch::async, [this, first_seq = store->LastSeq() + 1] {
-          return replicate(first_seq, staged_, *topology);
-        });
+    const int64_t first_seq = store->LastSeq() + 1;
+    std::future<Status> replicated;
+    try {
+      replicated = std::async(std::launch::async, [this, first_seq] {
+        return replicate(first_seq, staged_, *topology);
+      });
+    } catch (const std::system_error&) {
+      // No thread to be had: the append first, then the local one, in series.
+      if (Status s = replicate(first_seq, staged_, *topology); !s.ok()) {
+        return Status::Error(s.message(), core::ErrorCode::kUnavailable);
+      }
+      std::promise<Status> done;
+      done.set_value(Status::Ok());
+      replicated = done.get_future();
+    }
     r = store->Append(*topology, staged_, [&] { return replicated.get(); });
     // The local batch failed before asking: wait for the append all the
     // same (the thread reads staged_); the log may hold what this store
