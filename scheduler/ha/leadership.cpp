@@ -307,8 +307,12 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
   Result<std::string> text = EncodeBatch(term_, first_seq, batch, topology);
   if (!text.ok()) return text.status();
   Result<std::string> value = CompressJsonText(text.value());
-  if (!value.ok() && batch.size() > 1) {
-    // Too long for one batch: in halves, like a value etcd would refuse.
+  // A batch too long to compress whole, or larger than one etcd request once
+  // compressed, takes several appends in halves, in order, each fenced and
+  // moving head (a batch of one entry goes as it is: its error names the
+  // limit or the setting).
+  if (batch.size() > 1 && (!value.ok() || static_cast<int64_t>(value.value().size()) >
+                                              options_.max_request_bytes - kRequestMargin)) {
     const size_t half = batch.size() / 2;
     if (Status s = Append(first_seq, batch.first(half), topology); !s.ok()) return s;
     return Append(first_seq + static_cast<int64_t>(half), batch.subspan(half), topology);
@@ -316,15 +320,6 @@ Status Leadership::Append(int64_t first_seq, std::span<const store::LogEntry> ba
   if (!value.ok()) {
     return Unavailable("a batch of " + std::to_string(batch.size()) +
                        " entries: " + value.message());
-  }
-  // A batch larger than one etcd request takes several appends, in order,
-  // each fenced and moving head (a batch of one entry goes as it is: its
-  // error names the setting).
-  if (static_cast<int64_t>(value.value().size()) > options_.max_request_bytes - kRequestMargin &&
-      batch.size() > 1) {
-    const size_t half = batch.size() / 2;
-    if (Status s = Append(first_seq, batch.first(half), topology); !s.ok()) return s;
-    return Append(first_seq + static_cast<int64_t>(half), batch.subspan(half), topology);
   }
   const std::string prefix = KeyPrefix(options_.cluster);
   const int64_t last_seq = first_seq + static_cast<int64_t>(batch.size()) - 1;

@@ -194,7 +194,7 @@ Result<std::string> JsonText(std::string_view value) {
   z.avail_in = static_cast<uInt>(value.size());
   if (z.avail_in != value.size()) {
     inflateEnd(&z);
-    return Bad("larger than a batch may be");
+    return Bad("larger than a value may be");
   }
   std::string text;
   char chunk[65536];

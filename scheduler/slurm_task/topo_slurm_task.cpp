@@ -202,10 +202,9 @@ void ExportRestart() {
 }
 
 // TaskEpilog of the batch script: removes what its TaskProlog wrote (see the
-// top). Returns how many files it removed.
-int RemoveJobFiles(const std::string& job) {
+// top).
+void RemoveJobFiles(const std::string& job) {
   const std::string dir = FileDir();
-  int removed = 0;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -223,14 +222,11 @@ int RemoveJobFiles(const std::string& job) {
         st.st_uid != ::geteuid()) {
       continue;
     }
-    if (::unlink(path.c_str()) == 0) {
-      ++removed;
-    } else {
+    if (::unlink(path.c_str()) != 0) {
       std::fprintf(stderr, "topo-slurm-task: could not remove %s: %s\n", path.c_str(),
                    std::strerror(errno));
     }
   }
-  return removed;
 }
 
 int Run() {
