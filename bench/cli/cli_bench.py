@@ -21,8 +21,11 @@ from other work on a shared machine falls on every row alike:
 Each submission is timed from spawn to exit. Every topo submission counts
 only when it exited 0 with "Submitted job N": the daemon answers 201 after
 the job's group commit is on disk; at the end the bench checks that the
-daemon lists every one of them. Prints a table (submissions/s, p50, p99 and
-the ratios to sbatch) and writes JSON (default bench/results/cli.json).
+daemon lists every one of them. Prints a table (submissions/s, p50, p99, the
+ratios to sbatch, and the CPU per submission of the submitting processes
+(client) and of the daemons serving the row (server: topo-scheduler; slurmctld
+and munged), measured over the row's own chunks) and writes JSON (default
+bench/results/cli.json).
 
   bench/cli/cli_bench.py --topo build/cli/topo --scheduler build/scheduler/topo-scheduler
                          [--submissions 400] [--concurrency 8] [--rounds 4]
@@ -39,6 +42,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -79,22 +83,45 @@ def run_chunk(argv, env, count, concurrency, accept):
     return time.perf_counter() - start, results
 
 
+def process_cpu_s(pid):
+    """User + system CPU seconds of a running process (0 when it is gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_rows(rows, count, concurrency, rounds):
     """Runs every row's `count` submissions in `rounds` chunks, the rows
     taking turns (their order rotating each round), so that load from other
     work on the machine falls on every row alike. rows: [(name, argv, env,
-    accept)]. Returns {name: (row figures, accepted stdouts)}."""
+    accept, server_pids)], server_pids the daemons that serve the row (their
+    CPU during the row's chunks is the row's server CPU; the submitting
+    processes' own CPU is its client CPU). Returns {name: (row figures,
+    accepted stdouts)}."""
     walls = {r[0]: 0.0 for r in rows}
+    client_cpu = {r[0]: 0.0 for r in rows}
+    server_cpu = {r[0]: 0.0 for r in rows}
     results = {r[0]: [] for r in rows}
     for k in range(rounds):
         n = count // rounds + (1 if k < count % rounds else 0)
         for i in range(len(rows)):
-            name, argv, env, accept = rows[(i + k) % len(rows)]
+            name, argv, env, accept, servers = rows[(i + k) % len(rows)]
+            c0, s0 = children_cpu_s(), sum(process_cpu_s(p) for p in servers)
             wall, res = run_chunk(argv, env, n, concurrency, accept)
+            client_cpu[name] += children_cpu_s() - c0
+            server_cpu[name] += sum(process_cpu_s(p) for p in servers) - s0
             walls[name] += wall
             results[name] += res
     out = {}
-    for name, argv, _, _ in rows:
+    for name, argv, _, _, _ in rows:
         res = results[name]
         latencies = sorted(r[0] for r in res)
         failures = [r[2] for r in res if not r[1]]
@@ -110,6 +137,10 @@ def run_rows(rows, count, concurrency, rounds):
             "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
             "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
             "mean_ms": round(sum(latencies) / len(latencies) * 1000, 2),
+            # CPU per submission: the submitting process (fork and exec
+            # included) and the daemons serving it.
+            "client_cpu_ms": round(client_cpu[name] / len(res) * 1000, 2),
+            "server_cpu_ms": round(server_cpu[name] / len(res) * 1000, 2),
         }
         if failures:
             row["first_failure"] = failures[0]
@@ -143,14 +174,16 @@ def machine():
 
 
 def print_table(rows, baseline):
-    print("%-14s %8s %9s %9s %9s %7s  %s" % ("row", "subs/s", "p50 ms", "p99 ms", "vs sbatch",
-                                              "failed", "command"))
+    print("%-14s %8s %9s %9s %9s %7s %11s %11s  %s" % (
+        "row", "subs/s", "p50 ms", "p99 ms", "vs sbatch", "failed", "client cpu", "server cpu",
+        "command"))
     for r in rows:
         ratio = ""
         if baseline and r is not baseline and baseline["per_second"] > 0:
             ratio = "%.2fx" % (r["per_second"] / baseline["per_second"])
-        print("%-14s %8.1f %9.1f %9.1f %9s %7d  %s" % (r["name"], r["per_second"], r["p50_ms"],
-                                                       r["p99_ms"], ratio, r["failed"], r["command"]))
+        print("%-14s %8.1f %9.1f %9.1f %9s %7d %8.2f ms %8.2f ms  %s" % (
+            r["name"], r["per_second"], r["p50_ms"], r["p99_ms"], ratio, r["failed"],
+            r["client_cpu_ms"], r["server_cpu_ms"], r["command"]))
 
 
 def main():
@@ -212,11 +245,15 @@ def main():
         topo_ok = lambda out: accepted.match(out) is not None  # noqa: E731
         no_cache_env = dict(env)
         no_cache_env.pop("HOME")  # no cache directory: a full handshake each time
-        specs = [("topo", submit, env, topo_ok), ("topo-no-cache", submit, no_cache_env, topo_ok)]
+        daemons = [daemon.proc.pid]
+        specs = [("topo", submit, env, topo_ok, daemons),
+                 ("topo-no-cache", submit, no_cache_env, topo_ok, daemons)]
         if cluster is not None:
             cluster.run(["sbatch", "--hold", "--wrap", "true"])  # warm, like topo whoami
+            # slurmctld and munged (which signs and checks each credential).
+            slurm_daemons = [pid for name, pid in cluster.pids if name in ("slurmctld", "munged")]
             specs.append(("sbatch", ["sbatch", "--hold", "--wrap", "true"], cluster.env,
-                          lambda out: out.startswith("Submitted batch job")))
+                          lambda out: out.startswith("Submitted batch job"), slurm_daemons))
         measured = run_rows(specs, args.submissions, args.concurrency, args.rounds)
         topo_row, topo_out = measured["topo"]
         bare_row, bare_out = measured["topo-no-cache"]
