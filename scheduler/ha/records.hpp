@@ -86,8 +86,8 @@ core::Result<std::optional<BatchParts>> ParseBatchParts(const nlohmann::json& j)
 
 // A log batch's value (or a split batch's joined parts) and the auth value
 // are their JSON text compressed with zlib, after kCompressedMarker, which
-// no JSON text begins with: the batches' JSON repeats its keys and
-// compresses about tenfold (the users and tokens about threefold), and
+// no JSON text begins with: their JSON repeats its keys and compresses
+// several times over, and
 // etcd's time per append grows with the bytes it replicates and fsyncs on
 // every member. A value without the marker is the JSON text itself (what
 // earlier releases wrote, and the topology epochs).
