@@ -25,7 +25,10 @@ daemon lists every one of them. Prints a table (submissions/s, p50, p99, the
 ratios to sbatch, and the CPU per submission of the submitting processes
 (client) and of the daemons serving the row (server: topo-scheduler; slurmctld
 and munged), measured over the row's own chunks) and writes JSON (default
-bench/results/cli.json).
+bench/results/cli.json). It also runs the topo command with --dry-run (the
+request built and printed, no connection) and prints that client CPU beside
+the topo row's, so what connecting over TLS costs the client is measured in
+the same run (client_floor_cpu_ms in the JSON).
 
   bench/cli/cli_bench.py --topo build/cli/topo --scheduler build/scheduler/topo-scheduler
                          [--submissions 400] [--concurrency 8] [--rounds 4]
@@ -255,6 +258,17 @@ def main():
             specs.append(("sbatch", ["sbatch", "--hold", "--wrap", "true"], cluster.env,
                           lambda out: out.startswith("Submitted batch job"), slurm_daemons))
         measured = run_rows(specs, args.submissions, args.concurrency, args.rounds)
+        # The client's floor: the same command line with --dry-run builds and
+        # prints the request and opens no connection, so the topo row's client
+        # CPU less this is what connecting over TLS and the exchange cost.
+        dry = submit[:2] + ["--dry-run"] + submit[2:]
+        c0 = children_cpu_s()
+        _, dry_res = run_chunk(dry, env, args.submissions // args.rounds or 1, args.concurrency,
+                               lambda out: '"command"' in out)
+        floor_ms = (children_cpu_s() - c0) / len(dry_res) * 1000
+        if not all(r[1] for r in dry_res):
+            raise RuntimeError("topo submit --dry-run failed: %s"
+                               % next(r[2] for r in dry_res if not r[1]))
         topo_row, topo_out = measured["topo"]
         bare_row, bare_out = measured["topo-no-cache"]
         rows += [topo_row, bare_row]
@@ -279,6 +293,9 @@ def main():
               % (args.submissions, args.rounds, args.concurrency, git_commit()))
         print("Slurm: %s" % (slurm_note or "measured"))
         print_table(rows, sbatch_row)
+        print("topo's client CPU without a connection (the same command with --dry-run): "
+              "%.2f ms; connecting over TLS and the exchange: %.2f ms of the topo row's %.2f ms"
+              % (floor_ms, topo_row["client_cpu_ms"] - floor_ms, topo_row["client_cpu_ms"]))
         if sbatch_row:
             print("goal: topo >= 1.0x sbatch's rate (%.2fx) and p50 <= sbatch's (%.1f vs %.1f ms)"
                   % (topo_row["per_second"] / max(sbatch_row["per_second"], 1e-9),
@@ -291,6 +308,7 @@ def main():
             "slurm": slurm_note or "measured", "rows": rows,
             "topo_vs_sbatch": (round(topo_row["per_second"] / sbatch_row["per_second"], 3)
                                if sbatch_row and sbatch_row["per_second"] > 0 else None),
+            "client_floor_cpu_ms": round(floor_ms, 2),
             "acknowledged": len(ids), "missing_from_store": len(missing),
         }
         if args.out:
