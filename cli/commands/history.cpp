@@ -168,8 +168,12 @@ int RunUsage(const UsageArgs& args) {
                   Cell(r.value("started", json())), wait(r.value("queue_wait_mean_s", json())),
                   wait(r.value("queue_wait_max_s", json()))});
   }
-  std::cout << "Usage by " << args.by << " from " << FormatTime(first.value("since_ms", json()))
-            << " to " << FormatTime(first.value("until_ms", json())) << "\n";
+  // Without --since the window starts at the epoch: say "all time", not 1970.
+  const json since_ms = first.value("since_ms", json());
+  const bool all_time = !since_ms.is_number() || since_ms.get<double>() <= 0;
+  std::cout << "Usage by " << args.by
+            << (all_time ? ", all time to " : " from " + FormatTime(since_ms) + " to ")
+            << FormatTime(first.value("until_ms", json())) << "\n";
   if (table.rows() == 0) {
     std::cout << "Nothing ran or was submitted then.\n";
   } else {

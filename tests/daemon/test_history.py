@@ -166,6 +166,11 @@ def main():
                   str(page))
             text = topo(["report", "usage", "--by", "tenant"]).stdout
             check("GPU-H" in text and "org/a" in text and "WAIT-MEAN" in text, text)
+            # No --since: the window has no start, and the header says so
+            # (never the epoch as a date).
+            check(text.startswith("Usage by tenant, all time to ") and "1970" not in text, text)
+            text = topo(["report", "usage", "--by", "tenant", "--since", "1h"]).stdout
+            check(text.startswith("Usage by tenant from ") and "1970" not in text, text)
             topo(["report", "usage", "--by", "node"], expect=USAGE)
 
             # ---- show and queue --all keep the placement of finished jobs
