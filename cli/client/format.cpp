@@ -317,13 +317,17 @@ std::string FormatJobTable(const json& jobs, int64_t now_ms, bool start_column) 
         const int64_t until = IsInt(end) ? end.get<int64_t>() : now_ms;
         time = FormatElapsed(until - start.get<int64_t>());
       }
+      // A job that holds no node (queued, held) has no node count: "-", not 0.
+      const json& nodes = Field(j, "nodes");
+      const std::string nodes_cell =
+          IsInt(nodes) && nodes.get<int64_t>() == 0 ? "-" : Str(j, "nodes");
       std::string reason = Str(j, "reason");
       if (IsInt(Field(j, "queue_position"))) {
         reason = "#" + Str(j, "queue_position") + " " + (reason == "-" ? "" : reason);
       }
       std::vector<std::string> row = {
-          Str(j, "id"),    Str(j, "tenant"), Str(j, "user"),  Truncate(Str(j, "name"), kNameWidth),
-          Str(j, "state"), Str(j, "gpus"),   Str(j, "nodes"), time,
+          Str(j, "id"),    Str(j, "tenant"), Str(j, "user"), Truncate(Str(j, "name"), kNameWidth),
+          Str(j, "state"), Str(j, "gpus"),   nodes_cell,     time,
           reason};
       if (start_column) row.insert(row.begin() + 7, FormatStartTime(j, now_ms));
       t.AddRow(std::move(row));

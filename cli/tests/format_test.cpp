@@ -314,6 +314,11 @@ TEST_CASE("human output shows no sentinels: -1 steps, 0 nodes, hidden jobs, even
   const json placed = {
       {"id", 6}, {"state", "running"}, {"gpus", 16}, {"nodes", 2}, {"checkpoint_step", 40}};
   CHECK(FormatJobDetails(placed, kT0, false).find("16 on 2 nodes") != std::string::npos);
+  // topo queue: the queued job's NODES is "-", the running one's its count.
+  CHECK(FormatJobTable(json::array({queued, placed}), kT0) ==
+        "ID  TENANT  USER  NAME  STATE    GPUS  NODES  TIME  REASON\n"
+        " 5  -       -     -     queued     64      -  0:00  -\n"
+        " 6  -       -     -     running    16      2  0:00  -\n");
   CHECK(FormatJobDetails(placed, kT0, false).find("checkpoint step 40") != std::string::npos);
   const json node = {{"name", "n0"},
                      {"state", "up"},
