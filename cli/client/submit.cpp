@@ -226,7 +226,18 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
 
 Status CheckSubmitFlag(std::string_view name, std::string_view value) {
   const std::string flag = "--" + std::string(name);
-  auto err = [&](const std::string& why) { return Status::Error(flag + ": " + why); };
+  // The shared checks (common/) name the API field ("env: ...", "array:
+  // ..."); after the flag that set it, that name would only repeat it.
+  auto err = [&](std::string why) {
+    for (std::string_view field :
+         {"env: ", "chdir: ", "output: ", "error: ", "dependency: ", "array: "}) {
+      if (why.rfind(field, 0) == 0) {
+        why.erase(0, field.size());
+        break;
+      }
+    }
+    return Status::Error(flag + ": " + why);
+  };
   if (name == "gpus" || name == "tp" || name == "cp" || name == "ep" || name == "pp" ||
       name == "dp" || name == "gpus-per-node" || name == "spares" || name == "priority") {
     std::optional<int64_t> v = ParseInt(value);

@@ -460,7 +460,14 @@ TEST_CASE("--dependency and --array: checked like the daemon, sent as given") {
   CHECK(req.value()["dependency"] == "afterok:3:4,afterany:5");
   CHECK(req.value()["array"] == "1,3,5-7%2");
   core::Status bad = AddSubmitFlag(&f, "dependency", "afterok", "");
-  CHECK(bad.message().rfind("--dependency: dependency: ", 0) == 0);
+  // The flag names the field once: the shared check's "dependency: " is dropped.
+  CHECK(bad.message().rfind("--dependency: \"afterok\"", 0) == 0);
+  CHECK(CheckSubmitFlag("env", "BAD KEY=1").message().rfind("--env: 'BAD KEY' is not", 0) == 0);
+  CHECK(CheckSubmitFlag("export", "A B").message().rfind("--export: 'A B' is not", 0) == 0);
+  CHECK(CheckSubmitFlag("chdir", "rel").message().rfind("--chdir: 'rel' is not", 0) == 0);
+  CHECK(CheckSubmitFlag("array", "5-1").message().rfind("--array: \"5-1\" is not", 0) == 0);
+  // A variable's own name stays: it says which one.
+  CHECK(CheckSubmitFlag("env", "TOPO_X=1").message().rfind("--env: env.TOPO_X: ", 0) == 0);
   CHECK(AddSubmitFlag(&f, "array", "0-5000", "job.sh:2").message().rfind("job.sh:2: --array", 0) ==
         0);
 }
