@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,6 +40,19 @@ const VerbGroup kGroups[] = {
     {topo::cli::RegisterAdminCommands, {"tenants", "quota", "config", "users", "audit", "token"}},
 };
 
+// Help that lists verbs shows each one's first line, its summary; the rest
+// of a description (details, examples) is for `topo VERB --help`.
+class SummaryFormatter : public CLI::Formatter {
+ public:
+  std::string make_subcommand(const CLI::App* sub) const override {
+    const std::string& d = sub->get_description();
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), d.substr(0, d.find('\n')),
+                             get_column_width());
+    return out.str();
+  }
+};
+
 std::unique_ptr<CLI::App> NewApp() {
   auto app = std::make_unique<CLI::App>(
       "topo - topology-aware placement for GPU gang jobs.\n\n"
@@ -57,6 +72,7 @@ std::unique_ptr<CLI::App> NewApp() {
       "topo");
   app->require_subcommand(1);
   app->set_version_flag("--version", "topo 0.1.0");
+  app->formatter(std::make_shared<SummaryFormatter>());
   return app;
 }
 

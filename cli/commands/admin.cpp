@@ -398,13 +398,14 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   qs->callback([show, exit_code] { *exit_code = RunTenants(*show, true); });
 
   auto set = std::make_shared<QuotaSetArgs>();
-  CLI::App* qset = AddVerb(
-      *quota, "set",
-      "Create a tenant or change its quota (cluster-admin); only the fields given change.\n\n"
-      "Examples:\n"
-      "  topo quota set org/team --guaranteed 512 --borrow-limit 256 --shares 2\n"
-      "  topo quota set org/team --borrow-limit none --max-job-gpus 4096\n"
-      "  topo quota set org/new-team        # create it with the defaults");
+  CLI::App* qset =
+      AddVerb(*quota, "set",
+              "Create a tenant or change its quota (cluster-admin).\n\n"
+              "Only the fields given change.\n\n"
+              "Examples:\n"
+              "  topo quota set org/team --guaranteed 512 --borrow-limit 256 --shares 2\n"
+              "  topo quota set org/team --borrow-limit none --max-job-gpus 4096\n"
+              "  topo quota set org/new-team        # create it with the defaults");
   qset->add_option("TENANT", set->tenant, "Tenant name: segments [a-z0-9][a-z0-9_.-]* joined by /")
       ->required();
   qset->add_option("--guaranteed", set->quota.guaranteed, "GPUs guaranteed to the tenant")
@@ -436,8 +437,8 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   config->require_subcommand(1);
   auto cshow = std::make_shared<ConfigArgs>();
   CLI::App* cs = AddVerb(*config, "show",
-                         "Show the scheduling policy in effect: each key and its value; keys "
-                         "marked fixed change only with a new state directory.\n\n"
+                         "Show the scheduling policy in effect: each key and its value.\n\n"
+                         "Keys marked fixed change only with a new state directory.\n\n"
                          "Examples:\n"
                          "  topo config show\n"
                          "  topo config show --json | jq .policy.preempt_grace_s");
@@ -447,9 +448,10 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   auto cset = std::make_shared<ConfigArgs>();
   CLI::App* cst =
       AddVerb(*config, "set",
-              "Change one policy key now (cluster-admin). The change is an event in the log "
-              "(who, when, old and new value): the scheduler decides by it from this point, "
-              "and a restart replays it at the same point. Values as in the config file.\n\n"
+              "Change one policy key now (cluster-admin).\n\n"
+              "The change is an event in the log (who, when, old and new value): the scheduler\n"
+              "decides by it from this point, and a restart replays it at the same point. Values\n"
+              "as in the config file.\n\n"
               "Examples:\n"
               "  topo config set preempt_grace_s 300\n"
               "  topo config set backfill false\n"
@@ -497,8 +499,9 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   uc->callback([create, exit_code] { *exit_code = RunUsersCreate(*create); });
   auto uset = std::make_shared<UsersArgs>();
   CLI::App* us = AddVerb(*u, "set",
-                         "Change a user's Unix account (the account their jobs run as on the\n"
-                         "nodes, from each job's next start).\n\n"
+                         "Change a user's Unix account, the one their jobs run as.\n\n"
+                         "The account their jobs run as on the nodes, from each job's next\n"
+                         "start.\n\n"
                          "Examples:\n"
                          "  topo users set ada --unix-user ada2");
   us->add_option("NAME", uset->name, "User name")->required();

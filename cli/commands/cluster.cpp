@@ -419,9 +419,10 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
   auto args = std::make_shared<ImportArgs>();
   CLI::App* cmd = AddVerb(
       topology, "import",
-      "Load a topology into topo-scheduler (cluster-admin; only while no job is queued,\n"
-      "held or running). Every node starts down until its agent or `topo resume` brings\n"
-      "it up. The file is checked here first, so errors name the line before the upload.\n\n"
+      "Load a topology into topo-scheduler (cluster-admin, while no job is active).\n\n"
+      "Only while no job is queued, held or running. Every node starts down until its agent\n"
+      "or `topo resume` brings it up. The file is checked here first, so errors name the\n"
+      "line before the upload.\n\n"
       "Examples:\n"
       "  topo topology import topology.json\n"
       "  topo topology import topology.conf --format slurm --gpus-per-node 4\n"
@@ -558,8 +559,9 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   auto who = std::make_shared<WhoamiArgs>();
   CLI::App* w =
       AddVerb(app, "whoami",
-              "Show who the token belongs to (user, tenant, role) and where the server, token and\n"
-              "CA came from; a quick check of the connection settings.\n\n"
+              "Show who the token belongs to and where the connection settings came from.\n\n"
+              "The user, tenant and role, and where the server, token and CA came from; a quick\n"
+              "check of the connection settings.\n\n"
               "Examples:\n"
               "  topo whoami\n"
               "  topo whoami --server https://sched.example.com:8443 --ca ca.pem --token-file t");

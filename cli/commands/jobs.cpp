@@ -700,10 +700,11 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
   auto show = std::make_shared<ShowArgs>();
   CLI::App* sh = AddVerb(
       app, "show",
-      "Show one job: state and reason, how its processes start (command, launch mode, the\n"
-      "names of its --env variables, working directory, output files), placement per HBD,\n"
-      "leaf and pod, placement metrics, ranks and history. Variables are shown by name only\n"
-      "(values may be secrets); --json carries the values.\n\n"
+      "Show one job: its state, how it starts, where it runs and its history.\n\n"
+      "State and reason, how its processes start (command, launch mode, the names of its\n"
+      "--env variables, working directory, output files), placement per HBD, leaf and pod,\n"
+      "placement metrics, ranks and history. Variables are shown by name only (values may\n"
+      "be secrets); --json carries the values.\n\n"
       "Examples:\n"
       "  topo show 17\n"
       "  topo show 17 --ranks        # every rank's node and GPU\n"
@@ -748,10 +749,10 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
   auto logs = std::make_shared<LogsArgs>();
   CLI::App* lg = AddVerb(
       app, "logs",
-      "Print a rank's output (stdout and stderr), read from its node through the scheduler.\n\n"
-      "The log is the one on the node that runs the rank now (or ran it last): after a\n"
-      "restart on another node it holds that run's output. --follow keeps printing until\n"
-      "the job ends, and follows the rank to its new node on a restart.\n\n"
+      "Print a rank's output (stdout and stderr) from its node.\n\n"
+      "Read through the scheduler from the node that runs the rank now (or ran it last):\n"
+      "after a restart on another node it holds that run's output. --follow keeps printing\n"
+      "until the job ends, and follows the rank to its new node on a restart.\n\n"
       "Examples:\n"
       "  topo logs 17                 # rank 0\n"
       "  topo logs 17 --rank 5 --tail 50     # the last 50 lines\n"

@@ -324,8 +324,9 @@ void RegisterSim(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<SimArgs>();
   CLI::App* cmd = app.add_subcommand(
       "sim",
-      "Replay a workload through the scheduler with a virtual clock, for several policy\n"
-      "stacks side by side on the same input (../shared/BENCHMARKS.md, replay metrics).\n\n"
+      "Replay a workload with a virtual clock, several policy stacks side by side.\n\n"
+      "Every stack runs the same input through the scheduler's core (../shared/BENCHMARKS.md,\n"
+      "replay metrics).\n\n"
       "Workloads (exactly one):\n"
       "  --trace CSV     generic trace: header with submit_s,duration_s,gpus and optional\n"
       "                  tenant,tp,cp,ep,pp,dp,gpus_per_node,priority,time_limit_s,\n"

@@ -94,8 +94,9 @@ void RegisterTopology(CLI::App& app, int* exit_code) {
   auto exp = std::make_shared<ExportArgs>();
   CLI::App* e = cmd->add_subcommand(
       "export",
-      "Write a topology as toposched JSON or as Slurm topology.conf: a file's or a\n"
-      "generator's, or, with neither --topology nor --generate, topo-scheduler's.\n\n"
+      "Write a topology as toposched JSON or as Slurm topology.conf.\n\n"
+      "A file's or a generator's, or, with neither --topology nor --generate,\n"
+      "topo-scheduler's.\n\n"
       "Examples:\n"
       "  topo topology export --generate nvl72-64k --format slurm --out topology.conf\n"
       "  topo topology export --topology topology.conf --from slurm --gpus-per-node 8\n"
