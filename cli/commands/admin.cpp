@@ -147,7 +147,7 @@ int RunConfigSet(const ConfigArgs& args) {
 struct UsersArgs {
   std::string name;
   std::string tenant;
-  std::string role;
+  std::string role = "user";  // the least privilege unless --role says more
   std::string unix_user;
   bool json = false;
 };
@@ -488,8 +488,7 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   uc->add_option("NAME", create->name, "User name: [a-z0-9_.-], '@' after the first character")
       ->required();
   uc->add_option("--tenant", create->tenant, "The user's tenant")->required();
-  uc->add_option("--role", create->role, "user, tenant-admin or cluster-admin")
-      ->required()
+  uc->add_option("--role", create->role, "user (the default), tenant-admin or cluster-admin")
       ->check(CLI::IsMember({"user", "tenant-admin", "cluster-admin"}));
   uc->add_option("--unix-user", create->unix_user,
                  "The Unix account the user's jobs run as on the nodes (default: the user's "

@@ -46,6 +46,10 @@ def main():
         topo(["users", "create", "alice", "--tenant", "org/a", "--role", "user"])
         topo(["users", "create", "bob", "--tenant", "org/b", "--role", "user"])
         topo(["users", "create", "carol", "--tenant", "org/a", "--role", "tenant-admin"])
+        # Without --role a user gets the least privilege.
+        topo(["users", "create", "erin", "--tenant", "org/b"])
+        erin = [u for u in js(["users"])["users"] if u["name"] == "erin"]
+        check(len(erin) == 1 and erin[0]["role"] == "user", "users create without --role: %s" % erin)
         alice = js(["token", "create", "--user", "alice"])["token"]
         bob = js(["token", "create", "--user", "bob"])["token"]
         carol = js(["token", "create", "--user", "carol"])["token"]
