@@ -233,6 +233,12 @@ Result<std::string> Base64Decode(std::string_view text) {
       }
       v = (v << 6) | static_cast<uint32_t>(d);
     }
+    // The bits below the last byte a padded group carries must be zero
+    // (RFC 4648, 3.5): else two texts would decode to the same bytes, and
+    // a value would not read back as it was written.
+    if ((pad == 1 && (v & 0xff) != 0) || (pad == 2 && (v & 0xffff) != 0)) {
+      return Status::Error("base64: nonzero padding bits at offset " + std::to_string(i));
+    }
     out += static_cast<char>((v >> 16) & 0xff);
     if (pad < 2) out += static_cast<char>((v >> 8) & 0xff);
     if (pad < 1) out += static_cast<char>(v & 0xff);
