@@ -229,8 +229,7 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
   // The shared checks (common/) name the API field ("env: ...", "array:
   // ..."); after the flag that set it, that name would only repeat it.
   auto err = [&](std::string why) {
-    for (std::string_view field :
-         {"env: ", "chdir: ", "output: ", "error: ", "dependency: ", "array: "}) {
+    for (std::string_view field : {"env: ", "chdir: ", "dependency: ", "array: "}) {
       if (why.rfind(field, 0) == 0) {
         why.erase(0, field.size());
         break;

@@ -5,8 +5,7 @@
 Each verb's description starts with a one-line summary; the listings (`topo
 --help`, `topo users --help`, ...) show that line alone, and `topo VERB --help`
 the whole text. This walks every listing and fails where an entry takes more
-than one line, is cut (no summary line at all), or is too long to read at a
-glance. Standard library only.
+than one line or is too long to read at a glance. Standard library only.
 """
 
 import re
