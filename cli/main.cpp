@@ -33,6 +33,7 @@ const VerbGroup kGroups[] = {
     {topo::cli::RegisterDemo, {"demo"}},
     {topo::cli::RegisterSim, {"sim"}},
     {topo::cli::RegisterSubmit, {"submit"}},
+    {topo::cli::RegisterRelay, {"relay"}},
     {topo::cli::RegisterJobCommands,
      {"queue", "show", "logs", "cancel", "hold", "checkpoint", "release"}},
     {topo::cli::RegisterHistoryCommands, {"history", "report"}},

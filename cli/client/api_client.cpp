@@ -24,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "client/relay.hpp"
 #include "client/tls_session_cache.hpp"
 #include "topo/common/https_connection.hpp"
 
@@ -280,8 +281,15 @@ std::string ApiResponse::ErrorField() const {
 struct ApiClient::Impl {
   ClientOptions options;
   ServerUrl url;
-  ssl::context ssl_ctx{ssl::context::tls_client};
-  common::HttpsConnection conn{ssl_ctx};  // open, or not
+  // Made by SetUpTls when a request first goes to the server itself (not
+  // through the connection relay): OpenSSL's start-up and its first context
+  // are a third of a `topo submit`'s CPU.
+  std::unique_ptr<ssl::context> ssl_ctx;
+  std::unique_ptr<common::HttpsConnection> conn;  // open, or not
+  std::string key;                                // SessionKey(url, CA PEM)
+  std::string relay_socket;                       // "" without options.relay_dir
+  bool relay_missing = false;
+  int relayed = 0;
   int connections = 0;
   int resumed = 0;
   // The TLS session cache (disabled without options.tls_session_dir), the
@@ -304,7 +312,34 @@ struct ApiClient::Impl {
   bool ca_loaded = false;
   std::string ca_error;  // why parsing it failed, reported by Connect
 
-  ~Impl() { conn.Close(true); }
+  ~Impl() {
+    if (conn) conn->Close(true);
+  }
+
+  Status SetUpTls() {
+    if (ssl_ctx) return Status::Ok();
+    StartOpenSsl();
+    auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+    common::HttpsConnection::SetClientDefaults(*ctx);
+    if (ca_pem.empty()) {
+      error_code ec;
+      ctx->set_default_verify_paths(ec);
+      if (ec) return Status::Error("cannot load the system's CA certificates: " + Describe(ec));
+    }
+    SSL_CTX* native = ctx->native_handle();
+    SSL_CTX_set_cert_verify_callback(native, &Impl::VerifyChain, this);
+    // Sessions are handed to SessionArrived rather than kept in OpenSSL's
+    // in-memory client cache, which no later process could see.
+    SSL_CTX_set_ex_data(native, ExIndex(), this);
+    SSL_CTX_set_session_cache_mode(native,
+                                   SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(native, &Impl::SessionArrived);
+    session_cache =
+        std::make_unique<TlsSessionCache>(options.tls_session_dir, key, url.host, url.host_is_ip);
+    ssl_ctx = std::move(ctx);
+    conn = std::make_unique<common::HttpsConnection>(*ssl_ctx);
+    return Status::Ok();
+  }
 
   // OpenSSL's chain verification, with what only it needs loaded on first
   // use: the digests' names (StartOpenSsl) and the CA file.
@@ -314,7 +349,7 @@ struct ApiClient::Impl {
     if (!self->ca_loaded && !self->ca_pem.empty()) {
       self->ca_loaded = true;
       self->ca_error =
-          AddCertificates(SSL_CTX_get_cert_store(self->ssl_ctx.native_handle()), self->ca_pem);
+          AddCertificates(SSL_CTX_get_cert_store(self->ssl_ctx->native_handle()), self->ca_pem);
     }
     if (!self->ca_error.empty()) {
       X509_STORE_CTX_set_error(store_ctx, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY);
@@ -378,7 +413,7 @@ struct ApiClient::Impl {
   Status Connect() {
     const std::string where = url.ToString();
     std::optional<common::HttpsConnection::Failure> failed =
-        conn.Connect(url.host, url.port, url.host_is_ip, [this](SSL* ssl) {
+        conn->Connect(url.host, url.port, url.host_is_ip, [this](SSL* ssl) {
           if (!session_loaded) {
             session_loaded = true;
             std::string why_not;
@@ -445,7 +480,7 @@ struct ApiClient::Impl {
       return Status::Error("TLS handshake with " + where + " failed: " + Describe(ec) +
                            "; is it topo-scheduler's HTTPS port? (--server, TOPO_SERVER)");
     }
-    if (SSL_session_reused(conn.native_handle()) == 1) {
+    if (SSL_session_reused(conn->native_handle()) == 1) {
       ++resumed;
       Debug("resumed");
       if (session_from_file) {
@@ -473,30 +508,40 @@ struct ApiClient::Impl {
   };
 
   std::variant<ApiResponse, Failure> Exchange(const http::request<http::string_body>& req) {
-    error_code ec = conn.Write(req);
+    error_code ec = conn->Write(req);
     if (ec) return Failure{ec, Stage::kWrite};
     http::response_parser<http::string_body> parser;
     parser.body_limit(kMaxResponseBytes);
-    ec = conn.Read(parser);
+    ec = conn->Read(parser);
     if (ec) return Failure{ec, Stage::kRead, parser.got_some()};
     http::response<http::string_body> res = parser.release();
     ApiResponse out;
     out.status = static_cast<int>(res.result_int());
     out.text = std::move(res.body());
-    if (auto it = res.find(http::field::retry_after); it != res.end()) {
-      out.retry_after = std::string(it->value());
-    }
-    if (!out.text.empty()) {
-      out.body = nlohmann::json::parse(out.text, nullptr, /*allow_exceptions=*/false);
-      if (out.body.is_discarded()) out.body = nullptr;
-    }
+    ReadHeaders(res, &out);
     SaveNewSession();
-    if (!res.keep_alive()) conn.Close(false);
+    if (!res.keep_alive()) conn->Close(false);
     return out;
   }
 
-  Result<ApiResponse> Request(std::string_view method, std::string_view target,
-                              const std::optional<nlohmann::json>& body) {
+  static void ReadHeaders(const http::response<http::string_body>& res, ApiResponse* out) {
+    if (auto it = res.find(http::field::retry_after); it != res.end()) {
+      out->retry_after = std::string(it->value());
+    }
+    if (auto it = res.find(http::field::content_type); it != res.end()) {
+      out->content_type = std::string(it->value());
+    }
+    if (!out->text.empty()) {
+      out->body = nlohmann::json::parse(out->text, nullptr, /*allow_exceptions=*/false);
+      if (out->body.is_discarded()) out->body = nullptr;
+    }
+  }
+
+  // One request: through the connection relay when one serves this server,
+  // else (or when the relay could not send it) directly.
+  Result<ApiResponse> Send(std::string_view method, std::string_view target, std::string body,
+                           std::string_view authorization, std::string_view content_type,
+                           bool safe_to_repeat, std::chrono::milliseconds timeout) {
     const http::verb verb = http::string_to_verb({method.data(), method.size()});
     if (verb == http::verb::unknown) {
       return Status::Error("unknown HTTP method '" + std::string(method) + "'");
@@ -504,41 +549,78 @@ struct ApiClient::Impl {
     if (target.empty() || target.front() != '/') {
       return Status::Error("request target '" + std::string(target) + "' must start with '/'");
     }
-    http::request<http::string_body> req{verb, url.path_prefix + std::string(target), 11};
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const bool idempotent = verb == http::verb::get || verb == http::verb::put ||
+                            verb == http::verb::delete_ || verb == http::verb::head;
+    http::request<http::string_body> req{verb, std::string(target), 11};
     req.set(http::field::host, url.HostHeader());
     req.set(http::field::user_agent, options.user_agent);
     req.set(http::field::accept, "application/json");
-    if (!options.token.empty()) req.set(http::field::authorization, "Bearer " + options.token);
-    if (body) {
-      req.set(http::field::content_type, "application/json");
-      req.body() = body->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (!authorization.empty()) req.set(http::field::authorization, std::string(authorization));
+    if (!body.empty() || !content_type.empty()) {
+      req.set(http::field::content_type, std::string(content_type));
+      req.body() = std::move(body);
     }
     req.keep_alive(true);
     req.prepare_payload();
 
-    conn.set_deadline(std::chrono::steady_clock::now() + options.timeout);
+    if (!relay_socket.empty() && !relay_missing && (!conn || !conn->open())) {
+      req.set(std::string(relay::kTimeoutHeader), std::to_string(timeout.count()));
+      relay::SendResult r = relay::Send(relay_socket, req, deadline, idempotent || safe_to_repeat);
+      switch (r.outcome) {
+        case relay::Outcome::kAnswered: {
+          ++relayed;
+          ApiResponse out;
+          out.status = static_cast<int>(r.response.result_int());
+          out.text = std::move(r.response.body());
+          ReadHeaders(r.response, &out);
+          return out;
+        }
+        case relay::Outcome::kNoRelay:
+          relay_missing = true;
+          if (!r.message.empty()) Debug("relay: " + r.message);
+          break;
+        case relay::Outcome::kUnsent:
+          Debug("relay: " + r.message + "; connecting directly");
+          break;
+        case relay::Outcome::kFailed:
+          unsent = false;
+          if (r.timed_out) {
+            return Status::Error("no answer from " + url.ToString() + " within " +
+                                 Seconds(timeout) + " (--timeout)");
+          }
+          return Status::Error("request to " + url.ToString() + " through the connection relay (" +
+                               relay_socket + ") failed: " + r.message);
+      }
+      req.erase(std::string(relay::kTimeoutHeader));
+    }
+    if (Status s = SetUpTls(); !s.ok()) {
+      unsent = true;
+      return s;
+    }
+    req.target(url.path_prefix + std::string(target));
+    conn->set_deadline(deadline);
     const std::string where = url.ToString();
     // A kept-open connection the server has since closed fails at once; then
     // one fresh connection is tried, when the request cannot have been acted
     // on (nothing came back, and it is idempotent or was never sent).
-    const bool idempotent = verb == http::verb::get || verb == http::verb::put ||
-                            verb == http::verb::delete_ || verb == http::verb::head;
     for (int attempt = 0;; ++attempt) {
-      const bool reused = conn.open();
+      if (conn->open() && conn->PeerClosed()) conn->Close(false);
+      const bool reused = conn->open();
       unsent = true;
-      if (!conn.open()) {
+      if (!conn->open()) {
         if (Status s = Connect(); !s.ok()) return s;
       }
       unsent = false;
       std::variant<ApiResponse, Failure> r = Exchange(req);
       if (auto* ok = std::get_if<ApiResponse>(&r)) return std::move(*ok);
       const Failure f = std::get<Failure>(r);
-      conn.Close(false);
+      conn->Close(false);
       const bool stale = reused && attempt == 0 && f.ec != asio::error::timed_out && !f.got_bytes &&
                          (idempotent || f.stage == Stage::kWrite);
       if (stale) continue;
       if (f.ec == asio::error::timed_out) {
-        return Status::Error("no answer from " + where + " within " + Seconds(options.timeout) +
+        return Status::Error("no answer from " + where + " within " + Seconds(timeout) +
                              " (--timeout)");
       }
       return Status::Error("request to " + where + " failed: " + Describe(f.ec) +
@@ -566,16 +648,10 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
           "from (--token, --token-file, TOPO_TOKEN, the config file)");
     }
   }
-  StartOpenSsl();
   auto impl = std::make_unique<Impl>();
   impl->url = url.value();
-  error_code ec;
-  common::HttpsConnection::SetClientDefaults(impl->ssl_ctx);
   std::string ca_pem;  // names the session cache's file together with the URL
-  if (options.ca_file.empty()) {
-    impl->ssl_ctx.set_default_verify_paths(ec);
-    if (ec) return Status::Error("cannot load the system's CA certificates: " + Describe(ec));
-  } else {
+  if (!options.ca_file.empty()) {
     std::string m = "cannot load CA file " + options.ca_file;
     if (!options.ca_source.empty()) m += " (from " + options.ca_source + ")";
     std::ifstream f(options.ca_file, std::ios::binary);
@@ -602,23 +678,39 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientOptions options) {
     impl->ca_pem = ca_pem;
     impl->ca_load_message = std::move(m);
   }
-  SSL_CTX_set_cert_verify_callback(impl->ssl_ctx.native_handle(), &Impl::VerifyChain, impl.get());
-  // Sessions are handed to SessionArrived rather than kept in OpenSSL's
-  // in-memory client cache, which no later process could see.
-  impl->session_cache = std::make_unique<TlsSessionCache>(
-      options.tls_session_dir, impl->url.ToString(), impl->url.host, impl->url.host_is_ip, ca_pem);
-  SSL_CTX* ctx = impl->ssl_ctx.native_handle();
-  SSL_CTX_set_ex_data(ctx, Impl::ExIndex(), impl.get());
-  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
-  SSL_CTX_sess_set_new_cb(ctx, &Impl::SessionArrived);
+  impl->key = SessionKey(impl->url.ToString(), ca_pem);
+  impl->relay_socket = relay::SocketPath(options.relay_dir, impl->key);
   impl->options = std::move(options);
+  if (impl->relay_socket.empty()) {
+    // Without a relay every request goes directly: fail here, not at the
+    // first request, when the system's CAs cannot be read.
+    if (Status s = impl->SetUpTls(); !s.ok()) return s;
+  }
   return std::unique_ptr<ApiClient>(new ApiClient(std::move(impl)));
 }
 
 Result<ApiResponse> ApiClient::Request(std::string_view method, std::string_view target,
                                        const std::optional<nlohmann::json>& body) {
-  return impl_->Request(method, target, body);
+  std::string text;
+  const bool json = body.has_value();
+  if (json) text = body->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const bool safe_to_repeat = json && body->is_object() && body->contains("client_request_id");
+  return impl_->Send(method, target, std::move(text),
+                     impl_->options.token.empty() ? "" : "Bearer " + impl_->options.token,
+                     json ? "application/json" : "", safe_to_repeat, impl_->options.timeout);
 }
+
+Result<ApiResponse> ApiClient::Forward(std::string_view method, std::string_view target,
+                                       std::string body, std::string_view authorization,
+                                       std::string_view content_type,
+                                       std::chrono::milliseconds timeout) {
+  return impl_->Send(method, target, std::move(body), authorization, content_type, false, timeout);
+}
+
+const std::string& ApiClient::session_key() const { return impl_->key; }
+const std::string& ApiClient::relay_socket() const { return impl_->relay_socket; }
+bool ApiClient::relay_missing() const { return impl_->relay_missing; }
+int ApiClient::requests_relayed() const { return impl_->relayed; }
 
 const ClientOptions& ApiClient::options() const { return impl_->options; }
 const ServerUrl& ApiClient::url() const { return impl_->url; }

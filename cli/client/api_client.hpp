@@ -16,7 +16,10 @@
 // session the server hands out (a TLS 1.3 ticket, after the handshake) is
 // saved there once the answer is in, and the next ApiClient for the same
 // server and CA offers it (tls_session_cache.hpp). Closing sends TLS
-// close_notify without waiting for the server's.
+// close_notify without waiting for the server's. With relay_dir set, a
+// request first goes through the connection relay serving this server and
+// CA, when one is running (relay.hpp); TLS is then never set up in this
+// process.
 //
 // Thread safety: one ApiClient per thread.
 
@@ -61,6 +64,9 @@ struct ClientOptions {
   // Prints how each handshake went ("tls: resumed", "tls: full handshake")
   // and why a cached session was not used, to stderr (TOPO_DEBUG_TLS=1).
   bool debug_tls = false;
+  // Where the connection relay's socket is looked for (relay.hpp); "" sends
+  // every request directly.
+  std::string relay_dir;
 };
 
 struct ApiResponse {
@@ -68,6 +74,7 @@ struct ApiResponse {
   nlohmann::json body;  // the parsed JSON body; null when empty or not JSON
   std::string text;     // the raw body
   std::string retry_after;
+  std::string content_type;
 
   bool ok() const { return status >= 200 && status < 300; }
   // The server's {"error": {"message"}}, else "server answered 502 Bad Gateway".
@@ -91,7 +98,25 @@ class ApiClient {
   core::Result<ApiResponse> Request(std::string_view method, std::string_view target,
                                     const std::optional<nlohmann::json>& body = std::nullopt);
 
+  // Sends `body` as it is, with `authorization` as the Authorization header
+  // ("" for none) instead of "Bearer " + options.token: what the connection
+  // relay forwards for the command that asked it, within that command's
+  // `timeout`.
+  core::Result<ApiResponse> Forward(std::string_view method, std::string_view target,
+                                    std::string body, std::string_view authorization,
+                                    std::string_view content_type,
+                                    std::chrono::milliseconds timeout);
+
   const ClientOptions& options() const;
+  // SessionKey(server URL, CA PEM): names this server's files in the cache.
+  const std::string& session_key() const;
+  // The relay socket looked for ("" without options.relay_dir).
+  const std::string& relay_socket() const;
+  // True once a request found no relay on relay_socket(): the caller may
+  // start one (`topo relay`) for the next command.
+  bool relay_missing() const;
+  // Requests answered through the relay.
+  int requests_relayed() const;
   const ServerUrl& url() const;
   // Connections opened so far (a reused connection opens none).
   int connections_opened() const;

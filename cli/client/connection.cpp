@@ -55,6 +55,15 @@ std::optional<double> ParseTimeout(std::string_view text) {
   return v;
 }
 
+// yes/no, true/false, on/off, 1/0 (any case).
+std::optional<bool> ParseSwitch(std::string_view text) {
+  std::string t(Trim(text));
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (t == "yes" || t == "true" || t == "on" || t == "1") return true;
+  if (t == "no" || t == "false" || t == "off" || t == "0") return false;
+  return std::nullopt;
+}
+
 bool IsAbsolute(const std::optional<std::string>& dir) {
   return dir && !dir->empty() && dir->front() == '/';
 }
@@ -141,7 +150,7 @@ Result<ConfigFile> ParseConfigFile(std::string_view text, const std::string& pat
     if (eq == std::string_view::npos) {
       return Status::Error(at +
                            ": expected 'key = value' (keys: server, token, token_file, ca, "
-                           "state_dir, timeout), got '" +
+                           "state_dir, timeout, share_connection), got '" +
                            std::string(line) + "'");
     }
     const std::string key(Trim(line.substr(0, eq)));
@@ -181,9 +190,21 @@ Result<ConfigFile> ParseConfigFile(std::string_view text, const std::string& pat
       }
       out.timeout_s = *t;
       out.timeout_at = at;
+    } else if (key == "share_connection") {
+      std::optional<bool> on = ParseSwitch(value);
+      if (!on) {
+        return Status::Error(at + ": share_connection '" + value + "' is not yes or no");
+      }
+      if (!out.share_connection_at.empty()) {
+        return Status::Error(at + ": 'share_connection' is already set at " +
+                             out.share_connection_at);
+      }
+      out.share_connection = *on;
+      out.share_connection_at = at;
     } else {
       return Status::Error(at + ": unknown key '" + key +
-                           "' (keys: server, token, token_file, ca, state_dir, timeout)");
+                           "' (keys: server, token, token_file, ca, state_dir, timeout, "
+                           "share_connection)");
     }
     if (!s.ok()) return s;
   }
@@ -390,6 +411,18 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
   out.options.tls_session_dir =
       DefaultCacheDir(env("XDG_CACHE_HOME").value_or(""), env("HOME").value_or(""));
   out.options.debug_tls = env_value("TOPO_DEBUG_TLS") == "1";
+
+  // connection sharing (relay.hpp): on unless TOPO_SHARE_CONNECTION or the
+  // config file says no
+  out.share_connection = true;
+  if (std::string v = env_value("TOPO_SHARE_CONNECTION"); !v.empty()) {
+    std::optional<bool> on = ParseSwitch(v);
+    if (!on) return Status::Error("TOPO_SHARE_CONNECTION '" + v + "' is not 1 or 0 (yes or no)");
+    out.share_connection = *on;
+  } else if (!config.share_connection_at.empty()) {
+    out.share_connection = config.share_connection;
+  }
+  if (out.share_connection) out.options.relay_dir = out.options.tls_session_dir;
 
   // timeout
   double timeout_s = kDefaultTimeoutS;

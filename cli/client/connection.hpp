@@ -11,6 +11,8 @@
 //            --token-file  TOPO_TOKEN_FILE  token_file = ...
 //   ca       --ca          TOPO_CA          ca = ...          STATE_DIR/ca.pem (*)
 //   timeout  --timeout     TOPO_TIMEOUT     timeout = ...     30 s
+//   share_connection       TOPO_SHARE_CONNECTION              yes
+//                          share_connection = yes|no
 //   STATE_DIR --state-dir  TOPO_STATE_DIR   state_dir = ...   $XDG_DATA_HOME/toposched
 //                                                             (~/.local/share/toposched)
 //
@@ -24,7 +26,9 @@
 // only when the file is readable.
 //
 // The TLS session cache (tls_session_cache.hpp) lives in $XDG_CACHE_HOME/topo
-// (~/.cache/topo); TOPO_DEBUG_TLS=1 prints how each handshake went.
+// (~/.cache/topo); TOPO_DEBUG_TLS=1 prints how each handshake went. So does
+// the connection relay's socket (relay.hpp), used while share_connection is
+// on.
 
 #include <functional>
 #include <optional>
@@ -58,11 +62,14 @@ struct ConfigFile {
   std::string ca;
   std::string state_dir;
   double timeout_s = 0;
+  bool share_connection = true;
   // "path:line" of each key, for messages.
-  std::string server_at, token_at, token_file_at, ca_at, state_dir_at, timeout_at;
+  std::string server_at, token_at, token_file_at, ca_at, state_dir_at, timeout_at,
+      share_connection_at;
 };
 
-// Lines `key = value` with keys server, token, token_file, ca, state_dir, timeout;
+// Lines `key = value` with keys server, token, token_file, ca, state_dir, timeout,
+// share_connection (yes/no, true/false, on/off, 1/0);
 // blank lines and `#` comments (a whole line, or after whitespace). A bad
 // line is an error naming path and line.
 core::Result<ConfigFile> ParseConfigFile(std::string_view text, const std::string& path,
@@ -92,6 +99,9 @@ struct Connection {
   // ("--state-dir", "TOPO_STATE_DIR", "PATH:LINE", "default").
   std::string state_dir;
   std::string state_dir_source;
+  // Whether commands go through the connection relay (options.relay_dir
+  // is set then) and start one when none runs.
+  bool share_connection = true;
 };
 
 // Applies the precedence above, reading the config file and token files.

@@ -44,11 +44,10 @@ class TlsSessionCache {
  public:
   static constexpr size_t kMaxFileBytes = 64 * 1024;
 
-  // `dir` "" disables the cache. `server_url` as ServerUrl::ToString(),
+  // `dir` "" disables the cache. `key` SessionKey(server URL, CA PEM),
   // `host` the host the certificate must name (an IP literal when
-  // host_is_ip), `ca_pem` the trusted CAs' PEM text ("" for the system's).
-  TlsSessionCache(std::string dir, std::string_view server_url, std::string host, bool host_is_ip,
-                  std::string_view ca_pem);
+  // host_is_ip).
+  TlsSessionCache(std::string dir, std::string_view key, std::string host, bool host_is_ip);
 
   bool enabled() const { return !dir_.empty(); }
   const std::string& path() const { return path_; }
@@ -69,6 +68,16 @@ class TlsSessionCache {
   std::string host_;
   bool host_is_ip_ = false;
 };
+
+// What names one server's files in the cache directory (this session file,
+// the connection relay's socket): sha256(server URL, CA PEM) in hex, 32
+// digits. `server_url` as ServerUrl::ToString(), `ca_pem` the trusted CAs'
+// PEM text ("" for the system's).
+std::string SessionKey(std::string_view server_url, std::string_view ca_pem);
+
+// Ok when `dir` is this user's directory and not writable by others; with
+// create, it (and a missing parent) is made 0700 first. Errors name it.
+core::Status CheckPrivateDir(const std::string& dir, bool create);
 
 // $XDG_CACHE_HOME/topo (when absolute) or $HOME/.cache/topo; "" without HOME.
 std::string DefaultCacheDir(const std::string& xdg_cache_home, const std::string& home);

@@ -118,6 +118,11 @@ Reply Session::Call(std::string_view method, const std::string& target,
         continue;
       }
     }
+    if (res.ok() && connection_.share_connection && client_->relay_missing() && !relay_started_) {
+      // The server answered this command directly; the next one need not.
+      relay_started_ = true;
+      StartRelay(client_->options(), client_->relay_socket());
+    }
     if (!res.ok()) {
       if (!quiet) std::cerr << "topo: " << TerminalSafe(res.message()) << "\n";
       reply.exit_code = kExitUnreachable;

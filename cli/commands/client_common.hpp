@@ -62,6 +62,7 @@ class Session {
   Connection connection_;
   std::unique_ptr<ApiClient> client_;
   size_t server_ = 0;  // the index in connection_.servers that client_ talks to
+  bool relay_started_ = false;
   std::function<std::string(std::string_view)> label_;
 };
 
@@ -80,6 +81,10 @@ int64_t NowMs();
 void PrintJson(const nlohmann::json& j);
 // "a=1&b=x%20y" from pairs whose value is not empty.
 std::string Query(const std::vector<std::pair<std::string, std::string>>& params);
+
+// Starts `topo relay` for `options`' server and CA in the background,
+// detached from this command, to serve `socket` (relay.cpp).
+void StartRelay(const ClientOptions& options, const std::string& socket);
 
 // `topo topology import` (cluster.cpp), added under the topology command.
 void AddTopologyImport(CLI::App& topology, int* exit_code);

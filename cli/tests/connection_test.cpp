@@ -83,7 +83,12 @@ TEST_CASE("ParseConfigFile: keys, comments, quotes and paths") {
 TEST_CASE("ParseConfigFile: a bad line names the file and the line") {
   CHECK(ParseError("server = x\nsever = y\n") ==
         "/home/ada/.config/topo/config:2: unknown key 'sever' (keys: server, token, "
-        "token_file, ca, state_dir, timeout)");
+        "token_file, ca, state_dir, timeout, share_connection)");
+  CHECK(ParseError("share_connection = sometimes\n") ==
+        "/home/ada/.config/topo/config:1: share_connection 'sometimes' is not yes or no");
+  CHECK(ParseError("share_connection = no\nshare_connection = yes\n") ==
+        "/home/ada/.config/topo/config:2: 'share_connection' is already set at "
+        "/home/ada/.config/topo/config:1");
   CHECK(ParseError("\n\njust words\n")
             .rfind("/home/ada/.config/topo/config:3: expected 'key = "
                    "value'",
@@ -243,6 +248,24 @@ TEST_CASE("ResolveConnection: one setting, the state directory, reaches a local 
   REQUIRE(xdg.ok());
   CHECK(xdg.value().options.tls_session_dir == "/var/cache/ada/topo");
   CHECK_FALSE(xdg.value().options.debug_tls);
+
+  // Connection sharing is on by default, its socket beside the session
+  // cache; TOPO_SHARE_CONNECTION turns it off, and a bad value names itself.
+  CHECK(cache.value().share_connection);
+  CHECK(cache.value().options.relay_dir == home.path.string() + "/.cache/topo");
+  for (const char* off : {"0", "no", "OFF", "false"}) {
+    auto unshared = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()},
+                                                   {"TOPO_STATE_DIR", state.path.string()},
+                                                   {"TOPO_SHARE_CONNECTION", off}}));
+    REQUIRE(unshared.ok());
+    CHECK_FALSE(unshared.value().share_connection);
+    CHECK(unshared.value().options.relay_dir.empty());
+  }
+  auto bad_share = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()},
+                                                  {"TOPO_STATE_DIR", state.path.string()},
+                                                  {"TOPO_SHARE_CONNECTION", "maybe"}}));
+  REQUIRE_FALSE(bad_share.ok());
+  CHECK(bad_share.message() == "TOPO_SHARE_CONNECTION 'maybe' is not 1 or 0 (yes or no)");
 }
 
 TEST_CASE("ResolveConnection: flags over environment over config file over defaults") {
@@ -253,7 +276,8 @@ TEST_CASE("ResolveConnection: flags over environment over config file over defau
              "server = https://config.example:1\n"
              "token_file = token\n"
              "ca = /config/ca.pem\n"
-             "timeout = 7\n");
+             "timeout = 7\n"
+             "share_connection = no\n");
   const std::string env_token_file = home.Write("env-token", "topo_env_file");
   const std::string flag_token_file = home.Write("flag-token", "  topo_flag_file  \n");
   std::map<std::string, std::string> vars = {{"HOME", home.path.string()}};
@@ -265,6 +289,8 @@ TEST_CASE("ResolveConnection: flags over environment over config file over defau
   CHECK(c.value().options.token == "topo_config_file");
   CHECK(c.value().options.ca_file == "/config/ca.pem");
   CHECK(c.value().options.timeout == std::chrono::seconds(7));
+  CHECK_FALSE(c.value().share_connection);
+  CHECK(c.value().options.relay_dir.empty());
 
   vars["TOPO_SERVER"] = "https://env.example";
   vars["TOPO_TOKEN"] = "topo_env";
@@ -275,6 +301,7 @@ TEST_CASE("ResolveConnection: flags over environment over config file over defau
   CHECK(e.value().options.server == "https://env.example");
   CHECK(e.value().server_source == "TOPO_SERVER");
   CHECK(e.value().options.token == "topo_env");
+  CHECK_FALSE(e.value().share_connection);  // the config file's, no variable set
   CHECK(e.value().token_source == "TOPO_TOKEN");
   CHECK(e.value().options.ca_file == "/env/ca.pem");
   CHECK(e.value().options.ca_source == "TOPO_CA");

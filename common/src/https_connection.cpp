@@ -1,6 +1,7 @@
 #include "topo/common/https_connection.hpp"
 
 #include <openssl/x509_vfy.h>
+#include <poll.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -138,6 +139,14 @@ HttpsConnection::error_code HttpsConnection::ReadSome(ResponseParser& parser) {
     http::async_read_some(*stream_, buffer_, parser,
                           [handler](const error_code& e, size_t) mutable { handler(e); });
   });
+}
+
+bool HttpsConnection::PeerClosed() {
+  if (buffer_.size() > 0 || SSL_pending(stream_->native_handle()) > 0) return true;
+  pollfd p{};
+  p.fd = stream_->lowest_layer().native_handle();
+  p.events = POLLIN | POLLRDHUP;
+  return ::poll(&p, 1, 0) != 0;
 }
 
 void HttpsConnection::Close(bool polite) {

@@ -38,6 +38,9 @@ def topo_env(home, **extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("TOPO_") and not k.startswith("XDG_")}
     env["HOME"] = home
+    # Each process connects itself: this test is about the session cache
+    # (test_relay.py covers the connection relay, which is on by default).
+    env["TOPO_SHARE_CONNECTION"] = "0"
     env.update(extra)
     return env
 

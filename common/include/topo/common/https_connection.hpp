@@ -64,6 +64,13 @@ class HttpsConnection {
                                  const std::function<void(SSL*)>& prepare = nullptr);
 
   bool open() const { return stream_ != nullptr; }
+  // True when an open, idle connection can no longer carry a request: the
+  // server closed it (EOF, close_notify) or sent something unasked. A kept
+  // connection is checked before reuse, so a request is not written into a
+  // connection the server already ended (it could not be told apart from
+  // one the server dropped while acting on it).
+  // REQUIRES: open()
+  bool PeerClosed();
   // REQUIRES: open()
   SSL* native_handle() { return stream_->native_handle(); }
 
