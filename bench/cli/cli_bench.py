@@ -12,10 +12,16 @@ in R rounds where the rows take turns (their order rotating), so that load
 from other work on a shared machine falls on every row alike:
 
   topo            `topo submit --gpus 8 -- /bin/true`, with TOPO_STATE_DIR the
-                  one setting and the TLS session cache in a temporary HOME
-                  (primed by one untimed `topo whoami`, as any user's is)
-  topo-no-cache   the same without a cache directory: a full TLS handshake
-                  per process (what every submission cost before issue 14)
+                  one setting and a temporary HOME: the defaults, so each
+                  command goes through the user's connection relay (`topo
+                  relay`, started by one untimed `topo whoami`, as any user's
+                  first command starts it); the relay's CPU counts as client
+                  CPU
+  topo-direct     the same with TOPO_SHARE_CONNECTION=0: each process
+                  connects itself, resuming the TLS session cached in HOME
+  topo-no-cache   without a cache directory (no HOME): no relay and a full
+                  TLS handshake per process (what every submission cost
+                  before issue 14)
   sbatch          `sbatch --hold --wrap true` against the real slurmctld
 
 Each submission is timed from spawn to exit. Every topo submission counts
@@ -101,13 +107,31 @@ def children_cpu_s():
     return r.ru_utime + r.ru_stime
 
 
+def relay_pids(home):
+    """The `topo relay` processes serving sockets under `home`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1] == b"relay" and any(
+                a.startswith(home.encode() + b"/") for a in argv):
+            pids.append(int(entry))
+    return pids
+
+
 def run_rows(rows, count, concurrency, rounds):
     """Runs every row's `count` submissions in `rounds` chunks, the rows
     taking turns (their order rotating each round), so that load from other
     work on the machine falls on every row alike. rows: [(name, argv, env,
-    accept, server_pids)], server_pids the daemons that serve the row (their
-    CPU during the row's chunks is the row's server CPU; the submitting
-    processes' own CPU is its client CPU). Returns {name: (row figures,
+    accept, server_pids, helper_pids)], server_pids the daemons that serve
+    the row (their CPU during the row's chunks is the row's server CPU; the
+    submitting processes' own CPU and that of helper_pids, the user's
+    connection relay, is its client CPU). Returns {name: (row figures,
     accepted stdouts)}."""
     walls = {r[0]: 0.0 for r in rows}
     client_cpu = {r[0]: 0.0 for r in rows}
@@ -116,15 +140,17 @@ def run_rows(rows, count, concurrency, rounds):
     for k in range(rounds):
         n = count // rounds + (1 if k < count % rounds else 0)
         for i in range(len(rows)):
-            name, argv, env, accept, servers = rows[(i + k) % len(rows)]
+            name, argv, env, accept, servers, helpers = rows[(i + k) % len(rows)]
             c0, s0 = children_cpu_s(), sum(process_cpu_s(p) for p in servers)
+            h0 = sum(process_cpu_s(p) for p in helpers)
             wall, res = run_chunk(argv, env, n, concurrency, accept)
             client_cpu[name] += children_cpu_s() - c0
+            client_cpu[name] += sum(process_cpu_s(p) for p in helpers) - h0
             server_cpu[name] += sum(process_cpu_s(p) for p in servers) - s0
             walls[name] += wall
             results[name] += res
     out = {}
-    for name, argv, _, _, _ in rows:
+    for name, argv, _, _, _, _ in rows:
         res = results[name]
         latencies = sorted(r[0] for r in res)
         failures = [r[2] for r in res if not r[1]]
@@ -141,7 +167,7 @@ def run_rows(rows, count, concurrency, rounds):
             "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
             "mean_ms": round(sum(latencies) / len(latencies) * 1000, 2),
             # CPU per submission: the submitting process (fork and exec
-            # included) and the daemons serving it.
+            # included) with the user's relay, and the daemons serving it.
             "client_cpu_ms": round(client_cpu[name] / len(res) * 1000, 2),
             "server_cpu_ms": round(server_cpu[name] / len(res) * 1000, 2),
         }
@@ -229,6 +255,13 @@ def main():
         subprocess.run([args.topo, "resume", DEMO_NODES], env=env, check=True,
                        capture_output=True, timeout=60)
         subprocess.run([args.topo, "whoami"], env=env, check=True, capture_output=True, timeout=60)
+        # That first command answered directly and started the user's relay.
+        deadline = time.monotonic() + 10
+        while not relay_pids(home) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        relays = relay_pids(home)
+        if len(relays) != 1:
+            raise RuntimeError("expected one topo relay under %s, found %d" % (home, len(relays)))
 
         if not args.no_slurm:
             if not slurm_cluster.have_slurm():
@@ -246,17 +279,19 @@ def main():
         submit = [args.topo, "submit", "--gpus", "8", "--", "/bin/true"]
         accepted = re.compile(r"^Submitted job (\d+) ")
         topo_ok = lambda out: accepted.match(out) is not None  # noqa: E731
+        direct_env = dict(env, TOPO_SHARE_CONNECTION="0")
         no_cache_env = dict(env)
         no_cache_env.pop("HOME")  # no cache directory: a full handshake each time
         daemons = [daemon.proc.pid]
-        specs = [("topo", submit, env, topo_ok, daemons),
-                 ("topo-no-cache", submit, no_cache_env, topo_ok, daemons)]
+        specs = [("topo", submit, env, topo_ok, daemons, relays),
+                 ("topo-direct", submit, direct_env, topo_ok, daemons, []),
+                 ("topo-no-cache", submit, no_cache_env, topo_ok, daemons, [])]
         if cluster is not None:
             cluster.run(["sbatch", "--hold", "--wrap", "true"])  # warm, like topo whoami
             # slurmctld and munged (which signs and checks each credential).
             slurm_daemons = [pid for name, pid in cluster.pids if name in ("slurmctld", "munged")]
             specs.append(("sbatch", ["sbatch", "--hold", "--wrap", "true"], cluster.env,
-                          lambda out: out.startswith("Submitted batch job"), slurm_daemons))
+                          lambda out: out.startswith("Submitted batch job"), slurm_daemons, []))
         measured = run_rows(specs, args.submissions, args.concurrency, args.rounds)
         # The client's floor: the same command line with --dry-run builds and
         # prints the request and opens no connection, so the topo row's client
@@ -269,15 +304,19 @@ def main():
         if not all(r[1] for r in dry_res):
             raise RuntimeError("topo submit --dry-run failed: %s"
                                % next(r[2] for r in dry_res if not r[1]))
+        if relay_pids(home) != relays:
+            raise RuntimeError("the topo relay was restarted during the run, so its CPU is not "
+                               "all counted: %s, then %s" % (relays, relay_pids(home)))
         topo_row, topo_out = measured["topo"]
+        direct_row, direct_out = measured["topo-direct"]
         bare_row, bare_out = measured["topo-no-cache"]
-        rows += [topo_row, bare_row]
+        rows += [topo_row, direct_row, bare_row]
         sbatch_row = measured["sbatch"][0] if "sbatch" in measured else None
         if sbatch_row:
             rows.append(sbatch_row)
 
         # Every acknowledged topo submission is in the daemon's durable store.
-        ids = {int(accepted.match(o).group(1)) for o in topo_out + bare_out}
+        ids = {int(accepted.match(o).group(1)) for o in topo_out + direct_out + bare_out}
         listed = set()
         after = ""
         while True:
@@ -294,8 +333,11 @@ def main():
         print("Slurm: %s" % (slurm_note or "measured"))
         print_table(rows, sbatch_row)
         print("topo's client CPU without a connection (the same command with --dry-run): "
-              "%.2f ms; connecting over TLS and the exchange: %.2f ms of the topo row's %.2f ms"
-              % (floor_ms, topo_row["client_cpu_ms"] - floor_ms, topo_row["client_cpu_ms"]))
+              "%.2f ms; the exchange through the relay (relay included): %.2f ms of the topo "
+              "row's %.2f ms; connecting over TLS and the exchange: %.2f ms of the topo-direct "
+              "row's %.2f ms"
+              % (floor_ms, topo_row["client_cpu_ms"] - floor_ms, topo_row["client_cpu_ms"],
+                 direct_row["client_cpu_ms"] - floor_ms, direct_row["client_cpu_ms"]))
         if sbatch_row:
             print("goal: topo >= 1.0x sbatch's rate (%.2fx) and p50 <= sbatch's (%.1f vs %.1f ms)"
                   % (topo_row["per_second"] / max(sbatch_row["per_second"], 1e-9),
