@@ -664,11 +664,12 @@ HttpResponse Submit(ServiceState& s, const Caller& caller, const Route& route) {
   }
   // Refuse what can never run here, before it is logged.
   if (request.spec.gpus > s.driver.topology->total_gpus()) {
-    return Error(400,
-                 "spec.gpus: " + std::to_string(request.spec.gpus) +
-                     " GPUs is more than the cluster has (" +
-                     std::to_string(s.driver.topology->total_gpus()) + ")",
-                 "spec.gpus");
+    // As infeasible as any other job that cannot fit the empty cluster.
+    return ErrorWithCode(400, "infeasible",
+                         "spec.gpus: " + std::to_string(request.spec.gpus) +
+                             " GPUs is more than the cluster has (" +
+                             std::to_string(s.driver.topology->total_gpus()) + ")",
+                         "spec.gpus");
   }
   core::Placement fit = s.driver.judge->Place(request.spec, *s.driver.empty);
   if (fit.outcome == core::PlaceOutcome::kInfeasible) {

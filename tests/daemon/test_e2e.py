@@ -73,6 +73,9 @@ def main():
         p = topo(["submit", "--gpus", "16", "--tp", "16", "--", "python", "train.py"], alice,
                  expect=3)
         check("never be placed" in p.stderr, p.stderr)
+        # More GPUs than the cluster has is as infeasible (tiny has 64): exit 3.
+        p = topo(["submit", "--gpus", "72", "--", "python", "train.py"], alice, expect=3)
+        check("--gpus 72" in p.stderr and "more than the cluster has (64)" in p.stderr, p.stderr)
         # A job without a command is refused before anything is sent.
         none = topo(["submit", "--gpus", "8"], alice, expect=1)
         check("has no command" in none.stderr and "--wrap" in none.stderr, none.stderr)
