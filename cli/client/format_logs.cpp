@@ -31,6 +31,8 @@ std::string Summarize(const json& obj, const std::vector<std::string>& skip) {
     const json& x = it.value();
     if (it.key() == "ranks" && x.is_array()) {
       v = std::to_string(x.size()) + " GPUs";
+    } else if (it.key() == "checkpoint_step" && IsInt(x) && x.get<int64_t>() < 0) {
+      v = "none";  // the log's -1: no checkpoint to start from
     } else if (x.is_array() &&
                std::all_of(x.begin(), x.end(), [](const json& e) { return e.is_string(); })) {
       std::vector<std::string> names;

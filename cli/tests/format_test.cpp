@@ -464,6 +464,16 @@ TEST_CASE("Tenants, quotas, events and generic tables") {
       {"event",
        {{"type", "tenant_configured"}, {"tenant", {{"name", "org/team"}, {"shares", 2}}}}}};
   CHECK(FormatEvent(tenant_event).find("tenant_configured tenant=org/team\n") != std::string::npos);
+  // A start from no checkpoint is logged with checkpoint_step -1: shown as none.
+  const json fresh_start = json::parse(R"({"seq": 44, "actor": "scheduler",
+    "event": {"type": "job_submitted", "id": 8},
+    "commands": [{"type": "start_job", "id": 8, "checkpoint_step": -1, "restart_count": 0},
+                 {"type": "start_job", "id": 9, "checkpoint_step": 1200}]})");
+  const std::string started = FormatEvent(fresh_start);
+  CHECK(started.find("-> start_job checkpoint_step=none id=8 restart_count=0\n") !=
+        std::string::npos);
+  CHECK(started.find("-> start_job checkpoint_step=1200 id=9\n") != std::string::npos);
+  CHECK(started.find("-1") == std::string::npos);
   CHECK(EventHeader() == "     SEQ  TIME                 ACTOR         EVENT\n");
 
   const json tokens = json::parse(R"([
