@@ -377,7 +377,10 @@ Status Serve(const ServeOptions& options) {
   Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (lock.get() < 0)
     return Status::Error("cannot open " + lock_path + ": " + std::strerror(errno));
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return Status::Ok();
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (options.on_ready) options.on_ready(path, /*already=*/true);
+    return Status::Ok();
+  }
 
   ::unlink(path.c_str());  // a relay that ended without removing it
   Fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -396,6 +399,7 @@ Status Serve(const ServeOptions& options) {
   }
   const ino_t inode = InodeOf(path);
   std::signal(SIGPIPE, SIG_IGN);
+  if (options.on_ready) options.on_ready(path, /*already=*/false);
 
   Relay relay(client);
   auto serve_one = [&relay](int fd) {

@@ -32,6 +32,7 @@
 // method, target, Authorization, Content-Type and body are forwarded.
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -92,6 +93,9 @@ SendResult Send(const std::string& socket_path, const Request& request,
 struct ServeOptions {
   ClientOptions client;  // the relay's own: server, CA, timeout, session dir; no token
   std::chrono::milliseconds idle_exit{30'000};
+  // Told the socket once it is served, or that another relay serves it
+  // (`already` true; Serve then returns at once).
+  std::function<void(const std::string& socket, bool already)> on_ready;
 };
 
 // Serves the relay socket of `options.client` (ApiClient::relay_socket with

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
-#include <chrono>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -46,6 +46,20 @@ int RunRelay(const RelayArgs& args) {
                 << args.socket << "\n";
       return kExitError;
     }
+  }
+  if (::isatty(2) == 1) {
+    // By hand in a terminal: say what it serves (a started one has no terminal).
+    const std::string server = options.client.server;
+    const double idle_s = args.idle_exit_s;
+    options.on_ready = [server, idle_s](const std::string& socket, bool already) {
+      if (already) {
+        std::cerr << "topo relay: another relay already serves " << socket << " for " << server
+                  << "\n";
+      } else {
+        std::cerr << "topo relay: serving " << socket << " for " << server << "; exits after "
+                  << idle_s << " s without a request (Ctrl-C ends it now)\n";
+      }
+    };
   }
   if (core::Status s = relay::Serve(options); !s.ok()) {
     std::cerr << "topo: relay: " << s.message() << "\n";

@@ -27,6 +27,7 @@ Usage: test_relay.py TOPO_SCHEDULER TOPO
 import glob
 import json
 import os
+import pty
 import pwd
 import shutil
 import socket
@@ -270,13 +271,22 @@ def test_lifetime(topo, daemon):
             relay.wait(timeout=10)
         except subprocess.TimeoutExpired:
             raise harness.Failure("the relay did not exit when its socket was removed")
-        # A second relay for the same server leaves at once (one per socket).
-        first = subprocess.Popen([topo, "relay", "--idle-exit", "600"], env=env)
+        # A second relay for the same server leaves at once (one per socket);
+        # on a terminal, each says what it does.
+        controller, terminal = pty.openpty()
+        first = subprocess.Popen([topo, "relay", "--idle-exit", "600"], env=env, stderr=terminal)
         check(relay_socket(home) is not None, "no socket")
+        said = os.read(controller, 4096).decode()
+        check(said.startswith("topo relay: serving %s for %s; exits after 600 s"
+                              % (relay_socket(home), daemon.url)), "on a terminal: %r" % said)
         second = subprocess.run([topo, "relay", "--idle-exit", "600"], env=env, timeout=10,
-                                capture_output=True)
+                                stderr=terminal)
+        said = os.read(controller, 4096).decode()
         check(second.returncode == 0 and first.poll() is None,
               "a second relay: exit %d, first %s" % (second.returncode, first.poll()))
+        check("another relay already serves" in said, "the second relay said %r" % said)
+        os.close(controller)
+        os.close(terminal)
         first.terminate()
         first.wait(timeout=10)
     finally:
