@@ -24,11 +24,13 @@ daemon, real processes, real Unix sockets and a real second Unix account.
 Usage: test_relay.py TOPO_SCHEDULER TOPO
 """
 
+import faulthandler
 import glob
 import json
 import os
 import pty
 import pwd
+import select
 import shutil
 import socket
 import stat
@@ -83,6 +85,12 @@ def relay_pids(marker):
         if len(argv) > 1 and argv[1] == b"relay" and any(marker.encode() in a for a in argv):
             pids.append(int(entry))
     return pids
+
+
+def read_terminal(fd, wait_s=10):
+    """What arrived on a pty within wait_s ("" when nothing did)."""
+    ready, _, _ = select.select([fd], [], [], wait_s)
+    return os.read(fd, 4096).decode() if ready else ""
 
 
 def wait_gone(pids, wait_s=10):
@@ -276,12 +284,12 @@ def test_lifetime(topo, daemon):
         controller, terminal = pty.openpty()
         first = subprocess.Popen([topo, "relay", "--idle-exit", "600"], env=env, stderr=terminal)
         check(relay_socket(home) is not None, "no socket")
-        said = os.read(controller, 4096).decode()
+        said = read_terminal(controller)
         check(said.startswith("topo relay: serving %s for %s; exits after 600 s"
                               % (relay_socket(home), daemon.url)), "on a terminal: %r" % said)
         second = subprocess.run([topo, "relay", "--idle-exit", "600"], env=env, timeout=10,
                                 stderr=terminal)
-        said = os.read(controller, 4096).decode()
+        said = read_terminal(controller)
         check(second.returncode == 0 and first.poll() is None,
               "a second relay: exit %d, first %s" % (second.returncode, first.poll()))
         check("another relay already serves" in said, "the second relay said %r" % said)
@@ -331,21 +339,29 @@ def test_daemon_gone(topo, daemon, home, pids):
     check(wait_gone(pids), "the relay outlived its socket")
 
 
+def step(name, fn, *args):
+    """Runs one part, saying so (a hang then shows where it is)."""
+    print("relay: %s" % name, flush=True)
+    return fn(*args)
+
+
 def main():
+    # Well inside ctest's 300 s: a hang prints every thread's stack first.
+    faulthandler.dump_traceback_later(240, exit=True)
     scheduler, topo = sys.argv[1], sys.argv[2]
     daemon = harness.Daemon(scheduler, config="idle_timeout_s = 1\n")
     home = tempfile.mkdtemp(prefix="topo-relay-home-")
     with harness.serving(daemon, home):
         daemon.start()
         harness.setup_tiny(daemon)
-        sock, pids = test_shared(topo, daemon, home)
-        test_tokens(topo, daemon, home)
-        test_stale_connection(topo, daemon, home, pids)
-        test_hostile(topo, daemon, home, sock, pids)
-        test_other_user(topo, daemon, home)
-        test_lifetime(topo, daemon)
-        test_disabled(topo, daemon)
-        test_daemon_gone(topo, daemon, home, pids)
+        sock, pids = step("shared", test_shared, topo, daemon, home)
+        step("tokens", test_tokens, topo, daemon, home)
+        step("stale connection", test_stale_connection, topo, daemon, home, pids)
+        step("hostile clients", test_hostile, topo, daemon, home, sock, pids)
+        step("another user", test_other_user, topo, daemon, home)
+        step("lifetime", test_lifetime, topo, daemon)
+        step("disabled", test_disabled, topo, daemon)
+        step("daemon gone", test_daemon_gone, topo, daemon, home, pids)
     print("ok: relay")
 
 
