@@ -86,6 +86,21 @@ ReadOutcome ReadWholeFile(const std::string& path, std::string* out, std::string
   return ReadOutcome::kOk;
 }
 
+}  // namespace
+
+std::string DefaultRelayDir(const std::string& xdg_runtime_dir, const std::string& cache_dir) {
+  if (!xdg_runtime_dir.empty() && xdg_runtime_dir.front() == '/') {
+    struct stat st {};
+    if (::lstat(xdg_runtime_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == ::geteuid()) {
+      return xdg_runtime_dir + "/topo";
+    }
+  }
+  return cache_dir;
+}
+
+namespace {
+
 bool FileExists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -422,7 +437,8 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
   } else if (!config.share_connection_at.empty()) {
     out.share_connection = config.share_connection;
   }
-  if (out.share_connection) out.options.relay_dir = out.options.tls_session_dir;
+  out.relay_dir = DefaultRelayDir(env_value("XDG_RUNTIME_DIR"), out.options.tls_session_dir);
+  if (out.share_connection) out.options.relay_dir = out.relay_dir;
 
   // timeout
   double timeout_s = kDefaultTimeoutS;

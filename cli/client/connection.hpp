@@ -26,9 +26,9 @@
 // only when the file is readable.
 //
 // The TLS session cache (tls_session_cache.hpp) lives in $XDG_CACHE_HOME/topo
-// (~/.cache/topo); TOPO_DEBUG_TLS=1 prints how each handshake went. So does
-// the connection relay's socket (relay.hpp), used while share_connection is
-// on.
+// (~/.cache/topo); TOPO_DEBUG_TLS=1 prints how each handshake went. The
+// connection relay's socket (relay.hpp), used while share_connection is on,
+// is in $XDG_RUNTIME_DIR/topo or there (DefaultRelayDir).
 
 #include <functional>
 #include <optional>
@@ -102,7 +102,16 @@ struct Connection {
   // Whether commands go through the connection relay (options.relay_dir
   // is set then) and start one when none runs.
   bool share_connection = true;
+  // Where the relay's socket is (DefaultRelayDir), shared or not.
+  std::string relay_dir;
 };
+
+// Where the connection relay's socket goes: $XDG_RUNTIME_DIR/topo when
+// XDG_RUNTIME_DIR is an absolute path to a directory of this user (a
+// per-machine tmpfs, /run/user/UID), else `cache_dir` (the socket's name
+// then carries the host's name: a home directory on NFS is seen by every
+// login node, each with its own relay).
+std::string DefaultRelayDir(const std::string& xdg_runtime_dir, const std::string& cache_dir);
 
 // Applies the precedence above, reading the config file and token files.
 // Errors (a bad config line, an unreadable token file, two token settings at

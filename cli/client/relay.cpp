@@ -13,6 +13,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
@@ -140,9 +141,20 @@ bool KnownMethod(http::verb v) {
 
 }  // namespace
 
+std::string HostTag() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "host";
+  std::string tag;
+  for (const char* c = name; *c != '\0' && tag.size() < 32; ++c) {
+    const auto u = static_cast<unsigned char>(*c);
+    tag += std::isalnum(u) || *c == '-' || *c == '.' ? *c : '_';
+  }
+  return tag.empty() ? "host" : tag;
+}
+
 std::string SocketPath(const std::string& dir, std::string_view key) {
   if (dir.empty() || key.empty()) return "";
-  std::string path = dir + "/relay-" + std::string(key.substr(0, 16)) + ".sock";
+  std::string path = dir + "/relay-" + std::string(key.substr(0, 16)) + "-" + HostTag() + ".sock";
   if (path.size() >= sizeof(sockaddr_un{}.sun_path)) return "";
   return path;
 }
@@ -362,7 +374,7 @@ Status Serve(const ServeOptions& options) {
   client.relay_dir.clear();  // and it talks to the server itself
   core::Result<std::unique_ptr<ApiClient>> first = ApiClient::Create(client);
   if (!first.ok()) return first.status();
-  const std::string& dir = options.client.tls_session_dir;
+  const std::string& dir = options.client.relay_dir;
   if (dir.empty())
     return Status::Error("no cache directory for the relay's socket (set HOME or XDG_CACHE_HOME)");
   if (Status s = CheckPrivateDir(dir, /*create=*/true); !s.ok()) return s;

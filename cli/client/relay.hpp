@@ -7,10 +7,11 @@
 //
 //   topo submit ... ──HTTP/1.1 over a Unix socket──> topo relay ──HTTPS──> topo-scheduler
 //
-// - Where: DIR/relay-<key>.sock, DIR the TLS session cache's directory
-//   ($XDG_CACHE_HOME/topo or ~/.cache/topo, this user's, 0700) and <key> the
-//   session cache's key of (server URL, CA PEM): a command configured for
-//   another server or CA never reaches this relay. The socket is 0600, and
+// - Where: DIR/relay-<key>-<host>.sock, DIR $XDG_RUNTIME_DIR/topo, else the
+//   TLS session cache's directory ($XDG_CACHE_HOME/topo or ~/.cache/topo;
+//   this user's, 0700; connection.hpp DefaultRelayDir), <key> the session
+//   cache's key of (server URL, CA PEM): a command configured for another
+//   server or CA never reaches this relay. The socket is 0600, and
 //   each side checks the other's user id (SO_PEERCRED): the relay serves
 //   only its own user, and a command talks only to a relay of its own user.
 // - What it holds: no token. Each request carries the command's own
@@ -66,10 +67,13 @@ inline constexpr int kMaxActive = 64;
 // Connections kept open to the server between requests.
 inline constexpr size_t kMaxIdleConnections = 16;
 
-// DIR/relay-<key>.sock, or "" when `dir` is "" or the path would not fit a
-// Unix socket address.
+// DIR/relay-<key>-<host>.sock, or "" when `dir` is "" or the path would not
+// fit a Unix socket address. <host> is HostTag(): a home directory on NFS is
+// seen by every login node, and each has its own relay (and lock).
 std::string SocketPath(const std::string& dir, std::string_view key);
-
+// This machine's name, as a file name part: up to 32 characters of
+// letters, digits, '-' and '.', others as '_'.
+std::string HostTag();
 enum class Outcome {
   kAnswered,  // `response` is the server's answer
   kNoRelay,   // nothing (of this user) listens on the socket: nothing sent

@@ -35,7 +35,7 @@ int RunRelay(const RelayArgs& args) {
   }
   relay::ServeOptions options;
   options.client = conn.value().options;
-  options.client.relay_dir = options.client.tls_session_dir;
+  options.client.relay_dir = conn.value().relay_dir;
   options.idle_exit = std::chrono::milliseconds(static_cast<int64_t>(args.idle_exit_s * 1000));
   if (!args.socket.empty()) {
     // Started by a command: serve the socket it will look for, or nothing.
@@ -117,8 +117,9 @@ void RegisterRelay(CLI::App& app, int* exit_code) {
       app, "relay",
       "Keep connections to topo-scheduler open for this user's topo commands.\n\n"
       "Every topo command that talks to the scheduler first looks for a relay of its own\n"
-      "user serving the same server and CA, on a Unix socket in ~/.cache/topo (mode 0600;\n"
-      "both ends check each other's user id). Through it, a command skips OpenSSL's\n"
+      "user serving the same server and CA, on a Unix socket in $XDG_RUNTIME_DIR/topo or\n"
+      "~/.cache/topo (mode 0600; both ends check each other's user id). Through it, a command "
+      "skips OpenSSL's\n"
       "start-up and the TLS handshake: a fraction of the CPU per command, which counts\n"
       "when scripts submit thousands of jobs. The relay holds no token: each request\n"
       "carries the command's own, and the scheduler checks it as always.\n\n"

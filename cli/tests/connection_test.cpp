@@ -253,6 +253,16 @@ TEST_CASE("ResolveConnection: one setting, the state directory, reaches a local 
   // cache; TOPO_SHARE_CONNECTION turns it off, and a bad value names itself.
   CHECK(cache.value().share_connection);
   CHECK(cache.value().options.relay_dir == home.path.string() + "/.cache/topo");
+  // The relay's socket prefers XDG_RUNTIME_DIR, when it is this user's directory.
+  TempDir runtime;
+  auto run_dir = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()},
+                                                {"TOPO_STATE_DIR", state.path.string()},
+                                                {"XDG_RUNTIME_DIR", runtime.path.string()}}));
+  REQUIRE(run_dir.ok());
+  CHECK(run_dir.value().options.relay_dir == runtime.path.string() + "/topo");
+  CHECK(run_dir.value().options.tls_session_dir == home.path.string() + "/.cache/topo");
+  CHECK(DefaultRelayDir("relative/dir", "/c") == "/c");
+  CHECK(DefaultRelayDir(runtime.path.string() + "/missing", "/c") == "/c");
   for (const char* off : {"0", "no", "OFF", "false"}) {
     auto unshared = ResolveConnection({}, FakeEnv({{"HOME", home.path.string()},
                                                    {"TOPO_STATE_DIR", state.path.string()},

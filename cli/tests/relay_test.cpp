@@ -62,15 +62,26 @@ TEST_CASE("relay: CheckRequest, a row per hostile request") {
   CHECK(relay::CheckRequest(Make(http::verb::get, "/" + std::string(8191, 'a'))) == "");
 }
 
-TEST_CASE("relay: SocketPath names the server's key and fits a Unix socket address") {
+TEST_CASE(
+    "relay: SocketPath names the server's key and this host, and fits a Unix socket address") {
   const std::string key = "0123456789abcdef0123456789abcdef";
+  const std::string host = relay::HostTag();
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+  const std::string plain(name);
+  if (plain.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") ==
+      std::string::npos) {
+    CHECK(host == plain.substr(0, 32));  // a plain host name, as it is
+  }
+  CHECK(host.size() <= 32);
+  CHECK(host.find('/') == std::string::npos);
   CHECK(relay::SocketPath("/home/ada/.cache/topo", key) ==
-        "/home/ada/.cache/topo/relay-0123456789abcdef.sock");
+        "/home/ada/.cache/topo/relay-0123456789abcdef-" + host + ".sock");
   CHECK(relay::SocketPath("", key) == "");
   CHECK(relay::SocketPath("/home/ada/.cache/topo", "") == "");
   // sun_path holds 108 bytes with its NUL: a longer path shares nothing.
   const size_t room = sizeof(sockaddr_un{}.sun_path) - 1;
-  const std::string fixed = "/relay-0123456789abcdef.sock";
+  const std::string fixed = "/relay-0123456789abcdef-" + host + ".sock";
   CHECK(relay::SocketPath(std::string(room - fixed.size(), 'd'), key).size() == room);
   CHECK(relay::SocketPath(std::string(room - fixed.size() + 1, 'd'), key) == "");
 }

@@ -15,7 +15,8 @@ daemon, real processes, real Unix sockets and a real second Unix account.
     dropped, and the relay goes on serving.
   - Another user's process is never served (SO_PEERCRED), and a command
     never uses a relay run by another user.
-  - The relay exits after --idle-exit and when its socket is removed.
+  - The relay exits after --idle-exit and when its socket is removed; with
+    XDG_RUNTIME_DIR its socket is there, not in the cache directory.
   - TOPO_SHARE_CONNECTION=0 and `share_connection = no` start none; a bad
     value is an error naming the setting.
   - With the daemon gone, a command through the relay gets the same
@@ -301,6 +302,29 @@ def test_lifetime(topo, daemon):
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_runtime_dir(topo, daemon):
+    """With XDG_RUNTIME_DIR (a login session's /run/user/UID), the socket is
+    there, not in the (possibly NFS-shared) cache directory."""
+    home = tempfile.mkdtemp(prefix="topo-relay-rt-home-")
+    runtime = tempfile.mkdtemp(prefix="topo-relay-rt-")
+    try:
+        env = env_for(daemon, home, XDG_RUNTIME_DIR=runtime, TOPO_DEBUG_TLS="1")
+        run_topo(topo, ["whoami"], env)
+        deadline = time.monotonic() + 10
+        while not glob.glob(os.path.join(runtime, "topo", "relay-*.sock")):
+            check(time.monotonic() < deadline, "no relay socket in XDG_RUNTIME_DIR/topo")
+            time.sleep(0.05)
+        check(not glob.glob(os.path.join(home, ".cache", "topo", "relay-*")),
+              "a relay socket or lock in the cache directory")
+        p = run_topo(topo, ["queue"], env)
+        check("tls:" not in p.stderr, "not through the relay: %s" % p.stderr)
+        pids = relay_pids(runtime)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+    check(pids and wait_gone(pids), "the relay outlived its runtime directory")
+
+
 def test_disabled(topo, daemon):
     home = tempfile.mkdtemp(prefix="topo-relay-off-")
     try:
@@ -360,6 +384,7 @@ def main():
         step("hostile clients", test_hostile, topo, daemon, home, sock, pids)
         step("another user", test_other_user, topo, daemon, home)
         step("lifetime", test_lifetime, topo, daemon)
+        step("runtime dir", test_runtime_dir, topo, daemon)
         step("disabled", test_disabled, topo, daemon)
         step("daemon gone", test_daemon_gone, topo, daemon, home, pids)
     print("ok: relay")
