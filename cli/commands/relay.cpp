@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "client/relay.hpp"
+#include "client/tls_session_cache.hpp"
 #include "commands/client_common.hpp"
 #include "commands/commands.hpp"
 
@@ -71,6 +72,9 @@ int RunRelay(const RelayArgs& args) {
 }  // namespace
 
 void StartRelay(const ClientOptions& options, const std::string& socket) {
+  // A directory the relay would refuse (another user's, or writable by
+  // others) gets no relay: not one started, and failing, per command.
+  if (!CheckPrivateDir(options.relay_dir, /*create=*/true).ok()) return;
   std::vector<std::string> words = {"topo",         "relay",    "--server",
                                     options.server, "--socket", socket};
   if (!options.ca_file.empty()) {
