@@ -107,23 +107,6 @@ def children_cpu_s():
     return r.ru_utime + r.ru_stime
 
 
-def relay_pids(home):
-    """The `topo relay` processes serving sockets under `home`."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[1] == b"relay" and any(
-                a.startswith(home.encode() + b"/") for a in argv):
-            pids.append(int(entry))
-    return pids
-
-
 def run_rows(rows, count, concurrency, rounds):
     """Runs every row's `count` submissions in `rounds` chunks, the rows
     taking turns (their order rotating each round), so that load from other
@@ -257,9 +240,9 @@ def main():
         subprocess.run([args.topo, "whoami"], env=env, check=True, capture_output=True, timeout=60)
         # That first command answered directly and started the user's relay.
         deadline = time.monotonic() + 10
-        while not relay_pids(home) and time.monotonic() < deadline:
+        while not harness.relay_pids(home + "/") and time.monotonic() < deadline:
             time.sleep(0.05)
-        relays = relay_pids(home)
+        relays = harness.relay_pids(home + "/")
         if len(relays) != 1:
             raise RuntimeError("expected one topo relay under %s, found %d" % (home, len(relays)))
 
@@ -304,9 +287,9 @@ def main():
         if not all(r[1] for r in dry_res):
             raise RuntimeError("topo submit --dry-run failed: %s"
                                % next(r[2] for r in dry_res if not r[1]))
-        if relay_pids(home) != relays:
+        if harness.relay_pids(home + "/") != relays:
             raise RuntimeError("the topo relay was restarted during the run, so its CPU is not "
-                               "all counted: %s, then %s" % (relays, relay_pids(home)))
+                               "all counted: %s, then %s" % (relays, harness.relay_pids(home + "/")))
         topo_row, topo_out = measured["topo"]
         direct_row, direct_out = measured["topo-direct"]
         bare_row, bare_out = measured["topo-no-cache"]

@@ -232,6 +232,33 @@ class Cli:
         return json.loads(self.run(args[:at] + ["--json"] + args[at:], token, expect).stdout)
 
 
+def run_topo(topo, args, env, expect=0, timeout=60):
+    """The real `topo` with exactly `env`; a Failure unless it exited with
+    `expect`."""
+    p = subprocess.run([topo] + args, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != expect:
+        raise Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s"
+                      % (" ".join(args), p.returncode, expect, p.stdout, p.stderr))
+    return p
+
+
+def relay_pids(marker):
+    """The `topo relay` processes (docs/cli.md, "Connection sharing") whose
+    command line mentions `marker` (a directory their socket is under)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1] == b"relay" and any(marker.encode() in a for a in argv):
+            pids.append(int(entry))
+    return pids
+
+
 def check(cond, message):
     if not cond:
         raise Failure(message)

@@ -45,12 +45,7 @@ def topo_env(home, **extra):
     return env
 
 
-def run_topo(topo, args, env, expect=0):
-    p = subprocess.run([topo] + args, env=env, capture_output=True, text=True, timeout=60)
-    if p.returncode != expect:
-        raise harness.Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s"
-                              % (" ".join(args), p.returncode, expect, p.stdout, p.stderr))
-    return p
+run_topo = harness.run_topo
 
 
 def cache_file(home, url, ca_path):

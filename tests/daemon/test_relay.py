@@ -54,12 +54,8 @@ def env_for(daemon, home, token=None, **extra):
     return env
 
 
-def run_topo(topo, args, env, expect=0):
-    p = subprocess.run([topo] + args, env=env, capture_output=True, text=True, timeout=60)
-    if p.returncode != expect:
-        raise harness.Failure("topo %s: exit %d (wanted %d)\nstdout: %s\nstderr: %s"
-                              % (" ".join(args), p.returncode, expect, p.stdout, p.stderr))
-    return p
+run_topo = harness.run_topo
+relay_pids = harness.relay_pids
 
 
 def relay_socket(home, wait_s=10):
@@ -70,22 +66,6 @@ def relay_socket(home, wait_s=10):
         if found or time.monotonic() > deadline:
             return found[0] if found else None
         time.sleep(0.05)
-
-
-def relay_pids(marker):
-    """The `topo relay` processes whose command line mentions `marker`."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[1] == b"relay" and any(marker.encode() in a for a in argv):
-            pids.append(int(entry))
-    return pids
 
 
 def read_terminal(fd, wait_s=10):
