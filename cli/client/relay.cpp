@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -339,24 +340,47 @@ class Relay {
   }
 
  private:
+  // The most recently used kept connection (so a few stay warm and the
+  // rest age out), or null.
   std::unique_ptr<ApiClient> Take() {
     std::lock_guard lock(mu_);
     if (idle_.empty()) return nullptr;
-    std::unique_ptr<ApiClient> c = std::move(idle_.back());
+    std::unique_ptr<ApiClient> c = std::move(idle_.back().client);
     idle_.pop_back();
     return c;
   }
   void Give(std::unique_ptr<ApiClient> c) {
     std::lock_guard lock(mu_);
-    if (idle_.size() < kMaxIdleConnections) idle_.push_back(std::move(c));
+    if (idle_.size() < kMaxIdleConnections) idle_.push_back({std::move(c), Clock::now()});
   }
+
+ public:
+  // Closes the kept connections unused for kKeepConnection.
+  void CloseStale() {
+    std::vector<std::unique_ptr<ApiClient>> stale;
+    {
+      std::lock_guard lock(mu_);
+      const Clock::time_point cutoff = Clock::now() - kKeepConnection;
+      auto fresh = std::find_if(idle_.begin(), idle_.end(),
+                                [&](const Kept& k) { return k.since >= cutoff; });
+      for (auto it = idle_.begin(); it != fresh; ++it) stale.push_back(std::move(it->client));
+      idle_.erase(idle_.begin(), fresh);
+    }
+    // Closed here, outside the lock (close_notify).
+  }
+
+ private:
+  struct Kept {
+    std::unique_ptr<ApiClient> client;
+    Clock::time_point since;  // returned to the pool
+  };
 
   const ClientOptions options_;
   std::mutex mu_;
   std::condition_variable done_;
   int active_ = 0;
   Clock::time_point last_used_ = Clock::now();
-  std::vector<std::unique_ptr<ApiClient>> idle_;
+  std::vector<Kept> idle_;  // oldest first
 };
 
 // The inode of `path`, or 0 when it is gone.
@@ -431,8 +455,10 @@ Status Serve(const ServeOptions& options) {
     if (ready > 0) {
       const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) serve_one(fd);
+      relay.CloseStale();
       continue;
     }
+    relay.CloseStale();
     if (relay.Idle(options.idle_exit) || InodeOf(path) != inode) break;
   }
   // New commands go directly from now on; those already queued are served.

@@ -20,7 +20,8 @@
 //   verifies the server's certificate as the command would (an ApiClient
 //   with the same server, CA and timeout).
 // - Lifetime: a command that found no relay answers directly and then starts
-//   one (`topo relay`, detached); it exits after idle_exit of no requests,
+//   one (`topo relay`, detached); a connection it keeps to the server is
+//   closed after kKeepConnection unused; it exits after idle_exit of no requests,
 //   or when its socket file is removed or replaced. Before exiting it
 //   removes the socket and answers what was already queued on it.
 // - Failures: a relay that cannot reach the server before sending (refused,
@@ -64,8 +65,11 @@ inline constexpr uint64_t kMaxBodyBytes = uint64_t{1} << 30;
 inline constexpr size_t kMaxTargetBytes = 8 * 1024;
 // Commands served at once; one more is answered "unsent" (busy).
 inline constexpr int kMaxActive = 64;
-// Connections kept open to the server between requests.
+// Connections kept open to the server between requests, each for at most
+// kKeepConnection unused: a login node's relays hold connections (against
+// the daemon's max_connections_per_peer) only while their users are busy.
 inline constexpr size_t kMaxIdleConnections = 16;
+inline constexpr std::chrono::milliseconds kKeepConnection{5'000};
 
 // DIR/relay-<key>-<host>.sock, or "" when `dir` is "" or the path would not
 // fit a Unix socket address. <host> is HostTag(): a home directory on NFS is

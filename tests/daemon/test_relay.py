@@ -9,7 +9,8 @@ daemon, real processes, real Unix sockets and a real second Unix account.
   - The relay holds no token: two users' commands through one relay are
     each themselves, a bad token is refused (401, exit 5).
   - A kept connection the daemon closed (idle_timeout_s) is not reused: a
-    submission after it still succeeds, once.
+    submission after it still succeeds, once. The relay closes one it kept
+    after 5 s unused.
   - Hostile clients of the socket (garbage, huge headers, a huge body, an
     unknown method, an absolute-form target, silence) get 400 or are
     dropped, and the relay goes on serving.
@@ -305,6 +306,37 @@ def test_runtime_dir(topo, daemon):
     check(pids and wait_gone(pids), "the relay outlived its runtime directory")
 
 
+def api_connections(daemon):
+    """The daemon's open API connections, this request's own included."""
+    status, text = daemon.request("GET", "/metrics", token=daemon.admin_token)
+    check(status == 200, "GET /metrics: %s" % status)
+    for line in text.splitlines():
+        if line.startswith("topo_api_connections "):
+            return int(float(line.split()[1]))
+    raise harness.Failure("no topo_api_connections in /metrics")
+
+
+def test_kept_connections(topo, scheduler):
+    """A connection the relay keeps is closed after 5 s unused (a login
+    node's relays count against the daemon's max_connections_per_peer), while
+    the relay itself stays; the next command opens one again."""
+    daemon = harness.Daemon(scheduler)  # idle_timeout_s 120: the daemon closes nothing
+    home = tempfile.mkdtemp(prefix="topo-relay-kept-")
+    with harness.serving(daemon, home):
+        daemon.start()
+        env = env_for(daemon, home)
+        run_topo(topo, ["whoami"], env)  # directly; starts the relay
+        check(relay_socket(home) is not None, "no relay socket")
+        run_topo(topo, ["queue"], env)  # through the relay, which keeps its connection
+        pids = relay_pids(home)
+        check(api_connections(daemon) == 2, "wanted the relay's connection and this one")
+        time.sleep(6.5)
+        check(api_connections(daemon) == 1, "the relay still holds a connection after 6.5 s")
+        check(relay_pids(home) == pids, "the relay exited with its connection")
+        run_topo(topo, ["queue"], env)
+        check(api_connections(daemon) == 2, "no connection kept after the next command")
+
+
 def test_disabled(topo, daemon):
     home = tempfile.mkdtemp(prefix="topo-relay-off-")
     try:
@@ -365,6 +397,7 @@ def main():
         step("another user", test_other_user, topo, daemon, home)
         step("lifetime", test_lifetime, topo, daemon)
         step("runtime dir", test_runtime_dir, topo, daemon)
+        step("kept connections", test_kept_connections, topo, scheduler)
         step("disabled", test_disabled, topo, daemon)
         step("daemon gone", test_daemon_gone, topo, daemon, home, pids)
     print("ok: relay")
