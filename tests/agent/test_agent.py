@@ -239,7 +239,7 @@ def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:  # reaped between the two looks
+    except OSError:  # reaped between the two looks: no file, or ESRCH on reading it
         return False
 
 
