@@ -531,10 +531,6 @@ struct ApiClient::Impl {
     if (auto it = res.find(http::field::content_type); it != res.end()) {
       out->content_type = std::string(it->value());
     }
-    if (!out->text.empty()) {
-      out->body = nlohmann::json::parse(out->text, nullptr, /*allow_exceptions=*/false);
-      if (out->body.is_discarded()) out->body = nullptr;
-    }
   }
 
   // One request: through the connection relay when one serves this server,
@@ -695,9 +691,17 @@ Result<ApiResponse> ApiClient::Request(std::string_view method, std::string_view
   const bool json = body.has_value();
   if (json) text = body->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const bool safe_to_repeat = json && body->is_object() && body->contains("client_request_id");
-  return impl_->Send(method, target, std::move(text),
-                     impl_->options.token.empty() ? "" : "Bearer " + impl_->options.token,
-                     json ? "application/json" : "", safe_to_repeat, impl_->options.timeout);
+  Result<ApiResponse> answer =
+      impl_->Send(method, target, std::move(text),
+                  impl_->options.token.empty() ? "" : "Bearer " + impl_->options.token,
+                  json ? "application/json" : "", safe_to_repeat, impl_->options.timeout);
+  // Parsed here, not in Send: Forward passes the text on as it is.
+  if (answer.ok() && !answer.value().text.empty()) {
+    ApiResponse& a = answer.value();
+    a.body = nlohmann::json::parse(a.text, nullptr, /*allow_exceptions=*/false);
+    if (a.body.is_discarded()) a.body = nullptr;
+  }
+  return answer;
 }
 
 Result<ApiResponse> ApiClient::Forward(std::string_view method, std::string_view target,

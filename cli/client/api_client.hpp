@@ -101,7 +101,7 @@ class ApiClient {
   // Sends `body` as it is, with `authorization` as the Authorization header
   // ("" for none) instead of "Bearer " + options.token: what the connection
   // relay forwards for the command that asked it, within that command's
-  // `timeout`.
+  // `timeout`. The answer's text is not parsed (body stays null).
   core::Result<ApiResponse> Forward(std::string_view method, std::string_view target,
                                     std::string body, std::string_view authorization,
                                     std::string_view content_type,

@@ -306,6 +306,26 @@ class Relay {
     Give(std::move(client));
   }
 
+  // Keeps a client (its connection) for the next request.
+  void Give(std::unique_ptr<ApiClient> c) {
+    std::lock_guard lock(mu_);
+    if (idle_.size() < kMaxIdleConnections) idle_.push_back({std::move(c), Clock::now()});
+  }
+
+  // Closes the kept connections unused for kKeepConnection.
+  void CloseStale() {
+    std::vector<std::unique_ptr<ApiClient>> stale;
+    {
+      std::lock_guard lock(mu_);
+      const Clock::time_point cutoff = Clock::now() - kKeepConnection;
+      auto fresh = std::find_if(idle_.begin(), idle_.end(),
+                                [&](const Kept& k) { return k.since >= cutoff; });
+      for (auto it = idle_.begin(); it != fresh; ++it) stale.push_back(std::move(it->client));
+      idle_.erase(idle_.begin(), fresh);
+    }
+    // Closed here, outside the lock (close_notify).
+  }
+
   bool Enter() {
     std::lock_guard lock(mu_);
     if (active_ >= kMaxActive) return false;
@@ -349,27 +369,7 @@ class Relay {
     idle_.pop_back();
     return c;
   }
-  void Give(std::unique_ptr<ApiClient> c) {
-    std::lock_guard lock(mu_);
-    if (idle_.size() < kMaxIdleConnections) idle_.push_back({std::move(c), Clock::now()});
-  }
 
- public:
-  // Closes the kept connections unused for kKeepConnection.
-  void CloseStale() {
-    std::vector<std::unique_ptr<ApiClient>> stale;
-    {
-      std::lock_guard lock(mu_);
-      const Clock::time_point cutoff = Clock::now() - kKeepConnection;
-      auto fresh = std::find_if(idle_.begin(), idle_.end(),
-                                [&](const Kept& k) { return k.since >= cutoff; });
-      for (auto it = idle_.begin(); it != fresh; ++it) stale.push_back(std::move(it->client));
-      idle_.erase(idle_.begin(), fresh);
-    }
-    // Closed here, outside the lock (close_notify).
-  }
-
- private:
   struct Kept {
     std::unique_ptr<ApiClient> client;
     Clock::time_point since;  // returned to the pool
@@ -403,6 +403,10 @@ Status Serve(const ServeOptions& options) {
     return Status::Error("no cache directory for the relay's socket (set HOME or XDG_CACHE_HOME)");
   if (Status s = CheckPrivateDir(dir, /*create=*/true); !s.ok()) return s;
   const std::string path = SocketPath(dir, first.value()->session_key());
+  if (!options.expected_socket.empty() && path != options.expected_socket) {
+    return Status::Error("these settings serve " + (path.empty() ? "no socket" : path) + ", not " +
+                         options.expected_socket);
+  }
   if (path.empty()) {
     return Status::Error("the relay's socket path under " + dir +
                          " is too long for a Unix socket; set XDG_CACHE_HOME to a shorter "
@@ -438,6 +442,7 @@ Status Serve(const ServeOptions& options) {
   if (options.on_ready) options.on_ready(path, /*already=*/false);
 
   Relay relay(client);
+  relay.Give(std::move(first.value()));  // the first request's client
   auto serve_one = [&relay](int fd) {
     if (!relay.Enter()) {
       Relay::Answer(fd, 503, "unsent", "the connection relay is busy");

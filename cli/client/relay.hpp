@@ -101,6 +101,9 @@ SendResult Send(const std::string& socket_path, const Request& request,
 struct ServeOptions {
   ClientOptions client;  // the relay's own: server, CA, timeout, session dir; no token
   std::chrono::milliseconds idle_exit{30'000};
+  // The socket the starting command looks for (`topo relay --socket`):
+  // settings that name another one are an error. "" accepts any.
+  std::string expected_socket;
   // Told the socket once it is served, or that another relay serves it
   // (`already` true; Serve then returns at once).
   std::function<void(const std::string& socket, bool already)> on_ready;
@@ -110,7 +113,7 @@ struct ServeOptions {
 // relay_dir = the session dir) until idle_exit passes without a request, or
 // the socket file is removed or replaced. Ok at once when another relay
 // already serves it. Errors: the directory is not this user's and private,
-// or the socket cannot be made.
+// the socket is not expected_socket, or it cannot be made.
 core::Status Serve(const ServeOptions& options);
 
 // Checks one request a command sent: method, target, size. "" when it may

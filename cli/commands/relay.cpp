@@ -38,16 +38,7 @@ int RunRelay(const RelayArgs& args) {
   options.client = conn.value().options;
   options.client.relay_dir = conn.value().relay_dir;
   options.idle_exit = std::chrono::milliseconds(static_cast<int64_t>(args.idle_exit_s * 1000));
-  if (!args.socket.empty()) {
-    // Started by a command: serve the socket it will look for, or nothing.
-    core::Result<std::unique_ptr<ApiClient>> probe = ApiClient::Create(options.client);
-    if (!probe.ok() || probe.value()->relay_socket() != args.socket) {
-      std::cerr << "topo: relay: these settings serve "
-                << (probe.ok() ? probe.value()->relay_socket() : probe.message()) << ", not "
-                << args.socket << "\n";
-      return kExitError;
-    }
-  }
+  options.expected_socket = args.socket;  // started by a command: its socket, or nothing
   if (::isatty(2) == 1) {
     // By hand in a terminal: say what it serves (a started one has no terminal).
     const std::string server = options.client.server;

@@ -279,6 +279,11 @@ def test_lifetime(topo, daemon):
         os.close(terminal)
         first.terminate()
         first.wait(timeout=10)
+        # Started for a socket these settings do not serve: refused, nothing made.
+        wrong = os.path.join(home, "elsewhere.sock")
+        p = run_topo(topo, ["relay", "--socket", wrong], env, expect=1)
+        check("not " + wrong in p.stderr and not os.path.exists(wrong),
+              "--socket of another server: %s" % p.stderr)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
