@@ -316,6 +316,118 @@ TEST_CASE("toposched trades leaves for pods when the predicted step allows (phas
   CHECK(Evaluate(job, topo, chosen.ranks).required_met);
 }
 
+// Nodes of 8 H100s, leaves of 2 nodes, pods of 4 leaves, 4 pods (node id =
+// pod * 8 + leaf * 2 + node); NVLink inside a node, 50 GB/s per GPU up to the
+// pod, and 7:1 oversubscribed above the pods (meta-24k's tiers, scaled down).
+Topology OversubscribedPods() {
+  TopologyBuilder b("pods", {"node", "leaf", "pod"}, 0);
+  b.SetTierLink(0, {450, 3});
+  b.SetTierLink(1, {50, 6});
+  b.SetTierLink(2, {50, 8});
+  b.SetTierLink(3, {50, 12, 7});
+  int node = 0;
+  for (int pod = 0; pod < 4; ++pod) {
+    const int p = b.AddDomain("pod" + std::to_string(pod), 2, TopologyBuilder::kTop);
+    for (int leaf = 0; leaf < 4; ++leaf) {
+      const int l = b.AddDomain("leaf" + std::to_string(pod * 4 + leaf), 1, p);
+      for (int i = 0; i < 2; ++i) b.AddNode("n" + std::to_string(node++), l, 8, "H100");
+    }
+  }
+  return std::move(b).Build().value();
+}
+
+TEST_CASE("toposched keeps a preferred EP block inside one pod when that is faster (phase 4c)") {
+  Topology topo = OversubscribedPods();
+  ClusterState st(topo);
+  // Pod 0: 3 empty leaves; pod 1: 1; pod 2: 2; pod 3: none.
+  for (NodeId n : {6, 7, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23}) Occupy(st, n);
+  for (NodeId n = 24; n < 32; ++n) Occupy(st, n);
+  // 64 GPUs, TP 8 x EP 4: an EP block is 4 nodes, more than the HBD (a
+  // node), so it is preferred in a pod, as the replay workloads ask.
+  JobSpec job = MakeJob(64, 8, 1, 4);
+  job.constraints[static_cast<int>(GroupKind::kEp)] = {Strength::kPreferred, "pod"};
+  const int root = topo.root_tier();
+  const auto ep = static_cast<int>(GroupKind::kEp);
+  // Phases 1-3: the fewest leaves (pod 0's three and pod 1's one) split the
+  // second EP block across the two pods, so its all-to-all crosses the
+  // oversubscribed fabric.
+  PlacerOptions leaves_only;
+  leaves_only.choose_by_speed = false;
+  Placement fewest = MakePlacer("toposched", leaves_only)->Place(job, st);
+  CheckValid(fewest, st, 64);
+  PlacementMetrics split = Evaluate(job, topo, fewest.ranks);
+  CHECK(split.leaves_spanned == 4);
+  CHECK(split.tier_histogram[ep][root] > 0);
+  // Phase 4c: with the preference made required, whole blocks in pods 0 and 2
+  // (still 4 leaves), and no EP group above a pod.
+  Placement kept = MakePlacer("toposched")->Place(job, st);
+  CheckValid(kept, st, 64);
+  PlacementMetrics whole = Evaluate(job, topo, kept.ranks);
+  CHECK(whole.tier_histogram[ep][root] == 0);
+  CHECK(whole.required_met);
+  StepTimeModel steps(topo);
+  CHECK(steps.StepSeconds(job, kept.ranks, LinkLoad::kSaturated) <
+        0.99 * steps.StepSeconds(job, fewest.ranks, LinkLoad::kSaturated));
+  // Where the preference cannot be kept now (no pod with 4 free nodes), the
+  // job still starts, as asked.
+  ClusterState sparse(topo);
+  const std::set<NodeId> free_nodes = {0, 2, 4, 8, 10, 12, 16, 18};
+  for (NodeId n = 0; n < 32; ++n) {
+    if (!free_nodes.count(n)) Occupy(sparse, n);
+  }
+  Placement anyway = MakePlacer("toposched")->Place(job, sparse);
+  CheckValid(anyway, sparse, 64);
+}
+
+TEST_CASE(
+    "toposched puts pipeline stages, not data-parallel groups, across pods when faster (phase "
+    "4b)") {
+  Topology topo = OversubscribedPods();
+  ClusterState st(topo);
+  // Pods 0 and 1 keep two empty leaves each; pods 2 and 3 are full.
+  for (NodeId n : {4, 5, 6, 7, 12, 13, 14, 15}) Occupy(st, n);
+  for (NodeId n = 16; n < 32; ++n) Occupy(st, n);
+  // 64 GPUs, TP 8 x PP 2 x DP 4: a pipeline is 2 nodes (one leaf). A 70B
+  // model on short sequences: the gradient all-reduce outlasts the backward
+  // pass it overlaps, so where DP groups sit shows in the step.
+  JobSpec job = MakeJob(64, 8, 2);
+  job.model = ModelSpec{};
+  job.model->preset = "llama3-70b";
+  job.model->sequence = 512;
+  const int root = topo.root_tier();
+  const auto dp = static_cast<int>(GroupKind::kDp);
+  const auto pp = static_cast<int>(GroupKind::kPp);
+  // Pipelines contiguous (pp preferred in a leaf): every pipeline in a leaf,
+  // and every one of the 16 DP groups across both pods.
+  PlacerOptions leaves_only;
+  leaves_only.choose_by_speed = false;
+  Placement contiguous = MakePlacer("toposched", leaves_only)->Place(job, st);
+  CheckValid(contiguous, st, 64);
+  PlacementMetrics a = Evaluate(job, topo, contiguous.ranks);
+  CHECK(a.tier_histogram[dp][root] == 16);
+  CHECK(a.tier_histogram[pp][root] == 0);
+  // Stage-major: each stage's DP groups inside one pod, the pipelines'
+  // point-to-point traffic across: predicted faster, so chosen.
+  Placement chosen = MakePlacer("toposched")->Place(job, st);
+  CheckValid(chosen, st, 64);
+  PlacementMetrics b = Evaluate(job, topo, chosen.ranks);
+  CHECK(b.tier_histogram[dp][root] == 0);
+  CHECK(b.tier_histogram[pp][root] == 32);
+  CHECK(b.required_met);
+  StepTimeModel steps(topo);
+  CHECK(steps.StepSeconds(job, chosen.ranks, LinkLoad::kSaturated) <
+        0.99 * steps.StepSeconds(job, contiguous.ranks, LinkLoad::kSaturated));
+  // Inside one pod the order is not worth changing: the pipelines stay
+  // contiguous.
+  ClusterState one_pod(topo);
+  for (NodeId n = 8; n < 32; ++n) Occupy(one_pod, n);
+  Placement inside = MakePlacer("toposched")->Place(job, one_pod);
+  CheckValid(inside, one_pod, 64);
+  PlacementMetrics c = Evaluate(job, topo, inside.ranks);
+  CHECK(c.tier_histogram[pp][1] == 32);
+  CHECK(c.tier_histogram[pp][2] == 0);
+}
+
 TEST_CASE("the placement sequence's odometer gives SequenceRank's rank at every position") {
   Topology topo = RackTopology();
   struct Case {

@@ -241,7 +241,8 @@ TEST_CASE("property: random topologies, fills, failures and jobs") {
         CHECK(m.leaves_spanned == BruteForceMinLeaves(job, st));
         ++optimal_checked;
       }
-      // Phase 4 only ever trades for a faster predicted step, or for a
+      // Phase 4 (the fewest-pods candidate, the stage-major map, the kept
+      // preferences) only ever trades for a faster predicted step, or for a
       // smaller span at a step within 1 %.
       StepTimeModel steps(topo);
       const double mine = steps.StepSeconds(job, p.ranks, LinkLoad::kSaturated);
