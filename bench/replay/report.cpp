@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -27,6 +28,64 @@ std::string Count(int64_t n) { return std::to_string(n); }
 nlohmann::ordered_json Opt(const std::optional<double>& v) {
   if (!v || !std::isfinite(*v)) return nullptr;
   return std::round(*v * 1e6) / 1e6;
+}
+
+// The sensitivity summary: one Markdown row per workload and cross-HBD
+// bandwidth (NAME, NAME@0.5, NAME@2 side by side), toposched against
+// slurm-tree; empty when either stack is missing from the run.
+std::string SensitivityTable(const Report& report) {
+  struct Line {
+    std::string base;
+    double scale;
+    const WorkloadResult* w;
+  };
+  std::vector<Line> lines;
+  for (const WorkloadResult& w : report.workloads) {
+    const core::SimReport* ts = Find(w, "toposched");
+    const core::SimReport* st = Find(w, "slurm-tree");
+    if (ts == nullptr || st == nullptr) return "";
+    lines.push_back({w.name.substr(0, w.name.find('@')), ts->cross_hbd_scale, &w});
+  }
+  // The run lists each workload's bandwidths together: order each group by
+  // bandwidth, keeping the workloads' order.
+  for (auto first = lines.begin(); first != lines.end();) {
+    auto last =
+        std::find_if(first, lines.end(), [&](const Line& l) { return l.base != first->base; });
+    std::sort(first, last, [](const Line& a, const Line& b) { return a.scale < b.scale; });
+    first = last;
+  }
+  std::string stacks;
+  for (const core::SimReport& r : report.workloads.front().reports) {
+    stacks += (stacks.empty() ? "" : " / ") + r.stack;
+  }
+  const std::string large = std::to_string(report.params.large_gpus);
+  const std::string ettr = std::to_string(report.params.ettr_gpus);
+  std::string out = "| workload | cross-HBD bandwidth | goodput % (" + stacks +
+                    ") | mean JCT >= " + large + " GPUs, toposched / slurm-tree | ETTR >= " + ettr +
+                    " GPUs % (slurm-tree / toposched) | work / wall >= " + ettr +
+                    " GPUs % (slurm-tree / toposched) | GPU-hours lost to slow placements "
+                    "(slurm-tree / toposched) |\n|---|---|---|---:|---|---|---|\n";
+  char buf[64];
+  for (const Line& l : lines) {
+    const core::SimReport& ts = *Find(*l.w, "toposched");
+    const core::SimReport& st = *Find(*l.w, "slurm-tree");
+    std::string goodput;
+    for (const core::SimReport& r : l.w->reports) {
+      goodput += (goodput.empty() ? "" : " / ") + Fixed(r.goodput, 1, 100);
+    }
+    std::snprintf(buf, sizeof buf, "%gx", l.scale);
+    std::string ratio = "-";
+    if (ts.jct_by_size[2].mean_jct_s && st.jct_by_size[2].mean_jct_s &&
+        *st.jct_by_size[2].mean_jct_s > 0) {
+      ratio = Fixed(*ts.jct_by_size[2].mean_jct_s / *st.jct_by_size[2].mean_jct_s, 2) + "x";
+    }
+    out += "| " + l.base + " | " + buf + " | " + goodput + " | " + ratio + " | " +
+           Fixed(st.ettr_large, 2, 100) + " / " + Fixed(ts.ettr_large, 2, 100) + " | " +
+           Fixed(st.work_ratio_large, 2, 100) + " / " + Fixed(ts.work_ratio_large, 2, 100) + " | " +
+           Fixed(std::optional<double>(st.slow_gpu_hours), 0) + " / " +
+           Fixed(std::optional<double>(ts.slow_gpu_hours), 0) + " |\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -234,6 +293,7 @@ std::string RenderText(const Report& report) {
       }
     }
   }
+  if (std::string table = SensitivityTable(report); !table.empty()) out += "\n" + table;
   out += "\ngoals (toposched)\n";
   for (const Goal& g : report.goals) {
     const char* verdict = !g.met ? "n/a " : *g.met ? "MET " : "MISS";
