@@ -529,8 +529,21 @@ DomainId FindOneHbd(const Topology& topo, const JobShape& shape, const ClusterSt
 // one is kept only when the step-time model (oversubscribed links
 // saturated) predicts a step more than 1 % shorter: a preference yields to
 // a predicted speed-up, never to a tie.
-Placement MapFastest(const JobSpec& job, const JobShape& shape, const ClusterState& state,
-                     std::vector<std::pair<NodeId, int>> picks, StepTimeModel& steps) {
+// A candidate and its predicted step (oversubscribed links saturated), each
+// predicted at most once per Place.
+struct Mapped {
+  Mapped(Placement p) : placement(std::move(p)) {}  // NOLINT: every placer answer is one
+  Placement placement;
+  double step = -1;  // < 0: not predicted yet
+};
+
+double StepOf(Mapped& m, const JobSpec& job, StepTimeModel& steps) {
+  if (m.step < 0) m.step = steps.StepSeconds(job, m.placement.ranks, LinkLoad::kSaturated);
+  return m.step;
+}
+
+Mapped MapFastest(const JobSpec& job, const JobShape& shape, const ClusterState& state,
+                  std::vector<std::pair<NodeId, int>> picks, StepTimeModel& steps) {
   const Topology& topo = state.topology();
   const auto pp = static_cast<int>(Dim::kPp);
   const auto dp = static_cast<int>(Dim::kDp);
@@ -548,13 +561,11 @@ Placement MapFastest(const JobSpec& job, const JobShape& shape, const ClusterSta
   auto at_pp = std::find(order.begin(), order.end(), Dim::kPp);
   auto at_dp = std::find(order.begin(), order.end(), Dim::kDp);
   std::iter_swap(at_pp, at_dp);
-  Placement a = internal::BuildPlacement(job, shape, state, picks);
-  if (!a.placed()) return a;
-  Placement b = internal::BuildPlacement(job, stage_major, state, std::move(picks));
-  if (!b.placed()) return a;
-  const double step_a = steps.StepSeconds(job, a.ranks, LinkLoad::kSaturated);
-  const double step_b = steps.StepSeconds(job, b.ranks, LinkLoad::kSaturated);
-  return step_b < 0.99 * step_a ? std::move(b) : std::move(a);
+  Mapped a{internal::BuildPlacement(job, shape, state, picks)};
+  if (!a.placement.placed()) return a;
+  Mapped b{internal::BuildPlacement(job, stage_major, state, std::move(picks))};
+  if (!b.placement.placed()) return a;
+  return StepOf(b, job, steps) < 0.99 * StepOf(a, job, steps) ? std::move(b) : std::move(a);
 }
 
 class TopoSchedPlacer final : public Placer {
@@ -563,27 +574,27 @@ class TopoSchedPlacer final : public Placer {
   std::string_view name() const override { return "toposched"; }
 
   Placement Place(const JobSpec& job, const ClusterState& state) const override {
-    Placement asked = PlaceAsAsked(job, state, options_);
-    if (!options_.choose_by_speed || !asked.placed()) return asked;
     const Topology& topo = state.topology();
-    const NodeId first = asked.ranks.front().node;
-    if (std::all_of(asked.ranks.begin(), asked.ranks.end(), [&](const GpuSlot& g) {
-          return topo.Ancestor(g.node, topo.hbd_tier()) == topo.Ancestor(first, topo.hbd_tier());
+    StepTimeModel steps(topo);
+    Mapped asked = PlaceAsAsked(job, state, options_, steps);
+    const std::vector<GpuSlot>& ranks = asked.placement.ranks;
+    if (!options_.choose_by_speed || !asked.placement.placed()) return std::move(asked.placement);
+    const DomainId first = topo.Ancestor(ranks.front().node, topo.hbd_tier());
+    if (std::all_of(ranks.begin(), ranks.end(), [&](const GpuSlot& g) {
+          return topo.Ancestor(g.node, topo.hbd_tier()) == first;
         })) {
-      return asked;
+      return std::move(asked.placement);
     }
     std::optional<JobSpec> strict = Honoured(job, topo);
-    if (!strict || AlreadyKept(job, *strict, topo, AnalyzePlacement(job, topo, asked.ranks))) {
-      return asked;
+    if (!strict || AlreadyKept(job, *strict, topo, AnalyzePlacement(job, topo, ranks))) {
+      return std::move(asked.placement);
     }
     PlacerOptions quiet = options_;
     quiet.explain_shortfall = false;
-    Placement kept = PlaceAsAsked(*strict, state, quiet);
-    if (!kept.placed()) return asked;
-    StepTimeModel steps(topo);
-    const double step_asked = steps.StepSeconds(job, asked.ranks, LinkLoad::kSaturated);
-    const double step_kept = steps.StepSeconds(job, kept.ranks, LinkLoad::kSaturated);
-    return step_kept < 0.99 * step_asked ? std::move(kept) : std::move(asked);
+    Mapped kept = PlaceAsAsked(*strict, state, quiet, steps);
+    if (!kept.placement.placed()) return std::move(asked.placement);
+    return StepOf(kept, job, steps) < 0.99 * StepOf(asked, job, steps) ? std::move(kept.placement)
+                                                                       : std::move(asked.placement);
   }
 
  private:
@@ -633,8 +644,8 @@ class TopoSchedPlacer final : public Placer {
     return true;
   }
 
-  Placement PlaceAsAsked(const JobSpec& job, const ClusterState& state,
-                         const PlacerOptions& options) const {
+  Mapped PlaceAsAsked(const JobSpec& job, const ClusterState& state, const PlacerOptions& options,
+                      StepTimeModel& steps) const {
     const Topology& topo = state.topology();
     Result<JobShape> shape_or = internal::MakeJobShape(job, topo, options);
     if (!shape_or.ok()) return Placement{PlaceOutcome::kInfeasible, shape_or.message(), {}, {}};
@@ -661,7 +672,6 @@ class TopoSchedPlacer final : public Placer {
     if (!options.choose_by_speed) {
       return internal::BuildPlacement(job, shape, state, std::move(picks));
     }
-    StepTimeModel steps(topo);
     // Phase 4, choose by speed. When the fewest-leaves choice spans several
     // domains above the leaf (pods, spines), the fewest-children choice is
     // the other candidate; the one with the shorter predicted step (the
@@ -674,16 +684,17 @@ class TopoSchedPlacer final : public Placer {
     std::vector<std::pair<NodeId, int>> other = compact.TakePicks();
     // A candidate that spans as many pods buys nothing for its extra leaves.
     const bool fewer = ChildrenAboveLeaf(topo, other) < spread;
-    Placement a = MapFastest(job, shape, state, std::move(picks), steps);
-    if (!fewer || !a.placed()) return a;
-    Placement b = MapFastest(job, shape, state, std::move(other), steps);
-    if (!b.placed()) return a;
-    const double step_a = steps.StepSeconds(job, a.ranks, LinkLoad::kSaturated);
-    const double step_b = steps.StepSeconds(job, b.ranks, LinkLoad::kSaturated);
+    Mapped a = MapFastest(job, shape, state, std::move(picks), steps);
+    if (!fewer || !a.placement.placed()) return a;
+    Mapped b = MapFastest(job, shape, state, std::move(other), steps);
+    if (!b.placement.placed()) return a;
+    const double step_a = StepOf(a, job, steps);
+    const double step_b = StepOf(b, job, steps);
     if (std::abs(step_a - step_b) > 0.01 * std::min(step_a, step_b)) {
       return step_b < step_a ? std::move(b) : std::move(a);
     }
-    return SpanCost(topo, b.ranks) < SpanCost(topo, a.ranks) ? std::move(b) : std::move(a);
+    return SpanCost(topo, b.placement.ranks) < SpanCost(topo, a.placement.ranks) ? std::move(b)
+                                                                                 : std::move(a);
   }
 
   PlacerOptions options_;
