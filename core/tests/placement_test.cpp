@@ -25,6 +25,22 @@ void Occupy(ClusterState& st, NodeId n) {
   REQUIRE(st.Allocate(s).ok());
 }
 
+// Phases 1-3 only (PlacerOptions::choose_by_speed off): the fewest leaves.
+Placement PlaceFewestLeaves(const JobSpec& job, const ClusterState& st) {
+  PlacerOptions leaves_only;
+  leaves_only.choose_by_speed = false;
+  return MakePlacer("toposched", leaves_only)->Place(job, st);
+}
+
+// a's predicted step (oversubscribed links saturated) is more than 1 % shorter
+// than b's: the margin the placer asks before it trades.
+bool PredictedFaster(const JobSpec& job, const Topology& topo, const Placement& a,
+                     const Placement& b) {
+  StepTimeModel steps(topo);
+  return steps.StepSeconds(job, a.ranks, LinkLoad::kSaturated) <
+         0.99 * steps.StepSeconds(job, b.ranks, LinkLoad::kSaturated);
+}
+
 void CheckValid(const Placement& p, const ClusterState& st, int gpus) {
   REQUIRE(p.placed());
   REQUIRE(static_cast<int>(p.ranks.size()) == gpus);
@@ -296,9 +312,7 @@ TEST_CASE("toposched trades leaves for pods when the predicted step allows (phas
     return d.size();
   };
   // The fewest leaves: the three empty ones, in three pods.
-  PlacerOptions leaves_only;
-  leaves_only.choose_by_speed = false;
-  Placement fewest = MakePlacer("toposched", leaves_only)->Place(job, st);
+  Placement fewest = PlaceFewestLeaves(job, st);
   CheckValid(fewest, st, 48);
   CHECK(spans(fewest, 1) == 3);
   CHECK(spans(fewest, 2) == 3);
@@ -351,9 +365,7 @@ TEST_CASE("toposched keeps a preferred EP block inside one pod when that is fast
   // Phases 1-3: the fewest leaves (pod 0's three and pod 1's one) split the
   // second EP block across the two pods, so its all-to-all crosses the
   // oversubscribed fabric.
-  PlacerOptions leaves_only;
-  leaves_only.choose_by_speed = false;
-  Placement fewest = MakePlacer("toposched", leaves_only)->Place(job, st);
+  Placement fewest = PlaceFewestLeaves(job, st);
   CheckValid(fewest, st, 64);
   PlacementMetrics split = Evaluate(job, topo, fewest.ranks);
   CHECK(split.leaves_spanned == 4);
@@ -365,9 +377,7 @@ TEST_CASE("toposched keeps a preferred EP block inside one pod when that is fast
   PlacementMetrics whole = Evaluate(job, topo, kept.ranks);
   CHECK(whole.tier_histogram[ep][root] == 0);
   CHECK(whole.required_met);
-  StepTimeModel steps(topo);
-  CHECK(steps.StepSeconds(job, kept.ranks, LinkLoad::kSaturated) <
-        0.99 * steps.StepSeconds(job, fewest.ranks, LinkLoad::kSaturated));
+  CHECK(PredictedFaster(job, topo, kept, fewest));
   // Where the preference cannot be kept now (no pod with 4 free nodes), the
   // job still starts, as asked.
   ClusterState sparse(topo);
@@ -399,9 +409,7 @@ TEST_CASE(
   const auto pp = static_cast<int>(GroupKind::kPp);
   // Pipelines contiguous (pp preferred in a leaf): every pipeline in a leaf,
   // and every one of the 16 DP groups across both pods.
-  PlacerOptions leaves_only;
-  leaves_only.choose_by_speed = false;
-  Placement contiguous = MakePlacer("toposched", leaves_only)->Place(job, st);
+  Placement contiguous = PlaceFewestLeaves(job, st);
   CheckValid(contiguous, st, 64);
   PlacementMetrics a = Evaluate(job, topo, contiguous.ranks);
   CHECK(a.tier_histogram[dp][root] == 16);
@@ -414,9 +422,7 @@ TEST_CASE(
   CHECK(b.tier_histogram[dp][root] == 0);
   CHECK(b.tier_histogram[pp][root] == 32);
   CHECK(b.required_met);
-  StepTimeModel steps(topo);
-  CHECK(steps.StepSeconds(job, chosen.ranks, LinkLoad::kSaturated) <
-        0.99 * steps.StepSeconds(job, contiguous.ranks, LinkLoad::kSaturated));
+  CHECK(PredictedFaster(job, topo, chosen, contiguous));
   // Inside one pod the order is not worth changing: the pipelines stay
   // contiguous.
   ClusterState one_pod(topo);
