@@ -517,18 +517,6 @@ DomainId FindOneHbd(const Topology& topo, const JobShape& shape, const ClusterSt
       });
 }
 
-// Phase 4b, the order across the spread. The rank sequence keeps pipelines
-// contiguous (pp is preferred in a leaf) and puts data parallelism
-// outermost, so where the picks span several domains the DP groups are the
-// ones that cross them. Where a stage's GPUs fill a domain, the other order
-// (stages outermost, Megatron-LM's default: every DP group inside as few
-// domains as a stage needs, only the pipeline's point-to-point traffic
-// across) can be much faster, above all over an oversubscribed tier. When
-// both pp and dp are free to move (neither is in a required block) and the
-// picks span more than one HBD, both orders are mapped and the stage-major
-// one is kept only when the step-time model (oversubscribed links
-// saturated) predicts a step more than 1 % shorter: a preference yields to
-// a predicted speed-up, never to a tie.
 // A candidate and its predicted step (oversubscribed links saturated), each
 // predicted at most once per Place.
 struct Mapped {
@@ -542,13 +530,26 @@ double StepOf(Mapped& m, const JobSpec& job, StepTimeModel& steps) {
   return m.step;
 }
 
+// Phase 4b, the order across the spread. The rank sequence keeps pipelines
+// contiguous (pp is preferred in a leaf) and puts data parallelism
+// outermost, so where the picks span several domains the DP groups are the
+// ones that cross them. Where a stage's GPUs fill a domain, the other order
+// (stages outermost, Megatron-LM's default: every DP group inside as few
+// domains as a stage needs, only the pipeline's point-to-point traffic
+// across) can be much faster, above all over an oversubscribed tier. When
+// both pp and dp are free to move (neither is in a required block) and the
+// picks span more than one HBD, both orders are mapped and the stage-major
+// one is kept only when the step-time model (oversubscribed links
+// saturated) predicts a step more than 1 % shorter: a preference yields to
+// a predicted speed-up, never to a tie.
 Mapped MapFastest(const JobSpec& job, const JobShape& shape, const ClusterState& state,
                   std::vector<std::pair<NodeId, int>> picks, StepTimeModel& steps) {
   const Topology& topo = state.topology();
   const auto pp = static_cast<int>(Dim::kPp);
   const auto dp = static_cast<int>(Dim::kDp);
   const auto& required = shape.unit_dims[topo.root_tier()];
-  bool movable = job.parallelism.pp > 1 && job.parallelism.dp > 1 && !required[pp] && !required[dp];
+  bool movable = job.parallelism.pp > 1 && job.parallelism.dp > 1 && !required[pp] &&
+                 !required[dp] && !picks.empty();
   if (movable) {
     const DomainId first = topo.Ancestor(picks.front().first, topo.hbd_tier());
     movable = std::any_of(picks.begin(), picks.end(), [&](const auto& pick) {
