@@ -604,12 +604,10 @@ class TopoSchedPlacer final : public Placer {
   // it: an EP block preferred in a pod can straddle two pods when a pod's
   // share of the job is not a whole number of blocks, and that one group's
   // all-to-all then crosses the spine and slows every step. The job with
-  // each preference made required is placed too, and kept when the
-  // step-time model predicts it more than 1 % faster; when it cannot be
-  // placed now, or is not faster, the placement as asked stands. A block
-  // larger than every domain of its preferred tier is kept as near as it
-  // can be: in the innermost tier above that holds it (never the whole
-  // cluster, which is no constraint). nullopt: nothing to keep.
+  // each preference it can keep made required (a block no larger than the
+  // largest domain of its tier) is placed too, and kept when the step-time
+  // model predicts it more than 1 % faster; when it cannot be placed now, or
+  // is not faster, the placement as asked stands. nullopt: nothing to keep.
   static std::optional<JobSpec> Honoured(const JobSpec& job, const Topology& topo) {
     std::optional<JobSpec> strict;
     for (GroupKind k : kAllGroupKinds) {
@@ -617,17 +615,13 @@ class TopoSchedPlacer final : public Placer {
       if (c.strength != Strength::kPreferred || !RankLayout::KindActive(k, job.parallelism)) {
         continue;
       }
+      JobSpec trial = strict ? *strict : job;
+      trial.constraints[static_cast<int>(k)].strength = Strength::kRequired;
+      Result<JobShape> shape = internal::MakeJobShape(trial, topo, {});
       Result<int> tier = topo.FindTier(c.tier);
-      if (!tier.ok()) continue;
-      for (int t = tier.value(); t < topo.root_tier(); ++t) {
-        JobSpec trial = strict ? *strict : job;
-        trial.constraints[static_cast<int>(k)] = {Strength::kRequired, topo.tier(t).name};
-        Result<JobShape> shape = internal::MakeJobShape(trial, topo, {});
-        if (!shape.ok()) break;
-        if (shape.value().unit[t] > topo.max_domain_gpus(t)) continue;
-        strict = std::move(trial);
-        break;
-      }
+      if (!shape.ok() || !tier.ok()) continue;
+      if (shape.value().unit[tier.value()] > topo.max_domain_gpus(tier.value())) continue;
+      strict = std::move(trial);
     }
     return strict;
   }

@@ -378,16 +378,6 @@ TEST_CASE("toposched keeps a preferred EP block inside one pod when that is fast
   CHECK(whole.tier_histogram[ep][root] == 0);
   CHECK(whole.required_met);
   CHECK(PredictedFaster(job, topo, kept, fewest));
-  // A preference for a tier too small for the block (EP in the HBD, a node)
-  // is kept in the innermost tier that holds the block: the pod again.
-  JobSpec near = job;
-  near.constraints[static_cast<int>(GroupKind::kEp)] = {Strength::kPreferred, "node"};
-  Placement as_near = PlaceFewestLeaves(near, st);
-  CheckValid(as_near, st, 64);
-  CHECK(Evaluate(near, topo, as_near.ranks).tier_histogram[ep][root] > 0);
-  Placement nearest = MakePlacer("toposched")->Place(near, st);
-  CheckValid(nearest, st, 64);
-  CHECK(Evaluate(near, topo, nearest.ranks).tier_histogram[ep][root] == 0);
   // Where the preference cannot be kept now (no pod with 4 free nodes), the
   // job still starts, as asked.
   ClusterState sparse(topo);
