@@ -51,7 +51,7 @@
 // puts the job's traffic on one more set of uplinks its neighbours share.
 // 4b: each candidate is mapped in the order that the model predicts faster
 // (MapFastest: pipelines contiguous, or stages outermost).
-// 4c, preferences kept (Honoured): the job is placed again with every
+// 4c: preferences kept (Honoured): the job is placed again with every
 // preference it can keep made required, and that placement wins when the
 // model predicts it more than 1 % faster.
 //
