@@ -38,13 +38,15 @@ std::string SensitivityTable(const Report& report) {
     std::string base;
     double scale;
     const WorkloadResult* w;
+    const core::SimReport* ts;
+    const core::SimReport* st;
   };
   std::vector<Line> lines;
   for (const WorkloadResult& w : report.workloads) {
     const core::SimReport* ts = Find(w, "toposched");
     const core::SimReport* st = Find(w, "slurm-tree");
     if (ts == nullptr || st == nullptr) return "";
-    lines.push_back({w.name.substr(0, w.name.find('@')), ts->cross_hbd_scale, &w});
+    lines.push_back({w.name.substr(0, w.name.find('@')), ts->cross_hbd_scale, &w, ts, st});
   }
   // The run lists each workload's bandwidths together: order each group by
   // bandwidth, keeping the workloads' order.
@@ -67,8 +69,8 @@ std::string SensitivityTable(const Report& report) {
                     "(slurm-tree / toposched) |\n|---|---|---|---:|---|---|---|\n";
   char buf[64];
   for (const Line& l : lines) {
-    const core::SimReport& ts = *Find(*l.w, "toposched");
-    const core::SimReport& st = *Find(*l.w, "slurm-tree");
+    const core::SimReport& ts = *l.ts;
+    const core::SimReport& st = *l.st;
     std::string goodput;
     for (const core::SimReport& r : l.w->reports) {
       goodput += (goodput.empty() ? "" : " / ") + Fixed(r.goodput, 1, 100);

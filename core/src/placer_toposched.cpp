@@ -530,6 +530,17 @@ double StepOf(Mapped& m, const JobSpec& job, StepTimeModel& steps) {
   return m.step;
 }
 
+// Whether the items (picks or ranks) sit in more than one HBD; node_of gives
+// an item's node.
+template <typename Items, typename NodeOf>
+bool SpansHbds(const Topology& topo, const Items& items, NodeOf node_of) {
+  if (items.empty()) return false;
+  const DomainId first = topo.Ancestor(node_of(items.front()), topo.hbd_tier());
+  return std::any_of(items.begin(), items.end(), [&](const auto& item) {
+    return topo.Ancestor(node_of(item), topo.hbd_tier()) != first;
+  });
+}
+
 // Phase 4b, the order across the spread. The rank sequence keeps pipelines
 // contiguous (pp is preferred in a leaf) and puts data parallelism
 // outermost, so where the picks span several domains the DP groups are the
@@ -548,14 +559,9 @@ Mapped MapFastest(const JobSpec& job, const JobShape& shape, const ClusterState&
   const auto pp = static_cast<int>(Dim::kPp);
   const auto dp = static_cast<int>(Dim::kDp);
   const auto& required = shape.unit_dims[topo.root_tier()];
-  bool movable = job.parallelism.pp > 1 && job.parallelism.dp > 1 && !required[pp] &&
-                 !required[dp] && !picks.empty();
-  if (movable) {
-    const DomainId first = topo.Ancestor(picks.front().first, topo.hbd_tier());
-    movable = std::any_of(picks.begin(), picks.end(), [&](const auto& pick) {
-      return topo.Ancestor(pick.first, topo.hbd_tier()) != first;
-    });
-  }
+  const bool movable =
+      job.parallelism.pp > 1 && job.parallelism.dp > 1 && !required[pp] && !required[dp] &&
+      SpansHbds(topo, picks, [](const std::pair<NodeId, int>& pick) { return pick.first; });
   if (!movable) return internal::BuildPlacement(job, shape, state, std::move(picks));
   JobShape stage_major = shape;
   auto& order = stage_major.sequence_order;
@@ -579,11 +585,8 @@ class TopoSchedPlacer final : public Placer {
     StepTimeModel steps(topo);
     Mapped asked = PlaceAsAsked(job, state, options_, steps);
     const std::vector<GpuSlot>& ranks = asked.placement.ranks;
-    if (!options_.choose_by_speed || !asked.placement.placed()) return std::move(asked.placement);
-    const DomainId first = topo.Ancestor(ranks.front().node, topo.hbd_tier());
-    if (std::all_of(ranks.begin(), ranks.end(), [&](const GpuSlot& g) {
-          return topo.Ancestor(g.node, topo.hbd_tier()) == first;
-        })) {
+    if (!options_.choose_by_speed || !asked.placement.placed() ||
+        !SpansHbds(topo, ranks, [](const GpuSlot& g) { return g.node; })) {
       return std::move(asked.placement);
     }
     std::optional<JobSpec> strict = Honoured(job, topo);
