@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <functional>
 
+#include "topo/common/trace_io.hpp"
+
 namespace topo::bench {
 
 namespace {
@@ -124,11 +126,18 @@ std::vector<Goal> EvaluateGoals(const Report& report) {
           "mean JCT, >= " + std::to_string(report.params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
           w.name, "", "<= 0.70 x", std::nullopt};
       if (ours->jct_by_size[2].mean_jct_s && slurm->jct_by_size[2].mean_jct_s) {
-        const double ratio = *ours->jct_by_size[2].mean_jct_s / *slurm->jct_by_size[2].mean_jct_s;
-        char buf[96];
+        const double base = *slurm->jct_by_size[2].mean_jct_s;
+        const double ratio = *ours->jct_by_size[2].mean_jct_s / base;
+        char buf[128];
         std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)",
-                      *ours->jct_by_size[2].mean_jct_s, *slurm->jct_by_size[2].mean_jct_s, ratio);
+                      *ours->jct_by_size[2].mean_jct_s, base, ratio);
         jl.measured = buf;
+        // No policy's mean goes below the jobs' mean duration at the ideal
+        // placement: say how far down the goal can be reached at all.
+        if (const std::optional<double>& bound = ours->jct_by_size[2].bound_jct_s) {
+          std::snprintf(buf, sizeof buf, "; no wait at ideal speed: %.2f x", *bound / base);
+          jl.measured += buf;
+        }
         jl.met = ratio <= 0.7;
       }
       goals.push_back(jl);
@@ -227,6 +236,8 @@ std::string RenderText(const Report& report) {
        [](auto& r) { return Fixed(r.jct_by_size[2].mean_jct_s, 0); }},
       {"p95 JCT >= " + large + " GPUs s",
        [](auto& r) { return Fixed(r.jct_by_size[2].p95_jct_s, 0); }},
+      {"mean JCT bound >= " + large + " GPUs s",
+       [](auto& r) { return Fixed(r.jct_by_size[2].bound_jct_s, 0); }},
       {"mean queue delay s", [](auto& r) { return Fixed(r.mean_queue_delay_s, 0); }},
       {"mean queue delay >= " + large + " GPUs s",
        [](auto& r) { return Fixed(r.mean_queue_delay_large_s, 0); }},
@@ -386,16 +397,7 @@ nlohmann::ordered_json ToJson(const Report& report) {
       pj["cross_hbd_scale"] = r.cross_hbd_scale;
       pj["mean_slowdown"] = Opt(r.mean_slowdown);
       pj["slow_placement_gpu_hours"] = r.slow_gpu_hours;
-      {
-        J sizes = J::object();
-        const char* const names[] = {"small", "medium", "large"};
-        for (size_t c = 0; c < r.jct_by_size.size(); ++c) {
-          sizes[names[c]] = {{"jobs", r.jct_by_size[c].jobs},
-                             {"mean_jct_s", Opt(r.jct_by_size[c].mean_jct_s)},
-                             {"p95_jct_s", Opt(r.jct_by_size[c].p95_jct_s)}};
-        }
-        pj["jct_by_size"] = std::move(sizes);
-      }
+      pj["jct_by_size"] = common::JctBySizeToJson(r);
       pj["mean_queue_delay_s"] = Opt(r.mean_queue_delay_s);
       pj["mean_queue_delay_large_s"] = Opt(r.mean_queue_delay_large_s);
       pj["ettr_large"] = Opt(r.ettr_large);

@@ -177,6 +177,8 @@ void PrintTable(const std::vector<core::SimReport>& reports, const SimArgs& args
         {"p95 JCT, " + mid + " GPUs, s", cls(1, true)},
         {"mean JCT, >= " + large + " GPUs, s", cls(2, false)},
         {"p95 JCT, >= " + large + " GPUs, s", cls(2, true)},
+        {"mean JCT bound, >= " + large + " GPUs, s",
+         [](auto& r) { return Fixed(r.jct_by_size[2].bound_jct_s, 0); }},
     };
     rows.insert(rows.begin() + 4, speed.begin(), speed.end());
   }

@@ -362,6 +362,18 @@ void WritePerJobCsv(std::ostream& out, std::span<const core::SimReport> reports)
   }
 }
 
+nlohmann::ordered_json JctBySizeToJson(const core::SimReport& r) {
+  nlohmann::ordered_json sizes = nlohmann::ordered_json::object();
+  const char* const names[] = {"small", "medium", "large"};
+  for (size_t c = 0; c < r.jct_by_size.size(); ++c) {
+    sizes[names[c]] = {{"jobs", r.jct_by_size[c].jobs},
+                       {"mean_jct_s", Opt(r.jct_by_size[c].mean_jct_s)},
+                       {"p95_jct_s", Opt(r.jct_by_size[c].p95_jct_s)},
+                       {"bound_jct_s", Opt(r.jct_by_size[c].bound_jct_s)}};
+  }
+  return sizes;
+}
+
 nlohmann::ordered_json SimMetricsToJson(const core::SimReport& r) {
   nlohmann::ordered_json j;
   j["utilization"] = Opt(r.utilization);
@@ -373,14 +385,7 @@ nlohmann::ordered_json SimMetricsToJson(const core::SimReport& r) {
     // whose output stays as it was.
     j["mean_slowdown"] = Opt(r.mean_slowdown);
     j["slow_placement_gpu_hours"] = Round6(r.slow_gpu_hours);
-    nlohmann::ordered_json sizes = nlohmann::ordered_json::object();
-    const char* const names[] = {"small", "medium", "large"};
-    for (size_t c = 0; c < r.jct_by_size.size(); ++c) {
-      sizes[names[c]] = {{"jobs", r.jct_by_size[c].jobs},
-                         {"mean_jct_s", Opt(r.jct_by_size[c].mean_jct_s)},
-                         {"p95_jct_s", Opt(r.jct_by_size[c].p95_jct_s)}};
-    }
-    j["jct_by_size"] = std::move(sizes);
+    j["jct_by_size"] = JctBySizeToJson(r);
     j["cross_hbd_scale"] = Round6(r.cross_hbd_scale);
   }
   j["mean_queue_delay_s"] = Opt(r.mean_queue_delay_s);

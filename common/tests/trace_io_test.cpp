@@ -226,6 +226,14 @@ TEST_CASE("sim JSON: the documented keys in order, null where nothing was measur
         R"({"victims":3,"borrowed_victims":2,"victim_gpus":24,"restarts":3,)"
         R"("victims_wait_gpu_hours":2.0})");
   CHECK(c["failures"].dump() == R"({"injected":4,"hit_jobs":2})");
+  // The size classes carry the bound a policy's mean JCT cannot go below.
+  core::SimReport sized = SmallReport();
+  sized.speed_model = true;
+  sized.jct_by_size[2] = {3, 900.0, 1500.0, 600.0};
+  const nlohmann::ordered_json s = common::SimMetricsToJson(sized)["jct_by_size"];
+  CHECK(s["large"].dump() ==
+        R"({"jobs":3,"mean_jct_s":900.0,"p95_jct_s":1500.0,"bound_jct_s":600.0})");
+  CHECK(s["small"]["bound_jct_s"].is_null());
   core::SimReport nothing;  // no job ran: nothing to measure, nothing counted
   nothing.stack = "toposched";
   nlohmann::ordered_json none = common::SimMetricsToJson(nothing);

@@ -778,6 +778,7 @@ void Simulator::Finish() {
   const double ms_per_s = 1000.0;
   std::vector<double> jcts;
   std::array<std::vector<double>, 3> class_jcts;
+  std::array<double, 3> class_ideal_s{};  // sum of the completed jobs' durations
   double useful_gpu_ms = 0, slow_gpu_ms = 0, slowdown_sum = 0;
   int64_t slowdown_n = 0;
   double queue_sum = 0, queue_large_sum = 0;
@@ -842,7 +843,9 @@ void Simulator::Finish() {
     if (res.state == JobState::kCompleted) {
       const double jct = static_cast<double>(res.end - res.submit) / ms_per_s;
       jcts.push_back(jct);
-      class_jcts[res.gpus < 64 ? 0 : res.gpus < options_.large_gpus ? 1 : 2].push_back(jct);
+      const size_t size_class = res.gpus < 64 ? 0 : res.gpus < options_.large_gpus ? 1 : 2;
+      class_jcts[size_class].push_back(jct);
+      class_ideal_s[size_class] += static_cast<double>(res.productive_ms) / ms_per_s;
     }
   }
   if (r.unfinished > 0) last_end = std::max(last_end, now_);
@@ -875,6 +878,9 @@ void Simulator::Finish() {
   for (size_t c = 0; c < class_jcts.size(); ++c) {
     r.jct_by_size[c].jobs = static_cast<int64_t>(class_jcts[c].size());
     mean_p95(class_jcts[c], r.jct_by_size[c].mean_jct_s, r.jct_by_size[c].p95_jct_s);
+    if (!class_jcts[c].empty()) {
+      r.jct_by_size[c].bound_jct_s = class_ideal_s[c] / static_cast<double>(class_jcts[c].size());
+    }
   }
   if (alloc_gpu_ms_ > 0) r.goodput = useful_gpu_ms / alloc_gpu_ms_;
   if (slowdown_n > 0) r.mean_slowdown = slowdown_sum / static_cast<double>(slowdown_n);

@@ -272,6 +272,12 @@ TEST_CASE("two jobs that do not fit together: the second waits for the first") {
   CHECK(*r.mean_queue_delay_large_s == doctest::Approx(45));
   CHECK(*r.mean_jct_s == doctest::Approx(120));
   CHECK(*r.p95_jct_s == doctest::Approx(140));
+  // Both are under 64 GPUs. Without the wait their mean JCT would be their
+  // mean duration, 75 s: the bound no policy goes below.
+  CHECK(r.jct_by_size[0].jobs == 2);
+  CHECK(*r.jct_by_size[0].mean_jct_s == doctest::Approx(120));
+  CHECK(*r.jct_by_size[0].bound_jct_s == doctest::Approx(75));
+  CHECK_FALSE(r.jct_by_size[2].bound_jct_s.has_value());
   CHECK(*r.utilization == doctest::Approx((48.0 * 100 + 32.0 * 50) / (64.0 * 150)));
   CHECK(r.allocated_gpu_hours == doctest::Approx((48.0 * 100 + 32.0 * 50) / 3600));
 }

@@ -59,6 +59,11 @@ void WritePerJobCsv(std::ostream& out, std::span<const core::SimReport> reports)
 // to measure (or the caller did not time the run). Values are rounded to 6
 // decimals.
 nlohmann::ordered_json SimMetricsToJson(const core::SimReport& report);
+// {"small": {"jobs", "mean_jct_s", "p95_jct_s", "bound_jct_s"}, "medium": ...,
+// "large": ...}: completed jobs of < 64 GPUs, up to the large size, and
+// larger; bound_jct_s is their mean duration at the ideal placement (no wait,
+// no failure), below which no policy's mean goes.
+nlohmann::ordered_json JctBySizeToJson(const core::SimReport& report);
 // {"policies": {stack: SimMetricsToJson(report), ...}} in the reports' order.
 nlohmann::ordered_json SimReportsToJson(std::span<const core::SimReport> reports);
 

@@ -239,6 +239,10 @@ struct SimReport {
     int64_t jobs = 0;
     std::optional<double> mean_jct_s;
     std::optional<double> p95_jct_s;
+    // The same jobs' mean duration at the ideal placement's speed: their
+    // mean JCT with no wait, no failure and no slow placement, which no
+    // policy's mean_jct_s can go below.
+    std::optional<double> bound_jct_s;
   };
   std::array<SizeClass, 3> jct_by_size;
   bool speed_model = false;
