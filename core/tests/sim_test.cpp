@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -393,26 +394,50 @@ TEST_CASE("the llama3 model: seeded, the same failures for every stack, work sti
   SimOptions options;
   options.failures = *FailureModel::ByName("llama3");
   options.failures.gpu_hours_per_interruption = 20;  // one failure per ~20 min on 64 GPUs
-  std::map<std::string, SimReport> reports;
-  for (const std::string& stack : SchedulerConfig::StackNames()) {
-    SimReport r = Run(topo, stack, w, options);
-    CAPTURE(stack);
-    CHECK(r.failures_injected > 5);
-    CHECK(r.failures_hit_jobs > 0);
-    CHECK(r.lost_gpu_hours > 0);
-    CHECK(r.completed + r.failed == 60);
-    CHECK(r.unfinished == 0);
-    for (const SimJobResult& j : r.job_results) {
-      if (j.state == JobState::kCompleted) CHECK(j.productive_ms == w.jobs[j.id - 1].duration);
+  // With the speed model too, where slow placements stretch runs.
+  for (bool speed_model : {false, true}) {
+    options.speed_model = speed_model;
+    CAPTURE(speed_model);
+    std::map<std::string, SimReport> reports;
+    for (const std::string& stack : SchedulerConfig::StackNames()) {
+      SimReport r = Run(topo, stack, w, options);
+      CAPTURE(stack);
+      CHECK(r.failures_injected > 5);
+      CHECK(r.failures_hit_jobs > 0);
+      CHECK(r.lost_gpu_hours > 0);
+      CHECK(r.completed + r.failed == 60);
+      CHECK(r.unfinished == 0);
+      std::array<double, 3> durations{};
+      for (const SimJobResult& j : r.job_results) {
+        if (j.state != JobState::kCompleted) continue;
+        CHECK(j.productive_ms == w.jobs[j.id - 1].duration);
+        durations[j.gpus < 64                   ? 0
+                  : j.gpus < options.large_gpus ? 1
+                                                : 2] +=
+            static_cast<double>(j.productive_ms) / kSecond;
+      }
+      // The bound is the completed jobs' mean duration, and waits, failures
+      // and slow placements only add to it.
+      for (size_t c = 0; c < r.jct_by_size.size(); ++c) {
+        CAPTURE(c);
+        const SimReport::SizeClass& k = r.jct_by_size[c];
+        if (k.jobs == 0) {
+          CHECK_FALSE(k.bound_jct_s.has_value());
+          continue;
+        }
+        CHECK(*k.bound_jct_s == doctest::Approx(durations[c] / static_cast<double>(k.jobs)));
+        CHECK(*k.bound_jct_s <= *k.mean_jct_s);
+      }
+      CHECK(r.jct_by_size[0].jobs > 0);
+      reports.emplace(stack, std::move(r));
     }
-    reports.emplace(stack, std::move(r));
+    // Replays are deterministic.
+    SimReport again = Run(topo, "toposched", w, options);
+    const SimReport& first = reports.at("toposched");
+    CHECK(again.events == first.events);
+    CHECK(again.lost_gpu_hours == first.lost_gpu_hours);
+    CHECK(*again.mean_jct_s == *first.mean_jct_s);
   }
-  // Replays are deterministic.
-  SimReport again = Run(topo, "toposched", w, options);
-  const SimReport& first = reports.at("toposched");
-  CHECK(again.events == first.events);
-  CHECK(again.lost_gpu_hours == first.lost_gpu_hours);
-  CHECK(*again.mean_jct_s == *first.mean_jct_s);
 }
 
 TEST_CASE("hardware failures faster than the job checkpoints never fail it: one restart each") {
