@@ -32,6 +32,15 @@ nlohmann::ordered_json Opt(const std::optional<double>& v) {
   return std::round(*v * 1e6) / 1e6;
 }
 
+// toposched's mean JCT of large jobs over slurm-tree's; nullopt when either
+// is missing.
+std::optional<double> LargeJctRatio(const core::SimReport& ours, const core::SimReport& slurm) {
+  const std::optional<double>& a = ours.jct_by_size[2].mean_jct_s;
+  const std::optional<double>& b = slurm.jct_by_size[2].mean_jct_s;
+  if (!a || !b || *b <= 0) return std::nullopt;
+  return *a / *b;
+}
+
 // The sensitivity summary: one Markdown row per workload and cross-HBD
 // bandwidth (NAME, NAME@0.5, NAME@2 side by side), toposched against
 // slurm-tree; empty when either stack is missing from the run.
@@ -78,11 +87,8 @@ std::string SensitivityTable(const Report& report) {
       goodput += (goodput.empty() ? "" : " / ") + Fixed(r.goodput, 1, 100);
     }
     std::snprintf(buf, sizeof buf, "%gx", l.scale);
-    std::string ratio = "-";
-    if (ts.jct_by_size[2].mean_jct_s && st.jct_by_size[2].mean_jct_s &&
-        *st.jct_by_size[2].mean_jct_s > 0) {
-      ratio = Fixed(*ts.jct_by_size[2].mean_jct_s / *st.jct_by_size[2].mean_jct_s, 2) + "x";
-    }
+    const std::optional<double> jct = LargeJctRatio(ts, st);
+    const std::string ratio = jct ? Fixed(jct, 2) + "x" : "-";
     out += "| " + l.base + " | " + buf + " | " + goodput + " | " + ratio + " | " +
            Fixed(st.ettr_large, 2, 100) + " / " + Fixed(ts.ettr_large, 2, 100) + " | " +
            Fixed(st.work_ratio_large, 2, 100) + " / " + Fixed(ts.work_ratio_large, 2, 100) + " | " +
@@ -125,9 +131,9 @@ std::vector<Goal> EvaluateGoals(const Report& report) {
       Goal jl{
           "mean JCT, >= " + std::to_string(report.params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
           w.name, "", "<= 0.70 x", std::nullopt};
-      if (ours->jct_by_size[2].mean_jct_s && slurm->jct_by_size[2].mean_jct_s) {
+      if (const std::optional<double> jct = LargeJctRatio(*ours, *slurm)) {
         const double base = *slurm->jct_by_size[2].mean_jct_s;
-        const double ratio = *ours->jct_by_size[2].mean_jct_s / base;
+        const double ratio = *jct;
         char buf[128];
         std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)",
                       *ours->jct_by_size[2].mean_jct_s, base, ratio);
