@@ -193,9 +193,9 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
   EndBackoffs();
-  if (faster_wait_until_ <= now_) {
-    // A job that waited for a faster placement reached its bound.
-    faster_wait_until_ = kNever;
+  if (wait_bound_at_ <= now_) {
+    // A bounded wait ended: a faster placement's, or a deferred reclaim's.
+    wait_bound_at_ = kNever;
     ++queue_epoch_;
   }
   RunJobTimers();

@@ -85,22 +85,25 @@ class SchedulerCore::Impl {
   };
   std::map<JobId, Blocked> blocked_at_;  // the last failed placement try
   // The generation at which a job's preemption try found no victim set it
-  // may take, and why (its wait reason repeats it until the cluster changes).
+  // may take, and why (its wait reason repeats it until the cluster changes
+  // or, for a reclaim deferred to the promise's deadline, until retry_at).
   struct PreemptTried {
     uint64_t generation;
     std::string reason;
+    TimeMs retry_at = kNever;
   };
   std::map<JobId, PreemptTried> preempt_failed_at_;
   // The head's decision to wait for a faster placement at a generation (its
-  // reason; empty: start now; at: the end it waits for), and when its bound
-  // ends (a pass runs then).
+  // reason; empty: start now; at: the end it waits for). wait_bound_at_: the
+  // earliest end of a bounded wait, a placement wait's bound or a deferred
+  // reclaim's deadline (a pass runs then).
   struct FasterTried {
     uint64_t generation;
     std::string reason;
     TimeMs at = kNever;
   };
   std::map<JobId, FasterTried> faster_tried_;
-  TimeMs faster_wait_until_ = kNever;
+  TimeMs wait_bound_at_ = kNever;
   // A pass runs only when something it depends on changed.
   uint64_t queue_epoch_ = 1;
   uint64_t last_pass_generation_ = 0;
@@ -211,6 +214,7 @@ class SchedulerCore::Impl {
   struct PreemptDecision {
     bool started = false;
     std::string reason;
+    TimeMs retry_at = kNever;  // not started: try again then, whatever changes
   };
   PreemptDecision TryPreempt(JobRecord& waiting, TimeMs expected_start);
   void StopExpiredPreemptions();

@@ -10,7 +10,8 @@
 // kSnapshotVersion raised, the reader taking the field only from snapshots of
 // the new version (Bounds::version) and keeping every older version readable:
 // a store whose early events were compacted away has nothing else to start
-// from. Version 2 added a request's client_request_id.
+// from. Version 2 added a request's client_request_id; version 3 the time a
+// deferred reclaim is tried again.
 
 #include <algorithm>
 #include <bit>
@@ -576,13 +577,14 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   WriteMap(w, c.preempt_failed_at_, i64, [&](const SchedulerCore::Impl::PreemptTried& p) {
     w.U64(p.generation);
     w.Str(p.reason);
+    if (w.version >= 3) w.I64(p.retry_at);
   });
   WriteMap(w, c.faster_tried_, i64, [&](const SchedulerCore::Impl::FasterTried& f) {
     w.U64(f.generation);
     w.Str(f.reason);
     w.I64(f.at);
   });
-  w.I64(c.faster_wait_until_);
+  w.I64(c.wait_bound_at_);
   for (uint64_t v : {c.queue_epoch_, c.last_pass_generation_, c.last_pass_epoch_}) w.U64(v);
   for (JobId v : {c.pass_head_, c.just_submitted_, c.reservation_job_}) w.I64(v);
   w.U64(c.reservation_generation_);
@@ -733,6 +735,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     SchedulerCore::Impl::PreemptTried x;
     x.generation = r.U64();
     x.reason = r.Str();
+    if (b.version >= 3) x.retry_at = r.I64();
     return x;
   });
   ReadMap(r, c.faster_tried_, job, [&] {
@@ -742,7 +745,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     x.at = r.I64();
     return x;
   });
-  c.faster_wait_until_ = r.I64();
+  c.wait_bound_at_ = r.I64();
   for (uint64_t* v : {&c.queue_epoch_, &c.last_pass_generation_, &c.last_pass_epoch_}) *v = r.U64();
   for (JobId* v : {&c.pass_head_, &c.just_submitted_, &c.reservation_job_}) *v = b.Job(r);
   c.reservation_generation_ = r.U64();

@@ -524,10 +524,10 @@ TEST_CASE("borrowed capacity is reclaimed when the plan would break the guarante
     }
     REQUIRE(core.cluster().total_busy_gpus() == 64);
   };
-  SUBCASE("a 1 h job would wait 89 min, more than its limit: two borrowed jobs are reclaimed") {
+  SUBCASE("a 40 min job would wait 89 min, over twice its limit: two borrowed jobs are reclaimed") {
     SchedulerCore core(topo, SimConfig());
     borrowed_cluster(core, true);
-    auto cmds = core.Step(JobSubmitted{10, Request(16, 8, kHour, "a")}, kMinute);
+    auto cmds = core.Step(JobSubmitted{10, Request(16, 8, 40 * kMinute, "a")}, kMinute);
     auto asks = Only<RequestCheckpoint>(cmds);
     REQUIRE(asks.size() == 2);
     for (const auto& a : asks) CHECK(core.job(a.id)->borrowed);
@@ -535,6 +535,45 @@ TEST_CASE("borrowed capacity is reclaimed when the plan would break the guarante
     core.Step(CheckpointCompleted{asks[0].id, 1}, 2 * kMinute);
     core.Step(CheckpointCompleted{asks[1].id, 1}, 2 * kMinute);
     CHECK(core.job(10)->state == JobState::kRunning);
+  }
+  SUBCASE("a 1 h job would wait 89 min, within twice its limit: reclaim waits for its deadline") {
+    SchedulerCore core(topo, SimConfig());
+    borrowed_cluster(core, true);
+    const TimeMs grace = core.config().preempt_grace;
+    auto cmds = core.Step(JobSubmitted{10, Request(16, 8, kHour, "a")}, kMinute);
+    CHECK(Only<RequestCheckpoint>(cmds).empty());
+    CHECK(core.job(10)->reason.find(
+              "not preempting; borrowed GPUs are reclaimed in 58 min if jobs ending before their "
+              "limits have not made room: the plan starts it in 89 min, past its time limit "
+              "(60 min) of its submission but within twice that") != std::string::npos);
+    // The deadline wakes the core, though nothing else happens by then.
+    CHECK(core.NextWakeup() == kMinute + kHour - grace);
+    cmds = core.Step(Tick{}, kMinute + kHour - grace - 1);
+    CHECK(Only<RequestCheckpoint>(cmds).empty());
+    cmds = core.Step(Tick{}, kMinute + kHour - grace);
+    auto asks = Only<RequestCheckpoint>(cmds);
+    REQUIRE(asks.size() == 2);
+    for (const auto& a : asks) CHECK(core.job(a.id)->borrowed);
+    // The victims have run 59 min without a checkpoint: stopping them costs
+    // more than the 31 min of waiting left, but the promise is owed.
+    CHECK(core.job(10)->reason.find("preempting") == 0);
+    CHECK(core.job(10)->reason.find("; due to start within its time limit (60 min) of its "
+                                    "submission)") != std::string::npos);
+    // The victims do not checkpoint: they stop at the end of their grace,
+    // and the job starts within its limit of its submission.
+    core.Step(Tick{}, kMinute + kHour);
+    REQUIRE(core.job(10)->state == JobState::kRunning);
+    CHECK(core.job(10)->last_start == kMinute + kHour);
+  }
+  SUBCASE("the same 1 h job: borrowed jobs that end early make room, and none restarts") {
+    SchedulerCore core(topo, SimConfig());
+    borrowed_cluster(core, true);
+    core.Step(JobSubmitted{10, Request(16, 8, kHour, "a")}, kMinute);
+    core.Step(JobFinished{1, 0}, 30 * kMinute);
+    core.Step(JobFinished{2, 0}, 30 * kMinute);
+    REQUIRE(core.job(10)->state == JobState::kRunning);
+    CHECK(core.job(10)->last_start == 30 * kMinute);
+    for (JobId id = 3; id <= 7; ++id) CHECK(core.job(id)->preemptions == 0);
   }
   SUBCASE("a 2 h job would wait 89 min, within its limit: nothing stops, it starts at 90 min") {
     SchedulerCore core(topo, SimConfig());
@@ -566,7 +605,8 @@ TEST_CASE("a job within its guarantee starts within its time limit of its submis
   // victims' grace when it reclaims): it waits when the plan keeps that, else
   // it reclaims.
   Topology topo = Tiny();
-  for (TimeMs borrow_limit : {20 * kMinute, 59 * kMinute, 61 * kMinute, 3 * kHour, 24 * kHour}) {
+  for (TimeMs borrow_limit :
+       {20 * kMinute, 59 * kMinute, 61 * kMinute, 90 * kMinute, 2 * kHour, 3 * kHour, 24 * kHour}) {
     CAPTURE(borrow_limit);
     SchedulerCore core(topo, SimConfig());
     core.Step(TenantConfigured{TenantConfig{"a", 32, -1, 0, 0, 1}}, 0);

@@ -472,9 +472,10 @@ class SchedulerCore {
   // range (a node, GPU or job that cannot exist, an unknown state).
   // REQUIRES: the core is fresh (no Step yet).
   Status Restore(std::string_view snapshot);
-  // 2: a job's request has client_request_id. Version 1 is still read (a
-  // store whose early events were compacted away has only its snapshots).
-  static constexpr uint32_t kSnapshotVersion = 2;
+  // 2: a job's request has client_request_id. 3: a reclaim deferred to the
+  // promise's deadline keeps that deadline. Versions 1 and 2 are still read
+  // (a store whose early events were compacted away has only its snapshots).
+  static constexpr uint32_t kSnapshotVersion = 3;
 
  private:
   friend struct SnapshotAccess;
