@@ -16,6 +16,7 @@
 //   bench_replay --quick                  # S at 10,000 jobs
 //   bench_replay --workloads K,K+F --policies toposched,slurm-tree
 //   bench_replay --threads 6              # cells in parallel (timings noisier)
+//   bench_replay --quick --seeds 1-8      # goals also as met-on-k-of-8 and means
 
 #include <sched.h>
 #include <sys/resource.h>
@@ -73,11 +74,12 @@ struct Prepared {
   core::SimOptions options;
 };
 
-core::Result<Prepared> Prepare(const std::string& name, const Params& p) {
+core::Result<Prepared> Prepare(const std::string& name, const Params& p, uint64_t seed) {
   const auto t0 = std::chrono::steady_clock::now();
   Prepared out;
   WorkloadResult& r = out.result;
   r.name = name;
+  r.seed = seed;
   // NAME[@SCALE]: SCALE multiplies the cross-HBD bandwidth (sensitivity).
   const size_t at = name.find('@');
   const std::string plain = name.substr(0, at);
@@ -91,7 +93,7 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p) {
   }
   r.failures = plain.size() > 2 && plain.substr(plain.size() - 2) == "+F";
   const std::string base = r.failures ? plain.substr(0, plain.size() - 2) : plain;
-  out.options.seed = p.seed;
+  out.options.seed = seed;
   out.options.large_gpus = p.large_gpus;
   out.options.ettr_gpus = p.ettr_gpus;
   out.options.keep_job_results = false;
@@ -109,7 +111,7 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p) {
     core::Result<std::vector<core::KalosRow>> rows = common::ParseKalosCsv(text.value());
     if (!rows.ok()) return core::Status::Error(path + ": " + rows.message());
     core::KalosOptions k = p.kalos;
-    k.seed = p.seed;
+    k.seed = seed;
     out.workload = core::BuildKalosWorkload(rows.value(), *out.topology, k);
     core::LoadScaling s = core::ScaleToLoad(out.workload.jobs, out.topology->total_gpus(), p.load);
     r.load_factor = s.factor;
@@ -119,7 +121,7 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p) {
     if (!topo.ok()) return topo.status();
     out.topology = std::make_unique<core::Topology>(std::move(topo).value());
     core::SyntheticOptions s = p.synthetic;
-    s.seed = p.seed;
+    s.seed = seed;
     s.jobs = p.jobs;
     s.load = p.load;
     out.workload = core::GenerateSynthetic(*out.topology, s);
@@ -164,7 +166,14 @@ int Run(int argc, char** argv) {
                  "NAME@2; default true with the speed model)");
   app.add_flag("--quick", p.quick, "S at 10,000 jobs (unless --jobs), output replay-quick.json");
   app.add_option("--load", p.load, "target offered load")->capture_default_str();
-  app.add_option("--seed", p.seed, "seed of the workloads and failures")->capture_default_str();
+  std::string seeds;
+  CLI::Option* seed_opt =
+      app.add_option("--seed", p.seed, "seed of the workloads and failures")->capture_default_str();
+  app.add_option("--seeds", seeds,
+                 "several seeds, e.g. 1-8 or 1,4,9: the tables and the bandwidth variants use "
+                 "the first; every seed replays the base workloads, and the goals are also "
+                 "printed as the seeds that met each and the mean over them")
+      ->excludes(seed_opt);
   app.add_option("--large-gpus", p.large_gpus, "large jobs for the queue-delay figure")
       ->capture_default_str();
   app.add_option("--threads", p.threads, "replays run in parallel (1: pinned to CPU 0)")
@@ -177,6 +186,16 @@ int Run(int argc, char** argv) {
     return app.exit(e);
   }
   if (p.quick && app.count("--jobs") == 0) p.jobs = 10000;
+  p.seeds = {p.seed};
+  if (!seeds.empty()) {
+    core::Result<std::vector<uint64_t>> parsed = ParseSeeds(seeds);
+    if (!parsed.ok()) {
+      std::cerr << "bench_replay: " << parsed.message() << "\n";
+      return 2;
+    }
+    p.seeds = std::move(parsed).value();
+    p.seed = p.seeds.front();
+  }
   p.sim.speed_model = speed_model == "on";
   if (p.sim.speed_model && sensitivity) {
     std::vector<std::string> all;
@@ -200,15 +219,20 @@ int Run(int argc, char** argv) {
   report.params = p;
   const auto t0 = std::chrono::steady_clock::now();
 
+  // Every workload at the first seed; the base workloads (no @SCALE) again
+  // at each further seed.
   std::vector<Prepared> prepared;
-  for (const std::string& name : p.workloads) {
-    core::Result<Prepared> w = Prepare(name, p);
-    if (!w.ok()) {
-      std::cerr << "bench_replay: " << w.message() << "\n";
-      return 1;
+  for (uint64_t seed : p.seeds) {
+    for (const std::string& name : p.workloads) {
+      if (seed != p.seed && name.find('@') != std::string::npos) continue;
+      core::Result<Prepared> w = Prepare(name, p, seed);
+      if (!w.ok()) {
+        std::cerr << "bench_replay: " << w.message() << "\n";
+        return 1;
+      }
+      prepared.push_back(std::move(w).value());
+      prepared.back().result.reports.resize(p.policies.size());
     }
-    prepared.push_back(std::move(w).value());
-    prepared.back().result.reports.resize(p.policies.size());
   }
 
   // Cells (workload x policy), run in order or by a small pool of threads.
@@ -237,8 +261,9 @@ int Run(int argc, char** argv) {
       rep.wall_s = Since(wall0);
       rep.peak_rss_mb = PeakRssMb();
       std::lock_guard<std::mutex> lock(io);
-      std::fprintf(stderr, "  %-14s %-14s %7.1f s wall%s\n", w.result.name.c_str(), stack.c_str(),
-                   *rep.wall_s, r.ok() ? "" : (" ERROR: " + r.message()).c_str());
+      std::fprintf(stderr, "  %-14s seed %-4llu %-14s %7.1f s wall%s\n", w.result.name.c_str(),
+                   static_cast<unsigned long long>(w.result.seed), stack.c_str(), *rep.wall_s,
+                   r.ok() ? "" : (" ERROR: " + r.message()).c_str());
       w.result.reports[cells[i].policy] = std::move(rep);
     }
   };
@@ -252,6 +277,7 @@ int Run(int argc, char** argv) {
   for (Prepared& w : prepared) report.workloads.push_back(std::move(w.result));
   report.wall_seconds = Since(t0);
   report.goals = EvaluateGoals(report);
+  report.across_seeds = EvaluateAcrossSeeds(report);
 
   std::cout << RenderText(report);
   std::ofstream out(p.out);

@@ -54,6 +54,7 @@ std::string SensitivityTable(const Report& report) {
   };
   std::vector<Line> lines;
   for (const WorkloadResult& w : report.workloads) {
+    if (w.seed != report.params.seed) continue;  // the variants run at the first seed
     const core::SimReport* ts = Find(w, "toposched");
     const core::SimReport* st = Find(w, "slurm-tree");
     if (ts == nullptr || st == nullptr) return "";
@@ -100,112 +101,251 @@ std::string SensitivityTable(const Report& report) {
 
 }  // namespace
 
+namespace {
+
+// The goals one workload's run measures (../shared/BENCHMARKS.md, issue 13).
+std::vector<Goal> GoalsOf(const WorkloadResult& w, const Params& params) {
+  std::vector<Goal> goals;
+  const core::SimReport* ours = Find(w, "toposched");
+  const core::SimReport* slurm = Find(w, "slurm-tree");
+  if (ours == nullptr) return goals;
+  if (!w.failures && slurm != nullptr) {
+    Goal u{"utilization >= slurm-tree + 5 points", w.name, "", "", std::nullopt};
+    if (ours->utilization && slurm->utilization) {
+      const double delta = (*ours->utilization - *slurm->utilization) * 100;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours->utilization * 100,
+                    *slurm->utilization * 100, delta);
+      u.measured = buf;
+      u.met = delta >= 5.0;
+      u.value = delta;
+    }
+    u.target = "+5.0 points";
+    u.unit = " points";
+    u.decimals = 1;
+    goals.push_back(u);
+    Goal gp{"goodput >= slurm-tree + 5 points", w.name, "", "+5.0 points", std::nullopt};
+    gp.unit = " points";
+    gp.decimals = 1;
+    if (ours->goodput && slurm->goodput) {
+      const double delta = (*ours->goodput - *slurm->goodput) * 100;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours->goodput * 100,
+                    *slurm->goodput * 100, delta);
+      gp.measured = buf;
+      gp.met = delta >= 5.0;
+      gp.value = delta;
+    }
+    goals.push_back(gp);
+    Goal jl{"mean JCT, >= " + std::to_string(params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
+            w.name, "", "<= 0.70 x", std::nullopt};
+    jl.unit = " x";
+    if (const std::optional<double> jct = LargeJctRatio(*ours, *slurm)) {
+      const double base = *slurm->jct_by_size[2].mean_jct_s;
+      const double ratio = *jct;
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)", *ours->jct_by_size[2].mean_jct_s,
+                    base, ratio);
+      jl.measured = buf;
+      // No policy's mean goes below the jobs' mean duration at the ideal
+      // placement: say how far down the goal can be reached at all.
+      if (const std::optional<double>& bound = ours->jct_by_size[2].bound_jct_s) {
+        std::snprintf(buf, sizeof buf, "; no wait at ideal speed: %.2f x", *bound / base);
+        jl.measured += buf;
+      }
+      jl.met = ratio <= 0.7;
+      jl.value = ratio;
+    }
+    goals.push_back(jl);
+    Goal q{
+        "mean queue delay, >= " + std::to_string(params.large_gpus) + " GPUs <= 0.5 x slurm-tree",
+        w.name, "", "<= 0.50 x", std::nullopt};
+    q.unit = " x";
+    if (ours->mean_queue_delay_large_s && slurm->mean_queue_delay_large_s) {
+      char buf[96];
+      const double base = *slurm->mean_queue_delay_large_s;
+      const double ratio = base > 0 ? *ours->mean_queue_delay_large_s / base : 0;
+      std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)", *ours->mean_queue_delay_large_s,
+                    base, ratio);
+      q.measured = buf;
+      q.met = base > 0 ? ratio <= 0.5 : *ours->mean_queue_delay_large_s <= 0;
+      if (base > 0) q.value = ratio;
+    }
+    goals.push_back(q);
+  }
+  if (w.failures) {
+    Goal e{"ETTR, >= " + std::to_string(params.ettr_gpus) + " GPUs, under F", w.name,
+           Fixed(ours->ettr_large, 2, 100) + " %", ">= 97 %", std::nullopt};
+    e.unit = " %";
+    if (ours->ettr_large) {
+      e.met = *ours->ettr_large >= 0.97;
+      e.value = *ours->ettr_large * 100;
+    }
+    goals.push_back(e);
+    if (slurm != nullptr) {
+      Goal es{"ETTR, >= " + std::to_string(params.ettr_gpus) + " GPUs, under F >= slurm-tree",
+              w.name, "", ">= slurm-tree", std::nullopt};
+      es.unit = " points";
+      if (ours->ettr_large && slurm->ettr_large) {
+        es.measured =
+            Fixed(ours->ettr_large, 2, 100) + " % vs " + Fixed(slurm->ettr_large, 2, 100) + " %";
+        es.met = *ours->ettr_large >= *slurm->ettr_large;
+        es.value = (*ours->ettr_large - *slurm->ettr_large) * 100;
+      }
+      goals.push_back(es);
+      // Churn: restarts toposched's preemptions cause, against the restarts
+      // failures alone cause under slurm-tree (which never preempts).
+      Goal c{"preemption restarts <= 2 x slurm-tree's failure restarts", w.name, "", "<= 2.00 x",
+             std::nullopt};
+      c.unit = " x";
+      const int64_t failure_restarts = slurm->restarts - slurm->preemption_restarts;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%lld vs %lld",
+                    static_cast<long long>(ours->preemption_restarts),
+                    static_cast<long long>(failure_restarts));
+      c.measured = buf;
+      c.met = ours->preemption_restarts <= 2 * failure_restarts;
+      if (failure_restarts > 0) {
+        c.value =
+            static_cast<double>(ours->preemption_restarts) / static_cast<double>(failure_restarts);
+        std::snprintf(buf, sizeof buf, " (%.2f x)", *c.value);
+        c.measured += buf;
+      }
+      goals.push_back(c);
+    }
+  }
+  Goal r{"required constraints met", w.name, Fixed(ours->required_met, 2, 100) + " %", "100 %",
+         std::nullopt};
+  r.unit = " %";
+  if (ours->required_met) {
+    r.met = *ours->required_met >= 1.0;
+    r.value = *ours->required_met * 100;
+  }
+  goals.push_back(r);
+  if (w.family == "S" && !w.failures) {
+    Goal t{"replay of S (100,000 jobs) wall time, one core", w.name, Fixed(ours->wall_s, 1) + " s",
+           "<= 60 s", std::nullopt};
+    t.unit = " s";
+    t.decimals = 1;
+    t.value = ours->wall_s;
+    if (w.jobs >= 100000 && ours->wall_s) {
+      t.met = *ours->wall_s <= 60.0;
+    } else {
+      t.measured += " (" + std::to_string(w.jobs) + " jobs: not the full size)";
+    }
+    goals.push_back(t);
+  }
+  return goals;
+}
+
+std::string SeedList(const std::vector<uint64_t>& seeds) {
+  std::string out;
+  for (size_t i = 0; i < seeds.size();) {
+    size_t j = i;
+    while (j + 1 < seeds.size() && seeds[j + 1] == seeds[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(seeds[i]);
+    if (j > i) out += "-" + std::to_string(seeds[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Goal> EvaluateGoals(const Report& report) {
   std::vector<Goal> goals;
   for (const WorkloadResult& w : report.workloads) {
-    const core::SimReport* ours = Find(w, "toposched");
-    const core::SimReport* slurm = Find(w, "slurm-tree");
-    if (ours == nullptr) continue;
-    if (!w.failures && slurm != nullptr) {
-      Goal u{"utilization >= slurm-tree + 5 points", w.name, "", "", std::nullopt};
-      if (ours->utilization && slurm->utilization) {
-        const double delta = (*ours->utilization - *slurm->utilization) * 100;
-        char buf[96];
-        std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)",
-                      *ours->utilization * 100, *slurm->utilization * 100, delta);
-        u.measured = buf;
-        u.met = delta >= 5.0;
-      }
-      u.target = "+5.0 points";
-      goals.push_back(u);
-      Goal gp{"goodput >= slurm-tree + 5 points", w.name, "", "+5.0 points", std::nullopt};
-      if (ours->goodput && slurm->goodput) {
-        const double delta = (*ours->goodput - *slurm->goodput) * 100;
-        char buf[96];
-        std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours->goodput * 100,
-                      *slurm->goodput * 100, delta);
-        gp.measured = buf;
-        gp.met = delta >= 5.0;
-      }
-      goals.push_back(gp);
-      Goal jl{
-          "mean JCT, >= " + std::to_string(report.params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
-          w.name, "", "<= 0.70 x", std::nullopt};
-      if (const std::optional<double> jct = LargeJctRatio(*ours, *slurm)) {
-        const double base = *slurm->jct_by_size[2].mean_jct_s;
-        const double ratio = *jct;
-        char buf[128];
-        std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)",
-                      *ours->jct_by_size[2].mean_jct_s, base, ratio);
-        jl.measured = buf;
-        // No policy's mean goes below the jobs' mean duration at the ideal
-        // placement: say how far down the goal can be reached at all.
-        if (const std::optional<double>& bound = ours->jct_by_size[2].bound_jct_s) {
-          std::snprintf(buf, sizeof buf, "; no wait at ideal speed: %.2f x", *bound / base);
-          jl.measured += buf;
-        }
-        jl.met = ratio <= 0.7;
-      }
-      goals.push_back(jl);
-      Goal q{"mean queue delay, >= " + std::to_string(report.params.large_gpus) +
-                 " GPUs <= 0.5 x slurm-tree",
-             w.name, "", "<= 0.50 x", std::nullopt};
-      if (ours->mean_queue_delay_large_s && slurm->mean_queue_delay_large_s) {
-        char buf[96];
-        const double base = *slurm->mean_queue_delay_large_s;
-        const double ratio = base > 0 ? *ours->mean_queue_delay_large_s / base : 0;
-        std::snprintf(buf, sizeof buf, "%.0f s vs %.0f s (%.2f x)", *ours->mean_queue_delay_large_s,
-                      base, ratio);
-        q.measured = buf;
-        q.met = base > 0 ? ratio <= 0.5 : *ours->mean_queue_delay_large_s <= 0;
-      }
-      goals.push_back(q);
-    }
-    if (w.failures) {
-      Goal e{"ETTR, >= " + std::to_string(report.params.ettr_gpus) + " GPUs, under F", w.name,
-             Fixed(ours->ettr_large, 2, 100) + " %", ">= 97 %", std::nullopt};
-      if (ours->ettr_large) e.met = *ours->ettr_large >= 0.97;
-      goals.push_back(e);
-      if (slurm != nullptr) {
-        Goal es{
-            "ETTR, >= " + std::to_string(report.params.ettr_gpus) + " GPUs, under F >= slurm-tree",
-            w.name, "", ">= slurm-tree", std::nullopt};
-        if (ours->ettr_large && slurm->ettr_large) {
-          es.measured =
-              Fixed(ours->ettr_large, 2, 100) + " % vs " + Fixed(slurm->ettr_large, 2, 100) + " %";
-          es.met = *ours->ettr_large >= *slurm->ettr_large;
-        }
-        goals.push_back(es);
-      }
-    }
-    Goal r{"required constraints met", w.name, Fixed(ours->required_met, 2, 100) + " %", "100 %",
-           std::nullopt};
-    if (ours->required_met) r.met = *ours->required_met >= 1.0;
-    goals.push_back(r);
-    if (w.family == "S" && !w.failures) {
-      Goal t{"replay of S (100,000 jobs) wall time, one core", w.name,
-             Fixed(ours->wall_s, 1) + " s", "<= 60 s", std::nullopt};
-      if (w.jobs >= 100000 && ours->wall_s) {
-        t.met = *ours->wall_s <= 60.0;
-      } else {
-        t.measured += " (" + std::to_string(w.jobs) + " jobs: not the full size)";
-      }
-      goals.push_back(t);
-    }
+    if (w.seed != report.params.seed) continue;
+    for (Goal& g : GoalsOf(w, report.params)) goals.push_back(std::move(g));
   }
   return goals;
+}
+
+std::vector<GoalAcrossSeeds> EvaluateAcrossSeeds(const Report& report) {
+  std::vector<GoalAcrossSeeds> out;
+  if (report.params.seeds.size() < 2) return out;
+  for (const WorkloadResult& first : report.workloads) {
+    if (first.seed != report.params.seed) continue;
+    std::vector<std::vector<Goal>> runs;
+    for (const WorkloadResult& w : report.workloads) {
+      if (w.name == first.name) runs.push_back(GoalsOf(w, report.params));
+    }
+    if (runs.size() < 2) continue;  // a sensitivity variant: the first seed only
+    for (size_t i = 0; i < runs.front().size(); ++i) {
+      GoalAcrossSeeds a;
+      a.goal = runs.front()[i];
+      a.goal.measured.clear();
+      a.goal.met.reset();
+      a.goal.value.reset();
+      double sum = 0;
+      int values = 0;
+      for (const std::vector<Goal>& run : runs) {
+        const Goal& g = run[i];
+        ++a.seeds;
+        if (g.met) {
+          ++a.measured;
+          if (*g.met) ++a.met;
+        }
+        if (g.value && std::isfinite(*g.value)) {
+          sum += *g.value;
+          ++values;
+          a.min = a.min ? std::min(*a.min, *g.value) : *g.value;
+          a.max = a.max ? std::max(*a.max, *g.value) : *g.value;
+        }
+      }
+      if (values > 0) a.mean = sum / values;
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
+core::Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
+  std::vector<uint64_t> seeds;
+  auto number = [](const std::string& s) -> std::optional<uint64_t> {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
+      return std::nullopt;
+    }
+    return std::stoull(s);
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string part = text.substr(start, comma - start);
+    const size_t dash = part.find('-');
+    const std::optional<uint64_t> lo = number(part.substr(0, dash));
+    const std::optional<uint64_t> hi =
+        dash == std::string::npos ? lo : number(part.substr(dash + 1));
+    if (!lo || !hi || *hi < *lo) {
+      return core::Status::Error("--seeds: '" + part +
+                                 "' is not a seed or a range like 1-8 (seeds are 0 to 999999999)");
+    }
+    for (uint64_t s = *lo; s <= *hi; ++s) {
+      if (std::find(seeds.begin(), seeds.end(), s) != seeds.end()) {
+        return core::Status::Error("--seeds: seed " + std::to_string(s) + " is given twice");
+      }
+      if (seeds.size() >= 64) return core::Status::Error("--seeds: at most 64 seeds");
+      seeds.push_back(s);
+    }
+    start = comma + 1;
+  }
+  return seeds;
 }
 
 std::string RenderText(const Report& report) {
   std::string out;
   char buf[512];
   const MachineInfo& m = report.machine;
-  std::snprintf(buf, sizeof buf,
-                "replay benchmark (../shared/BENCHMARKS.md: K, S, F), seed %llu\n"
-                "commit %s%s; machine %s, %d CPUs, %s%s; started %s\n",
-                static_cast<unsigned long long>(report.params.seed), m.git_commit.c_str(),
-                m.git_dirty ? " (work tree dirty)" : "", m.hostname.c_str(), m.nproc,
-                m.cpu_model.c_str(), m.pinned ? ", pinned to CPU 0" : "", m.started_at.c_str());
+  std::snprintf(
+      buf, sizeof buf,
+      "replay benchmark (../shared/BENCHMARKS.md: K, S, F), seed %llu%s\n"
+      "commit %s%s; machine %s, %d CPUs, %s%s; started %s\n",
+      static_cast<unsigned long long>(report.params.seed),
+      report.params.seeds.size() > 1
+          ? (" (tables; goals also over seeds " + SeedList(report.params.seeds) + ")").c_str()
+          : "",
+      m.git_commit.c_str(), m.git_dirty ? " (work tree dirty)" : "", m.hostname.c_str(), m.nproc,
+      m.cpu_model.c_str(), m.pinned ? ", pinned to CPU 0" : "", m.started_at.c_str());
   out += buf;
   const core::FailureModel& f = report.params.failures;
   std::snprintf(buf, sizeof buf,
@@ -280,6 +420,7 @@ std::string RenderText(const Report& report) {
   for (const Row& row : rows) label_width = std::max(label_width, row.label.size());
 
   for (const WorkloadResult& w : report.workloads) {
+    if (w.seed != report.params.seed) continue;
     out += "\n";
     std::snprintf(buf, sizeof buf, "%s on %s (%d GPUs, %d nodes): %zu jobs, offered load %.3f",
                   w.name.c_str(), w.topology.c_str(), w.capacity_gpus, w.nodes, w.jobs,
@@ -316,9 +457,24 @@ std::string RenderText(const Report& report) {
   out += "\ngoals (toposched)\n";
   for (const Goal& g : report.goals) {
     const char* verdict = !g.met ? "n/a " : *g.met ? "MET " : "MISS";
-    std::snprintf(buf, sizeof buf, "  %s %-14s %-48s %s (goal %s)\n", verdict, g.workload.c_str(),
+    std::snprintf(buf, sizeof buf, "  %s %-14s %-56s %s (goal %s)\n", verdict, g.workload.c_str(),
                   g.figure.c_str(), g.measured.c_str(), g.target.c_str());
     out += buf;
+  }
+  if (!report.across_seeds.empty()) {
+    out += "\ngoals (toposched) over seeds " + SeedList(report.params.seeds) +
+           ": seeds that met each goal; mean, least and greatest\n";
+    for (const GoalAcrossSeeds& a : report.across_seeds) {
+      const Goal& g = a.goal;
+      std::string spread = "-";
+      if (a.mean) {
+        spread = Fixed(a.mean, g.decimals) + g.unit + " (" + Fixed(a.min, g.decimals) + " to " +
+                 Fixed(a.max, g.decimals) + ")";
+      }
+      std::snprintf(buf, sizeof buf, "  %2d/%-2d %-14s %-56s %s (goal %s)\n", a.met, a.seeds,
+                    g.workload.c_str(), g.figure.c_str(), spread.c_str(), g.target.c_str());
+      out += buf;
+    }
   }
   std::snprintf(buf, sizeof buf, "\ntotal wall %.1f s\n", report.wall_seconds);
   out += buf;
@@ -338,6 +494,7 @@ nlohmann::ordered_json ToJson(const Report& report) {
                   {"pinned_cpu0", m.pinned}};
   j["started_at"] = m.started_at;
   j["seed"] = p.seed;
+  j["seeds"] = p.seeds;
   const core::SyntheticOptions& s = p.synthetic;
   const core::FailureModel& f = p.failures;
   j["parameters"] = {
@@ -390,6 +547,7 @@ nlohmann::ordered_json ToJson(const Report& report) {
     wj["jobs"] = w.jobs;
     wj["offered_load"] = Opt(w.offered_load);
     wj["load_factor"] = w.load_factor;
+    wj["seed"] = w.seed;
     J policies = J::object();
     for (const core::SimReport& r : w.reports) {
       J pj;
@@ -455,9 +613,24 @@ nlohmann::ordered_json ToJson(const Report& report) {
                      {"workload", g.workload},
                      {"measured", g.measured},
                      {"target", g.target},
-                     {"met", g.met ? J(*g.met) : J(nullptr)}});
+                     {"met", g.met ? J(*g.met) : J(nullptr)},
+                     {"value", Opt(g.value)}});
   }
   j["goals"] = std::move(goals);
+  J across = J::array();
+  for (const GoalAcrossSeeds& a : report.across_seeds) {
+    across.push_back({{"figure", a.goal.figure},
+                      {"workload", a.goal.workload},
+                      {"target", a.goal.target},
+                      {"seeds", a.seeds},
+                      {"measured", a.measured},
+                      {"met", a.met},
+                      {"unit", a.goal.unit.empty() ? "" : a.goal.unit.substr(1)},
+                      {"mean", Opt(a.mean)},
+                      {"min", Opt(a.min)},
+                      {"max", Opt(a.max)}});
+  }
+  j["goals_across_seeds"] = std::move(across);
   j["wall_seconds"] = report.wall_seconds;
   return j;
 }

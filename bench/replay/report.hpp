@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <vector>
 #include "machine.hpp"
@@ -13,6 +14,7 @@
 
 #include "topo/core/sim.hpp"
 #include "topo/core/sim_workload.hpp"
+#include "topo/core/status.hpp"
 
 namespace topo::bench {
 
@@ -21,7 +23,8 @@ struct Params {
   std::vector<std::string> policies;
   int jobs = 100000;  // workload S
   double load = 0.9;
-  uint64_t seed = 1;
+  uint64_t seed = 1;            // the first of seeds: the tables and sensitivity
+  std::vector<uint64_t> seeds;  // every seed; the base workloads run at each
   int large_gpus = 512;
   int ettr_gpus = 1024;
   int threads = 1;
@@ -43,27 +46,57 @@ struct WorkloadResult {
   size_t jobs = 0;
   double offered_load = 0;
   double load_factor = 1;  // arrivals scaled by it (K); 1 for S (generated at the load)
+  uint64_t seed = 1;
   double build_seconds = 0;
   std::vector<core::SimReport> reports;  // one per policy, in Params order
 };
 
 struct Goal {
+  Goal() = default;
+  Goal(std::string f, std::string w, std::string m, std::string t, std::optional<bool> ok)
+      : figure(std::move(f)),
+        workload(std::move(w)),
+        measured(std::move(m)),
+        target(std::move(t)),
+        met(ok) {}
   std::string figure;
   std::string workload;
   std::string measured;  // printable
   std::string target;
   std::optional<bool> met;  // nullopt: not measurable in this run
+  // The number the goal is about (a ratio, points, a percentage), for the
+  // summary over seeds: printed with `decimals` and `unit`.
+  std::optional<double> value;
+  std::string unit;
+  int decimals = 2;
+};
+
+// One goal over every seed of a multi-seed run.
+struct GoalAcrossSeeds {
+  Goal goal;  // figure, workload, target and the value's unit
+  int seeds = 0;
+  int met = 0;       // seeds whose run met the goal
+  int measured = 0;  // seeds whose run could measure it
+  std::optional<double> mean, min, max;
 };
 
 struct Report {
   Params params;
   MachineInfo machine;
   std::vector<WorkloadResult> workloads;
-  std::vector<Goal> goals;
+  std::vector<Goal> goals;                    // of the first seed
+  std::vector<GoalAcrossSeeds> across_seeds;  // empty with one seed
   double wall_seconds = 0;
 };
 
+// The goals of the first seed's workloads.
 std::vector<Goal> EvaluateGoals(const Report& report);
+// Every goal of the workloads run at more than one seed, over those seeds, in
+// the order of EvaluateGoals.
+std::vector<GoalAcrossSeeds> EvaluateAcrossSeeds(const Report& report);
+// "1-8" or "1,3,5" (ranges and single seeds, comma-separated) -> seeds, in
+// the order given; an error names what is wrong.
+core::Result<std::vector<uint64_t>> ParseSeeds(const std::string& text);
 std::string RenderText(const Report& report);
 nlohmann::ordered_json ToJson(const Report& report);
 
