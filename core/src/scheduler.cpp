@@ -139,6 +139,12 @@ PlacerOptions FastOptions(PlacerOptions o) {
   return o;
 }
 
+PlacerOptions FitOptions(PlacerOptions o) {
+  o.explain_shortfall = false;
+  o.choose_by_speed = false;
+  return o;
+}
+
 }  // namespace
 
 SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
@@ -146,6 +152,7 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       config_(std::move(config)),
       placer_(MakePlacer(config_.placer, FastOptions(config_.placer_options))),
       judge_(MakePlacer(config_.placer, config_.placer_options)),
+      fitter_(MakePlacer(config_.placer, FitOptions(config_.placer_options))),
       order_(MakeQueueOrder(config_.queue_order)),
       quotas_(config_.fairshare_half_life),
       failures_(config_.max_app_failures, config_.restart_backoff_initial,
@@ -158,6 +165,7 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       ports_(topology.node_count(), config_.master_ports) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
   if (judge_ == nullptr) judge_ = MakePlacer("toposched", config_.placer_options);
+  if (fitter_ == nullptr) fitter_ = MakePlacer("toposched", FitOptions(config_.placer_options));
   if (order_ == nullptr) order_ = MakeQueueOrder("multifactor");
   if (config_.heartbeats_required || config_.nodes_start_down) {
     for (NodeId n = 0; n < topology.node_count(); ++n) cluster().SetNodeState(n, NodeState::kDown);

@@ -38,6 +38,10 @@ class SchedulerCore::Impl {
   SchedulerConfig config_;
   std::unique_ptr<Placer> placer_;  // Busy without the empty-cluster analysis
   std::unique_ptr<Placer> judge_;   // decides Busy vs Infeasible at submission
+  // Places exactly where placer_ does, without choosing among candidates by
+  // predicted speed (PlacerOptions::choose_by_speed off): the reservation
+  // plan's probes ask only whether the job fits.
+  std::unique_ptr<Placer> fitter_;
   std::unique_ptr<QueueOrder> order_;
   QuotaLedger quotas_;  // quotas, usage now, fairshare
   FailurePolicy failures_;
@@ -115,10 +119,10 @@ class SchedulerCore::Impl {
   JobId just_submitted_ = 0;
   JobId reservation_job_ = 0;
   uint64_t reservation_generation_ = 0;
-  // The last placement Reserve computed and the state it placed on: the
-  // placer is a function of the job and the state, and the state after the
-  // ends a reservation waits for is often the same from pass to pass (a job
-  // that ended early was among them; a backfilled one ends before them).
+  // The last placement Reserve found and the state it placed on: the placer
+  // is a function of the job and the state, and the state after the ends a
+  // reservation waits for is often the same from pass to pass (a job that
+  // ended early was among them; a backfilled one ends before them).
   struct ReserveMemo {
     JobId job = 0;
     std::optional<ClusterState> state;
@@ -126,6 +130,8 @@ class SchedulerCore::Impl {
   };
   mutable ReserveMemo reserve_memo_;
   Placement PlaceForReservation(const JobRecord& job, const ClusterState& future) const;
+  // Whether PlaceForReservation would place it (its memo, else fitter_).
+  bool FitsForReservation(const JobRecord& job, const ClusterState& future) const;
   // The last pass's estimate for its blocked head (EstimatedStart): 0 and
   // kNever when it made none.
   JobId estimate_job_ = 0;
@@ -234,15 +240,18 @@ class SchedulerCore::Impl {
   // holding GPUs is planned as if requeued (its GPUs free, its end not
   // waited for).
   Reservation Reserve(const JobRecord& job) const;
-  // The plan's search, shared by Reserve and the preemption cost: the first
-  // of the times `at` (ascending) after whose release(state, 0..i) a job of
-  // `gpus` GPUs is placed by `place` on `base`; start kNever when none.
+  // The plan's search: the first of the times `at` (ascending) after whose
+  // release(state, 0..i) a job of `gpus` GPUs fits on `base`, and its
+  // placement there; start kNever when none. `fits(state)` must be true
+  // exactly where `place(state)` is placed: the search probes with the
+  // cheap one and places once, at the answer.
   struct PlannedStart {
     TimeMs start = kNever;
     Placement placement;
   };
   PlannedStart PlanStart(int gpus, const ClusterState& base, std::span<const TimeMs> at,
                          const std::function<void(ClusterState&, size_t)>& release,
+                         const std::function<bool(const ClusterState&)>& fits,
                          const std::function<Placement(const ClusterState&)>& place) const;
   // Running jobs by the time they must end, earliest first: their time
   // limits (or, preempting, their grace deadlines).

@@ -96,6 +96,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
         const JobRecord& j = jobs_.at(ends[i].second);
         (void)s.Release(alloc_.Held(j.ranks, j.spares));
       },
+      [&](const ClusterState& s) { return FitsForReservation(job, s); },
       [&](const ClusterState& s) { return PlaceForReservation(job, s); });
   Reservation r;
   r.job = job.id;
@@ -108,6 +109,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
 SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
     int gpus, const ClusterState& base, std::span<const TimeMs> at,
     const std::function<void(ClusterState&, size_t)>& release,
+    const std::function<bool(const ClusterState&)>& fits,
     const std::function<Placement(const ClusterState&)>& place) const {
   PlannedStart out;
   if (at.empty()) return out;
@@ -126,45 +128,55 @@ SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
   }
   if (lo == at.size()) return out;  // failed hardware: no foreseeable start
   // `future` now has ends[0..lo] released. Usually the job fits within a
-  // few more ends: try them one by one; past that, check that it fits once
-  // every job has ended and binary search the first end after which it does
-  // (more released GPUs only help).
+  // few more ends: place it after them one by one; past that, check that it
+  // fits once every job has ended and binary search the first end after
+  // which it does (more released GPUs only help), asking `fits` only, and
+  // place it there.
   constexpr size_t kLinearTries = 4;
   size_t hi = at.size() - 1;
-  Placement found;
-  bool have = false;
   for (size_t tried = 0; tried < kLinearTries && lo < at.size(); ++tried) {
     Placement p = place(future);
     if (p.placed()) {
-      hi = lo;
-      found = std::move(p);
-      have = true;
-      break;
+      out.start = std::max(at[lo], now_);
+      out.placement = std::move(p);
+      return out;
     }
     if (++lo < at.size()) release_through(future, lo, lo);
   }
-  if (!have) {
-    if (lo >= at.size()) return out;
-    release_through(future, lo + 1, at.size() - 1);
-    Placement last = place(future);
-    if (!last.placed()) return out;
-    found = std::move(last);
-    while (lo < hi) {
-      const size_t mid = lo + (hi - lo) / 2;
-      ClusterState probe = base;
-      release_through(probe, 0, mid);
-      Placement p = place(probe);
-      if (p.placed()) {
-        hi = mid;
-        found = std::move(p);
-      } else {
-        lo = mid + 1;
-      }
+  if (lo >= at.size()) return out;
+  // Each probe starts from the last state that did not fit (`known`, ends
+  // 0..known_through released), so every end is released about once.
+  ClusterState known = future;
+  size_t known_through = lo;
+  release_through(future, lo + 1, at.size() - 1);
+  if (!fits(future)) return out;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    ClusterState probe = known;
+    if (mid > known_through) release_through(probe, known_through + 1, mid);
+    if (fits(probe)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+      known = std::move(probe);
+      known_through = std::max(known_through, mid);
     }
   }
+  if (hi + 1 < at.size()) {
+    future = std::move(known);
+    if (hi > known_through) release_through(future, known_through + 1, hi);
+  }
+  out.placement = place(future);
+  if (!out.placement.placed()) return {};  // `fits` broke its contract: no plan
   out.start = std::max(at[hi], now_);
-  out.placement = std::move(found);
   return out;
+}
+
+bool SchedulerCore::Impl::FitsForReservation(const JobRecord& job,
+                                             const ClusterState& future) const {
+  const ReserveMemo& m = reserve_memo_;
+  if (m.job == job.id && m.state && m.state->SameUsage(future)) return m.placement.placed();
+  return fitter_->Place(job.request.spec, future).placed();
 }
 
 Placement SchedulerCore::Impl::PlaceForReservation(const JobRecord& job,
@@ -172,9 +184,13 @@ Placement SchedulerCore::Impl::PlaceForReservation(const JobRecord& job,
   ReserveMemo& m = reserve_memo_;
   if (m.job == job.id && m.state && m.state->SameUsage(future)) return m.placement;
   Placement p = placer_->Place(job.request.spec, future);
-  m.job = job.id;
-  m.state = future;
-  m.placement = p;
+  // Only a placement is kept: a try that failed would push out the state
+  // the next pass's reservation most likely lands on again.
+  if (p.placed()) {
+    m.job = job.id;
+    m.state = future;
+    m.placement = p;
+  }
   return p;
 }
 

@@ -223,6 +223,13 @@ TEST_CASE("property: random topologies, fills, failures and jobs") {
         CHECK_MESSAGE(on_empty.placed() == (p.outcome == PlaceOutcome::kBusy), p.reason, " | ",
                       on_empty.reason, " | gpus ", job.gpus, " spares ", job.spares);
       }
+      // The scheduler's reservation plan probes with choose_by_speed off and
+      // no shortfall analysis (SchedulerCore's fitter): that must place
+      // exactly where the placer does.
+      PlacerOptions fit_only;
+      fit_only.choose_by_speed = false;
+      fit_only.explain_shortfall = false;
+      CHECK(MakePlacer(name, fit_only)->Place(job, st).placed() == p.placed());
       if (!toposched) continue;
       placed += p.placed();
       busy += p.outcome == PlaceOutcome::kBusy;

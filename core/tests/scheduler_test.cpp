@@ -481,6 +481,46 @@ TEST_CASE("EstimatedStart: the blocked head's reservation start, nothing for oth
   CHECK_FALSE(core.EstimatedStart(2).has_value());
 }
 
+TEST_CASE("EstimatedStart: the plan searches past its first tries for the first end that fits") {
+  // Every node holds two 4-GPU jobs: one ending at hour k + 1, one at hour
+  // 10 + k (node k). The head needs two whole nodes (TP 8 in a node): 16 GPUs
+  // are free after the 4th end, but no node is whole until the 9th and two
+  // are not until the 10th (hour 11). The search places after the 4th to
+  // 7th ends one by one, then searches the rest: that path must find hour 11.
+  Topology topo = Tiny();
+  SchedulerCore core(topo, SimConfig());
+  JobId id = 1;
+  for (int k = 0; k < 8; ++k) {
+    core.Step(JobSubmitted{id++, Request(4, 1, (k + 1) * kHour)}, 0);
+    core.Step(JobSubmitted{id++, Request(4, 1, (10 + k) * kHour)}, 0);
+  }
+  std::map<NodeId, std::set<TimeMs>> limits_by_node;
+  for (JobId j = 1; j < id; ++j) {
+    REQUIRE(core.job(j)->state == JobState::kRunning);
+    limits_by_node[core.job(j)->ranks.front().node].insert(core.job(j)->request.time_limit);
+  }
+  REQUIRE(limits_by_node.size() == 8);  // two jobs on each node
+  core.Step(JobSubmitted{id, Request(16, 8, kHour)}, kMinute);
+  REQUIRE(core.job(id)->state == JobState::kQueued);
+  // The oracle: release the running jobs by their limits, one end at a
+  // time, and ask the placer after each.
+  std::vector<std::pair<TimeMs, JobId>> ends;
+  for (JobId j = 1; j < id; ++j) ends.push_back({core.job(j)->request.time_limit, j});
+  std::sort(ends.begin(), ends.end());
+  ClusterState future = core.cluster();
+  std::unique_ptr<Placer> placer = MakePlacer("toposched");
+  std::optional<TimeMs> first_fit;
+  for (const auto& [end, j] : ends) {
+    REQUIRE(future.Release(core.job(j)->ranks).ok());
+    if (placer->Place(core.job(id)->request.spec, future).placed()) {
+      first_fit = end;
+      break;
+    }
+  }
+  REQUIRE(first_fit == 11 * kHour);
+  CHECK(core.EstimatedStart(id) == 11 * kHour);
+}
+
 TEST_CASE("EstimatedStart: none without a foreseeable start or without backfill") {
   Topology topo = Tiny();
   // A failed GPU: the 64-GPU job can never have all 64 until it is cleared.
