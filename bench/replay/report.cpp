@@ -471,7 +471,12 @@ std::string RenderText(const Report& report) {
         spread = Fixed(a.mean, g.decimals) + g.unit + " (" + Fixed(a.min, g.decimals) + " to " +
                  Fixed(a.max, g.decimals) + ")";
       }
-      std::snprintf(buf, sizeof buf, "  %2d/%-2d %-14s %-56s %s (goal %s)\n", a.met, a.seeds,
+      // None measurable (the wall-time goal below its full size): the
+      // figures are printed, the count is not.
+      const std::string count =
+          a.measured == 0 ? "n/a" : std::to_string(a.met) + "/" + std::to_string(a.seeds);
+      if (a.measured == 0 && a.mean) spread += ", not a measure of the goal";
+      std::snprintf(buf, sizeof buf, "  %5s %-14s %-56s %s (goal %s)\n", count.c_str(),
                     g.workload.c_str(), g.figure.c_str(), spread.c_str(), g.target.c_str());
       out += buf;
     }
