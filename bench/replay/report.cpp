@@ -103,6 +103,24 @@ std::string SensitivityTable(const Report& report) {
 
 namespace {
 
+// "<what> >= slurm-tree + 5 points": toposched's fraction against slurm-tree's.
+Goal PointsAhead(const std::string& what, const std::string& workload,
+                 const std::optional<double>& ours, const std::optional<double>& slurm) {
+  Goal g{what + " >= slurm-tree + 5 points", workload, "", "+5.0 points", std::nullopt};
+  g.unit = " points";
+  g.decimals = 1;
+  if (ours && slurm) {
+    const double delta = (*ours - *slurm) * 100;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours * 100, *slurm * 100,
+                  delta);
+    g.measured = buf;
+    g.met = delta >= 5.0;
+    g.value = delta;
+  }
+  return g;
+}
+
 // The goals one workload's run measures (../shared/BENCHMARKS.md, issue 13).
 std::vector<Goal> GoalsOf(const WorkloadResult& w, const Params& params) {
   std::vector<Goal> goals;
@@ -110,33 +128,8 @@ std::vector<Goal> GoalsOf(const WorkloadResult& w, const Params& params) {
   const core::SimReport* slurm = Find(w, "slurm-tree");
   if (ours == nullptr) return goals;
   if (!w.failures && slurm != nullptr) {
-    Goal u{"utilization >= slurm-tree + 5 points", w.name, "", "", std::nullopt};
-    if (ours->utilization && slurm->utilization) {
-      const double delta = (*ours->utilization - *slurm->utilization) * 100;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours->utilization * 100,
-                    *slurm->utilization * 100, delta);
-      u.measured = buf;
-      u.met = delta >= 5.0;
-      u.value = delta;
-    }
-    u.target = "+5.0 points";
-    u.unit = " points";
-    u.decimals = 1;
-    goals.push_back(u);
-    Goal gp{"goodput >= slurm-tree + 5 points", w.name, "", "+5.0 points", std::nullopt};
-    gp.unit = " points";
-    gp.decimals = 1;
-    if (ours->goodput && slurm->goodput) {
-      const double delta = (*ours->goodput - *slurm->goodput) * 100;
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours->goodput * 100,
-                    *slurm->goodput * 100, delta);
-      gp.measured = buf;
-      gp.met = delta >= 5.0;
-      gp.value = delta;
-    }
-    goals.push_back(gp);
+    goals.push_back(PointsAhead("utilization", w.name, ours->utilization, slurm->utilization));
+    goals.push_back(PointsAhead("goodput", w.name, ours->goodput, slurm->goodput));
     Goal jl{"mean JCT, >= " + std::to_string(params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
             w.name, "", "<= 0.70 x", std::nullopt};
     jl.unit = " x";
