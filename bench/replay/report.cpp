@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "topo/common/hostlist.hpp"
 #include "topo/common/trace_io.hpp"
 
 namespace topo::bench {
@@ -232,15 +233,7 @@ std::vector<Goal> GoalsOf(const WorkloadResult& w, const Params& params) {
 }
 
 std::string SeedList(const std::vector<uint64_t>& seeds) {
-  std::string out;
-  for (size_t i = 0; i < seeds.size();) {
-    size_t j = i;
-    while (j + 1 < seeds.size() && seeds[j + 1] == seeds[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(seeds[i]);
-    if (j > i) out += "-" + std::to_string(seeds[j]);
-    i = j + 1;
-  }
-  return out;
+  return common::FormatIndexRuns(std::vector<int64_t>(seeds.begin(), seeds.end()));
 }
 
 }  // namespace

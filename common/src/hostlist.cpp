@@ -288,4 +288,16 @@ std::string CompressHostlist(const std::vector<std::string>& names) {
   return out;
 }
 
+std::string FormatIndexRuns(const std::vector<int64_t>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size();) {
+    size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(values[i]);
+    if (j > i) out += "-" + std::to_string(values[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace topo::common

@@ -3,6 +3,9 @@
 #include "topo/common/slurm_rank_map.hpp"
 
 #include <charconv>
+#include <cstdint>
+
+#include "topo/common/hostlist.hpp"
 
 namespace topo::common {
 namespace {
@@ -29,19 +32,6 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
   }
 }
 
-// "0-3,5" -> 0,1,2,3,5
-std::string FormatGpus(const std::vector<int>& gpus) {
-  std::string out;
-  for (size_t i = 0; i < gpus.size();) {
-    size_t j = i;
-    while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(gpus[i]);
-    if (j > i) out += "-" + std::to_string(gpus[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string FormatSlurmRankMap(const SlurmRankMap& m) {
@@ -58,10 +48,10 @@ std::string FormatSlurmRankMap(const SlurmRankMap& m) {
   std::vector<Run> runs;
   for (size_t i = 0; i < m.ranks.size();) {
     size_t j = i;
-    std::vector<int> gpus;
+    std::vector<int64_t> gpus;
     while (j < m.ranks.size() && m.ranks[j].node == m.ranks[i].node)
       gpus.push_back(m.ranks[j++].gpu);
-    runs.push_back({m.ranks[i].node, FormatGpus(gpus)});
+    runs.push_back({m.ranks[i].node, FormatIndexRuns(gpus)});
     i = j;
   }
   for (size_t i = 0; i < runs.size();) {

@@ -164,5 +164,13 @@ TEST_CASE("ExpandHostlist then CompressHostlist is canonical for sorted ranges")
   CHECK(CompressHostlist(Expand("a[1-2]b[3-4]")) == "a1b[3-4],a2b[3-4]");
 }
 
+TEST_CASE("FormatIndexRuns: consecutive values as runs, in the given order") {
+  CHECK(FormatIndexRuns({}).empty());
+  CHECK(FormatIndexRuns({4}) == "4");
+  CHECK(FormatIndexRuns({0, 1, 2, 3, 5}) == "0-3,5");
+  CHECK(FormatIndexRuns({7, 8, 1, 2}) == "7-8,1-2");
+  CHECK(FormatIndexRuns({3, 3}) == "3,3");
+}
+
 }  // namespace
 }  // namespace topo::common

@@ -159,7 +159,7 @@ SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
     } else {
       lo = mid + 1;
       known = std::move(probe);
-      known_through = std::max(known_through, mid);
+      known_through = mid;
     }
   }
   if (hi + 1 < at.size()) {

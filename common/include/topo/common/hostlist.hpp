@@ -1,6 +1,7 @@
 #pragma once
 // Slurm hostlist expressions: "gpu[0001-0016,0020]", "a[1-2]b[3-4]", "n1,n2".
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,5 +23,9 @@ core::Result<std::vector<std::string>> ExpandHostlist(std::string_view expr,
 // items). ExpandHostlist(CompressHostlist(v)) == v for non-empty names
 // without ',', '[', ']' or whitespace.
 std::string CompressHostlist(const std::vector<std::string>& names);
+
+// Numbers as runs, in the given order: {0, 1, 2, 3, 5} -> "0-3,5" (GPU
+// indices in a Slurm rank map, seeds in bench_replay's header).
+std::string FormatIndexRuns(const std::vector<int64_t>& values);
 
 }  // namespace topo::common
