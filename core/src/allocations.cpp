@@ -38,6 +38,7 @@ int Allocations::Allocate(JobId job, std::span<const GpuSlot> ranks,
   for (NodeId n : nodes) node_jobs_[n].push_back(job);
   for (NodeId n : spares) spare_owner_[n] = job;
   holders_.insert(job);
+  stamps_[job] = ++next_stamp_;
   return static_cast<int>(all.size());
 }
 
@@ -57,6 +58,7 @@ std::vector<NodeId> Allocations::Release(JobId job, std::span<const GpuSlot> ran
     left.push_back(n);
   }
   holders_.erase(job);
+  stamps_.erase(job);
   return left;
 }
 

@@ -73,12 +73,16 @@ GpuHealth ClusterState::gpu_health(NodeId n, int gpu) const {
 }
 
 void ClusterState::SetNodeState(NodeId n, NodeState s) {
+  if (node_state_[n] == s) return;
+  ++health_changes_;
   node_state_[n] = s;
   Recount(n);
 }
 
 void ClusterState::SetGpuHealth(NodeId n, int gpu, GpuHealth h) {
   uint64_t bit = uint64_t{1} << gpu;
+  if (gpu_health(n, gpu) == h) return;
+  ++health_changes_;
   failed_[n] &= ~bit;
   degraded_[n] &= ~bit;
   if (h == GpuHealth::kFailed) failed_[n] |= bit;

@@ -36,3 +36,20 @@ TEST_CASE("allocations: allocate and release ranks and spares") {
   CHECK(a.SpareSlots(std::vector<NodeId>{3}) ==
         std::vector<GpuSlot>{{3, 0}, {3, 1}, {3, 2}, {3, 3}});
 }
+
+TEST_CASE("allocations: every allocation gets a fresh stamp, a released job none") {
+  const Topology topo = MakeRegular({"node", "leaf"}, 0, {4}, 2, 4);
+  Allocations a(topo);
+  CHECK(a.stamp(7) == 0);
+  a.Allocate(7, std::vector<GpuSlot>{{0, 0}}, {});
+  a.Allocate(8, std::vector<GpuSlot>{{0, 1}}, {});
+  const uint64_t first = a.stamp(7);
+  CHECK(first != 0);
+  CHECK(a.stamp(8) != first);
+  // The same job on the same GPUs again is another allocation.
+  a.Release(7, std::vector<GpuSlot>{{0, 0}}, {});
+  CHECK(a.stamp(7) == 0);
+  a.Allocate(7, std::vector<GpuSlot>{{0, 0}}, {});
+  CHECK(a.stamp(7) != first);
+  CHECK(a.stamp(7) != a.stamp(8));
+}

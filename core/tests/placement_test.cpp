@@ -479,6 +479,28 @@ TEST_CASE("SameUsage compares busy, failed and degraded GPUs and node states") {
   CHECK(!a.SameUsage(b));
 }
 
+TEST_CASE("health_changes counts changes of node state and GPU health, not allocations") {
+  Topology topo = RackTopology();
+  ClusterState st(topo);
+  const uint64_t start = st.health_changes();
+  REQUIRE(st.Allocate(std::vector<GpuSlot>{{3, 1}}).ok());
+  REQUIRE(st.Release(std::vector<GpuSlot>{{3, 1}}).ok());
+  CHECK(st.health_changes() == start);
+  st.SetNodeState(2, NodeState::kUp);  // already up: no change
+  st.SetGpuHealth(2, 0, GpuHealth::kHealthy);
+  CHECK(st.health_changes() == start);
+  st.SetNodeState(2, NodeState::kDown);
+  CHECK(st.health_changes() == start + 1);
+  st.SetGpuHealth(2, 0, GpuHealth::kDegraded);
+  st.SetGpuHealth(2, 0, GpuHealth::kFailed);
+  CHECK(st.health_changes() == start + 3);
+  // A copy carries the count; changing it leaves the original's alone.
+  ClusterState copy = st;
+  copy.SetNodeState(2, NodeState::kUp);
+  CHECK(copy.health_changes() == start + 4);
+  CHECK(st.health_changes() == start + 3);
+}
+
 TEST_CASE("HasNodeWithFree follows allocations, releases, failures and node states") {
   Topology topo = RackTopology();  // 4-GPU nodes, racks of 4 nodes
   ClusterState st(topo);

@@ -14,6 +14,7 @@
 // Thread safety: none; one owner (SchedulerCore).
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <span>
 #include <vector>
@@ -53,6 +54,13 @@ class Allocations {
   bool occupied(NodeId n) const { return !node_jobs_[n].empty() || spare_owner_[n] != 0; }
   // Jobs holding GPUs (running or being preempted), by id.
   const std::set<JobId>& holders() const { return holders_; }
+  // A number that names the job's current allocation: a fresh one at every
+  // Allocate, so a job that gave its GPUs back and took others has another.
+  // 0 for a job allocated before a snapshot was restored, or holding none.
+  uint64_t stamp(JobId job) const {
+    auto it = stamps_.find(job);
+    return it == stamps_.end() ? 0 : it->second;
+  }
 
   // Every GPU of the spare nodes, node by node.
   std::vector<GpuSlot> SpareSlots(std::span<const NodeId> spares) const;
@@ -68,6 +76,9 @@ class Allocations {
   std::vector<std::vector<JobId>> node_jobs_;
   std::vector<JobId> spare_owner_;
   std::set<JobId> holders_;
+  // Not in the snapshot: a restored core starts with no plan that uses them.
+  std::map<JobId, uint64_t> stamps_;
+  uint64_t next_stamp_ = 0;
 };
 
 }  // namespace topo::core

@@ -75,6 +75,10 @@ class ClusterState {
   bool HasNodeWithFree(DomainId d, int gpus) const;
   int total_busy_gpus() const { return busy_gpus_.back(); }
 
+  // How many times a node's state or a GPU's health changed: equal counts
+  // on one state mean the same health (busy GPUs aside).
+  uint64_t health_changes() const { return health_changes_; }
+
   // Whether both states (over the same topology) have the same node states,
   // busy, failed and degraded GPUs: every counter follows from those, so a
   // placer answers both alike.
@@ -100,6 +104,7 @@ class ClusterState {
   // Above the nodes: for domain d (id >= node count), how many of its nodes
   // have k free GPUs, at [(d - node count) * (max GPUs + 1) + k].
   std::vector<int32_t> nodes_by_free_;
+  uint64_t health_changes_ = 0;
 };
 
 }  // namespace topo::core
