@@ -248,6 +248,8 @@ class SchedulerCore::Impl {
   struct PlannedStart {
     TimeMs start = kNever;
     Placement placement;
+    size_t index = 0;  // of the end in `at` it starts after
+    int free_at = 0;   // free GPUs of the state it is placed on
   };
   PlannedStart PlanStart(int gpus, const ClusterState& base, std::span<const TimeMs> at,
                          const std::function<void(ClusterState&, size_t)>& release,
@@ -256,6 +258,61 @@ class SchedulerCore::Impl {
   // Running jobs by the time they must end, earliest first: their time
   // limits (or, preempting, their grace deadlines).
   std::vector<std::pair<TimeMs, JobId>> EndsByLimit() const;
+  // Every job holding GPUs as the plan sees it, by (end, id): its end as in
+  // EndsByLimit (kNever for a holder the plan never releases) and the stamp
+  // of its allocation (Allocations::stamp).
+  struct Holding {
+    TimeMs end = kNever;
+    JobId id = 0;
+    uint64_t stamp = 0;
+    auto operator<=>(const Holding&) const = default;
+  };
+  std::vector<Holding> Holdings() const;
+  // The last plan Reserve made in full, and what it saw. A later pass keeps
+  // it (KeepsPlan) while nothing since can have moved it:
+  //  - the same job, holding no GPUs, and no node or GPU health changed;
+  //  - every job that took GPUs since and ends at or after `answer` (the end
+  //    the start waits for) holds none of the reserved GPUs (backfill on
+  //    the masked state never does), so they are still free then;
+  //  - the job still cannot start before `answer`: every job that stopped
+  //    holding GPUs (or holds others now) ended, by its limit, before
+  //    `answer`, so the plan had released it before the start and no state
+  //    it probed is freer; or, where some ended early that the plan waited
+  //    for, the state just before `answer` still has fewer free GPUs than
+  //    the job needs, or (one probe, kProbe) the job does not fit on it.
+  // A fresh plan gives the same start (scheduler_random_test checks it) but
+  // could pick other GPUs there (that state has more busy GPUs now):
+  // keeping saves a plan per pass while a large head waits for days behind
+  // a churn of small jobs.
+  struct KeptPlan {
+    JobId job = 0;
+    uint64_t health = 0;  // cluster().health_changes() when planned
+    std::vector<Holding> holdings;
+    Holding answer;
+    size_t answer_at = 0;  // its index in holdings
+    // Free GPUs once every job before `answer` ended, and the GPUs that
+    // would take work of each holder from `answer` on (holdings[answer_at +
+    // i]), as the plan counted them.
+    int free_before = 0;
+    std::vector<int> usable;
+    Reservation reservation;
+    std::vector<std::pair<NodeId, uint64_t>> reserved;  // its GPUs: a mask per node, by node
+    // Sets reservation and reserved.
+    void Keep(Reservation r);
+  };
+  mutable KeptPlan kept_plan_;
+  enum class Kept { kNo, kYes, kProbe };
+  Kept KeepsPlan(const JobRecord& job, const std::vector<Holding>& now) const;
+  // kProbe: whether the job still does not fit once every job before the
+  // answer ended; if so, the kept plan takes `now` as what it saw.
+  bool StillNotBefore(const JobRecord& job, std::vector<Holding> now) const;
+  // Records what a plan saw (holdings, its answer's index in them, the free
+  // GPUs just before it) beside the reservation it keeps.
+  void KeepPlan(const JobRecord& job, std::vector<Holding> holdings, size_t answer_at,
+                int free_before, Reservation r) const;
+  // GPUs of the job's allocation that would take work once free: on up
+  // nodes, not failed.
+  int UsableHeld(const JobRecord& job) const;
   // Reserve(job), computed once per generation for the pass's blocked head.
   const Reservation& ReservationFor(const JobRecord& job);
   Reservation cached_reservation_;

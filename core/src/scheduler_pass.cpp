@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <tuple>
 
 #include "scheduler_impl.hpp"
 
@@ -67,23 +68,154 @@ void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
   }
 }
 
-std::vector<std::pair<TimeMs, JobId>> SchedulerCore::Impl::EndsByLimit() const {
-  std::vector<std::pair<TimeMs, JobId>> ends;
+std::vector<SchedulerCore::Impl::Holding> SchedulerCore::Impl::Holdings() const {
+  std::vector<Holding> out;
+  out.reserve(alloc_.holders().size());
   for (JobId id : alloc_.holders()) {
     const JobRecord& j = jobs_.at(id);
-    if (j.state == JobState::kRunning) ends.push_back({j.last_start + TimeLimit(j), id});
-    if (j.state == JobState::kPreempting) ends.push_back({j.preempt_deadline, id});
+    TimeMs end = kNever;
+    if (j.state == JobState::kRunning) end = j.last_start + TimeLimit(j);
+    if (j.state == JobState::kPreempting) end = j.preempt_deadline;
+    out.push_back(Holding{end, id, alloc_.stamp(id)});
   }
-  std::sort(ends.begin(), ends.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::pair<TimeMs, JobId>> SchedulerCore::Impl::EndsByLimit() const {
+  std::vector<std::pair<TimeMs, JobId>> ends;
+  for (const Holding& h : Holdings()) {
+    if (h.end != kNever) ends.push_back({h.end, h.id});
+  }
   return ends;
 }
 
+int SchedulerCore::Impl::UsableHeld(const JobRecord& job) const {
+  int n = 0;
+  for (const GpuSlot& g : alloc_.Held(job.ranks, job.spares)) {
+    n += cluster().NodeAcceptsWork(g.node) && ((cluster().failed_mask(g.node) >> g.gpu) & 1) == 0;
+  }
+  return n;
+}
+
+SchedulerCore::Impl::Kept SchedulerCore::Impl::KeepsPlan(const JobRecord& job,
+                                                         const std::vector<Holding>& now) const {
+  const KeptPlan& k = kept_plan_;
+  if (k.job != job.id || k.health != cluster().health_changes()) return Kept::kNo;
+  auto before_answer = [&](const Holding& h) {
+    return std::tie(h.end, h.id) < std::tie(k.answer.end, k.answer.id);
+  };
+  auto takes_reserved = [&](JobId id) {
+    const JobRecord& j = jobs_.at(id);
+    for (const GpuSlot& g : alloc_.Held(j.ranks, j.spares)) {
+      auto it = std::lower_bound(k.reserved.begin(), k.reserved.end(),
+                                 std::pair<NodeId, uint64_t>{g.node, 0});
+      if (it != k.reserved.end() && it->first == g.node && ((it->second >> g.gpu) & 1)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  // Both lists are sorted: walk them together. A job held at the answer
+  // then and gone now left its GPUs free before it; one held there now and
+  // not then took some.
+  int free_before = k.free_before;
+  bool gone = false;
+  size_t i = 0;
+  size_t n = 0;
+  while (i < k.holdings.size() || n < now.size()) {
+    if (n == now.size() || (i < k.holdings.size() && k.holdings[i] < now[n])) {
+      if (i >= k.answer_at) {
+        gone = true;
+        free_before += k.usable[i - k.answer_at];
+      }
+      ++i;
+    } else if (i == k.holdings.size() || now[n] < k.holdings[i]) {
+      if (!before_answer(now[n])) {
+        if (takes_reserved(now[n].id)) return Kept::kNo;
+        free_before -= UsableHeld(jobs_.at(now[n].id));
+      }
+      ++n;
+    } else {
+      ++i;
+      ++n;
+    }
+  }
+  // Too few GPUs free before the answer: the job still cannot start sooner.
+  if (!gone || free_before < job.request.spec.gpus) return Kept::kYes;
+  return Kept::kProbe;
+}
+
+bool SchedulerCore::Impl::StillNotBefore(const JobRecord& job, std::vector<Holding> now) const {
+  const KeptPlan& k = kept_plan_;
+  const auto answer = std::lower_bound(now.begin(), now.end(), k.answer);
+  if (answer == now.end() || answer->id != k.answer.id) return false;  // it ended: plan again
+  ClusterState before = cluster();
+  for (auto it = now.begin(); it != answer; ++it) {
+    const JobRecord& j = jobs_.at(it->id);
+    (void)before.Release(alloc_.Held(j.ranks, j.spares));
+  }
+  if (FitsForReservation(job, before)) return false;
+  const size_t answer_at = static_cast<size_t>(answer - now.begin());
+  KeepPlan(job, std::move(now), answer_at, before.free_gpus(topo_.root()), k.reservation);
+  return true;
+}
+
+void SchedulerCore::Impl::KeepPlan(const JobRecord& job, std::vector<Holding> holdings,
+                                   size_t answer_at, int free_before, Reservation r) const {
+  KeptPlan& k = kept_plan_;
+  k.job = job.id;
+  k.health = cluster().health_changes();
+  k.answer_at = answer_at;
+  k.answer = holdings[answer_at];
+  k.usable.clear();
+  for (size_t i = answer_at; i < holdings.size(); ++i) {
+    k.usable.push_back(UsableHeld(jobs_.at(holdings[i].id)));
+  }
+  k.free_before = free_before;
+  k.holdings = std::move(holdings);
+  k.Keep(std::move(r));
+}
+
+void SchedulerCore::Impl::KeptPlan::Keep(Reservation r) {
+  reserved.clear();
+  for (const GpuSlot& g : r.gpus) reserved.push_back({g.node, uint64_t{1} << g.gpu});
+  std::sort(reserved.begin(), reserved.end());
+  // One mask per node (a node's ranks and its spare GPUs are listed apart).
+  size_t out = 0;
+  for (size_t i = 0; i < reserved.size(); ++i) {
+    if (out > 0 && reserved[out - 1].first == reserved[i].first) {
+      reserved[out - 1].second |= reserved[i].second;
+    } else {
+      reserved[out++] = reserved[i];
+    }
+  }
+  reserved.resize(out);
+  reservation = std::move(r);
+}
+
 SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& job) const {
-  std::vector<std::pair<TimeMs, JobId>> ends = EndsByLimit();
+  const bool holds = !job.ranks.empty() || !job.spares.empty();
+  std::vector<Holding> holdings = Holdings();
+  if (!holds) {
+    const Kept kept = KeepsPlan(job, holdings);
+    if (kept == Kept::kYes || (kept == Kept::kProbe && StillNotBefore(job, holdings))) {
+      Reservation r = kept_plan_.reservation;
+      r.start = std::max(kept_plan_.answer.end, now_);
+      return r;
+    }
+  }
+  // A recovering job's plan (Recover) leaves the kept one alone.
+  if (!holds) kept_plan_ = KeptPlan{};
+  std::vector<std::pair<TimeMs, JobId>> ends;
+  ends.reserve(holdings.size());
+  for (const Holding& h : holdings) {
+    if (h.end != kNever) ends.push_back({h.end, h.id});
+  }
   // A job that holds GPUs (a running job being recovered) is planned as if
   // requeued: its GPUs are free now and its own end is not waited for.
   ClusterState base = cluster();
-  if (!job.ranks.empty() || !job.spares.empty()) {
+  if (holds) {
     (void)base.Release(alloc_.Held(job.ranks, job.spares));
     std::erase_if(ends, [&](const auto& e) { return e.second == job.id; });
   }
@@ -103,6 +235,12 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   if (planned.start == kNever) return r;
   r.start = planned.start;
   r.gpus = alloc_.Held(planned.placement.ranks, planned.placement.spares);
+  if (!holds) {
+    // `ends` is the front of `holdings` here; the state before the answer
+    // has the answer's GPUs still held.
+    const JobRecord& answer = jobs_.at(holdings[planned.index].id);
+    KeepPlan(job, std::move(holdings), planned.index, planned.free_at - UsableHeld(answer), r);
+  }
   return r;
 }
 
@@ -139,6 +277,8 @@ SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
     if (p.placed()) {
       out.start = std::max(at[lo], now_);
       out.placement = std::move(p);
+      out.index = lo;
+      out.free_at = future.free_gpus(topo_.root());
       return out;
     }
     if (++lo < at.size()) release_through(future, lo, lo);
@@ -169,6 +309,8 @@ SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
   out.placement = place(future);
   if (!out.placement.placed()) return {};  // `fits` broke its contract: no plan
   out.start = std::max(at[hi], now_);
+  out.index = hi;
+  out.free_at = future.free_gpus(topo_.root());
   return out;
 }
 

@@ -11,7 +11,8 @@
 // the new version (Bounds::version) and keeping every older version readable:
 // a store whose early events were compacted away has nothing else to start
 // from. Version 2 added a request's client_request_id; version 3 the time a
-// deferred reclaim is tried again.
+// deferred reclaim is tried again; version 4 the allocations' stamps and the
+// reservation plan a pass keeps (KeptPlan).
 
 #include <algorithm>
 #include <bit>
@@ -549,6 +550,10 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
     w.I64(a.spare_owner_[n]);
   }
   w.Each(a.holders_, i64);
+  if (w.version >= 4) {
+    for (JobId id : a.holders_) w.U64(a.stamp(id));
+    w.U64(a.next_stamp_);
+  }
 
   // Jobs and the queue.
   w.Each(c.jobs_, [&](const auto& kv) { WriteJob(w, kv.second); });
@@ -593,6 +598,26 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   w.I64(c.cached_reservation_.job);
   w.I64(c.cached_reservation_.start);
   WriteSlots(w, c.cached_reservation_.gpus);
+  if (w.version >= 4) {
+    // The kept plan, when a pass could still keep it (health unchanged).
+    const SchedulerCore::Impl::KeptPlan& k = c.kept_plan_;
+    const bool live = k.job != 0 && k.health == c.cluster().health_changes();
+    w.Bool(live);
+    if (live) {
+      auto holding = [&](const SchedulerCore::Impl::Holding& h) {
+        w.I64(h.end);
+        w.I64(h.id);
+        w.U64(h.stamp);
+      };
+      w.I64(k.job);
+      w.Each(k.holdings, holding);
+      w.U64(k.answer_at);
+      w.I64(k.free_before);
+      w.Each(k.usable, [&](int u) { w.I64(u); });
+      w.I64(k.reservation.start);
+      WriteSlots(w, k.reservation.gpus);
+    }
+  }
 
   // Timers of running jobs, master ports.
   WriteMap(w, c.checkpoint_asked_, i64, i64);
@@ -696,6 +721,15 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     a.spare_owner_[n] = b.Job(r);
   }
   ReadSet(r, a.holders_, [&] { return b.Job(r); });
+  a.stamps_.clear();
+  a.next_stamp_ = 0;
+  if (b.version >= 4) {
+    for (JobId id : a.holders_) a.stamps_[id] = r.U64();
+    a.next_stamp_ = r.U64();
+    for (const auto& [id, stamp] : a.stamps_) {
+      if (stamp > a.next_stamp_) r.Fail("allocation stamp of job " + std::to_string(id));
+    }
+  }
 
   {
     const size_t n = r.Count();
@@ -754,6 +788,40 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   c.cached_reservation_.job = b.Job(r);
   c.cached_reservation_.start = r.I64();
   c.cached_reservation_.gpus = ReadSlots(r, b);
+  c.kept_plan_ = {};
+  if (b.version >= 4 && r.Bool()) {
+    auto holding = [&] {
+      SchedulerCore::Impl::Holding h;
+      h.end = r.I64();
+      h.id = b.Job(r);
+      h.stamp = r.U64();
+      return h;
+    };
+    SchedulerCore::Impl::KeptPlan& k = c.kept_plan_;
+    k.job = b.Job(r);
+    const size_t n = r.Count(24);
+    for (size_t i = 0; i < n && r.ok(); ++i) k.holdings.push_back(holding());
+    k.answer_at = r.U64();
+    if (k.answer_at >= k.holdings.size()) {
+      r.Fail("kept plan's answer");
+    } else {
+      k.answer = k.holdings[k.answer_at];
+    }
+    k.free_before = r.Int("kept plan's free GPUs", 0, topo.total_gpus());
+    const size_t u = r.Count(8);
+    if (r.ok() && u != k.holdings.size() - k.answer_at) r.Fail("kept plan's usable GPUs");
+    for (size_t i = 0; i < u && r.ok(); ++i)
+      k.usable.push_back(r.Int("usable GPUs", 0, topo.total_gpus()));
+    SchedulerCore::Impl::Reservation kept;
+    kept.job = k.job;
+    kept.start = r.I64();
+    kept.gpus = ReadSlots(r, b);
+    k.Keep(std::move(kept));
+    // Health was unchanged since the plan when it was written; the restored
+    // cluster's count stands for that health now.
+    k.health = cs.health_changes();
+    if (!std::is_sorted(k.holdings.begin(), k.holdings.end())) r.Fail("kept plan's holders");
+  }
 
   ReadMap(r, c.checkpoint_asked_, job, i64);
   c.next_timer_ = r.I64();

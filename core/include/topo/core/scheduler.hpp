@@ -475,7 +475,8 @@ class SchedulerCore {
   // 2: a job's request has client_request_id. 3: a reclaim deferred to the
   // promise's deadline keeps that deadline. Versions 1 and 2 are still read
   // (a store whose early events were compacted away has only its snapshots).
-  static constexpr uint32_t kSnapshotVersion = 3;
+  // 4: the allocations' stamps and the reservation plan a pass keeps.
+  static constexpr uint32_t kSnapshotVersion = 4;
 
  private:
   friend struct SnapshotAccess;
