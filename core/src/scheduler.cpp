@@ -233,7 +233,7 @@ void SchedulerCore::Impl::SetState(JobRecord& job, JobState state, std::string r
   job.state = state;
   job.reason = std::move(reason);
   ++queue_epoch_;
-  timers_dirty_ = true;
+  TimerChanged(job.id);
   if (IsTerminal(state)) {
     finished_.push_back(job.id);
     job.end_time = now_;
@@ -425,7 +425,7 @@ void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
   job.checkpoint_time = now_;
   job.app_failures = 0;  // progress: the failures before it no longer add up
   job.launch_failures = 0;
-  timers_dirty_ = true;
+  TimerChanged(job.id);
   if (job.state == JobState::kPreempting) {
     Requeue(job, "preempted after checkpoint step " + std::to_string(e.step),
             RequeuePosition::kHead, /*keep_age_only=*/true);
@@ -441,7 +441,7 @@ void SchedulerCore::Impl::OnPolicy(const PolicyChanged& e) {
   // per-generation memos.
   ++generation_;
   ++queue_epoch_;
-  timers_dirty_ = true;
+  AllTimersChanged();
 }
 
 void SchedulerCore::Impl::OnTenant(const TenantConfigured& e) {
@@ -458,7 +458,7 @@ void SchedulerCore::Impl::Allocate(JobRecord& job, std::vector<GpuSlot> ranks,
   const int held = alloc_.Allocate(job.id, ranks, spares);
   quotas_.AddJob(job.request.tenant, held);
   ++generation_;
-  timers_dirty_ = true;
+  TimerChanged(job.id);
   job.ranks = std::move(ranks);
   job.spares = std::move(spares);
 }
@@ -474,7 +474,7 @@ void SchedulerCore::Impl::Release(JobRecord& job) {
   for (NodeId n : alloc_.Release(job.id, job.ranks, job.spares)) MaybeFinishDrain(n);
   quotas_.RemoveJob(job.request.tenant, held);
   ++generation_;
-  timers_dirty_ = true;
+  TimerChanged(job.id);
   job.ranks.clear();
   job.spares.clear();
   job.borrowed = false;

@@ -139,10 +139,25 @@ class SchedulerCore::Impl {
 
   // ---- timers of running jobs
   std::map<JobId, TimeMs> checkpoint_asked_;  // last periodic checkpoint request
-  // Time limits, checkpoint requests, preemption deadlines: the earliest
-  // one, recomputed only when running jobs change.
+  // Time limits, checkpoint requests, preemption deadlines: each holder's
+  // next one (JobTimer) in a queue by time, and the earliest. A job whose
+  // timer may have moved (a state change, a start or release, a
+  // checkpoint) is marked with TimerChanged and its entry refreshed by
+  // RecomputeTimers; a policy change or a restore refreshes every entry.
   TimeMs next_timer_ = kNever;
-  bool timers_dirty_ = true;
+  bool timers_dirty_ = true;  // some entry needs refreshing
+  std::set<std::pair<TimeMs, JobId>> timer_queue_;
+  std::map<JobId, TimeMs> timer_at_;  // each queued job's entry
+  std::vector<JobId> timers_changed_;
+  bool all_timers_changed_ = true;
+  void TimerChanged(JobId id) {
+    timers_changed_.push_back(id);
+    timers_dirty_ = true;
+  }
+  void AllTimersChanged() {
+    all_timers_changed_ = true;
+    timers_dirty_ = true;
+  }
   void RecomputeTimers();
   // The earliest time limit, checkpoint request or preemption deadline of
   // one job (kNever when it has none).
@@ -310,6 +325,8 @@ class SchedulerCore::Impl {
   // GPUs just before it) beside the reservation it keeps.
   void KeepPlan(const JobRecord& job, std::vector<Holding> holdings, size_t answer_at,
                 int free_before, Reservation r) const;
+  // The kept plan's record of what it saw, alone.
+  void RebasePlan(std::vector<Holding> holdings, size_t answer_at, int free_before) const;
   // GPUs of the job's allocation that would take work once free: on up
   // nodes, not failed.
   int UsableHeld(const JobRecord& job) const;

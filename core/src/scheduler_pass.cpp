@@ -47,7 +47,6 @@ std::string SchedulerCore::Impl::QuotaBlock(const JobRecord& job) const {
 }
 
 void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
-  const bool timers_were_dirty = timers_dirty_;
   Allocate(job, p.ranks, p.spares);
   job.borrowed = quotas_.gpus(job.request.tenant) > quotas_.guaranteed(job.request.tenant);
   if (job.first_start < 0) job.first_start = now_;
@@ -60,12 +59,6 @@ void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {
            job.checkpoint_step >= 0
                ? "running from checkpoint step " + std::to_string(job.checkpoint_step)
                : "running");
-  // A start changes no other job's timers: fold this job's in rather than
-  // recompute over every running job.
-  if (!timers_were_dirty) {
-    next_timer_ = std::min(next_timer_, JobTimer(job));
-    timers_dirty_ = false;
-  }
 }
 
 std::vector<SchedulerCore::Impl::Holding> SchedulerCore::Impl::Holdings() const {
@@ -156,8 +149,9 @@ bool SchedulerCore::Impl::StillNotBefore(const JobRecord& job, std::vector<Holdi
     (void)before.Release(alloc_.Held(j.ranks, j.spares));
   }
   if (FitsForReservation(job, before)) return false;
+  // The same answer and GPUs, seen from now on.
   const size_t answer_at = static_cast<size_t>(answer - now.begin());
-  KeepPlan(job, std::move(now), answer_at, before.free_gpus(topo_.root()), k.reservation);
+  RebasePlan(std::move(now), answer_at, before.free_gpus(topo_.root()));
   return true;
 }
 
@@ -166,6 +160,13 @@ void SchedulerCore::Impl::KeepPlan(const JobRecord& job, std::vector<Holding> ho
   KeptPlan& k = kept_plan_;
   k.job = job.id;
   k.health = cluster().health_changes();
+  k.Keep(std::move(r));
+  RebasePlan(std::move(holdings), answer_at, free_before);
+}
+
+void SchedulerCore::Impl::RebasePlan(std::vector<Holding> holdings, size_t answer_at,
+                                     int free_before) const {
+  KeptPlan& k = kept_plan_;
   k.answer_at = answer_at;
   k.answer = holdings[answer_at];
   k.usable.clear();
@@ -174,7 +175,6 @@ void SchedulerCore::Impl::KeepPlan(const JobRecord& job, std::vector<Holding> ho
   }
   k.free_before = free_before;
   k.holdings = std::move(holdings);
-  k.Keep(std::move(r));
 }
 
 void SchedulerCore::Impl::KeptPlan::Keep(Reservation r) {
@@ -842,8 +842,15 @@ TimeMs SchedulerCore::Impl::CheckpointInterval(const JobRecord& job) const {
 
 void SchedulerCore::Impl::RunJobTimers() {
   if (!timers_dirty_ && now_ < next_timer_) return;
+  RecomputeTimers();
+  // The jobs whose timer is due, by id (the order of their commands).
+  std::vector<JobId> due;
+  for (auto it = timer_queue_.begin(); it != timer_queue_.end() && it->first <= now_; ++it) {
+    due.push_back(it->second);
+  }
+  std::sort(due.begin(), due.end());
   std::vector<JobId> expired;
-  for (JobId id : alloc_.holders()) {
+  for (JobId id : due) {
     JobRecord& job = jobs_.at(id);
     if (job.state != JobState::kRunning) continue;
     if (now_ >= job.last_start + TimeLimit(job)) {
@@ -855,6 +862,7 @@ void SchedulerCore::Impl::RunJobTimers() {
     TimeMs& asked = checkpoint_asked_[id];
     if (now_ >= std::max(asked, job.checkpoint_time) + interval) {
       asked = now_;
+      TimerChanged(id);
       Emit(RequestCheckpoint{id, "periodic"});
     }
   }
@@ -884,9 +892,28 @@ TimeMs SchedulerCore::Impl::JobTimer(const JobRecord& job) const {
 }
 
 void SchedulerCore::Impl::RecomputeTimers() {
-  TimeMs next = kNever;
-  for (JobId id : alloc_.holders()) next = std::min(next, JobTimer(jobs_.at(id)));
-  next_timer_ = next;
+  auto enqueue = [&](JobId id) {
+    const TimeMs at = JobTimer(jobs_.at(id));
+    if (at == kNever) return;
+    timer_queue_.insert({at, id});
+    timer_at_[id] = at;
+  };
+  if (all_timers_changed_) {
+    timer_queue_.clear();
+    timer_at_.clear();
+    for (JobId id : alloc_.holders()) enqueue(id);
+  } else {
+    for (JobId id : timers_changed_) {
+      if (auto it = timer_at_.find(id); it != timer_at_.end()) {
+        timer_queue_.erase({it->second, id});
+        timer_at_.erase(it);
+      }
+      if (alloc_.holders().count(id) > 0) enqueue(id);
+    }
+  }
+  timers_changed_.clear();
+  all_timers_changed_ = false;
+  next_timer_ = timer_queue_.empty() ? kNever : timer_queue_.begin()->first;
   timers_dirty_ = false;
 }
 

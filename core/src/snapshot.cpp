@@ -826,6 +826,9 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   ReadMap(r, c.checkpoint_asked_, job, i64);
   c.next_timer_ = r.I64();
   c.timers_dirty_ = r.Bool();
+  // The queue of timers follows from the jobs: built again on first use.
+  c.all_timers_changed_ = true;
+  c.timers_changed_.clear();
   c.ports_.cursor_ = r.Int("master port cursor", 0, std::max(0, c.config_.master_ports.count - 1));
   if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("master ports per node");
   for (auto& held : c.ports_.held_by_port_) {

@@ -49,7 +49,7 @@ std::string Describe(const Command& c) {
 }
 
 void CheckInvariants(const SchedulerCore& core, const Topology& topo,
-                     const std::vector<TenantConfig>& tenants) {
+                     const std::vector<TenantConfig>& tenants, TimeMs now) {
   const ClusterState& st = core.cluster();
   std::set<std::pair<NodeId, int>> held;
   int held_count = 0;
@@ -64,6 +64,16 @@ void CheckInvariants(const SchedulerCore& core, const Topology& topo,
       continue;
     }
     REQUIRE(static_cast<int>(job.ranks.size()) == job.request.spec.gpus);
+    // Every running job's timers are kept: none runs past its time limit,
+    // and the core wakes up by then (and by a preemption's deadline).
+    const TimeMs limit =
+        job.request.time_limit > 0 ? job.request.time_limit : core.config().default_time_limit;
+    if (job.state == JobState::kRunning) {
+      CHECK(now < job.last_start + limit);
+      CHECK(core.NextWakeup() <= job.last_start + limit);
+    } else {
+      CHECK(core.NextWakeup() <= job.preempt_deadline);
+    }
     for (const GpuSlot& s : job.ranks) {
       CHECK(held.insert({s.node, s.gpu}).second);  // no GPU given twice
       CHECK(st.gpu_health(s.node, s.gpu) != GpuHealth::kFailed);
@@ -105,7 +115,7 @@ std::vector<std::string> RunSequence(uint64_t seed, const std::string& stack, bo
   TimeMs now = 0;
   auto step = [&](const Event& e) {
     for (const Command& c : core.Step(e, now)) log.push_back(Describe(c));
-    if (check) CheckInvariants(core, topo, tenants);
+    if (check) CheckInvariants(core, topo, tenants, now);
   };
   for (const TenantConfig& t : tenants) step(TenantConfigured{t});
   JobId next = 1;
