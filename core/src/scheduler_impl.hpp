@@ -303,8 +303,8 @@ class SchedulerCore::Impl {
     JobId job = 0;
     uint64_t health = 0;  // cluster().health_changes() when planned
     std::vector<Holding> holdings;
-    Holding answer;
-    size_t answer_at = 0;  // its index in holdings
+    size_t answer_at = 0;  // the index in holdings of `answer`
+    const Holding& answer() const { return holdings[answer_at]; }
     // Free GPUs once every job before `answer` ended, and the GPUs that
     // would take work of each holder from `answer` on (holdings[answer_at +
     // i]), as the plan counted them.

@@ -3,6 +3,7 @@
 // and topology-aware preemption.
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <set>
 #include <tuple>
@@ -84,9 +85,13 @@ std::vector<std::pair<TimeMs, JobId>> SchedulerCore::Impl::EndsByLimit() const {
 }
 
 int SchedulerCore::Impl::UsableHeld(const JobRecord& job) const {
+  const ClusterState& c = cluster();
   int n = 0;
-  for (const GpuSlot& g : alloc_.Held(job.ranks, job.spares)) {
-    n += cluster().NodeAcceptsWork(g.node) && ((cluster().failed_mask(g.node) >> g.gpu) & 1) == 0;
+  for (const GpuSlot& g : job.ranks) {
+    n += c.NodeAcceptsWork(g.node) && ((c.failed_mask(g.node) >> g.gpu) & 1) == 0;
+  }
+  for (NodeId s : job.spares) {
+    if (c.NodeAcceptsWork(s)) n += std::popcount(c.all_mask(s) & ~c.failed_mask(s));
   }
   return n;
 }
@@ -96,7 +101,7 @@ SchedulerCore::Impl::Kept SchedulerCore::Impl::KeepsPlan(const JobRecord& job,
   const KeptPlan& k = kept_plan_;
   if (k.job != job.id || k.health != cluster().health_changes()) return Kept::kNo;
   auto before_answer = [&](const Holding& h) {
-    return std::tie(h.end, h.id) < std::tie(k.answer.end, k.answer.id);
+    return std::tie(h.end, h.id) < std::tie(k.answer().end, k.answer().id);
   };
   auto takes_reserved = [&](JobId id) {
     const JobRecord& j = jobs_.at(id);
@@ -141,8 +146,8 @@ SchedulerCore::Impl::Kept SchedulerCore::Impl::KeepsPlan(const JobRecord& job,
 
 bool SchedulerCore::Impl::StillNotBefore(const JobRecord& job, std::vector<Holding> now) const {
   const KeptPlan& k = kept_plan_;
-  const auto answer = std::lower_bound(now.begin(), now.end(), k.answer);
-  if (answer == now.end() || answer->id != k.answer.id) return false;  // it ended: plan again
+  const auto answer = std::lower_bound(now.begin(), now.end(), k.answer());
+  if (answer == now.end() || answer->id != k.answer().id) return false;  // it ended: plan again
   ClusterState before = cluster();
   for (auto it = now.begin(); it != answer; ++it) {
     const JobRecord& j = jobs_.at(it->id);
@@ -168,7 +173,6 @@ void SchedulerCore::Impl::RebasePlan(std::vector<Holding> holdings, size_t answe
                                      int free_before) const {
   KeptPlan& k = kept_plan_;
   k.answer_at = answer_at;
-  k.answer = holdings[answer_at];
   k.usable.clear();
   for (size_t i = answer_at; i < holdings.size(); ++i) {
     k.usable.push_back(UsableHeld(jobs_.at(holdings[i].id)));
@@ -201,7 +205,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
     const Kept kept = KeepsPlan(job, holdings);
     if (kept == Kept::kYes || (kept == Kept::kProbe && StillNotBefore(job, holdings))) {
       Reservation r = kept_plan_.reservation;
-      r.start = std::max(kept_plan_.answer.end, now_);
+      r.start = std::max(kept_plan_.answer().end, now_);
       return r;
     }
   }

@@ -802,11 +802,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     const size_t n = r.Count(24);
     for (size_t i = 0; i < n && r.ok(); ++i) k.holdings.push_back(holding());
     k.answer_at = r.U64();
-    if (k.answer_at >= k.holdings.size()) {
-      r.Fail("kept plan's answer");
-    } else {
-      k.answer = k.holdings[k.answer_at];
-    }
+    if (k.answer_at >= k.holdings.size()) r.Fail("kept plan's answer");
     k.free_before = r.Int("kept plan's free GPUs", 0, topo.total_gpus());
     const size_t u = r.Count(8);
     if (r.ok() && u != k.holdings.size() - k.answer_at) r.Fail("kept plan's usable GPUs");
