@@ -312,6 +312,80 @@ TEST_CASE("a bad snapshot is refused with the reason and leaves the core as it w
   CHECK(live.config().backfill == core.config().backfill);
 }
 
+// The fields of format version 4, each corrupted on its own with the
+// checksum made good again: the reader must refuse every one by name.
+TEST_CASE("a snapshot's kept reservation plan and allocation stamps are checked field by field") {
+  Topology topo = SmallCluster();  // 16 nodes x 4 GPUs
+  SchedulerCore core(topo, Config(false));
+  // Eight 8-GPU jobs fill the cluster with different limits; a 64-GPU head
+  // waits for all of them: its plan is kept in the snapshot.
+  for (JobId id = 1; id <= 8; ++id) {
+    JobRequest r;
+    r.spec = testing::MakeJob(8, 4);
+    r.time_limit = id * kHour;
+    core.Step(JobSubmitted{id, r}, 0);
+    REQUIRE(core.job(id)->state == JobState::kRunning);
+  }
+  JobRequest big;
+  big.spec = testing::MakeJob(64, 4);
+  big.time_limit = kHour;
+  core.Step(JobSubmitted{9, big}, kMinute);
+  REQUIRE(core.EstimatedStart(9) == 8 * kHour);
+  const std::string good = core.Snapshot();
+
+  auto u64 = [](uint64_t v) {
+    std::string b(8, '\0');
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
+    return b;
+  };
+  auto checksum = [](std::string_view bytes) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    return h;
+  };
+  // `bytes` with the 8 bytes at `at` replaced by v and the checksum redone.
+  auto patched = [&](size_t at, uint64_t v) {
+    std::string b = good;
+    b.replace(at, 8, u64(v));
+    b.replace(b.size() - 8, 8, u64(checksum(std::string_view(b).substr(0, b.size() - 8))));
+    return b;
+  };
+  auto refused = [&](const std::string& bytes, const std::string& words) {
+    SchedulerCore fresh(topo, Config(false));
+    Status st = fresh.Restore(bytes);
+    CHECK_FALSE(st.ok());
+    CHECK_MESSAGE(st.message().find(words) != std::string::npos, st.message());
+  };
+  // The holders (jobs 1-8), then one stamp each, then the next stamp.
+  std::string holders = u64(8);
+  for (JobId id = 1; id <= 8; ++id) holders += u64(static_cast<uint64_t>(id));
+  const size_t stamps = good.find(holders);
+  REQUIRE(stamps != std::string::npos);
+  const size_t next_stamp = stamps + holders.size() + 8 * 8;
+  refused(patched(next_stamp, 0), "allocation stamp of job");
+  // The kept plan: live, job 9, 8 holdings of (end, id, stamp), the
+  // answer's index, the free GPUs before it, the usable GPUs from it on.
+  const size_t plan = good.find(std::string(1, '\1') + u64(9) + u64(8));
+  REQUIRE(plan != std::string::npos);
+  const size_t holdings = plan + 1 + 8 + 8;
+  const size_t answer_at = holdings + 8 * 24;
+  {
+    // The control: the answer is job 8's end (index 7), and writing that
+    // again restores.
+    const std::string same = patched(answer_at, 7);
+    CHECK(same == good);
+    SchedulerCore fresh(topo, Config(false));
+    CHECK(fresh.Restore(same).ok());
+  }
+  refused(patched(answer_at, 8), "kept plan's answer");
+  refused(patched(answer_at + 8, static_cast<uint64_t>(-1)), "kept plan's free GPUs");
+  refused(patched(answer_at + 16, 2), "kept plan's usable GPUs");
+  refused(patched(holdings, static_cast<uint64_t>(kNever)), "kept plan's holders");
+}
+
 TEST_CASE("random corruption never crashes a restore") {
   Topology topo = SmallCluster();
   const std::vector<Timed> history = History(7, true, 200);
