@@ -77,6 +77,13 @@ Status CheckJobEnvVar(std::string_view name, std::string_view value) {
   if (std::string why = ReservedEnvReason(name); !why.empty()) {
     return Status::Error("env." + n + ": reserved, " + why + "; drop it from the job's variables");
   }
+  // Many job scripts set it already; only another order would renumber the
+  // GPUs under CUDA_VISIBLE_DEVICES.
+  if (name == "CUDA_DEVICE_ORDER" && !value.empty() && value != "PCI_BUS_ID") {
+    return Status::Error("env.CUDA_DEVICE_ORDER: " + Quoted(value) +
+                         " would renumber the GPUs: the agent sets PCI_BUS_ID, the order of the "
+                         "node's GPU numbers in CUDA_VISIBLE_DEVICES; drop it or give PCI_BUS_ID");
+  }
   if (value.size() > kMaxEnvValueBytes) {
     return Status::Error("env." + n + ": the value is " + std::to_string(value.size()) +
                          " bytes; at most " + std::to_string(kMaxEnvValueBytes) +

@@ -33,6 +33,12 @@ TEST_CASE("a job's own variables: identifiers, not the agent's, bounded") {
     CHECK(s.message().find("reserved") != std::string::npos);
     CHECK(s.message().find(reserved) != std::string::npos);
   }
+  // The agent's own order may be repeated; another order would renumber the GPUs.
+  CHECK(CheckJobEnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID").ok());
+  const core::Status order = CheckJobEnvVar("CUDA_DEVICE_ORDER", "FASTEST_FIRST");
+  REQUIRE_FALSE(order.ok());
+  CHECK(order.message().find("env.CUDA_DEVICE_ORDER") != std::string::npos);
+  CHECK(order.message().find("PCI_BUS_ID") != std::string::npos);
   CHECK_FALSE(CheckJobEnvVar("BIG", std::string(kMaxEnvValueBytes + 1, 'x')).ok());
   CHECK_FALSE(CheckJobEnvVar("NUL", std::string("a\0b", 3)).ok());
   // Many values, each within bounds, over the total.

@@ -177,6 +177,7 @@ void ExportRank(const SlurmRankMap& m, int rank) {
     Export("TOPO_" + name + "_GROUP", std::to_string(layout.GroupOf(k, rank)));
   }
   Export("CUDA_VISIBLE_DEVICES", std::to_string(m.ranks[rank].gpu));
+  Export("CUDA_DEVICE_ORDER", "PCI_BUS_ID");  // the order the scheduler's GPU numbers count in
 }
 
 // A requeued run (SLURM_RESTART_COUNT > 0) resumes from the newest complete
@@ -334,6 +335,7 @@ int Run() {
     }
     Export("TOPO_NODE_RANK", std::to_string(*procid));
     Export("CUDA_VISIBLE_DEVICES", gpus);
+    Export("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
   }
   return 0;
 }

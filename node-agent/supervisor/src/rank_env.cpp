@@ -166,6 +166,9 @@ std::map<std::string, std::string> RankEnvironment(const JobLaunch& launch, cons
     std::string v;
     for (size_t i = 0; i < gpus.size(); ++i) v += (i ? "," : "") + std::to_string(gpus[i]);
     env["CUDA_VISIBLE_DEVICES"] = v;
+    // The numbers above are NVML's (the agent's inventory), which count in
+    // PCI bus order; CUDA's own default order puts the fastest GPU first.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   }
   env["TOPO_JOB_ID"] = launch.job_id;
   using core::Dim;
@@ -214,6 +217,9 @@ std::map<std::string, std::string> NodeEnvironment(const JobLaunch& launch,
     std::string v;
     for (size_t i = 0; i < gpus.size(); ++i) v += (i ? "," : "") + std::to_string(gpus[i]);
     env["CUDA_VISIBLE_DEVICES"] = v;
+    // The numbers above are NVML's (the agent's inventory), which count in
+    // PCI bus order; CUDA's own default order puts the fastest GPU first.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   }
   std::vector<const LocalRankSpec*> by_local;
   for (const auto& r : launch.ranks) by_local.push_back(&r);

@@ -295,6 +295,7 @@ TEST_CASE("every rank sees all the job's GPUs in local-rank order, LOCAL_RANK pi
   CHECK(l0.find("mine=2\n") != std::string::npos);  // local rank 1
   auto env = RankEnvironment(job, job.ranks[0], "/ck");
   CHECK(env["CUDA_VISIBLE_DEVICES"] == "5,2");
+  CHECK(env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID");  // the order NVML's numbers count in
   CHECK(env["LOCAL_RANK"] == "1");
   CHECK(env.count("TOPO_ARRAY_JOB_ID") == 0);  // not a task of an array
   auto task = job;

@@ -77,6 +77,7 @@ TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
     CHECK(env["OMP_NUM_THREADS"] == "4");
     // Every GPU of the job here, in local-rank order.
     CHECK(env["CUDA_VISIBLE_DEVICES"] == "7,4");
+    CHECK(env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID");
     CHECK(env["TOPO_RESTART_STEP"] == "40");
     CHECK(env["TOPO_CHECKPOINT_DIR"] == t / "local/envjob");
     CHECK(env["TOPO_CHECKPOINT_SIGNAL"] == std::to_string(SIGUSR1));
