@@ -182,6 +182,13 @@ int Agent::Run() {
   }
   gpus_ = std::move(chosen.value().backend);
   Log("GPU backend: " + chosen.value().reason);
+  // What the node has, one line a GPU, in CUDA_VISIBLE_DEVICES order: the
+  // first thing to compare with nvidia-smi when a node's GPUs look wrong.
+  for (const gpu::GpuInfo& g : gpus_->Inventory().gpus) {
+    Log("GPU " + std::to_string(g.index) + ": " + g.name + ", " +
+        (g.uuid.empty() ? std::string("no UUID") : g.uuid) + ", " +
+        std::to_string(g.memory_total >> 20) + " MiB");
+  }
 
   SupervisorOptions sopt;
   sopt.state_dir = state + "/supervisor";
