@@ -62,8 +62,8 @@ test-package: build
 sanitize test-sanitize: deps
 	CC=clang CXX=clang++ cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOPO_SANITIZE=ON
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_tests common_tests store_tests \
-	  daemon_tests ha_tests cli_tests agent_gpu_tests agent_gpu_fake_nvml agent_supervisor_tests agent_core_tests \
-	  topo-scheduler topo topo-agent topo-slurm-task
+	  daemon_tests ha_tests cli_tests agent_gpu_tests agent_supervisor_tests agent_core_tests topo-scheduler \
+	  topo topo-agent topo-slurm-task
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) -L 'unit|daemon' -LE '^agent$$' --output-on-failure -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
