@@ -266,8 +266,11 @@ class SchedulerCore::Impl {
     size_t index = 0;  // of the end in `at` it starts after
     int free_at = 0;   // free GPUs of the state it is placed on
   };
+  // `reacquire` undoes `release` of the same end exactly (PlanStart walks
+  // one state back and forth instead of copying it for each probe).
   PlannedStart PlanStart(int gpus, const ClusterState& base, std::span<const TimeMs> at,
                          const std::function<void(ClusterState&, size_t)>& release,
+                         const std::function<void(ClusterState&, size_t)>& reacquire,
                          const std::function<bool(const ClusterState&)>& fits,
                          const std::function<Placement(const ClusterState&)>& place) const;
   // Running jobs by the time they must end, earliest first: their time

@@ -218,19 +218,27 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
   }
   // A job that holds GPUs (a running job being recovered) is planned as if
   // requeued: its GPUs are free now and its own end is not waited for.
-  ClusterState base = cluster();
+  std::optional<ClusterState> own_released;
   if (holds) {
-    (void)base.Release(alloc_.Held(job.ranks, job.spares));
+    own_released = cluster();
+    (void)own_released->Release(alloc_.Held(job.ranks, job.spares));
     std::erase_if(ends, [&](const auto& e) { return e.second == job.id; });
   }
   std::vector<TimeMs> at;
   at.reserve(ends.size());
   for (const auto& e : ends) at.push_back(e.first);
+  // Every end is a running job's, whose GPUs are held in `cluster()` and
+  // apart from every other job's: releasing them cannot fail, and
+  // allocating them again restores the state exactly.
   PlannedStart planned = PlanStart(
-      job.request.spec.gpus, base, at,
+      job.request.spec.gpus, own_released ? *own_released : cluster(), at,
       [&](ClusterState& s, size_t i) {
         const JobRecord& j = jobs_.at(ends[i].second);
         (void)s.Release(alloc_.Held(j.ranks, j.spares));
+      },
+      [&](ClusterState& s, size_t i) {
+        const JobRecord& j = jobs_.at(ends[i].second);
+        (void)s.Allocate(alloc_.Held(j.ranks, j.spares));
       },
       [&](const ClusterState& s) { return FitsForReservation(job, s); },
       [&](const ClusterState& s) { return PlaceForReservation(job, s); });
@@ -251,6 +259,7 @@ SchedulerCore::Impl::Reservation SchedulerCore::Impl::Reserve(const JobRecord& j
 SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
     int gpus, const ClusterState& base, std::span<const TimeMs> at,
     const std::function<void(ClusterState&, size_t)>& release,
+    const std::function<void(ClusterState&, size_t)>& reacquire,
     const std::function<bool(const ClusterState&)>& fits,
     const std::function<Placement(const ClusterState&)>& place) const {
   PlannedStart out;
@@ -288,28 +297,27 @@ SchedulerCore::Impl::PlannedStart SchedulerCore::Impl::PlanStart(
     if (++lo < at.size()) release_through(future, lo, lo);
   }
   if (lo >= at.size()) return out;
-  // Each probe starts from the last state that did not fit (`known`, ends
-  // 0..known_through released), so every end is released about once.
-  ClusterState known = future;
-  size_t known_through = lo;
-  release_through(future, lo + 1, at.size() - 1);
+  // One state, `future` with ends 0..through released, is walked to each
+  // probe: forward by releasing, back by reacquiring (a copy of the whole
+  // cluster per probe cost more than the jobs in between). The walks add up
+  // to about twice the ends searched.
+  size_t through = at.size() - 1;
+  release_through(future, lo + 1, through);
   if (!fits(future)) return out;
+  auto walk_to = [&](size_t k) {
+    while (through < k) release(future, ++through);
+    for (; through > k; --through) reacquire(future, through);
+  };
   while (lo < hi) {
     const size_t mid = lo + (hi - lo) / 2;
-    ClusterState probe = known;
-    if (mid > known_through) release_through(probe, known_through + 1, mid);
-    if (fits(probe)) {
+    walk_to(mid);
+    if (fits(future)) {
       hi = mid;
     } else {
       lo = mid + 1;
-      known = std::move(probe);
-      known_through = mid;
     }
   }
-  if (hi + 1 < at.size()) {
-    future = std::move(known);
-    if (hi > known_through) release_through(future, known_through + 1, hi);
-  }
+  walk_to(hi);
   out.placement = place(future);
   if (!out.placement.placed()) return {};  // `fits` broke its contract: no plan
   out.start = std::max(at[hi], now_);

@@ -316,3 +316,74 @@ TEST_CASE("the reservation start a pass keeps is the one a fresh plan gives") {
     CHECK(compared_in_stack > 1000);
   }
 }
+
+// The plan's search places the head after the first few ends one by one,
+// then binary searches the rest, walking one state back and forth. Here
+// every node holds eight 1-GPU jobs whose limits interleave across the
+// nodes, so enough GPUs are free in number after 8 ends but a whole node
+// (the tp-8 head's need) only after 57: the answer lies deep in the binary
+// search, and a walk that released too much or too little would move it.
+TEST_CASE("a reservation many ends past enough free GPUs is found where a linear plan finds it") {
+  Topology topo = testing::MakeRegular({"node", "leaf", "spine"}, 0, {4, 2}, 1, 8);
+  for (const std::string stack : {"toposched", "slurm-tree"}) {
+    CAPTURE(stack);
+    SchedulerConfig config = SchedulerConfig::ForStack(stack).value();
+    config.heartbeats_required = false;
+    config.placement_wait = 0;
+    SchedulerCore core(topo, config);
+    const int gpus = topo.node_count() * 8;
+    REQUIRE(gpus == 64);
+    std::vector<JobId> fill;
+    for (JobId id = 1; id <= gpus; ++id) {
+      JobRequest r;
+      r.spec = testing::MakeJob(1);
+      r.time_limit = 1000 * kMinute;
+      core.Step(JobSubmitted{id, r}, 0);
+      REQUIRE(core.job(id)->state == JobState::kRunning);
+      fill.push_back(id);
+    }
+    // Limits by (slot on the node, node): each node's last job ends late.
+    std::map<NodeId, int> seen;
+    std::vector<std::pair<TimeMs, JobId>> ends;
+    for (JobId id : fill) {
+      const NodeId n = core.job(id)->ranks[0].node;
+      const int slot = seen[n]++;
+      const TimeMs end = static_cast<TimeMs>(slot * topo.node_count() + n + 1) * kMinute;
+      ends.push_back({end, id});
+    }
+    // A limit is fixed at submission but depends on the node the placer
+    // picks: `core` shows the nodes, `planned` gets the same jobs with their
+    // limits (and must place them the same way).
+    SchedulerCore planned(topo, config);
+    std::sort(ends.begin(), ends.end(),
+              [](const auto& a, const auto& b) { return a.second < b.second; });
+    for (const auto& [end, id] : ends) {
+      JobRequest r;
+      r.spec = testing::MakeJob(1);
+      r.time_limit = end;
+      planned.Step(JobSubmitted{id, r}, 0);
+      REQUIRE(planned.job(id)->ranks == core.job(id)->ranks);
+    }
+    JobRequest head;
+    head.spec = testing::MakeJob(8, 8);
+    head.time_limit = 60 * kMinute;
+    planned.Step(JobSubmitted{100, head}, 0);
+    REQUIRE(planned.job(100)->state == JobState::kQueued);
+    // The linear oracle.
+    std::sort(ends.begin(), ends.end());
+    ClusterState future = planned.cluster();
+    std::unique_ptr<Placer> placer = MakePlacer(config.placer);
+    size_t enough = ends.size(), fits = ends.size();
+    for (size_t i = 0; i < ends.size(); ++i) {
+      REQUIRE(future.Release(planned.job(ends[i].second)->ranks).ok());
+      if (enough == ends.size() && future.free_gpus(topo.root()) >= 8) enough = i;
+      if (placer->Place(head.spec, future).placed()) {
+        fits = i;
+        break;
+      }
+    }
+    REQUIRE(fits < ends.size());
+    REQUIRE(fits > enough + 8);  // past the linear tries: the binary search decides
+    CHECK(planned.EstimatedStart(100) == ends[fits].first);
+  }
+}
