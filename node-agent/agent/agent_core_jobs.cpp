@@ -161,9 +161,8 @@ void AgentCore::TryPendingLaunches() {
         continue;
       }
     }
-    // Launch blocks the event loop until every rank has reached exec (the
-    // ranks are forked first and set up side by side: milliseconds, far
-    // more on a loaded node): a heartbeat on each side keeps
+    // Launch blocks the event loop until each rank has reached exec (a few
+    // ms a rank; far more on a loaded node): a heartbeat on each side keeps
     // the scheduler's silence limit for the launch alone.
     Beat();
     const int64_t launch_began = clock_.NowMs();

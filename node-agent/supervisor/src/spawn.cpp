@@ -157,12 +157,6 @@ std::string StageMessage(const SpawnRequest& req, const ChildReport& r) {
 }  // namespace
 
 core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
-  core::Result<ForkedRank> forked = ForkRank(req);
-  if (!forked.ok()) return forked.status();
-  return AwaitExec(forked.value(), req);
-}
-
-core::Result<ForkedRank> ForkRank(const SpawnRequest& req) {
   const UnixAccount& acct = *req.account;
   // Everything the child touches, laid out now.
   std::vector<char*> argv;
@@ -329,12 +323,7 @@ core::Result<ForkedRank> ForkRank(const SpawnRequest& req) {
     return core::Status::Error(req.what + ": fork failed: " + std::strerror(fork_errno));
   }
   ::setpgid(pid, pid);  // both sides set it: no race with an early kill(-pid)
-  return ForkedRank{pid, status_r};
-}
 
-core::Result<SpawnResult> AwaitExec(const ForkedRank& forked, const SpawnRequest& req) {
-  const pid_t pid = forked.pid;
-  const int status_r = forked.status_fd;
   // Wait for exec (EOF: the pipe closed on exec) or a report.
   ChildReport report;
   size_t got = 0;

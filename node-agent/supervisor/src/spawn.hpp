@@ -58,19 +58,4 @@ struct SpawnResult {
 // REQUIRES: euid 0, or account->uid == geteuid().
 core::Result<SpawnResult> SpawnRank(const SpawnRequest& req);
 
-// SpawnRank in two halves, so that a launch can fork every rank before it
-// waits for any (the children set up and exec side by side):
-//   ForkRank forks and returns at once, the child's status pipe open;
-//   AwaitExec then waits as SpawnRank does, closes the pipe, and on a
-//   failure before exec reaps the child.
-// Every ForkRank is followed by exactly one AwaitExec with the same request.
-// The status pipe is close-on-exec, so the children forked after it hold
-// its read end only until their own exec, which cannot delay its EOF.
-struct ForkedRank {
-  pid_t pid = 0;
-  int status_fd = -1;  // read end of the child's status pipe
-};
-core::Result<ForkedRank> ForkRank(const SpawnRequest& req);
-core::Result<SpawnResult> AwaitExec(const ForkedRank& forked, const SpawnRequest& req);
-
 }  // namespace topo::agent

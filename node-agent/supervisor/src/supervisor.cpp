@@ -419,17 +419,6 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
       j.ranks.push_back(rec);
     }
   }
-  // Every rank is forked before any is waited for: the children join the
-  // cgroup, switch account, open their logs and exec side by side, so a
-  // launch takes about one rank's setup rather than the sum of them (the
-  // agent's event loop, its heartbeats with it, waits for the launch).
-  struct Forked {
-    const LocalRankSpec* spec;
-    SpawnRequest req;
-    ForkedRank child;
-  };
-  std::vector<Forked> forked;
-  std::string failure;
   for (const auto& spec : launch.ranks) {
     if (launch.mode != core::LaunchMode::kRank) break;
     auto env = base;
@@ -445,34 +434,17 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
                      std::to_string(spec.local_rank) + " restart " +
                      std::to_string(launch.restart_count) + " as " + acct.name + " (uid " +
                      std::to_string(acct.uid) + "): " + cmdline + " pid ";
-    auto child = ForkRank(req);
-    if (!child.ok()) {
-      failure = child.message();
-      break;
-    }
-    forked.push_back({&spec, req, child.value()});
-  }
-  // Each forked child is waited for (which closes its status pipe), also
-  // after a failure: the first failure is reported; the children after it
-  // are killed before they are waited for (no wait on a child stuck before
-  // exec), and abort_launch kills the ones that did reach exec.
-  for (const Forked& f : forked) {
-    if (!failure.empty()) ::kill(-f.child.pid, SIGKILL);
-    auto spawned = AwaitExec(f.child, f.req);
-    if (!spawned.ok()) {
-      if (failure.empty()) failure = spawned.message();
-      continue;  // reaped by AwaitExec
-    }
+    auto spawned = SpawnRank(req);
+    if (!spawned.ok()) return abort_launch(spawned.message());
     RankRec rec;
-    rec.rank = f.spec->rank;
-    rec.local_rank = f.spec->local_rank;
-    rec.pid = f.child.pid;
+    rec.rank = spec.rank;
+    rec.local_rank = spec.local_rank;
+    rec.pid = spawned.value().pid;
     auto st = ReadProcStat(rec.pid);
     rec.start_time = st ? st->start_time : 0;
     rec.running = true;
     j.ranks.push_back(rec);
   }
-  if (!failure.empty()) return abort_launch(failure);
   for (int fd : cgroup_fds) ::close(fd);
   std::sort(j.ranks.begin(), j.ranks.end(),
             [](const RankRec& a, const RankRec& b) { return a.rank < b.rank; });

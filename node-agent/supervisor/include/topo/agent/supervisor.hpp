@@ -27,9 +27,8 @@
 //
 // Contract with the agent's event loop (poll API, no callbacks):
 //   - Every method returns without blocking on a rank, except that Launch()
-//     forks every rank, then waits for each new process to reach exec (the
-//     children set up side by side: about one rank's time; at most 30 s a
-//     rank) so that a failure before exec fails the launch, and cleans up a failed
+//     waits for each new process to reach exec (milliseconds; at most 30 s)
+//     so that a failure before exec fails the launch, and cleans up a failed
 //     launch synchronously (at most a few seconds). Only the persistent copy
 //     runs on the supervisor's own worker thread.
 //   - Poll() reaps exited ranks (waitpid(pid, WNOHANG) on each rank's own pid,
