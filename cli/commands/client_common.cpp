@@ -125,6 +125,7 @@ Reply Session::Call(std::string_view method, const std::string& target,
     }
     if (!res.ok()) {
       if (!quiet) std::cerr << "topo: " << TerminalSafe(res.message()) << "\n";
+      reply.error = res.message();
       reply.exit_code = kExitUnreachable;
       return reply;
     }
@@ -144,6 +145,7 @@ Reply Session::Call(std::string_view method, const std::string& target,
         answer.body["error"].value("code", "") == "infeasible") {
       reply.exit_code = kExitInfeasible;  // the job can never fit the cluster
     }
+    if (!answer.ok()) reply.error = answer.ErrorMessage();
     if (!answer.ok() && !quiet) {
       // The server's message quotes what it refused, which may be anyone's name.
       std::cerr << "topo: ";

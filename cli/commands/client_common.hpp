@@ -33,6 +33,7 @@ struct Reply {
   int exit_code = 0;  // kExitOk on a 2xx answer
   int status = 0;     // HTTP status; 0 when no answer came
   nlohmann::json body;
+  std::string error;  // not ok: what Call prints (the server's message), also when quiet
   bool ok() const { return exit_code == 0; }
 };
 

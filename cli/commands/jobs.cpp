@@ -561,11 +561,40 @@ int RunLogs(const LogsArgs& args) {
     if (!args.follow) return kExitOk;
     offset = end;
   }
+  const auto pause = [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        static_cast<int64_t>(std::clamp(args.interval_s, 0.05, 60.0) * 1000)));
+  };
+  const auto ended = [](const std::string& state) {
+    return state == "completed" || state == "failed" || state == "cancelled" || state == "rejected";
+  };
+  bool told_waiting = false;
   while (true) {
     // The largest piece an agent may send (the daemon refuses a larger max).
-    Reply reply = session->Call("GET", base + "&max=" + std::to_string(proto::kMaxLogChunkBytes) +
-                                           "&offset=" + std::to_string(offset));
-    if (!reply.ok()) return reply.exit_code;
+    const std::string target = base + "&max=" + std::to_string(proto::kMaxLogChunkBytes) +
+                               "&offset=" + std::to_string(offset);
+    Reply reply = session->Call("GET", target, std::nullopt, /*quiet=*/args.follow);
+    if (!reply.ok() && args.follow && reply.status == 404) {
+      // Following: a rank whose log is not there yet (its launch on a new
+      // node still waits: the earlier run's exit, a checkpoint being copied)
+      // is waited for while its job runs.
+      Reply job = session->Call("GET", "/v1/jobs/" + std::to_string(*id));
+      if (!job.ok()) return job.exit_code;
+      if (!ended(job.body.value("state", ""))) {
+        if (!told_waiting) {
+          std::cerr << "topo: no log of rank " << args.rank << " yet (" << TerminalSafe(reply.error)
+                    << "); waiting for it\n";
+          told_waiting = true;
+        }
+        pause();
+        continue;
+      }
+    }
+    if (!reply.ok()) {
+      if (args.follow) std::cerr << "topo: " << TerminalSafe(reply.error) << "\n";
+      return reply.exit_code;
+    }
+    told_waiting = false;
     const json& b = reply.body;
     if (!b.is_object() || !b.contains("data") || !b["data"].is_string() ||
         !b.contains("next_offset") || !b["next_offset"].is_number_integer()) {
@@ -595,12 +624,8 @@ int RunLogs(const LogsArgs& args) {
     // Follow until the job has ended and everything it wrote is out.
     Reply job = session->Call("GET", "/v1/jobs/" + std::to_string(*id));
     if (!job.ok()) return job.exit_code;
-    const std::string state = job.body.value("state", "");
-    if (state == "completed" || state == "failed" || state == "cancelled" || state == "rejected") {
-      return kExitOk;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(
-        static_cast<int64_t>(std::clamp(args.interval_s, 0.05, 60.0) * 1000)));
+    if (ended(job.body.value("state", ""))) return kExitOk;
+    pause();
   }
 }
 
@@ -752,7 +777,8 @@ void RegisterJobCommands(CLI::App& app, int* exit_code) {
       "Print a rank's output (stdout and stderr) from its node.\n\n"
       "Read through the scheduler from the node that runs the rank now (or ran it last):\n"
       "after a restart on another node it holds that run's output. --follow keeps printing\n"
-      "until the job ends, and follows the rank to its new node on a restart.\n\n"
+      "until the job ends, follows the rank to its new node on a restart, and waits for\n"
+      "a log that is not there yet (a rank whose launch still waits) while the job runs.\n\n"
       "Examples:\n"
       "  topo logs 17                 # rank 0\n"
       "  topo logs 17 --rank 5 --tail 50     # the last 50 lines\n"

@@ -214,6 +214,7 @@ int Agent::Run() {
   core_options_.heartbeat_ms = o_.heartbeat_ms;
   core_options_.stop_grace_ms = o_.stop_grace_ms;
   core_options_.drain_checkpoint_ms = o_.drain_checkpoint_ms;
+  core_options_.stage_wait_ms = o_.stage_wait_ms;
 
   uint64_t seed = o_.seed;
   if (seed == 0) {

@@ -43,7 +43,8 @@ struct AgentOptions {
   // (a job submitted without one): a shell command line for /bin/sh -c.
   std::string job_command;
   int stop_grace_ms = 5000;
-  int drain_checkpoint_ms = 3000;  // graceful drain: wait this long for a checkpoint
+  int drain_checkpoint_ms = 3000;     // graceful drain: wait this long for a checkpoint
+  int64_t stage_wait_ms = 3'600'000;  // a restart's checkpoint copy onto this node, at most
   bool stop_ranks_on_exit = false;
   // Site policy: ranks may run as uid 0 (default: such starts fail, permanently).
   bool allow_root_jobs = false;

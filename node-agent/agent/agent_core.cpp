@@ -180,6 +180,13 @@ void AgentCore::HandleCheckpoint(const proto::CheckpointRequest& m) {
 void AgentCore::HandleLogs(const proto::LogsRequest& m) {
   proto::LogsReply reply = runner_.ReadLog(m);
   reply.req = m.req;
+  // A rank of a launch still waiting here has no log yet: say why.
+  if (auto p = pending_.find(std::to_string(m.job)); reply.error && p != pending_.end()) {
+    reply.error = "rank " + std::to_string(m.rank) + " has not started on this node yet (" +
+                  (p->second.waiting_for.empty() ? std::string("its launch is about to start")
+                                                 : "its launch waits: " + p->second.waiting_for) +
+                  ")";
+  }
   // An answer belongs to this connection's request: never held.
   link_.Send(proto::WriteAgentMessage(reply));
 }

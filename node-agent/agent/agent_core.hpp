@@ -25,7 +25,11 @@
 //               (at most launch_wait_ms) until its ranks have exited. On the
 //               node holding rank 0 the master port is checked free first.
 //               The launch blocks the loop until every rank has reached exec,
-//               so a heartbeat goes out just before and just after it.
+//               so a heartbeat goes out just before and just after it. A
+//               restart's checkpoint the runner copies onto this node first
+//               does not block it (LaunchOutcome::staging): the launch waits
+//               up to stage_wait_ms for the copy (RankRunner::Staging, asked
+//               each Tick), then launches.
 //               Every failure is a `launch_failed` (permanent when no node
 //               can do better: a missing command or account, a root account,
 //               a layout that does not read); nothing is left pending.
@@ -73,6 +77,9 @@ struct AgentCoreOptions {
   // How long a start waits for the ranks of the job's earlier run to exit
   // (after their stop), or for a busy runner, before it is reported failed.
   int launch_wait_ms = 30000;
+  // How long a start waits while the runner copies the restart's checkpoint
+  // from the persistent tier onto this node (LaunchOutcome::staging).
+  int64_t stage_wait_ms = 3'600'000;
   size_t max_queued_reports = 10000;
 };
 
@@ -155,8 +162,9 @@ class AgentCore {
   struct PendingLaunch {
     JobLaunch launch;
     int64_t checkpoint_step = -1;
-    int64_t deadline_ms = 0;  // give up waiting then
-    std::string waiting_for;  // last reason it waited, logged once
+    int64_t deadline_ms = 0;        // give up waiting then
+    int64_t stage_deadline_ms = 0;  // while the checkpoint is copied here (0: not yet)
+    std::string waiting_for;        // last reason it waited, logged once
   };
   enum class DrainPhase { kNone, kCheckpoint, kStopping };
 

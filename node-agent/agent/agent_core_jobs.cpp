@@ -125,6 +125,14 @@ void AgentCore::TryPendingLaunches() {
     const std::string& job = it->first;
     PendingLaunch& p = it->second;
     const int restart = p.launch.restart_count;
+    auto log_wait = [&](const std::string& why) {
+      if (p.waiting_for != why) {
+        p.waiting_for = why;
+        Log(LogLevel::kInfo,
+            "job " + job + " restart " + std::to_string(restart) + ": launch waits: " + why);
+      }
+      return false;
+    };
     auto wait = [&](const std::string& why) {
       if (now >= p.deadline_ms) {
         FailLaunch(job, restart,
@@ -133,12 +141,19 @@ void AgentCore::TryPendingLaunches() {
                    false);
         return true;
       }
-      if (p.waiting_for != why) {
-        p.waiting_for = why;
-        Log(LogLevel::kInfo,
-            "job " + job + " restart " + std::to_string(restart) + ": launch waits: " + why);
+      return log_wait(why);
+    };
+    auto stage_wait = [&](const std::string& why) {
+      if (p.stage_deadline_ms == 0) p.stage_deadline_ms = now + options_.stage_wait_ms;
+      if (now >= p.stage_deadline_ms) {
+        FailLaunch(job, restart,
+                   why + " took longer than " + std::to_string(options_.stage_wait_ms) + " ms",
+                   false);
+        return true;
       }
-      return false;
+      // What follows the copy gets the usual wait from its end.
+      p.deadline_ms = std::max(p.deadline_ms, now + options_.launch_wait_ms);
+      return log_wait(why);
     };
     if (Runs(job)) {
       if (wait("ranks of the job's earlier run have not exited yet")) {
@@ -161,6 +176,16 @@ void AgentCore::TryPendingLaunches() {
         continue;
       }
     }
+    // The restart's checkpoint is still being copied here: not launched again
+    // (nor a heartbeat sent for it) until the copy ends.
+    if (std::optional<std::string> copying = runner_.Staging(job)) {
+      if (stage_wait(*copying)) {
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+      continue;
+    }
     // Launch blocks the event loop until each rank has reached exec (a few
     // ms a rank; far more on a loaded node): a heartbeat on each side keeps
     // the scheduler's silence limit for the launch alone.
@@ -170,7 +195,7 @@ void AgentCore::TryPendingLaunches() {
     const int64_t launch_ms = clock_.NowMs() - launch_began;
     Beat();
     if (out.kind == LaunchOutcome::Kind::kBusy) {
-      if (wait(out.reason)) {
+      if (out.staging ? stage_wait(out.reason) : wait(out.reason)) {
         it = pending_.erase(it);
       } else {
         ++it;

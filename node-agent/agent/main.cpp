@@ -97,6 +97,12 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
                  "graceful drain: how long to wait for the ranks' checkpoint before stopping them")
       ->check(CLI::Range(0, 3600000))
       ->capture_default_str();
+  app.add_option("--stage-wait-ms", o.stage_wait_ms,
+                 "a restart onto this node: how long to wait while the job's checkpoint is "
+                 "copied from the persistent tier to the local one (on its own thread; "
+                 "heartbeats go on) before the start is reported failed")
+      ->check(CLI::Range(int64_t{1000}, int64_t{86400000}))
+      ->capture_default_str();
   app.add_flag("--stop-ranks-on-exit", o.stop_ranks_on_exit,
                "on SIGTERM/SIGINT stop every rank (default: leave them for the next agent)");
   app.add_flag("--allow-root-jobs", o.allow_root_jobs,

@@ -10,7 +10,10 @@
 //
 // Contract (both implementations):
 //   - Non-blocking, except Launch (the supervisor waits for each rank to
-//     reach exec, and cleans up a failed launch before returning).
+//     reach exec, and cleans up a failed launch before returning). A copy
+//     of the restart's checkpoint onto this node is not made inside Launch:
+//     Launch starts it in the background and answers kBusy (staging) until
+//     it is done, so the agent's event loop and heartbeats go on meanwhile.
 //   - Poll() returns each event exactly once, in the order observed; a rank
 //     ended by Stop() comes with RankExit::stopped set.
 //   - Launch() either starts every rank of the launch or leaves nothing of
@@ -43,6 +46,9 @@ struct LaunchOutcome {
   std::string reason;                   // kBusy, kFailed: for the log and launch_failed
   std::optional<int64_t> restart_step;  // kStarted: TOPO_RESTART_STEP given to the ranks
   std::string note;                     // kStarted: a line for the agent's log, or ""
+  // kBusy: the restart's checkpoint is being copied onto this node (it can
+  // take minutes): the launch waits up to AgentCoreOptions::stage_wait_ms.
+  bool staging = false;
 };
 
 class RankRunner {
@@ -63,6 +69,12 @@ class RankRunner {
   // then sets TOPO_RESTART_STEP (LaunchOutcome::restart_step).
   // REQUIRES: no rank of launch.job_id runs (the caller stops and waits).
   virtual LaunchOutcome Launch(const JobLaunch& launch, int64_t checkpoint_step) = 0;
+  // While a copy of `job`'s restart checkpoint onto this node runs (a
+  // Launch answered kBusy, staging): what it copies, for the log. The agent
+  // asks this instead of calling Launch again until it ends.
+  virtual std::optional<std::string> Staging(const std::string& /*job*/) const {
+    return std::nullopt;
+  }
   // SIGTERM now, SIGKILL of everything of the job after grace_ms.
   virtual core::Status Stop(const std::string& job, int grace_ms) = 0;
   virtual core::Status RequestCheckpoint(const std::string& job) = 0;

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <system_error>
+#include <thread>
 
 #include "port_check.hpp"
 #include "topo/agent/account.hpp"
@@ -38,6 +40,19 @@ bool HasStep(const std::string& dir, int64_t step) {
   if (dir.empty()) return false;
   const std::vector<int64_t> steps = CompleteSteps(dir);
   return std::find(steps.begin(), steps.end(), step) != steps.end();
+}
+
+std::string CopyingText(int64_t step) {
+  return "copying checkpoint step " + std::to_string(step) +
+         " from the persistent tier to this node";
+}
+
+LaunchOutcome StagingBusy(int64_t step) {
+  LaunchOutcome out;
+  out.kind = LaunchOutcome::Kind::kBusy;
+  out.staging = true;
+  out.reason = CopyingText(step);
+  return out;
 }
 
 LaunchOutcome Failed(std::string reason, bool permanent) {
@@ -108,8 +123,29 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
             ? std::string()
             : (fs::path(options_.persistent_checkpoint_root) / job).string();
     const std::string step = std::to_string(checkpoint_step);
+    // A copy in flight (or just done) for this job comes first.
+    bool staged = false;
+    if (auto it = staging_.find(job); it != staging_.end()) {
+      std::shared_ptr<StagingCopy> copy = it->second;
+      std::unique_lock lock(copy->mu);
+      if (!copy->done) return StagingBusy(copy->step);
+      const core::Status copied = copy->status;
+      const int64_t copied_step = copy->step;
+      lock.unlock();
+      staging_.erase(it);
+      if (copied_step == checkpoint_step) {
+        if (!copied.ok()) {
+          return Failed(
+              "checkpoint step " + step +
+                  " could not be copied from the persistent tier to this node: " + copied.message(),
+              false);
+        }
+        staged = true;
+      }
+    }
     if (HasStep(local_dir, checkpoint_step)) {
       l.restart_step = checkpoint_step;
+      if (staged) out.note = "staged checkpoint step " + step + " from the persistent tier";
     } else if (!local_dir.empty() && HasStep(persistent_dir, checkpoint_step)) {
       // Copied as the account into its own directory: nothing the job
       // placed in either tier can make root read or write elsewhere.
@@ -121,15 +157,24 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       if (core::Status st = EnsurePrivateDir(local_dir, owner); !st.ok()) {
         return Failed("staging checkpoint step " + step + ": " + st.message(), false);
       }
-      if (core::Status st = CopyCompleteStep(persistent_dir, local_dir, checkpoint_step, owner);
-          !st.ok()) {
-        return Failed(
-            "checkpoint step " + step +
-                " could not be copied from the persistent tier to this node: " + st.message(),
-            false);
+      // The copy may take minutes (a large model's state): on its own
+      // thread, with the identity switch that thread alone makes
+      // (CopyCompleteStep). The next Launch finds it done.
+      auto copy = std::make_shared<StagingCopy>();
+      copy->step = checkpoint_step;
+      try {
+        std::thread([copy, persistent_dir, local_dir, checkpoint_step, owner] {
+          core::Status st = CopyCompleteStep(persistent_dir, local_dir, checkpoint_step, owner);
+          std::lock_guard guard(copy->mu);
+          copy->status = std::move(st);
+          copy->done = true;
+        }).detach();
+      } catch (const std::system_error& e) {
+        return Failed("staging checkpoint step " + step + ": cannot start a thread: " + e.what(),
+                      false);
       }
-      l.restart_step = checkpoint_step;
-      out.note = "staged checkpoint step " + step + " from the persistent tier";
+      staging_[job] = copy;
+      return StagingBusy(checkpoint_step);
     } else {
       out.note = "checkpoint step " + step +
                  " is on neither checkpoint tier of this node; starting without "
@@ -152,6 +197,14 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
   out.kind = LaunchOutcome::Kind::kStarted;
   out.restart_step = l.restart_step;
   return out;
+}
+
+std::optional<std::string> SupervisorRunner::Staging(const std::string& job) const {
+  auto it = staging_.find(job);
+  if (it == staging_.end()) return std::nullopt;
+  std::lock_guard lock(it->second->mu);
+  if (it->second->done) return std::nullopt;
+  return CopyingText(it->second->step);
 }
 
 core::Status SupervisorRunner::Stop(const std::string& job, int grace_ms) {

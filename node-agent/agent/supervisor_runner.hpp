@@ -13,7 +13,9 @@
 //   - staging the restart checkpoint: a step that is on the persistent tier
 //     but not on this node's local tier is copied there, *as the job's
 //     account* (so nothing the job planted makes root write elsewhere),
-//     before the launch;
+//     before the launch, on a thread of its own: Launch answers kBusy
+//     (staging) until the copy is done, then launches; a failed copy fails
+//     the launch once (the next start tries again);
 //   - the master port check (port_check.hpp);
 //   - rank logs read for `topo logs` without following anything the job
 //     planted: the log must be a regular file with one link, opened with
@@ -21,9 +23,14 @@
 //     link to the agent's key);
 //   - the restart count of adopted jobs (from the supervisor's state file).
 //
-// Thread safety: none (the agent's event loop).
+// Thread safety: none (the agent's event loop). A staging thread touches
+// only its own record (mutex) and the job's checkpoint directories; it is
+// detached, so an agent that exits mid-copy leaves a temporary directory
+// the next copy removes.
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +58,7 @@ class SupervisorRunner final : public RankRunner {
   std::optional<int> RestartCountOf(const std::string& job) const override;
   core::Status CheckMasterPort(int port) override;
   LaunchOutcome Launch(const JobLaunch& launch, int64_t checkpoint_step) override;
+  std::optional<std::string> Staging(const std::string& job) const override;
   core::Status Stop(const std::string& job, int grace_ms) override;
   core::Status RequestCheckpoint(const std::string& job) override;
   std::vector<SupervisorEvent> Poll() override;
@@ -64,6 +72,14 @@ class SupervisorRunner final : public RankRunner {
   SupervisorRunnerOptions options_;
   // Restart counts of runs launched here (adopted ones are read once).
   mutable std::map<std::string, int> restart_counts_;
+  // A copy of a restart's checkpoint onto this node, by job: one at a time.
+  struct StagingCopy {
+    int64_t step = -1;
+    std::mutex mu;
+    bool done = false;    // guarded by mu
+    core::Status status;  // guarded by mu; set when done
+  };
+  std::map<std::string, std::shared_ptr<StagingCopy>> staging_;
 };
 
 // A piece of the file at `path` as a `logs` reply (req unset): regular

@@ -20,7 +20,12 @@
               immediate drain restarts it from the stored step; resume;
               `topo logs --follow` follows rank 0 across its nodes.
 
-usage: test_agent.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN [cluster|wrong_cert|restart|drain]
+  staging     a restart onto a node without the step stages a 1 GiB checkpoint
+              from the persistent tier while the node keeps its heartbeats and
+              stays up; the ranks start from the step.
+
+usage: test_agent.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN
+       [cluster|wrong_cert|restart|drain|staging]
 Standard library only (/usr/bin/python3).
 """
 
@@ -417,6 +422,67 @@ def test_drain(d, agent_bin, topo_bin, work, agents):
           "logs --follow followed rank 0 across nodes" % (second, third))
 
 
+def test_staging(d, agent_bin, topo_bin, work, agents):
+    """A restart onto a node without the step copies 1 GiB of checkpoint from the
+    persistent tier on a thread of its own: the node keeps its heartbeats (200 ms,
+    down after 600 ms of silence) and stays up, the launch waits for the copy,
+    and the ranks start from the step."""
+    certs = setup(d, work, ["n0", "n1"])
+    script = os.path.join(work, "big.sh")
+    with open(script, "w") as f:
+        # Rank 0 of the first run writes step 1 with a 1 GiB file (sparse
+        # here; its copies are not), then every rank sleeps.
+        f.write('#!/bin/sh\n'
+                'if [ "$RANK" = 0 ] && [ -z "$TOPO_RESTART_STEP" ]; then\n'
+                '  mkdir -p "$TOPO_CHECKPOINT_DIR/step-1"\n'
+                '  truncate -s 1G "$TOPO_CHECKPOINT_DIR/step-1/state"\n'
+                '  echo 1 > "$TOPO_CHECKPOINT_DIR/.c" && mv "$TOPO_CHECKPOINT_DIR/.c" '
+                '"$TOPO_CHECKPOINT_DIR/step-1/COMPLETE"\n'
+                'fi\n'
+                'echo "start from=${TOPO_RESTART_STEP:-none}"\n'
+                'exec sleep 120\n')
+    command = "/bin/sh " + script
+    for n in ("n0", "n1"):
+        agents[n] = Agent(agent_bin, d, work, n, certs[n][0], certs[n][1], command).start()
+    wait_for(lambda: all(nodes(d)[n]["state"] == "up" for n in agents), 20, "n0, n1 to come up")
+    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8, "name": "big", "parallelism": {"tp": 8}},
+                                   "command": ["/bin/sh", "-c", command]}, expect=201)
+    jid = j["id"]
+    first = job(d, jid)["ranks"][0]["node"]
+    other = "n1" if first == "n0" else "n0"
+    persisted = os.path.join(work, "persistent", str(jid), "step-1", "COMPLETE")
+    wait_for(lambda: job(d, jid)["checkpoint_step"] == 1 and os.path.isfile(persisted), 60,
+             "step 1 to be stored and persisted")
+    agents[first].kill9()
+    wait_for(lambda: job(d, jid)["restarts"] == 1, 10, "the job to restart on " + other)
+    check(job(d, jid)["ranks"][0]["node"] == other, "restarted on %s: %s" % (other, job(d, jid)))
+    # While the copy runs, the node must stay up.
+    marker = "job %d restart 1: started ranks" % jid
+    deadline = time.time() + 120
+    while marker not in agents[other].log():
+        check(nodes(d)[other]["state"] == "up",
+              "%s stayed up while it copied the checkpoint:\n%s" % (other, agents[other].log()))
+        check(time.time() < deadline, "the restart did not start:\n" + agents[other].log())
+        time.sleep(0.05)
+    log = agents[other].log()
+    check("job %d restart 1: launch waits: copying checkpoint step 1 from the persistent tier "
+          "to this node" % jid in log, "the launch waited for the copy:\n" + log)
+    check("job %d: staged checkpoint step 1 from the persistent tier" % jid in log,
+          "the agent says it staged the step:\n" + log)
+    staged = os.path.join(agents[other].state_dir, "checkpoints", str(jid), "step-1", "state")
+    check(os.path.getsize(staged) == 1 << 30, "1 GiB staged on %s" % other)
+    check(nodes(d)[other]["state"] == "up", "%s is up" % other)
+    check("node %s down" % other not in open(d.log_path, errors="replace").read(),
+          "the daemon never took %s down" % other)
+    wait_for(lambda: "start from=1" in read(os.path.join(agents[other].state_dir, "logs", str(jid),
+                                                          "rank-0.log")), 10,
+             "rank 0 to start from step 1")
+    rc, out, err = cli(d, topo_bin, "cancel", str(jid))
+    check(rc == 0, "cancel: %s %r" % (rc, err))
+    print("ok: a 1 GiB checkpoint was staged onto %s while its heartbeats went on; the ranks "
+          "started from step 1" % other)
+
+
 def main():
     sched_bin, agent_bin, topo_bin = sys.argv[1], sys.argv[2], sys.argv[3]
     which = sys.argv[4] if len(sys.argv) > 4 else "cluster"
@@ -432,7 +498,7 @@ def main():
         JOB_UID[0] = int(subprocess.run(["id", "-u", account], capture_output=True, text=True,
                                         check=True).stdout)
         tests = {"cluster": test_cluster, "wrong_cert": test_wrong_cert, "restart": test_restart,
-                 "drain": test_drain}
+                 "drain": test_drain, "staging": test_staging}
         tests[which](d, agent_bin, topo_bin, work, agents)
 
 

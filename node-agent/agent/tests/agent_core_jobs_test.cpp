@@ -279,6 +279,69 @@ TEST_CASE("a busy runner is retried until the wait ends") {
   CHECK(h.core.pending_launches() == 0);
 }
 
+TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, without extra beats") {
+  Harness h;
+  h.options.stop_grace_ms = 0;
+  h.options.launch_wait_ms = 1000;
+  h.options.stage_wait_ms = 10000;
+  h.Register();
+  const std::string copying = "copying checkpoint step 3 from the persistent tier to this node";
+  LaunchOutcome staging = Outcome(LaunchOutcome::Kind::kBusy, false, copying);
+  staging.staging = true;
+  // The first try starts the copy; the runner says it runs until it ends.
+  h.runner.outcomes = {staging};
+  h.Send(MakeStart(15, 0, {1}));
+  REQUIRE(h.runner.launches.size() == 1);
+  // Far past launch_wait_ms: still waiting, and not tried again meanwhile.
+  for (int i = 0; i < 50; ++i) {
+    h.clock.now += 100;
+    h.core.Tick();
+  }
+  CHECK(h.link.Of<proto::LaunchFailed>().empty());
+  CHECK(h.core.pending_launches() == 1);
+  CHECK(h.runner.launches.size() == 1);
+  CHECK(h.log.Has("job 15 restart 0: launch waits: " + copying));
+  // A heartbeat on each side of the one try; none while it waits (a Tick
+  // beats only through Heartbeat()).
+  CHECK(h.link.Of<proto::Heartbeat>().size() == 2);
+  // `topo logs` meanwhile: the rank has no log here yet, and the answer says why.
+  h.runner.log_error = "no log file on this node (/state/logs/15/rank-0.log)";
+  h.Send(proto::LogsRequest{1, 15, 0, 0, 100});
+  h.Send(proto::LogsRequest{2, 99, 0, 0, 100});  // no launch of job 99 waits here
+  const auto logs = h.link.Of<proto::LogsReply>();
+  REQUIRE(logs.size() == 2);
+  CHECK(logs[0].error ==
+        "rank 0 has not started on this node yet (its launch waits: " + copying + ")");
+  CHECK(logs[1].error == "no log file on this node (/state/logs/15/rank-0.log)");
+  h.runner.log_error.reset();
+  // The copy is done: launched at the next Tick, a heartbeat on each side.
+  h.runner.staging.clear();
+  h.clock.now += 100;
+  h.core.Tick();
+  CHECK(h.runner.launches.size() == 2);
+  CHECK(h.core.pending_launches() == 0);
+  CHECK(h.link.Of<proto::LaunchFailed>().empty());
+  CHECK(h.link.Of<proto::Heartbeat>().size() == 4);
+
+  // A copy that never ends fails the launch after stage_wait_ms, transient.
+  h.runner.outcomes = {staging};
+  h.Send(MakeStart(16, 0, {2}));
+  for (int i = 0; i < 99; ++i) {
+    h.clock.now += 100;
+    h.core.Tick();
+  }
+  CHECK(h.link.Of<proto::LaunchFailed>().empty());
+  h.clock.now += 100;
+  h.core.Tick();
+  const auto failed = h.link.Of<proto::LaunchFailed>();
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].job == 16);
+  CHECK_FALSE(failed[0].permanent);
+  CHECK(failed[0].reason.find(copying + " took longer than 10000 ms") != std::string::npos);
+  CHECK(h.core.pending_launches() == 0);
+  CHECK(h.runner.launches.size() == 3);
+}
+
 TEST_CASE("the node holding rank 0 checks MASTER_PORT first, a busy port is a transient failure") {
   Harness h;
   h.Register();

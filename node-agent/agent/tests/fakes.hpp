@@ -134,6 +134,8 @@ class FakeRunner final : public RankRunner {
       for (const LocalRankSpec& r : launch.ranks) j.running.push_back(r.rank);
       if (checkpoint_step >= 0) out.restart_step = checkpoint_step;
     }
+    // As the real runner: a copy it started runs until the test ends it.
+    if (out.staging) staging[launch.job_id] = out.reason;
     return out;
   }
   core::Status Stop(const std::string& job, int grace_ms) override {
@@ -161,9 +163,17 @@ class FakeRunner final : public RankRunner {
     return it == persisted.end() ? std::nullopt : std::optional<int64_t>(it->second);
   }
   bool HasPersistentTier() const override { return persistent_tier; }
+  std::optional<std::string> Staging(const std::string& job) const override {
+    auto it = staging.find(job);
+    return it == staging.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
   proto::LogsReply ReadLog(const proto::LogsRequest& request) override {
     log_requests.push_back(request);
     proto::LogsReply reply;
+    if (log_error) {
+      reply.error = *log_error;
+      return reply;
+    }
     reply.offset = 0;
     reply.next_offset = 6;
     reply.size = 6;
@@ -198,6 +208,9 @@ class FakeRunner final : public RankRunner {
   std::map<std::string, Job> jobs;
   std::vector<std::pair<JobLaunch, int64_t>> launches;
   std::vector<LaunchOutcome> outcomes;  // the next Launch()es' outcomes (default: started)
+  // Staging(job) answers these; a staging outcome adds its job, a test
+  // erases it to end the copy.
+  std::map<std::string, std::string> staging;
   std::vector<std::pair<std::string, int>> stops;
   std::vector<std::string> checkpoint_requests;
   std::vector<int> port_checks;
@@ -206,6 +219,7 @@ class FakeRunner final : public RankRunner {
   std::map<std::string, int64_t> complete, persisted;
   bool persistent_tier = true;
   std::vector<proto::LogsRequest> log_requests;
+  std::optional<std::string> log_error;  // ReadLog answers this error when set
 };
 
 }  // namespace topo::agent::testing

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "connection.hpp"
 #include "harness.hpp"
@@ -210,12 +211,23 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   if (::geteuid() != 0) return;  // the rest starts a rank as root
   SupervisorRunner root_ok(sup,
                            {true, true, so.local_checkpoint_root, so.persistent_checkpoint_root});
-  // Step 3 only on the persistent tier: staged onto the local one.
+  // Step 3 only on the persistent tier: staged onto the local one, on a
+  // thread of its own. The first answer is always "busy, staging" (the copy
+  // has only just begun); later ones while it runs too; then it starts.
   const std::string step = so.persistent_checkpoint_root + "/5/step-3";
   fs::create_directories(step);
   WriteFile(step + "/state", "weights");
   WriteFile(step + "/COMPLETE", "3\n");
   out = root_ok.Launch(l, 3);
+  CHECK(out.kind == LaunchOutcome::Kind::kBusy);
+  CHECK(out.staging);
+  CHECK(out.reason == "copying checkpoint step 3 from the persistent tier to this node");
+  CHECK(root_ok.Running().empty());
+  for (int i = 0; i < 500 && out.kind == LaunchOutcome::Kind::kBusy; ++i) {
+    CHECK(out.staging);
+    ::usleep(10000);
+    out = root_ok.Launch(l, 3);
+  }
   REQUIRE_MESSAGE(out.kind == LaunchOutcome::Kind::kStarted, out.reason);
   CHECK(out.restart_step == 3);
   CHECK(out.note.find("staged checkpoint step 3") != std::string::npos);
@@ -228,10 +240,36 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
     if (!exited) ::usleep(20000);
   }
   CHECK(exited);
+  {
+    std::ifstream in(so.local_checkpoint_root + "/5/step-3/state");
+    std::string copied((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(copied == "weights");
+  }
+  // A copy that fails fails that launch once, with the reason; nothing runs.
+  // (Job 6 runs as nobody, and the copy is made as the account: a
+  // directory of the step only root can read stops it.)
+  JobLaunch other = l;
+  other.job_id = "6";
+  other.unix_user = "nobody";
+  const std::string step4 = so.persistent_checkpoint_root + "/6/step-4";
+  fs::create_directories(step4 + "/private");
+  WriteFile(step4 + "/private/state", "weights");
+  WriteFile(step4 + "/COMPLETE", "4\n");
+  fs::permissions(step4 + "/private", fs::perms::owner_all);
+  out = root_ok.Launch(other, 4);
+  for (int i = 0; i < 500 && out.kind == LaunchOutcome::Kind::kBusy; ++i) {
+    ::usleep(10000);
+    out = root_ok.Launch(other, 4);
+  }
+  CHECK(out.kind == LaunchOutcome::Kind::kFailed);
+  CHECK_FALSE(out.permanent);
+  CHECK(out.reason.find("checkpoint step 4 could not be copied from the persistent tier") !=
+        std::string::npos);
+  CHECK(root_ok.Running().empty());
   // A step on neither tier: started without TOPO_RESTART_STEP, and said so.
   l.restart_count = 1;
   out = root_ok.Launch(l, 9);
-  REQUIRE(out.kind == LaunchOutcome::Kind::kStarted);
+  REQUIRE_MESSAGE(out.kind == LaunchOutcome::Kind::kStarted, out.reason);
   CHECK_FALSE(out.restart_step);
   CHECK(out.note.find("neither checkpoint tier") != std::string::npos);
   for (int i = 0; i < 200 && !root_ok.Running().empty(); ++i) {
