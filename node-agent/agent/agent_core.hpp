@@ -38,7 +38,8 @@
 //   drain       graceful: checkpoint, wait until a newer step is persisted
 //               (or drain_checkpoint_ms), stop, report `drained`;
 //               immediate: stop, report `drained` once every rank is gone.
-//   logs        answered at once from the runner.
+//   logs        answered at once from the runner; for a rank whose launch
+//               waits here, that it has not started yet and why.
 //   error       logged (refused type, field, message); nothing else: the
 //               connection stays (only a refused `register` is closed, by
 //               the scheduler).
