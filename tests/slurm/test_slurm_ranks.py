@@ -29,9 +29,11 @@ from harness import Daemon, check, run  # noqa: E402
 from slurm_cluster import running, SlurmCluster, ask  # noqa: E402
 
 TASK_REPORT = ("echo \"task $SLURM_PROCID $SLURMD_NODENAME $SLURM_LOCALID gpu=$CUDA_VISIBLE_DEVICES "
+               "order=$CUDA_DEVICE_ORDER "
                "tp=$TOPO_TP_RANK pp=$TOPO_PP_RANK dp=$TOPO_DP_RANK tpg=$TOPO_TP_GROUP ppg=$TOPO_PP_GROUP "
                "dpg=$TOPO_DP_GROUP sizes=$TOPO_TP_SIZE,$TOPO_PP_SIZE,$TOPO_DP_SIZE job=$TOPO_JOB_ID\"")
-NODE_REPORT = "echo \"node $SLURM_PROCID $SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES nr=$TOPO_NODE_RANK\""
+NODE_REPORT = ("echo \"node $SLURM_PROCID $SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES "
+               "order=$CUDA_DEVICE_ORDER nr=$TOPO_NODE_RANK\"")
 
 
 def expected_groups(tp, pp, dp, rank):
@@ -157,6 +159,8 @@ def main():
                   % (rank, node, rank, want_node))
             check(kv["gpu"] == str(want_gpu), "rank-order: rank %d has CUDA_VISIBLE_DEVICES=%s, toposched "
                   "gave it GPU %d" % (rank, kv["gpu"], want_gpu))
+            check(kv["order"] == "PCI_BUS_ID", "rank %d: CUDA_DEVICE_ORDER=%s, not PCI_BUS_ID (the order "
+                  "of toposched's GPU numbers)" % (rank, kv["order"]))
             g = expected_groups(8, 2, 3, rank)
             for key in ("tp", "pp", "dp", "tpg", "ppg", "dpg"):
                 check(kv[key] == str(g[key]), "rank %d: TOPO_ %s is %s, the rank layout says %d"
@@ -168,6 +172,7 @@ def main():
         for i in range(6):
             node, kv = nodes[i]
             want_gpus = ",".join(str(want[r][1]) for r in sorted(want) if want[r][0] == order[i])
+            check(kv["order"] == "PCI_BUS_ID", "node task %d: CUDA_DEVICE_ORDER=%s" % (i, kv["order"]))
             check(node == order[i] and kv["gpus"] == want_gpus and kv["nr"] == str(i),
                   "rank-order: node task %d ran on %s with GPUs %s (TOPO_NODE_RANK %s); toposched's node %d "
                   "is %s with GPUs %s" % (i, node, kv["gpus"], kv["nr"], i, order[i], want_gpus))
