@@ -21,6 +21,8 @@
 #include "commands/commands.hpp"
 #include "commands/options.hpp"
 #include "topo/common/agent_protocol.hpp"
+#include "topo/common/event_json.hpp"
+#include "topo/core/scheduler.hpp"
 
 namespace topo::cli {
 
@@ -566,7 +568,8 @@ int RunLogs(const LogsArgs& args) {
         static_cast<int64_t>(std::clamp(args.interval_s, 0.05, 60.0) * 1000)));
   };
   const auto ended = [](const std::string& state) {
-    return state == "completed" || state == "failed" || state == "cancelled" || state == "rejected";
+    const std::optional<core::JobState> s = common::ParseJobState(state);
+    return s && core::IsTerminal(*s);
   };
   bool told_waiting = false;
   while (true) {

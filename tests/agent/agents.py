@@ -124,9 +124,11 @@ def wait_for(pred, timeout, what):
 
 
 class Agent:
-    """One topo-agent process with simulated GPUs; its log in WORK/agent-NODE.log."""
+    """One topo-agent process with simulated GPUs (`gpus` H100s), or with NVML read
+    from `nvml_library`; its log in WORK/agent-NODE.log."""
 
-    def __init__(self, binary, daemon, work, node, cert, key, job_command, gpus=8, extra=()):
+    def __init__(self, binary, daemon, work, node, cert, key, job_command, gpus=8, extra=(),
+                 nvml_library=None):
         self.node = node
         self.state_dir = os.path.join(work, "agent-" + node)
         self.log_path = os.path.join(work, "agent-%s.log" % node)
@@ -135,9 +137,10 @@ class Agent:
         # another agent's cgroups on this machine.
         self.cgroup_root = (os.path.join(mount, "topo-test-%d-%s" % (os.getpid(), node))
                             if mount else None)
+        backend = (["--gpu-backend", "nvml", "--nvml-library", nvml_library] if nvml_library else
+                   ["--gpu-backend", "simulated", "--gpus", str(gpus), "--gpu-model", "H100"])
         self.args = [binary, "--node", node, "--scheduler-state-dir", daemon.state_dir,
-                     "--cert", cert, "--key", key, "--state-dir", self.state_dir,
-                     "--gpu-backend", "simulated", "--gpus", str(gpus), "--gpu-model", "H100",
+                     "--cert", cert, "--key", key, "--state-dir", self.state_dir] + backend + [
                      "--stop-grace-ms", "1000", "--job-command", job_command,
                      "--persistent-checkpoint-dir", os.path.join(work, "persistent"),
                      "--cgroup-root", self.cgroup_root or "none"] + list(extra)

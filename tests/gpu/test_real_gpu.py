@@ -152,11 +152,8 @@ def main():
                     'if [ -n "$GPU_TEST_PYTHON" ]; then "$GPU_TEST_PYTHON" -c "$GPU_TEST_CODE"; fi\n'
                     # Runs until the test has read the ranks' GPUs from the scheduler.
                     'while [ ! -e %s ]; do sleep 0.1; done\n' % os.path.join(work, "go"))
-        agent = Agent(agent_bin, d, work, "g0", certs["g0"][0], certs["g0"][1], "/bin/sh " + script)
-        # The simulated backend of the shared harness, replaced by NVML.
-        i = agent.args.index("--gpu-backend")
-        agent.args[i + 1] = "nvml"
-        agent.args += ["--nvml-library", library]
+        agent = Agent(agent_bin, d, work, "g0", certs["g0"][0], certs["g0"][1], "/bin/sh " + script,
+                      nvml_library=library)
         agents["g0"] = agent.start()
         wait_for(lambda: nodes(d)["g0"]["state"] == "up" or not agent.alive(), 30, "g0 to come up")
         log = agent.log()
