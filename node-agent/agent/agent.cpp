@@ -245,6 +245,9 @@ int Agent::Run() {
   ioc_.restart();
   ioc_.run_for(std::chrono::seconds(2));
 
+  // Ranks still being started are handed to the supervisor first: they
+  // are then stopped below, or adopted by the next agent.
+  runner_->WaitForLaunches();
   if (o_.stop_ranks_on_exit) StopRanksBeforeExit();
   Log("exiting");
   return 0;

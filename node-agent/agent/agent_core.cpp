@@ -206,6 +206,11 @@ void AgentCore::HandleError(const proto::Error& m) {
 // ------------------------------------------------------------------ events
 
 int AgentCore::RestartCountOf(const std::string& job) {
+  // Ranks started in the background may exit before their launch's outcome
+  // is read: they belong to that launch's run.
+  if (auto p = pending_.find(job); p != pending_.end() && p->second.starting) {
+    return p->second.launch.restart_count;
+  }
   auto it = restart_counts_.find(job);
   if (it != restart_counts_.end()) return it->second;
   const int rc = runner_.RestartCountOf(job).value_or(0);  // an adopted job's saved count

@@ -24,12 +24,12 @@
 //               same job still here is stopped first and the launch waits
 //               (at most launch_wait_ms) until its ranks have exited. On the
 //               node holding rank 0 the master port is checked free first.
-//               The launch blocks the loop until every rank has reached exec,
-//               so a heartbeat goes out just before and just after it. A
-//               restart's checkpoint the runner copies onto this node first
-//               does not block it (LaunchOutcome::staging): the launch waits
-//               up to stage_wait_ms for the copy (RankRunner::Staging, asked
-//               each Tick), then launches.
+//               Nothing slow blocks the loop: a restart's checkpoint the
+//               runner copies onto this node first (LaunchOutcome::staging)
+//               is waited for up to stage_wait_ms, and ranks the runner
+//               starts in the background (LaunchOutcome::starting) until
+//               they are up (RankRunner::Underway, asked each Tick); then
+//               Launch again gives the outcome.
 //               Every failure is a `launch_failed` (permanent when no node
 //               can do better: a missing command or account, a root account,
 //               a layout that does not read); nothing is left pending.
@@ -166,6 +166,10 @@ class AgentCore {
     int64_t deadline_ms = 0;        // give up waiting then
     int64_t stage_deadline_ms = 0;  // while the checkpoint is copied here (0: not yet)
     std::string waiting_for;        // last reason it waited, logged once
+    // The runner starts the ranks in the background (LaunchOutcome::starting):
+    // wait for RankRunner::Underway to end, then Launch for the outcome.
+    bool starting = false;
+    int64_t launch_began_ms = -1;  // when the runner began starting the ranks
   };
   enum class DrainPhase { kNone, kCheckpoint, kStopping };
 

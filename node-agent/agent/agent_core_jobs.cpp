@@ -103,10 +103,10 @@ void AgentCore::HandleStart(const proto::Start& m) {
     (void)runner_.Stop(job, options_.stop_grace_ms);
   }
   PendingLaunch& p = pending_[job];  // a newer start replaces one still waiting
+  p = PendingLaunch{};
   p.launch = std::move(launch).value();
   p.checkpoint_step = m.checkpoint_step;
   p.deadline_ms = clock_.NowMs() + options_.stop_grace_ms + options_.launch_wait_ms;
-  p.waiting_for.clear();
   TryPendingLaunches();
 }
 
@@ -155,46 +155,58 @@ void AgentCore::TryPendingLaunches() {
       p.deadline_ms = std::max(p.deadline_ms, now + options_.launch_wait_ms);
       return log_wait(why);
     };
-    if (Runs(job)) {
-      if (wait("ranks of the job's earlier run have not exited yet")) {
-        it = pending_.erase(it);
-      } else {
+    if (p.starting) {
+      // The runner starts the ranks in the background: that ends by itself
+      // and cannot be called off, so it has no deadline here; a stop
+      // meanwhile goes to the runner (the ranks count as running).
+      if (std::optional<std::string> what = runner_.Underway(job)) {
+        log_wait(*what);
         ++it;
+        continue;
       }
-      continue;
-    }
-    if (HoldsRankZero(p.launch)) {
-      // Rank 0 listens on MASTER_PORT; a port taken here would fail the
-      // whole job at rendezvous. The scheduler restarts it with a fresh port.
-      core::Status port = runner_.CheckMasterPort(p.launch.master_port);
-      if (!port.ok()) {
-        FailLaunch(job, restart,
-                   "MASTER_PORT " + std::to_string(p.launch.master_port) + " is in use on node " +
-                       node_ + ": " + port.message(),
-                   false);
-        it = pending_.erase(it);
+    } else {
+      if (Runs(job)) {
+        if (wait("ranks of the job's earlier run have not exited yet")) {
+          it = pending_.erase(it);
+        } else {
+          ++it;
+        }
+        continue;
+      }
+      if (HoldsRankZero(p.launch)) {
+        // Rank 0 listens on MASTER_PORT; a port taken here would fail the
+        // whole job at rendezvous. The scheduler restarts it with a fresh port.
+        core::Status port = runner_.CheckMasterPort(p.launch.master_port);
+        if (!port.ok()) {
+          FailLaunch(job, restart,
+                     "MASTER_PORT " + std::to_string(p.launch.master_port) + " is in use on node " +
+                         node_ + ": " + port.message(),
+                     false);
+          it = pending_.erase(it);
+          continue;
+        }
+      }
+      // The restart's checkpoint is still being copied here: not launched
+      // again until the copy ends.
+      if (std::optional<std::string> copying = runner_.Underway(job)) {
+        if (stage_wait(*copying)) {
+          it = pending_.erase(it);
+        } else {
+          ++it;
+        }
         continue;
       }
     }
-    // The restart's checkpoint is still being copied here: not launched again
-    // (nor a heartbeat sent for it) until the copy ends.
-    if (std::optional<std::string> copying = runner_.Staging(job)) {
-      if (stage_wait(*copying)) {
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-      continue;
-    }
-    // Launch blocks the event loop until each rank has reached exec (a few
-    // ms a rank; far more on a loaded node): a heartbeat on each side keeps
-    // the scheduler's silence limit for the launch alone.
-    Beat();
-    const int64_t launch_began = clock_.NowMs();
     LaunchOutcome out = runner_.Launch(p.launch, p.checkpoint_step);
-    const int64_t launch_ms = clock_.NowMs() - launch_began;
-    Beat();
     if (out.kind == LaunchOutcome::Kind::kBusy) {
+      if (out.starting) {
+        if (!p.starting) p.launch_began_ms = now;
+        p.starting = true;
+        log_wait(out.reason);
+        ++it;
+        continue;
+      }
+      p.starting = false;
       if (out.staging ? stage_wait(out.reason) : wait(out.reason)) {
         it = pending_.erase(it);
       } else {
@@ -208,8 +220,15 @@ void AgentCore::TryPendingLaunches() {
       continue;
     }
     // Exits are reported with the count of the run they belong to: set
-    // only now, after every exit of the earlier run has been seen.
-    restart_counts_[job] = restart;
+    // only now, after every exit of the earlier run has been seen (and not
+    // kept for a run whose ranks have all ended already).
+    if (Runs(job)) {
+      restart_counts_[job] = restart;
+    } else {
+      restart_counts_.erase(job);
+    }
+    // Started in the background: how long the ranks took to come up.
+    const int64_t launch_ms = p.launch_began_ms < 0 ? 0 : now - p.launch_began_ms;
     std::string ranks;
     for (const LocalRankSpec& r : p.launch.ranks) {
       ranks += (ranks.empty() ? "" : ",") + std::to_string(r.rank);

@@ -9,16 +9,21 @@
 // SupervisorEvent), so AgentCore cannot tell them apart.
 //
 // Contract (both implementations):
-//   - Non-blocking, except Launch (the supervisor waits for each rank to
-//     reach exec, and cleans up a failed launch before returning). A copy
-//     of the restart's checkpoint onto this node is not made inside Launch:
-//     Launch starts it in the background and answers kBusy (staging) until
-//     it is done, so the agent's event loop and heartbeats go on meanwhile.
+//   - Non-blocking. What takes long is not done inside Launch: a copy of the
+//     restart's checkpoint onto this node, and the start of the ranks (the
+//     job's cgroup, a fork and a wait for exec per rank: a few ms a rank on
+//     an idle node, far more on a loaded one) may run in the background,
+//     Launch answering kBusy (staging, starting) meanwhile, so the agent's
+//     event loop and heartbeats go on. Underway(job) says what runs; once it
+//     answers nullopt the next Launch of the same run gives the outcome.
+//     While a launch is starting, Running() lists its ranks (pid 0) and
+//     Stop() of the job stops them as soon as they exist.
 //   - Poll() returns each event exactly once, in the order observed; a rank
 //     ended by Stop() comes with RankExit::stopped set.
 //   - Launch() either starts every rank of the launch or leaves nothing of
 //     it running.
-//   - One thread: the agent's event loop.
+//   - One thread: the agent's event loop (a runner's own background work
+//     touches nothing the loop uses).
 
 #include <cstdint>
 #include <optional>
@@ -49,6 +54,11 @@ struct LaunchOutcome {
   // kBusy: the restart's checkpoint is being copied onto this node (it can
   // take minutes): the launch waits up to AgentCoreOptions::stage_wait_ms.
   bool staging = false;
+  // kBusy: the ranks are being started off the event loop; it ends by
+  // itself (each rank reaches exec or fails, within the supervisor's bound)
+  // and cannot be called off: the caller waits for Underway() to end, then
+  // calls Launch() again for the outcome, without other checks between.
+  bool starting = false;
 };
 
 class RankRunner {
@@ -69,10 +79,10 @@ class RankRunner {
   // then sets TOPO_RESTART_STEP (LaunchOutcome::restart_step).
   // REQUIRES: no rank of launch.job_id runs (the caller stops and waits).
   virtual LaunchOutcome Launch(const JobLaunch& launch, int64_t checkpoint_step) = 0;
-  // While a copy of `job`'s restart checkpoint onto this node runs (a
-  // Launch answered kBusy, staging): what it copies, for the log. The agent
-  // asks this instead of calling Launch again until it ends.
-  virtual std::optional<std::string> Staging(const std::string& /*job*/) const {
+  // While a launch of `job` works in the background (a Launch answered
+  // kBusy, staging or starting): what it does, for the log. The agent asks
+  // this instead of calling Launch again until it ends.
+  virtual std::optional<std::string> Underway(const std::string& /*job*/) const {
     return std::nullopt;
   }
   // SIGTERM now, SIGKILL of everything of the job after grace_ms.

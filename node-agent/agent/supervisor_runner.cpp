@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include "port_check.hpp"
 #include "topo/agent/account.hpp"
@@ -55,6 +56,14 @@ LaunchOutcome StagingBusy(int64_t step) {
   return out;
 }
 
+LaunchOutcome StartingBusy(std::string what) {
+  LaunchOutcome out;
+  out.kind = LaunchOutcome::Kind::kBusy;
+  out.starting = true;
+  out.reason = std::move(what);
+  return out;
+}
+
 LaunchOutcome Failed(std::string reason, bool permanent) {
   LaunchOutcome out;
   out.kind = LaunchOutcome::Kind::kFailed;
@@ -68,7 +77,58 @@ LaunchOutcome Failed(std::string reason, bool permanent) {
 SupervisorRunner::SupervisorRunner(RankSupervisor& supervisor, SupervisorRunnerOptions options)
     : sup_(supervisor), options_(std::move(options)) {}
 
-std::vector<RankInfo> SupervisorRunner::Running() const { return sup_.List(true); }
+SupervisorRunner::~SupervisorRunner() { WaitForLaunches(); }
+
+void SupervisorRunner::WaitForLaunches() { FinishStarted(/*wait=*/true); }
+
+void SupervisorRunner::FinishStarted(bool wait) {
+  for (auto& [job, run] : starting_) {
+    if (run->finished) continue;
+    bool ran = false;
+    {
+      std::lock_guard lock(run->mu);
+      ran = run->ran;
+    }
+    if (!ran && !wait) continue;
+    if (run->thread.joinable()) run->thread.join();
+    run->status = sup_.FinishLaunch(std::move(*run->launch));
+    run->launch.reset();
+    run->finished = true;
+    if (!run->status.ok()) continue;
+    restart_counts_[job] = run->restart_count;
+    // Stopped while it started: the ranks exist now, so they can be.
+    if (run->stop_grace_ms) (void)sup_.Stop(job, *run->stop_grace_ms);
+  }
+}
+
+std::string SupervisorRunner::StartingText(const StartingRun& run) {
+  return "starting " + std::to_string(run.ranks.size()) + " rank(s) of restart " +
+         std::to_string(run.restart_count);
+}
+
+std::vector<RankInfo> SupervisorRunner::Running() const {
+  std::vector<RankInfo> out = sup_.List(true);
+  // Ranks being started are this node's already (no pid yet).
+  bool added = false;
+  for (const auto& [job, run] : starting_) {
+    if (run->finished) continue;
+    for (const LocalRankSpec& r : run->ranks) {
+      RankInfo info;
+      info.job_id = job;
+      info.rank = r.rank;
+      info.local_rank = r.local_rank;
+      info.running = true;
+      out.push_back(info);
+      added = true;
+    }
+  }
+  if (added) {
+    std::sort(out.begin(), out.end(), [](const RankInfo& a, const RankInfo& b) {
+      return std::tie(a.job_id, a.rank) < std::tie(b.job_id, b.rank);
+    });
+  }
+  return out;
+}
 
 std::optional<int> SupervisorRunner::RestartCountOf(const std::string& job) const {
   auto it = restart_counts_.find(job);
@@ -90,6 +150,24 @@ core::Status SupervisorRunner::CheckMasterPort(int port) { return CheckTcpPortFr
 
 LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoint_step) {
   const std::string& job = launch.job_id;
+  // A launch of the job started on its thread: its outcome, once done.
+  FinishStarted(/*wait=*/false);
+  if (auto it = starting_.find(job); it != starting_.end()) {
+    StartingRun& run = *it->second;
+    const bool same = run.restart_count == launch.restart_count && !run.stop_grace_ms;
+    if (!run.finished) {
+      if (same) return StartingBusy(StartingText(run));
+      LaunchOutcome out;
+      out.kind = LaunchOutcome::Kind::kBusy;
+      out.reason = "an earlier launch of the job is still starting its ranks";
+      return out;
+    }
+    LaunchOutcome out = run.outcome;
+    const core::Status status = run.status;
+    starting_.erase(it);
+    if (same) return status.ok() ? out : Failed(status.message(), false);
+    // The run that started was stopped meanwhile: this is a new one.
+  }
   // The account first: its absence, or root, is the same on every try.
   core::Result<UnixAccount> account = ResolveUnixAccount(launch.unix_user);
   if (!account.ok()) {
@@ -182,32 +260,61 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
     }
   }
 
-  core::Status st = sup_.Launch(l);
-  if (!st.ok()) {
+  core::Result<StartingLaunch> prepared = sup_.PrepareLaunch(l);
+  if (!prepared.ok()) {
     // The supervisor refuses while it copies the earlier run's newest step
     // to the persistent tier; that ends by itself.
-    if (st.message().find("checkpoint copy is in flight") != std::string::npos) {
+    if (prepared.message().find("checkpoint copy is in flight") != std::string::npos) {
       out.kind = LaunchOutcome::Kind::kBusy;
-      out.reason = st.message();
+      out.reason = prepared.message();
       return out;
     }
-    return Failed(st.message(), false);
+    return Failed(prepared.message(), false);
   }
-  restart_counts_[job] = launch.restart_count;
-  out.kind = LaunchOutcome::Kind::kStarted;
-  out.restart_step = l.restart_step;
-  return out;
+  // The cgroup and the forks on a thread of their own: the event loop
+  // goes on (heartbeats); Poll() hands the ranks to the supervisor.
+  auto run = std::make_unique<StartingRun>();
+  run->restart_count = launch.restart_count;
+  run->ranks = launch.ranks;
+  run->outcome = out;
+  run->outcome.kind = LaunchOutcome::Kind::kStarted;
+  run->outcome.restart_step = l.restart_step;
+  run->launch = std::move(prepared).value();
+  StartingRun* raw = run.get();
+  RankSupervisor* sup = &sup_;
+  try {
+    run->thread = std::thread([raw, sup] {
+      (void)raw->launch->Run();
+      {
+        std::lock_guard lock(raw->mu);
+        raw->ran = true;
+      }
+      sup->Wake();
+    });
+  } catch (const std::system_error& e) {
+    return Failed("starting the ranks: cannot start a thread: " + std::string(e.what()), false);
+  }
+  const std::string text = StartingText(*run);
+  starting_[job] = std::move(run);
+  return StartingBusy(text);
 }
 
-std::optional<std::string> SupervisorRunner::Staging(const std::string& job) const {
-  auto it = staging_.find(job);
-  if (it == staging_.end()) return std::nullopt;
-  std::lock_guard lock(it->second->mu);
-  if (it->second->done) return std::nullopt;
-  return CopyingText(it->second->step);
+std::optional<std::string> SupervisorRunner::Underway(const std::string& job) const {
+  if (auto it = staging_.find(job); it != staging_.end()) {
+    std::lock_guard lock(it->second->mu);
+    if (!it->second->done) return CopyingText(it->second->step);
+  }
+  if (auto it = starting_.find(job); it != starting_.end() && !it->second->finished) {
+    return StartingText(*it->second);
+  }
+  return std::nullopt;
 }
 
 core::Status SupervisorRunner::Stop(const std::string& job, int grace_ms) {
+  if (auto it = starting_.find(job); it != starting_.end() && !it->second->finished) {
+    it->second->stop_grace_ms = grace_ms;
+    return core::Status::Ok();
+  }
   return sup_.Stop(job, grace_ms);
 }
 
@@ -216,6 +323,7 @@ core::Status SupervisorRunner::RequestCheckpoint(const std::string& job) {
 }
 
 std::vector<SupervisorEvent> SupervisorRunner::Poll() {
+  FinishStarted(/*wait=*/false);
   std::vector<SupervisorEvent> events = sup_.Poll();
   // A finished run's count is still in its state file if asked again.
   for (const SupervisorEvent& e : events) {

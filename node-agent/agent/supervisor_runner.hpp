@@ -16,6 +16,13 @@
 //     before the launch, on a thread of its own: Launch answers kBusy
 //     (staging) until the copy is done, then launches; a failed copy fails
 //     the launch once (the next start tries again);
+//   - the start of the ranks off the event loop: Launch prepares the launch
+//     (checks, account, directories: RankSupervisor::PrepareLaunch) and runs
+//     its slow part (cgroup, forks: StartingLaunch::Run) on a thread of its
+//     own, answering kBusy (starting); Poll() hands the ranks to the
+//     supervisor once that thread is done (the thread wakes the supervisor's
+//     wake fd), and the next Launch of the run gives the outcome. A Stop()
+//     meanwhile stops the ranks as soon as they are handed over;
 //   - the master port check (port_check.hpp);
 //   - rank logs read for `topo logs` without following anything the job
 //     planted: the log must be a regular file with one link, opened with
@@ -26,13 +33,17 @@
 // Thread safety: none (the agent's event loop). A staging thread touches
 // only its own record (mutex) and the job's checkpoint directories; it is
 // detached, so an agent that exits mid-copy leaves a temporary directory
-// the next copy removes.
+// the next copy removes. A starting thread touches only its record (mutex)
+// and its StartingLaunch; it is joined (WaitForLaunches, the destructor),
+// so its ranks are always handed to the supervisor, whose state file lets
+// the next agent adopt them.
 
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rank_runner.hpp"
@@ -53,12 +64,21 @@ struct SupervisorRunnerOptions {
 class SupervisorRunner final : public RankRunner {
  public:
   SupervisorRunner(RankSupervisor& supervisor, SupervisorRunnerOptions options);
+  // Waits for launches still starting (WaitForLaunches).
+  ~SupervisorRunner() override;
+  SupervisorRunner(const SupervisorRunner&) = delete;
+  SupervisorRunner& operator=(const SupervisorRunner&) = delete;
+
+  // Waits until every launch still starting is done and hands its ranks to
+  // the supervisor (an agent about to exit: its ranks are then the
+  // supervisor's to stop or to leave for the next agent).
+  void WaitForLaunches();
 
   std::vector<RankInfo> Running() const override;
   std::optional<int> RestartCountOf(const std::string& job) const override;
   core::Status CheckMasterPort(int port) override;
   LaunchOutcome Launch(const JobLaunch& launch, int64_t checkpoint_step) override;
-  std::optional<std::string> Staging(const std::string& job) const override;
+  std::optional<std::string> Underway(const std::string& job) const override;
   core::Status Stop(const std::string& job, int grace_ms) override;
   core::Status RequestCheckpoint(const std::string& job) override;
   std::vector<SupervisorEvent> Poll() override;
@@ -80,6 +100,24 @@ class SupervisorRunner final : public RankRunner {
     core::Status status;  // guarded by mu; set when done
   };
   std::map<std::string, std::shared_ptr<StagingCopy>> staging_;
+  // A launch whose ranks are being started on a thread, by job: one at a time.
+  struct StartingRun {
+    int restart_count = 0;
+    std::vector<LocalRankSpec> ranks;
+    LaunchOutcome outcome;  // kStarted's fields, set at Launch
+    std::thread thread;
+    std::mutex mu;
+    bool ran = false;                      // guarded by mu: the thread is done
+    std::optional<StartingLaunch> launch;  // the thread's until ran
+    bool finished = false;                 // handed to the supervisor (or failed)
+    core::Status status;                   // FinishLaunch's answer, once finished
+    std::optional<int> stop_grace_ms;      // Stop() asked meanwhile
+  };
+  std::map<std::string, std::unique_ptr<StartingRun>> starting_;
+  // Hands every launch whose thread is done to the supervisor (and stops
+  // those asked to stop meanwhile); `wait`: joins those still running first.
+  void FinishStarted(bool wait);
+  static std::string StartingText(const StartingRun& run);
 };
 
 // A piece of the file at `path` as a `logs` reply (req unset): regular

@@ -75,10 +75,9 @@ TEST_CASE("a start becomes a launch with exactly the start's ranks, GPUs, accoun
                 "master 10.0.0.7:20123, from step 120) in one process (launch node)"));
   // Not rank 0's node: no port check here.
   CHECK(h.runner.port_checks.empty());
-  // The launch blocks the loop: a heartbeat just before it and just after.
-  const auto beats = h.link.Of<proto::Heartbeat>();
-  REQUIRE(beats.size() == 2);
-  CHECK(beats[1].seq == beats[0].seq + 1);
+  // Nothing slow runs on the loop (the runner starts ranks in the
+  // background), so a launch sends no heartbeat of its own.
+  CHECK(h.link.Of<proto::Heartbeat>().empty());
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
 }
 
@@ -301,9 +300,8 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   CHECK(h.core.pending_launches() == 1);
   CHECK(h.runner.launches.size() == 1);
   CHECK(h.log.Has("job 15 restart 0: launch waits: " + copying));
-  // A heartbeat on each side of the one try; none while it waits (a Tick
-  // beats only through Heartbeat()).
-  CHECK(h.link.Of<proto::Heartbeat>().size() == 2);
+  // No heartbeat while it waits (a Tick beats only through Heartbeat()).
+  CHECK(h.link.Of<proto::Heartbeat>().empty());
   // `topo logs` meanwhile: the rank has no log here yet, and the answer says why.
   h.runner.log_error = "no log file on this node (/state/logs/15/rank-0.log)";
   h.Send(proto::LogsRequest{1, 15, 0, 0, 100});
@@ -314,14 +312,14 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
         "rank 0 has not started on this node yet (its launch waits: " + copying + ")");
   CHECK(logs[1].error == "no log file on this node (/state/logs/15/rank-0.log)");
   h.runner.log_error.reset();
-  // The copy is done: launched at the next Tick, a heartbeat on each side.
-  h.runner.staging.clear();
+  // The copy is done: launched at the next Tick.
+  h.runner.underway.clear();
   h.clock.now += 100;
   h.core.Tick();
   CHECK(h.runner.launches.size() == 2);
   CHECK(h.core.pending_launches() == 0);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
-  CHECK(h.link.Of<proto::Heartbeat>().size() == 4);
+  CHECK(h.link.Of<proto::Heartbeat>().empty());
 
   // A copy that never ends fails the launch after stage_wait_ms, transient.
   h.runner.outcomes = {staging};
@@ -340,6 +338,76 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   CHECK(failed[0].reason.find(copying + " took longer than 10000 ms") != std::string::npos);
   CHECK(h.core.pending_launches() == 0);
   CHECK(h.runner.launches.size() == 3);
+}
+
+TEST_CASE("ranks started in the background: waited for without a deadline, then the outcome") {
+  Harness h;
+  h.options.stop_grace_ms = 0;
+  h.options.launch_wait_ms = 1000;
+  h.Register();
+  const std::string what = "starting 1 rank(s) of restart 0";
+  LaunchOutcome starting = Outcome(LaunchOutcome::Kind::kBusy, false, what);
+  starting.starting = true;
+  h.runner.outcomes = {starting};
+  h.Send(MakeStart(17, 0, {0}));  // rank 0 here: its port is checked once, before
+  REQUIRE(h.runner.launches.size() == 1);
+  CHECK(h.runner.port_checks.size() == 1);
+  // Far past launch_wait_ms (a start cannot be called off): still waiting,
+  // not tried again, the port not checked again (rank 0 may listen on it).
+  for (int i = 0; i < 30; ++i) {
+    h.clock.now += 100;
+    h.core.Tick();
+  }
+  CHECK(h.link.Of<proto::LaunchFailed>().empty());
+  CHECK(h.core.pending_launches() == 1);
+  CHECK(h.runner.launches.size() == 1);
+  CHECK(h.runner.port_checks.size() == 1);
+  CHECK(h.log.Has("job 17 restart 0: launch waits: " + what));
+  // The ranks are up: the next Tick asks for the outcome (the runner's
+  // ranks run already, which is not "an earlier run").
+  h.runner.underway.clear();
+  h.clock.now += 100;
+  h.core.Tick();
+  CHECK(h.runner.launches.size() == 2);
+  CHECK(h.core.pending_launches() == 0);
+  CHECK(h.link.Of<proto::LaunchFailed>().empty());
+  CHECK(
+      h.log.Has("job 17 restart 0: started ranks 0 as ada (group rank 1 of 2, master "
+                "10.0.0.7:20123) in 3100 ms"));
+  CHECK(h.link.Of<proto::Heartbeat>().empty());
+  // A failure found in the background is the launch's failure.
+  h.runner.outcomes = {starting, Outcome(LaunchOutcome::Kind::kFailed, false, "fork failed")};
+  h.Send(MakeStart(18, 0, {2}));
+  h.runner.underway.clear();
+  h.core.Tick();
+  const auto failed = h.link.Of<proto::LaunchFailed>();
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].job == 18);
+  CHECK(failed[0].reason == "fork failed");
+  CHECK(h.core.pending_launches() == 0);
+  // A rank that ends before its launch's outcome is read is reported with
+  // that launch's restart count; a run already over is not remembered.
+  h.runner.outcomes = {starting};
+  h.Send(MakeStart(20, 2, {1}));
+  h.runner.underway.clear();
+  h.runner.Exit("20", 1, 3);
+  h.core.Tick();
+  const auto exited = h.link.Of<proto::RankExited>();
+  REQUIRE(exited.size() == 1);
+  CHECK(exited[0].job == 20);
+  CHECK(exited[0].restart_count == 2);
+  CHECK(exited[0].exit_code == 3);
+  CHECK(h.core.pending_launches() == 0);
+  // A stop while ranks start goes to the runner (they count as running),
+  // and the launch is dropped.
+  h.runner.outcomes = {starting};
+  h.Send(MakeStart(19, 0, {3}));
+  CHECK(h.core.pending_launches() == 1);
+  h.Send(proto::Stop{19, "cancelled"});
+  CHECK(h.core.pending_launches() == 0);
+  REQUIRE_FALSE(h.runner.stops.empty());
+  CHECK(h.runner.stops.back().first == "19");
+  CHECK(h.log.Has("stopping job 19 (cancelled)"));
 }
 
 TEST_CASE("the node holding rank 0 checks MASTER_PORT first, a busy port is a transient failure") {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -126,6 +127,12 @@ class FakeRunner final : public RankRunner {
       out = outcomes.front();
       outcomes.erase(outcomes.begin());
     }
+    // The outcome of ranks started in the background: they run already
+    // (and may have exited).
+    if (out.kind == LaunchOutcome::Kind::kStarted && background.erase(launch.job_id) > 0) {
+      if (checkpoint_step >= 0) out.restart_step = checkpoint_step;
+      return out;
+    }
     if (out.kind == LaunchOutcome::Kind::kStarted) {
       Job& j = jobs[launch.job_id];
       j.launch = launch;
@@ -134,8 +141,18 @@ class FakeRunner final : public RankRunner {
       for (const LocalRankSpec& r : launch.ranks) j.running.push_back(r.rank);
       if (checkpoint_step >= 0) out.restart_step = checkpoint_step;
     }
-    // As the real runner: a copy it started runs until the test ends it.
-    if (out.staging) staging[launch.job_id] = out.reason;
+    // As the real runner: a copy it started, or ranks it starts in the
+    // background, are underway until the test ends them; starting ranks
+    // count as running meanwhile.
+    if (out.staging || out.starting) underway[launch.job_id] = out.reason;
+    if (out.starting) {
+      background.insert(launch.job_id);
+      Job& j = jobs[launch.job_id];
+      j.launch = launch;
+      j.running.clear();
+      j.stop_requested = false;
+      for (const LocalRankSpec& r : launch.ranks) j.running.push_back(r.rank);
+    }
     return out;
   }
   core::Status Stop(const std::string& job, int grace_ms) override {
@@ -163,9 +180,9 @@ class FakeRunner final : public RankRunner {
     return it == persisted.end() ? std::nullopt : std::optional<int64_t>(it->second);
   }
   bool HasPersistentTier() const override { return persistent_tier; }
-  std::optional<std::string> Staging(const std::string& job) const override {
-    auto it = staging.find(job);
-    return it == staging.end() ? std::nullopt : std::optional<std::string>(it->second);
+  std::optional<std::string> Underway(const std::string& job) const override {
+    auto it = underway.find(job);
+    return it == underway.end() ? std::nullopt : std::optional<std::string>(it->second);
   }
   proto::LogsReply ReadLog(const proto::LogsRequest& request) override {
     log_requests.push_back(request);
@@ -208,9 +225,10 @@ class FakeRunner final : public RankRunner {
   std::map<std::string, Job> jobs;
   std::vector<std::pair<JobLaunch, int64_t>> launches;
   std::vector<LaunchOutcome> outcomes;  // the next Launch()es' outcomes (default: started)
-  // Staging(job) answers these; a staging outcome adds its job, a test
-  // erases it to end the copy.
-  std::map<std::string, std::string> staging;
+  // Underway(job) answers these; a staging or starting outcome adds its
+  // job, a test erases it to end the copy or the start.
+  std::map<std::string, std::string> underway;
+  std::set<std::string> background;  // jobs whose last outcome was `starting`
   std::vector<std::pair<std::string, int>> stops;
   std::vector<std::string> checkpoint_requests;
   std::vector<int> port_checks;

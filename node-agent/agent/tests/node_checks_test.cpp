@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -175,6 +176,27 @@ TEST_CASE("ReadLogPiece reads pieces of a plain file and refuses what a job coul
   CHECK(r.error->find("no log file on this node") != std::string::npos);
 }
 
+namespace {
+
+// Launch() again, after a Poll() as the agent's loop makes, until it is not
+// busy; `busy`: each new busy reason seen; `events`: what the polls gave.
+LaunchOutcome LaunchWaiting(SupervisorRunner& runner, const JobLaunch& l, int64_t step,
+                            std::vector<std::string>* busy = nullptr,
+                            std::vector<SupervisorEvent>* events = nullptr) {
+  LaunchOutcome out = runner.Launch(l, step);
+  for (int i = 0; i < 1000 && out.kind == LaunchOutcome::Kind::kBusy; ++i) {
+    if (busy && (busy->empty() || busy->back() != out.reason)) busy->push_back(out.reason);
+    ::usleep(10000);
+    for (SupervisorEvent& e : runner.Poll()) {
+      if (events) events->push_back(std::move(e));
+    }
+    out = runner.Launch(l, step);
+  }
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("SupervisorRunner: a missing account and a root account fail for good, staging") {
   TempDir dir;
   SupervisorOptions so;
@@ -222,19 +244,23 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   CHECK(out.kind == LaunchOutcome::Kind::kBusy);
   CHECK(out.staging);
   CHECK(out.reason == "copying checkpoint step 3 from the persistent tier to this node");
+  CHECK(root_ok.Underway("5") == out.reason);
   CHECK(root_ok.Running().empty());
-  for (int i = 0; i < 500 && out.kind == LaunchOutcome::Kind::kBusy; ++i) {
-    CHECK(out.staging);
-    ::usleep(10000);
-    out = root_ok.Launch(l, 3);
-  }
+  // Then the ranks start, also in the background; then it has started.
+  std::vector<std::string> busy;
+  std::vector<SupervisorEvent> events;
+  out = LaunchWaiting(root_ok, l, 3, &busy, &events);
   REQUIRE_MESSAGE(out.kind == LaunchOutcome::Kind::kStarted, out.reason);
+  REQUIRE_FALSE(busy.empty());
+  CHECK(busy.back() == "starting 1 rank(s) of restart 0");
+  CHECK(busy.front() != busy.back());  // staging first
   CHECK(out.restart_step == 3);
   CHECK(out.note.find("staged checkpoint step 3") != std::string::npos);
   CHECK(fs::exists(so.local_checkpoint_root + "/5/step-3/COMPLETE"));
   CHECK(root_ok.RestartCountOf("5") == 0);
   // The rank (/bin/true) ends; its exit comes through Poll.
   bool exited = false;
+  for (const SupervisorEvent& e : events) exited |= e.kind == EventKind::kRankExited;
   for (int i = 0; i < 200 && !exited; ++i) {
     for (const SupervisorEvent& e : root_ok.Poll()) exited |= e.kind == EventKind::kRankExited;
     if (!exited) ::usleep(20000);
@@ -256,11 +282,7 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   WriteFile(step4 + "/private/state", "weights");
   WriteFile(step4 + "/COMPLETE", "4\n");
   fs::permissions(step4 + "/private", fs::perms::owner_all);
-  out = root_ok.Launch(other, 4);
-  for (int i = 0; i < 500 && out.kind == LaunchOutcome::Kind::kBusy; ++i) {
-    ::usleep(10000);
-    out = root_ok.Launch(other, 4);
-  }
+  out = LaunchWaiting(root_ok, other, 4);
   CHECK(out.kind == LaunchOutcome::Kind::kFailed);
   CHECK_FALSE(out.permanent);
   CHECK(out.reason.find("checkpoint step 4 could not be copied from the persistent tier") !=
@@ -268,7 +290,7 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   CHECK(root_ok.Running().empty());
   // A step on neither tier: started without TOPO_RESTART_STEP, and said so.
   l.restart_count = 1;
-  out = root_ok.Launch(l, 9);
+  out = LaunchWaiting(root_ok, l, 9);
   REQUIRE_MESSAGE(out.kind == LaunchOutcome::Kind::kStarted, out.reason);
   CHECK_FALSE(out.restart_step);
   CHECK(out.note.find("neither checkpoint tier") != std::string::npos);
@@ -277,6 +299,94 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
     ::usleep(20000);
   }
   (void)root_ok.Poll();
+}
+
+TEST_CASE("SupervisorRunner: ranks start off the caller's thread, a stop meanwhile reaches them") {
+  if (::geteuid() != 0) return;  // ranks as root and as nobody
+  TempDir dir;
+  SupervisorOptions so;
+  so.state_dir = dir.path + "/supervisor";
+  so.log_dir = dir.path + "/logs";
+  so.local_checkpoint_root = dir.path + "/checkpoints";
+  so.cgroup_root = "none";
+  so.allow_root_jobs = true;
+  RankSupervisor sup(so);
+  SupervisorRunner runner(sup, {true, true, so.local_checkpoint_root, ""});
+
+  JobLaunch l;
+  l.job_id = "7";
+  l.argv = {"/bin/sleep", "30"};
+  l.unix_user = "root";
+  l.ranks = {LocalRankSpec{0, 0, {}}, LocalRankSpec{1, 1, {}}};
+  l.parallelism.dp = 2;
+  LaunchOutcome out = runner.Launch(l, -1);
+  // The first answer is always "busy, starting": the ranks start on a thread.
+  REQUIRE(out.kind == LaunchOutcome::Kind::kBusy);
+  CHECK(out.starting);
+  CHECK(out.reason == "starting 2 rank(s) of restart 0");
+  CHECK(runner.Underway("7") == out.reason);
+  // They are the node's already: listed without a pid until handed over.
+  std::vector<RankInfo> running = runner.Running();
+  REQUIRE(running.size() == 2);
+  CHECK(running[0].job_id == "7");
+  CHECK(running[1].rank == 1);
+  CHECK(running[0].pid == 0);
+  // The thread wakes the loop when it is done.
+  pollfd wake{sup.wake_fd(), POLLIN, 0};
+  CHECK(::poll(&wake, 1, 30000) == 1);
+  // A stop now is kept until the ranks are the supervisor's, then sent.
+  CHECK(runner.Stop("7", 100).ok());
+  CHECK(runner.Underway("7"));
+  std::vector<RankExit> exits;
+  for (int i = 0; i < 500 && exits.size() < 2; ++i) {
+    for (const SupervisorEvent& e : runner.Poll()) {
+      if (e.kind == EventKind::kRankExited) exits.push_back(e.exit);
+    }
+    if (exits.size() < 2) ::usleep(10000);
+  }
+  CHECK_FALSE(runner.Underway("7"));
+  REQUIRE(exits.size() == 2);
+  for (const RankExit& x : exits) {
+    CHECK(x.stopped);
+    CHECK(x.pid > 0);
+  }
+  CHECK(runner.Running().empty());
+
+  // A failure before exec, found on the thread, is the launch's failure,
+  // and nothing of it runs: nobody cannot enter its checkpoint directory's
+  // parent (root's, 0700).
+  JobLaunch blocked = l;
+  blocked.job_id = "8";
+  blocked.unix_user = "nobody";
+  fs::create_directories(dir.path + "/private");
+  fs::permissions(dir.path + "/private", fs::perms::owner_all);
+  blocked.local_checkpoint_dir = dir.path + "/private/8";
+  out = LaunchWaiting(runner, blocked, -1);
+  CHECK(out.kind == LaunchOutcome::Kind::kFailed);
+  CHECK_FALSE(out.permanent);
+  CHECK(out.reason.find("job 8") != std::string::npos);
+  CHECK(runner.Running().empty());
+  CHECK(sup.List(false).empty() == false);  // job 7's ranks, known and ended
+
+  // An agent about to exit waits for a launch still starting: its ranks are
+  // the supervisor's then (to stop, or to leave for the next agent).
+  l.job_id = "9";
+  l.argv = {"/bin/sleep", "30"};
+  out = runner.Launch(l, -1);
+  CHECK(out.starting);
+  runner.WaitForLaunches();
+  CHECK_FALSE(runner.Underway("9"));
+  int nine = 0;
+  for (const RankInfo& r : sup.List(true)) nine += r.job_id == "9" && r.pid > 0;
+  CHECK(nine == 2);
+  out = runner.Launch(l, -1);
+  CHECK(out.kind == LaunchOutcome::Kind::kStarted);
+  CHECK(runner.Stop("9", 0).ok());
+  for (int i = 0; i < 500 && !runner.Running().empty(); ++i) {
+    (void)runner.Poll();
+    ::usleep(10000);
+  }
+  CHECK(runner.Running().empty());
 }
 
 TEST_CASE("--server: one or several scheduler addresses, each wss://HOST:PORT[/PATH]") {

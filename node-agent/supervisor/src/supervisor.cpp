@@ -172,6 +172,12 @@ RankSupervisor::~RankSupervisor() {
 
 int RankSupervisor::wake_fd() const { return impl_->wake_r; }
 
+void RankSupervisor::Wake() const {
+  if (impl_->wake_w < 0) return;
+  char b = 1;
+  [[maybe_unused]] auto n = ::write(impl_->wake_w, &b, 1);
+}
+
 std::string RankSupervisor::LogPath(const std::string& job_id, int rank) const {
   if (auto it = impl_->jobs.find(job_id);
       it != impl_->jobs.end() && it->second.mode == core::LaunchMode::kNode) {
@@ -217,7 +223,67 @@ std::string RankSupervisor::CgroupPath(const std::string& job_id) const {
 
 const CgroupInfo& RankSupervisor::Cgroups() const { return impl_->cgroups.Describe(); }
 
+// ------------------------------------------------------------------ launch
+
+struct StartingLaunch::State {
+  const CgroupManager* cgroups = nullptr;  // the supervisor's; const after construction
+  int checkpoint_signal = 0;
+  JobLaunch launch;
+  UnixAccount acct;
+  JobRec j;                              // everything but the cgroup and the ranks, until Run()
+  std::string log_path;                  // node mode: the node's log
+  std::map<int, std::string> rank_logs;  // rank mode: each rank's log
+  bool ran = false;
+  bool started = false;   // Run() started every rank
+  bool finished = false;  // FinishLaunch took the ranks
+  core::Status status = core::Status::Error("the launch was prepared but never run");
+
+  // Kills every rank started and removes the cgroup; the error for it.
+  core::Status Abort(const std::vector<int>& cgroup_fds, const std::string& why);
+  ~State() {
+    if (started && !finished) (void)Abort({}, "not finished");
+  }
+};
+
+StartingLaunch::StartingLaunch(std::unique_ptr<State> state) : s_(std::move(state)) {}
+StartingLaunch::StartingLaunch(StartingLaunch&& other) noexcept = default;
+StartingLaunch& StartingLaunch::operator=(StartingLaunch&& other) noexcept = default;
+StartingLaunch::~StartingLaunch() = default;
+const std::string& StartingLaunch::job_id() const { return s_->launch.job_id; }
+const std::vector<LocalRankSpec>& StartingLaunch::ranks() const { return s_->launch.ranks; }
+
+core::Status StartingLaunch::State::Abort(const std::vector<int>& cgroup_fds,
+                                          const std::string& why) {
+  for (int fd : cgroup_fds) ::close(fd);
+  if (j.cgroup_live) j.cgroup.KillAll();
+  for (const auto& r : j.ranks) ::kill(-r.pid, SIGKILL);
+  for (const auto& r : j.ranks) {
+    while (::waitpid(r.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  std::string cleanup;
+  if (j.cgroup_live && !j.cgroup.KillAndRemove(5000)) {
+    cleanup = "; cgroup " + j.cgroup.dirs[0] + " could not be removed";
+  }
+  j.cgroup_live = false;
+  const size_t killed = j.ranks.size();
+  j.ranks.clear();
+  started = false;
+  return core::Status::Error(
+      "job " + launch.job_id + ": " + why +
+      (killed == 0 ? std::string()
+                   : "; its " + std::to_string(killed) + " rank(s) already started were killed") +
+      cleanup);
+}
+
 core::Status RankSupervisor::Launch(const JobLaunch& launch) {
+  core::Result<StartingLaunch> prepared = PrepareLaunch(launch);
+  if (!prepared.ok()) return prepared.status();
+  (void)prepared.value().Run();
+  return FinishLaunch(std::move(prepared).value());
+}
+
+core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& launch) {
   if (auto st = ValidateLaunch(launch); !st.ok()) return st;
   const std::string job = "job " + launch.job_id;
   auto& jobs = impl_->jobs;
@@ -251,7 +317,12 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
   }
   const FileOwner owner{acct.uid, acct.gid};
 
-  JobRec j;
+  auto s = std::make_unique<StartingLaunch::State>();
+  s->cgroups = &impl_->cgroups;
+  s->checkpoint_signal = opt.checkpoint_signal;
+  s->launch = launch;
+  s->acct = acct;
+  JobRec& j = s->j;
   j.job_id = launch.job_id;
   j.unix_user = acct.name;
   j.owner = owner;
@@ -295,34 +366,58 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
   auto persisted = CompleteSteps(j.persistent_dir);
   if (!persisted.empty()) j.persisted_step = persisted.back();
 
-  // The job's cgroup, before the first rank.
-  std::vector<std::string> notes;
-  std::vector<int> cgroup_fds;
-  auto& cgroups = impl_->cgroups;
+  // The earlier run's cgroup goes before the new one is made.
   if (prior && prior->cgroup_live && !prior->cgroup.KillAndRemove(3000)) {
     return core::Status::Error(job + ": cgroup " + prior->cgroup.dirs[0] +
                                " of its earlier run still holds processes after SIGKILL: retry "
                                "later or reboot the node");
   }
+  // The logs, named now: LogPath reads what this supervisor knows.
+  if (launch.mode == core::LaunchMode::kNode) {
+    s->log_path = NodeLogPath(launch.job_id, launch.group_rank);
+  } else {
+    for (const auto& spec : launch.ranks) {
+      s->rank_logs[spec.rank] = LogPath(launch.job_id, spec.rank);
+    }
+  }
+  return StartingLaunch(std::move(s));
+}
+
+core::Status StartingLaunch::Run() {
+  State& s = *s_;
+  if (s.ran) return core::Status::Error("job " + s.launch.job_id + ": the launch ran already");
+  s.ran = true;
+  const JobLaunch& launch = s.launch;
+  const UnixAccount& acct = s.acct;
+  JobRec& j = s.j;
+  const std::string job = "job " + launch.job_id;
+
+  // The job's cgroup, before the first rank.
+  std::vector<std::string> notes;
+  std::vector<int> cgroup_fds;
+  const CgroupManager& cgroups = *s.cgroups;
   if (cgroups.usable()) {
     auto cg = cgroups.Create(launch.job_id, launch.limits, JobGpus(launch), &notes);
-    if (!cg.ok()) return core::Status::Error(job + ": " + cg.message());
+    if (!cg.ok()) return s.status = core::Status::Error(job + ": " + cg.message());
     j.cgroup = cg.value();
     j.cgroup_live = true;
     auto fds = j.cgroup.OpenProcsFiles();
     if (!fds.ok()) {
       j.cgroup.KillAndRemove(1000);
-      return core::Status::Error(job + ": " + fds.message());
+      j.cgroup_live = false;
+      return s.status = core::Status::Error(job + ": " + fds.message());
     }
     cgroup_fds = fds.value();
   } else {
     notes.push_back(cgroups.Describe().summary);
   }
+  // From here on a failure takes what was started with it.
+  s.started = true;
 
   // The environment: the account's base, the job's own, then ours.
   std::map<std::string, std::string> base = RankBaseEnvironment(acct);
   for (const auto& [k, v] : launch.env) base[k] = v;
-  base["TOPO_CHECKPOINT_SIGNAL"] = std::to_string(opt.checkpoint_signal);
+  base["TOPO_CHECKPOINT_SIGNAL"] = std::to_string(s.checkpoint_signal);
   const std::string exe = ResolveExecutable(launch.argv[0], base["PATH"]);
   std::string cmdline;
   for (const auto& a : launch.argv) cmdline += (cmdline.empty() ? "" : " ") + a;
@@ -346,24 +441,7 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
 
   // A failed rank takes the ones already started with it: nothing of a
   // failed launch keeps running untracked.
-  auto abort_launch = [&](const std::string& why) {
-    for (int fd : cgroup_fds) ::close(fd);
-    if (j.cgroup_live) j.cgroup.KillAll();
-    for (const auto& r : j.ranks) ::kill(-r.pid, SIGKILL);
-    for (const auto& r : j.ranks) {
-      while (::waitpid(r.pid, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-    std::string cleanup;
-    if (j.cgroup_live && !j.cgroup.KillAndRemove(5000)) {
-      cleanup = "; cgroup " + j.cgroup.dirs[0] + " could not be removed";
-    }
-    return core::Status::Error(job + ": " + why +
-                               (j.ranks.empty() ? std::string()
-                                                : "; its " + std::to_string(j.ranks.size()) +
-                                                      " rank(s) already started were killed") +
-                               cleanup);
-  };
+  auto abort_launch = [&](const std::string& why) { return s.status = s.Abort(cgroup_fds, why); };
 
   // Where a process's output goes (%r: its rank, or the node's group rank),
   // said at the top of its log so that `topo logs` tells where to look.
@@ -400,7 +478,7 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
     }
     redirect(launch.group_rank, &redirect_note);
     req.what = "node process (group rank " + std::to_string(launch.group_rank) + ")";
-    req.log_path = NodeLogPath(launch.job_id, launch.group_rank);
+    req.log_path = s.log_path;
     req.log_header = note_lines + redirect_note + "=== topo-agent " + NowText() + " start job " +
                      launch.job_id + " node " + std::to_string(launch.group_rank) + " of " +
                      std::to_string(launch.group_world_size) + " (ranks " + ranks + ") restart " +
@@ -428,7 +506,7 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
     for (const auto& [k, v] : env) req.env.push_back(k + "=" + v);
     redirect(spec.rank, &redirect_note);
     req.what = "rank " + std::to_string(spec.rank);
-    req.log_path = LogPath(launch.job_id, spec.rank);
+    req.log_path = s.rank_logs.at(spec.rank);
     req.log_header = note_lines + redirect_note + "=== topo-agent " + NowText() + " start job " +
                      launch.job_id + " rank " + std::to_string(spec.rank) + " local_rank " +
                      std::to_string(spec.local_rank) + " restart " +
@@ -448,8 +526,17 @@ core::Status RankSupervisor::Launch(const JobLaunch& launch) {
   for (int fd : cgroup_fds) ::close(fd);
   std::sort(j.ranks.begin(), j.ranks.end(),
             [](const RankRec& a, const RankRec& b) { return a.rank < b.rank; });
-  jobs[launch.job_id] = std::move(j);
-  impl_->SaveState(jobs[launch.job_id]);
+  return s.status = core::Status::Ok();
+}
+
+core::Status RankSupervisor::FinishLaunch(StartingLaunch launch) {
+  StartingLaunch::State& s = *launch.s_;
+  if (!s.status.ok()) return s.status;
+  s.finished = true;
+  auto& jobs = impl_->jobs;
+  const std::string id = s.j.job_id;
+  jobs[id] = std::move(s.j);
+  impl_->SaveState(jobs[id]);
   return core::Status::Ok();
 }
 

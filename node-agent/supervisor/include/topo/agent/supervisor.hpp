@@ -29,8 +29,10 @@
 //   - Every method returns without blocking on a rank, except that Launch()
 //     waits for each new process to reach exec (milliseconds; at most 30 s)
 //     so that a failure before exec fails the launch, and cleans up a failed
-//     launch synchronously (at most a few seconds). Only the persistent copy
-//     runs on the supervisor's own worker thread.
+//     launch synchronously (at most a few seconds). That part of a launch
+//     can run on another thread (PrepareLaunch, StartingLaunch::Run,
+//     FinishLaunch), which the agent does. Only the persistent copy runs on
+//     the supervisor's own worker thread.
 //   - Poll() reaps exited ranks (waitpid(pid, WNOHANG) on each rank's own pid,
 //     never waitpid(-1): the agent must not reap with waitpid(-1) either),
 //     escalates stops whose grace has ended to SIGKILL of the whole cgroup,
@@ -41,7 +43,8 @@
 //     SIGCHLD arrives or wake_fd() becomes readable (the worker thread writes
 //     to it when a copy ends).
 //   - One thread: the methods are not thread-safe with each other; call them
-//     from the event loop's thread.
+//     from the event loop's thread. The one exception is StartingLaunch::Run
+//     (below), the slow part of a launch, which may run on any thread.
 //
 // Adoption: every launch, exit and checkpoint report rewrites
 // STATE_DIR/jobs/JOB.json (write to a temp name, then rename). A new
@@ -221,6 +224,40 @@ std::optional<RestartPoint> NewestRestartStep(const std::string& local_dir,
 core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst_dir, int64_t step,
                               std::optional<FileOwner> owner = std::nullopt);
 
+class RankSupervisor;
+
+// A launch between RankSupervisor::PrepareLaunch and FinishLaunch: the
+// job's checks are done and its directories made; Run() makes its cgroup
+// and starts every rank. Run() touches nothing of the supervisor but its
+// cgroup configuration, which does not change after construction, so it
+// may run on a thread of its own while the supervisor's other methods run
+// on the event loop's (the agent does that: a launch takes a few ms a rank
+// on an idle node, far more on a loaded one, and heartbeats must go on).
+// Destroyed after a successful Run() without FinishLaunch: its ranks are
+// killed and its cgroup removed (nothing runs untracked).
+// Thread safety: one thread at a time; the supervisor must outlive it.
+class StartingLaunch {
+ public:
+  StartingLaunch(StartingLaunch&& other) noexcept;
+  StartingLaunch& operator=(StartingLaunch&& other) noexcept;
+  ~StartingLaunch();
+
+  // The job's cgroup, then every rank, each up to exec. On a failure before
+  // exec the ranks already started are killed and the cgroup removed before
+  // it returns, and FinishLaunch returns the same error. At most once.
+  core::Status Run();
+  const std::string& job_id() const;
+  // The local ranks it starts.
+  const std::vector<LocalRankSpec>& ranks() const;
+
+  struct State;
+
+ private:
+  friend class RankSupervisor;
+  explicit StartingLaunch(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
 class RankSupervisor {
  public:
   // Reads STATE_DIR/jobs/*.json and adopts ranks still alive.
@@ -242,6 +279,23 @@ class RankSupervisor {
   // such program) is not a launch failure: that rank exits 127 with the
   // reason in its log.
   core::Status Launch(const JobLaunch& launch);
+  // Launch() in three steps, so that its slow part can leave the caller's
+  // thread:
+  //   auto prepared = sup.PrepareLaunch(launch);   // this thread: checks,
+  //                                                // account, directories
+  //   status = prepared.value().Run();             // any thread: cgroup, ranks
+  //   status = sup.FinishLaunch(std::move(prepared).value());  // this thread:
+  //                                                // the job is known here
+  // Launch() is exactly the three in a row, with the same errors. Until
+  // FinishLaunch, nothing of the new run is known to the other methods
+  // (List, Stop, Poll see the job's earlier run, if any).
+  // REQUIRES: no other launch of the job between PrepareLaunch and
+  // FinishLaunch.
+  core::Result<StartingLaunch> PrepareLaunch(const JobLaunch& launch);
+  // Run()'s error if it failed (or was never called); otherwise records the
+  // job's ranks (reaped and reported by Poll() from now on) and saves its
+  // state file.
+  core::Status FinishLaunch(StartingLaunch launch);
   // SIGTERM to every process of the job's cgroup (without a cgroup: each
   // running rank's process group) now; Poll() SIGKILLs the whole cgroup
   // (groups) once grace_ms has passed. Unknown job: an error.
@@ -254,6 +308,9 @@ class RankSupervisor {
   // A file descriptor that becomes readable when Poll() has news from the
   // worker thread (Poll() drains it).
   int wake_fd() const;
+  // Makes wake_fd() readable, so that the loop polls soon. Thread-safe:
+  // for work done on other threads (a StartingLaunch that ran).
+  void Wake() const;
 
   // What runs here (running ranks; for the reconnect report) and every rank
   // known, in (job, rank) order.
