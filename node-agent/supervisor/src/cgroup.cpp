@@ -23,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include "device_filter.hpp"
+
 namespace topo::agent {
 namespace fs = std::filesystem;
 
@@ -331,6 +333,7 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
   }
   // v1 limit hierarchies (hybrid and v1), nested under our own cgroup there.
   auto v1_root = [&](const std::string& c) -> std::string {
+    if (!options.use_v1_controllers) return "";
     const Mount* mt = v1_with(c);
     if (!mt) return "";
     if (mt == track) return info.track_root;  // co-mounted with the tracker
@@ -355,7 +358,16 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
   } else if (!m.v1_cpu_.empty()) {
     info.cpu = "cpu.cfs_quota_us (cgroup v1, " + m.v1_cpu_ + ")";
   }
-  if (!m.v1_devices_.empty()) info.gpu_devices = "devices.deny (cgroup v1, " + m.v1_devices_ + ")";
+  if (!m.v1_devices_.empty()) {
+    info.gpu_devices = "devices.deny (cgroup v1, " + m.v1_devices_ + ")";
+  } else if (info.mode == CgroupMode::kV2) {
+    if (core::Status bpf = DeviceFilterAvailable(); bpf.ok()) {
+      m.v2_device_filter_ = true;
+      info.gpu_devices = "BPF device program (cgroup v2)";
+    } else {
+      m.device_filter_problem_ = bpf.message();
+    }
+  }
 
   std::string s =
       info.mode == CgroupMode::kV2
@@ -461,31 +473,51 @@ core::Result<JobCgroup> CgroupManager::Create(const std::string& job_id, const J
   }
   // GPU device nodes
   if (limits.restrict_gpu_devices) {
-    if (v1_devices_.empty()) {
-      if (notes) {
-        notes->push_back(
-            "GPU isolation is CUDA_VISIBLE_DEVICES only on this node: the job can open "
-            "every /dev/nvidiaN (no v1 devices controller; cgroup v2 needs a BPF program)");
-      }
-    } else {
+    const std::vector<DeviceNumber> others = OtherGpuDevices(gpus);
+    if (!v1_devices_.empty()) {
       const std::string f = dir_of(v1_devices_) + "/devices.deny";
-      for (auto it = fs::directory_iterator(options_.device_dir, ec);
-           !ec && it != fs::directory_iterator(); it.increment(ec)) {
-        const std::string n = it->path().filename().string();
-        if (n.size() <= 6 || n.rfind("nvidia", 0) != 0) continue;
-        if (!std::all_of(n.begin() + 6, n.end(), [](char c) { return c >= '0' && c <= '9'; }))
-          continue;
-        const int index = std::stoi(n.substr(6));
-        if (std::find(gpus.begin(), gpus.end(), index) != gpus.end()) continue;
-        struct stat st;
-        if (::stat(it->path().c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
-        const std::string rule = "c " + std::to_string(major(st.st_rdev)) + ":" +
-                                 std::to_string(minor(st.st_rdev)) + " rwm";
+      for (const DeviceNumber& d : others) {
+        const std::string rule =
+            "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm";
         if (int e = WriteFile(f, rule)) return fail("write '" + rule + "' to " + f, e);
       }
+    } else if (v2_device_filter_ && others.size() <= kMaxDeniedDevices) {
+      // Attached to every cgroup, an empty list included: a reused cgroup's
+      // program of the earlier run (other GPUs) is replaced.
+      if (core::Status st = AttachDeviceDenyList(track, others); !st.ok() && notes) {
+        notes->push_back(
+            "GPU isolation is CUDA_VISIBLE_DEVICES only for this job: the job can open every "
+            "/dev/nvidiaN (" +
+            st.message() + ")");
+      }
+    } else if (notes) {
+      notes->push_back(
+          "GPU isolation is CUDA_VISIBLE_DEVICES only on this node: the job can open every "
+          "/dev/nvidiaN (" +
+          (device_filter_problem_.empty()
+               ? std::string("no v1 devices controller")
+               : "no v1 devices controller, and " + device_filter_problem_) +
+          ")");
     }
   }
   return cg;
+}
+
+std::vector<DeviceNumber> CgroupManager::OtherGpuDevices(const std::vector<int>& gpus) const {
+  std::vector<DeviceNumber> out;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(options_.device_dir, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.size() <= 6 || n.size() > 12 || n.rfind("nvidia", 0) != 0) continue;
+    if (!std::all_of(n.begin() + 6, n.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const int index = std::stoi(n.substr(6));
+    if (std::find(gpus.begin(), gpus.end(), index) != gpus.end()) continue;
+    struct stat st;
+    if (::stat(it->path().c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+    out.push_back(DeviceNumber{major(st.st_rdev), minor(st.st_rdev)});
+  }
+  return out;
 }
 
 void CgroupManager::RemoveStale(const std::set<std::string>& known_job_ids) const {

@@ -149,7 +149,8 @@ RankSupervisor::RankSupervisor(SupervisorOptions options) : impl_(std::make_uniq
   fs::create_directories(fs::path(opt.state_dir) / "jobs", ec);
   ::chmod(opt.state_dir.c_str(), 0700);
   ::chmod((fs::path(opt.state_dir) / "jobs").c_str(), 0700);
-  impl_->cgroups = CgroupManager::Detect(CgroupOptions{opt.cgroup_root, opt.gpu_device_dir});
+  impl_->cgroups = CgroupManager::Detect(
+      CgroupOptions{opt.cgroup_root, opt.gpu_device_dir, opt.use_v1_cgroup_controllers});
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
     impl_->wake_r = fds[0];

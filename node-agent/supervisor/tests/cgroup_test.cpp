@@ -122,9 +122,13 @@ TEST_CASE("the node's cgroup layout is detected, and a bad root is refused") {
   CHECK(fs::exists(fs::path(info.track_root).parent_path() / "cgroup.procs"));
   if (info.mode == CgroupMode::kV2) {
     CHECK(info.freezer);
-    // No BPF device program: GPUs are isolated by CUDA_VISIBLE_DEVICES alone
-    // unless a v1 devices hierarchy is mounted beside.
-    CHECK(info.gpu_devices.empty() == !fs::exists("/sys/fs/cgroup/devices/devices.deny"));
+    // GPUs are isolated by a v1 devices hierarchy mounted beside, else by a
+    // BPF device program where the kernel loads one for us.
+    if (fs::exists("/sys/fs/cgroup/devices/devices.deny")) {
+      CHECK(info.gpu_devices.find("devices.deny") == 0);
+    } else {
+      CHECK((info.gpu_devices.empty() || info.gpu_devices == "BPF device program (cgroup v2)"));
+    }
   }
   CHECK(!info.summary.empty());
 
@@ -405,6 +409,84 @@ TEST_CASE("limits land where the node enforces them, the others are named in the
     CHECK(log.find("nvidia1=head: cannot open") != std::string::npos);
     CHECK(log.find("No such device") != std::string::npos);
   }
+}
+
+TEST_CASE("on cgroup v2 alone a BPF device program refuses the job's other GPUs, nothing else") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  // Four fake GPU device nodes (the nvidia major, no driver behind them),
+  // and a block device with nvidia0's numbers: the program refuses
+  // character devices only.
+  const std::string dev = sb.t / "dev";
+  fs::create_directories(dev);
+  ::chmod(dev.c_str(), 0755);
+  for (int i = 0; i < 4; ++i) {
+    const std::string n = dev + "/nvidia" + std::to_string(i);
+    REQUIRE(::mknod(n.c_str(), S_IFCHR | 0666, makedev(195, i)) == 0);
+    ::chmod(n.c_str(), 0666);
+  }
+  REQUIRE(::mknod((dev + "/block0").c_str(), S_IFBLK | 0666, makedev(195, 0)) == 0);
+  ::chmod((dev + "/block0").c_str(), 0666);
+  // A name whose number no int holds is not a GPU (and not a crash).
+  REQUIRE(::mknod((dev + "/nvidia99999999999999").c_str(), S_IFCHR | 0666, makedev(195, 7)) == 0);
+  auto opt = sb.Options();
+  opt.gpu_device_dir = dev;
+  opt.use_v1_cgroup_controllers = false;  // as on a node with cgroup v2 alone
+  RankSupervisor sup(opt);
+  const CgroupInfo& info = sup.Cgroups();
+  MESSAGE("enforced here: " << info.summary);
+  if (info.mode != CgroupMode::kV2) {
+    MESSAGE("skipped: no cgroup v2 on this node");
+    return;
+  }
+  CHECK(info.v1_roots.empty());
+  if (info.gpu_devices.empty()) {
+    MESSAGE("skipped: this kernel refuses BPF device programs to the agent");
+    return;
+  }
+  CHECK(info.gpu_devices == "BPF device program (cgroup v2)");
+  auto script = WriteScript(
+      sb.t / "rank.sh",
+      "for d in nvidia0 nvidia1 nvidia2 nvidia3 block0 null; do f=\"$DEV/$d\"; "
+      "[ $d = null ] && f=/dev/null; if head -c1 \"$f\" >/dev/null 2>\"$OUT_DIR/err\"; then "
+      "echo \"$d=opened\"; else echo \"$d=$(cat \"$OUT_DIR/err\")\"; fi; done\n");
+  auto job = sb.Job("bpf", script, 1);
+  job.env["DEV"] = dev;
+  job.ranks[0].gpus = {2};
+  job.limits.restrict_gpu_devices = true;
+  REQUIRE(sup.Launch(job).ok());
+  auto evs = PollUntil(sup, Finished("bpf"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "bpf"));
+  const std::string log = ReadFile(sup.LogPath("bpf", 0));
+  CAPTURE(log);
+  CHECK(log.find("GPU isolation") == std::string::npos);  // no "not enforced" note
+  auto line = [&](const std::string& d) {
+    const auto at = log.find("\n" + d + "=");
+    if (at == std::string::npos) return std::string();
+    return log.substr(at + 1, log.find('\n', at + 1) - at - 1);
+  };
+  // The other GPUs (first, middle and last of the list): refused by the cgroup.
+  for (const char* d : {"nvidia0", "nvidia1", "nvidia3"}) {
+    CAPTURE(d);
+    CHECK(line(d).find("Operation not permitted") != std::string::npos);
+  }
+  // The job's own GPU and the block device reach the (absent) driver.
+  CHECK(line("nvidia2").find("No such device") != std::string::npos);
+  CHECK(line("block0").find("Operation not permitted") == std::string::npos);
+  CHECK_FALSE(line("block0").empty());
+  CHECK(line("null") == "null=opened");
+
+  // Without the restriction, nothing is refused.
+  job.job_id = "bpf-off";
+  job.limits.restrict_gpu_devices = false;
+  REQUIRE(sup.Launch(job).ok());
+  evs = PollUntil(sup, Finished("bpf-off"));
+  REQUIRE(HasEvent(evs, EventKind::kJobFinished, "bpf-off"));
+  const std::string off = ReadFile(sup.LogPath("bpf-off", 0));
+  CAPTURE(off);
+  CHECK(off.find("Operation not permitted") == std::string::npos);
+  CHECK(off.find("nvidia0=") != std::string::npos);
 }
 
 TEST_CASE("limit files hold the values asked for while the job runs") {

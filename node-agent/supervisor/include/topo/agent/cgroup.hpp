@@ -35,11 +35,15 @@
 //                 v1/hybrid: memory.limit_in_bytes in the memory hierarchy.
 //   cpus          v2: cpu.max "QUOTA 100000" under the same condition ("cpu");
 //                 v1/hybrid: cpu.cfs_quota_us / cpu.cfs_period_us.
-//   gpu devices   v1/hybrid: devices.deny "c MAJ:MIN rwm" for every
-//                 DEV_DIR/nvidiaN whose N is not one of the job's GPUs (the
-//                 control nodes nvidiactl, nvidia-uvm, ... stay open);
-//                 v2: not enforced (it needs a BPF device program): GPU
-//                 isolation is CUDA_VISIBLE_DEVICES only.
+//   gpu devices   every DEV_DIR/nvidiaN whose N is not one of the job's GPUs
+//                 is refused (the control nodes nvidiactl, nvidia-uvm, ...
+//                 stay open):
+//                 v1/hybrid: devices.deny "c MAJ:MIN rwm" for each;
+//                 v2: a BPF device program attached to the job's cgroup
+//                 (device_filter.cpp), where the kernel loads one for the
+//                 agent (probed at Detect; it needs CAP_SYS_ADMIN or CAP_BPF);
+//                 otherwise, or when the attach fails, not enforced: GPU
+//                 isolation is CUDA_VISIBLE_DEVICES only, said in the notes.
 //   A limit the node cannot enforce is not an error: Create() says so in its
 //   notes (the supervisor writes them into every rank's log).
 //   GPU index N is taken to be /dev/nvidiaN (the minor-number order; true
@@ -58,6 +62,8 @@
 #include "topo/core/status.hpp"
 
 namespace topo::agent {
+
+struct DeviceNumber;  // device_filter.hpp
 
 enum class CgroupMode {
   kNone,  // no usable hierarchy: jobs are tracked by process groups only
@@ -91,6 +97,9 @@ struct CgroupOptions {
   // tracking directory, inside a cgroup v2 or v1 freezer/pids hierarchy.
   std::string root;
   std::string device_dir = "/dev";  // where nvidiaN live
+  // false: use no v1 controller hierarchy for limits, as on a node with
+  // cgroup v2 alone (tests use it on hybrid nodes to reach the v2 paths).
+  bool use_v1_controllers = true;
 };
 
 // A job's cgroup: one directory per hierarchy it uses, dirs[0] tracking.
@@ -151,6 +160,10 @@ class CgroupManager {
   // v1 limit hierarchies: controller -> MOUNT/<own cgroup>/<NAME>.
   std::string v1_memory_, v1_cpu_, v1_devices_;
   bool v2_memory_ = false, v2_cpu_ = false;
+  bool v2_device_filter_ = false;      // GPU devices by a BPF program
+  std::string device_filter_problem_;  // why not, where v2 has no other way
+  // The character devices DEV_DIR/nvidiaN whose N is not in gpus.
+  std::vector<DeviceNumber> OtherGpuDevices(const std::vector<int>& gpus) const;
 };
 
 }  // namespace topo::agent

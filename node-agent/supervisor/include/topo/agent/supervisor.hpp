@@ -99,6 +99,8 @@ struct SupervisorOptions {
   std::string cgroup_root;
   // Where the GPU device nodes nvidiaN are (JobLimits::restrict_gpu_devices).
   std::string gpu_device_dir = "/dev";
+  // CgroupOptions::use_v1_controllers (false: as on a cgroup-v2-only node).
+  bool use_v1_cgroup_controllers = true;
 };
 
 // One rank to run on this node.
