@@ -17,9 +17,9 @@
 //     (staging) until the copy is done, then launches; a failed copy fails
 //     the launch once (the next start tries again);
 //   - the start of the ranks off the event loop: Launch prepares the launch
-//     (checks, account, directories: RankSupervisor::PrepareLaunch) and runs
-//     its slow part (cgroup, forks: StartingLaunch::Run) on a thread of its
-//     own, answering kBusy (starting); Poll() hands the ranks to the
+//     (checks, account: RankSupervisor::PrepareLaunch) and runs its slow
+//     part (directories, cgroup, forks: StartingLaunch::Run) on a thread of
+//     its own, answering kBusy (starting); Poll() hands the ranks to the
 //     supervisor once that thread is done (the thread wakes the supervisor's
 //     wake fd), and the next Launch of the run gives the outcome. A Stop()
 //     meanwhile stops the ranks as soon as they are handed over;

@@ -150,8 +150,7 @@ TEST_CASE(
   h.runner.jobs["8"].stop_requested = true;
   h.runner.Exit("8", 0, 15, true);
   h.runner.Exit("8", 2, 15, true);
-  h.clock.now += 100;
-  h.core.Tick();
+  h.Ticks(1);
   REQUIRE(h.runner.launches.size() == 2);
   CHECK(h.runner.launches[1].first.restart_count == 1);
   auto exits = h.link.Of<proto::RankExited>();
@@ -292,10 +291,7 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   h.Send(MakeStart(15, 0, {1}));
   REQUIRE(h.runner.launches.size() == 1);
   // Far past launch_wait_ms: still waiting, and not tried again meanwhile.
-  for (int i = 0; i < 50; ++i) {
-    h.clock.now += 100;
-    h.core.Tick();
-  }
+  h.Ticks(50);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
   CHECK(h.core.pending_launches() == 1);
   CHECK(h.runner.launches.size() == 1);
@@ -314,8 +310,7 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   h.runner.log_error.reset();
   // The copy is done: launched at the next Tick.
   h.runner.underway.clear();
-  h.clock.now += 100;
-  h.core.Tick();
+  h.Ticks(1);
   CHECK(h.runner.launches.size() == 2);
   CHECK(h.core.pending_launches() == 0);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
@@ -324,13 +319,9 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   // A copy that never ends fails the launch after stage_wait_ms, transient.
   h.runner.outcomes = {staging};
   h.Send(MakeStart(16, 0, {2}));
-  for (int i = 0; i < 99; ++i) {
-    h.clock.now += 100;
-    h.core.Tick();
-  }
+  h.Ticks(99);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
-  h.clock.now += 100;
-  h.core.Tick();
+  h.Ticks(1);
   const auto failed = h.link.Of<proto::LaunchFailed>();
   REQUIRE(failed.size() == 1);
   CHECK(failed[0].job == 16);
@@ -354,10 +345,7 @@ TEST_CASE("ranks started in the background: waited for without a deadline, then 
   CHECK(h.runner.port_checks.size() == 1);
   // Far past launch_wait_ms (a start cannot be called off): still waiting,
   // not tried again, the port not checked again (rank 0 may listen on it).
-  for (int i = 0; i < 30; ++i) {
-    h.clock.now += 100;
-    h.core.Tick();
-  }
+  h.Ticks(30);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
   CHECK(h.core.pending_launches() == 1);
   CHECK(h.runner.launches.size() == 1);
@@ -366,8 +354,7 @@ TEST_CASE("ranks started in the background: waited for without a deadline, then 
   // The ranks are up: the next Tick asks for the outcome (the runner's
   // ranks run already, which is not "an earlier run").
   h.runner.underway.clear();
-  h.clock.now += 100;
-  h.core.Tick();
+  h.Ticks(1);
   CHECK(h.runner.launches.size() == 2);
   CHECK(h.core.pending_launches() == 0);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());

@@ -22,6 +22,13 @@ struct Harness {
     Send(proto::Registered{"n0", heartbeat_ms, std::move(keep), {}});
     link.Clear();
   }
+  // `n` Ticks, the clock 100 ms further before each.
+  void Ticks(int n) {
+    for (int i = 0; i < n; ++i) {
+      clock.now += 100;
+      core.Tick();
+    }
+  }
 
   FakeClock clock;
   FakeLink link;

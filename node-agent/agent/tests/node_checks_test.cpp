@@ -178,6 +178,19 @@ TEST_CASE("ReadLogPiece reads pieces of a plain file and refuses what a job coul
 
 namespace {
 
+// A supervisor's options in `dir`, without cgroups, allowing root jobs
+// (the runner's own check comes first); `persistent`: with that tier.
+SupervisorOptions RunnerTestOptions(const TempDir& dir, bool persistent) {
+  SupervisorOptions so;
+  so.state_dir = dir.path + "/supervisor";
+  so.log_dir = dir.path + "/logs";
+  so.local_checkpoint_root = dir.path + "/checkpoints";
+  if (persistent) so.persistent_checkpoint_root = dir.path + "/persistent";
+  so.cgroup_root = "none";
+  so.allow_root_jobs = true;
+  return so;
+}
+
 // Launch() again, after a Poll() as the agent's loop makes, until it is not
 // busy; `busy`: each new busy reason seen; `events`: what the polls gave.
 LaunchOutcome LaunchWaiting(SupervisorRunner& runner, const JobLaunch& l, int64_t step,
@@ -199,14 +212,8 @@ LaunchOutcome LaunchWaiting(SupervisorRunner& runner, const JobLaunch& l, int64_
 
 TEST_CASE("SupervisorRunner: a missing account and a root account fail for good, staging") {
   TempDir dir;
-  SupervisorOptions so;
-  so.state_dir = dir.path + "/supervisor";
-  so.log_dir = dir.path + "/logs";
-  so.local_checkpoint_root = dir.path + "/checkpoints";
-  so.persistent_checkpoint_root = dir.path + "/persistent";
-  so.cgroup_root = "none";
   // The node would allow root: the runner's own check refuses first.
-  so.allow_root_jobs = true;
+  const SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/true);
   RankSupervisor sup(so);
   SupervisorRunner runner(sup,
                           {false, true, so.local_checkpoint_root, so.persistent_checkpoint_root});
@@ -304,12 +311,7 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
 TEST_CASE("SupervisorRunner: ranks start off the caller's thread, a stop meanwhile reaches them") {
   if (::geteuid() != 0) return;  // ranks as root and as nobody
   TempDir dir;
-  SupervisorOptions so;
-  so.state_dir = dir.path + "/supervisor";
-  so.log_dir = dir.path + "/logs";
-  so.local_checkpoint_root = dir.path + "/checkpoints";
-  so.cgroup_root = "none";
-  so.allow_root_jobs = true;
+  const SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/false);
   RankSupervisor sup(so);
   SupervisorRunner runner(sup, {true, true, so.local_checkpoint_root, ""});
 

@@ -234,6 +234,11 @@ struct StartingLaunch::State {
   JobRec j;                              // everything but the cgroup and the ranks, until Run()
   std::string log_path;                  // node mode: the node's log
   std::map<int, std::string> rank_logs;  // rank mode: each rank's log
+  // The job's private directories (root to make traversable first, or "";
+  // the directory): made by Run(), as the persistent tier may be a network
+  // file system that takes its time.
+  std::vector<std::pair<std::string, std::string>> dirs;
+  std::optional<JobCgroup> prior_cgroup;  // the earlier run's, still there: removed first
   bool ran = false;
   bool started = false;   // Run() started every rank
   bool finished = false;  // FinishLaunch took the ranks
@@ -343,35 +348,23 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
   }
 
   // The job's private directories, under roots nobody else can list.
-  struct DirPlan {
-    std::string root, dir;
-  };
-  std::vector<DirPlan> dirs{{opt.log_dir, (fs::path(opt.log_dir) / launch.job_id).string()}};
+  s->dirs.emplace_back(opt.log_dir, (fs::path(opt.log_dir) / launch.job_id).string());
   if (!j.local_dir.empty()) {
-    dirs.push_back(
-        {launch.local_checkpoint_dir.empty() ? opt.local_checkpoint_root : "", j.local_dir});
+    s->dirs.emplace_back(launch.local_checkpoint_dir.empty() ? opt.local_checkpoint_root : "",
+                         j.local_dir);
   }
   if (!j.persistent_dir.empty()) {
-    dirs.push_back({launch.persistent_checkpoint_dir.empty() ? opt.persistent_checkpoint_root : "",
-                    j.persistent_dir});
+    s->dirs.emplace_back(
+        launch.persistent_checkpoint_dir.empty() ? opt.persistent_checkpoint_root : "",
+        j.persistent_dir);
   }
-  for (const auto& d : dirs) {
-    if (!d.root.empty()) {
-      if (auto st = EnsureTraversableRoot(d.root); !st.ok())
-        return core::Status::Error(job + ": " + st.message());
-    }
-    if (auto st = EnsurePrivateDir(d.dir, owner); !st.ok()) {
-      return core::Status::Error(job + ": " + st.message());
-    }
-  }
-  auto persisted = CompleteSteps(j.persistent_dir);
-  if (!persisted.empty()) j.persisted_step = persisted.back();
-
-  // The earlier run's cgroup goes before the new one is made.
-  if (prior && prior->cgroup_live && !prior->cgroup.KillAndRemove(3000)) {
-    return core::Status::Error(job + ": cgroup " + prior->cgroup.dirs[0] +
-                               " of its earlier run still holds processes after SIGKILL: retry "
-                               "later or reboot the node");
+  if (prior && prior->cgroup_live) {
+    // The launch removes it (Run, on its own thread) and makes the new run's
+    // at the same path: from now on Poll() leaves it alone, or it would
+    // remove the new cgroup, or kill the new ranks as leftovers.
+    s->prior_cgroup = prior->cgroup;
+    prior->cgroup_live = false;
+    prior->leftovers_since.reset();
   }
   // The logs, named now: LogPath reads what this supervisor knows.
   if (launch.mode == core::LaunchMode::kNode) {
@@ -392,6 +385,27 @@ core::Status StartingLaunch::Run() {
   const UnixAccount& acct = s.acct;
   JobRec& j = s.j;
   const std::string job = "job " + launch.job_id;
+
+  for (const auto& [root, dir] : s.dirs) {
+    if (!root.empty()) {
+      if (auto st = EnsureTraversableRoot(root); !st.ok()) {
+        return s.status = core::Status::Error(job + ": " + st.message());
+      }
+    }
+    if (auto st = EnsurePrivateDir(dir, j.owner); !st.ok()) {
+      return s.status = core::Status::Error(job + ": " + st.message());
+    }
+  }
+  const std::vector<int64_t> persisted = CompleteSteps(j.persistent_dir);
+  if (!persisted.empty()) j.persisted_step = persisted.back();
+
+  // The earlier run's cgroup goes before the new one is made.
+  if (s.prior_cgroup && !s.prior_cgroup->KillAndRemove(3000)) {
+    return s.status = core::Status::Error(
+               job + ": cgroup " + s.prior_cgroup->dirs[0] +
+               " of its earlier run still holds processes after SIGKILL: retry later or reboot "
+               "the node");
+  }
 
   // The job's cgroup, before the first rank.
   std::vector<std::string> notes;

@@ -108,6 +108,19 @@ void NothingSurvivesStop(TestCgroupRoot::Kind kind) {
   CHECK(!fs::exists(cg));
 }
 
+// `n` fake GPU device nodes DIR/nvidia0.. (the nvidia major, no driver
+// behind them), open to everyone; returns DIR.
+std::string FakeGpuDevices(const fs::path& dir, int n) {
+  fs::create_directories(dir);
+  ::chmod(dir.c_str(), 0755);
+  for (int i = 0; i < n; ++i) {
+    const std::string node = (dir / ("nvidia" + std::to_string(i))).string();
+    REQUIRE(::mknod(node.c_str(), S_IFCHR | 0666, makedev(195, i)) == 0);
+    ::chmod(node.c_str(), 0666);
+  }
+  return dir.string();
+}
+
 }  // namespace
 
 TEST_CASE("the node's cgroup layout is detected, and a bad root is refused") {
@@ -169,6 +182,54 @@ TEST_CASE("what a rank leaves behind when it exits is ended with it") {
   REQUIRE(daemon > 0);
   CHECK(WaitGone(daemon, 2000));
   CHECK(!fs::exists(cg));
+}
+
+TEST_CASE("a launch in steps owns its cgroup: the earlier run's clean-up cannot touch it") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  RankSupervisor sup(sb.Options());
+  // The first run's rank leaves a daemon behind and exits: its exit is
+  // seen while the daemon still holds the job's cgroup.
+  auto leaver = WriteScript(sb.t / "rank.sh",
+                            "( setsid sh -c 'echo $$ > \"$OUT_DIR/daemon.pid\"; exec sleep 1000' "
+                            "& )\n"
+                            "while [ ! -s \"$OUT_DIR/daemon.pid\" ]; do sleep 0.01; done\nexit 0");
+  REQUIRE(sup.Launch(sb.Job("again", leaver, 1)).ok());
+  auto exited = [](const std::vector<SupervisorEvent>& evs) {
+    int n = 0;
+    for (const auto& e : evs) n += e.kind == EventKind::kRankExited && e.job_id == "again";
+    return n;
+  };
+  auto evs = PollUntil(sup, [&](const auto& seen) { return exited(seen) > 0; });
+  REQUIRE(exited(evs) == 1);
+  REQUIRE_FALSE(HasEvent(evs, EventKind::kJobFinished, "again"));
+  const pid_t daemon = ReadPidFile(sb.out + "/daemon.pid");
+  REQUIRE(daemon > 0);
+  // The next run in three steps, as the agent makes it, the event loop's
+  // Poll() between them: the earlier run's leftovers and cgroup are the
+  // launch's to remove, so Poll() neither removes the new cgroup nor kills
+  // the new ranks in it as leftovers.
+  auto sleeper = WriteScript(sb.t / "sleep.sh", "exec sleep 30");
+  topo::core::Result<StartingLaunch> prepared = sup.PrepareLaunch(sb.Job("again", sleeper, 2));
+  REQUIRE_MESSAGE(prepared.ok(), prepared.message());
+  for (auto& e : sup.Poll()) evs.push_back(std::move(e));
+  REQUIRE_MESSAGE(prepared.value().Run().ok(), "run");
+  auto poll_for = [&](int ms) {
+    for (int waited = 0; waited < ms; waited += 20) {
+      for (auto& e : sup.Poll()) evs.push_back(std::move(e));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  poll_for(300);
+  REQUIRE(sup.FinishLaunch(std::move(prepared).value()).ok());
+  poll_for(300);
+  CHECK(exited(evs) == 1);  // the first run's rank alone
+  CHECK(sup.List(true).size() == 2);
+  CHECK(WaitGone(daemon, 2000));
+  REQUIRE(sup.Stop("again", 0).ok());
+  evs = PollUntil(sup, Finished("again"));
+  CHECK(HasEvent(evs, EventKind::kJobFinished, "again"));
 }
 
 TEST_CASE("a launch whose second rank fails leaves no process of the first running") {
@@ -350,15 +411,7 @@ TEST_CASE("limits land where the node enforces them, the others are named in the
   Sandbox sb;
   REQUIRE(sb.user.ok());
   SKIP_WITHOUT_CGROUPS(sb);
-  // Two fake GPU device nodes (the nvidia major, no driver behind them).
-  const std::string dev = sb.t / "dev";
-  fs::create_directories(dev);
-  ::chmod(dev.c_str(), 0755);
-  for (int i = 0; i < 2; ++i) {
-    const std::string n = dev + "/nvidia" + std::to_string(i);
-    REQUIRE(::mknod(n.c_str(), S_IFCHR | 0666, makedev(195, i)) == 0);
-    ::chmod(n.c_str(), 0666);
-  }
+  const std::string dev = FakeGpuDevices(sb.t / "dev", 2);
   auto opt = sb.Options();
   opt.gpu_device_dir = dev;
   RankSupervisor sup(opt);
@@ -415,17 +468,9 @@ TEST_CASE("on cgroup v2 alone a BPF device program refuses the job's other GPUs,
   Sandbox sb;
   REQUIRE(sb.user.ok());
   SKIP_WITHOUT_CGROUPS(sb);
-  // Four fake GPU device nodes (the nvidia major, no driver behind them),
-  // and a block device with nvidia0's numbers: the program refuses
-  // character devices only.
-  const std::string dev = sb.t / "dev";
-  fs::create_directories(dev);
-  ::chmod(dev.c_str(), 0755);
-  for (int i = 0; i < 4; ++i) {
-    const std::string n = dev + "/nvidia" + std::to_string(i);
-    REQUIRE(::mknod(n.c_str(), S_IFCHR | 0666, makedev(195, i)) == 0);
-    ::chmod(n.c_str(), 0666);
-  }
+  // Four fake GPUs, and a block device with nvidia0's numbers: the program
+  // refuses character devices only.
+  const std::string dev = FakeGpuDevices(sb.t / "dev", 4);
   REQUIRE(::mknod((dev + "/block0").c_str(), S_IFBLK | 0666, makedev(195, 0)) == 0);
   ::chmod((dev + "/block0").c_str(), 0666);
   // A name whose number no int holds is not a GPU (and not a crash).

@@ -229,12 +229,14 @@ core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst
 class RankSupervisor;
 
 // A launch between RankSupervisor::PrepareLaunch and FinishLaunch: the
-// job's checks are done and its directories made; Run() makes its cgroup
-// and starts every rank. Run() touches nothing of the supervisor but its
-// cgroup configuration, which does not change after construction, so it
-// may run on a thread of its own while the supervisor's other methods run
-// on the event loop's (the agent does that: a launch takes a few ms a rank
-// on an idle node, far more on a loaded one, and heartbeats must go on).
+// job's checks are done; Run() makes its directories (the persistent tier
+// may be a slow network file system) and its cgroup (removing the earlier
+// run's, if left) and starts every rank. Run() touches nothing of the
+// supervisor but its cgroup configuration, which does not change after
+// construction, so it may run on a thread of its own while the
+// supervisor's other methods run on the event loop's (the agent does that:
+// a launch takes a few ms a rank on an idle node, far more on a loaded one,
+// and heartbeats must go on).
 // Destroyed after a successful Run() without FinishLaunch: its ranks are
 // killed and its cgroup removed (nothing runs untracked).
 // Thread safety: one thread at a time; the supervisor must outlive it.
@@ -244,7 +246,8 @@ class StartingLaunch {
   StartingLaunch& operator=(StartingLaunch&& other) noexcept;
   ~StartingLaunch();
 
-  // The job's cgroup, then every rank, each up to exec. On a failure before
+  // The job's directories and cgroup, then every rank, each up to exec.
+  // On a failure before
   // exec the ranks already started are killed and the cgroup removed before
   // it returns, and FinishLaunch returns the same error. At most once.
   core::Status Run();
@@ -284,8 +287,9 @@ class RankSupervisor {
   // Launch() in three steps, so that its slow part can leave the caller's
   // thread:
   //   auto prepared = sup.PrepareLaunch(launch);   // this thread: checks,
-  //                                                // account, directories
-  //   status = prepared.value().Run();             // any thread: cgroup, ranks
+  //                                                // account, log names
+  //   status = prepared.value().Run();             // any thread: directories,
+  //                                                // cgroup, ranks
   //   status = sup.FinishLaunch(std::move(prepared).value());  // this thread:
   //                                                // the job is known here
   // Launch() is exactly the three in a row, with the same errors. Until
