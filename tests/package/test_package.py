@@ -474,12 +474,18 @@ def run_agent(work, cli, cleanup):
                    "id -un; grep CapEff /proc/self/status; echo started; sleep 600")["id"]
 
     def started():
-        return "started" in cli("logs", str(jid))
+        # A line of the rank's own output: the log's header quotes the
+        # command, "echo started" included.
+        return re.search(r"^started$", cli("logs", str(jid)), re.M) is not None
 
     wait_for(started, 60, "job %d's rank to start\n%s" % (jid, tail(log_path)))
     out = cli("logs", str(jid))
     check(account in out and re.search(r"CapEff:\s+0+\b", out),
           "the rank runs as %s with no capabilities: %s" % (account, out))
+    # Every rank at its sleep (--gpus 4: a rank per GPU), so that the
+    # account's processes are the ranks' and no short-lived `id` or `grep`.
+    wait_for(lambda: [comm(p) for p in pids_of(account)].count("sleep") == 4, 30,
+             "the 4 ranks to reach their sleep")
     ranks = pids_of(account)
     check(ranks, "the rank's processes run as %s" % account)
 
@@ -509,6 +515,14 @@ def pids_of(account):
         except OSError:
             pass
     return out
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def alive(pid):
