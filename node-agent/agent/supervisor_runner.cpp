@@ -203,15 +203,19 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
     const std::string step = std::to_string(checkpoint_step);
     // A copy in flight (or just done) for this job comes first.
     bool staged = false;
+    bool absent = false;  // the persistent tier was looked at: not there
     if (auto it = staging_.find(job); it != staging_.end()) {
       std::shared_ptr<StagingCopy> copy = it->second;
       std::unique_lock lock(copy->mu);
       if (!copy->done) return StagingBusy(copy->step);
       const core::Status copied = copy->status;
       const int64_t copied_step = copy->step;
+      const bool not_there = copy->absent;
       lock.unlock();
       staging_.erase(it);
-      if (copied_step == checkpoint_step) {
+      if (copied_step == checkpoint_step && not_there) {
+        absent = true;
+      } else if (copied_step == checkpoint_step) {
         if (!copied.ok()) {
           return Failed(
               "checkpoint step " + step +
@@ -224,9 +228,11 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
     if (HasStep(local_dir, checkpoint_step)) {
       l.restart_step = checkpoint_step;
       if (staged) out.note = "staged checkpoint step " + step + " from the persistent tier";
-    } else if (!local_dir.empty() && HasStep(persistent_dir, checkpoint_step)) {
-      // Copied as the account into its own directory: nothing the job
-      // placed in either tier can make root read or write elsewhere.
+    } else if (!absent && !local_dir.empty() && !persistent_dir.empty()) {
+      // Looked for on the persistent tier (often a network file system,
+      // slow to list) and copied, as the account into its own directory
+      // (nothing the job placed in either tier can make root read or write
+      // elsewhere), off the event loop.
       if (launch.local_checkpoint_dir.empty()) {
         if (core::Status st = EnsureTraversableRoot(options_.local_checkpoint_root); !st.ok()) {
           return Failed("staging checkpoint step " + step + ": " + st.message(), false);
@@ -242,8 +248,12 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       copy->step = checkpoint_step;
       try {
         std::thread([copy, persistent_dir, local_dir, checkpoint_step, owner] {
-          core::Status st = CopyCompleteStep(persistent_dir, local_dir, checkpoint_step, owner);
+          const bool there = HasStep(persistent_dir, checkpoint_step);
+          core::Status st =
+              there ? CopyCompleteStep(persistent_dir, local_dir, checkpoint_step, owner)
+                    : core::Status::Ok();
           std::lock_guard guard(copy->mu);
+          copy->absent = !there;
           copy->status = std::move(st);
           copy->done = true;
         }).detach();

@@ -10,12 +10,14 @@
 //     docs/jobs.md says so); every other failure (directories, cgroup, fork,
 //     an exec prerequisite, a checkpoint that cannot be staged) is transient;
 //     a checkpoint copy of the earlier run still in flight is "busy";
-//   - staging the restart checkpoint: a step that is on the persistent tier
-//     but not on this node's local tier is copied there, *as the job's
-//     account* (so nothing the job planted makes root write elsewhere),
-//     before the launch, on a thread of its own: Launch answers kBusy
-//     (staging) until the copy is done, then launches; a failed copy fails
-//     the launch once (the next start tries again);
+//   - staging the restart checkpoint: a step that is not on this node's
+//     local tier is looked for on the persistent tier and copied from there,
+//     *as the job's account* (so nothing the job planted makes root write
+//     elsewhere), before the launch, on a thread of its own (the persistent
+//     tier is often a network file system): Launch answers kBusy (staging)
+//     until that is done, then launches (without TOPO_RESTART_STEP when the
+//     step was on neither tier); a failed copy fails the launch once (the
+//     next start tries again);
 //   - the start of the ranks off the event loop: Launch prepares the launch
 //     (checks, account: RankSupervisor::PrepareLaunch) and runs its slow
 //     part (directories, cgroup, forks: StartingLaunch::Run) on a thread of
@@ -97,6 +99,7 @@ class SupervisorRunner final : public RankRunner {
     int64_t step = -1;
     std::mutex mu;
     bool done = false;    // guarded by mu
+    bool absent = false;  // guarded by mu: the step was not on the persistent tier
     core::Status status;  // guarded by mu; set when done
   };
   std::map<std::string, std::shared_ptr<StagingCopy>> staging_;

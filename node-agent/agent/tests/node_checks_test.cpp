@@ -295,8 +295,13 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   CHECK(out.reason.find("checkpoint step 4 could not be copied from the persistent tier") !=
         std::string::npos);
   CHECK(root_ok.Running().empty());
-  // A step on neither tier: started without TOPO_RESTART_STEP, and said so.
+  // A step on neither tier: looked for on the persistent tier off the
+  // caller's thread (the first answer is "staging"), then started without
+  // TOPO_RESTART_STEP, and said so.
   l.restart_count = 1;
+  out = root_ok.Launch(l, 9);
+  CHECK(out.kind == LaunchOutcome::Kind::kBusy);
+  CHECK(out.staging);
   out = LaunchWaiting(root_ok, l, 9);
   REQUIRE_MESSAGE(out.kind == LaunchOutcome::Kind::kStarted, out.reason);
   CHECK_FALSE(out.restart_step);
