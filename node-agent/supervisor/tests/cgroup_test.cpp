@@ -108,6 +108,12 @@ void NothingSurvivesStop(TestCgroupRoot::Kind kind) {
   CHECK(!fs::exists(cg));
 }
 
+// A rank that leaves a daemon (setsid) behind, its pid in
+// $OUT_DIR/daemon.pid, and exits 0.
+constexpr const char* kLeaverScript =
+    "( setsid sh -c 'echo $$ > \"$OUT_DIR/daemon.pid\"; exec sleep 1000' & )\n"
+    "while [ ! -s \"$OUT_DIR/daemon.pid\" ]; do sleep 0.01; done\nexit 0";
+
 // `n` fake GPU device nodes DIR/nvidia0.. (the nvidia major, no driver
 // behind them), open to everyone; returns DIR.
 std::string FakeGpuDevices(const fs::path& dir, int n) {
@@ -170,10 +176,7 @@ TEST_CASE("what a rank leaves behind when it exits is ended with it") {
   REQUIRE(sb.user.ok());
   SKIP_WITHOUT_CGROUPS(sb);
   RankSupervisor sup(sb.Options());
-  auto script = WriteScript(sb.t / "rank.sh",
-                            "( setsid sh -c 'echo $$ > \"$OUT_DIR/daemon.pid\"; exec sleep 1000' "
-                            "& )\n"
-                            "while [ ! -s \"$OUT_DIR/daemon.pid\" ]; do sleep 0.01; done\nexit 0");
+  auto script = WriteScript(sb.t / "rank.sh", kLeaverScript);
   REQUIRE(sup.Launch(sb.Job("leaver", script, 1)).ok());
   const std::string cg = sup.CgroupPath("leaver");
   auto evs = PollUntil(sup, Finished("leaver"));
@@ -191,10 +194,7 @@ TEST_CASE("a launch in steps owns its cgroup: the earlier run's clean-up cannot 
   RankSupervisor sup(sb.Options());
   // The first run's rank leaves a daemon behind and exits: its exit is
   // seen while the daemon still holds the job's cgroup.
-  auto leaver = WriteScript(sb.t / "rank.sh",
-                            "( setsid sh -c 'echo $$ > \"$OUT_DIR/daemon.pid\"; exec sleep 1000' "
-                            "& )\n"
-                            "while [ ! -s \"$OUT_DIR/daemon.pid\" ]; do sleep 0.01; done\nexit 0");
+  auto leaver = WriteScript(sb.t / "rank.sh", kLeaverScript);
   REQUIRE(sup.Launch(sb.Job("again", leaver, 1)).ok());
   auto exited = [](const std::vector<SupervisorEvent>& evs) {
     int n = 0;
