@@ -255,8 +255,6 @@ StartingLaunch::StartingLaunch(std::unique_ptr<State> state) : s_(std::move(stat
 StartingLaunch::StartingLaunch(StartingLaunch&& other) noexcept = default;
 StartingLaunch& StartingLaunch::operator=(StartingLaunch&& other) noexcept = default;
 StartingLaunch::~StartingLaunch() = default;
-const std::string& StartingLaunch::job_id() const { return s_->launch.job_id; }
-const std::vector<LocalRankSpec>& StartingLaunch::ranks() const { return s_->launch.ranks; }
 
 core::Status StartingLaunch::State::Abort(const std::vector<int>& cgroup_fds,
                                           const std::string& why) {

@@ -251,9 +251,6 @@ class StartingLaunch {
   // exec the ranks already started are killed and the cgroup removed before
   // it returns, and FinishLaunch returns the same error. At most once.
   core::Status Run();
-  const std::string& job_id() const;
-  // The local ranks it starts.
-  const std::vector<LocalRankSpec>& ranks() const;
 
   struct State;
 
