@@ -201,8 +201,8 @@ int Agent::Run() {
   Log("cgroups: " + sup_->Cgroups().summary);
   if (o_.allow_root_jobs) Log("--allow-root-jobs: ranks may run as uid 0");
   runner_ = std::make_unique<SupervisorRunner>(
-      *sup_, SupervisorRunnerOptions{o_.allow_root_jobs, !o_.no_gpu_device_isolation,
-                                     sopt.local_checkpoint_root, sopt.persistent_checkpoint_root});
+      *sup_, SupervisorRunnerOptions{!o_.no_gpu_device_isolation, sopt.local_checkpoint_root,
+                                     sopt.persistent_checkpoint_root});
   const auto adopted = sup_->List(true);
   if (!adopted.empty()) {
     Log("adopted " + std::to_string(adopted.size()) + " running rank(s) from an earlier agent");

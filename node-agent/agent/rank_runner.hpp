@@ -11,8 +11,9 @@
 // Contract (both implementations):
 //   - Non-blocking. What takes long is not done inside Launch: a copy of the
 //     restart's checkpoint onto this node, and the start of the ranks (the
-//     job's cgroup, a fork and a wait for exec per rank: a few ms a rank on
-//     an idle node, far more on a loaded one) may run in the background,
+//     account's lookup, which may wait for a directory server; the job's
+//     cgroup; a fork and a wait for exec per rank: a few ms a rank on an
+//     idle node, far more on a loaded one) may run in the background,
 //     Launch answering kBusy (staging, starting) meanwhile, so the agent's
 //     event loop and heartbeats go on. Underway(job) says what runs; once it
 //     answers nullopt the next Launch of the same run gives the outcome.
@@ -55,8 +56,9 @@ struct LaunchOutcome {
   // take minutes): the launch waits up to AgentCoreOptions::stage_wait_ms.
   bool staging = false;
   // kBusy: the ranks are being started off the event loop; it ends by
-  // itself (each rank reaches exec or fails, within the supervisor's bound)
-  // and cannot be called off: the caller waits for Underway() to end, then
+  // itself (the account's lookup within the NSS service's own timeout, each
+  // rank reaching exec or failing within the supervisor's bound) and
+  // cannot be called off: the caller waits for Underway() to end, then
   // calls Launch() again for the outcome, without other checks between.
   bool starting = false;
 };

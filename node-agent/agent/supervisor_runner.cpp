@@ -26,17 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Whether `name` is missing from this node's passwd database (as opposed
-// to a lookup that failed: NSS down, out of memory), which may be
-// temporary.
-bool AccountMissing(const std::string& name) {
-  passwd pw{};
-  passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  const int rc = ::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
-  return found == nullptr && (rc == 0 || rc == ENOENT || rc == ESRCH || rc == EBADF || rc == EPERM);
-}
-
 bool HasStep(const std::string& dir, int64_t step) {
   if (dir.empty()) return false;
   const std::vector<int64_t> steps = CompleteSteps(dir);
@@ -91,6 +80,7 @@ void SupervisorRunner::FinishStarted(bool wait) {
     }
     if (!ran && !wait) continue;
     if (run->thread.joinable()) run->thread.join();
+    run->permanent = run->launch->permanent();
     run->status = sup_.FinishLaunch(std::move(*run->launch));
     run->launch.reset();
     run->finished = true;
@@ -164,29 +154,11 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
     }
     LaunchOutcome out = run.outcome;
     const core::Status status = run.status;
+    const bool it_permanent = run.permanent;
     starting_.erase(it);
-    if (same) return status.ok() ? out : Failed(status.message(), false);
+    if (same) return status.ok() ? out : Failed(status.message(), it_permanent);
     // The run that started was stopped meanwhile: this is a new one.
   }
-  // The account first: its absence, or root, is the same on every try.
-  core::Result<UnixAccount> account = ResolveUnixAccount(launch.unix_user);
-  if (!account.ok()) {
-    if (AccountMissing(launch.unix_user)) {
-      return Failed(account.message() +
-                        " (accounts must exist on every node, from the site's passwd database)",
-                    true);
-    }
-    return Failed(account.message(), false);
-  }
-  if (account.value().uid == 0 && !options_.allow_root_jobs && !launch.allow_root) {
-    return Failed("jobs may not run as root: unix_user '" + launch.unix_user +
-                      "' has uid 0 on this node; map the user to an ordinary account (PATCH "
-                      "/v1/users/NAME {\"unix_user\": ...}), or start topo-agent with "
-                      "--allow-root-jobs",
-                  true);
-  }
-  const FileOwner owner{account.value().uid, account.value().gid};
-
   JobLaunch l = launch;
   l.limits.restrict_gpu_devices = options_.restrict_gpu_devices;
   LaunchOutcome out;
@@ -211,8 +183,10 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       const core::Status copied = copy->status;
       const int64_t copied_step = copy->step;
       const bool not_there = copy->absent;
+      const bool permanent = copy->permanent;
       lock.unlock();
       staging_.erase(it);
+      if (permanent) return Failed(copied.message(), true);  // the account: on every try
       if (copied_step == checkpoint_step && not_there) {
         absent = true;
       } else if (copied_step == checkpoint_step) {
@@ -232,28 +206,35 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       // Looked for on the persistent tier (often a network file system,
       // slow to list) and copied, as the account into its own directory
       // (nothing the job placed in either tier can make root read or write
-      // elsewhere), off the event loop.
-      if (launch.local_checkpoint_dir.empty()) {
-        if (core::Status st = EnsureTraversableRoot(options_.local_checkpoint_root); !st.ok()) {
-          return Failed("staging checkpoint step " + step + ": " + st.message(), false);
-        }
-      }
-      if (core::Status st = EnsurePrivateDir(local_dir, owner); !st.ok()) {
-        return Failed("staging checkpoint step " + step + ": " + st.message(), false);
-      }
+      // elsewhere), off the event loop, as is the account's lookup (NSS).
       // The copy may take minutes (a large model's state): on its own
       // thread, with the identity switch that thread alone makes
       // (CopyCompleteStep). The next Launch finds it done.
       auto copy = std::make_shared<StagingCopy>();
       copy->step = checkpoint_step;
+      const std::string local_root =
+          launch.local_checkpoint_dir.empty() ? options_.local_checkpoint_root : "";
+      const std::string unix_user = launch.unix_user;
+      const bool allow_root = sup_.AllowsRoot(launch);
       try {
-        std::thread([copy, persistent_dir, local_dir, checkpoint_step, owner] {
-          const bool there = HasStep(persistent_dir, checkpoint_step);
-          core::Status st =
-              there ? CopyCompleteStep(persistent_dir, local_dir, checkpoint_step, owner)
-                    : core::Status::Ok();
+        std::thread([copy, persistent_dir, local_dir, local_root, unix_user, allow_root,
+                     checkpoint_step] {
+          bool permanent = false;
+          bool there = false;
+          core::Status st;
+          core::Result<UnixAccount> acct = JobAccount(unix_user, allow_root, &permanent);
+          if (!acct.ok()) {
+            st = acct.status();
+          } else {
+            const FileOwner owner{acct.value().uid, acct.value().gid};
+            if (!local_root.empty()) st = EnsureTraversableRoot(local_root);
+            if (st.ok()) st = EnsurePrivateDir(local_dir, owner);
+            there = st.ok() && HasStep(persistent_dir, checkpoint_step);
+            if (there) st = CopyCompleteStep(persistent_dir, local_dir, checkpoint_step, owner);
+          }
           std::lock_guard guard(copy->mu);
-          copy->absent = !there;
+          copy->absent = st.ok() && !there;
+          copy->permanent = permanent;
           copy->status = std::move(st);
           copy->done = true;
         }).detach();

@@ -5,9 +5,11 @@
 // What it adds to the supervisor:
 //   - classification of launch failures for `launch_failed`: the job's Unix
 //     account missing on this node, or an account with uid 0 while the site
-//     does not allow root jobs, are permanent (retrying elsewhere cannot
-//     help: accounts come from the site's shared passwd database, and
-//     docs/jobs.md says so); every other failure (directories, cgroup, fork,
+//     does not allow root jobs, are permanent (JobAccount, account.hpp:
+//     retrying elsewhere cannot help, accounts come from the site's shared
+//     passwd database, and docs/jobs.md says so); the account is looked up
+//     off the event loop (by the starting or the staging thread: NSS may
+//     wait for a directory server); every other failure (directories, cgroup, fork,
 //     an exec prerequisite, a checkpoint that cannot be staged) is transient;
 //     a checkpoint copy of the earlier run still in flight is "busy";
 //   - staging the restart checkpoint: a step that is not on this node's
@@ -19,8 +21,8 @@
 //     step was on neither tier); a failed copy fails the launch once (the
 //     next start tries again);
 //   - the start of the ranks off the event loop: Launch prepares the launch
-//     (checks, account: RankSupervisor::PrepareLaunch) and runs its slow
-//     part (directories, cgroup, forks: StartingLaunch::Run) on a thread of
+//     (checks: RankSupervisor::PrepareLaunch) and runs its slow part
+//     (account, directories, cgroup, forks: StartingLaunch::Run) on a thread of
 //     its own, answering kBusy (starting); Poll() hands the ranks to the
 //     supervisor once that thread is done (the thread wakes the supervisor's
 //     wake fd), and the next Launch of the run gives the outcome. A Stop()
@@ -54,7 +56,6 @@
 namespace topo::agent {
 
 struct SupervisorRunnerOptions {
-  bool allow_root_jobs = false;  // the same as SupervisorOptions::allow_root_jobs
   // Each job's cgroup may open only its own GPUs' device nodes, where the
   // node can enforce it (cgroup.hpp says where).
   bool restrict_gpu_devices = true;
@@ -98,9 +99,10 @@ class SupervisorRunner final : public RankRunner {
   struct StagingCopy {
     int64_t step = -1;
     std::mutex mu;
-    bool done = false;    // guarded by mu
-    bool absent = false;  // guarded by mu: the step was not on the persistent tier
-    core::Status status;  // guarded by mu; set when done
+    bool done = false;       // guarded by mu
+    bool absent = false;     // guarded by mu: the step was not on the persistent tier
+    bool permanent = false;  // guarded by mu: the account cannot run the job (JobAccount)
+    core::Status status;     // guarded by mu; set when done
   };
   std::map<std::string, std::shared_ptr<StagingCopy>> staging_;
   // A launch whose ranks are being started on a thread, by job: one at a time.
@@ -114,6 +116,7 @@ class SupervisorRunner final : public RankRunner {
     std::optional<StartingLaunch> launch;  // the thread's until ran
     bool finished = false;                 // handed to the supervisor (or failed)
     core::Status status;                   // FinishLaunch's answer, once finished
+    bool permanent = false;                // a failure no retry helps (StartingLaunch)
     std::optional<int> stop_grace_ms;      // Stop() asked meanwhile
   };
   std::map<std::string, std::unique_ptr<StartingRun>> starting_;

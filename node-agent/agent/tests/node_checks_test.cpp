@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "connection.hpp"
 #include "harness.hpp"
@@ -178,8 +179,8 @@ TEST_CASE("ReadLogPiece reads pieces of a plain file and refuses what a job coul
 
 namespace {
 
-// A supervisor's options in `dir`, without cgroups, allowing root jobs
-// (the runner's own check comes first); `persistent`: with that tier.
+// A supervisor's options in `dir`, without cgroups, allowing root jobs;
+// `persistent`: with that tier.
 SupervisorOptions RunnerTestOptions(const TempDir& dir, bool persistent) {
   SupervisorOptions so;
   so.state_dir = dir.path + "/supervisor";
@@ -212,34 +213,57 @@ LaunchOutcome LaunchWaiting(SupervisorRunner& runner, const JobLaunch& l, int64_
 
 TEST_CASE("SupervisorRunner: a missing account and a root account fail for good, staging") {
   TempDir dir;
-  // The node would allow root: the runner's own check refuses first.
-  const SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/true);
-  RankSupervisor sup(so);
-  SupervisorRunner runner(sup,
-                          {false, true, so.local_checkpoint_root, so.persistent_checkpoint_root});
-  CHECK(runner.HasPersistentTier());
+  SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/true);
+  so.allow_root_jobs = false;
+  std::optional<RankSupervisor> strict(std::in_place, so);
+  std::optional<SupervisorRunner> runner(
+      std::in_place, *strict,
+      SupervisorRunnerOptions{true, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  CHECK(runner->HasPersistentTier());
 
+  // The account is looked up off the caller's thread (NSS may wait for a
+  // directory server): the first answer is "busy, starting", the failure
+  // comes with the outcome, permanent.
   JobLaunch l;
   l.job_id = "5";
   l.argv = {"/bin/true"};
   l.unix_user = "topo-no-such-account-x";
   l.ranks = {LocalRankSpec{0, 0, {}}};
-  LaunchOutcome out = runner.Launch(l, -1);
+  LaunchOutcome out = runner->Launch(l, -1);
+  CHECK(out.kind == LaunchOutcome::Kind::kBusy);
+  CHECK(out.starting);
+  out = LaunchWaiting(*runner, l, -1);
   CHECK(out.kind == LaunchOutcome::Kind::kFailed);
   CHECK(out.permanent);
   CHECK(out.reason.find("no Unix account 'topo-no-such-account-x'") != std::string::npos);
+  CHECK(out.reason.find("accounts must exist on every node") != std::string::npos);
 
   l.unix_user = "root";
-  out = runner.Launch(l, -1);
+  out = LaunchWaiting(*runner, l, -1);
   CHECK(out.kind == LaunchOutcome::Kind::kFailed);
   CHECK(out.permanent);
   CHECK(out.reason.find("jobs may not run as root") != std::string::npos);
   CHECK(out.reason.find("--allow-root-jobs") != std::string::npos);
-  CHECK(runner.Running().empty());
+  CHECK(runner->Running().empty());
+  // The same on a restart that stages its step: the staging thread looks
+  // the account up (it copies as the account) and fails for good too.
+  out = LaunchWaiting(*runner, l, 3);
+  CHECK(out.kind == LaunchOutcome::Kind::kFailed);
+  CHECK(out.permanent);
+  CHECK(out.reason.find("jobs may not run as root") != std::string::npos);
+  l.unix_user = "topo-no-such-account-x";
+  out = LaunchWaiting(*runner, l, 3);
+  CHECK(out.permanent);
+  CHECK(out.reason.find("no Unix account 'topo-no-such-account-x'") != std::string::npos);
+  CHECK_FALSE(fs::exists(so.local_checkpoint_root + "/5"));
+  runner.reset();
+  strict.reset();
 
   if (::geteuid() != 0) return;  // the rest starts a rank as root
-  SupervisorRunner root_ok(sup,
-                           {true, true, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  l.unix_user = "root";
+  so.allow_root_jobs = true;
+  RankSupervisor sup(so);
+  SupervisorRunner root_ok(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root});
   // Step 3 only on the persistent tier: staged onto the local one, on a
   // thread of its own. The first answer is always "busy, staging" (the copy
   // has only just begun); later ones while it runs too; then it starts.
@@ -318,7 +342,7 @@ TEST_CASE("SupervisorRunner: ranks start off the caller's thread, a stop meanwhi
   TempDir dir;
   const SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/false);
   RankSupervisor sup(so);
-  SupervisorRunner runner(sup, {true, true, so.local_checkpoint_root, ""});
+  SupervisorRunner runner(sup, {true, so.local_checkpoint_root, ""});
 
   JobLaunch l;
   l.job_id = "7";

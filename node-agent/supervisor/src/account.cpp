@@ -81,7 +81,10 @@ std::string NodeName() {
   return buf;
 }
 
-core::Result<UnixAccount> ResolveUnixAccount(const std::string& name) {
+core::Result<UnixAccount> ResolveUnixAccount(const std::string& name, bool* missing) {
+  bool none = false;
+  if (missing == nullptr) missing = &none;
+  *missing = true;
   if (name.empty()) {
     return core::Status::Error(
         "the job names no Unix account (unix_user is empty): the scheduler must send the "
@@ -97,6 +100,7 @@ core::Result<UnixAccount> ResolveUnixAccount(const std::string& name) {
     buf.resize(buf.size() * 2);
   }
   if (err != 0 && err != ENOENT && err != ESRCH && err != EBADF && err != EPERM) {
+    *missing = false;
     return core::Status::Error("cannot look up Unix account '" + name + "' on node " + NodeName() +
                                ": " + Errno(err));
   }
@@ -104,6 +108,7 @@ core::Result<UnixAccount> ResolveUnixAccount(const std::string& name) {
     return core::Status::Error("no Unix account '" + name + "' on this node (" + NodeName() +
                                "): create it or set the user's unix_user");
   }
+  *missing = false;
   UnixAccount a;
   a.name = pw.pw_name;
   a.uid = pw.pw_uid;
@@ -124,6 +129,32 @@ core::Result<UnixAccount> ResolveUnixAccount(const std::string& name) {
   }
   return core::Status::Error("cannot list the groups of Unix account '" + name + "' on node " +
                              NodeName());
+}
+
+core::Result<UnixAccount> JobAccount(const std::string& unix_user, bool allow_root,
+                                     bool* permanent) {
+  bool missing = false;
+  core::Result<UnixAccount> acct = ResolveUnixAccount(unix_user, &missing);
+  *permanent = missing;
+  if (!acct.ok()) {
+    if (!missing) return acct.status();
+    return core::Status::Error(
+        acct.message() + " (accounts must exist on every node, from the site's passwd database)");
+  }
+  const UnixAccount& a = acct.value();
+  if (a.uid == 0 && !allow_root) {
+    *permanent = true;
+    return core::Status::Error(
+        "jobs may not run as root; unix_user '" + unix_user + "' has uid 0 on node " + NodeName() +
+        ": map the user to an ordinary account (PATCH /v1/users/NAME {\"unix_user\": ...}), or "
+        "allow root jobs on the node (topo-agent --allow-root-jobs)");
+  }
+  if (::geteuid() != 0 && a.uid != ::geteuid()) {
+    return core::Status::Error("the agent runs as uid " + std::to_string(::geteuid()) +
+                               ", not root, so it can only run jobs as its own account, not as '" +
+                               a.name + "': run topo-agent as root");
+  }
+  return acct;
 }
 
 core::Status EnsureTraversableRoot(const std::string& path) {

@@ -173,6 +173,10 @@ RankSupervisor::~RankSupervisor() {
 
 int RankSupervisor::wake_fd() const { return impl_->wake_r; }
 
+bool RankSupervisor::AllowsRoot(const JobLaunch& launch) const {
+  return launch.allow_root || impl_->opt.allow_root_jobs;
+}
+
 void RankSupervisor::Wake() const {
   if (impl_->wake_w < 0) return;
   char b = 1;
@@ -230,7 +234,9 @@ struct StartingLaunch::State {
   const CgroupManager* cgroups = nullptr;  // the supervisor's; const after construction
   int checkpoint_signal = 0;
   JobLaunch launch;
-  UnixAccount acct;
+  bool allow_root = false;               // the launch's or the site's
+  UnixAccount acct;                      // resolved by Run()
+  bool permanent = false;                // Run() failed for good (StartingLaunch::permanent)
   JobRec j;                              // everything but the cgroup and the ranks, until Run()
   std::string log_path;                  // node mode: the node's log
   std::map<int, std::string> rank_logs;  // rank mode: each rank's log
@@ -255,6 +261,8 @@ StartingLaunch::StartingLaunch(std::unique_ptr<State> state) : s_(std::move(stat
 StartingLaunch::StartingLaunch(StartingLaunch&& other) noexcept = default;
 StartingLaunch& StartingLaunch::operator=(StartingLaunch&& other) noexcept = default;
 StartingLaunch::~StartingLaunch() = default;
+
+bool StartingLaunch::permanent() const { return s_ && s_->permanent; }
 
 core::Status StartingLaunch::State::Abort(const std::vector<int>& cgroup_fds,
                                           const std::string& why) {
@@ -306,30 +314,14 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
     }
   }
   const auto& opt = impl_->opt;
-  auto resolved = ResolveUnixAccount(launch.unix_user);
-  if (!resolved.ok()) return core::Status::Error(job + ": " + resolved.message());
-  const UnixAccount& acct = resolved.value();
-  if (acct.uid == 0 && !launch.allow_root && !opt.allow_root_jobs) {
-    return core::Status::Error(job + ": jobs may not run as root; unix_user '" + acct.name +
-                               "' has uid 0: submit as an ordinary account, or allow it "
-                               "(JobLaunch::allow_root, or allow_root_jobs for the node)");
-  }
-  if (::geteuid() != 0 && acct.uid != ::geteuid()) {
-    return core::Status::Error(job + ": the agent runs as uid " + std::to_string(::geteuid()) +
-                               ", not root, so it can only run jobs as its own account, not as '" +
-                               acct.name + "': run topo-agent as root");
-  }
-  const FileOwner owner{acct.uid, acct.gid};
 
   auto s = std::make_unique<StartingLaunch::State>();
   s->cgroups = &impl_->cgroups;
   s->checkpoint_signal = opt.checkpoint_signal;
   s->launch = launch;
-  s->acct = acct;
+  s->allow_root = AllowsRoot(launch);
   JobRec& j = s->j;
   j.job_id = launch.job_id;
-  j.unix_user = acct.name;
-  j.owner = owner;
   j.restart_count = launch.restart_count;
   j.mode = launch.mode;
   j.group_rank = launch.group_rank;
@@ -380,9 +372,29 @@ core::Status StartingLaunch::Run() {
   if (s.ran) return core::Status::Error("job " + s.launch.job_id + ": the launch ran already");
   s.ran = true;
   const JobLaunch& launch = s.launch;
-  const UnixAccount& acct = s.acct;
   JobRec& j = s.j;
   const std::string job = "job " + launch.job_id;
+
+  // The earlier run's cgroup goes before anything else: its ranks have
+  // exited, what is left in it are leftovers of the job.
+  if (s.prior_cgroup) {
+    if (!s.prior_cgroup->KillAndRemove(3000)) {
+      return s.status = core::Status::Error(
+                 job + ": cgroup " + s.prior_cgroup->dirs[0] +
+                 " of its earlier run still holds processes after SIGKILL: retry later or "
+                 "reboot the node");
+    }
+    s.prior_cgroup.reset();
+  }
+
+  // The account (NSS: maybe a directory server, so here and not on the
+  // caller's loop).
+  core::Result<UnixAccount> resolved = JobAccount(launch.unix_user, s.allow_root, &s.permanent);
+  if (!resolved.ok()) return s.status = core::Status::Error(job + ": " + resolved.message());
+  s.acct = std::move(resolved).value();
+  const UnixAccount& acct = s.acct;
+  j.unix_user = acct.name;
+  j.owner = FileOwner{acct.uid, acct.gid};
 
   for (const auto& [root, dir] : s.dirs) {
     if (!root.empty()) {
@@ -396,14 +408,6 @@ core::Status StartingLaunch::Run() {
   }
   const std::vector<int64_t> persisted = CompleteSteps(j.persistent_dir);
   if (!persisted.empty()) j.persisted_step = persisted.back();
-
-  // The earlier run's cgroup goes before the new one is made.
-  if (s.prior_cgroup && !s.prior_cgroup->KillAndRemove(3000)) {
-    return s.status = core::Status::Error(
-               job + ": cgroup " + s.prior_cgroup->dirs[0] +
-               " of its earlier run still holds processes after SIGKILL: retry later or reboot "
-               "the node");
-  }
 
   // The job's cgroup, before the first rank.
   std::vector<std::string> notes;
@@ -544,7 +548,16 @@ core::Status StartingLaunch::Run() {
 
 core::Status RankSupervisor::FinishLaunch(StartingLaunch launch) {
   StartingLaunch::State& s = *launch.s_;
-  if (!s.status.ok()) return s.status;
+  if (!s.status.ok()) {
+    // The earlier run's cgroup, not removed: Poll() cleans it up as before.
+    if (s.prior_cgroup) {
+      if (auto it = impl_->jobs.find(s.j.job_id); it != impl_->jobs.end()) {
+        it->second.cgroup = *s.prior_cgroup;
+        it->second.cgroup_live = true;
+      }
+    }
+    return s.status;
+  }
   s.finished = true;
   auto& jobs = impl_->jobs;
   const std::string id = s.j.job_id;

@@ -82,6 +82,17 @@ TEST_CASE("a missing account, an empty one and root are refused, and nothing sta
   CHECK(st.message().find("create it or set the user's unix_user") != std::string::npos);
   CHECK(st.message().find(NodeName()) != std::string::npos);
 
+  // In steps, as the agent launches: the account is Run()'s to look up
+  // (NSS may wait for a directory server; the agent runs Run() off its
+  // event loop), and a missing one is a failure no retry helps.
+  topo::core::Result<StartingLaunch> prepared = sup.PrepareLaunch(job);
+  REQUIRE_MESSAGE(prepared.ok(), prepared.message());
+  st = prepared.value().Run();
+  REQUIRE(!st.ok());
+  CHECK(st.message().find("no Unix account '" + job.unix_user + "'") != std::string::npos);
+  CHECK(prepared.value().permanent());
+  CHECK(sup.FinishLaunch(std::move(prepared).value()).message() == st.message());
+
   job.unix_user = "";
   st = sup.Launch(job);
   REQUIRE(!st.ok());
@@ -91,6 +102,22 @@ TEST_CASE("a missing account, an empty one and root are refused, and nothing sta
   st = sup.Launch(job);
   REQUIRE(!st.ok());
   CHECK(st.message().find("jobs may not run as root;") != std::string::npos);
+  prepared = sup.PrepareLaunch(job);
+  REQUIRE(prepared.ok());
+  CHECK_FALSE(prepared.value().Run().ok());
+  CHECK(prepared.value().permanent());
+  // An account that exists and may run the job: a failure later is not
+  // permanent (a directory where the log goes).
+  JobLaunch other = job;
+  other.job_id = "refused-log";
+  other.unix_user = sb.user.name();
+  fs::create_directories(sb.t / "logs/refused-log/rank-0.log");
+  prepared = sup.PrepareLaunch(other);
+  REQUIRE(prepared.ok());
+  st = prepared.value().Run();
+  CHECK(st.message().find("cannot open the log") != std::string::npos);
+  CHECK_FALSE(prepared.value().permanent());
+  CHECK_FALSE(sup.FinishLaunch(std::move(prepared).value()).ok());
   CHECK(sup.List(false).empty());
   CHECK(!fs::exists(sup.LogPath("refused", 0)));
 

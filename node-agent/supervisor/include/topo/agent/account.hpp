@@ -43,9 +43,25 @@ std::string NodeName();
 
 // Looks the account up. Errors: empty name ("the job names no Unix account"),
 // no such account on this node ("no Unix account 'ada' on this node NODE:
-// create it or set the user's unix_user"), lookup failures.
+// create it or set the user's unix_user"), lookup failures. `missing`, when
+// given, is set to whether the error says the account does not exist (or
+// none was named) as opposed to a lookup that failed (NSS down, a directory
+// server that timed out), which may pass.
+// Blocking: NSS may ask a directory server (LDAP, sssd) and wait for it, so
+// the agent never calls it on its event loop (supervisor.hpp, StartingLaunch).
 // Thread-safe (reentrant libc calls only).
-core::Result<UnixAccount> ResolveUnixAccount(const std::string& name);
+core::Result<UnixAccount> ResolveUnixAccount(const std::string& name, bool* missing = nullptr);
+
+// The account a job's ranks (and its checkpoint copies) run as:
+// ResolveUnixAccount, then the site's rules. Errors besides the lookup's:
+// uid 0 without allow_root ("jobs may not run as root; ..."), and an
+// account other than the agent's own where the agent is not root.
+// `permanent` is set to whether no retry can help (the account is missing:
+// accounts come from the site's database, the same on every node; or it is
+// root and refused); a missing account's error says so.
+// Blocking and thread-safe, as ResolveUnixAccount.
+core::Result<UnixAccount> JobAccount(const std::string& unix_user, bool allow_root,
+                                     bool* permanent);
 
 // Makes PATH (and missing parents) a root directory of the layout above:
 // owned by root, mode 0711. An existing PATH gets that owner and mode; a

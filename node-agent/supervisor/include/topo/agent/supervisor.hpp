@@ -229,9 +229,10 @@ core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst
 class RankSupervisor;
 
 // A launch between RankSupervisor::PrepareLaunch and FinishLaunch: the
-// job's checks are done; Run() makes its directories (the persistent tier
-// may be a slow network file system) and its cgroup (removing the earlier
-// run's, if left) and starts every rank. Run() touches nothing of the
+// job's checks are done; Run() removes the earlier run's cgroup (if left),
+// resolves the job's account (JobAccount: NSS may wait for a directory
+// server), makes its directories (the persistent tier may be a slow
+// network file system) and its cgroup, and starts every rank. Run() touches nothing of the
 // supervisor but its cgroup configuration, which does not change after
 // construction, so it may run on a thread of its own while the
 // supervisor's other methods run on the event loop's (the agent does that:
@@ -251,6 +252,9 @@ class StartingLaunch {
   // exec the ranks already started are killed and the cgroup removed before
   // it returns, and FinishLaunch returns the same error. At most once.
   core::Status Run();
+  // After a Run() that failed: whether no retry can help (the account is
+  // missing, or is root and refused: JobAccount).
+  bool permanent() const;
 
   struct State;
 
@@ -284,14 +288,15 @@ class RankSupervisor {
   // Launch() in three steps, so that its slow part can leave the caller's
   // thread:
   //   auto prepared = sup.PrepareLaunch(launch);   // this thread: checks,
-  //                                                // account, log names
-  //   status = prepared.value().Run();             // any thread: directories,
-  //                                                // cgroup, ranks
+  //                                                // log names
+  //   status = prepared.value().Run();             // any thread: account,
+  //                                                // directories, cgroup, ranks
   //   status = sup.FinishLaunch(std::move(prepared).value());  // this thread:
   //                                                // the job is known here
   // Launch() is exactly the three in a row, with the same errors. Until
   // FinishLaunch, nothing of the new run is known to the other methods
-  // (List, Stop, Poll see the job's earlier run, if any).
+  // (List, Stop, Poll see the job's earlier run, if any; a failed Run()
+  // leaves its cgroup to Poll() as before, if Run() had not removed it).
   // REQUIRES: no other launch of the job between PrepareLaunch and
   // FinishLaunch.
   core::Result<StartingLaunch> PrepareLaunch(const JobLaunch& launch);
@@ -311,6 +316,9 @@ class RankSupervisor {
   // A file descriptor that becomes readable when Poll() has news from the
   // worker thread (Poll() drains it).
   int wake_fd() const;
+  // Whether `launch` may run as uid 0 (its own allow_root, or the site's
+  // allow_root_jobs): JobAccount's allow_root. Thread-safe.
+  bool AllowsRoot(const JobLaunch& launch) const;
   // Makes wake_fd() readable, so that the loop polls soon. Thread-safe:
   // for work done on other threads (a StartingLaunch that ran).
   void Wake() const;
