@@ -315,6 +315,24 @@ core::Status SupervisorRunner::RequestCheckpoint(const std::string& job) {
 
 std::vector<SupervisorEvent> SupervisorRunner::Poll() {
   FinishStarted(/*wait=*/false);
+  // Outcomes of copies nobody came back for.
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = staging_.begin(); it != staging_.end();) {
+    StagingCopy& copy = *it->second;
+    {
+      std::lock_guard lock(copy.mu);
+      if (!copy.done) {
+        ++it;
+        continue;
+      }
+    }
+    if (!copy.seen_done) copy.seen_done = now;
+    if (now - *copy.seen_done >= std::chrono::milliseconds(options_.staging_keep_ms)) {
+      it = staging_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   std::vector<SupervisorEvent> events = sup_.Poll();
   // A finished run's count is still in its state file if asked again.
   for (const SupervisorEvent& e : events) {

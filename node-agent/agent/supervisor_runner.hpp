@@ -42,6 +42,7 @@
 // so its ranks are always handed to the supervisor, whose state file lets
 // the next agent adopt them.
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -62,6 +63,11 @@ struct SupervisorRunnerOptions {
   // The supervisor's default tiers: ROOT/JOB.
   std::string local_checkpoint_root;
   std::string persistent_checkpoint_root;  // "" = no persistent tier
+  // A finished copy's outcome waits this long for the launch that asked for
+  // it (which comes back within a tick), then Poll() drops it: the job was
+  // stopped or moved meanwhile. Nothing is lost: a copied step is on the
+  // local tier, and a later start looks again.
+  int staging_keep_ms = 60000;
 };
 
 class SupervisorRunner final : public RankRunner {
@@ -102,7 +108,8 @@ class SupervisorRunner final : public RankRunner {
     bool done = false;       // guarded by mu
     bool absent = false;     // guarded by mu: the step was not on the persistent tier
     bool permanent = false;  // guarded by mu: the account cannot run the job (JobAccount)
-    core::Status status;     // guarded by mu; set when done
+    std::optional<std::chrono::steady_clock::time_point> seen_done;  // by Poll()
+    core::Status status;                                             // guarded by mu; set when done
   };
   std::map<std::string, std::shared_ptr<StagingCopy>> staging_;
   // A launch whose ranks are being started on a thread, by job: one at a time.

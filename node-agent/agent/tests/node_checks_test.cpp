@@ -319,6 +319,31 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   CHECK(out.reason.find("checkpoint step 4 could not be copied from the persistent tier") !=
         std::string::npos);
   CHECK(root_ok.Running().empty());
+  // A copy's outcome that nobody comes back for is dropped by Poll() after
+  // staging_keep_ms (the job moved on): the step it copied is on the local
+  // tier, where the next start finds it without staging again.
+  {
+    SupervisorRunner forgetful(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root,
+                                     /*staging_keep_ms=*/0});
+    JobLaunch ten = l;
+    ten.job_id = "10";
+    fs::create_directories(so.persistent_checkpoint_root + "/10/step-2");
+    WriteFile(so.persistent_checkpoint_root + "/10/step-2/COMPLETE", "2\n");
+    out = forgetful.Launch(ten, 2);
+    CHECK(out.staging);
+    for (int i = 0; i < 500 && forgetful.Underway("10"); ++i) ::usleep(10000);
+    REQUIRE_FALSE(forgetful.Underway("10"));
+    (void)forgetful.Poll();
+    out = LaunchWaiting(forgetful, ten, 2);
+    REQUIRE_MESSAGE(out.kind == LaunchOutcome::Kind::kStarted, out.reason);
+    CHECK(out.restart_step == 2);
+    CHECK(out.note.empty());  // not "staged ...": that outcome was dropped
+    for (int i = 0; i < 200 && !forgetful.Running().empty(); ++i) {
+      (void)forgetful.Poll();
+      ::usleep(20000);
+    }
+    CHECK(forgetful.Running().empty());
+  }
   // A step on neither tier: looked for on the persistent tier off the
   // caller's thread (the first answer is "staging"), then started without
   // TOPO_RESTART_STEP, and said so.
