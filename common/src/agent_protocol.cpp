@@ -187,6 +187,10 @@ struct Table<Drained> {
   static constexpr auto Fields() { return std::tuple{}; }
 };
 template <>
+struct Table<Leaving> {
+  static constexpr auto Fields() { return std::tuple{}; }
+};
+template <>
 struct Table<LogsReply> {
   static constexpr auto Fields() {
     return std::tuple{F("req", &LogsReply::req, kReq),

@@ -73,6 +73,7 @@ TEST_CASE("every agent message reads back as written") {
       data,
       error,
       LaunchFailed{17, 0, "no Unix account 'ada' on n01", true},
+      Leaving{},
   };
   for (const AgentMessage& m : messages) RoundTrip(m, ParseAgentMessage, WriteAgentMessage);
 }
@@ -144,6 +145,7 @@ const Hostile kHostileAgentMessages[] = {
     {R"({"type":"heartbeat","seq":1,"seq":2})", "seq", "twice"},
     {R"({"type":"heartbeat"})", "heartbeat.seq", "missing"},
     {R"({"type":"drained","why":"x"})", "drained.why", "has none"},
+    {R"({"type":"leaving","back_in_ms":100})", "leaving.back_in_ms", "has none"},
     {R"({"type":"launch_failed","job":1,"restart_count":0,"reason":"","permanent":true})",
      "launch_failed.reason", "empty"},
     {R"({"type":"launch_failed","job":1,"restart_count":0,"reason":"a\nb","permanent":true})",

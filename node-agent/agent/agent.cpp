@@ -271,7 +271,14 @@ void Agent::Shutdown(int sig) {
                              : "; ranks keep running for the next agent to adopt"));
   stopping_ = true;
   shared_->stopping = true;
-  connection_->Close();
+  if (o_.stop_ranks_on_exit) {
+    connection_->Close();
+  } else {
+    // The ranks stay for the next agent: the scheduler keeps the node's
+    // jobs while it restarts (agent_restart_grace_ms), instead of moving
+    // them after two heartbeat intervals.
+    connection_->CloseAfter(proto::WriteAgentMessage(proto::Leaving{}));
+  }
   boost::system::error_code ec;
   tick_timer_.cancel();
   gpu_fd_.close(ec);

@@ -121,6 +121,16 @@ void AgentConnection::Close() {
   wait_timer_.cancel();
 }
 
+void AgentConnection::CloseAfter(std::string last) {
+  beat_timer_.cancel();
+  wait_timer_.cancel();
+  if (!registered_ || !Send(std::move(last))) {
+    CloseSocket();
+    return;
+  }
+  close_when_sent_ = true;  // Send started the write; its end closes
+}
+
 void AgentConnection::Kill() {
   killed_ = true;
   CloseSocket();
@@ -353,6 +363,18 @@ void AgentConnection::Registered(int heartbeat_ms) {
 void AgentConnection::WriteNext() {
   if (outbox_.empty() || !ws_) {
     writing_ = false;
+    if (close_when_sent_ && ws_) {
+      close_when_sent_ = false;
+      // A close frame, so the last message is read before the socket ends
+      // (the read loop sees the scheduler's answer and ends).
+      auto holder = ws_;
+      writing_ = true;
+      holder->ws.async_close(websocket::close_code::going_away, [this, holder](beast::error_code) {
+        writing_ = false;
+        boost::system::error_code ignored;
+        beast::get_lowest_layer(holder->ws).socket().close(ignored);
+      });
+    }
     return;
   }
   writing_ = true;

@@ -136,6 +136,11 @@ class AgentConnection final : public AgentLink {
   // Closes the socket and cancels the timers: with shared.stopping set the
   // loops end.
   void Close();
+  // As Close(), but a registered connection first sends `last` and closes
+  // the WebSocket once it is written (a close frame, then the socket), so
+  // the scheduler reads it: an agent that exits says `leaving`.
+  // REQUIRES: shared.stopping set (no reconnect follows).
+  void CloseAfter(std::string last);
   void Kill();
   void Hang();
   void Revive();
@@ -170,6 +175,7 @@ class AgentConnection final : public AgentLink {
   uint64_t gen_ = 0;  // connection generation: callbacks of an old one do nothing
   std::vector<std::string> outbox_;
   bool writing_ = false;
+  bool close_when_sent_ = false;  // CloseAfter: close once the outbox is written
   bool connected_ = false;
   bool registered_ = false;
   bool killed_ = false;

@@ -64,6 +64,7 @@ Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::s
   if (n < 0) return Status::Error("node " + m->node + " is not in the topology");
   Agent& a = agents_[m->node];
   a.connected = true;
+  a.leaving = false;
   a.last_seen = now_;
   a.disconnected_at = -1;
   a.addr = m->addr;
@@ -206,6 +207,13 @@ std::optional<std::string> AgentRegistry::Message(const std::string& node, std::
           return OnLaunchFailed(a, node, n, m);
         } else if constexpr (std::is_same_v<T, proto::LogsReply>) {
           return OnLogs(a, node, std::move(m));
+        } else if constexpr (std::is_same_v<T, proto::Leaving>) {
+          if (!a.leaving) {
+            log::Info("agent " + node + " is leaving; its ranks keep running for the next agent",
+                      {{"node", node}});
+          }
+          a.leaving = true;
+          return std::nullopt;
         } else {
           static_assert(std::is_same_v<T, proto::Drained>);
           OnDrained(node, n);
@@ -351,14 +359,19 @@ void AgentRegistry::Disconnected(const std::string& node, TimeMs now) {
   a.connected = false;
   a.disconnected_at = now_;
   a.refused = 0;
-  log::Info("agent " + node + " disconnected", {{"node", node}});
   // A closed connection is a known moment of loss (a killed agent, a
-  // crashed node): one interval less of grace, still time for an agent
-  // restarted on purpose to come back. A cut network closes nothing: the
-  // heartbeats tell.
+  // crashed node): one interval less of grace. An agent that said it was
+  // leaving (a restart, an upgrade: its ranks run on) gets the restart
+  // grace to come back, NVML's start and its certificate included. A cut
+  // network closes nothing: the heartbeats tell.
   const TimeMs interval = settings_.heartbeat_interval_ms;
-  const TimeMs closed_limit =
-      std::max(interval, interval * settings_.missed_heartbeats_down - interval);
+  TimeMs closed_limit = std::max(interval, interval * settings_.missed_heartbeats_down - interval);
+  if (a.leaving) closed_limit = std::max(closed_limit, settings_.restart_grace_ms);
+  log::Info(
+      "agent " + node + " disconnected" +
+          (a.leaving ? " (leaving): down unless back within " + std::to_string(closed_limit) + " ms"
+                     : std::string()),
+      {{"node", node}, {"leaving", a.leaving}});
   SetDeadline(node, a, now_ + closed_limit);
   for (auto r = logs_asks_.begin(); r != logs_asks_.end();) {
     if (r->second.node != node) {
@@ -397,11 +410,12 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
     a.deadline = core::kNever;
     const NodeId n = host_.topology()->FindNode(node);
     if (n < 0 || core->cluster().node_state(n) == core::NodeState::kDown) continue;
-    const std::string why =
-        !a.connected && a.disconnected_at >= 0
-            ? "agent disconnected for " + std::to_string(now_ - a.disconnected_at) + " ms"
-            : "agent silent for " + std::to_string(now_ - a.last_seen) + " ms (" +
-                  (a.connected ? "connected" : "disconnected") + ")";
+    const std::string why = !a.connected && a.disconnected_at >= 0
+                                ? "agent disconnected for " +
+                                      std::to_string(now_ - a.disconnected_at) + " ms" +
+                                      (a.leaving ? " after it said it was leaving" : "")
+                                : "agent silent for " + std::to_string(now_ - a.last_seen) +
+                                      " ms (" + (a.connected ? "connected" : "disconnected") + ")";
     down.requests.push_back(core::NodeStateRequested{n, core::NodeState::kDown, why});
   }
   if (down.requests.size() == 1) {

@@ -13,7 +13,8 @@
 //
 // Liveness. A connection that closes makes an up node suspect at once (it
 // is no restart target meanwhile) and down after `closed_limit` (a killed
-// agent; an agent restarted on purpose is back before); a connection that
+// agent), or after `restart_grace_ms` when the agent said `leaving` first
+// (a restart or an upgrade that leaves the ranks running); a connection that
 // stays open but silent makes it down after `missed_heartbeats_down`
 // intervals (a cut network). A `register` brings a suspect or down node back
 // (drained stays drained). Deadlines sit in an ordered set, so a check costs
@@ -66,6 +67,10 @@ struct AgentSettings {
   // HA: this replica's leadership term, sent in every `registered` (0: one
   // scheduler, none sent).
   int64_t term = 0;
+  // How long a node whose agent said `leaving` (a restart that leaves its
+  // ranks running) may stay disconnected before it is down; below the
+  // closed-connection limit, that limit applies.
+  core::TimeMs restart_grace_ms = 30000;
 };
 
 class AgentRegistry {
@@ -121,6 +126,7 @@ class AgentRegistry {
     core::TimeMs last_seen = 0;
     core::TimeMs disconnected_at = -1;
     core::TimeMs deadline = core::kNever;  // when it goes down unless heard from
+    bool leaving = false;                  // said `leaving` on this connection
     std::string addr;                      // MASTER_ADDR of its ranks
     int64_t refused = 0;
   };

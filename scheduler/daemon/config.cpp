@@ -185,6 +185,10 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                            [](DaemonConfig& c, int64_t x) {
                                              c.missed_heartbeats_down = static_cast<int>(x);
                                            })},
+      {"agent_restart_grace_ms", IntSetter(0, 3600000,
+                                           [](DaemonConfig& c, int64_t x) {
+                                             c.agent_restart_grace_ms = static_cast<int>(x);
+                                           })},
       {"agent_cert_days",
        IntSetter(1, 3650,
                  [](DaemonConfig& c, int64_t x) { c.agent_cert_days = static_cast<int>(x); })},

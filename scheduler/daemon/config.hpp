@@ -67,6 +67,10 @@ struct DaemonConfig {
   int agent_listen_port = -1;
   int heartbeat_interval_ms = 1000;
   int missed_heartbeats_down = 3;  // a node silent this many intervals is down
+  // A node whose agent said `leaving` before it closed (a restart or an
+  // upgrade; its ranks keep running) is down only when it has not
+  // registered again within this long (0: like any closed connection).
+  int agent_restart_grace_ms = 30000;
   // Lifetime of the node certificates `topo-scheduler ca issue` and `ca
   // renew` sign when no --days is given (1..3650). The server certificate
   // keeps its own.

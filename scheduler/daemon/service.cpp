@@ -312,9 +312,12 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
   s->driver.replicate = std::move(replicate);
   s->driver.replicate_epoch = std::move(replicate_epoch);
   s->agent_host = std::make_unique<ServiceAgentHost>(*s);
-  s->agents = std::make_unique<AgentRegistry>(
-      *s->agent_host, AgentSettings{config.heartbeat_interval_ms, config.missed_heartbeats_down,
-                                    /*send_jobs=*/config.slurm_socket.empty()});
+  AgentSettings agent_settings;
+  agent_settings.heartbeat_interval_ms = config.heartbeat_interval_ms;
+  agent_settings.missed_heartbeats_down = config.missed_heartbeats_down;
+  agent_settings.send_jobs = config.slurm_socket.empty();
+  agent_settings.restart_grace_ms = config.agent_restart_grace_ms;
+  s->agents = std::make_unique<AgentRegistry>(*s->agent_host, agent_settings);
   Result<store::Store> opened = store::Store::Open(config.state_dir + "/topo.db");
   if (!opened.ok()) return opened.status();
   s->reads = std::make_unique<ReadPool>(config.state_dir + "/topo.db",

@@ -6,7 +6,9 @@
               job checkpoints (step 1 stored by the scheduler, persisted by the
               agent) and survives `kill -9` of one of its agents (the node goes
               down within about a second, the job restarts on other nodes from
-              step 1); a SIGTERMed agent's ranks are adopted by its successor; an XID
+              step 1); a SIGTERMed agent says `leaving`, its node stays suspect
+              for the second it is away, and its ranks are adopted by its
+              successor (the job kept there, no restart); an XID
               79 injected through another agent's FIFO fails that GPU; every
               agent stops on SIGTERM with status 0.
   wrong_cert  an agent presenting another node's certificate never brings its
@@ -160,22 +162,28 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
     check("gpu_health" in nodes(d)[other], "gpu health listed")
     fault = time.time() - t1
 
-    # SIGTERM leaves the ranks running; an agent started again adopts them and
-    # reports them when it registers (the scheduler keeps the job there).
+    # SIGTERM leaves the ranks running and says `leaving`: the node stays
+    # suspect (not down) while no agent runs there, well past the 2 intervals
+    # of a killed agent; an agent started again adopts the ranks and reports
+    # them when it registers, and the scheduler keeps the job there.
     keeper = moved[0]
     before = len(agents[keeper].log())
     rc = agents[keeper].terminate()
     check(rc == 0, "agent %s exited %s on SIGTERM" % (keeper, rc))
+    time.sleep(1.0)  # 5 intervals
+    away = nodes(d)[keeper]
+    check(away["state"] == "suspect", "%s while its agent restarts: %s" % (keeper, away))
+    check(job(d, long["id"])["state"] == "running", "the job runs on meanwhile")
     agents[keeper].start()
     wait_for(lambda: "registered;" in agents[keeper].log()[before:], 10, keeper + " to register again")
     relog = agents[keeper].log()[before:]
     check("adopted 8 running rank(s)" in relog, "the restarted agent adopts its ranks:\n" + relog)
-    kept = ("keep [%d]" % long["id"]) in relog
-    if kept:
-        time.sleep(0.5)
-        check("not in the scheduler's keep list" not in agents[keeper].log()[before:],
-              "kept ranks must not be stopped:\n" + relog)
-        check(job(d, long["id"])["restarts"] == after["restarts"], "no restart after the adoption")
+    check(("keep [%d]" % long["id"]) in relog, "the scheduler keeps the job there:\n" + relog)
+    time.sleep(0.5)
+    check("not in the scheduler's keep list" not in agents[keeper].log()[before:],
+          "kept ranks must not be stopped:\n" + relog)
+    check(job(d, long["id"])["restarts"] == after["restarts"], "no restart after the adoption")
+    check(nodes(d)[keeper]["state"] == "up", "%s up again" % keeper)
 
     # SIGTERM: each remaining agent exits 0 (its ranks keep running).
     for n, a in agents.items():
@@ -185,8 +193,7 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
         check(rc == 0, "agent %s exited %s on SIGTERM:\n%s" % (n, rc, a.log()[-3000:]))
     print("ok: 4 agents up, 16-GPU job completed, checkpoint persisted, node lost detected in %.2f s and the job "
           "restarted on %s, XID 79 reported in %.2f s, ranks adopted by a restarted agent (%s), "
-          "agents stop on SIGTERM" % (detect, moved, fault,
-                                      "kept" if kept else "node went down meanwhile"))
+          "agents stop on SIGTERM" % (detect, moved, fault, "kept through 1 s away"))
 
 
 def test_wrong_cert(d, agent_bin, topo_bin, work, agents):

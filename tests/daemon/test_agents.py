@@ -25,7 +25,8 @@ from agent_client import AgentConnection
 from agent_protocol import Protocol
 from harness import Daemon, Failure, check, run, serving, tiny_topology
 
-CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\nlog_format = json\n"
+CONFIG = ("heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\nlog_format = json\n"
+          "agent_restart_grace_ms = 3000\n")
 P = Protocol()
 
 
@@ -179,6 +180,36 @@ def main():
         wait_for(lambda: node_state(d, "n0")["state"] == "suspect", 1, "n0 suspect at once")
         wait_for(lambda: node_state(d, "n0")["state"] == "down", 2, "n0 down after the grace")
 
+        # An agent that says `leaving` first (a restart that leaves its ranks
+        # running): suspect at once, still suspect well past 2 intervals,
+        # down only after agent_restart_grace_ms (3 s here) without a
+        # register, with a reason that says so.
+        a0 = Agent(port, ca, certs["n0"], "n0")
+        a0.send(P.agent("leaving"))
+        a0.close()
+        t0 = time.time()
+        wait_for(lambda: node_state(d, "n0")["state"] == "suspect", 1, "n0 suspect at once")
+        time.sleep(max(0.0, t0 + 1.0 - time.time()))
+        check(node_state(d, "n0")["state"] == "suspect",
+              "n0 leaving: still suspect after 1 s (5 intervals): %s" % node_state(d, "n0"))
+        wait_for(lambda: node_state(d, "n0")["state"] == "down", 6, "n0 down after the restart grace")
+        check(time.time() - t0 >= 2.9, "down after %.2f s, before the 3-s grace" % (time.time() - t0))
+        check("after it said it was leaving" in node_state(d, "n0").get("reason", ""),
+              "the reason: %s" % node_state(d, "n0"))
+        # Back within the grace: up again, and it stays up (it beats).
+        a0 = Agent(port, ca, certs["n0"], "n0")
+        a0.send(P.agent("leaving"))
+        a0.close()
+        wait_for(lambda: node_state(d, "n0")["state"] == "suspect", 1, "n0 suspect at once")
+        a0 = Agent(port, ca, certs["n0"], "n0", beat=True)
+        check(node_state(d, "n0")["state"] == "up", "n0 up again: %s" % node_state(d, "n0"))
+        time.sleep(3.5)
+        check(node_state(d, "n0")["state"] == "up",
+              "n0 stays up past the grace: %s" % node_state(d, "n0"))
+        a0.close()
+        # Without `leaving` on the new connection, a close is the short grace again.
+        wait_for(lambda: node_state(d, "n0")["state"] == "down", 2, "n0 down after 2 intervals")
+
         # An agent whose GPU count differs from the topology leaves its node
         # drained with that reason.
         a2 = Agent(port, ca, certs["n2"], "n2", n_gpus=4)
@@ -281,6 +312,7 @@ def main():
                     status_known=True),
             P.agent("checkpoint", job=jid, step=5, tier="persistent"),
             P.agent("drained"),
+            P.agent("leaving"),
             P.agent("logs", req=1, offset=0, next_offset=1, size=1, data="x"),
             P.agent("launch_failed", job=jid, restart_count=0, reason="no account",
                     permanent=True),

@@ -72,6 +72,9 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
       {"compaction_batch_events = 0\n",
        "compaction_batch_events: 0 is out of range; use 1..100000"},
       {"snapshot_every_events = lots\n", "snapshot_every_events"},
+      {"agent_restart_grace_ms = -1\n",
+       "agent_restart_grace_ms: -1 is out of range; use 0..3600000"},
+      {"agent_restart_grace_ms = 3600001\n", "use 0..3600000"},
   };
   for (const Case& k : cases) {
     const std::string text = k.text;
@@ -83,6 +86,13 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
     CHECK(s.message().find(k.expect) != std::string::npos);
     CHECK(c.max_connections == 7);
   }
+}
+
+TEST_CASE("config: agent_restart_grace_ms defaults to 30 s; 0 turns the restart grace off") {
+  DaemonConfig c;
+  CHECK(c.agent_restart_grace_ms == 30000);
+  REQUIRE(ApplyConfigText("agent_restart_grace_ms = 0\n", "x.conf", c).ok());
+  CHECK(c.agent_restart_grace_ms == 0);
 }
 
 TEST_CASE("config: snapshot and compaction settings, with their defaults") {

@@ -129,6 +129,17 @@ struct Drained {
   static constexpr std::string_view kType = "drained";
   bool operator==(const Drained&) const = default;
 };
+// The agent is about to exit and leaves its ranks running for the next
+// agent on the node to adopt (a restart, a package upgrade): sent last,
+// before it closes the connection. The scheduler then waits up to its
+// agent_restart_grace_ms for the node's next `register` before it calls
+// the node down (the node is suspect meanwhile), instead of
+// missed_heartbeats_down - 1 intervals. An older scheduler refuses it with
+// an `error`, which changes nothing.
+struct Leaving {
+  static constexpr std::string_view kType = "leaving";
+  bool operator==(const Leaving&) const = default;
+};
 // The answer to a LogsRequest: bytes [offset, next_offset) of a log of
 // `size` bytes, or an error. Exactly one of the two forms.
 struct LogsReply {
@@ -153,7 +164,7 @@ struct LaunchFailed {
   bool operator==(const LaunchFailed&) const = default;
 };
 using AgentMessage = std::variant<Register, Heartbeat, GpuEventReport, RankExited, CheckpointReport,
-                                  Drained, LogsReply, LaunchFailed>;
+                                  Drained, LogsReply, LaunchFailed, Leaving>;
 
 // ------------------------------------------------------------ scheduler -> agent
 
