@@ -3,7 +3,6 @@
 #include "supervisor_runner.hpp"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -88,7 +88,7 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
   }
 }
 
-TEST_CASE("config: agent_restart_grace_ms defaults to 30 s; 0 turns the restart grace off") {
+TEST_CASE("config: agent_restart_grace_ms defaults to 30 s, 0 turns the restart grace off") {
   DaemonConfig c;
   CHECK(c.agent_restart_grace_ms == 30000);
   REQUIRE(ApplyConfigText("agent_restart_grace_ms = 0\n", "x.conf", c).ok());
