@@ -28,6 +28,7 @@
 #include "cert_check.hpp"
 #include "gpu/gpu_backend.hpp"
 #include "supervisor_runner.hpp"
+#include "system_state.hpp"
 #include "topo/agent/account.hpp"
 #include "topo/agent/supervisor.hpp"
 
@@ -266,12 +267,18 @@ void Agent::StopRanksBeforeExit() {
 }
 
 void Agent::Shutdown(int sig) {
+  // The machine shutting down takes the ranks with it: the scheduler is
+  // then not asked to wait for a next agent (system_state.hpp).
+  const bool machine_down = !o_.stop_ranks_on_exit && SystemStopping();
   Log(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": stopping" +
       (o_.stop_ranks_on_exit ? " and stopping the ranks"
-                             : "; ranks keep running for the next agent to adopt"));
+       : machine_down
+           ? "; the machine is shutting down (drain a node before a reboot to move its jobs "
+             "first)"
+           : "; ranks keep running for the next agent to adopt"));
   stopping_ = true;
   shared_->stopping = true;
-  if (o_.stop_ranks_on_exit) {
+  if (o_.stop_ranks_on_exit || machine_down) {
     connection_->Close();
   } else {
     // The ranks stay for the next agent: the scheduler keeps the node's

@@ -14,11 +14,13 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <sstream>
 
 #include "connection.hpp"
 #include "harness.hpp"
 #include "port_check.hpp"
 #include "supervisor_runner.hpp"
+#include "system_state.hpp"
 
 using namespace topo;
 using namespace topo::agent;
@@ -443,6 +445,61 @@ TEST_CASE("SupervisorRunner: ranks start off the caller's thread, a stop meanwhi
     ::usleep(10000);
   }
   CHECK(runner.Running().empty());
+}
+
+TEST_CASE("SystemStopping: systemd's 'stopping' alone, from a real command, within its bound") {
+  TempDir dir;
+  auto fake = [&](const std::string& name, const std::string& body) {
+    const std::string path = dir.path + "/" + name;
+    WriteFile(path, "#!/bin/sh\n" + body + "\n");
+    fs::permissions(path, fs::perms::owner_all);
+    return path;
+  };
+  // It asks `is-system-running`, and only "stopping" means the machine goes.
+  CHECK(SystemStopping(fake("stopping", "[ \"$1\" = is-system-running ] && echo stopping")));
+  CHECK_FALSE(SystemStopping(fake("wrong-verb", "[ \"$1\" = is-active ] && echo stopping")));
+  for (const char* state : {"running", "degraded", "starting", "offline", "stopping-not"}) {
+    CAPTURE(state);
+    CHECK_FALSE(SystemStopping(fake("state", std::string("echo ") + state + "; exit 1")));
+  }
+  CHECK_FALSE(SystemStopping(dir.path + "/no-such-systemctl"));
+  // An answer after the bound is no answer: the command is killed with
+  // what it started (its sleep would otherwise hold the pipe open).
+  const std::string group_file = dir.path + "/group";
+  CHECK_FALSE(
+      SystemStopping(fake("late", "echo $$ > " + group_file + "; sleep 30; echo stopping"), 200));
+  std::ifstream group_in(group_file);
+  long group_id = 0;
+  group_in >> group_id;
+  const pid_t group = static_cast<pid_t>(group_id);
+  REQUIRE(group > 1);
+  // No live process of it is left (a killed one may wait as a zombie for
+  // whoever reaps orphans here).
+  auto live_in_group = [](pid_t pgrp) {
+    int live = 0;
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 1));
+      char state = 0;
+      long ppid = 0, pg = 0;
+      rest >> state >> ppid >> pg;
+      live += pg == pgrp && state != 'Z' && state != 'X';
+    }
+    return live;
+  };
+  int left = live_in_group(group);
+  for (int i = 0; i < 100 && left > 0; ++i) {
+    ::usleep(20000);
+    left = live_in_group(group);
+  }
+  CHECK(left == 0);
+  CHECK(SystemStopping(fake("in-time", "sleep 0.1; echo stopping"), 20000));
+  // This machine's own systemctl, where there is one: not shutting down.
+  if (fs::exists("/usr/bin/systemctl")) CHECK_FALSE(SystemStopping());
 }
 
 TEST_CASE("--server: one or several scheduler addresses, each wss://HOST:PORT[/PATH]") {
