@@ -185,6 +185,7 @@ std::optional<std::string> AgentRegistry::Message(const std::string& node, std::
       [&](auto& m) -> std::optional<std::string> {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, proto::Heartbeat>) {
+          a.leaving = false;  // it stayed after all: a later close is a loss again
           return std::nullopt;
         } else if constexpr (std::is_same_v<T, proto::Register>) {
           return Refuse(a, node, T::kType, "type", "already registered on this connection", false);

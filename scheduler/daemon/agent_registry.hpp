@@ -13,8 +13,9 @@
 //
 // Liveness. A connection that closes makes an up node suspect at once (it
 // is no restart target meanwhile) and down after `closed_limit` (a killed
-// agent), or after `restart_grace_ms` when the agent said `leaving` first
-// (a restart or an upgrade that leaves the ranks running); a connection that
+// agent), or after `restart_grace_ms` when the agent said `leaving` last
+// (a restart or an upgrade that leaves the ranks running; a heartbeat after
+// it takes it back); a connection that
 // stays open but silent makes it down after `missed_heartbeats_down`
 // intervals (a cut network). A `register` brings a suspect or down node back
 // (drained stays drained). Deadlines sit in an ordered set, so a check costs

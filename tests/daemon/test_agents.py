@@ -209,6 +209,13 @@ def main():
         a0.close()
         # Without `leaving` on the new connection, a close is the short grace again.
         wait_for(lambda: node_state(d, "n0")["state"] == "down", 2, "n0 down after 2 intervals")
+        # A heartbeat after `leaving` takes it back: the agent stayed.
+        a0 = Agent(port, ca, certs["n0"], "n0")
+        a0.send(P.agent("leaving"))
+        a0.send(P.agent("heartbeat", seq=1))
+        a0.close()
+        wait_for(lambda: node_state(d, "n0")["state"] == "down", 2,
+                 "n0 down after 2 intervals: a heartbeat took the leaving back")
 
         # An agent whose GPU count differs from the topology leaves its node
         # drained with that reason.
