@@ -174,8 +174,10 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
     away = nodes(d)[keeper]
     check(away["state"] == "suspect", "%s while its agent restarts: %s" % (keeper, away))
     check(job(d, long["id"])["state"] == "running", "the job runs on meanwhile")
+    t_start = time.time()
     agents[keeper].start()
     wait_for(lambda: "registered;" in agents[keeper].log()[before:], 10, keeper + " to register again")
+    back = time.time() - t_start
     relog = agents[keeper].log()[before:]
     check("adopted 8 running rank(s)" in relog, "the restarted agent adopts its ranks:\n" + relog)
     check(("keep [%d]" % long["id"]) in relog, "the scheduler keeps the job there:\n" + relog)
@@ -193,7 +195,9 @@ def test_cluster(d, agent_bin, topo_bin, work, agents):
         check(rc == 0, "agent %s exited %s on SIGTERM:\n%s" % (n, rc, a.log()[-3000:]))
     print("ok: 4 agents up, 16-GPU job completed, checkpoint persisted, node lost detected in %.2f s and the job "
           "restarted on %s, XID 79 reported in %.2f s, ranks adopted by a restarted agent (%s), "
-          "agents stop on SIGTERM" % (detect, moved, fault, "kept through 1 s away"))
+          "agents stop on SIGTERM" % (detect, moved, fault,
+                                      "kept through 1 s away; registered %.2f s after its start"
+                                      % back))
 
 
 def test_wrong_cert(d, agent_bin, topo_bin, work, agents):
