@@ -28,9 +28,9 @@
 #include "cert_check.hpp"
 #include "gpu/gpu_backend.hpp"
 #include "supervisor_runner.hpp"
-#include "system_state.hpp"
 #include "topo/agent/account.hpp"
 #include "topo/agent/supervisor.hpp"
+#include "topo/agent/system_state.hpp"
 
 namespace topo::agent {
 

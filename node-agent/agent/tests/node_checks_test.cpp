@@ -20,7 +20,7 @@
 #include "harness.hpp"
 #include "port_check.hpp"
 #include "supervisor_runner.hpp"
-#include "system_state.hpp"
+#include "topo/agent/system_state.hpp"
 
 using namespace topo;
 using namespace topo::agent;

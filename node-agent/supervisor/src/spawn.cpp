@@ -156,6 +156,21 @@ std::string StageMessage(const SpawnRequest& req, const ChildReport& r) {
 
 }  // namespace
 
+ssize_t ReadBefore(int fd, void* buf, size_t size, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return kReadTimedOut;
+    pollfd p{fd, POLLIN, 0};
+    // Interrupted, failed or timed out: the deadline, checked above, decides.
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    const ssize_t n = ::read(fd, buf, size);
+    if (n < 0 && errno == EINTR) continue;
+    return n;
+  }
+}
+
 core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
   const UnixAccount& acct = *req.account;
   // Everything the child touches, laid out now.
@@ -331,20 +346,13 @@ core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(kSpawnTimeoutMs);
   while (got < sizeof report) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
+    const ssize_t r =
+        ReadBefore(status_r, reinterpret_cast<char*>(&report) + got, sizeof report - got, deadline);
+    if (r == kReadTimedOut) {
       timed_out = true;
       break;
     }
-    pollfd p{status_r, POLLIN, 0};
-    int pr = ::poll(&p, 1, static_cast<int>(left));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
-    ssize_t r = ::read(status_r, reinterpret_cast<char*>(&report) + got, sizeof report - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;  // EOF
+    if (r <= 0) break;  // EOF (or an error)
     got += static_cast<size_t>(r);
   }
   ::close(status_r);

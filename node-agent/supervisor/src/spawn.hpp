@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,13 @@ struct SpawnResult {
   // reason is in its log; it is reaped like any rank.
   bool failed_in_child = false;
 };
+
+// One read of up to `size` bytes from fd, waiting for data until
+// `deadline`: the bytes read (> 0), 0 at end of file, -1 when the read
+// fails, or kReadTimedOut when the deadline came first (a poll that fails
+// is tried again until then). Interrupted calls are retried.
+inline constexpr ssize_t kReadTimedOut = -2;
+ssize_t ReadBefore(int fd, void* buf, size_t size, std::chrono::steady_clock::time_point deadline);
 
 // Forks and waits (bounded, ~30 s) until the child has exec'd or failed.
 // A failure before exec (cgroup join, account switch, log, working directory,

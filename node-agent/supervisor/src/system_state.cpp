@@ -1,9 +1,8 @@
-// SystemStopping (system_state.hpp).
+// SystemStopping (topo/agent/system_state.hpp).
 
-#include "system_state.hpp"
+#include "topo/agent/system_state.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -11,6 +10,8 @@
 
 #include <cerrno>
 #include <chrono>
+
+#include "spawn.hpp"
 
 extern char** environ;
 
@@ -46,20 +47,12 @@ bool SystemStopping(const std::string& systemctl, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   bool timed_out = false;
   while (text.size() < 256) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
+    char buf[64];
+    const ssize_t n = ReadBefore(out[0], buf, sizeof buf, deadline);
+    if (n == kReadTimedOut) {
       timed_out = true;
       break;
     }
-    pollfd p{out[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(left));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;  // the deadline is checked above
-    char buf[64];
-    const ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the command closed its output
     text.append(buf, static_cast<size_t>(n));
   }
