@@ -463,40 +463,44 @@ TEST_CASE("SystemStopping: systemd's 'stopping' alone, from a real command, with
     CHECK_FALSE(SystemStopping(fake("state", std::string("echo ") + state + "; exit 1")));
   }
   CHECK_FALSE(SystemStopping(dir.path + "/no-such-systemctl"));
+  // No live process of a group is left (a killed one may wait as a zombie
+  // for whoever reaps orphans here); the group is the fake's shell's pid,
+  // which it wrote to `file`.
+  auto group_gone = [](const std::string& file) {
+    std::ifstream in(file);
+    long group = 0;
+    in >> group;
+    REQUIRE(group > 1);
+    auto live = [group] {
+      int n = 0;
+      for (const auto& entry : fs::directory_iterator("/proc")) {
+        std::ifstream stat(entry.path() / "stat");
+        std::string line;
+        if (!std::getline(stat, line)) continue;
+        const size_t close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(line.substr(close + 1));
+        char state = 0;
+        long ppid = 0, pg = 0;
+        rest >> state >> ppid >> pg;
+        n += pg == group && state != 'Z' && state != 'X';
+      }
+      return n;
+    };
+    for (int i = 0; i < 100 && live() > 0; ++i) ::usleep(20000);
+    return live() == 0;
+  };
   // An answer after the bound is no answer: the command is killed with
   // what it started (its sleep would otherwise hold the pipe open).
   const std::string group_file = dir.path + "/group";
   CHECK_FALSE(
       SystemStopping(fake("late", "echo $$ > " + group_file + "; sleep 30; echo stopping"), 200));
-  std::ifstream group_in(group_file);
-  long group_id = 0;
-  group_in >> group_id;
-  const pid_t group = static_cast<pid_t>(group_id);
-  REQUIRE(group > 1);
-  // No live process of it is left (a killed one may wait as a zombie for
-  // whoever reaps orphans here).
-  auto live_in_group = [](pid_t pgrp) {
-    int live = 0;
-    for (const auto& entry : fs::directory_iterator("/proc")) {
-      std::ifstream stat(entry.path() / "stat");
-      std::string line;
-      if (!std::getline(stat, line)) continue;
-      const size_t close = line.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(line.substr(close + 1));
-      char state = 0;
-      long ppid = 0, pg = 0;
-      rest >> state >> ppid >> pg;
-      live += pg == pgrp && state != 'Z' && state != 'X';
-    }
-    return live;
-  };
-  int left = live_in_group(group);
-  for (int i = 0; i < 100 && left > 0; ++i) {
-    ::usleep(20000);
-    left = live_in_group(group);
-  }
-  CHECK(left == 0);
+  CHECK(group_gone(group_file));
+  // More output than any answer: not read on, and not waited for either.
+  CHECK_FALSE(SystemStopping(
+      fake("chatty", "echo $$ > " + group_file + "; head -c 300 /dev/zero | tr '\\0' x; sleep 30"),
+      20000));
+  CHECK(group_gone(group_file));
   CHECK(SystemStopping(fake("in-time", "sleep 0.1; echo stopping"), 20000));
   // This machine's own systemctl, where there is one: not shutting down.
   if (fs::exists("/usr/bin/systemctl")) CHECK_FALSE(SystemStopping());

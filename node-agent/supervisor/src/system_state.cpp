@@ -46,6 +46,7 @@ bool SystemStopping(const std::string& systemctl, int timeout_ms) {
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   bool timed_out = false;
+  bool ended = false;  // the command closed its output
   while (text.size() < 256) {
     char buf[64];
     const ssize_t n = ReadBefore(out[0], buf, sizeof buf, deadline);
@@ -53,11 +54,15 @@ bool SystemStopping(const std::string& systemctl, int timeout_ms) {
       timed_out = true;
       break;
     }
-    if (n <= 0) break;  // the command closed its output
+    if (n <= 0) {
+      ended = true;
+      break;
+    }
     text.append(buf, static_cast<size_t>(n));
   }
   ::close(out[0]);
-  if (timed_out) ::kill(-pid, SIGKILL);
+  // Late, or more than any answer: not waited for.
+  if (!ended) ::kill(-pid, SIGKILL);
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
