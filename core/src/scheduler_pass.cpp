@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -634,7 +635,12 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
 // jobs of other tenants (never a gang larger than the waiting job) when the
 // waiting job is within its guarantee and waiting would break the
 // guarantee's promise; except jobs that end within the grace period anyway
-// and jobs preempted preempt_protect_after times already.
+// and jobs preempted preempt_protect_after times already. A job counts as
+// borrowed from the start that took its tenant past its guarantee, but is
+// reclaimed only while its tenant holds more than its guarantee, and a
+// victim set takes no more from a tenant than it holds beyond it (counted
+// victim by victim): a tenant back within its guarantee,
+// because its earlier jobs ended, keeps what it runs.
 // The promise: a tenant that holds none of its guarantee gets it at once;
 // one that holds some gets each job within its guarantee started within the
 // job's own time limit of its submission (its slowdown stays <= 2). While the
@@ -677,6 +683,7 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
   int deferred_reclaims = 0;  // borrowed jobs not reclaimed, for now
   struct Candidate {
     bool borrowed;
+    bool lower;        // of lower priority (else only a reclaim)
     bool stale;        // cannot have checkpointed within its interval
     double at_risk_s;  // run time since its last checkpoint (or start)
     JobId id;
@@ -688,9 +695,11 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
     if (j.state != JobState::kRunning) continue;
     const bool lower = j.request.priority < waiting.request.priority;
     // Reclaiming borrowed capacity never stops a gang larger than the job it
-    // makes room for: restarting a big gang costs far more than the wait.
+    // makes room for (restarting a big gang costs far more than the wait),
+    // nor a job of a tenant within its guarantee now.
     const bool reclaim = in_guarantee && j.borrowed && j.request.tenant != waiting.request.tenant &&
-                         j.request.spec.gpus <= spec.gpus;
+                         j.request.spec.gpus <= spec.gpus &&
+                         quotas_.gpus(j.request.tenant) > quotas_.guaranteed(j.request.tenant);
     if (!lower && !reclaim) continue;
     // A job that must end within the grace period frees its GPUs anyway.
     if (j.last_start + TimeLimit(j) <= now_ + config_.preempt_grace) continue;
@@ -705,7 +714,7 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
     const TimeMs since = now_ - ProgressMark(j);
     const TimeMs interval = CheckpointInterval(j);
     const bool stale = interval == kNever || since > interval;
-    candidates.push_back({j.borrowed, stale, static_cast<double>(since), id});
+    candidates.push_back({j.borrowed, lower, stale, static_cast<double>(since), id});
   }
   std::string protected_note = protected_jobs == 0
                                    ? ""
@@ -747,8 +756,14 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
   auto victims = [&](size_t usable) {
     ClusterState trial = cluster();
     std::vector<size_t> chosen;
+    std::map<std::string, int> taken;  // GPUs taken from each tenant so far
     bool fits = false;
     for (size_t i = 0; i < usable; ++i) {
+      // A reclaim only while the victim's tenant, less the victims taken
+      // from it so far, still holds more than its guarantee.
+      const std::string& t = jobs_.at(candidates[i].id).request.tenant;
+      if (!candidates[i].lower && quotas_.gpus(t) - taken[t] <= quotas_.guaranteed(t)) continue;
+      taken[t] += static_cast<int>(held(candidates[i].id).size());
       (void)trial.Release(held(candidates[i].id));
       chosen.push_back(i);
       if (trial.free_gpus(topo_.root()) < spec.gpus) continue;

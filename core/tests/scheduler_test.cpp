@@ -639,6 +639,57 @@ TEST_CASE("borrowed capacity is reclaimed when the plan would break the guarante
   }
 }
 
+TEST_CASE("reclaim takes only what a tenant holds beyond its guarantee now") {
+  // Guarantees: a 32, b 24, c 16 (64 GPUs). b starts five 8-GPU jobs: 1-3
+  // within its guarantee, 4 and 5 borrowed; a runs job 9 and c jobs 11-12,
+  // all within their guarantees. Every limit is 24 h. Then b's earlier jobs
+  // end: jobs 4 and 5 stay marked borrowed, but b holds less than they
+  // borrowed. At 11 min a's 24-GPU job (a: 8 + 24 = 32, within its
+  // guarantee, 20 min limit: the plan breaks its promise widely) finds too
+  // few GPUs free.
+  Topology topo = Tiny();
+  auto setup = [&](SchedulerCore& core, int b_ended) {
+    core.Step(TenantConfigured{TenantConfig{"a", 32, -1, 0, 0, 1}}, 0);
+    core.Step(TenantConfigured{TenantConfig{"b", 24, -1, 0, 0, 1}}, 0);
+    core.Step(TenantConfigured{TenantConfig{"c", 16, -1, 0, 0, 1}}, 0);
+    for (JobId id = 1; id <= 5; ++id) {
+      core.Step(JobSubmitted{id, Request(8, 8, 24 * kHour, "b")}, 0);
+    }
+    core.Step(JobSubmitted{9, Request(8, 8, 24 * kHour, "a")}, 0);
+    core.Step(JobSubmitted{11, Request(8, 8, 24 * kHour, "c")}, 0);
+    core.Step(JobSubmitted{12, Request(8, 8, 24 * kHour, "c")}, 0);
+    REQUIRE(core.cluster().total_busy_gpus() == 64);
+    REQUIRE(core.job(4)->borrowed);
+    REQUIRE(core.job(5)->borrowed);
+    REQUIRE_FALSE(core.job(3)->borrowed);
+    for (JobId id = 1; id <= b_ended; ++id) core.Step(JobFinished{id, 0}, 10 * kMinute);
+  };
+  SUBCASE("a tenant back at its guarantee loses nothing, whatever its jobs borrowed once") {
+    SchedulerCore core(topo, SimConfig());
+    setup(core, 2);  // b holds 24 = its guarantee; 16 GPUs free
+    REQUIRE(core.TenantUsage("b") == 24);
+    auto cmds = core.Step(JobSubmitted{10, Request(24, 8, 20 * kMinute, "a")}, 11 * kMinute);
+    CHECK(Only<RequestCheckpoint>(cmds).empty());
+    CHECK(core.job(10)->state == JobState::kQueued);
+    for (JobId id : {3, 4, 5, 11, 12}) CHECK(core.job(id)->preemptions == 0);
+  }
+  SUBCASE("one 8-GPU job of a tenant 8 over its guarantee may go, not two") {
+    SchedulerCore core(topo, SimConfig());
+    setup(core, 1);  // b holds 32, 8 over; 8 GPUs free
+    REQUIRE(core.TenantUsage("b") == 32);
+    auto cmds = core.Step(JobSubmitted{10, Request(24, 8, 20 * kMinute, "a")}, 11 * kMinute);
+    // Two victims would be needed; b can give one back.
+    CHECK(Only<RequestCheckpoint>(cmds).empty());
+    CHECK(core.job(10)->reason.find("not preempting: no set of preemptible jobs frees a "
+                                    "placement") != std::string::npos);
+    // With 16 GPUs free, that one is enough.
+    cmds = core.Step(JobFinished{12, 0}, 12 * kMinute);
+    auto asks = Only<RequestCheckpoint>(cmds);
+    REQUIRE(asks.size() == 1);
+    CHECK(core.job(asks[0].id)->request.tenant == "b");
+  }
+}
+
 TEST_CASE("a job within its guarantee starts within its time limit of its submission") {
   // Whatever the borrowers' limits, a guaranteed 16-GPU job with a 1 h limit
   // of a tenant that already runs a job starts by submission + 1 h (+ the
