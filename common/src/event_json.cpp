@@ -107,6 +107,7 @@ class Reader {
   }
   void Fail(Status s) { Keep(std::move(s)); }
 
+  bool Has(std::string_view key) const { return ok() && j_.contains(std::string(key)); }
   const Json* Field(std::string_view key) {
     if (!ok()) return nullptr;
     auto it = j_.find(std::string(key));
@@ -217,6 +218,7 @@ Json PolicyBody(const core::SchedulingPolicy& p) {
       {"preempt_restart_cost_ms", p.preempt_restart_cost},
       {"preempt_protect_after", p.preempt_protect_after},
       {"placement_wait_ms", p.placement_wait},
+      {"fairshare_max_wait_ms", p.fairshare_max_wait},
       {"default_time_limit_ms", p.default_time_limit},
       {"default_checkpoint_interval_ms",
        p.default_checkpoint_interval == core::kNever ? int64_t{-1} : p.default_checkpoint_interval},
@@ -378,9 +380,9 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
       constexpr int64_t kWeekMs = 7ll * 86400 * 1000, kMonthMs = 30ll * 86400 * 1000;
       Reader q(*p, "policy",
                {"backfill", "preemption", "preempt_grace_ms", "preempt_restart_cost_ms",
-                "preempt_protect_after", "placement_wait_ms", "default_time_limit_ms",
-                "default_checkpoint_interval_ms", "max_app_failures", "restart_backoff_initial_ms",
-                "restart_backoff_max_ms"});
+                "preempt_protect_after", "placement_wait_ms", "fairshare_max_wait_ms",
+                "default_time_limit_ms", "default_checkpoint_interval_ms", "max_app_failures",
+                "restart_backoff_initial_ms", "restart_backoff_max_ms"});
       core::SchedulingPolicy& pol = e.policy;
       pol.backfill = q.Bool("backfill");
       pol.preemption = q.Bool("preemption");
@@ -388,6 +390,11 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
       pol.preempt_restart_cost = q.Int64("preempt_restart_cost_ms", 0, kMonthMs);
       pol.preempt_protect_after = q.Int("preempt_protect_after", 0, 1000);
       pol.placement_wait = q.Int64("placement_wait_ms", 0, kWeekMs);
+      // Optional: logs written before the bound existed have none (0, what
+      // their core did).
+      if (q.Has("fairshare_max_wait_ms")) {
+        pol.fairshare_max_wait = q.Int64("fairshare_max_wait_ms", 0, kMonthMs);
+      }
       pol.default_time_limit = q.Int64("default_time_limit_ms", 1, 365 * 86400000ll);
       const int64_t interval = q.Int64("default_checkpoint_interval_ms", -1, kMonthMs);
       pol.default_checkpoint_interval = interval < 0 ? core::kNever : interval;

@@ -318,6 +318,7 @@ TEST_CASE("a policy change keeps every field, and a bad one names it") {
   c.default_checkpoint_interval = core::kNever;
   c.backfill = false;
   c.preempt_grace = 7 * core::kSecond;
+  c.fairshare_max_wait = 5 * core::kHour;
   const core::PolicyChanged sent{core::SchedulingPolicy::Of(c), "backfill", "true", "false"};
   json j = common::EventToJson(sent, t);
   CHECK(j.at("policy").at("default_checkpoint_interval_ms") == -1);
@@ -327,6 +328,19 @@ TEST_CASE("a policy change keeps every field, and a bad one names it") {
   CHECK(got.policy == sent.policy);
   CHECK(got.key == "backfill");
   CHECK(got.new_value == "false");
+  CHECK(got.policy.fairshare_max_wait == 5 * core::kHour);
+  // A log from before the bound existed has none: 0, as its core ran.
+  json older = j;
+  older["policy"].erase("fairshare_max_wait_ms");
+  back = common::EventFromJson(older, t);
+  REQUIRE(back.ok());
+  CHECK(std::get<core::PolicyChanged>(back.value()).policy.fairshare_max_wait == 0);
+  for (const json& bad : {json(-1), json(31ll * 86400 * 1000), json("1d"), json(nullptr)}) {
+    older["policy"]["fairshare_max_wait_ms"] = bad;
+    CAPTURE(bad.dump());
+    CHECK(common::EventFromJson(older, t).message().find("fairshare_max_wait_ms") !=
+          std::string::npos);
+  }
   j["policy"]["max_app_failures"] = 0;
   CHECK(common::EventFromJson(j, t).message().find("max_app_failures") != std::string::npos);
   j["policy"]["max_app_failures"] = 3;

@@ -60,11 +60,13 @@ class MultifactorOrder final : public QueueOrder {
   }
 
  private:
-  // Preemptor, priority, head: nullopt when all three tie.
+  // Preemptor, priority, head, overdue: nullopt when fairshare decides.
   static std::optional<bool> Ranked(const QueuedJob& a, const QueuedJob& b) {
     if (a.preemptor != b.preemptor) return a.preemptor;
     if (a.priority != b.priority) return a.priority > b.priority;
     if (a.requeued_at_head != b.requeued_at_head) return a.requeued_at_head;
+    if (a.overdue != b.overdue) return a.overdue;
+    if (a.overdue) return ByAge(a, b);  // fairshare no longer decides
     return std::nullopt;
   }
 };

@@ -83,6 +83,7 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
     c.replace_on_failure = false;
     c.requeue = RequeuePosition::kHead;
     c.placement_wait = 0;
+    c.fairshare_max_wait = 0;
     return c;
   }
   if (name == "fifo-firstfit") {
@@ -91,6 +92,7 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
     c.backfill = false;
     c.preemption = false;
     c.placement_wait = 0;
+    c.fairshare_max_wait = 0;
     c.replace_on_failure = false;
     c.requeue = RequeuePosition::kTail;
     return c;
@@ -106,6 +108,7 @@ SchedulingPolicy SchedulingPolicy::Of(const SchedulerConfig& c) {
   p.preempt_restart_cost = c.preempt_restart_cost;
   p.preempt_protect_after = c.preempt_protect_after;
   p.placement_wait = c.placement_wait;
+  p.fairshare_max_wait = c.fairshare_max_wait;
   p.default_time_limit = c.default_time_limit;
   p.default_checkpoint_interval = c.default_checkpoint_interval;
   p.max_app_failures = c.max_app_failures;
@@ -121,6 +124,7 @@ void SchedulingPolicy::ApplyTo(SchedulerConfig& c) const {
   c.preempt_restart_cost = preempt_restart_cost;
   c.preempt_protect_after = preempt_protect_after;
   c.placement_wait = placement_wait;
+  c.fairshare_max_wait = fairshare_max_wait;
   c.default_time_limit = default_time_limit;
   c.default_checkpoint_interval = default_checkpoint_interval;
   c.max_app_failures = max_app_failures;
@@ -206,11 +210,19 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
     wait_bound_at_ = kNever;
     ++queue_epoch_;
   }
+  if (overdue_wake_ <= now_) {
+    // A job now ranks ahead of fairshare.
+    overdue_wake_ = kNever;
+    ++queue_epoch_;
+  }
   RunJobTimers();
   StopExpiredPreemptions();
   if (just_submitted_ != 0 && generation_ == last_pass_generation_ &&
       queue_epoch_ == last_pass_epoch_ + 1 && AdmitBehindHead(just_submitted_)) {
     last_pass_epoch_ = queue_epoch_;
+    if (const JobRecord& j = jobs_.at(just_submitted_); j.state == JobState::kQueued) {
+      overdue_wake_ = std::min(overdue_wake_, OverdueAt(j));
+    }
   }
   just_submitted_ = 0;
   if (generation_ != last_pass_generation_ || queue_epoch_ != last_pass_epoch_) {
@@ -288,6 +300,7 @@ void SchedulerCore::Impl::ResolveDependents(const JobRecord& ended) {
                    std::string(JobStateName(ended.state)) + " (" +
                    std::string(DependencyKindName(failed_kind)) + ")");
     } else {
+      if (job.waiting_on.empty()) eligible_at_[job.id] = now_;
       ++queue_epoch_;  // it may start now: the next step runs a pass
     }
   }
@@ -388,6 +401,7 @@ void SchedulerCore::Impl::OnHold(const JobHoldChanged& e) {
   JobRecord& job = it->second;
   if (e.hold && job.state == JobState::kQueued) SetState(job, JobState::kHeld, "held");
   if (!e.hold && job.state == JobState::kHeld) {
+    eligible_at_[job.id] = now_;
     SetState(job, JobState::kQueued,
              job.restart_at >= 0 ? "released; waits out its restart backoff first" : "released");
   }
@@ -524,6 +538,7 @@ void SchedulerCore::Impl::Requeue(JobRecord& job, const std::string& reason, Req
   job.preempt_deadline = kNever;
   job.requeued_at_head = where == RequeuePosition::kHead && !keep_age_only;
   queue_time_[job.id] = where == RequeuePosition::kHead ? job.submit_time : now_;
+  eligible_at_.erase(job.id);
   if (!config_.restart_from_checkpoint) {
     job.checkpoint_step = -1;
   }
@@ -602,6 +617,7 @@ std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
     auto it = impl_->jobs_.find(id);
     if (it == impl_->jobs_.end() || !IsTerminal(it->second.state)) continue;
     impl_->queue_time_.erase(id);
+    impl_->eligible_at_.erase(id);
     impl_->feasible_.erase(id);
     impl_->preemptors_.erase(id);
     impl_->blocked_at_.erase(id);

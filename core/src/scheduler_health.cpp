@@ -491,7 +491,7 @@ SchedulerCore::Impl::TakeOver SchedulerCore::Impl::ReplaceByPreempting(
 }
 
 TimeMs SchedulerCore::Impl::NextWakeup() const {
-  TimeMs next = std::min(next_timer_, wait_bound_at_);
+  TimeMs next = std::min({next_timer_, wait_bound_at_, overdue_wake_});
   if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
   if (config_.heartbeats_required) {
     for (NodeId n = 0; n < topo_.node_count(); ++n) {

@@ -56,8 +56,13 @@ class SchedulerCore::Impl {
   // visits these, not every job: the daemon calls it after each commit).
   std::vector<JobId> finished_;
   TimeMs now_ = 0;
-  std::set<JobId> waiting_;               // queued or held
-  std::map<JobId, TimeMs> queue_time_;    // ordering time (age)
+  std::set<JobId> waiting_;             // queued or held
+  std::map<JobId, TimeMs> queue_time_;  // ordering time (age)
+  // When a job became eligible again (released from a hold, its last
+  // dependency met), where that is later than its ordering time: its
+  // fairshare_max_wait counts from then (OverdueAt), as a held job or one
+  // waiting for another earns no age.
+  std::map<JobId, TimeMs> eligible_at_;
   std::set<JobId> preemptors_;            // waiting jobs that preempted others
   std::map<JobId, JobId> preempted_for_;  // victim -> the job it makes room for
   // Jobs waiting out a restart backoff, by its end.
@@ -100,7 +105,8 @@ class SchedulerCore::Impl {
   // The head's decision to wait for a faster placement at a generation (its
   // reason; empty: start now; at: the end it waits for). wait_bound_at_: the
   // earliest end of a bounded wait, a placement wait's bound or a deferred
-  // reclaim's deadline (a pass runs then).
+  // reclaim's deadline (a pass runs then). overdue_wake_: the earliest
+  // OverdueAt still ahead of the queued jobs, as of the last pass.
   struct FasterTried {
     uint64_t generation;
     std::string reason;
@@ -108,6 +114,7 @@ class SchedulerCore::Impl {
   };
   std::map<JobId, FasterTried> faster_tried_;
   TimeMs wait_bound_at_ = kNever;
+  TimeMs overdue_wake_ = kNever;
   // A pass runs only when something it depends on changed.
   uint64_t queue_epoch_ = 1;
   uint64_t last_pass_generation_ = 0;
@@ -215,9 +222,14 @@ class SchedulerCore::Impl {
   void MaybeFinishDrain(NodeId n);
 
   // ---- scheduler_pass.cpp
+  // A pass: PlaceQueued, then when the next waiting job becomes overdue.
   void SchedulePass();
+  void PlaceQueued();
   std::vector<JobId> Ordered() const;
   QueuedJob QueueEntry(const JobRecord& job) const;
+  // When a queued job ranks ahead of fairshare (fairshare_max_wait after it
+  // became eligible); kNever when the bound is off or a dependency is unmet.
+  TimeMs OverdueAt(const JobRecord& job) const;
   // True when the job submitted this step sorts after the last pass's
   // blocked head and cannot start now, so a full pass would only set its
   // reason: sets it and spares the pass.

@@ -25,7 +25,16 @@ QueuedJob SchedulerCore::Impl::QueueEntry(const JobRecord& j) const {
                    j.request.priority,
                    j.requeued_at_head,
                    &j.request.tenant,
-                   queue_time_.at(j.id)};
+                   queue_time_.at(j.id),
+                   now_ >= OverdueAt(j)};
+}
+
+TimeMs SchedulerCore::Impl::OverdueAt(const JobRecord& j) const {
+  if (config_.fairshare_max_wait <= 0 || !j.waiting_on.empty()) return kNever;
+  TimeMs from = queue_time_.at(j.id);
+  if (auto it = eligible_at_.find(j.id); it != eligible_at_.end())
+    from = std::max(from, it->second);
+  return from + config_.fairshare_max_wait;
 }
 
 std::vector<JobId> SchedulerCore::Impl::Ordered() const {
@@ -391,6 +400,20 @@ std::string SchedulerCore::Impl::WaitReason(const JobRecord& job, const std::str
 }
 
 void SchedulerCore::Impl::SchedulePass() {
+  PlaceQueued();
+  // The order changes, with nothing else happening, when a job becomes
+  // overdue: the core wakes then (Step runs a pass).
+  overdue_wake_ = kNever;
+  if (config_.fairshare_max_wait <= 0) return;
+  for (JobId id : waiting_) {
+    const JobRecord& j = jobs_.at(id);
+    if (j.state != JobState::kQueued) continue;
+    const TimeMs at = OverdueAt(j);
+    if (at > now_) overdue_wake_ = std::min(overdue_wake_, at);
+  }
+}
+
+void SchedulerCore::Impl::PlaceQueued() {
   pass_head_ = 0;
   estimate_job_ = 0;
   estimate_start_ = kNever;

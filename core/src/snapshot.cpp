@@ -12,7 +12,11 @@
 // a store whose early events were compacted away has nothing else to start
 // from. Version 2 added a request's client_request_id; version 3 the time a
 // deferred reclaim is tried again; version 4 the allocations' stamps and the
-// reservation plan a pass keeps (KeptPlan).
+// reservation plan a pass keeps (KeptPlan); version 5 the policy's
+// fairshare_max_wait, when jobs became eligible again (eligible_at_) and the
+// pass's next overdue wake-up (overdue_wake_). A
+// snapshot before version 5 restores with fairshare_max_wait 0, what its
+// core did.
 
 #include <algorithm>
 #include <bit>
@@ -184,6 +188,7 @@ class Reader {
 // ---------------------------------------------------------------- parts
 
 void WritePolicy(Writer& w, const SchedulingPolicy& p) {
+  if (w.version >= 5) w.I64(p.fairshare_max_wait);
   w.Bool(p.backfill);
   w.Bool(p.preemption);
   w.I64(p.preempt_grace);
@@ -197,11 +202,13 @@ void WritePolicy(Writer& w, const SchedulingPolicy& p) {
   w.I64(p.restart_backoff_max);
 }
 
-// What WritePolicy writes: 2 flags and 9 integers.
-constexpr size_t kPolicyBytes = 2 + 9 * 8;
+// What WritePolicy writes at `version`: 2 flags and 9 integers, and from
+// version 5 one more.
+constexpr size_t PolicyBytes(uint32_t version) { return 2 + (version >= 5 ? 10 : 9) * 8; }
 
-SchedulingPolicy ReadPolicy(Reader& r) {
+SchedulingPolicy ReadPolicy(Reader& r, uint32_t version) {
   SchedulingPolicy p;
+  if (version >= 5) p.fairshare_max_wait = r.I64();
   p.backfill = r.Bool();
   p.preemption = r.Bool();
   p.preempt_grace = r.I64();
@@ -559,6 +566,7 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   w.Each(c.jobs_, [&](const auto& kv) { WriteJob(w, kv.second); });
   w.Each(c.waiting_, i64);
   WriteMap(w, c.queue_time_, i64, i64);
+  if (w.version >= 5) WriteMap(w, c.eligible_at_, i64, i64);
   w.Each(c.preemptors_, i64);
   WriteMap(w, c.preempted_for_, i64, i64);
   w.Each(c.backoff_, [&](const auto& p) {
@@ -590,6 +598,7 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
     w.I64(f.at);
   });
   w.I64(c.wait_bound_at_);
+  if (w.version >= 5) w.I64(c.overdue_wake_);
   for (uint64_t v : {c.queue_epoch_, c.last_pass_generation_, c.last_pass_epoch_}) w.U64(v);
   for (JobId v : {c.pass_head_, c.just_submitted_, c.reservation_job_}) w.I64(v);
   w.U64(c.reservation_generation_);
@@ -662,13 +671,13 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   // replaces (PolicyChanged events before it are in effect).
   Writer mine;
   WriteConfig(mine, c.config_);
-  const size_t fixed = mine.out.size() - kPolicyBytes;
+  const size_t fixed = mine.out.size() - PolicyBytes(mine.version);
   if (r.Bytes(fixed) != std::string_view(mine.out).substr(0, fixed) && r.ok()) {
     return Status::Error(
         "the snapshot was written under another scheduler config (placer, queue order, "
         "backfill depth, heartbeats, master ports or fairshare half-life differ)");
   }
-  const SchedulingPolicy policy = ReadPolicy(r);
+  const SchedulingPolicy policy = ReadPolicy(r, version);
   policy.ApplyTo(c.config_);
   c.failures_ = FailurePolicy(c.config_.max_app_failures, c.config_.restart_backoff_initial,
                               c.config_.restart_backoff_max);
@@ -743,6 +752,8 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   auto job = [&] { return b.Job(r); };
   ReadSet(r, c.waiting_, job);
   ReadMap(r, c.queue_time_, job, i64);
+  c.eligible_at_.clear();
+  if (b.version >= 5) ReadMap(r, c.eligible_at_, job, i64);
   ReadSet(r, c.preemptors_, job);
   ReadMap(r, c.preempted_for_, job, job);
   ReadSet(r, c.backoff_, [&] {
@@ -780,6 +791,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     return x;
   });
   c.wait_bound_at_ = r.I64();
+  c.overdue_wake_ = b.version >= 5 ? r.I64() : kNever;
   for (uint64_t* v : {&c.queue_epoch_, &c.last_pass_generation_, &c.last_pass_epoch_}) *v = r.U64();
   for (JobId* v : {&c.pass_head_, &c.just_submitted_, &c.reservation_job_}) *v = b.Job(r);
   c.reservation_generation_ = r.U64();

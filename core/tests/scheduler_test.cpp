@@ -639,6 +639,69 @@ TEST_CASE("borrowed capacity is reclaimed when the plan would break the guarante
   }
 }
 
+TEST_CASE("fairshare holds a job back at most fairshare_max_wait after it became eligible") {
+  // Tenant a's job 1 holds the whole cluster for 10 h, so a's usage is far
+  // above b's. a's job 2 queues at 1 h, b's job 3 at 1 h 1 min. Fairshare
+  // alone would put 3 first for as long as b has jobs waiting.
+  Topology topo = Tiny();
+  auto run = [&](TimeMs max_wait, bool hold_2) {
+    SchedulerConfig config = SimConfig();
+    config.fairshare_max_wait = max_wait;
+    auto core = std::make_unique<SchedulerCore>(topo, config);
+    core->Step(JobSubmitted{1, Request(64, 8, 10 * kHour, "a")}, 0);
+    core->Step(JobSubmitted{2, Request(64, 8, 4 * kHour, "a")}, kHour);
+    if (hold_2) core->Step(JobHoldChanged{2, true}, kHour);
+    core->Step(JobSubmitted{3, Request(64, 8, 4 * kHour, "b")}, kHour + kMinute);
+    return core;
+  };
+  SUBCASE("without the bound, b's younger job goes first") {
+    auto core = run(0, false);
+    CHECK(core->NextWakeup() == 10 * kHour);  // job 1's limit
+    core->Step(JobFinished{1, 0}, 10 * kHour);
+    CHECK(core->job(3)->state == JobState::kRunning);
+    CHECK(core->job(2)->state == JobState::kQueued);
+  }
+  SUBCASE("with a 2 h bound, a's job ranks first from 3 h, and the core wakes for it") {
+    auto core = run(2 * kHour, false);
+    CHECK(core->WaitingJobs() == std::vector<JobId>{3, 2});
+    CHECK(core->NextWakeup() == 3 * kHour);
+    core->Step(Tick{}, 3 * kHour);
+    CHECK(core->WaitingJobs() == std::vector<JobId>{2, 3});
+    // Job 3 is overdue a minute later; then age decides between them.
+    CHECK(core->NextWakeup() == 3 * kHour + kMinute);
+    core->Step(Tick{}, 3 * kHour + kMinute);
+    CHECK(core->NextWakeup() == 10 * kHour);
+    core->Step(JobFinished{1, 0}, 10 * kHour);
+    CHECK(core->job(2)->state == JobState::kRunning);
+    CHECK(core->job(3)->state == JobState::kQueued);
+  }
+  SUBCASE("time on hold does not count: the bound runs from the release") {
+    auto core = run(2 * kHour, true);
+    core->Step(JobHoldChanged{2, false}, 5 * kHour);
+    CHECK(core->WaitingJobs() == std::vector<JobId>{3, 2});
+    CHECK(core->NextWakeup() == 7 * kHour);
+    // A snapshot keeps when the job became eligible again, and the wake-up.
+    SchedulerConfig config = SimConfig();
+    config.fairshare_max_wait = 2 * kHour;
+    SchedulerCore restored(topo, config);
+    REQUIRE(restored.Restore(core->Snapshot()).ok());
+    CHECK(restored.Snapshot() == core->Snapshot());
+    CHECK(restored.NextWakeup() == 7 * kHour);
+    for (SchedulerCore* c : {core.get(), &restored}) {
+      c->Step(Tick{}, 7 * kHour - 1);
+      CHECK(c->WaitingJobs() == std::vector<JobId>{3, 2});
+      c->Step(Tick{}, 7 * kHour);
+      CHECK(c->WaitingJobs() == std::vector<JobId>{2, 3});
+    }
+    // A format 4 snapshot has no bound: it restores with fairshare alone,
+    // as the core that wrote it ran.
+    SchedulerCore old(topo, config);
+    REQUIRE(old.Restore(core->Snapshot(4)).ok());
+    CHECK(old.config().fairshare_max_wait == 0);
+    CHECK(old.WaitingJobs() == std::vector<JobId>{3, 2});
+  }
+}
+
 TEST_CASE("reclaim takes only what a tenant holds beyond its guarantee now") {
   // Guarantees: a 32, b 24, c 16 (64 GPUs). b starts five 8-GPU jobs: 1-3
   // within its guarantee, 4 and 5 borrowed; a runs job 9 and c jobs 11-12,

@@ -88,6 +88,9 @@ constexpr FailureKey kFailureKeys[] = {
      [](DaemonConfig& c, int64_t x) { c.preempt_protect_after = static_cast<int>(x); }, 0},
     {"placement_wait_s", 0, 7 * 86400, [](const DaemonConfig& c) { return c.placement_wait_s; },
      [](DaemonConfig& c, int64_t x) { c.placement_wait_s = x; }, 0},
+    {"fairshare_max_wait_s", 0, 30 * 86400,
+     [](const DaemonConfig& c) { return c.fairshare_max_wait_s; },
+     [](DaemonConfig& c, int64_t x) { c.fairshare_max_wait_s = x; }, 0},
 };
 
 // What no single key can check: the backoff's cap is not below its start.
@@ -395,6 +398,8 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"preempt_protect_after",
        IntSetter(kFailureKeys[4].lo, kFailureKeys[4].hi, kFailureKeys[4].set)},
       {"placement_wait_s", IntSetter(kFailureKeys[5].lo, kFailureKeys[5].hi, kFailureKeys[5].set)},
+      {"fairshare_max_wait_s",
+       IntSetter(kFailureKeys[6].lo, kFailureKeys[6].hi, kFailureKeys[6].set)},
       {"master_ports",
        [](std::string_view v, DaemonConfig& c) {
          const size_t dash = v.find('-');
@@ -434,6 +439,7 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->preempt_restart_cost = preempt_restart_cost_s * core::kSecond;
   c->preempt_protect_after = preempt_protect_after;
   c->placement_wait = placement_wait_s * core::kSecond;
+  c->fairshare_max_wait = fairshare_max_wait_s * core::kSecond;
   return *c;
 }
 
@@ -580,6 +586,7 @@ const std::vector<std::string>& LivePolicyKeys() {
                                                  "preempt_restart_cost_s",
                                                  "preempt_protect_after",
                                                  "placement_wait_s",
+                                                 "fairshare_max_wait_s",
                                                  "default_time_limit_s",
                                                  "default_checkpoint_interval_s",
                                                  "max_app_failures",
@@ -637,6 +644,7 @@ void SyncLivePolicy(const core::SchedulingPolicy& p, DaemonConfig& c) {
   c.preempt_restart_cost_s = p.preempt_restart_cost / core::kSecond;
   c.preempt_protect_after = p.preempt_protect_after;
   c.placement_wait_s = p.placement_wait / core::kSecond;
+  c.fairshare_max_wait_s = p.fairshare_max_wait / core::kSecond;
   c.default_time_limit_s = p.default_time_limit / core::kSecond;
   c.default_checkpoint_interval_s =
       p.default_checkpoint_interval == core::kNever ? -1 : p.default_checkpoint_interval / 1000;

@@ -44,6 +44,7 @@ def main():
         setup_tiny(d)
         cfg = d.api("GET", "/v1/config", expect=200)
         check(cfg["policy"]["preempt_grace_s"] == 120 and cfg["policy"]["backfill"] is True, cfg)
+        check(cfg["policy"]["fairshare_max_wait_s"] == 172800 and "fairshare_max_wait_s" in cfg["live"], cfg)
         check("preempt_grace_s" in cfg["live"] and "stack" not in cfg["live"], cfg["live"])
         out = topo(cli, d, "config", "show")
         check("preempt_grace_s" in out and "(fixed" in out, out)
@@ -57,6 +58,8 @@ def main():
                                  ("backfill", "maybe", "backfill"),
                                  ("stack", "fifo-firstfit", "new state directory"),
                                  ("no_such_key", 1, "not a policy key"),
+                                 ("fairshare_max_wait_s", 2592001, "out of range; use 0..2592000"),
+                                 ("fairshare_max_wait_s", "2d", "fairshare_max_wait_s"),
                                  ("restart_backoff_initial_s", 900, "at least")):
             got, body = d.request("PUT", "/v1/config/" + key, {"value": value}, token=d.admin_token)
             msg = body.get("error", {}).get("message", "") if isinstance(body, dict) else str(body)

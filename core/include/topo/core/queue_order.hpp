@@ -5,11 +5,13 @@
 //
 //   "multifactor"  a job that preempted others first (it claims what they
 //                  free), then higher priority, then jobs requeued at the
-//                  head (a failed job keeps its place), then fairshare (the
-//                  tenant further below its share first, QuotaLedger), then
-//                  age (queued time), then id.
+//                  head (a failed job keeps its place), then overdue jobs
+//                  (eligible for longer than the config's
+//                  fairshare_max_wait) by age, then fairshare (the tenant
+//                  further below its share first, QuotaLedger), then age
+//                  (queued time), then id.
 //   "fifo"         preemptors, then jobs requeued at the head, then age, then
-//                  id: priority and fairshare are ignored.
+//                  id: priority, fairshare and overdue are ignored.
 //
 // Both are total orders (ids are unique), so the result does not depend on
 // the sort algorithm.
@@ -35,6 +37,7 @@ struct QueuedJob {
   bool requeued_at_head = false;
   const std::string* tenant = nullptr;  // REQUIRES: non-null, outlives the call
   TimeMs queued = 0;                    // ordering time (submission, or requeue)
+  bool overdue = false;                 // eligible for longer than fairshare's bound (multifactor)
 };
 
 class QueueOrder {

@@ -95,6 +95,16 @@ struct SchedulerConfig {
   // 240 on S/meta-24k (3,000 jobs; docs/benchmarks.md).
   TimeMs placement_wait = 30 * kMinute;
   double placement_wait_slowdown = 1.10;
+  // The multifactor order's bound on fairshare: a job eligible (queued, not
+  // held, its dependencies met) for this long ranks ahead of fairshare,
+  // oldest first, so no job waits forever behind other tenants' shares
+  // (priority still comes first). 0: fairshare alone (the slurm-tree stack,
+  // as Slurm's age weight is 0 by default). 48 h: of 12, 24 and 48 h on 16
+  // seeds of K and S/meta-24k(+F), the one that kept every goal met before
+  // (12 h cost K's large jobs JCT, 24 h preemption churn on 2 seeds) while
+  // bounding waits such as a reclaimed 2,048-GPU job's 45 h behind its
+  // tenant's share (docs/benchmarks.md).
+  TimeMs fairshare_max_wait = 48 * kHour;
   // Recovery: replacements that keep the topology (spares, then free
   // nodes); without, the job restarts only by being requeued.
   bool replace_on_failure = true;
@@ -140,6 +150,7 @@ struct SchedulingPolicy {
   TimeMs preempt_restart_cost = 0;
   int preempt_protect_after = 0;
   TimeMs placement_wait = 0;
+  TimeMs fairshare_max_wait = 0;
   TimeMs default_time_limit = 0;
   TimeMs default_checkpoint_interval = 0;
   int max_app_failures = 1;
@@ -476,7 +487,9 @@ class SchedulerCore {
   // promise's deadline keeps that deadline. Versions 1 and 2 are still read
   // (a store whose early events were compacted away has only its snapshots).
   // 4: the allocations' stamps and the reservation plan a pass keeps.
-  static constexpr uint32_t kSnapshotVersion = 4;
+  // 5: the policy's fairshare_max_wait (0 when restoring an older one) and
+  // when jobs became eligible again.
+  static constexpr uint32_t kSnapshotVersion = 5;
 
  private:
   friend struct SnapshotAccess;
