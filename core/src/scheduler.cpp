@@ -83,7 +83,6 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
     c.replace_on_failure = false;
     c.requeue = RequeuePosition::kHead;
     c.placement_wait = 0;
-    c.fairshare_max_wait = 0;
     return c;
   }
   if (name == "fifo-firstfit") {
@@ -92,7 +91,6 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
     c.backfill = false;
     c.preemption = false;
     c.placement_wait = 0;
-    c.fairshare_max_wait = 0;
     c.replace_on_failure = false;
     c.requeue = RequeuePosition::kTail;
     return c;

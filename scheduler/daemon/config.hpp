@@ -121,7 +121,7 @@ struct DaemonConfig {
   int64_t placement_wait_s = 1800;  // 0..604800
   // A job eligible this long ranks ahead of fairshare (SchedulerConfig::
   // fairshare_max_wait); 0: fairshare alone.
-  int64_t fairshare_max_wait_s = 172800;  // 0..2592000
+  int64_t fairshare_max_wait_s = 0;  // 0..2592000
   bool backfill = true;
   bool preemption = true;
   // MASTER_PORT of every job start comes from this range on its master node

@@ -44,7 +44,7 @@ def main():
         setup_tiny(d)
         cfg = d.api("GET", "/v1/config", expect=200)
         check(cfg["policy"]["preempt_grace_s"] == 120 and cfg["policy"]["backfill"] is True, cfg)
-        check(cfg["policy"]["fairshare_max_wait_s"] == 172800 and "fairshare_max_wait_s" in cfg["live"], cfg)
+        check(cfg["policy"]["fairshare_max_wait_s"] == 0 and "fairshare_max_wait_s" in cfg["live"], cfg)
         check("preempt_grace_s" in cfg["live"] and "stack" not in cfg["live"], cfg["live"])
         out = topo(cli, d, "config", "show")
         check("preempt_grace_s" in out and "(fixed" in out, out)

@@ -144,16 +144,17 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   CHECK(defaults.value().preempt_restart_cost == 600 * topo::core::kSecond);
   CHECK(defaults.value().preempt_protect_after == 3);
   CHECK(defaults.value().placement_wait == 1800 * topo::core::kSecond);
-  CHECK(defaults.value().fairshare_max_wait == 172800 * topo::core::kSecond);
-  REQUIRE(ApplyConfigText(
-              "preempt_restart_cost_s = 0\npreempt_protect_after = 7\nfairshare_max_wait_s = 0\n",
-              "x.conf", c)
-              .ok());
+  CHECK(defaults.value().fairshare_max_wait == 0);
+  REQUIRE(
+      ApplyConfigText(
+          "preempt_restart_cost_s = 0\npreempt_protect_after = 7\nfairshare_max_wait_s = 86400\n",
+          "x.conf", c)
+          .ok());
   sc = c.SchedulerConfig();
   REQUIRE(sc.ok());
   CHECK(sc.value().preempt_restart_cost == 0);
   CHECK(sc.value().preempt_protect_after == 7);
-  CHECK(sc.value().fairshare_max_wait == 0);
+  CHECK(sc.value().fairshare_max_wait == 86400 * topo::core::kSecond);
 
   struct Case {
     const char* text;
