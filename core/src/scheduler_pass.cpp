@@ -662,8 +662,8 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
 // borrowed from the start that took its tenant past its guarantee, but is
 // reclaimed only while its tenant holds more than its guarantee, and a
 // victim set takes no more from a tenant than it holds beyond it (counted
-// victim by victim): a tenant back within its guarantee,
-// because its earlier jobs ended, keeps what it runs.
+// victim by victim): a tenant back within its guarantee, because its earlier
+// jobs ended, keeps what it runs.
 // The promise: a tenant that holds none of its guarantee gets it at once;
 // one that holds some gets each job within its guarantee started within the
 // job's own time limit of its submission (its slowdown stays <= 2). While the
@@ -786,8 +786,9 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
       // from it so far, still holds more than its guarantee.
       const std::string& t = jobs_.at(candidates[i].id).request.tenant;
       if (!candidates[i].lower && quotas_.gpus(t) - taken[t] <= quotas_.guaranteed(t)) continue;
-      taken[t] += static_cast<int>(held(candidates[i].id).size());
-      (void)trial.Release(held(candidates[i].id));
+      const std::vector<GpuSlot> gpus = held(candidates[i].id);
+      taken[t] += static_cast<int>(gpus.size());
+      (void)trial.Release(gpus);
       chosen.push_back(i);
       if (trial.free_gpus(topo_.root()) < spec.gpus) continue;
       if (placer_->Place(spec, trial).placed()) {

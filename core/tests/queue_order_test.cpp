@@ -14,6 +14,14 @@ std::vector<JobId> Ids(const std::vector<QueuedJob>& q) {
   return out;
 }
 
+// Tenant a has used far more than b.
+QuotaLedger AHeavierThanB() {
+  QuotaLedger q(1'000'000 * kHour);
+  q.AddJob("a", 100);
+  q.Advance(kHour);
+  return q;
+}
+
 }  // namespace
 
 TEST_CASE("queue order: the factory knows both policies by name") {
@@ -27,9 +35,7 @@ TEST_CASE("queue order: the factory knows both policies by name") {
 
 TEST_CASE("queue order: multifactor and fifo on the same queue") {
   const std::string a = "a", b = "b";
-  QuotaLedger q(1'000'000 * kHour);
-  q.AddJob("a", 100);  // tenant a has used far more than b
-  q.Advance(kHour);
+  const QuotaLedger q = AHeavierThanB();
   //                  id preempt prio  head  tenant queued
   std::vector<QueuedJob> jobs = {
       {1, false, 0, false, &a, 10},  //
@@ -50,9 +56,7 @@ TEST_CASE("queue order: multifactor and fifo on the same queue") {
 
 TEST_CASE("queue order: an overdue job passes fairshare, not priority or the head") {
   const std::string a = "a", b = "b";
-  QuotaLedger q(1'000'000 * kHour);
-  q.AddJob("a", 100);  // tenant a has used far more than b
-  q.Advance(kHour);
+  const QuotaLedger q = AHeavierThanB();
   //                  id preempt prio  head  tenant queued overdue
   std::vector<QueuedJob> jobs = {
       {1, false, 0, false, &a, 30, true},   // a, overdue
