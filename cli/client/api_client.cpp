@@ -24,7 +24,7 @@
 #include <variant>
 #include <vector>
 
-#include "client/relay.hpp"
+#include "client/relay_client.hpp"
 #include "client/tls_session_cache.hpp"
 #include "topo/common/https_connection.hpp"
 

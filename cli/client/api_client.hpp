@@ -18,7 +18,7 @@
 // server and CA offers it (tls_session_cache.hpp). Closing sends TLS
 // close_notify without waiting for the server's. With relay_dir set, a
 // request first goes through the connection relay serving this server and
-// CA, when one is running (relay.hpp); TLS is then never set up in this
+// CA, when one is running (relay_client.hpp); TLS is then never set up in this
 // process.
 //
 // Thread safety: one ApiClient per thread.
@@ -64,7 +64,7 @@ struct ClientOptions {
   // Prints how each handshake went ("tls: resumed", "tls: full handshake")
   // and why a cached session was not used, to stderr (TOPO_DEBUG_TLS=1).
   bool debug_tls = false;
-  // Where the connection relay's socket is looked for (relay.hpp); "" sends
+  // Where the connection relay's socket is looked for (relay_client.hpp); "" sends
   // every request directly.
   std::string relay_dir;
 };

@@ -427,7 +427,7 @@ Result<Connection> ResolveConnection(const ConnectionFlags& flags, const EnvLook
       DefaultCacheDir(env("XDG_CACHE_HOME").value_or(""), env("HOME").value_or(""));
   out.options.debug_tls = env_value("TOPO_DEBUG_TLS") == "1";
 
-  // connection sharing (relay.hpp): on unless TOPO_SHARE_CONNECTION or the
+  // connection sharing (relay_client.hpp): on unless TOPO_SHARE_CONNECTION or the
   // config file says no
   out.share_connection = true;
   if (std::string v = env_value("TOPO_SHARE_CONNECTION"); !v.empty()) {

@@ -27,7 +27,7 @@
 //
 // The TLS session cache (tls_session_cache.hpp) lives in $XDG_CACHE_HOME/topo
 // (~/.cache/topo); TOPO_DEBUG_TLS=1 prints how each handshake went. The
-// connection relay's socket (relay.hpp), used while share_connection is on,
+// connection relay's socket (relay_client.hpp), used while share_connection is on,
 // is in $XDG_RUNTIME_DIR/topo or there (DefaultRelayDir).
 
 #include <functional>

@@ -1,4 +1,4 @@
-// `topo relay`: the connection relay (client/relay.hpp), and how a command
+// `topo relay`: the connection relay (client/relay_client.hpp, relay_server.hpp), and how a command
 // starts one in the background.
 
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "client/relay.hpp"
+#include "client/relay_server.hpp"
 #include "client/tls_session_cache.hpp"
 #include "commands/client_common.hpp"
 #include "commands/commands.hpp"

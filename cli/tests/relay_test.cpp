@@ -1,9 +1,9 @@
-// The connection relay's boundaries (client/relay.hpp): what it accepts
+// The connection relay's boundaries (client/relay_client.hpp, relay_server.hpp): what it accepts
 // from a command, where its socket goes, and a command's side when no relay
 // (of this user) listens. The relay against a real daemon, other users and
 // hostile clients on its socket: tests/daemon/test_relay.py.
 
-#include "client/relay.hpp"
+#include "client/relay_server.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "client/relay.hpp"
+#include "client/relay_server.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -28,137 +28,12 @@
 
 #include "client/tls_session_cache.hpp"
 
+#include "client/relay_io.hpp"
+
 namespace topo::cli::relay {
 
-namespace http = boost::beast::http;
-namespace asio = boost::asio;
+using namespace io;  // NOLINT: both halves are made of them
 using core::Status;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// A file descriptor closed when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-int MillisLeft(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return left.count() <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left.count(), 1 << 30));
-}
-
-// The user id of the process at the other end of a Unix socket.
-bool PeerIsMe(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
-  return cred.uid == ::geteuid();
-}
-
-// Writes all of `bytes` by the deadline; false on an error or timeout.
-bool WriteAll(int fd, std::string_view bytes, Clock::time_point deadline) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      bytes.remove_prefix(static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      const int wait = MillisLeft(deadline);
-      if (wait == 0 || ::poll(&p, 1, wait) <= 0) return false;
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
-
-enum class ReadEnd { kDone, kClosedEarly, kTimedOut, kBad };
-
-// Feeds what arrives on `fd` to `parser` until it holds a whole message.
-// *got_bytes says whether anything arrived at all.
-template <class Parser>
-ReadEnd ReadMessage(int fd, Parser& parser, Clock::time_point deadline, bool* got_bytes,
-                    std::string* why) {
-  std::string pending;
-  char chunk[16384];
-  *got_bytes = false;
-  while (!parser.is_done()) {
-    pollfd p{fd, POLLIN, 0};
-    const int wait = MillisLeft(deadline);
-    if (wait == 0) return ReadEnd::kTimedOut;
-    const int ready = ::poll(&p, 1, wait);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) return ReadEnd::kTimedOut;
-    const ssize_t n = ::recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (n <= 0) {
-      if (!pending.empty() || !*got_bytes) return ReadEnd::kClosedEarly;
-      boost::system::error_code ec;
-      parser.put_eof(ec);
-      if (ec) return ReadEnd::kClosedEarly;
-      break;
-    }
-    *got_bytes = true;
-    pending.append(chunk, static_cast<size_t>(n));
-    while (!pending.empty() && !parser.is_done()) {
-      boost::system::error_code ec;
-      const size_t used = parser.put(asio::buffer(pending), ec);
-      pending.erase(0, used);
-      if (ec == http::error::need_more) break;
-      if (ec) {
-        *why = ec.message();
-        return ReadEnd::kBad;
-      }
-      if (used == 0) break;
-    }
-  }
-  return ReadEnd::kDone;
-}
-
-template <class Message>
-std::string Serialize(Message& message) {
-  std::ostringstream out;
-  out << message;
-  return out.str();
-}
-
-bool KnownMethod(http::verb v) {
-  return v == http::verb::get || v == http::verb::head || v == http::verb::post ||
-         v == http::verb::put || v == http::verb::delete_ || v == http::verb::patch;
-}
-
-}  // namespace
-
-std::string HostTag() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "host";
-  std::string tag;
-  for (const char* c = name; *c != '\0' && tag.size() < 32; ++c) {
-    const auto u = static_cast<unsigned char>(*c);
-    tag += std::isalnum(u) || *c == '-' || *c == '.' ? *c : '_';
-  }
-  return tag.empty() ? "host" : tag;
-}
-
-std::string SocketPath(const std::string& dir, std::string_view key) {
-  if (dir.empty() || key.empty()) return "";
-  std::string path = dir + "/relay-" + std::string(key.substr(0, 16)) + "-" + HostTag() + ".sock";
-  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) return "";
-  return path;
-}
 
 std::string CheckRequest(const Request& request) {
   if (!KnownMethod(request.method())) {
@@ -175,63 +50,6 @@ std::string CheckRequest(const Request& request) {
     if (u <= 0x20 || u >= 0x7f) return "the target has a space or control character";
   }
   return "";
-}
-
-SendResult Send(const std::string& socket_path, const Request& request, Clock::time_point deadline,
-                bool safe_to_repeat) {
-  SendResult out;
-  if (socket_path.empty()) return out;
-  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return out;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return out;
-  // Only a relay of this user may see the request (and its token).
-  if (!PeerIsMe(fd.get())) {
-    out.message = socket_path + " is served by another user; not used";
-    return out;
-  }
-  Request copy = request;
-  copy.keep_alive(false);
-  copy.prepare_payload();
-  if (!WriteAll(fd.get(), Serialize(copy), deadline)) {
-    // A relay reads a whole request before it forwards any of it.
-    out.outcome = Outcome::kUnsent;
-    out.message = "the connection relay did not take the request";
-    return out;
-  }
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kMaxBodyBytes);
-  parser.header_limit(kMaxHeaderBytes);
-  bool got_bytes = false;
-  std::string why;
-  switch (ReadMessage(fd.get(), parser, deadline, &got_bytes, &why)) {
-    case ReadEnd::kDone:
-      break;
-    case ReadEnd::kTimedOut:
-      out.outcome = Outcome::kFailed;
-      out.timed_out = true;
-      out.message = "timed out";
-      return out;
-    case ReadEnd::kClosedEarly:
-    case ReadEnd::kBad:
-      out.outcome = !got_bytes && safe_to_repeat ? Outcome::kUnsent : Outcome::kFailed;
-      out.message =
-          got_bytes ? "the connection relay's answer was cut off" + (why.empty() ? "" : ": " + why)
-                    : "the connection relay ended without answering";
-      return out;
-  }
-  out.response = parser.release();
-  const auto relay_says = out.response.find(std::string(kHeader));
-  if (relay_says != out.response.end()) {
-    const std::string v(relay_says->value());
-    out.outcome = v == "unsent" ? Outcome::kUnsent : Outcome::kFailed;
-    out.message = out.response.body();
-    return out;
-  }
-  out.outcome = Outcome::kAnswered;
-  return out;
 }
 
 namespace {

@@ -1,4 +1,7 @@
 #pragma once
+// The connection relay, the command's half (relay_server.hpp is the relay's
+// own): how a `topo` command finds its relay and sends a request through it.
+//
 // The connection relay: one long-lived process per user and server that
 // keeps TLS connections to topo-scheduler open, so that a `topo` command
 // does not pay for a TLS client of its own (issue 14; docs/cli.md,
@@ -41,7 +44,6 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include "client/api_client.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::cli {
@@ -97,28 +99,6 @@ struct SendResult {
 // answering counts as kUnsent, not kFailed.
 SendResult Send(const std::string& socket_path, const Request& request,
                 std::chrono::steady_clock::time_point deadline, bool safe_to_repeat);
-
-struct ServeOptions {
-  ClientOptions client;  // the relay's own: server, CA, timeout, session dir; no token
-  std::chrono::milliseconds idle_exit{30'000};
-  // The socket the starting command looks for (`topo relay --socket`):
-  // settings that name another one are an error. "" accepts any.
-  std::string expected_socket;
-  // Told the socket once it is served, or that another relay serves it
-  // (`already` true; Serve then returns at once).
-  std::function<void(const std::string& socket, bool already)> on_ready;
-};
-
-// Serves the relay socket of `options.client` (ApiClient::relay_socket with
-// relay_dir = the session dir) until idle_exit passes without a request, or
-// the socket file is removed or replaced. Ok at once when another relay
-// already serves it. Errors: the directory is not this user's and private,
-// the socket is not expected_socket, or it cannot be made.
-core::Status Serve(const ServeOptions& options);
-
-// Checks one request a command sent: method, target, size. "" when it may
-// be forwarded, else why not (the relay answers 400 with it).
-std::string CheckRequest(const Request& request);
 
 }  // namespace relay
 
