@@ -596,6 +596,30 @@ std::optional<TimeMs> SchedulerCore::EstimatedStart(JobId id) const {
   if (j == nullptr || j->state != JobState::kQueued || j->restart_at >= 0) return std::nullopt;
   return std::max(impl_->estimate_start_, impl_->now_);
 }
+Status SchedulerCore::CheckFeasible(const JobSpec& spec) const {
+  if (Status valid = ValidateJobSpec(spec); !valid.ok()) {
+    return Status::Error("spec: " + valid.message()).WithField("spec");
+  }
+  const int total = impl_->topo_.total_gpus();
+  if (spec.gpus > total) {
+    return Status::Error("spec.gpus: " + std::to_string(spec.gpus) +
+                             " GPUs is more than the cluster has (" + std::to_string(total) + ")",
+                         ErrorCode::kInfeasible)
+        .WithField("spec.gpus");
+  }
+  Placement fit = impl_->judge_->Place(spec, impl_->empty_);
+  if (fit.outcome == PlaceOutcome::kInfeasible) {
+    return Status::Error("spec: the job can never be placed on this cluster: " + fit.reason,
+                         ErrorCode::kInfeasible)
+        .WithField("spec");
+  }
+  return Status::Ok();
+}
+
+Placement SchedulerCore::TryPlace(const JobSpec& spec) const {
+  return impl_->judge_->Place(spec, impl_->cluster());
+}
+
 int SchedulerCore::TenantUsage(const std::string& tenant) const {
   return impl_->quotas_.gpus(tenant);
 }

@@ -450,6 +450,17 @@ class SchedulerCore {
   // for a head with no foreseeable start (failed hardware), and without
   // backfill (no reservation is made).
   std::optional<TimeMs> EstimatedStart(JobId id) const;
+  // Whether a job of this spec could ever run on this cluster, as the pass
+  // judges it: a valid spec that the placer fits on the empty cluster. Ok,
+  // or kInfeasible with a message naming the constraint and the fix (and
+  // field() "spec.gpus" when the cluster has too few GPUs, else "spec").
+  // The daemon refuses such a submission before it is logged; the pass
+  // rejects one that reaches it with the same verdict.
+  Status CheckFeasible(const JobSpec& spec) const;
+  // Where a job of this spec would be placed on the cluster as it is now,
+  // by the same placer as CheckFeasible (a what-if: nothing changes, and a
+  // submission may still wait behind the queue).
+  Placement TryPlace(const JobSpec& spec) const;
   // GPUs in use per tenant right now.
   int TenantUsage(const std::string& tenant) const;
   const TenantConfig* tenant(const std::string& name) const;

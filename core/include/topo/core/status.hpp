@@ -9,17 +9,23 @@
 namespace topo::core {
 
 // What kind of error a Status is, for the shells that answer it (the daemon
-// maps each to one HTTP status in one place, daemon/http_errors.cpp).
+// maps each to one HTTP status in one place, daemon/api/answer.cpp).
 enum class ErrorCode : uint8_t {
   kOk,
-  kInvalid,              // the input is wrong: the message names the field and the fix
-  kNotFound,             // no such thing (or none the caller may see)
-  kForbidden,            // the caller may not do this
-  kConflict,             // not in this state
-  kUnavailable,          // a dependency failed or is not there now: retry later
-  kInsufficientStorage,  // the disk is too full to write
-  kUnauthenticated,      // no valid credentials
-  kRateLimited,          // too many requests: retry later
+  kInvalid,               // the input is wrong: the message names the field and the fix
+  kNotFound,              // no such thing (or none the caller may see)
+  kForbidden,             // the caller may not do this
+  kConflict,              // not in this state
+  kUnavailable,           // a dependency failed or is not there now: retry later
+  kInsufficientStorage,   // the disk is too full to write
+  kUnauthenticated,       // no valid credentials
+  kRateLimited,           // too many requests: retry later
+  kInfeasible,            // well formed, but it can never be done here (a job that never fits)
+  kMethodNotAllowed,      // the thing exists, but not this operation on it
+  kTooLarge,              // the input is larger than its limit
+  kUnsupportedMediaType,  // the input is not in a format that is read
+  kTimedOut,              // a dependency did not answer in time
+  kInternal,              // a bug: nothing was changed
 };
 
 // A success, or an error with a message written for the person who caused it:
@@ -32,14 +38,22 @@ class [[nodiscard]] Status {
   static Status Error(std::string message, ErrorCode code = ErrorCode::kInvalid) {
     return Status(std::move(message), code == ErrorCode::kOk ? ErrorCode::kInvalid : code);
   }
+  // The same error naming the input field at fault ("spec.gpus"), for
+  // answers that carry it apart from the message.
+  Status WithField(std::string field) && {
+    field_ = std::move(field);
+    return std::move(*this);
+  }
 
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }
   const std::string& message() const { return message_; }
+  const std::string& field() const { return field_; }
 
  private:
   Status(std::string message, ErrorCode code) : message_(std::move(message)), code_(code) {}
   std::string message_;
+  std::string field_;
   ErrorCode code_ = ErrorCode::kOk;
 };
 
