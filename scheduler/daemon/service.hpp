@@ -28,78 +28,16 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/api/http.hpp"
 #include "daemon/config.hpp"
+#include "daemon/loop/replication.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/slurm/slurm_types.hpp"
 #include "store/store.hpp"
 #include "topo/core/scheduler.hpp"
 #include "topo/core/topology.hpp"
 
 namespace topo::daemon {
-
-struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // "/v1/jobs?all=1"
-  std::string authorization;
-  std::string content_type;
-  std::string body;
-};
-
-struct HttpResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string route;  // the matched route pattern, for metrics
-  // Non-zero: no answer yet. The request waits on a node agent (GET
-  // /v1/jobs/ID/logs); its answer comes from TakeDeferredAnswers under this
-  // id, or the server gives up (ForgetDeferred) and answers 504.
-  int64_t deferred = 0;
-};
-
-struct UtilizationSample {
-  core::TimeMs time_ms = 0;
-  int allocated = 0;
-  int total = 0;
-};
-
-// ---- Slurm mode: what the bridge saw in Slurm, and what it should do there.
-struct SlurmNodeView {
-  std::string name;
-  std::string state;   // scontrol's State=, e.g. "IDLE", "ALLOCATED+DRAIN", "DOWN*"
-  std::string reason;  // Reason= without the "[user@time]" suffix
-};
-struct SlurmJobView {
-  int64_t id = 0;
-  std::string state;  // JobState=
-  int64_t priority = 0;
-  std::vector<std::string> nodes;  // NodeList= expanded
-  std::string admin_comment;
-};
-struct SlurmSnapshot {
-  std::vector<SlurmNodeView> nodes;
-  std::vector<SlurmJobView> jobs;
-};
-struct SlurmAction {
-  // kRequeue: `scontrol requeuehold` (the job pends held until the release
-  // onto its new nodes); kSignal: `scancel --signal=USR1 --full` (checkpoint
-  // before preemption).
-  enum class Kind { kRelease, kDrain, kResume, kRequeue, kSignal };
-  Kind kind = Kind::kRelease;
-  int64_t slurm_job = 0;           // kRelease, kRequeue, kSignal
-  std::vector<std::string> nodes;  // kRelease: in rank order; kDrain/kResume: the node
-  std::string reason;              // kDrain; kRelease: the job's new AdminComment (its rank map)
-};
-
-// HA (docs/ha.md): hands a commit's batch, and the seq of its first entry,
-// to the replicated log before the local append; an error fails the commit.
-using ReplicateBatch = std::function<core::Status(
-    int64_t first_seq, std::span<const store::LogEntry> batch, const core::Topology& topology)>;
-
-// HA: hands a topology import's new meta values (topology,
-// topology_from_seq, policy) and the epoch's first seq to the replicated log
-// before the store's meta changes; an error fails the import (503).
-using ReplicateEpoch = std::function<core::Status(
-    int64_t from_seq, std::span<const std::pair<std::string, std::string>> meta)>;
 
 struct ServiceState;  // service_internal.hpp
 

@@ -130,7 +130,7 @@ def run_hello_ddp(d, cli, path, agents, account):
 
 def run_counter(d, cli, path, agents, account):
     jid = submit(cli, path)
-    wait_for(lambda: "starting at step 0 (restart 0)" in cli("logs", str(jid)), 20,
+    wait_for(lambda: "starting at step 0 (restart 0)" in cli.logs(jid), 20,
              "the counter to start")
     first = job(d, jid)["ranks"][0]["node"]
     cli("checkpoint", str(jid))

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/connection_table.hpp"
-#include "daemon/http_session.hpp"
+#include "daemon/net/connection_table.hpp"
+#include "daemon/net/http_session.hpp"
 
 using namespace topo::daemon;
 

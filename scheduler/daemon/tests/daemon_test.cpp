@@ -6,16 +6,18 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/api/route.hpp"
 #include "daemon/config.hpp"
 #include "daemon/log.hpp"
-#include "daemon/pki.hpp"
-#include "daemon/service_internal.hpp"
+#include "daemon/pki/pki.hpp"
 
 using namespace topo::daemon;
 
@@ -256,24 +258,64 @@ TEST_CASE("names: tenants are paths of safe segments, users are plain") {
 }
 
 TEST_CASE("bodies: objects only, depth-limited, typed fields") {
+  using topo::core::ErrorCode;
   HttpRequest r;
   r.body = std::string(40, '[') + std::string(40, ']');
-  CHECK(ParseBody(r, false).error->status == 400);
+  CHECK(ParseBody(r, false).status().code() == ErrorCode::kInvalid);
+  CHECK(StatusResponse(ParseBody(r, false).status()).status == 400);
   r.body = "[1]";
-  CHECK(ParseBody(r, false).error->body.find("JSON object") != std::string::npos);
+  CHECK(ParseBody(r, false).message().find("JSON object") != std::string::npos);
   r.body = "{\"a\": 1}";
   r.content_type = "text/plain";
-  CHECK(ParseBody(r, false).error->status == 415);
+  CHECK(StatusResponse(ParseBody(r, false).status()).status == 415);
   r.content_type = "application/json; charset=utf-8";
-  Body b = ParseBody(r, false);
-  REQUIRE_FALSE(b.error);
-  CHECK(UnknownField(b.json, {"b"})->body.find("unknown field \\\"a\\\"") != std::string::npos);
+  topo::core::Result<Json> b = ParseBody(r, false);
+  REQUIRE(b.ok());
+  topo::core::Status unknown = UnknownField(b.value(), {"b"});
+  CHECK(unknown.message().find("unknown field \"a\"") != std::string::npos);
+  CHECK(unknown.field() == "a");
+  CHECK(StatusResponse(unknown).body.find("\"field\":\"a\"") != std::string::npos);
   int64_t v = 0;
-  CHECK_FALSE(IntField(b.json, "a", 0, 10, v));
+  CHECK(IntField(b.value(), "a", 0, 10, v).ok());
   CHECK(v == 1);
-  CHECK(IntField(b.json, "a", 2, 10, v)->status == 400);
+  CHECK(StatusResponse(IntField(b.value(), "a", 2, 10, v)).status == 400);
   r.body = "";
-  CHECK(ParseBody(r, true).json.is_object());
+  CHECK(ParseBody(r, true).value().is_object());
+}
+
+TEST_CASE("answers: every error code has one HTTP status and one name") {
+  using topo::core::ErrorCode;
+  const std::pair<ErrorCode, int> kCodes[] = {{ErrorCode::kInvalid, 400},
+                                              {ErrorCode::kInfeasible, 400},
+                                              {ErrorCode::kUnauthenticated, 401},
+                                              {ErrorCode::kForbidden, 403},
+                                              {ErrorCode::kNotFound, 404},
+                                              {ErrorCode::kMethodNotAllowed, 405},
+                                              {ErrorCode::kConflict, 409},
+                                              {ErrorCode::kTooLarge, 413},
+                                              {ErrorCode::kUnsupportedMediaType, 415},
+                                              {ErrorCode::kRateLimited, 429},
+                                              {ErrorCode::kInternal, 500},
+                                              {ErrorCode::kUnavailable, 503},
+                                              {ErrorCode::kTimedOut, 504},
+                                              {ErrorCode::kInsufficientStorage, 507}};
+  std::set<std::string> names;
+  for (const auto& [code, http] : kCodes) {
+    HttpResponse r = StatusResponse(topo::core::Status::Error("why", code));
+    CHECK(r.status == http);
+    Json body = Json::parse(r.body);
+    names.insert(body["error"]["code"].get<std::string>());
+    CHECK(body["error"]["message"] == "why");
+    CHECK_FALSE(body["error"].contains("field"));
+  }
+  CHECK(names.size() == std::size(kCodes));  // each code its own name
+  CHECK(Json::parse(StatusResponse(Infeasible("never fits", "spec.gpus")).body)["error"] ==
+        Json{{"code", "infeasible"}, {"message", "never fits"}, {"field", "spec.gpus"}});
+  HttpResponse limited =
+      StatusResponse(topo::core::Status::Error("slow down", ErrorCode::kRateLimited));
+  CHECK(std::find(limited.headers.begin(), limited.headers.end(),
+                  std::pair<std::string, std::string>{"Retry-After", "1"}) !=
+        limited.headers.end());
 }
 
 TEST_CASE("pki: a CA, a server certificate and agent certificates, keys kept private") {

@@ -20,8 +20,8 @@
 #include <openssl/x509v3.h>
 
 #include "daemon/config.hpp"
-#include "daemon/pki.hpp"
-#include "daemon/revocation.hpp"
+#include "daemon/pki/pki.hpp"
+#include "daemon/pki/revocation.hpp"
 
 using namespace topo::daemon;
 

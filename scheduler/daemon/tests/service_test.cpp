@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/api/route.hpp"
 #include "daemon/service.hpp"
-#include "daemon/service_internal.hpp"
 
 using namespace topo::daemon;
 using nlohmann::json;

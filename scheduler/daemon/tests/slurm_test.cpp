@@ -10,7 +10,7 @@
 
 #include "daemon/config.hpp"
 #include "daemon/service.hpp"
-#include "daemon/slurm_bridge.hpp"
+#include "daemon/slurm/slurm_bridge.hpp"
 
 using namespace topo::daemon;
 

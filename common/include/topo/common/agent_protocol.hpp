@@ -16,7 +16,7 @@
 // whose `field` out-parameter names it alone, for the `error` reply.
 // A message that reads back is safe to act on as far as types and ranges go;
 // whether the sender may say it (node-scoped authority) is the daemon's
-// check (scheduler/daemon/agent_registry.cpp).
+// check (scheduler/daemon/agents/agent_registry.cpp).
 //
 // Round trip: ParseX(WriteX(m)) == m for every m that ParseX accepts.
 //

@@ -1,0 +1,192 @@
+#pragma once
+// The node agents as the daemon sees them (docs/agent-protocol.md): who is
+// connected, the one liveness tracker, what each node may say, and the
+// core's commands turned into agent messages.
+//
+// Node-scoped authority. A node's agent speaks only for its node (the name
+// in its certificate): about that node's GPUs, and about jobs that have
+// ranks or spares there (or had them, for reports that arrive late, and a
+// job that ended is not news). Anything else is refused with an `error`
+// naming the field, logged, audited (at most once a minute per node and
+// kind, with a count), and changes nothing. A message that does not read as
+// the protocol gets the same answer; the connection stays open.
+//
+// Liveness. A connection that closes makes an up node suspect at once (it
+// is no restart target meanwhile) and down after `closed_limit` (a killed
+// agent), or after `restart_grace_ms` when the agent said `leaving` last
+// (a restart or an upgrade that leaves the ranks running; a heartbeat after
+// it takes it back); a connection that
+// stays open but silent makes it down after `missed_heartbeats_down`
+// intervals (a cut network). A `register` brings a suspect or down node back
+// (drained stays drained). Deadlines sit in an ordered set, so a check costs
+// O(log n) per expired node, not a scan of every agent.
+//
+// Thread safety: none; the daemon's strand owns it, like the Service.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "topo/common/agent_protocol.hpp"
+#include "topo/core/scheduler.hpp"
+#include "topo/core/status.hpp"
+
+namespace topo::daemon {
+
+// What the registry needs of the rest of the daemon.
+class AgentHost {
+ public:
+  virtual ~AgentHost() = default;
+  // nullptr while the daemon has no topology.
+  virtual const core::SchedulerCore* core() const = 0;
+  virtual const core::Topology* topology() const = 0;
+  // Steps the core; the entry is committed with the current group.
+  virtual void StepCore(const core::Event& event, const std::string& actor) = 0;
+  // A job the core no longer holds but the store knows (it ended).
+  virtual bool JobEnded(core::JobId id) = 0;
+  virtual void Audit(const std::string& actor, std::string_view action,
+                     const nlohmann::json& detail) = 0;
+  // The Unix account of an API user (jobs submitted before requests carried
+  // one); "" when the user is unknown.
+  virtual std::string UnixUserOf(const std::string& api_user) = 0;
+};
+
+// An agent's answer to a request that waited for it (AskLogs): the
+// request's id and what the agent said (`data`, when `error` is Ok), or why
+// there is no answer.
+struct AgentAnswer {
+  int64_t id = 0;
+  core::Status error;
+  nlohmann::json data;
+};
+
+struct AgentSettings {
+  core::TimeMs heartbeat_interval_ms = 1000;
+  int missed_heartbeats_down = 3;
+  // Slurm mode: slurmd runs the jobs; agents only report health.
+  bool send_jobs = true;
+  // HA: this replica's leadership term, sent in every `registered` (0: one
+  // scheduler, none sent).
+  int64_t term = 0;
+  // How long a node whose agent said `leaving` (a restart that leaves its
+  // ranks running) may stay disconnected before it is down; below the
+  // closed-connection limit, that limit applies.
+  core::TimeMs restart_grace_ms = 30000;
+};
+
+class AgentRegistry {
+ public:
+  AgentRegistry(AgentHost& host, AgentSettings settings);
+  // HA: the term this replica leads in, sent to every agent that registers
+  // from now on (before the agent listener opens).
+  void SetTerm(int64_t term) { settings_.term = term; }
+
+  // The first message of a connection whose certificate names cert_node: the
+  // `registered` reply, or an error (refuse and close).
+  core::Result<std::string> Register(const std::string& cert_node, std::string_view text,
+                                     core::TimeMs now);
+  // A later message of a registered node: an `error` reply when refused,
+  // nothing otherwise. Never throws; never closes.
+  std::optional<std::string> Message(const std::string& node, std::string_view text,
+                                     core::TimeMs now);
+  void Disconnected(const std::string& node, core::TimeMs now);
+  // Nodes past their deadline go down (their jobs are recovered): one
+  // node_state_requested event, or one node_states_requested batch when
+  // several expired by the same check.
+  void CheckLiveness(core::TimeMs now);
+  // After a daemon restart: nodes an agent kept up get `grace_ms` to
+  // reconnect; running jobs' nodes are remembered for later stops.
+  void Restore(const std::vector<std::string>& agent_nodes, core::TimeMs grace_ms,
+               core::TimeMs now);
+
+  // The core's commands of a committed batch, as agent messages.
+  void Dispatch(const std::vector<core::Command>& commands);
+  // An admin's drain mode for a node (graceful, immediate, wait), until the
+  // core's DrainNode for it goes out; "" forgets it.
+  void SetDrainMode(const std::string& node, const std::string& mode);
+  // Asks the node's agent for a piece of a rank's log: the request id (the
+  // answer comes through TakeDeferredAnswers), or an error when the agent is
+  // not connected.
+  core::Result<int64_t> AskLogs(const std::string& node, core::JobId job, int rank, int64_t offset,
+                                int64_t max);
+  // Asks the agents of `nodes` to checkpoint job now.
+  void AskCheckpoint(const std::vector<std::string>& nodes, core::JobId job,
+                     const std::string& reason);
+  bool Connected(const std::string& node) const;
+
+  std::vector<std::pair<std::string, std::string>> TakeMessages();
+  std::vector<AgentAnswer> TakeDeferredAnswers();
+  void ForgetDeferred(int64_t id);
+
+  // For /metrics.
+  int64_t refused_messages() const { return refused_total_; }
+
+ private:
+  struct Agent {
+    bool connected = false;
+    core::TimeMs last_seen = 0;
+    core::TimeMs disconnected_at = -1;
+    core::TimeMs deadline = core::kNever;  // when it goes down unless heard from
+    bool leaving = false;                  // said `leaving` on this connection
+    std::string addr;                      // MASTER_ADDR of its ranks
+    int64_t refused = 0;
+  };
+  // Rank exits of a job's current run: which ranks ended with 0.
+  struct Run {
+    int restart_count = 0;
+    std::vector<bool> exited_ok;
+    int ok_count = 0;
+    std::vector<std::string> nodes;
+  };
+  struct LogsAsk {
+    std::string node;
+    core::JobId job = 0;
+    int rank = 0;
+  };
+
+  std::optional<std::string> Refuse(Agent& agent, const std::string& node, std::string_view type,
+                                    const std::string& field, const std::string& message,
+                                    bool authority);
+  // Whether the node has (or had in the current run) ranks or spares of job.
+  bool JobOnNode(const core::JobRecord& job, core::NodeId node) const;
+  std::optional<std::string> OnRankExited(Agent& a, const std::string& node, core::NodeId n,
+                                          const proto::RankExited& m);
+  std::optional<std::string> OnLaunchFailed(Agent& a, const std::string& node, core::NodeId n,
+                                            const proto::LaunchFailed& m);
+  std::optional<std::string> OnCheckpoint(Agent& a, const std::string& node, core::NodeId n,
+                                          const proto::CheckpointReport& m);
+  std::optional<std::string> OnLogs(Agent& a, const std::string& node, proto::LogsReply m);
+  void OnDrained(const std::string& node, core::NodeId n);
+  void SetDeadline(const std::string& node, Agent& a, core::TimeMs deadline);
+  void SendStart(core::JobId id, const std::vector<core::GpuSlot>& ranks,
+                 const core::Launch& launch);
+  void Send(const std::string& node, const proto::SchedulerMessage& m);
+
+  AgentHost& host_;
+  AgentSettings settings_;
+  std::unordered_map<std::string, Agent> agents_;
+  std::set<std::pair<core::TimeMs, std::string>> deadlines_;
+  std::unordered_map<core::JobId, Run> runs_;
+  std::unordered_map<std::string, std::string> drain_modes_;
+  std::unordered_map<int64_t, LogsAsk> logs_asks_;
+  int64_t next_ask_ = 1;
+  std::vector<AgentAnswer> answers_;
+  std::vector<std::pair<std::string, std::string>> outbox_;
+  struct AuditMark {
+    int64_t minute = -1;   // of the last audit row
+    int64_t refusals = 0;  // since it
+  };
+  std::map<std::pair<std::string, std::string>, AuditMark> audited_;
+  int64_t refused_total_ = 0;
+  core::TimeMs now_ = 0;
+};
+
+}  // namespace topo::daemon
