@@ -112,6 +112,15 @@ class CoreDriver {
   // epoch's oldest events were compacted away (a full replay would be
   // wrong).
   core::Status Rebuild(int64_t from_seq);
+  // What a start rebuilds the core from, in one place for Service::Open and
+  // `topo-scheduler restore` (which says "Restored" only once this worked on
+  // the backup): the policy the log was written with (meta "policy"; none:
+  // config's as it is) applied to config and scheduler_config, then, with a
+  // stored topology (meta "topology"), the core of its epoch (meta
+  // "topology_from_seq") by Rebuild. No topology: core stays null. Writes
+  // nothing. Errors name the store and the meta key or the event at fault.
+  // REQUIRES: store is open; nothing stepped yet.
+  core::Status LoadFromStore(DaemonConfig& config);
   // After a commit: stores a snapshot of the core when every_events events
   // or every_ms ms passed since the last one (0: not by that measure) and
   // the log grew since. Errors are the store's; the log stays the truth.
