@@ -22,7 +22,7 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Daemon, check, run, serving, setup_tiny  # noqa: E402
+from harness import Daemon, check, commit_mark_seq, run, serving, setup_tiny  # noqa: E402
 
 
 def main():
@@ -110,6 +110,9 @@ def main():
             got = {j["id"] for j in jobs}
             check(got == ids, "the restored daemon has the backup's %d jobs, not %d" %
                   (len(ids), len(got)))
+            # It goes on from there: its log, and its mark, pass the backup's.
+            restored.api("POST", "/v1/jobs", {"spec": {"gpus": 8}, "command": ["true"]},
+                         token=d.admin_token, expect=201)
         finally:
             restored.stop()
 
@@ -160,6 +163,17 @@ def main():
             check(after == before, "%s --force changed %s" %
                   (what, sorted(k for k in set(before) | set(after)
                                 if before.get(k) != after.get(k))))
+
+        # The good backup again over the store the restored daemon then
+        # wrote to (its mark further on): --force replaces both, and a
+        # daemon starts on it without --accept-data-loss.
+        check(commit_mark_seq(new_dir) > last, "the restored daemon wrote nothing")
+        p = subprocess.run([sched, "restore", out, "--state-dir", new_dir, "--force"],
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0 and "Restored" in p.stdout, p.stdout + p.stderr)
+        check(commit_mark_seq(new_dir) == last, "the mark is the backup's last seq")
+        again = Daemon(sched, state_dir=new_dir).start()
+        again.stop()
 
         # A file that is not a store, and a store of a newer schema.
         junk = os.path.join(work, "junk.db")
