@@ -366,6 +366,63 @@ TEST_CASE(
   CHECK(ReadMark(path).seq == 3);
 }
 
+TEST_CASE("hostile mark files: every slot that is not exactly a record is no record") {
+  TempDir dir;
+  const std::string path = dir.File("m.mark");
+  // A line with a correct checksum, so only the reader's own checks stand.
+  auto slot = [](const std::string& body) {
+    std::string line = body + " sum=" + Sha256Hex(body).substr(0, 16) + "\n";
+    line.resize(internal::kMarkSlotBytes, '\n');
+    return line;
+  };
+  auto write = [&](const std::string& bytes) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << bytes;
+  };
+  const std::string ok = "toposched-commit-mark 1 store=ab seq=5 job=2";
+  write(slot(ok) + slot(ok));
+  core::Result<std::optional<internal::ReadMark>> good = internal::ReadCommitMark(path);
+  REQUIRE_MESSAGE(good.ok(), good.message());
+  CHECK(good.value()->mark == internal::CommitMark{"ab", 5, 2});
+  const std::vector<std::string> hostile = {
+      "toposched-commit-mark 1 store=ab seq=-5 job=2",
+      "toposched-commit-mark 1 store=ab seq=5x job=2",
+      "toposched-commit-mark 1 store=ab seq=99999999999999999999 job=2",
+      "toposched-commit-mark 1 store=ab seq= job=2",
+      "toposched-commit-mark 1 store=ab seq=5",
+      "toposched-commit-mark 1 store=ab seq=5 job=2 more=1",
+      "toposched-commit-mark 1 seq=5 store=ab job=2",
+      "toposched-commit-mark 2 store=ab seq=5 job=2",
+      "toposched-commit-mark 1 store=" + std::string(65, 'a') + " seq=5 job=2",
+      ok + std::string(1, '\0'),
+      std::string(200, '\0'),
+      "",
+  };
+  for (const std::string& body : hostile) {
+    CAPTURE(body);
+    write(slot(body) + slot(body));
+    core::Result<std::optional<internal::ReadMark>> r = internal::ReadCommitMark(path);
+    CHECK(!r.ok());
+  }
+  // Two valid records of different stores; a slot without its newline; a
+  // file that is a directory or a link.
+  write(slot(ok) + slot("toposched-commit-mark 1 store=cd seq=6 job=2"));
+  CHECK(internal::ReadCommitMark(path).message().find("two different stores") != std::string::npos);
+  write(std::string(2 * internal::kMarkSlotBytes, 'x'));
+  CHECK(!internal::ReadCommitMark(path).ok());
+  fs::remove(path);
+  fs::create_directory(path);
+  CHECK(!internal::ReadCommitMark(path).ok());
+  fs::remove(path);
+  write(slot(ok) + slot(ok));
+  fs::create_symlink(path, path + ".link");
+  CHECK(!internal::ReadCommitMark(path + ".link").ok());
+  // One hostile slot beside a good one: the good one is read.
+  write(slot(ok) + std::string(internal::kMarkSlotBytes, '\0'));
+  REQUIRE(internal::ReadCommitMark(path).ok());
+  CHECK(!internal::ReadCommitMark(path).value()->both_valid);
+}
+
 TEST_CASE("another store's mark is refused, naming both ids") {
   TempDir dir;
   const std::string a = SmallStore(dir, "a.db");
