@@ -20,6 +20,9 @@ namespace topo::daemon {
 
 struct DaemonConfig {
   std::string state_dir;  // empty: DefaultStateDir()
+  // --accept-data-loss, for one start (never a config file key): open a
+  // store that is behind its commit mark (store.hpp, docs/store.md).
+  bool accept_data_loss = false;
   std::string listen_host = "127.0.0.1";
   int listen_port = 8443;
   // Extra DNS names / IP addresses for the server certificate the daemon

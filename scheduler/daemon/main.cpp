@@ -13,13 +13,17 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "daemon/config.hpp"
 #include "daemon/log.hpp"
+#include "daemon/loop/core_driver.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/net/server.hpp"
 #include "daemon/pki/pki.hpp"
@@ -78,9 +82,15 @@ topo::core::Result<std::unique_ptr<topo::ha::Leadership>> BecomeLeader(
   // campaigns; the core is rebuilt from the store once elected (Service::Open).
   std::optional<topo::store::Store> store;
   {
+    topo::store::OpenOptions options;
+    options.accept_data_loss = config.accept_data_loss;
     topo::core::Result<topo::store::Store> opened =
-        topo::store::Store::Open(config.state_dir + "/topo.db");
+        topo::store::Store::Open(config.state_dir + "/topo.db", options);
     if (!opened.ok()) return opened.status();
+    if (const auto& loss = opened.value().accepted_loss()) {
+      daemon::log::Warn("store " + opened.value().path() + ": " + loss->message +
+                        "; this replica takes them again from the replicated log");
+    }
     store.emplace(std::move(opened).value());
   }
   // A store behind the oldest batch left in etcd's log (started empty, or
@@ -195,6 +205,59 @@ Status LockStateDir(const std::string& dir) {
   return Status::Ok();  // fd stays open: the lock lives as long as the process
 }
 
+// `restore`'s check, before it says "Restored": the rebuild a start does
+// (CoreDriver::LoadFromStore), on the checked copy of the backup.
+topo::core::Result<std::string> RebuildForRestore(const daemon::DaemonConfig& config,
+                                                  const std::string& path) {
+  topo::store::OpenOptions options;
+  options.commit_mark = false;  // a scratch copy; restore writes the mark
+  topo::core::Result<topo::store::Store> opened = topo::store::Store::Open(path, options);
+  if (!opened.ok()) return opened.status();
+  daemon::CoreDriver driver(nullptr);
+  driver.AttachStore(std::make_unique<topo::store::Store>(std::move(opened).value()), 0);
+  daemon::DaemonConfig c = config;
+  if (Status s = driver.LoadFromStore(c); !s.ok()) return s;
+  if (driver.core() == nullptr) return std::string("no topology yet, so no scheduler to rebuild");
+  const topo::store::ReplayReport& replay = driver.replay();
+  std::string done = driver.restored_seq() > 0
+                         ? "rebuilt the scheduler from the snapshot at seq " +
+                               std::to_string(driver.restored_seq()) + " and the " +
+                               std::to_string(replay.events) + " events after it"
+                         : "rebuilt the scheduler by replaying " + std::to_string(replay.events) +
+                               " events from seq " + std::to_string(driver.epoch_from_seq());
+  if (replay.diverged > 0) {
+    done += " (" + std::to_string(replay.diverged) +
+            " decided differently by this build, first at seq " +
+            std::to_string(replay.first_diverged_seq) + ")";
+  }
+  return done + ", as a start does";
+}
+
+// What a state directory needs beside the store that a backup does not
+// hold (docs/operations.md, What the state directory holds): the files
+// `restore` warns about when they are missing.
+std::vector<std::pair<std::string, std::string>> MissingBesideStore(const std::string& dir) {
+  const std::pair<const char*, const char*> needed[] = {
+      {"ca.pem", "the CA: without it the daemon makes a new one, which no agent or client trusts"},
+      {"ca-key.pem", "the CA's key: without it the daemon makes a new CA"},
+      {"server.pem", "the server certificate (made again from the CA if missing)"},
+      {"server-key.pem", "its key (made again from the CA if missing)"},
+      {"pki/issued.tsv",
+       "the node certificates issued: without it crl.pem is rebuilt empty and revoked nodes are "
+       "let in again"},
+      {"pki/revoked-nodes.tsv", "each revoked node's revocation time"},
+      {"crl.pem", "the revoked node certificates (rebuilt from pki/issued.tsv if missing)"},
+      {"admin-token",
+       "user admin's token: its hash is in the store, so the old token still works, but local "
+       "`topo` and token_file settings read this file"},
+  };
+  std::vector<std::pair<std::string, std::string>> missing;
+  for (const auto& [name, why] : needed) {
+    if (!std::filesystem::exists(dir + "/" + name)) missing.emplace_back(name, why);
+  }
+  return missing;
+}
+
 // `ca issue` and `ca renew`: sign, record, write DIR/NODE.pem and
 // DIR/NODE-key.pem, say what was written.
 int IssueNode(const daemon::PkiPaths& pki, const std::string& node, const std::string& out_dir,
@@ -281,6 +344,11 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir,
                  "state directory (default $TOPO_STATE_DIR, else ~/.local/share/toposched)");
   app.add_option("--listen", listen, "HOST:PORT to serve HTTPS on (default 127.0.0.1:8443)");
+  bool accept_data_loss = false;
+  app.add_flag("--accept-data-loss", accept_data_loss,
+               "start on a store whose log ends before its commit mark (events acknowledged "
+               "but lost: docs/store.md, The commit mark), and reset the mark to it; for this "
+               "start only");
 
   CLI::App* ca = app.add_subcommand("ca", "the daemon's certificate authority");
   ca->footer(
@@ -332,6 +400,16 @@ int main(int argc, char** argv) {
       ->required();
   CLI::App* restore = app.add_subcommand(
       "restore", "put a backup in place as the store of a state directory (daemon stopped)");
+  restore->footer(
+      "Nothing in the state directory changes until a copy of FILE passed every check: SQLite's\n"
+      "integrity check, a schema version this release knows, and the scheduler rebuilt from it\n"
+      "as a start does (its snapshot and the events after it, which must follow each other\n"
+      "without a gap and read back). A bad backup is refused, naming the seq at fault. The\n"
+      "restored store gets a commit mark at its last event (docs/store.md). The CA, pki/ and\n"
+      "admin-token are not in a backup: restore warns about each one the directory lacks; copy\n"
+      "them from the old state directory before the first start (docs/operations.md, Restore).\n\n"
+      "Example:\n"
+      "  topo-scheduler restore /backup/topo-2026-11-23.db --state-dir /var/lib/toposched-new");
   restore->add_option("FILE", restore_file, "a file written by topo-scheduler backup")->required();
   restore->add_flag("--force", restore_force,
                     "replace the store the state directory already holds");
@@ -343,6 +421,7 @@ int main(int argc, char** argv) {
     if (Status s = daemon::ApplyConfigFile(config_file, config); !s.ok()) return Fail(s.message());
   }
   if (!state_dir.empty()) config.state_dir = state_dir;
+  config.accept_data_loss = accept_data_loss;
   if (config.state_dir.empty()) config.state_dir = daemon::DefaultStateDir();
   if (Status s = daemon::log::Init(config.log_level, config.log_format); !s.ok()) {
     return Fail(s.message());
@@ -362,13 +441,22 @@ int main(int argc, char** argv) {
   if (*restore) {
     if (Status s = MakeStateDir(config.state_dir); !s.ok()) return Fail(s.message());
     if (Status s = LockStateDir(config.state_dir); !s.ok()) return Fail(s.message());
-    topo::core::Result<topo::store::BackupInfo> r =
-        topo::store::RestoreStore(restore_file, config.state_dir, restore_force);
+    topo::core::Result<topo::store::BackupInfo> r = topo::store::RestoreStore(
+        restore_file, config.state_dir, restore_force,
+        [&config](const std::string& path) { return RebuildForRestore(config, path); });
     if (!r.ok()) return Fail(r.message());
     std::cout << "Restored " << r.value().jobs << " jobs and " << r.value().events
-              << " events into " << config.state_dir
-              << "; start topo-scheduler on it (with the CA files of the old state directory, "
-                 "or agents will not trust it)\n";
+              << " events (log up to seq " << r.value().last_seq << "; " << r.value().checked
+              << ") into " << config.state_dir << "\n";
+    const auto missing = MissingBesideStore(config.state_dir);
+    for (const auto& [name, why] : missing) {
+      std::cerr << "topo-scheduler: warning: " << config.state_dir << "/" << name
+                << " is missing: " << why << "\n";
+    }
+    if (!missing.empty()) {
+      std::cerr << "topo-scheduler: copy them from the old state directory (or your copy of "
+                   "it) before the first start: docs/operations.md, Restore\n";
+    }
     return 0;
   }
   if ((*revoke || *renew) && !std::filesystem::exists(config.state_dir + "/ca.pem")) {

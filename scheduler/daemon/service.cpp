@@ -81,42 +81,28 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
   agent_settings.send_jobs = config.slurm_socket.empty();
   agent_settings.restart_grace_ms = config.agent_restart_grace_ms;
   s->agents = std::make_unique<AgentRegistry>(*s->agent_host, agent_settings);
-  Result<store::Store> opened = store::Store::Open(config.state_dir + "/topo.db");
+  store::OpenOptions open_options;
+  open_options.accept_data_loss = config.accept_data_loss;
+  Result<store::Store> opened = store::Store::Open(config.state_dir + "/topo.db", open_options);
   if (!opened.ok()) return opened.status();
+  if (const std::optional<store::DataLoss>& loss = opened.value().accepted_loss()) {
+    log::Warn("store " + opened.value().path() + ": " + loss->message,
+              {{"store_seq", loss->store_seq}, {"mark_seq", loss->mark_seq}});
+  }
   s->reads = std::make_unique<ReadPool>(config.state_dir + "/topo.db",
                                         static_cast<size_t>(config.read_threads));
   s->driver.AttachStore(std::make_unique<store::Store>(std::move(opened).value()), now);
   store::Store& st = s->driver.store();
 
-  // The policy the log was written with wins over the config file's: a
-  // replay must make the same decisions.
+  // A store without a policy takes the config file's, recorded for later
+  // starts; LoadFromStore then rebuilds the core as every start does.
   Result<std::optional<std::string>> policy = st.GetMeta("policy");
   if (!policy.ok()) return policy.status();
-  if (policy.value()) {
-    if (Status p = ApplyPolicyJson(*policy.value(), s->config); !p.ok()) {
-      return Status::Error("store " + st.path() + ": " + p.message());
-    }
-  } else if (Status p = st.SetMeta("policy", PolicyJson(s->config)); !p.ok()) {
-    return p;
+  if (!policy.value()) {
+    if (Status p = st.SetMeta("policy", PolicyJson(s->config)); !p.ok()) return p;
   }
-  Result<core::SchedulerConfig> sc = s->config.SchedulerConfig();
-  if (!sc.ok()) return sc.status();
-  s->driver.SetSchedulerConfig(sc.value());
-
-  Result<std::optional<std::string>> topo_json = st.GetMeta("topology");
-  if (!topo_json.ok()) return topo_json.status();
-  if (topo_json.value()) {
-    Result<core::Topology> t = common::ParseTopologyJson(*topo_json.value());
-    if (!t.ok())
-      return Status::Error("store " + st.path() + ": the stored topology: " + t.message());
-    Result<std::optional<std::string>> from = st.GetMeta("topology_from_seq");
-    if (!from.ok()) return from.status();
-    const int64_t from_seq = from.value() ? std::stoll(*from.value()) : 1;
-    if (Status r =
-            s->driver.Rebuild(std::make_unique<core::Topology>(std::move(t).value()), from_seq);
-        !r.ok()) {
-      return r;
-    }
+  if (Status r = s->driver.LoadFromStore(s->config); !r.ok()) return r;
+  if (s->driver.topology() != nullptr) {
     // Policy changes in the log are the policy now.
     SyncLivePolicy(core::SchedulingPolicy::Of(s->driver.core()->config()), s->config);
     s->driver.SetSchedulerConfig(s->driver.core()->config());

@@ -9,10 +9,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
+#include "store/commit_mark.hpp"
 #include "store/migrations.hpp"
 #include "store/sqlite_db.hpp"
+#include "store/store.hpp"
 
 namespace topo::store {
 
@@ -105,6 +108,36 @@ Result<BackupInfo> CopyTo(const std::string& from, const std::string& from_shown
   return info;
 }
 
+// Back to one file with a rollback journal, as CopyTo leaves a copy: a
+// store that was opened is in WAL mode, and its -wal must not stay behind
+// under the old name when the file is renamed.
+Status ToRollbackJournal(const std::string& path) {
+  {
+    Result<Database> db = Database::Open(path);
+    if (!db.ok()) return Status::Error(path + ": " + db.message());
+    Result<std::string> mode = db.value().QueryText("PRAGMA journal_mode = DELETE");
+    if (!mode.ok()) return Status::Error(path + ": " + mode.message());
+    if (mode.value() != "delete") {
+      return Status::Error(path + ": SQLite would not leave WAL mode (got \"" + mode.value() +
+                           "\")");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove(path + "-wal", ec);
+  std::filesystem::remove(path + "-shm", ec);
+  return Status::Ok();
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Error("cannot open " + dir + ": " + std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return Status::Error("cannot fsync " + dir + ": " + std::strerror(err));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<BackupInfo> BackupStore(const std::string& db_path, const std::string& out_path) {
@@ -120,7 +153,8 @@ Result<BackupInfo> BackupStore(const std::string& db_path, const std::string& ou
   return CopyTo(db_path, db_path, out_path + ".partial", out_path);
 }
 
-Result<BackupInfo> RestoreStore(const std::string& file, const std::string& state_dir, bool force) {
+Result<BackupInfo> RestoreStore(const std::string& file, const std::string& state_dir, bool force,
+                                const RestoreCheck& check) {
   struct stat st;
   if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return Status::Error(file + ": no such backup file");
@@ -131,14 +165,69 @@ Result<BackupInfo> RestoreStore(const std::string& file, const std::string& stat
                          " already holds a store (topo.db): restore into a new "
                          "--state-dir, or add --force to replace it");
   }
-  // CopyTo checks the copy before it renames it to topo.db, so a file that is
-  // not a store this binary can open leaves the state directory unchanged.
-  Result<BackupInfo> info = CopyTo(file, file, db + ".restoring", db);
-  if (!info.ok()) return info;
+  // Everything is checked on this copy; the state directory's own files
+  // change only once it passed.
+  const std::string staged = db + ".restoring";
+  const std::string staged_mark = internal::CommitMarkPath(staged);
   std::error_code ec;
-  // A replaced store's write-ahead log belongs to the old database.
-  std::filesystem::remove(db + "-wal", ec);
-  std::filesystem::remove(db + "-shm", ec);
+  auto discard = [&] {
+    for (const char* tail : {"", "-wal", "-shm", "-journal", ".partial"}) {
+      std::filesystem::remove(staged + tail, ec);
+    }
+    std::filesystem::remove(staged_mark, ec);
+    std::filesystem::remove(staged_mark + ".tmp", ec);
+  };
+  discard();  // what an interrupted restore left
+  Result<BackupInfo> info = CopyTo(file, file, staged + ".partial", staged);
+  if (!info.ok()) return info;
+  auto refuse = [&](std::string why) -> Result<BackupInfo> {
+    discard();
+    // A store error names the copy; the backup is what is at fault.
+    const std::string prefix = "store " + staged + ": ";
+    if (why.starts_with(prefix)) why.erase(0, prefix.size());
+    return Status::Error(file + ": not restored: " + why + "; " + db + " was left as it was");
+  };
+  internal::CommitMark mark;
+  {
+    OpenOptions options;
+    options.commit_mark = false;
+    Result<Store> copy = Store::Open(staged, options);
+    if (!copy.ok()) return refuse(copy.message());
+    Result<std::optional<std::string>> id = copy.value().GetMeta("store_id");
+    if (!id.ok()) return refuse(id.message());
+    mark.store_id = id.value() && !id.value()->empty() ? *id.value() : internal::NewStoreId();
+    if (!id.value() || id.value()->empty()) {
+      if (Status s = copy.value().SetMeta("store_id", mark.store_id); !s.ok()) {
+        return refuse(s.message());
+      }
+    }
+    mark.seq = copy.value().LastSeq();
+    Result<int64_t> job = copy.value().MaxJobId();
+    if (!job.ok()) return refuse(job.message());
+    mark.max_job_id = job.value();
+  }
+  info.value().last_seq = mark.seq;
+  if (check) {
+    Result<std::string> checked = check(staged);
+    if (!checked.ok()) return refuse(checked.message());
+    info.value().checked = checked.value();
+  }
+  if (Status s = ToRollbackJournal(staged); !s.ok()) return refuse(s.message());
+  if (Status s = internal::ResetCommitMark(staged_mark, mark); !s.ok()) return refuse(s.message());
+  // The old store's mark stays until the new store is in place: a restore
+  // interrupted before that leaves the old store refused, not short.
+  for (const char* tail : {"-wal", "-shm"}) {
+    // A replaced store's write-ahead log belongs to the old database.
+    std::filesystem::remove(db + tail, ec);
+  }
+  std::filesystem::rename(staged, db, ec);
+  if (ec) return Status::Error("cannot rename " + staged + " to " + db + ": " + ec.message());
+  std::filesystem::rename(staged_mark, internal::CommitMarkPath(db), ec);
+  if (ec) {
+    return Status::Error("cannot rename " + staged_mark + " to " + internal::CommitMarkPath(db) +
+                         ": " + ec.message() + "; run the restore again");
+  }
+  if (Status s = SyncDirectory(state_dir); !s.ok()) return s;
   return info;
 }
 

@@ -191,6 +191,18 @@ Result<AppendResult> AppendBatch(Store::Impl& impl, const core::Topology& topolo
   AppendResult result{impl.last_seq + 1, seq};
   impl.last_seq = seq;
   impl.last_time = time;
+  for (const LogEntry& e : batch) {
+    if (const auto* submitted = std::get_if<core::JobSubmitted>(&e.event)) {
+      impl.max_job_id = std::max(impl.max_job_id, submitted->id);
+    }
+  }
+  // After the commit, before anything is acknowledged (commit_mark.hpp).
+  if (Status s = impl.WriteMark(); !s.ok()) {
+    return impl.Error("events " + std::to_string(result.first_seq) + ".." + std::to_string(seq) +
+                          " are committed but the commit mark could not follow them; do not "
+                          "acknowledge them",
+                      s);
+  }
   return result;
 }
 
@@ -219,6 +231,24 @@ Status ReadLog(Store::Impl& impl, int64_t from_seq, const core::Topology& topolo
       });
 }
 
+// The replay from from_seq expected seq `expected` and found `seq`.
+std::string GapMessage(int64_t from_seq, bool fresh, int64_t expected, int64_t seq) {
+  const std::string found = std::to_string(seq);
+  std::string where;
+  if (expected != from_seq) {
+    where = "seq " + std::to_string(expected - 1) + " is followed by seq " + found;
+  } else if (fresh) {
+    where = "the replay begins at seq " + std::to_string(from_seq) +
+            " but the first event is seq " + found;
+  } else {
+    where = "the snapshot at seq " + std::to_string(from_seq - 1) + " is followed by seq " + found;
+  }
+  const std::string missing = seq == expected + 1 ? "event " + std::to_string(expected) + " is"
+                                                  : "events " + std::to_string(expected) + ".." +
+                                                        std::to_string(seq - 1) + " are";
+  return "the log has a gap: " + where + ", so " + missing + " missing";
+}
+
 }  // namespace
 
 Result<ReplayReport> Store::Impl::ReplayLog(core::SchedulerCore& core, int64_t from_seq,
@@ -229,9 +259,17 @@ Result<ReplayReport> Store::Impl::ReplayLog(core::SchedulerCore& core, int64_t f
   }
   const core::Topology& topology = core.cluster().topology();
   ReplayReport report;
+  // The events from from_seq on must follow each other without a gap: a
+  // missing one would rebuild a core that differs from the one that
+  // acknowledged the rest.
+  int64_t expected = from_seq;
   Status s =
       ForEachLogged(impl, from_seq,
                     [&](int64_t seq, TimeMs time, const std::string&, const Json& body) -> Status {
+                      if (seq != expected) {
+                        return impl.Error("replaying", GapMessage(from_seq, fresh, expected, seq));
+                      }
+                      ++expected;
                       Result<core::Event> event = common::EventFromJson(body.at("event"), topology);
                       if (!event.ok())
                         return impl.Error("replaying event " + std::to_string(seq), event.status());
@@ -247,6 +285,20 @@ Result<ReplayReport> Store::Impl::ReplayLog(core::SchedulerCore& core, int64_t f
                       return Status::Ok();
                     });
   if (!s.ok()) return s;
+  if (report.events == 0 && from_seq > 1) {
+    // Nothing from from_seq on: the log must end just before it.
+    Result<int64_t> last = impl.db.QueryInt("SELECT COALESCE(MAX(seq), 0) FROM events");
+    if (!last.ok()) return impl.Error("replaying", last.status());
+    if (last.value() < from_seq - 1) {
+      return impl.Error("replaying",
+                        "the log ends at seq " + std::to_string(last.value()) + ", before " +
+                            (fresh ? "seq " + std::to_string(from_seq - 1) +
+                                         ", the last event before its epoch began"
+                                   : "the snapshot's seq " + std::to_string(from_seq - 1)) +
+                            ": events " + std::to_string(last.value() + 1) + ".." +
+                            std::to_string(from_seq - 1) + " are missing");
+    }
+  }
   return report;
 }
 
@@ -308,6 +360,13 @@ Result<Store> Store::Open(const std::string& path, const OpenOptions& options) {
   if (Status s = impl->db.Exec("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON"); !s.ok()) {
     return impl->Error("opening", s);
   }
+  // Before the migrations: a store refused for a loss is left as it was.
+  Store::Impl::MarkCheck mark_check;
+  if (options.commit_mark) {
+    Result<Store::Impl::MarkCheck> checked = impl->CheckMark(options.accept_data_loss);
+    if (!checked.ok()) return checked.status();
+    mark_check = std::move(checked).value();
+  }
   if (Status s = Migrate(*impl, options.migrations); !s.ok()) return s;
   Result<int64_t> last_seq = impl->db.QueryInt("SELECT COALESCE(MAX(seq), 0) FROM events");
   Result<int64_t> last_time = impl->db.QueryInt(
@@ -318,6 +377,9 @@ Result<Store> Store::Open(const std::string& path, const OpenOptions& options) {
   impl->last_time = last_time.value();
   if (Status s = impl->DetectJobRuns(); !s.ok()) return s;
   if (Status s = impl->PrepareWriteStatements(); !s.ok()) return s;
+  if (options.commit_mark) {
+    if (Status s = impl->KeepMark(mark_check); !s.ok()) return s;
+  }
   return Store(std::move(impl));
 }
 
@@ -355,6 +417,7 @@ int64_t Store::LastSeq() const {
   return impl_->last_seq;
 }
 TimeMs Store::LastTime() const { return impl_->last_time; }
+const std::optional<DataLoss>& Store::accepted_loss() const { return impl_->accepted_loss; }
 int Store::SchemaVersion() const { return impl_->schema_version; }
 const std::string& Store::path() const { return impl_->path; }
 

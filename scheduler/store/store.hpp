@@ -22,6 +22,20 @@
 // acknowledged writes into one Append so one fsync serves them all; it must
 // not acknowledge anything in a batch before Append returns Ok.
 //
+// The one exception: a batch that committed but whose commit mark (below)
+// could not be written after it; the error says so and LastSeq() includes
+// the batch. The caller handles it as any failed Append.
+//
+// COMMIT MARK. SQLite cannot see a write-ahead log that ends early (a torn
+// copy, a failing disk): it opens with the transactions before the cut and
+// says nothing. So every Append, after its commit and before it returns Ok,
+// writes the seq of its last event into PATH.mark beside the file and
+// fdatasyncs it (commit_mark.hpp has the format and the ordering). Open
+// refuses a store whose log ends before its mark, naming both seqs, unless
+// OpenOptions::accept_data_loss; likewise a mark that is damaged, missing
+// (for a store that had one) or another store's. Per file: an HA replica's
+// store has its own mark, kept by the Appends that apply the replicated log.
+//
 // An Append that fails leaves the caller's SchedulerCore ahead of the log
 // (Step already ran). The caller must not send that batch's commands or
 // acknowledge its requests; it should stop and let the restart rebuild the
@@ -282,14 +296,31 @@ struct OpenOptions {
   // while it writes): opens an existing store of a schema this binary knows
   // without creating, migrating or writing anything; every write fails.
   bool read_only = false;
+  // The commit mark (above) is checked and kept: off only for a scratch
+  // copy that no daemon runs on (topo-scheduler restore's check).
+  bool commit_mark = true;
+  // Open a store that is behind its commit mark (or whose mark is damaged,
+  // missing or another store's) instead of refusing it: the mark is reset
+  // to the store as it is, the loss is recorded in the audit log and
+  // Store::accepted_loss() describes it. topo-scheduler --accept-data-loss.
+  bool accept_data_loss = false;
+};
+
+// What Open accepted under OpenOptions::accept_data_loss.
+struct DataLoss {
+  int64_t store_seq = 0;  // where the log ends
+  int64_t mark_seq = -1;  // what the mark said; -1: no usable mark
+  std::string message;    // what was lost, and what the mark says now
 };
 
 class Store {
  public:
   // Opens or creates the store at path: WAL mode, synchronous=FULL, pending
-  // migrations applied in one transaction. Errors (file unwritable, not a
-  // toposched store, schema newer than options.migrations know, a failing
-  // migration) leave the file as it was.
+  // migrations applied in one transaction, the commit mark checked (and
+  // created for a new store, or one from before marks). Errors (file
+  // unwritable, not a toposched store, schema newer than options.migrations
+  // know, a failing migration, a store behind its commit mark) leave the
+  // file as it was.
   static core::Result<Store> Open(const std::string& path, const OpenOptions& options = {});
 
   Store(Store&&) noexcept;
@@ -355,9 +386,11 @@ class Store {
   // stay: an old job is still listed and shown, with a shorter history.
   core::Result<int64_t> CompactEvents(TimeMs before_ms, int limit);
 
-  // The seq of the newest event; 0 for an empty log.
-  // The newest seq (a read-only store asks the file each time).
+  // The seq of the newest event; 0 for an empty log (a read-only store
+  // asks the file each time).
   int64_t LastSeq() const;
+  // Set when Open accepted a loss (OpenOptions::accept_data_loss).
+  const std::optional<DataLoss>& accepted_loss() const;
   // The time of the newest event; 0 for an empty log.
   TimeMs LastTime() const;
   int SchemaVersion() const;
@@ -378,7 +411,8 @@ class Store {
   // window left out.
   core::Result<std::vector<UsageRow>> Usage(const UsageQuery& query);
   // The largest job id ever submitted, 0 if none: the daemon numbers new
-  // jobs from here after a restart.
+  // jobs from here after a restart. It includes the jobs of an accepted loss
+  // (the commit mark keeps their largest id), so their ids are not reused.
   core::Result<JobId> MaxJobId();
   core::Result<std::vector<core::TenantConfig>> ListTenants();
   core::Result<std::vector<NodeRow>> ListNodes();

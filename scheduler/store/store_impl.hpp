@@ -5,10 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "store/commit_mark.hpp"
 #include "store/sqlite_db.hpp"
 #include "store/store.hpp"
 
@@ -75,6 +78,12 @@ class Store::Impl {
   int64_t last_seq = 0;
   TimeMs last_time = 0;
   WriteStatements write;
+  // The commit mark (commit_mark.hpp), kept by Append; null when opened
+  // without one (read-only, or OpenOptions::commit_mark off).
+  std::unique_ptr<internal::CommitMarkWriter> mark;
+  std::string store_id;  // meta "store_id", which the mark carries
+  JobId max_job_id = 0;  // the largest ever committed, an accepted loss's included
+  std::optional<DataLoss> accepted_loss;
 
   // "store PATH: what: problem"
   core::Status Error(std::string_view what, std::string_view problem) const {
@@ -91,6 +100,23 @@ class Store::Impl {
   // store.cpp: feeds the events from from_seq through core; fresh: the core
   // must not have stepped yet (else it holds a restored snapshot).
   core::Result<ReplayReport> ReplayLog(core::SchedulerCore& core, int64_t from_seq, bool fresh);
+
+  // store_mark.cpp: Open's two steps for the commit mark. CheckMark runs
+  // before the migrations (a refused store is left as it was) and refuses a
+  // store behind its mark unless accept; KeepMark, after them, brings the
+  // mark to the store and opens its writer.
+  struct MarkCheck {
+    std::optional<internal::ReadMark> read;  // the file's newest record
+    std::optional<std::string> store_id;     // the store's meta "store_id"
+    int64_t store_seq = 0;
+    int64_t store_job = 0;
+    bool foreign = false;  // the mark belongs to another store
+    std::optional<DataLoss> loss;
+  };
+  core::Result<MarkCheck> CheckMark(bool accept);
+  core::Status KeepMark(const MarkCheck& check);
+  // After a commit up to last_seq: the mark follows.
+  core::Status WriteMark();
 
   // store_tables.cpp
   core::Status PrepareWriteStatements();

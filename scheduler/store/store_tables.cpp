@@ -6,6 +6,7 @@
 // log alone. Where the core changes a job without a command, the row keeps
 // the last value a command or event carried (docs/store.md, "Gaps").
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <type_traits>
@@ -366,7 +367,7 @@ Result<std::vector<JobId>> Store::JobsByClientRequest(const std::string& user,
 Result<JobId> Store::MaxJobId() {
   Result<int64_t> id = impl_->db.QueryInt("SELECT COALESCE(MAX(id), 0) FROM jobs");
   if (!id.ok()) return impl_->Error("reading jobs", id.status());
-  return id.value();
+  return std::max(id.value(), impl_->max_job_id);
 }
 
 Result<std::vector<core::TenantConfig>> Store::ListTenants() {

@@ -181,6 +181,26 @@ class Daemon:
         return b"".join(chunks)
 
 
+def commit_mark_seq(state_dir):
+    """The seq of the newest valid record of STATE_DIR/topo.db.mark, the
+    store's commit mark (scheduler/store/commit_mark.hpp: two 4096-byte
+    slots, each a line "toposched-commit-mark 1 store=ID seq=N job=N
+    sum=HEX16" whose sum is the SHA-256 of what precedes " sum=")."""
+    import hashlib
+    with open(os.path.join(state_dir, "topo.db.mark"), "rb") as f:
+        data = f.read()
+    best = None
+    for at in (0, 4096):
+        line = data[at:at + 4096].split(b"\n", 1)[0].decode(errors="replace")
+        body, _, total = line.rpartition(" sum=")
+        if body and hashlib.sha256(body.encode()).hexdigest()[:16] == total:
+            seq = int(dict(w.split("=", 1) for w in body.split()[2:])["seq"])
+            best = seq if best is None else max(best, seq)
+    if best is None:
+        raise Failure("no valid record in %s/topo.db.mark" % state_dir)
+    return best
+
+
 def tiny_topology():
     """Two spines x two leaves x two 8-GPU nodes (the generator's `tiny`)."""
     domains = []

@@ -20,6 +20,10 @@
            seqs; elected, it refuses to lead, resigns and exits non-zero
   watch    with a 30 s lease (rounds 10 s apart) a standby follows each new batch within a
            few seconds: it watches etcd between rounds
+  walcut   each replica keeps its own commit mark: b's follows the batches it applies. b
+           killed and its WAL cut to nothing: restarted, b refuses to start, naming both
+           seqs; with --accept-data-loss it takes the lost batches again from etcd, and
+           serves every job once a stops
 
 Skips (77) where /usr/bin/etcd is missing (config runs without it).
 """
@@ -43,7 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
-from harness import Daemon, setup_tiny, tiny_topology  # noqa: E402
+from harness import Daemon, commit_mark_seq, setup_tiny, tiny_topology  # noqa: E402
 
 TTL = 2
 CLUSTER = "t"
@@ -164,7 +168,7 @@ class Replica(Daemon):
         os.makedirs(state_dir, exist_ok=True)
         super().__init__(binary, state_dir=state_dir, config=config)
 
-    def start_standby(self):
+    def start_standby(self, extra=()):
         endpoint = os.path.join(self.state_dir, "endpoint")
         if os.path.exists(endpoint):
             os.unlink(endpoint)
@@ -173,7 +177,8 @@ class Replica(Daemon):
             f.write(self.config)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([self.binary, "--state-dir", self.state_dir, "--listen",
-                                      "127.0.0.1:0", "--config", path], stdout=log, stderr=log)
+                                      "127.0.0.1:0", "--config", path, *extra],
+                                     stdout=log, stderr=log)
         return self
 
     def serving(self):
@@ -683,9 +688,56 @@ def scenario_auth(binary, tmp):
                 r.kill9()
 
 
+def scenario_walcut(binary, tmp):
+    with EtcdCluster(3) as etcd:
+        a = Replica(binary, os.path.join(tmp, "a"), ha_config(etcd, "a"))
+        b = Replica(binary, os.path.join(tmp, "b"), ha_config(etcd, "b"))
+        try:
+            a.start()
+            share_identity(a, b)
+            b.start_standby()
+            setup_tiny(a)
+            for n in range(12):
+                status, out = submit(a, f"w{n}")
+                assert status == 201, (status, out)
+            head = int(etcd_get(etcd, "head"))
+            wait_for(lambda: f"the store is at seq {head}" in b.log_all(), 15, "b follows to head")
+            # b's mark is its own store's: it follows what b applied.
+            assert commit_mark_seq(b.state_dir) == head, (commit_mark_seq(b.state_dir), head)
+            b.kill9()
+            os.truncate(os.path.join(b.state_dir, "topo.db-wal"), 0)
+            try:
+                left = store_last_seq(b)
+            except sqlite3.OperationalError:  # nothing had reached the database file
+                left = 0
+            assert left < head, f"the cut WAL lost nothing ({left} of {head})"
+            p = subprocess.run([binary, "--state-dir", b.state_dir, "--listen", "127.0.0.1:0",
+                                "--config", os.path.join(b.config_dir, "test.conf")],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode != 0, "b started on a store behind its mark"
+            assert (f"its log ends at seq {left}," in p.stderr and
+                    f"says seq {head} was committed" in p.stderr and
+                    "--accept-data-loss" in p.stderr), p.stderr
+            b.start_standby(["--accept-data-loss"])
+            wait_for(lambda: "takes them again from the replicated log" in b.log_all(), 15,
+                     "b says it takes the lost batches from etcd")
+            wait_for(lambda: b.log_all().count(f"the store is at seq {head}") >= 2, 15,
+                     "b follows to head again")
+            names_a = job_names(a)
+            a.stop()
+            wait_for(b.serving, 15, "b takes over and serves")
+            b.attach()
+            assert job_names(b) == names_a, (job_names(b), names_a)
+            print(f"b's mark followed it to seq {head}; its WAL cut to seq {left} was refused, "
+                  f"then taken again from etcd with --accept-data-loss: {len(names_a)} jobs")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
 SCENARIOS = {"config": scenario_config, "standby": scenario_standby, "fence": scenario_fence,
              "pause": scenario_pause, "gap": scenario_gap, "quorum": scenario_quorum,
-             "watch": scenario_watch, "auth": scenario_auth}
+             "watch": scenario_watch, "auth": scenario_auth, "walcut": scenario_walcut}
 
 
 def main():

@@ -2,11 +2,14 @@
 
 #include "daemon/loop/core_driver.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <future>
 #include <system_error>
 
+#include "daemon/config.hpp"
 #include "daemon/log.hpp"
+#include "topo/common/topology_io.hpp"
 
 namespace topo::daemon {
 
@@ -268,6 +271,40 @@ Status CoreDriver::Rebuild(std::unique_ptr<core::Topology> topology, int64_t fro
                 std::to_string(static_cast<int64_t>(rebuild_ms_)) + " ms",
             {{"events", replay_.events}, {"ms", rebuild_ms_}});
   return Status::Ok();
+}
+
+Status CoreDriver::LoadFromStore(DaemonConfig& config) {
+  // The policy the log was written with wins over the config file's: a
+  // replay must make the same decisions.
+  Result<std::optional<std::string>> policy = store_->GetMeta("policy");
+  if (!policy.ok()) return policy.status();
+  if (policy.value()) {
+    if (Status p = ApplyPolicyJson(*policy.value(), config); !p.ok()) {
+      return Status::Error("store " + store_->path() + ": meta \"policy\": " + p.message());
+    }
+  }
+  Result<core::SchedulerConfig> sc = config.SchedulerConfig();
+  if (!sc.ok()) return sc.status();
+  scheduler_config_ = sc.value();
+  Result<std::optional<std::string>> topo_json = store_->GetMeta("topology");
+  if (!topo_json.ok()) return topo_json.status();
+  if (!topo_json.value()) return Status::Ok();
+  Result<core::Topology> t = common::ParseTopologyJson(*topo_json.value());
+  if (!t.ok()) {
+    return Status::Error("store " + store_->path() + ": the stored topology: " + t.message());
+  }
+  Result<std::optional<std::string>> from = store_->GetMeta("topology_from_seq");
+  if (!from.ok()) return from.status();
+  int64_t from_seq = 1;
+  if (from.value()) {
+    const std::string& text = *from.value();
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), from_seq);
+    if (ec != std::errc() || end != text.data() + text.size() || from_seq < 1) {
+      return Status::Error("store " + store_->path() + ": meta \"topology_from_seq\" is \"" +
+                           text.substr(0, 24) + "\", not a seq (1 or more)");
+    }
+  }
+  return Rebuild(std::make_unique<core::Topology>(std::move(t).value()), from_seq);
 }
 
 Status CoreDriver::MaybeSnapshot(int64_t every_events, core::TimeMs every_ms) {

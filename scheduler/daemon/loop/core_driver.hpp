@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/config.hpp"
 #include "daemon/loop/replication.hpp"
 #include "daemon/metrics.hpp"
 #include "store/store.hpp"
@@ -78,6 +79,15 @@ class CoreDriver {
   // snapshot restores and the epoch's oldest events were compacted away (a
   // full replay would be wrong).
   core::Status Rebuild(std::unique_ptr<core::Topology> topology, int64_t from_seq);
+  // What a start rebuilds the core from, in one place for Service::Open and
+  // `topo-scheduler restore` (which says "Restored" only once this worked on
+  // the backup): the policy the log was written with (meta "policy"; none:
+  // config's as it is) applied to config and the scheduler config, then,
+  // with a stored topology (meta "topology"), the core of its epoch (meta
+  // "topology_from_seq") by Rebuild. No topology: core() stays null. Writes
+  // nothing. Errors name the store and the meta key or the event at fault.
+  // REQUIRES: a store is attached; nothing stepped yet.
+  core::Status LoadFromStore(DaemonConfig& config);
   // A new epoch on `topology` from the next seq on: the old core's staged
   // entries must have been committed. REQUIRES: staged() == 0.
   void StartEpoch(std::unique_ptr<core::Topology> topology);
@@ -112,6 +122,8 @@ class CoreDriver {
   int64_t restored_seq() const { return restored_seq_; }
   double rebuild_ms() const { return rebuild_ms_; }
   size_t staged() const { return staged_.size(); }
+  // The first seq of the current topology's epoch (meta topology_from_seq).
+  int64_t epoch_from_seq() const { return epoch_from_seq_; }
   // HA: whether anything is replicated (docs/ha.md).
   bool replicated() const {
     return static_cast<bool>(replicate_) || static_cast<bool>(replicate_epoch_) ||

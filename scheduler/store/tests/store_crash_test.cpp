@@ -3,7 +3,8 @@
 // seeded random moments (while opening, replaying, writing, fsyncing), and
 // after every kill the file must open cleanly, pass SQLite's integrity check,
 // hold every acknowledged event exactly once, hold at most the one batch
-// that was committed but not yet acknowledged beyond them, and replay
+// that was committed but not yet acknowledged beyond them, have a commit
+// mark between the last acknowledged seq and the log's end, and replay
 // without divergence.
 //
 // A SIGKILL tests atomicity and recovery of the WAL, not the fsync itself
@@ -22,6 +23,7 @@
 #include <set>
 #include <sstream>
 
+#include "store/commit_mark.hpp"
 #include "store/store.hpp"
 #include "store_test_util.hpp"
 
@@ -49,6 +51,23 @@ std::string IntegrityCheck(const std::string& path) {
   }
   sqlite3_close(db);
   return result;
+}
+
+// The newest seq SQLite itself finds in the file.
+int64_t SqliteLastSeq(const std::string& path) {
+  sqlite3* db = nullptr;
+  int64_t seq = -1;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, "SELECT COALESCE(MAX(seq), 0) FROM events", -1, &st, nullptr) ==
+            SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+      seq = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  return seq;
 }
 
 struct WriterRun {
@@ -153,6 +172,18 @@ TEST_CASE("SIGKILL at random moments loses no acknowledged event and doubles non
     if (acks > 0) ++rounds_with_acks;
 
     REQUIRE(IntegrityCheck(path) == "ok");
+    // The commit mark never runs ahead of the log and never lags what was
+    // acknowledged (a kill between a commit and its mark leaves it behind
+    // by that one unacknowledged batch).
+    core::Result<std::optional<internal::ReadMark>> mark =
+        internal::ReadCommitMark(internal::CommitMarkPath(path));
+    REQUIRE_MESSAGE(mark.ok(), mark.message());
+    if (mark.value()) {
+      CHECK(mark.value()->mark.seq >= max_acked);
+      CHECK(mark.value()->mark.seq <= SqliteLastSeq(path));
+    } else {
+      CHECK(max_acked == 0);  // killed before its first open created it
+    }
     core::Result<Store> opened = Store::Open(path);
     REQUIRE_MESSAGE(opened.ok(), opened.message());
     Store store = std::move(opened).value();

@@ -1,11 +1,17 @@
-// store_crash_writer DB SEED: what the daemon does, in a loop, until killed.
+// store_crash_writer DB SEED [BATCHES]: what the daemon does, in a loop,
+// until killed.
 //
 // Opens the store, rebuilds a SchedulerCore from it (Replay), then steps
 // seeded events and appends them in batches of 1..8; after each Append that
 // returned Ok it prints "ack FIRST LAST" (the batch's seqs) and flushes, so
 // whatever the parent read was acknowledged. On start it prints "open SEQ"
 // with the seq it continues from. Exits by itself after 30 s, or when its
-// stdout closes (SIGPIPE), so a lost parent leaves no orphan.
+// stdout closes (SIGPIPE), so a lost parent leaves no orphan. With BATCHES,
+// it stops after that many acknowledged batches with _exit(0), closing
+// nothing: the write-ahead log stays as a crash leaves it (not checkpointed
+// into the database), for the tests that cut it.
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -20,10 +26,11 @@ using namespace topo;
 using namespace topo::store;
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: store_crash_writer DB SEED\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: store_crash_writer DB SEED [BATCHES]\n");
     return 2;
   }
+  const long long stop_after = argc == 4 ? std::strtoll(argv[3], nullptr, 10) : -1;
   try {
     const core::Topology topo = testing::MakeTestTopology();
     core::Result<Store> opened = Store::Open(argv[1]);
@@ -60,6 +67,7 @@ int main(int argc, char** argv) {
     core::Rng rng(seed + 1);
     core::TimeMs now = store.LastTime();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    long long acked_left = stop_after;
     while (std::chrono::steady_clock::now() < deadline) {
       const uint64_t size = 1 + rng.Below(8);
       while (batch.size() < size) {
@@ -75,6 +83,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(r.value().last_seq));
       std::fflush(stdout);
       batch.clear();
+      if (stop_after >= 0 && --acked_left <= 0) _exit(0);
     }
     return 0;
   } catch (const std::exception& e) {
