@@ -425,3 +425,42 @@ TEST_CASE("storage floor: below it writes get 507 with the reason, reads go on")
   CHECK(f.Call("GET", "/v1/users", f.admin).first == 200);
   CHECK(f.Call("GET", "/v1/events", f.admin).first == 200);
 }
+
+TEST_CASE("routes: one handler per route, named segments, a query key once") {
+  Fixture f;
+  f.Ok("PUT", "/v1/topology", f.admin, {{"format", "json"}, {"content", TinyTopology().dump()}});
+  // A repeated key is refused naming it, on the strand's routes and on the
+  // ones served off it, whichever value each would have taken.
+  for (const std::string target : {"/v1/jobs?limit=1&limit=2", "/v1/events?last=1&last=2",
+                                   "/v1/nodes?domain=leaf0&domain=leaf1"}) {
+    const auto [status, body] = f.Call("GET", target, f.admin);
+    INFO(target << " -> " << body);
+    CHECK(status == 400);
+    const json error = json::parse(body)["error"];
+    CHECK(error["message"].get<std::string>().find("given twice") != std::string::npos);
+    CHECK(error.contains("field"));
+  }
+  // {name*} takes the rest of the path: a tenant below another.
+  f.Ok("PUT", "/v1/tenants/org/a/team", f.admin, {{"guaranteed_gpus", 0}}, 201);
+  CHECK(f.Ok("GET", "/v1/tenants/org/a/team", f.admin)["name"] == "org/a/team");
+  // {name} and {gpu}: one segment each.
+  CHECK(f.Ok("GET", "/v1/nodes/n3", f.admin)["name"] == "n3");
+  const auto [clear_status, clear_body] = f.Call("POST", "/v1/nodes/n3/gpus/9/clear", f.admin);
+  CHECK(clear_status == 404);
+  CHECK(clear_body.find("has GPUs 0..7") != std::string::npos);
+  // The wrong method on a known route: 405 with the methods it takes.
+  const auto [put_status, put_body] = f.Call("PUT", "/v1/jobs", f.admin, "{}");
+  CHECK(put_status == 405);
+  CHECK(json::parse(put_body)["error"]["code"] == "method_not_allowed");
+  CHECK(json::parse(put_body)["error"]["message"].get<std::string>().find("GET, POST") !=
+        std::string::npos);
+  // An infeasible job is refused with its own code before it is logged, by
+  // the core's check.
+  const int64_t seq = f.Ok("GET", "/v1/cluster", f.admin)["last_seq"];
+  const auto [big_status, big_body] = f.Call(
+      "POST", "/v1/jobs", f.admin, json{{"spec", {{"gpus", 128}}}, {"command", {"true"}}}.dump());
+  CHECK(big_status == 400);
+  CHECK(json::parse(big_body)["error"]["code"] == "infeasible");
+  CHECK(json::parse(big_body)["error"]["field"] == "spec.gpus");
+  CHECK(f.Ok("GET", "/v1/cluster", f.admin)["last_seq"] == seq);
+}
