@@ -603,8 +603,16 @@ int main(int argc, char** argv) {
   // Slurm mode (docs/slurm.md): the plugin's socket and the scontrol poller.
   std::unique_ptr<daemon::SlurmBridge> slurm;
   if (!config.slurm_socket.empty()) {
+    daemon::Service& svc = *service.value();
+    daemon::SlurmCalls calls{
+        [&svc](const std::string& line, const std::string& user, topo::core::TimeMs now) {
+          return svc.SlurmRequest(line, user, now);
+        },
+        [&svc](const daemon::SlurmSnapshot& snapshot, topo::core::TimeMs now) {
+          return svc.SlurmSync(snapshot, now);
+        }};
     slurm = std::make_unique<daemon::SlurmBridge>(
-        config, *service.value(),
+        config, std::move(calls),
         [&server](auto work, auto done) { server.Post(std::move(work), std::move(done)); });
     if (Status s = slurm->Start(); !s.ok()) return Fail(s.message());
   }

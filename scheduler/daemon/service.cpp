@@ -11,8 +11,10 @@
 #include <system_error>
 
 #include "daemon/api/route.hpp"
+#include "daemon/api/routes.hpp"
 #include "daemon/log.hpp"
 #include "daemon/service_state.hpp"
+#include "daemon/slurm/slurm_service.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/strict_json.hpp"
@@ -176,6 +178,28 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
 
 Status Service::Commit() { return s_->Commit(); }
 
+HttpResponse Service::Handle(const HttpRequest& request, TimeMs now) {
+  return ServeRequest(*s_, request, now);
+}
+
+bool Service::ServedOffStrand(const HttpRequest& request) const { return IsOffStrand(request); }
+
+HttpResponse Service::HandleRead(const HttpRequest& request, TimeMs now) {
+  return ServeOffStrand(*s_, request, now);
+}
+
+std::string Service::SlurmRequest(const std::string& line, const std::string& user, TimeMs now) {
+  return daemon::SlurmRequest(*s_, line, user, now);
+}
+
+std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snapshot, TimeMs now) {
+  return daemon::SlurmSync(*s_, snapshot, now);
+}
+
+Status Service::SlurmImportTopology(const std::string& text, int gpus_per_node, TimeMs now) {
+  return daemon::SlurmImportTopology(*s_, text, gpus_per_node, now);
+}
+
 void Service::SetLeadershipTerm(int64_t term) { s_->agents->SetTerm(term); }
 
 void Service::SetAuthReplication(std::function<Status(const std::string&)> publish) {
@@ -205,6 +229,65 @@ Status ServiceState::Commit() {
       for (const log::Record& r : log::Describe(c, *driver.topology())) {
         log::Write(r.level, r.message, r.fields);
       }
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A store failure as the API answers one (503, or 507 when the disk is full).
+Status StoreError(const Status& s) {
+  return Status::Error(
+      "the store failed: " + s.message(),
+      s.code() == core::ErrorCode::kInsufficientStorage ? s.code() : core::ErrorCode::kUnavailable);
+}
+
+}  // namespace
+
+Status ServiceState::ImportTopology(std::unique_ptr<core::Topology> topology,
+                                    const std::string& actor) {
+  if (driver.core() != nullptr) {
+    for (const auto& [id, j] : driver.core()->jobs()) {
+      if (!core::IsTerminal(j.state)) {
+        return Status::Error("job " + std::to_string(id) + " is " +
+                                 std::string(core::JobStateName(j.state)) +
+                                 "; a topology is imported only while no job is queued, held or "
+                                 "running (cancel them first)",
+                             core::ErrorCode::kConflict);
+      }
+    }
+    // Write what the old topology's core staged, then start the new epoch.
+    if (Status c = Commit(); !c.ok()) return StoreError(c);
+  }
+  store::Store& st = driver.store();
+  auto next = std::move(topology);
+  const std::pair<std::string, std::string> meta[] = {
+      {"topology", common::TopologyToJson(*next)},
+      {"topology_from_seq", std::to_string(st.LastSeq() + 1)},
+      // The policy as of this epoch's first event: a restart replays only
+      // this epoch, with live changes made before it already in effect.
+      {"policy", PolicyJson(config)}};
+  if (Status r = driver.ReplicateImport(st.LastSeq() + 1, meta); !r.ok()) {
+    return Status::Error("the topology was not imported: " + r.message(),
+                         core::ErrorCode::kUnavailable);
+  }
+  if (Status w = st.SetMetas(meta); !w.ok()) {
+    if (driver.replicated()) {
+      driver.MarkDiverged(
+          Status::Error("the replicated log holds a topology import this store could not write (" +
+                            w.message() + "); stopping, to catch up as a standby",
+                        core::ErrorCode::kUnavailable));
+    }
+    return StoreError(w);
+  }
+  driver.StartEpoch(std::move(next));
+  Result<std::vector<core::TenantConfig>> tenants = st.ListTenants();
+  if (!tenants.ok()) return StoreError(tenants.status());
+  for (const core::TenantConfig& t : tenants.value()) {
+    if (t.name != "default" || common::TenantConfigToJson(t) !=
+                                   common::TenantConfigToJson(*driver.core()->tenant("default"))) {
+      driver.Step(core::TenantConfigured{t}, actor);
     }
   }
   return Status::Ok();

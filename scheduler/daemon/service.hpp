@@ -28,8 +28,8 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/api/http.hpp"
 #include "daemon/config.hpp"
+#include "daemon/http.hpp"
 #include "daemon/loop/replication.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/slurm/slurm_types.hpp"

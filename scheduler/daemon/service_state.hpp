@@ -15,13 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/access/auth.hpp"
+#include "daemon/access/scope.hpp"
 #include "daemon/agents/agent_registry.hpp"
-#include "daemon/api/auth.hpp"
-#include "daemon/api/reads.hpp"
-#include "daemon/api/scope.hpp"
 #include "daemon/config.hpp"
 #include "daemon/disk_guard.hpp"
 #include "daemon/loop/core_driver.hpp"
+#include "daemon/loop/read_pool.hpp"
 #include "daemon/metrics.hpp"
 
 namespace topo::daemon {
@@ -71,6 +71,13 @@ struct ServiceState {
   // agents (Service::Commit).
   core::Status Commit();
   std::string Actor(const Caller& c) const { return "user:" + c.user.name; }
+  // A new topology epoch (PUT /v1/topology, Slurm mode's topology.conf):
+  // refused (kConflict) while any job is queued, held or running; commits
+  // what the old core staged, records the topology, its first seq and the
+  // policy in meta (through the replicated log first, in HA), starts a
+  // fresh core on it and configures the tenants again, all logged as
+  // `actor`. Errors: the store's, or HA's (kUnavailable).
+  core::Status ImportTopology(std::unique_ptr<core::Topology> topology, const std::string& actor);
   // A row of the audit log: the caller did `action` ("gpu.clear"); detail is
   // a JSON object. A store failure here is not the request's: ignored.
   void Audit(const Caller& caller, std::string_view action, const nlohmann::json& detail) const;

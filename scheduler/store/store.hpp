@@ -151,7 +151,7 @@ struct JobRunRow {
 };
 
 // Whose jobs a query may return: the store's form of the caller's scope
-// (scheduler/daemon/api/scope.hpp makes it; the store applies it in SQL).
+// (scheduler/daemon/access/scope.hpp makes it; the store applies it in SQL).
 struct TenantScope {
   enum class Kind : uint8_t { kAll, kTenant, kSubtree };
   Kind kind = Kind::kAll;

@@ -106,7 +106,7 @@ void AgentSession::OnMessage(std::string text) {
           r.body = *why;
           return r;
         }
-        core::Result<std::string> reply = ctx.service.AgentRegister(self->cert_node_, text, now);
+        core::Result<std::string> reply = ctx.registered(self->cert_node_, text, now);
         if (!reply.ok()) {
           r.status = 400;
           r.body = reply.message();
@@ -122,7 +122,7 @@ void AgentSession::OnMessage(std::string text) {
         r.body = std::move(reply).value();
         return r;
       }
-      if (std::optional<std::string> reply = ctx.service.AgentMessage(self->node_, text, now)) {
+      if (std::optional<std::string> reply = ctx.message(self->node_, text, now)) {
         r.body = std::move(*reply);
       }
     } catch (const std::exception& e) {
@@ -174,7 +174,7 @@ void AgentSession::Gone() {
         auto it = ctx.sessions.find(self->node_);
         if (it != ctx.sessions.end() && it->second.lock() == self) {
           ctx.sessions.erase(it);
-          ctx.service.AgentDisconnected(self->node_, now);
+          ctx.disconnected(self->node_, now);
         }
         return HttpResponse{};
       },

@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -26,9 +27,11 @@
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
 
+#include "daemon/http.hpp"
 #include "daemon/metrics.hpp"
 #include "daemon/pki/revocation.hpp"
-#include "daemon/service.hpp"
+#include "topo/core/status.hpp"
+#include "topo/core/time.hpp"
 
 namespace topo::daemon {
 
@@ -39,7 +42,15 @@ class AgentSession;
 struct AgentSessionContext {
   boost::asio::ssl::context& tls;
   Metrics& metrics;
-  Service& service;  // strand only
+  // Strand only: the service's side of a node's connection
+  // (Service::AgentRegister, AgentMessage, AgentDisconnected).
+  std::function<core::Result<std::string>(const std::string& cert_node, const std::string& text,
+                                          core::TimeMs now)>
+      registered;
+  std::function<std::optional<std::string>(const std::string& node, const std::string& text,
+                                           core::TimeMs now)>
+      message;
+  std::function<void(const std::string& node, core::TimeMs now)> disconnected;
   // Null until the agents' listener loads them; then every handshake checks
   // the peer against them.
   std::unique_ptr<RevocationList>& revocations;

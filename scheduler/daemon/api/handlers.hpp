@@ -13,8 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "daemon/access/scope.hpp"
 #include "daemon/api/route.hpp"
-#include "daemon/api/scope.hpp"
 #include "daemon/service_state.hpp"
 #include "store/store.hpp"
 #include "topo/core/scheduler.hpp"

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "daemon/api/handlers.hpp"
+#include "daemon/api/reads.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_chain.hpp"
 #include "topo/common/job_io.hpp"

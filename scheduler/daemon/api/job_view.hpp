@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/api/scope.hpp"
+#include "daemon/access/scope.hpp"
 #include "daemon/service_state.hpp"
 #include "store/store.hpp"
 #include "topo/core/scheduler.hpp"

@@ -27,7 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/api/http.hpp"
+#include "daemon/http.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::daemon {

@@ -1,13 +1,14 @@
-// The API's route table (docs/api.md) and the two ways a request is served:
-// Service::Handle on the strand, Service::HandleRead off it for the routes
-// with an off-strand handler. Authentication, the scoping rule (scope.hpp), the
+// The API's route table (docs/api.md) and the two ways a request is served
+// (routes.hpp): on the strand, or off it for the routes with an off-strand
+// handler. Authentication, the scoping rule (scope.hpp), the
 // storage floor for writes (disk_guard.hpp) and the route names of the
 // metrics are applied here once, for every route.
 
 #include <algorithm>
 
+#include "daemon/api/routes.hpp"
+
 #include "daemon/api/handlers.hpp"
-#include "daemon/service.hpp"
 
 namespace topo::daemon {
 
@@ -272,8 +273,7 @@ Answer Replicated(ServiceState& s, Answer answer) {
 
 }  // namespace
 
-HttpResponse Service::Handle(const HttpRequest& request, TimeMs now) {
-  ServiceState& s = *s_;
+HttpResponse ServeRequest(ServiceState& s, const HttpRequest& request, TimeMs now) {
   s.driver.Advance(now);
   Route route;
   if (std::optional<HttpResponse> bad = ParseRoute(request, route)) return *bad;
@@ -298,7 +298,7 @@ HttpResponse Service::Handle(const HttpRequest& request, TimeMs now) {
   return r;
 }
 
-bool Service::ServedOffStrand(const HttpRequest& request) const {
+bool IsOffStrand(const HttpRequest& request) {
   Route route;
   if (ParseRoute(request, route)) return false;
   auto found = Lookup(route);
@@ -306,8 +306,7 @@ bool Service::ServedOffStrand(const HttpRequest& request) const {
   return spec != nullptr && (*spec)->off_strand != nullptr;
 }
 
-HttpResponse Service::HandleRead(const HttpRequest& request, TimeMs now) {
-  ServiceState& s = *s_;
+HttpResponse ServeOffStrand(ServiceState& s, const HttpRequest& request, TimeMs now) {
   Route route;
   if (std::optional<HttpResponse> bad = ParseRoute(request, route)) return *bad;
   Result<ReadPool::Lease> lease = s.reads->Acquire();

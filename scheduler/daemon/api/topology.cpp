@@ -62,47 +62,10 @@ Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route)
       break;
   }
   if (!topology.ok()) return Invalid("content: " + topology.message(), "content");
-  if (s.driver.core() != nullptr) {
-    for (const auto& [id, j] : s.driver.core()->jobs()) {
-      if (!core::IsTerminal(j.state)) {
-        return Conflict("job " + std::to_string(id) + " is " +
-                        std::string(core::JobStateName(j.state)) +
-                        "; a topology is imported only while no job is queued, held or running "
-                        "(cancel them first)");
-      }
-    }
-    // Write what the old topology's core staged, then start the new epoch.
-    if (Status c = s.Commit(); !c.ok()) return StoreFailed(c);
-  }
-  store::Store& st = s.driver.store();
-  auto next = std::make_unique<core::Topology>(std::move(topology).value());
-  const std::pair<std::string, std::string> meta[] = {
-      {"topology", common::TopologyToJson(*next)},
-      {"topology_from_seq", std::to_string(st.LastSeq() + 1)},
-      // The policy as of this epoch's first event: a restart replays only
-      // this epoch, with live changes made before it already in effect.
-      {"policy", PolicyJson(s.config)}};
-  if (Status r = s.driver.ReplicateImport(st.LastSeq() + 1, meta); !r.ok()) {
-    return Unavailable("the topology was not imported: " + r.message());
-  }
-  if (Status w = st.SetMetas(meta); !w.ok()) {
-    if (s.driver.replicated()) {
-      s.driver.MarkDiverged(
-          Status::Error("the replicated log holds a topology import this store could not write (" +
-                            w.message() + "); stopping, to catch up as a standby",
-                        core::ErrorCode::kUnavailable));
-    }
-    return StoreFailed(w);
-  }
-  s.driver.StartEpoch(std::move(next));
-  Result<std::vector<core::TenantConfig>> tenants = st.ListTenants();
-  if (!tenants.ok()) return StoreFailed(tenants.status());
-  for (const core::TenantConfig& t : tenants.value()) {
-    if (t.name != "default" ||
-        common::TenantConfigToJson(t) !=
-            common::TenantConfigToJson(*s.driver.core()->tenant("default"))) {
-      s.driver.Step(core::TenantConfigured{t}, s.Actor(caller));
-    }
+  if (Status st = s.ImportTopology(std::make_unique<core::Topology>(std::move(topology).value()),
+                                   s.Actor(caller));
+      !st.ok()) {
+    return st;
   }
   const core::Topology& topo = *s.driver.topology();
   Json summary = {

@@ -107,7 +107,15 @@ class Server::Impl {
         revocation_watch_(strand_),
         agents_{agent_tls_,
                 metrics_,
-                service_,
+                [this](const std::string& node, const std::string& text, core::TimeMs now) {
+                  return service_.AgentRegister(node, text, now);
+                },
+                [this](const std::string& node, const std::string& text, core::TimeMs now) {
+                  return service_.AgentMessage(node, text, now);
+                },
+                [this](const std::string& node, core::TimeMs now) {
+                  service_.AgentDisconnected(node, now);
+                },
                 revocations_,
                 agent_sessions_,
                 [this](std::function<HttpResponse(core::TimeMs)> work,

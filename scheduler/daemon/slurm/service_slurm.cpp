@@ -7,8 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "daemon/api/handlers.hpp"
-#include "daemon/service.hpp"
+#include "daemon/slurm/slurm_service.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/slurm_rank_map.hpp"
 #include "topo/common/topology_io.hpp"
@@ -22,6 +21,7 @@ using core::NodeState;
 using core::Result;
 using core::Status;
 using core::TimeMs;
+using Json = nlohmann::json;
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
@@ -272,8 +272,8 @@ Want CoreWant(NodeState s) {
 
 }  // namespace
 
-std::string Service::SlurmRequest(const std::string& line, const std::string& user, TimeMs now) {
-  ServiceState& s = *s_;
+std::string SlurmRequest(ServiceState& s, const std::string& line, const std::string& user,
+                         TimeMs now) {
   s.driver.Advance(now);
   Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!req.is_object()) return "PASS the request is not a JSON object";
@@ -395,8 +395,7 @@ std::string Service::SlurmRequest(const std::string& line, const std::string& us
          OneLine(j->reason.empty() ? std::string(core::JobStateName(j->state)) : j->reason);
 }
 
-std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs now) {
-  ServiceState& s = *s_;
+std::vector<SlurmAction> SlurmSync(ServiceState& s, const SlurmSnapshot& snap, TimeMs now) {
   s.driver.Advance(now);
   std::vector<SlurmAction> actions;
   if (s.driver.core() == nullptr) return actions;
@@ -562,8 +561,8 @@ std::vector<SlurmAction> Service::SlurmSync(const SlurmSnapshot& snap, TimeMs no
   return actions;
 }
 
-Status Service::SlurmImportTopology(const std::string& text, int gpus_per_node, TimeMs now) {
-  ServiceState& s = *s_;
+Status SlurmImportTopology(ServiceState& s, const std::string& text, int gpus_per_node,
+                           TimeMs now) {
   s.driver.Advance(now);
   common::SlurmTopologyOptions options;
   options.gpus_per_node = gpus_per_node;
@@ -573,20 +572,12 @@ Status Service::SlurmImportTopology(const std::string& text, int gpus_per_node, 
       common::TopologyToJson(*s.driver.topology()) == common::TopologyToJson(parsed.value())) {
     return Status::Ok();
   }
-  // The same path as PUT /v1/topology, as the scheduler itself.
-  HttpRequest request;
-  request.method = "PUT";
-  request.target = "/v1/topology";
-  request.content_type = "application/json";
-  request.body =
-      Json{{"format", "slurm"}, {"content", text}, {"gpus_per_node", gpus_per_node}}.dump();
-  Route route;
-  route.request = &request;
-  route.path = {"topology"};
-  Caller caller{
-      store::User{"scheduler", "default", store::Role::kClusterAdmin, s.driver.now(), "root"}};
-  Answer r = ImportTopology(s, caller, route);
-  if (!r.ok()) return Status::Error("importing slurm_topology: " + r.message(), r.status().code());
+  // The same import as PUT /v1/topology's, as the scheduler itself.
+  if (Status st = s.ImportTopology(std::make_unique<core::Topology>(std::move(parsed).value()),
+                                   "scheduler");
+      !st.ok()) {
+    return Status::Error("importing slurm_topology: " + st.message(), st.code());
+  }
   return s.Commit();
 }
 

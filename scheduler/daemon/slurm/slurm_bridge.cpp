@@ -206,8 +206,8 @@ std::vector<SlurmJobView> ParseScontrolJobs(const std::string& text) {
 
 class SlurmBridge::Impl {
  public:
-  Impl(const DaemonConfig& config, Service& service, StrandPost post)
-      : config_(config), service_(service), post_(std::move(post)) {}
+  Impl(const DaemonConfig& config, SlurmCalls calls, StrandPost post)
+      : config_(config), calls_(std::move(calls)), post_(std::move(post)) {}
 
   Status Start();
   void Stop();
@@ -230,7 +230,7 @@ class SlurmBridge::Impl {
   bool PeerAllowed(int fd) const;
 
   const DaemonConfig config_;
-  Service& service_;
+  SlurmCalls calls_;
   StrandPost post_;
   int listen_fd_ = -1;
   int wake_pipe_[2] = {-1, -1};
@@ -248,8 +248,8 @@ class SlurmBridge::Impl {
   std::map<int64_t, Clock::time_point> requeued_, signalled_;
 };
 
-SlurmBridge::SlurmBridge(const DaemonConfig& config, Service& service, StrandPost post)
-    : impl_(std::make_unique<Impl>(config, service, std::move(post))) {}
+SlurmBridge::SlurmBridge(const DaemonConfig& config, SlurmCalls calls, StrandPost post)
+    : impl_(std::make_unique<Impl>(config, std::move(calls), std::move(post))) {}
 SlurmBridge::~SlurmBridge() { Stop(); }
 Status SlurmBridge::Start() { return impl_->Start(); }
 void SlurmBridge::Stop() { impl_->Stop(); }
@@ -348,7 +348,7 @@ bool SlurmBridge::Impl::PollOnce() {
   auto actions = std::make_shared<std::vector<SlurmAction>>();
   std::optional<HttpResponse> r = OnStrand(
       [this, snapshot, actions](core::TimeMs now) {
-        *actions = service_.SlurmSync(*snapshot, now);
+        *actions = calls_.sync(*snapshot, now);
         return HttpResponse{};
       },
       30000);
@@ -525,7 +525,7 @@ void SlurmBridge::Impl::Serve(int fd) {
     auto out = std::make_shared<std::string>();
     std::optional<HttpResponse> r = OnStrand(
         [this, line, user, out](core::TimeMs now) {
-          *out = service_.SlurmRequest(line, user, now);
+          *out = calls_.request(line, user, now);
           return HttpResponse{};
         },
         2000);

@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "daemon/config.hpp"
-#include "daemon/service.hpp"
+#include "daemon/http.hpp"
+#include "daemon/slurm/slurm_types.hpp"
 #include "topo/core/status.hpp"
+#include "topo/core/time.hpp"
 
 namespace topo::daemon {
 
@@ -31,9 +33,17 @@ namespace topo::daemon {
 using StrandPost = std::function<void(std::function<HttpResponse(core::TimeMs)> work,
                                       std::function<void(HttpResponse)> done)>;
 
+// What the bridge asks of the service, on the strand (Service::SlurmRequest
+// and Service::SlurmSync).
+struct SlurmCalls {
+  std::function<std::string(const std::string& line, const std::string& user, core::TimeMs now)>
+      request;
+  std::function<std::vector<SlurmAction>(const SlurmSnapshot& snapshot, core::TimeMs now)> sync;
+};
+
 class SlurmBridge {
  public:
-  SlurmBridge(const DaemonConfig& config, Service& service, StrandPost post);
+  SlurmBridge(const DaemonConfig& config, SlurmCalls calls, StrandPost post);
   ~SlurmBridge();  // Stop()
 
   // Binds the socket and starts both threads. The listener answers only

@@ -1,6 +1,6 @@
 // The one scoping rule (scope.hpp).
 
-#include "daemon/api/scope.hpp"
+#include "daemon/access/scope.hpp"
 
 #include <map>
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "daemon/api/scope.hpp"
+#include "daemon/access/scope.hpp"
 #include "store/store.hpp"
 #include "topo/core/status.hpp"
 

@@ -1,6 +1,6 @@
 // Authenticator (auth.hpp).
 
-#include "daemon/api/auth.hpp"
+#include "daemon/access/auth.hpp"
 
 #include <algorithm>
 
