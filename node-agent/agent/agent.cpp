@@ -197,10 +197,13 @@ int Agent::Run() {
   sopt.local_checkpoint_root = state + "/checkpoints";
   sopt.persistent_checkpoint_root = o_.persistent_checkpoint_dir;
   sopt.allow_root_jobs = o_.allow_root_jobs;
+  sopt.min_job_uid = static_cast<uid_t>(o_.min_job_uid);
   sopt.cgroup_root = o_.cgroup_root;
   sup_ = std::make_unique<RankSupervisor>(sopt);
   Log("cgroups: " + sup_->Cgroups().summary);
   if (o_.allow_root_jobs) Log("--allow-root-jobs: ranks may run as uid 0");
+  Log("jobs run as accounts of uid " + std::to_string(o_.min_job_uid) +
+      " or above (--min-job-uid)" + (o_.allow_root_jobs ? " or as root" : ""));
   runner_ = std::make_unique<SupervisorRunner>(
       *sup_, SupervisorRunnerOptions{!o_.no_gpu_device_isolation, sopt.local_checkpoint_root,
                                      sopt.persistent_checkpoint_root});

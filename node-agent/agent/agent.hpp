@@ -48,6 +48,9 @@ struct AgentOptions {
   bool stop_ranks_on_exit = false;
   // Site policy: ranks may run as uid 0 (default: such starts fail, permanently).
   bool allow_root_jobs = false;
+  // No rank runs as an account with a uid in 1..min_job_uid-1 (system
+  // accounts), whatever the scheduler says (AccountPolicy, account.hpp).
+  uint32_t min_job_uid = 1000;
   // Leave /dev/nvidia* of other jobs' GPUs open to every job (the default
   // restricts each job's cgroup to its own GPUs where the node can).
   bool no_gpu_device_isolation = false;

@@ -45,9 +45,9 @@ int main(int argc, char** argv) {
 
 Jobs: a `start` message's `command` (argv) is what every rank runs; a start without one
 runs --job-command with /bin/sh -c. Ranks run as the start's `unix_user` (the submitter's
-account; uid 0 only with --allow-root-jobs) in one cgroup per job, with the environment of
-docs/jobs.md and nothing of the agent's. A start that cannot run here is reported to the
-scheduler as `launch_failed` (permanent when no node can run it).
+account; never one below --min-job-uid; uid 0 only with --allow-root-jobs) in one cgroup per
+job, with the environment of docs/jobs.md and nothing of the agent's. A start that cannot
+run here is reported to the scheduler as `launch_failed` (permanent when no node can run it).
 
 State: --state-dir is made root 0711; inside it supervisor/ (root 0700), logs/ and
 checkpoints/ (root 0711, one 0700 directory per job owned by its account). --key must not
@@ -108,6 +108,11 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
   app.add_flag("--allow-root-jobs", o.allow_root_jobs,
                "let ranks run as uid 0 (default: a start whose account is root fails, "
                "permanently)");
+  app.add_option("--min-job-uid", o.min_job_uid,
+                 "refuse, permanently, a start whose account has a uid in 1..N-1 (system "
+                 "accounts), whatever the scheduler says; uid 0 is --allow-root-jobs' alone")
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967294U}))
+      ->capture_default_str();
   app.add_flag("--no-gpu-device-isolation", o.no_gpu_device_isolation,
                "let every job open every GPU's device node (default: a job's cgroup opens only "
                "its own GPUs where the node enforces it; CUDA_VISIBLE_DEVICES always lists them)");

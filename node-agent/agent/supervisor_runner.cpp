@@ -214,14 +214,14 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       const std::string local_root =
           launch.local_checkpoint_dir.empty() ? options_.local_checkpoint_root : "";
       const std::string unix_user = launch.unix_user;
-      const bool allow_root = sup_.AllowsRoot(launch);
+      const AccountPolicy rules = sup_.AccountRules(launch);
       try {
-        std::thread([copy, persistent_dir, local_dir, local_root, unix_user, allow_root,
+        std::thread([copy, persistent_dir, local_dir, local_root, unix_user, rules,
                      checkpoint_step] {
           bool permanent = false;
           bool there = false;
           core::Status st;
-          core::Result<UnixAccount> acct = JobAccount(unix_user, allow_root, &permanent);
+          core::Result<UnixAccount> acct = JobAccount(unix_user, rules, &permanent);
           if (!acct.ok()) {
             st = acct.status();
           } else {

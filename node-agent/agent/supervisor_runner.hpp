@@ -4,8 +4,9 @@
 //
 // What it adds to the supervisor:
 //   - classification of launch failures for `launch_failed`: the job's Unix
-//     account missing on this node, or an account with uid 0 while the site
-//     does not allow root jobs, are permanent (JobAccount, account.hpp:
+//     account missing on this node, an account with uid 0 while the site
+//     does not allow root jobs, or one below the node's uid floor
+//     (--min-job-uid), are permanent (JobAccount, account.hpp:
 //     retrying elsewhere cannot help, accounts come from the site's shared
 //     passwd database, and docs/jobs.md says so); the account is looked up
 //     off the event loop (by the starting or the staging thread: NSS may

@@ -213,7 +213,7 @@ LaunchOutcome LaunchWaiting(SupervisorRunner& runner, const JobLaunch& l, int64_
 
 }  // namespace
 
-TEST_CASE("SupervisorRunner: a missing account and a root account fail for good, staging") {
+TEST_CASE("SupervisorRunner: missing, root and low-uid accounts fail for good, staging") {
   TempDir dir;
   SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/true);
   so.allow_root_jobs = false;
@@ -257,6 +257,21 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   out = LaunchWaiting(*runner, l, 3);
   CHECK(out.permanent);
   CHECK(out.reason.find("no Unix account 'topo-no-such-account-x'") != std::string::npos);
+  // A system account (daemon: uid 1) is below the node's uid floor (1000 by
+  // default): refused for good, at the start and when staging, whatever
+  // the start says.
+  l.unix_user = "daemon";
+  l.allow_root = true;
+  for (int64_t step : {int64_t{-1}, int64_t{3}}) {
+    out = LaunchWaiting(*runner, l, step);
+    CHECK(out.kind == LaunchOutcome::Kind::kFailed);
+    CHECK(out.permanent);
+    CHECK(out.reason.find("Unix account 'daemon' has uid 1 on node") != std::string::npos);
+    CHECK(out.reason.find("below this node's floor of 1000") != std::string::npos);
+    CHECK(out.reason.find("--min-job-uid") != std::string::npos);
+  }
+  l.allow_root = false;
+  CHECK(runner->Running().empty());
   CHECK_FALSE(fs::exists(so.local_checkpoint_root + "/5"));
   runner.reset();
   strict.reset();

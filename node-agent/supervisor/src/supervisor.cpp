@@ -173,8 +173,8 @@ RankSupervisor::~RankSupervisor() {
 
 int RankSupervisor::wake_fd() const { return impl_->wake_r; }
 
-bool RankSupervisor::AllowsRoot(const JobLaunch& launch) const {
-  return launch.allow_root || impl_->opt.allow_root_jobs;
+AccountPolicy RankSupervisor::AccountRules(const JobLaunch& launch) const {
+  return AccountPolicy{launch.allow_root || impl_->opt.allow_root_jobs, impl_->opt.min_job_uid};
 }
 
 void RankSupervisor::Wake() const {
@@ -234,7 +234,7 @@ struct StartingLaunch::State {
   const CgroupManager* cgroups = nullptr;  // the supervisor's; const after construction
   int checkpoint_signal = 0;
   JobLaunch launch;
-  bool allow_root = false;               // the launch's or the site's
+  AccountPolicy account_rules;           // RankSupervisor::AccountRules
   UnixAccount acct;                      // resolved by Run()
   bool permanent = false;                // Run() failed for good (StartingLaunch::permanent)
   JobRec j;                              // everything but the cgroup and the ranks, until Run()
@@ -319,7 +319,7 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
   s->cgroups = &impl_->cgroups;
   s->checkpoint_signal = opt.checkpoint_signal;
   s->launch = launch;
-  s->allow_root = AllowsRoot(launch);
+  s->account_rules = AccountRules(launch);
   JobRec& j = s->j;
   j.job_id = launch.job_id;
   j.restart_count = launch.restart_count;
@@ -389,7 +389,7 @@ core::Status StartingLaunch::Run() {
 
   // The account (NSS: maybe a directory server, so here and not on the
   // caller's loop).
-  core::Result<UnixAccount> resolved = JobAccount(launch.unix_user, s.allow_root, &s.permanent);
+  core::Result<UnixAccount> resolved = JobAccount(launch.unix_user, s.account_rules, &s.permanent);
   if (!resolved.ok()) return s.status = core::Status::Error(job + ": " + resolved.message());
   s.acct = std::move(resolved).value();
   const UnixAccount& acct = s.acct;

@@ -14,8 +14,9 @@
 //
 // What a rank gets (the trust boundary, ARCHITECTURE.md):
 //   - uid/gid/supplementary groups of JobLaunch::unix_user, resolved before
-//     fork; uid 0 only when allow_root (launch or site) says so (an agent
-//     that is not root can only run jobs as its own account);
+//     fork; uid 0 only when allow_root (launch or site) says so, never a uid
+//     below SupervisorOptions::min_job_uid (an agent that is not root can
+//     only run jobs as its own account);
 //   - the environment of RankEnvironment only: nothing of the agent's;
 //   - file descriptors 0 (/dev/null), 1 and 2 (its log) only;
 //   - working directory: launch.working_dir (must be accessible to the
@@ -93,6 +94,9 @@ struct SupervisorOptions {
   // Site policy: let every job run as uid 0. false (the default): only a
   // launch with allow_root may.
   bool allow_root_jobs = false;
+  // No job runs as an account with a uid in 1..min_job_uid-1, whatever the
+  // launch says (AccountPolicy, account.hpp; topo-agent --min-job-uid).
+  uid_t min_job_uid = kDefaultMinJobUid;
   // Where job cgroups go (cgroup.hpp): "" = detect, "none" = no cgroups
   // (process groups only), else a directory inside a cgroup v2 or v1
   // freezer/pids hierarchy.
@@ -253,7 +257,7 @@ class StartingLaunch {
   // it returns, and FinishLaunch returns the same error. At most once.
   core::Status Run();
   // After a Run() that failed: whether no retry can help (the account is
-  // missing, or is root and refused: JobAccount).
+  // missing, or is root or below the uid floor and refused: JobAccount).
   bool permanent() const;
 
   struct State;
@@ -277,8 +281,9 @@ class RankSupervisor {
   // Starts every rank of launch as launch.unix_user in the job's cgroup.
   // Fails, leaving nothing running, on a bad spec, when a rank of the job
   // still runs here, when the account is missing ("no Unix account 'ada' on
-  // this node (N): create it or set the user's unix_user") or is root without
-  // allow_root ("jobs may not run as root; ..."), when a private directory
+  // this node (N): create it or set the user's unix_user"), is root without
+  // allow_root ("jobs may not run as root; ...") or has a uid below
+  // min_job_uid ("... below this node's floor ..."), when a private directory
   // or the cgroup cannot be made, or when any rank fails before exec (fork,
   // cgroup join, account switch, log, working directory): the ranks already
   // started are killed and the cgroup removed first. An execve failure (no
@@ -316,9 +321,10 @@ class RankSupervisor {
   // A file descriptor that becomes readable when Poll() has news from the
   // worker thread (Poll() drains it).
   int wake_fd() const;
-  // Whether `launch` may run as uid 0 (its own allow_root, or the site's
-  // allow_root_jobs): JobAccount's allow_root. Thread-safe.
-  bool AllowsRoot(const JobLaunch& launch) const;
+  // The account rules for `launch` (JobAccount's policy): uid 0 with its own
+  // allow_root or the site's allow_root_jobs; no uid below min_job_uid.
+  // Thread-safe.
+  AccountPolicy AccountRules(const JobLaunch& launch) const;
   // Makes wake_fd() readable, so that the loop polls soon. Thread-safe:
   // for work done on other threads (a StartingLaunch that ran).
   void Wake() const;
