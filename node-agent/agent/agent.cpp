@@ -204,9 +204,12 @@ int Agent::Run() {
   if (o_.allow_root_jobs) Log("--allow-root-jobs: ranks may run as uid 0");
   Log("jobs run as accounts of uid " + std::to_string(o_.min_job_uid) +
       " or above (--min-job-uid)" + (o_.allow_root_jobs ? " or as root" : ""));
-  runner_ = std::make_unique<SupervisorRunner>(
-      *sup_, SupervisorRunnerOptions{!o_.no_gpu_device_isolation, sopt.local_checkpoint_root,
-                                     sopt.persistent_checkpoint_root});
+  SupervisorRunnerOptions ropt;
+  ropt.restrict_gpu_devices = !o_.no_gpu_device_isolation;
+  ropt.local_checkpoint_root = sopt.local_checkpoint_root;
+  ropt.persistent_checkpoint_root = sopt.persistent_checkpoint_root;
+  ropt.pids_max = o_.job_pids_max;
+  runner_ = std::make_unique<SupervisorRunner>(*sup_, ropt);
   const auto adopted = sup_->List(true);
   if (!adopted.empty()) {
     Log("adopted " + std::to_string(adopted.size()) + " running rank(s) from an earlier agent");

@@ -51,6 +51,9 @@ struct AgentOptions {
   // No rank runs as an account with a uid in 1..min_job_uid-1 (system
   // accounts), whatever the scheduler says (AccountPolicy, account.hpp).
   uint32_t min_job_uid = 1000;
+  // pids.max of every job's cgroup: the start's pids_max when lower, else
+  // this (0: no node limit).
+  int64_t job_pids_max = 16384;
   // Leave /dev/nvidia* of other jobs' GPUs open to every job (the default
   // restricts each job's cgroup to its own GPUs where the node can).
   bool no_gpu_device_isolation = false;

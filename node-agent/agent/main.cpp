@@ -113,6 +113,12 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
                  "accounts), whatever the scheduler says; uid 0 is --allow-root-jobs' alone")
       ->check(CLI::Range(uint32_t{1}, uint32_t{4294967294U}))
       ->capture_default_str();
+  app.add_option("--job-pids-max", o.job_pids_max,
+                 "pids.max of every job's cgroup: the most tasks (processes and threads) a job "
+                 "has at once on this node; a job's own pids_max may only lower it (0: no limit "
+                 "but the job's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4194304}))
+      ->capture_default_str();
   app.add_flag("--no-gpu-device-isolation", o.no_gpu_device_isolation,
                "let every job open every GPU's device node (default: a job's cgroup opens only "
                "its own GPUs where the node enforces it; CUDA_VISIBLE_DEVICES always lists them)");

@@ -161,6 +161,16 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
   JobLaunch l = launch;
   l.limits.restrict_gpu_devices = options_.restrict_gpu_devices;
   LaunchOutcome out;
+  auto note = [&out](const std::string& line) {
+    out.note += (out.note.empty() ? "" : "; ") + line;
+  };
+  if (options_.pids_max > 0 && (l.limits.pids_max <= 0 || l.limits.pids_max > options_.pids_max)) {
+    if (l.limits.pids_max > 0) {
+      note("pids_max " + std::to_string(l.limits.pids_max) + " lowered to this node's " +
+           std::to_string(options_.pids_max) + " (--job-pids-max)");
+    }
+    l.limits.pids_max = options_.pids_max;
+  }
   if (checkpoint_step >= 0) {
     const std::string local_dir = !launch.local_checkpoint_dir.empty() ? launch.local_checkpoint_dir
                                   : options_.local_checkpoint_root.empty()
@@ -200,7 +210,7 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
     }
     if (HasStep(local_dir, checkpoint_step)) {
       l.restart_step = checkpoint_step;
-      if (staged) out.note = "staged checkpoint step " + step + " from the persistent tier";
+      if (staged) note("staged checkpoint step " + step + " from the persistent tier");
     } else if (!absent && !local_dir.empty() && !persistent_dir.empty()) {
       // Looked for on the persistent tier (often a network file system,
       // slow to list) and copied, as the account into its own directory
@@ -244,9 +254,8 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       staging_[job] = copy;
       return StagingBusy(checkpoint_step);
     } else {
-      out.note = "checkpoint step " + step +
-                 " is on neither checkpoint tier of this node; starting without "
-                 "TOPO_RESTART_STEP";
+      note("checkpoint step " + step +
+           " is on neither checkpoint tier of this node; starting without TOPO_RESTART_STEP");
     }
   }
 

@@ -48,9 +48,40 @@ def cgroup_mount():
     return v2 or freezer
 
 
+def v1_limit_roots(name):
+    """The agent's v1 limit hierarchies for a cgroup root named `name`:
+    MOUNT/<the agent's cgroup there>/NAME in every v1 controller mount
+    (memory, cpu, pids, devices; node-agent/supervisor/.../cgroup.hpp)."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if parts[parts.index("-") + 1] == "cgroup":
+                mounts.append(parts[4])
+    found = []
+    for mount in mounts:
+        for dirpath, dirs, _files in os.walk(mount):
+            if dirpath[len(mount):].count("/") >= 6:
+                dirs[:] = []
+            elif os.path.basename(dirpath) == name:
+                found.append(dirpath)
+                dirs[:] = []
+    return found
+
+
 def kill_cgroup_tree(root):
-    """SIGKILLs every process in the cgroups under root and removes them."""
-    if not root or not os.path.isdir(root):
+    """SIGKILLs every process in the cgroups under root and removes them, and
+    the v1 limit hierarchies the agent made beside root (v1_limit_roots)."""
+    if not root:
+        return
+    if os.path.isdir(root):
+        kill_one_cgroup_tree(root)
+    for limits in v1_limit_roots(os.path.basename(root)):
+        kill_one_cgroup_tree(limits)
+
+
+def kill_one_cgroup_tree(root):
+    if not os.path.isdir(root):
         return
     for _ in range(50):
         pids = set()

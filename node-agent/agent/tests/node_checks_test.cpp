@@ -341,7 +341,7 @@ TEST_CASE("SupervisorRunner: missing, root and low-uid accounts fail for good, s
   // tier, where the next start finds it without staging again.
   {
     SupervisorRunner forgetful(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root,
-                                     /*staging_keep_ms=*/0});
+                                     /*pids_max=*/0, /*staging_keep_ms=*/0});
     JobLaunch ten = l;
     ten.job_id = "10";
     fs::create_directories(so.persistent_checkpoint_root + "/10/step-2");

@@ -328,6 +328,7 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
     const std::string sub = ReadText(parent + "/cgroup.subtree_control");
     m.v2_memory_ = HasWord(sub, "memory");
     m.v2_cpu_ = HasWord(sub, "cpu");
+    m.v2_pids_ = HasWord(sub, "pids");
   } else {
     info.freezer = track->controllers.count("freezer") > 0;
   }
@@ -341,8 +342,9 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
   };
   if (!m.v2_memory_) m.v1_memory_ = v1_root("memory");
   if (!m.v2_cpu_) m.v1_cpu_ = v1_root("cpu");
+  if (!m.v2_pids_) m.v1_pids_ = v1_root("pids");
   m.v1_devices_ = v1_root("devices");
-  for (const std::string* r : {&m.v1_memory_, &m.v1_cpu_, &m.v1_devices_}) {
+  for (const std::string* r : {&m.v1_memory_, &m.v1_cpu_, &m.v1_devices_, &m.v1_pids_}) {
     if (!r->empty() && *r != info.track_root &&
         std::find(info.v1_roots.begin(), info.v1_roots.end(), *r) == info.v1_roots.end()) {
       info.v1_roots.push_back(*r);
@@ -357,6 +359,11 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
     info.cpu = "cpu.max (cgroup v2)";
   } else if (!m.v1_cpu_.empty()) {
     info.cpu = "cpu.cfs_quota_us (cgroup v1, " + m.v1_cpu_ + ")";
+  }
+  if (m.v2_pids_) {
+    info.pids = "pids.max (cgroup v2)";
+  } else if (!m.v1_pids_.empty()) {
+    info.pids = "pids.max (cgroup v1, " + m.v1_pids_ + ")";
   }
   if (!m.v1_devices_.empty()) {
     info.gpu_devices = "devices.deny (cgroup v1, " + m.v1_devices_ + ")";
@@ -380,6 +387,7 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
                        : "SIGKILL rounds");
   s += "; memory limit: " + (info.memory.empty() ? "not enforced" : info.memory);
   s += "; cpu limit: " + (info.cpu.empty() ? "not enforced" : info.cpu);
+  s += "; pids limit: " + (info.pids.empty() ? "not enforced" : info.pids);
   s += "; GPU devices: " +
        (info.gpu_devices.empty() ? "CUDA_VISIBLE_DEVICES only" : info.gpu_devices);
   info.summary = s;
@@ -399,6 +407,7 @@ JobCgroup CgroupManager::For(const std::string& job_id, const JobLimits& limits)
   };
   if (limits.memory_bytes > 0) add(v1_memory_);
   if (limits.cpus > 0) add(v1_cpu_);
+  if (limits.pids_max > 0) add(v1_pids_);
   if (limits.restrict_gpu_devices) add(v1_devices_);
   return cg;
 }
@@ -470,6 +479,22 @@ core::Result<JobCgroup> CgroupManager::Create(const std::string& job_id, const J
     }
   } else if (v2_cpu_) {
     WriteFile(track + "/cpu.max", "max");
+  }
+  // pids
+  if (limits.pids_max > 0) {
+    const std::string v = std::to_string(limits.pids_max);
+    if (v2_pids_) {
+      WriteFile(info_.track_root + "/cgroup.subtree_control", "+pids");
+      if (int e = WriteFile(track + "/pids.max", v)) return fail("set " + track + "/pids.max", e);
+    } else if (!v1_pids_.empty()) {
+      const std::string f = dir_of(v1_pids_) + "/pids.max";
+      if (int e = WriteFile(f, v)) return fail("set " + f, e);
+    } else if (notes) {
+      notes->push_back("the limit of " + v + " tasks (pids_max) is not enforced on this node (" +
+                       info_.summary + ")");
+    }
+  } else if (v2_pids_ || v1_pids_ == info_.track_root) {
+    WriteFile(track + "/pids.max", "max");
   }
   // GPU device nodes
   if (limits.restrict_gpu_devices) {

@@ -574,3 +574,71 @@ TEST_CASE("limit files hold the values asked for while the job runs") {
   PollUntil(sup, Finished("files"));
   if (!mem_dir.empty()) CHECK(!fs::exists(mem_dir));
 }
+
+TEST_CASE("a job that forks far more than its pids limit cannot exceed it") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  RankSupervisor sup(sb.Options());
+  const CgroupInfo& info = sup.Cgroups();
+  if (info.pids.empty()) {
+    MESSAGE("skipped: this node has no pids controller (" << info.summary << ")");
+    return;
+  }
+  // 300 forks, each child sleeping: a fork past the limit fails inside the
+  // job (EAGAIN); the rank reports how many of each it saw, then waits.
+  const std::string bomb = sb.t / "bomb.py";
+  {
+    std::ofstream out(bomb);
+    out << "#!/usr/bin/python3\n"
+           "import os, time\n"
+           "ok = failed = 0\n"
+           "for i in range(300):\n"
+           "    try:\n"
+           "        pid = os.fork()\n"
+           "    except OSError:\n"
+           "        failed += 1\n"
+           "        continue\n"
+           "    if pid == 0:\n"
+           "        time.sleep(60)\n"
+           "        os._exit(0)\n"
+           "    ok += 1\n"
+           "with open(os.environ['OUT_DIR'] + '/forks.tmp', 'w') as f:\n"
+           "    f.write('forked=%d failed=%d\\n' % (ok, failed))\n"
+           "os.rename(os.environ['OUT_DIR'] + '/forks.tmp', os.environ['OUT_DIR'] + '/forks')\n"
+           "time.sleep(60)\n";
+  }
+  ::chmod(bomb.c_str(), 0755);
+  auto job = sb.Job("bomb", bomb, 1);
+  job.limits.pids_max = 40;
+  REQUIRE(sup.Launch(job).ok());
+  REQUIRE(WaitForFile(sb.out + "/forks", 30000));
+  const std::string forks = ReadFile(sb.out + "/forks");
+  CAPTURE(forks);
+  int forked = -1, failed = -1;
+  REQUIRE(std::sscanf(forks.c_str(), "forked=%d failed=%d", &forked, &failed) == 2);
+  // The rank itself is one of the 40 tasks.
+  CHECK(forked <= 39);
+  CHECK(forked >= 1);
+  CHECK(failed >= 300 - 39);
+  // The limit file says so, and the job's tracking cgroup never holds more.
+  const pid_t pid = sup.List()[0].pid;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line, pids_dir;
+  while (std::getline(in, line)) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (line.substr(a + 1, b - a - 1) == "pids")
+      pids_dir = "/sys/fs/cgroup/pids" + line.substr(b + 1);
+  }
+  const std::string dir =
+      info.pids.find("v1") != std::string::npos ? pids_dir : sup.CgroupPath("bomb");
+  REQUIRE_FALSE(dir.empty());
+  CHECK(ReadFile(dir + "/pids.max") == "40\n");
+  CHECK(std::stoi(ReadFile(dir + "/pids.current")) <= 40);
+  CHECK(sup.Launch(job).ok() == false);  // still running: no second launch
+  const size_t members = JobCgroup{info.mode, {sup.CgroupPath("bomb")}}.Members().size();
+  CHECK(members == static_cast<size_t>(forked) + 1);
+  REQUIRE(sup.Stop("bomb", 200).ok());
+  PollUntil(sup, Finished("bomb"));
+  CHECK_FALSE(fs::exists(dir));
+}

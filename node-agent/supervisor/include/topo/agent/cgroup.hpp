@@ -35,6 +35,10 @@
 //                 v1/hybrid: memory.limit_in_bytes in the memory hierarchy.
 //   cpus          v2: cpu.max "QUOTA 100000" under the same condition ("cpu");
 //                 v1/hybrid: cpu.cfs_quota_us / cpu.cfs_period_us.
+//   pids_max      v2: pids.max under the same condition ("pids");
+//                 v1/hybrid: pids.max in the v1 pids hierarchy. Every task
+//                 counts (threads too): a fork or clone past it fails with
+//                 EAGAIN inside the job, nothing outside it is touched.
 //   gpu devices   every DEV_DIR/nvidiaN whose N is not one of the job's GPUs
 //                 is refused (the control nodes nvidiactl, nvidia-uvm, ...
 //                 stay open):
@@ -74,7 +78,8 @@ enum class CgroupMode {
 // Per-job resource limits. Zero / empty: no limit.
 struct JobLimits {
   int64_t memory_bytes = 0;
-  double cpus = 0;  // CPU time per wall-clock time, e.g. 2.5
+  double cpus = 0;       // CPU time per wall-clock time, e.g. 2.5
+  int64_t pids_max = 0;  // tasks (processes and threads) at once
   // Restrict /dev/nvidiaN to the launch's GPUs (see the table above).
   bool restrict_gpu_devices = false;
 };
@@ -87,6 +92,7 @@ struct CgroupInfo {
   bool freezer = false;               // v2 cgroup.freeze or v1 freezer
   std::string memory;                 // how memory_bytes is enforced; "" = not
   std::string cpu;                    // how cpus is enforced; "" = not
+  std::string pids;                   // how pids_max is enforced; "" = not
   std::string gpu_devices;            // how GPUs are isolated; "" = not (CUDA_VISIBLE_DEVICES only)
   std::vector<std::string> v1_roots;  // v1 limit roots (MOUNT/.../NAME), for cleanup
   std::string summary;                // one line for logs and `topo nodes`
@@ -158,8 +164,8 @@ class CgroupManager {
   std::string problem_;
   CgroupOptions options_;
   // v1 limit hierarchies: controller -> MOUNT/<own cgroup>/<NAME>.
-  std::string v1_memory_, v1_cpu_, v1_devices_;
-  bool v2_memory_ = false, v2_cpu_ = false;
+  std::string v1_memory_, v1_cpu_, v1_devices_, v1_pids_;
+  bool v2_memory_ = false, v2_cpu_ = false, v2_pids_ = false;
   bool v2_device_filter_ = false;      // GPU devices by a BPF program
   std::string device_filter_problem_;  // why not, where v2 has no other way
   // The character devices DEV_DIR/nvidiaN whose N is not in gpus.
