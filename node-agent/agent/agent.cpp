@@ -199,7 +199,14 @@ int Agent::Run() {
   sopt.allow_root_jobs = o_.allow_root_jobs;
   sopt.min_job_uid = static_cast<uid_t>(o_.min_job_uid);
   sopt.cgroup_root = o_.cgroup_root;
+  if (!ParseScratchMode(o_.job_scratch, &sopt.job_scratch)) {
+    Log("--job-scratch " + o_.job_scratch + ": expected auto, on or off");
+    return 2;
+  }
+  sopt.job_tmp_size = o_.job_tmp_size;
+  sopt.job_shm_size = o_.job_shm_size;
   sup_ = std::make_unique<RankSupervisor>(sopt);
+  Log("job scratch: " + sup_->Scratch().Summary());
   Log("cgroups: " + sup_->Cgroups().summary);
   if (o_.allow_root_jobs) Log("--allow-root-jobs: ranks may run as uid 0");
   Log("jobs run as accounts of uid " + std::to_string(o_.min_job_uid) +

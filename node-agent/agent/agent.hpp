@@ -54,6 +54,11 @@ struct AgentOptions {
   // pids.max of every job's cgroup: the start's pids_max when lower, else
   // this (0: no node limit).
   int64_t job_pids_max = 16384;
+  // Private /tmp and /dev/shm per job (job_scratch.hpp): "auto", "on", "off";
+  // tmpfs sizes (bytes with k/m/g/t, or N% of RAM).
+  std::string job_scratch = "auto";
+  std::string job_tmp_size = "50%";
+  std::string job_shm_size = "50%";
   // Leave /dev/nvidia* of other jobs' GPUs open to every job (the default
   // restricts each job's cgroup to its own GPUs where the node can).
   bool no_gpu_device_isolation = false;

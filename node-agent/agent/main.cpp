@@ -10,6 +10,7 @@
 #include "agent.hpp"
 #include "cert_check.hpp"
 #include "simulate.hpp"
+#include "topo/agent/job_scratch.hpp"
 
 int main(int argc, char** argv) {
   topo::agent::AgentOptions o;
@@ -118,6 +119,24 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
                  "has at once on this node; a job's own pids_max may only lower it (0: no limit "
                  "but the job's)")
       ->check(CLI::Range(int64_t{0}, int64_t{4194304}))
+      ->capture_default_str();
+  app.add_option("--job-scratch", o.job_scratch,
+                 "a private /tmp and /dev/shm per job (tmpfs in a mount namespace of the job's, "
+                 "charged to its memory cgroup, removed when it ends): auto (where the node can: "
+                 "the agent is root and may make mount namespaces; else the node's, said in each "
+                 "rank's log), on (a node that cannot fails the start) or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  auto tmpfs_size = [](const std::string& v) {
+    topo::core::Status st = topo::agent::CheckTmpfsSize(v);
+    return st.ok() ? std::string() : st.message();
+  };
+  app.add_option("--job-tmp-size", o.job_tmp_size,
+                 "size of each job's /tmp tmpfs: bytes with k, m, g or t, or N% of the node's RAM")
+      ->check(tmpfs_size)
+      ->capture_default_str();
+  app.add_option("--job-shm-size", o.job_shm_size, "size of each job's /dev/shm tmpfs, as above")
+      ->check(tmpfs_size)
       ->capture_default_str();
   app.add_flag("--no-gpu-device-isolation", o.no_gpu_device_isolation,
                "let every job open every GPU's device node (default: a job's cgroup opens only "

@@ -1,7 +1,8 @@
 """Real topo-agent processes next to a real topo-scheduler on loopback: the
 pieces the agent tests share (tests/agent, tests/torch).
 
-Ranks run as real Unix accounts the tests create (useradd) in real cgroups:
+Ranks run as real Unix accounts the tests create (useradd) in real cgroups,
+each job with its own /tmp (so the work directory is under /var/tmp):
 each agent gets its own cgroup root (--cgroup-root MOUNT/topo-test-PID-NODE)
 so tests never touch another agent's jobs, and agent_cluster removes the
 accounts, the cgroups, the rank processes and the work directory afterwards,
@@ -24,6 +25,12 @@ import tempfile
 import time
 
 from harness import Failure, tiny_topology
+
+
+# Where a cluster's work directory goes: not under /tmp, which each job has
+# its own of (topo-agent --job-scratch, on where the agent is root), so that
+# ranks reach the scripts, logs and checkpoint directories the test puts there.
+WORK_ROOT = "/var/tmp"
 
 
 def issue(binary, state_dir, node, out):
@@ -106,6 +113,20 @@ def kill_one_cgroup_tree(root):
             return
         time.sleep(0.1)
     print("warning: cgroup %s could not be removed" % root, file=sys.stderr)
+
+
+def unmount_under(path):
+    """Detaches every mount at or below path, deepest first (an agent's job
+    namespace pins and their private mount: topo-agent --job-scratch)."""
+    path = os.path.realpath(path)
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == path or point.startswith(path + "/"):
+                points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 def create_account(name):
@@ -278,7 +299,7 @@ def agent_cluster(daemon, prefix):
     every agent, the ranks they left and their cgroups, removes the test's
     Unix accounts, prints the daemon's and the agents' logs when the block
     failed, stops the daemon and removes the work dir."""
-    work = tempfile.mkdtemp(prefix=prefix)
+    work = tempfile.mkdtemp(prefix=prefix, dir=WORK_ROOT)
     os.chmod(work, 0o711)
     cluster = Cluster(work)
     ok = False
@@ -298,4 +319,5 @@ def agent_cluster(daemon, prefix):
             for n, a in cluster.agents.items():
                 print("---- agent %s log\n%s" % (n, a.log()[-4000:]), file=sys.stderr)
         daemon.cleanup()
+        unmount_under(work)
         shutil.rmtree(work, ignore_errors=True)

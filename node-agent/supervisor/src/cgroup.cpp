@@ -405,7 +405,7 @@ JobCgroup CgroupManager::For(const std::string& job_id, const JobLimits& limits)
     const std::string d = (fs::path(root) / leaf).string();
     if (std::find(cg.dirs.begin(), cg.dirs.end(), d) == cg.dirs.end()) cg.dirs.push_back(d);
   };
-  if (limits.memory_bytes > 0) add(v1_memory_);
+  if (limits.memory_bytes > 0 || limits.account_memory) add(v1_memory_);
   if (limits.cpus > 0) add(v1_cpu_);
   if (limits.pids_max > 0) add(v1_pids_);
   if (limits.restrict_gpu_devices) add(v1_devices_);
@@ -457,7 +457,10 @@ core::Result<JobCgroup> CgroupManager::Create(const std::string& job_id, const J
                        info_.summary + ")");
     }
   } else if (v2_memory_) {
+    if (limits.account_memory) WriteFile(info_.track_root + "/cgroup.subtree_control", "+memory");
     WriteFile(track + "/memory.max", "max");  // a reused cgroup keeps no old limit
+  } else if (limits.account_memory && !v1_memory_.empty()) {
+    WriteFile(dir_of(v1_memory_) + "/memory.limit_in_bytes", "-1");
   }
   // cpu
   if (limits.cpus > 0) {

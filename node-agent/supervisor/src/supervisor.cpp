@@ -149,6 +149,9 @@ RankSupervisor::RankSupervisor(SupervisorOptions options) : impl_(std::make_uniq
   fs::create_directories(fs::path(opt.state_dir) / "jobs", ec);
   ::chmod(opt.state_dir.c_str(), 0700);
   ::chmod((fs::path(opt.state_dir) / "jobs").c_str(), 0700);
+  impl_->scratch =
+      JobScratch::Open(ScratchOptions{opt.job_scratch, opt.job_tmp_size, opt.job_shm_size,
+                                      (fs::path(opt.state_dir) / "namespaces").string()});
   impl_->cgroups = CgroupManager::Detect(
       CgroupOptions{opt.cgroup_root, opt.gpu_device_dir, opt.use_v1_cgroup_controllers});
   int fds[2];
@@ -228,10 +231,18 @@ std::string RankSupervisor::CgroupPath(const std::string& job_id) const {
 
 const CgroupInfo& RankSupervisor::Cgroups() const { return impl_->cgroups.Describe(); }
 
+const JobScratch& RankSupervisor::Scratch() const { return impl_->scratch; }
+
+std::string RankSupervisor::ScratchPin(const std::string& job_id) const {
+  auto it = impl_->jobs.find(job_id);
+  return it == impl_->jobs.end() ? std::string() : it->second.scratch_pin;
+}
+
 // ------------------------------------------------------------------ launch
 
 struct StartingLaunch::State {
   const CgroupManager* cgroups = nullptr;  // the supervisor's; const after construction
+  const JobScratch* scratch = nullptr;     // likewise
   int checkpoint_signal = 0;
   JobLaunch launch;
   AccountPolicy account_rules;           // RankSupervisor::AccountRules
@@ -245,6 +256,7 @@ struct StartingLaunch::State {
   // file system that takes its time.
   std::vector<std::pair<std::string, std::string>> dirs;
   std::optional<JobCgroup> prior_cgroup;  // the earlier run's, still there: removed first
+  std::string prior_pin;                  // the earlier run's namespace, still pinned
   bool ran = false;
   bool started = false;   // Run() started every rank
   bool finished = false;  // FinishLaunch took the ranks
@@ -278,6 +290,7 @@ core::Status StartingLaunch::State::Abort(const std::vector<int>& cgroup_fds,
     cleanup = "; cgroup " + j.cgroup.dirs[0] + " could not be removed";
   }
   j.cgroup_live = false;
+  if (!j.scratch_pin.empty() && JobScratch::Remove(j.scratch_pin)) j.scratch_pin.clear();
   const size_t killed = j.ranks.size();
   j.ranks.clear();
   started = false;
@@ -317,6 +330,7 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
 
   auto s = std::make_unique<StartingLaunch::State>();
   s->cgroups = &impl_->cgroups;
+  s->scratch = &impl_->scratch;
   s->checkpoint_signal = opt.checkpoint_signal;
   s->launch = launch;
   s->account_rules = AccountRules(launch);
@@ -356,6 +370,11 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
     prior->cgroup_live = false;
     prior->leftovers_since.reset();
   }
+  if (prior && !prior->scratch_pin.empty()) {
+    // Likewise its namespace: the new run gets a fresh one.
+    s->prior_pin = prior->scratch_pin;
+    prior->scratch_pin.clear();
+  }
   // The logs, named now: LogPath reads what this supervisor knows.
   if (launch.mode == core::LaunchMode::kNode) {
     s->log_path = NodeLogPath(launch.job_id, launch.group_rank);
@@ -386,6 +405,22 @@ core::Status StartingLaunch::Run() {
     }
     s.prior_cgroup.reset();
   }
+  if (!s.prior_pin.empty()) {
+    if (!JobScratch::Remove(s.prior_pin)) {
+      return s.status = core::Status::Error(job + ": the mount namespace of its earlier run (" +
+                                            s.prior_pin + ") cannot be removed");
+    }
+    s.prior_pin.clear();
+  }
+  // Private /tmp and /dev/shm, or why not.
+  const JobScratch& scratch = *s.scratch;
+  if (scratch.mode() == ScratchMode::kOn && !scratch.enabled()) {
+    return s.status = core::Status::Error(
+               job + ": this node cannot give jobs a private /tmp and /dev/shm (" +
+               scratch.problem() +
+               "), and topo-agent --job-scratch on asks for them: fix the node, or run the "
+               "agent with --job-scratch auto");
+  }
 
   // The account (NSS: maybe a directory server, so here and not on the
   // caller's loop).
@@ -413,8 +448,12 @@ core::Status StartingLaunch::Run() {
   std::vector<std::string> notes;
   std::vector<int> cgroup_fds;
   const CgroupManager& cgroups = *s.cgroups;
+  JobLimits limits = launch.limits;
+  // What the ranks write to their tmpfs is charged to their memory cgroup:
+  // they must be in one, limit or not.
+  limits.account_memory = scratch.enabled();
   if (cgroups.usable()) {
-    auto cg = cgroups.Create(launch.job_id, launch.limits, JobGpus(launch), &notes);
+    auto cg = cgroups.Create(launch.job_id, limits, JobGpus(launch), &notes);
     if (!cg.ok()) return s.status = core::Status::Error(job + ": " + cg.message());
     j.cgroup = cg.value();
     j.cgroup_live = true;
@@ -430,6 +469,28 @@ core::Status StartingLaunch::Run() {
   }
   // From here on a failure takes what was started with it.
   s.started = true;
+  // The namespace's pin, open for the ranks to enter (closed on return).
+  struct NsFd {
+    int fd = -1;
+    ~NsFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } ns;
+  if (scratch.enabled()) {
+    core::Result<std::string> pin = scratch.Create(launch.job_id);
+    if (!pin.ok()) return s.status = s.Abort(cgroup_fds, pin.message());
+    j.scratch_pin = pin.value();
+    ns.fd = ::open(j.scratch_pin.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns.fd < 0) {
+      return s.status =
+                 s.Abort(cgroup_fds, "cannot open " + j.scratch_pin + ": " + std::strerror(errno));
+    }
+  } else if (scratch.mode() != ScratchMode::kOff) {
+    notes.push_back(
+        "/tmp and /dev/shm are the node's, shared with other jobs and kept after "
+        "this one: " +
+        scratch.problem());
+  }
 
   // The environment: the account's base, the job's own, then ours.
   std::map<std::string, std::string> base = RankBaseEnvironment(acct);
@@ -446,6 +507,7 @@ core::Status StartingLaunch::Run() {
   req.argv = launch.argv;
   req.account = &acct;
   req.cgroup_fds = cgroup_fds;
+  req.mount_ns_fd = ns.fd;
   req.required_dir = j.local_dir;
   if (!launch.working_dir.empty()) {
     req.wd_candidates = {launch.working_dir};
@@ -550,11 +612,12 @@ core::Status RankSupervisor::FinishLaunch(StartingLaunch launch) {
   StartingLaunch::State& s = *launch.s_;
   if (!s.status.ok()) {
     // The earlier run's cgroup, not removed: Poll() cleans it up as before.
-    if (s.prior_cgroup) {
-      if (auto it = impl_->jobs.find(s.j.job_id); it != impl_->jobs.end()) {
+    if (auto it = impl_->jobs.find(s.j.job_id); it != impl_->jobs.end()) {
+      if (s.prior_cgroup) {
         it->second.cgroup = *s.prior_cgroup;
         it->second.cgroup_live = true;
       }
+      if (!s.prior_pin.empty()) it->second.scratch_pin = s.prior_pin;  // Poll removes it
     }
     return s.status;
   }
@@ -674,11 +737,17 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
     }
     const bool any_running =
         std::any_of(j.ranks.begin(), j.ranks.end(), [](const RankRec& r) { return r.running; });
-    if (!any_running && (!j.finished_reported || j.cgroup_live)) {
+    if (!any_running && (!j.finished_reported || j.cgroup_live || !j.scratch_pin.empty())) {
       const bool was_live = j.cgroup_live;
       std::string message;
       const bool clean = I.CleanUpAfterRanks(j, now, &message);
       if (was_live != j.cgroup_live) changed = true;
+      // Nothing of the job runs here: its namespace goes, and with it the
+      // pages of its /tmp and /dev/shm.
+      if (clean && !j.scratch_pin.empty() && JobScratch::Remove(j.scratch_pin)) {
+        j.scratch_pin.clear();
+        changed = true;
+      }
       if (clean && !j.finished_reported) {
         j.finished_reported = true;
         changed = true;
@@ -732,6 +801,7 @@ core::Status RankSupervisor::Forget(const std::string& job_id) {
     return core::Status::Error("job " + job_id + ": a checkpoint copy is in flight");
   }
   if (it->second.cgroup_live) it->second.cgroup.KillAndRemove(1000);
+  JobScratch::Remove(it->second.scratch_pin);
   std::error_code ec;
   fs::remove(impl_->StatePath(job_id), ec);
   impl_->jobs.erase(it);

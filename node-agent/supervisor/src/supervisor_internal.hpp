@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "topo/agent/cgroup.hpp"
+#include "topo/agent/job_scratch.hpp"
 #include "topo/agent/supervisor.hpp"
 
 namespace topo::agent {
@@ -74,6 +75,9 @@ struct JobRec {
   // not yet removed.
   JobCgroup cgroup;
   bool cgroup_live = false;
+  // The pin of the job's mount namespace (private /tmp and /dev/shm) while
+  // it lives; removed once nothing of the job runs here.
+  std::string scratch_pin;
   // Every rank has exited and the cgroup still had processes at this time.
   std::optional<SupervisorClock::time_point> leftovers_since;
   std::optional<SupervisorClock::time_point> kill_deadline;
@@ -94,6 +98,7 @@ struct CopyResult {
 struct RankSupervisor::Impl {
   SupervisorOptions opt;
   CgroupManager cgroups;
+  JobScratch scratch;
   std::map<std::string, JobRec> jobs;
   int wake_r = -1, wake_w = -1;
 

@@ -31,8 +31,9 @@ namespace topo::agent::testing {
 // scripts and directories the test puts in it.
 class TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "topo-sup-XXXXXX").string();
+  // base: where (a rank in a job with a private /tmp cannot see the node's).
+  explicit TempDir(const std::string& base = std::filesystem::temp_directory_path().string()) {
+    std::string tmpl = (std::filesystem::path(base) / "topo-sup-XXXXXX").string();
     path_ = ::mkdtemp(tmpl.data()) ? tmpl : std::string();
     if (!path_.empty()) ::chmod(path_.c_str(), 0711);
   }
@@ -236,8 +237,9 @@ inline void CleanStaleTestArtifacts() {
 // One test's world: a temp dir with a world-writable out/ for the ranks, an
 // account, and a private cgroup root.
 struct Sandbox {
-  explicit Sandbox(TestCgroupRoot::Kind kind = TestCgroupRoot::Kind::kDetected)
-      : user("a"), cgroup(kind) {
+  explicit Sandbox(TestCgroupRoot::Kind kind = TestCgroupRoot::Kind::kDetected,
+                   const std::string& base = std::filesystem::temp_directory_path().string())
+      : t(base), user("a"), cgroup(kind) {
     out = t / "out";
     std::filesystem::create_directories(out);
     ::chmod(out.c_str(), 01777);

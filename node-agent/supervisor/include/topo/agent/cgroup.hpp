@@ -80,6 +80,9 @@ struct JobLimits {
   int64_t memory_bytes = 0;
   double cpus = 0;       // CPU time per wall-clock time, e.g. 2.5
   int64_t pids_max = 0;  // tasks (processes and threads) at once
+  // Join the memory controller even without memory_bytes, so that what the
+  // job's processes write to their tmpfs is charged to the job.
+  bool account_memory = false;
   // Restrict /dev/nvidiaN to the launch's GPUs (see the table above).
   bool restrict_gpu_devices = false;
 };

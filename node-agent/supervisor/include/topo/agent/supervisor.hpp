@@ -24,7 +24,10 @@
 //     can enter it, else the job's node-local checkpoint dir, else "/";
 //   - its job's private directories (account.hpp): LOG_DIR/JOB, the
 //     node-local and persistent checkpoint dirs, all 0700 owned by the
-//     account under root-owned 0711 roots; STATE_DIR stays root 0700.
+//     account under root-owned 0711 roots; STATE_DIR stays root 0700;
+//   - with job_scratch: its job's own /tmp and /dev/shm (tmpfs in a mount
+//     namespace of the job's, shared by its ranks on this node, charged to
+//     its memory cgroup, gone once the job has ended here: job_scratch.hpp).
 //
 // Contract with the agent's event loop (poll API, no callbacks):
 //   - Every method returns without blocking on a rank, except that Launch()
@@ -76,6 +79,7 @@
 
 #include "topo/agent/account.hpp"
 #include "topo/agent/cgroup.hpp"
+#include "topo/agent/job_scratch.hpp"
 #include "topo/core/job.hpp"
 #include "topo/core/launch.hpp"
 #include "topo/core/status.hpp"
@@ -105,6 +109,12 @@ struct SupervisorOptions {
   std::string gpu_device_dir = "/dev";
   // CgroupOptions::use_v1_controllers (false: as on a cgroup-v2-only node).
   bool use_v1_cgroup_controllers = true;
+  // Private /tmp and /dev/shm per job (job_scratch.hpp): off (the library's
+  // default), auto (where the node can) or on (or the launch fails);
+  // tmpfs sizes. The namespaces are pinned in STATE_DIR/namespaces.
+  ScratchMode job_scratch = ScratchMode::kOff;
+  std::string job_tmp_size = "50%";
+  std::string job_shm_size = "50%";
 };
 
 // One rank to run on this node.
@@ -349,6 +359,10 @@ class RankSupervisor {
   // What this node enforces (cgroup.hpp); summary is also written into
   // every rank's log when something is not enforced.
   const CgroupInfo& Cgroups() const;
+  // Private /tmp and /dev/shm (job_scratch.hpp): whether jobs get them.
+  const JobScratch& Scratch() const;
+  // The pin of the job's mount namespace ("" without one).
+  std::string ScratchPin(const std::string& job_id) const;
 
   struct Impl;
 
