@@ -21,7 +21,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "agent_core.hpp"
@@ -205,9 +207,17 @@ int Agent::Run() {
   }
   sopt.job_tmp_size = o_.job_tmp_size;
   sopt.job_shm_size = o_.job_shm_size;
+  {
+    // Job cgroups named for this node and this scheduler (its CA): another
+    // agent on this host, or one of another scheduler, never shares one.
+    std::ifstream ca(o_.ca_file);
+    std::ostringstream pem;
+    pem << ca.rdbuf();
+    sopt.cgroup_scope = CgroupScope(o_.node, pem.str());
+  }
   sup_ = std::make_unique<RankSupervisor>(sopt);
   Log("job scratch: " + sup_->Scratch().Summary());
-  Log("cgroups: " + sup_->Cgroups().summary);
+  Log("cgroups: " + sup_->Cgroups().summary + "; job cgroups job-ID." + sopt.cgroup_scope);
   if (o_.allow_root_jobs) Log("--allow-root-jobs: ranks may run as uid 0");
   Log("jobs run as accounts of uid " + std::to_string(o_.min_job_uid) +
       " or above (--min-job-uid)" + (o_.allow_root_jobs ? " or as root" : ""));

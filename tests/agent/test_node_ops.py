@@ -2,12 +2,17 @@
 """Real topo-agent processes under the operations of a real cluster, next to a
 real topo-scheduler on loopback.
 
+  collisions  two agents on this one host (n0 and n1, as the agent's --help
+              shows) share one cgroup root: a job whose ranks end on n1 while
+              its ranks on n0 run on leaves those running (each agent's job
+              cgroup has its own name: job-ID.NODE.SCHEDULER); a restarted n0
+              agent adopts its ranks by their cgroup, and the cancel ends them.
   pids        a job's spec.pids_max reaches its cgroup's pids.max on its node
               through the scheduler's start; a job without one gets the agent's
               --job-pids-max, and a larger one is lowered to it.
 
 usage: test_node_ops.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN
-       [pids]
+       [collisions|pids]
 Standard library only (/usr/bin/python3); run as root.
 """
 
@@ -50,6 +55,69 @@ def rank_pids(agent, jid):
     return sorted(int(r["pid"]) for r in doc.get("ranks", [])), doc.get("cgroup", {}).get("dirs", [])
 
 
+def test_collisions(d, agent_bin, topo_bin, work, agents):
+    if cgroup_mount() is None:
+        print("skipped: no cgroups on this kernel")
+        sys.exit(77)
+    certs = setup(d, work, ["n0", "n1"])
+    script = os.path.join(work, "half.sh")
+    with open(script, "w") as f:
+        # The ranks of node 1 end at once, those of node 0 run on.
+        f.write('#!/bin/sh\nif [ "$GROUP_RANK" = 1 ]; then exit 0; fi\nexec sleep 120\n')
+    command = "/bin/sh " + script
+    shared = None
+    for n in ("n0", "n1"):
+        a = Agent(agent_bin, d, work, n, certs[n][0], certs[n][1], command)
+        # One cgroup root for both, as two agents on one host find by default.
+        shared = shared or a.cgroup_root
+        a.cgroup_root = shared
+        a.args[a.args.index("--cgroup-root") + 1] = shared
+        agents[n] = a.start()
+    wait_for(lambda: all(nodes(d)[n]["state"] == "up" for n in agents), 20, "n0, n1 to come up")
+    j = d.api("POST", "/v1/jobs", {"spec": {"gpus": 16, "name": "halves", "parallelism": {"tp": 8}},
+                                   "command": ["/bin/sh", "-c", command]}, expect=201)
+    jid = j["id"]
+    check(j["state"] == "running", "the job starts: %s" % j)
+    by_node = {}
+    for r in job(d, jid)["ranks"]:
+        by_node.setdefault(r["node"], []).append(r["rank"])
+    runner = [n for n, ranks in by_node.items() if 0 in ranks][0]  # group rank 0: sleeps
+    ender = [n for n in by_node if n != runner][0]
+    wait_for(lambda: len(rank_pids(agents[runner], jid)[0]) == 8, 10, "8 ranks on " + runner)
+    pids, dirs = rank_pids(agents[runner], jid)
+    # The ranks on the other node end; its agent cleans up its own cgroup.
+    finished = "job %d: every local rank has exited" % jid
+    wait_for(lambda: finished in agents[ender].log(), 15, ender + " to see its ranks end")
+    _, ender_dirs = rank_pids(agents[ender], jid)
+    check(all(alive(p) for p in pids),
+          "the ranks on %s outlive the end of those on %s (same host, same cgroup root):\n%s"
+          % (runner, ender, agents[ender].log()[-2000:]))
+    check(dirs and ender_dirs and not set(dirs) & set(ender_dirs),
+          "the two nodes' cgroups of job %d differ: %s, %s" % (jid, dirs, ender_dirs))
+    check(all(os.path.basename(p).startswith("job-%d.%s." % (jid, runner)) for p in dirs),
+          "the cgroup names the job and the node: %s" % dirs)
+    check(all(os.path.isdir(p) for p in dirs), "%s's cgroup is there: %s" % (runner, dirs))
+
+    # A restarted agent finds its ranks by their cgroup.
+    before = len(agents[runner].log())
+    check(agents[runner].terminate() == 0, "agent %s exits 0 on SIGTERM" % runner)
+    agents[runner].start()
+    wait_for(lambda: "registered;" in agents[runner].log()[before:], 15, runner + " to register")
+    check("adopted 8 running rank(s)" in agents[runner].log()[before:],
+          "the restarted agent adopts its 8 ranks:\n" + agents[runner].log()[before:])
+    check(all(alive(p) for p in pids), "the adopted ranks run on")
+    rc = subprocess.run([topo_bin, "cancel", str(jid)], env=dict(
+        os.environ, HOME=os.path.join(d.state_dir, "home"), TOPO_SERVER=d.url,
+        TOPO_CA=os.path.join(d.state_dir, "ca.pem"), TOPO_TOKEN=d.admin_token),
+        capture_output=True, text=True, timeout=30)
+    check(rc.returncode == 0, "topo cancel: %s %s" % (rc.returncode, rc.stderr))
+    wait_for(lambda: not any(alive(p) for p in pids), 15, "the cancelled ranks to end")
+    wait_for(lambda: not any(os.path.isdir(p) for p in dirs), 15, "the job's cgroup to go")
+    print("ok: two agents on one host and one cgroup root keep their job cgroups apart (%s); "
+          "the restarted agent adopted its ranks by theirs"
+          % sorted({os.path.basename(p) for p in dirs + ender_dirs}))
+
+
 PIDS_MAX = r'''
 p=$(grep ':pids:' /proc/self/cgroup | cut -d: -f3)
 if [ -n "$p" ]; then f=/sys/fs/cgroup/pids$p/pids.max
@@ -87,12 +155,12 @@ def test_pids(d, agent_bin, topo_bin, work, agents):
 
 def main():
     sched_bin, agent_bin, topo_bin = sys.argv[1], sys.argv[2], sys.argv[3]
-    which = sys.argv[4] if len(sys.argv) > 4 else "pids"
+    which = sys.argv[4] if len(sys.argv) > 4 else "collisions"
     d = Daemon(sched_bin, config=CONFIG).start()
     with agent_cluster(d, "topo-node-ops-test-") as cluster:
         work, agents = cluster
         run_jobs_as(d, cluster.account("jobs"))
-        tests = {"pids": test_pids}
+        tests = {"collisions": test_collisions, "pids": test_pids}
         tests[which](d, agent_bin, topo_bin, work, agents)
 
 

@@ -179,9 +179,26 @@ bool WaitFor(const std::function<bool()>& pred, int timeout_ms) {
   return true;
 }
 
-std::string JobDirName(const std::string& job_id) { return "job-" + job_id; }
-
 }  // namespace
+
+std::string CgroupScope(const std::string& node, const std::string& ca_pem) {
+  std::string name;
+  for (char c : node.substr(0, 64)) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    name += ok ? c : '_';
+  }
+  // FNV-1a: a name, not a secret (both inputs are the site's own).
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : node + '\n' + ca_pem) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (int shift = 60; shift >= 16; shift -= 4) hex += kHex[(h >> shift) & 15];
+  return name + "." + hex;
+}
 
 // ------------------------------------------------------------------ JobCgroup
 
@@ -398,7 +415,7 @@ JobCgroup CgroupManager::For(const std::string& job_id, const JobLimits& limits)
   JobCgroup cg;
   if (!usable()) return cg;
   cg.mode = info_.mode;
-  const std::string leaf = JobDirName(job_id);
+  const std::string leaf = JobDirName(job_id);  // job-ID.SCOPE
   cg.dirs.push_back((fs::path(info_.track_root) / leaf).string());
   auto add = [&](const std::string& root) {
     if (root.empty() || root == info_.track_root) return;
@@ -548,8 +565,13 @@ std::vector<DeviceNumber> CgroupManager::OtherGpuDevices(const std::vector<int>&
   return out;
 }
 
+std::string CgroupManager::JobDirName(const std::string& job_id) const {
+  return "job-" + job_id + (options_.scope.empty() ? "" : "." + options_.scope);
+}
+
 void CgroupManager::RemoveStale(const std::set<std::string>& known_job_ids) const {
   if (!usable()) return;
+  const std::string suffix = options_.scope.empty() ? "" : "." + options_.scope;
   std::vector<std::string> roots{info_.track_root};
   roots.insert(roots.end(), info_.v1_roots.begin(), info_.v1_roots.end());
   for (const auto& root : roots) {
@@ -558,7 +580,10 @@ void CgroupManager::RemoveStale(const std::set<std::string>& known_job_ids) cons
          it.increment(ec)) {
       const std::string n = it->path().filename().string();
       if (n.rfind("job-", 0) != 0 || !it->is_directory()) continue;
-      if (known_job_ids.count(n.substr(4))) continue;
+      if (n.size() <= 4 + suffix.size() || !n.ends_with(suffix)) continue;  // another scope's
+      const std::string id = n.substr(4, n.size() - 4 - suffix.size());
+      if (suffix.empty() && id.find('.') != std::string::npos) continue;  // a scoped one
+      if (known_job_ids.count(id)) continue;
       if (ReadPids((it->path() / "cgroup.procs").string()).empty()) ::rmdir(it->path().c_str());
     }
   }

@@ -152,8 +152,8 @@ RankSupervisor::RankSupervisor(SupervisorOptions options) : impl_(std::make_uniq
   impl_->scratch =
       JobScratch::Open(ScratchOptions{opt.job_scratch, opt.job_tmp_size, opt.job_shm_size,
                                       (fs::path(opt.state_dir) / "namespaces").string()});
-  impl_->cgroups = CgroupManager::Detect(
-      CgroupOptions{opt.cgroup_root, opt.gpu_device_dir, opt.use_v1_cgroup_controllers});
+  impl_->cgroups = CgroupManager::Detect(CgroupOptions{
+      opt.cgroup_root, opt.gpu_device_dir, opt.use_v1_cgroup_controllers, opt.cgroup_scope});
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
     impl_->wake_r = fds[0];

@@ -109,6 +109,9 @@ struct SupervisorOptions {
   std::string gpu_device_dir = "/dev";
   // CgroupOptions::use_v1_controllers (false: as on a cgroup-v2-only node).
   bool use_v1_cgroup_controllers = true;
+  // CgroupOptions::scope: job cgroups are job-ID.SCOPE (CgroupScope: the
+  // node and the scheduler), so that agents sharing a host never share one.
+  std::string cgroup_scope{};
   // Private /tmp and /dev/shm per job (job_scratch.hpp): off (the library's
   // default), auto (where the node can) or on (or the launch fails);
   // tmpfs sizes. The namespaces are pinned in STATE_DIR/namespaces.
