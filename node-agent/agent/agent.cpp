@@ -33,6 +33,7 @@
 #include "topo/agent/account.hpp"
 #include "topo/agent/supervisor.hpp"
 #include "topo/agent/system_state.hpp"
+#include "topo/common/version.hpp"
 
 namespace topo::agent {
 
@@ -44,8 +45,6 @@ namespace fs = std::filesystem;
 using net::awaitable;
 using net::use_awaitable;
 using std::chrono::milliseconds;
-
-constexpr const char* kAgentVersion = "topo-agent 0.2.0";
 
 class SteadyClock final : public AgentClock {
  public:
@@ -233,7 +232,7 @@ int Agent::Run() {
   }
 
   core_options_.addr = o_.addr;
-  core_options_.agent_version = kAgentVersion;
+  core_options_.agent_version = std::string("topo-agent ") + kVersion;
   core_options_.job_command = o_.job_command;
   core_options_.heartbeat_ms = o_.heartbeat_ms;
   core_options_.stop_grace_ms = o_.stop_grace_ms;

@@ -11,6 +11,7 @@
 #include "cert_check.hpp"
 #include "simulate.hpp"
 #include "topo/agent/job_scratch.hpp"
+#include "topo/common/version.hpp"
 
 int main(int argc, char** argv) {
   topo::agent::AgentOptions o;
@@ -204,6 +205,7 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
       ->needs(simulate)
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
+  app.set_version_flag("--version", std::string("topo-agent ") + topo::kVersion);
   CLI11_PARSE(app, argc, argv);
 
   if (!scheduler_state_dir.empty()) {

@@ -10,9 +10,13 @@ real topo-scheduler on loopback.
   pids        a job's spec.pids_max reaches its cgroup's pids.max on its node
               through the scheduler's start; a job without one gets the agent's
               --job-pids-max, and a larger one is lowered to it.
+  version     topo-agent --version, topo-scheduler --version and topo --version
+              answer 0 with one version, the project's (CMakeLists.txt); the
+              agent's settings out of range are refused at the command line
+              (no daemon needed).
 
 usage: test_node_ops.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN
-       [collisions|pids]
+       [collisions|pids|version]
 Standard library only (/usr/bin/python3); run as root.
 """
 
@@ -153,9 +157,44 @@ def test_pids(d, agent_bin, topo_bin, work, agents):
     print("ok: pids.max %s" % seen)
 
 
+def test_version(sched_bin, agent_bin, topo_bin):
+    import re
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "CMakeLists.txt")) as f:
+        project = re.search(r"project\(toposched VERSION ([0-9.]+)", f.read()).group(1)
+    seen = {}
+    for name, binary in (("topo-agent", agent_bin), ("topo-scheduler", sched_bin),
+                         ("topo", topo_bin)):
+        p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        check(p.returncode == 0, "%s --version exits %d: %r" % (name, p.returncode, p.stderr))
+        seen[name] = p.stdout.strip()
+        check(seen[name] == "%s %s" % (name, project),
+              "%s --version says %r, not %r" % (name, seen[name], "%s %s" % (name, project)))
+    # The agent's new settings are checked at the command line: exit 2 and
+    # the flag named, before anything else happens.
+    for flag, value, words in (("--min-job-uid", "0", "--min-job-uid"),
+                               ("--min-job-uid", "-5", "--min-job-uid"),
+                               ("--job-pids-max", "-1", "--job-pids-max"),
+                               ("--job-pids-max", "4194305", "--job-pids-max"),
+                               ("--job-scratch", "yes", "--job-scratch"),
+                               ("--job-tmp-size", "0%", "percentage of the node's RAM"),
+                               ("--job-shm-size", "1gb", "percentage of the node's RAM")):
+        p = subprocess.run([agent_bin, flag, value, "--node", "n0", "--server",
+                            "wss://127.0.0.1:1/v1/agent", "--ca", "/dev/null", "--cert", "x",
+                            "--key", "x", "--state-dir", "/nonexistent"],
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode != 0 and words in p.stderr + p.stdout,
+              "topo-agent %s %s is refused naming it (exit %d): %r" % (flag, value, p.returncode,
+                                                                     (p.stderr + p.stdout)[-500:]))
+    print("ok: %s; bad agent settings refused" % ", ".join(seen.values()))
+
+
 def main():
     sched_bin, agent_bin, topo_bin = sys.argv[1], sys.argv[2], sys.argv[3]
     which = sys.argv[4] if len(sys.argv) > 4 else "collisions"
+    if which == "version":
+        test_version(sched_bin, agent_bin, topo_bin)
+        return
     d = Daemon(sched_bin, config=CONFIG).start()
     with agent_cluster(d, "topo-node-ops-test-") as cluster:
         work, agents = cluster
