@@ -155,6 +155,8 @@ int Agent::Run() {
     return 2;
   }
   cs.targets = std::move(targets).value();
+  cs.endpoint_file = o_.endpoint_file;
+  cs.endpoint_text = o_.server_url;
   std::string state;
   if (core::Status st = SetUpStateDir(&state); !st.ok()) {
     Log(st.message());

@@ -27,6 +27,9 @@ namespace topo::agent {
 struct AgentOptions {
   std::string node;
   std::string server_url;  // wss://HOST:PORT/PATH
+  // Read again after a failed attempt (ConnectionSettings::endpoint_file):
+  // a local daemon's STATE/agent-endpoint, "" for a fixed --server.
+  std::string endpoint_file;
   std::string ca_file;
   std::string cert_file;
   std::string key_file;

@@ -66,7 +66,9 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
                  "SCHEDULER_STATE/agent-endpoint with --scheduler-state-dir); HA replicas: "
                  "several, comma-separated, tried in turn");
   app.add_option("--scheduler-state-dir", scheduler_state_dir,
-                 "a local daemon's state directory: --server and --ca default from it");
+                 "a local daemon's state directory: --server and --ca default from it (its "
+                 "agent-endpoint is read again after a failed reconnect, so a daemon restarted "
+                 "on another port is followed)");
   app.add_option("--ca", o.ca_file, "the scheduler's CA certificate (ca.pem)");
   app.add_option("--cert", o.cert_file, "this node's client certificate (NAME.pem)");
   app.add_option("--key", o.key_file, "its private key (NAME-key.pem)");
@@ -210,7 +212,10 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
 
   if (!scheduler_state_dir.empty()) {
     if (o.server_url.empty()) {
-      std::ifstream f(scheduler_state_dir + "/agent-endpoint");
+      // Read again whenever a connection fails: a restarted daemon listens
+      // on a new port unless agent_listen fixes one.
+      o.endpoint_file = scheduler_state_dir + "/agent-endpoint";
+      std::ifstream f(o.endpoint_file);
       std::getline(f, o.server_url);
       if (o.server_url.empty()) {
         std::cerr << "topo-agent: cannot read " << scheduler_state_dir
@@ -249,6 +254,7 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
       return 2;
     }
     sim.server_url = o.server_url;
+    sim.endpoint_file = o.endpoint_file;
     sim.ca_file = o.ca_file;
     sim.addr = o.addr;
     sim.gpus = o.gpus;

@@ -161,6 +161,8 @@ int Simulator::Run() {
     return 2;
   }
   cs.targets = std::move(targets).value();
+  cs.endpoint_file = o_.endpoint_file;
+  cs.endpoint_text = o_.server_url;
   const std::vector<std::string> names = SimulatedNodeNames(o_);
   if (names.empty()) {
     Log("no node names (--simulate N with --node-prefix, or --simulate-nodes FILE)");

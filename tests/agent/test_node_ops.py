@@ -7,6 +7,9 @@ real topo-scheduler on loopback.
               its ranks on n0 run on leaves those running (each agent's job
               cgroup has its own name: job-ID.NODE.SCHEDULER); a restarted n0
               agent adopts its ranks by their cgroup, and the cancel ends them.
+  endpoint    the scheduler restarts on a new agent port: an agent started with
+              --scheduler-state-dir reads the new endpoint from the state
+              directory when its reconnects fail, and its node comes back up.
   pids        a job's spec.pids_max reaches its cgroup's pids.max on its node
               through the scheduler's start; a job without one gets the agent's
               --job-pids-max, and a larger one is lowered to it.
@@ -16,7 +19,7 @@ real topo-scheduler on loopback.
               (no daemon needed).
 
 usage: test_node_ops.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN
-       [collisions|pids|version]
+       [collisions|endpoint|pids|version]
 Standard library only (/usr/bin/python3); run as root.
 """
 
@@ -122,6 +125,31 @@ def test_collisions(d, agent_bin, topo_bin, work, agents):
           % sorted({os.path.basename(p) for p in dirs + ender_dirs}))
 
 
+def test_endpoint(d, agent_bin, topo_bin, work, agents):
+    certs = setup(d, work, ["n0"])
+    agents["n0"] = Agent(agent_bin, d, work, "n0", certs["n0"][0], certs["n0"][1], "true").start()
+    wait_for(lambda: nodes(d)["n0"]["state"] == "up", 20, "n0 to come up")
+    endpoint = os.path.join(d.state_dir, "agent-endpoint")
+    old = read(endpoint).strip()
+    registrations = agents["n0"].log().count("registered;")
+    # The agents' port is an ephemeral one (agent_listen's default): a
+    # restarted daemon listens elsewhere.
+    for _ in range(5):
+        d.stop()
+        d.start()
+        new = read(endpoint).strip()
+        if new and new != old:
+            break
+    check(new != old, "the restarted daemon listens for agents elsewhere: %s, %s" % (old, new))
+    wait_for(lambda: agents["n0"].log().count("registered;") > registrations, 30,
+             "n0's agent to register with the daemon at %s:\n%s" % (new, agents["n0"].log()[-2000:]))
+    wait_for(lambda: nodes(d)["n0"]["state"] == "up", 10, "n0 up again")
+    log = agents["n0"].log()
+    check(("the scheduler's agent endpoint is now %s" % new) in log,
+          "the agent says where it dials now:\n" + log[-2000:])
+    print("ok: the agent followed the daemon from %s to %s" % (old, new))
+
+
 PIDS_MAX = r'''
 p=$(grep ':pids:' /proc/self/cgroup | cut -d: -f3)
 if [ -n "$p" ]; then f=/sys/fs/cgroup/pids$p/pids.max
@@ -199,7 +227,7 @@ def main():
     with agent_cluster(d, "topo-node-ops-test-") as cluster:
         work, agents = cluster
         run_jobs_as(d, cluster.account("jobs"))
-        tests = {"collisions": test_collisions, "pids": test_pids}
+        tests = {"collisions": test_collisions, "endpoint": test_endpoint, "pids": test_pids}
         tests[which](d, agent_bin, topo_bin, work, agents)
 
 
