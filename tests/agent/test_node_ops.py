@@ -13,13 +13,19 @@ real topo-scheduler on loopback.
   pids        a job's spec.pids_max reaches its cgroup's pids.max on its node
               through the scheduler's start; a job without one gets the agent's
               --job-pids-max, and a larger one is lowered to it.
+  recoveries  ordinary recoveries leave the scheduler's refused-message counter
+              (/metrics topo_agent_messages_refused_total) where it was: an agent
+              restarted on a node whose ranks died with it while the job moved
+              on does not report their exits; a node-mode launcher that fails
+              is reported once, not once per rank; a checkpoint staged onto the
+              node a job restarts on is not reported again.
   version     topo-agent --version, topo-scheduler --version and topo --version
               answer 0 with one version, the project's (CMakeLists.txt); the
               agent's settings out of range are refused at the command line
               (no daemon needed).
 
 usage: test_node_ops.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN
-       [collisions|endpoint|pids|version]
+       [collisions|endpoint|pids|recoveries|version]
 Standard library only (/usr/bin/python3); run as root.
 """
 
@@ -150,6 +156,126 @@ def test_endpoint(d, agent_bin, topo_bin, work, agents):
     print("ok: the agent followed the daemon from %s to %s" % (old, new))
 
 
+def metric(d, name):
+    status, text = d.request("GET", "/metrics", token=d.admin_token)
+    check(status == 200, "/metrics: %s" % status)
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise Failure("%s not in /metrics:\n%s" % (name, text[-2000:]))
+
+
+def refused(d):
+    return metric(d, "topo_agent_messages_refused_total")
+
+
+def submit(d, name, command, **extra):
+    body = dict({"spec": {"gpus": 8, "name": name, "parallelism": {"tp": 8}},
+                 "command": ["/bin/sh", "-c", command]}, **extra)
+    return d.api("POST", "/v1/jobs", body, expect=201)["id"]
+
+
+def node_of(d, jid):
+    ranks = job(d, jid)["ranks"]
+    return ranks[0]["node"] if ranks else None
+
+
+def barrier(d, name):
+    """A job that runs and completes: every agent message sent before its start
+    has been read by the daemon once it completes (one connection per node,
+    read in order)."""
+    jid = submit(d, name, "true")
+    wait_for(lambda: job(d, jid)["state"] == "completed", 20, "job %s to complete" % name)
+    return jid
+
+
+def test_recoveries(d, agent_bin, topo_bin, work, agents):
+    certs = setup(d, work, ["n0", "n1"])
+    for n in ("n0", "n1"):
+        agents[n] = Agent(agent_bin, d, work, n, certs[n][0], certs[n][1], "true").start()
+    wait_for(lambda: all(nodes(d)[n]["state"] == "up" for n in agents), 20, "n0, n1 to come up")
+    base = refused(d)
+
+    # (a) A node whose agent and ranks die: the job restarts on the other node;
+    # the node's next agent finds the dead ranks in its state files and says
+    # nothing of them (the scheduler's keep list does not name the job).
+    a = submit(d, "lost", "exec sleep 120")
+    x = node_of(d, a)
+    y = "n1" if x == "n0" else "n0"
+    wait_for(lambda: len(rank_pids(agents[x], a)[0]) == 8, 10, "8 ranks on " + x)
+    pids, dirs = rank_pids(agents[x], a)
+    agents[x].kill9()
+    for p in pids:
+        try:
+            os.kill(p, 9)
+        except OSError:
+            pass
+    wait_for(lambda: not any(alive(p) for p in pids), 10, "the ranks on %s to die" % x)
+    wait_for(lambda: job(d, a)["restarts"] >= 1 and node_of(d, a) == y and
+             job(d, a)["state"] == "running", 20, "job %d to restart on %s" % (a, y))
+    before = len(agents[x].log())
+    agents[x].start()
+    wait_for(lambda: "registered;" in agents[x].log()[before:], 15, x + " to register again")
+    wait_for(lambda: ("job %d: every local rank has exited" % a) in agents[x].log()[before:], 10,
+             "%s's agent to see the dead ranks of job %d" % (x, a))
+    barrier(d, "after-a")
+    check(refused(d) == base, "no agent message refused after the restarted agent's "
+          "registration (%d before, %d now):\n%s" % (base, refused(d), agents[x].log()[before:]))
+    check("the scheduler refused" not in agents[x].log()[before:],
+          "the restarted agent heard no refusal:\n" + agents[x].log()[before:])
+
+    # (b) Node mode: the node's one process fails; that is one failure.
+    c = submit(d, "launcher", "exit 3", launch="node")
+    wait_for(lambda: job(d, c)["state"] != "running" or job(d, c)["restarts"] > 0, 20,
+             "job %d's launcher to fail" % c)
+    barrier(d, "after-b")
+    check(refused(d) == base, "no agent message refused after a failed node-mode launcher "
+          "(%d before, %d now):\n%s" % (base, refused(d), d.log()))
+    d.api("POST", "/v1/jobs/%d/cancel" % c, {}, expect=200)
+    d.api("POST", "/v1/jobs/%d/cancel" % a, {}, expect=200)
+    wait_for(lambda: job(d, a)["state"] == "cancelled" and job(d, c)["state"] == "cancelled",
+             10, "jobs %d and %d to be cancelled" % (a, c))
+
+    # (c) A checkpoint staged onto the node a job restarts on is the step it
+    # starts from, not a new one.
+    script = os.path.join(work, "ckpt.sh")
+    with open(script, "w") as f:
+        f.write('#!/bin/sh\n'
+                'if [ "$RANK" = 0 ] && [ -z "$TOPO_RESTART_STEP" ]; then\n'
+                '  mkdir -p "$TOPO_CHECKPOINT_DIR/step-1" && echo w > "$TOPO_CHECKPOINT_DIR/step-1/w"\n'
+                '  echo 1 > "$TOPO_CHECKPOINT_DIR/.c" && mv "$TOPO_CHECKPOINT_DIR/.c" '
+                '"$TOPO_CHECKPOINT_DIR/step-1/COMPLETE"\n'
+                'fi\n'
+                'exec sleep 120\n')
+    e = submit(d, "staged", "/bin/sh " + script)
+    first = node_of(d, e)
+    other = "n1" if first == "n0" else "n0"
+    persisted = os.path.join(work, "persistent", str(e), "step-1", "COMPLETE")
+    wait_for(lambda: job(d, e)["checkpoint_step"] == 1 and os.path.isfile(persisted), 20,
+             "step 1 of job %d to be stored and persisted" % e)
+    before = len(agents[other].log())
+    agents[first].kill9()
+    started = "job %d restart 1: started ranks" % e
+    wait_for(lambda: started in agents[other].log()[before:], 30,
+             "job %d to restart on %s" % (e, other))
+    log = agents[other].log()[before:]
+    check("job %d: staged checkpoint step 1 from the persistent tier" % e in log,
+          "the step was staged onto %s:\n%s" % (other, log))
+    # The supervisor's first poll of the new run (which would report the
+    # staged step) comes before the start is logged.
+    check("job %d: checkpoint step 1 complete (local)" % e not in log,
+          "the staged step is not reported as a new checkpoint:\n" + log)
+    # Its answer comes after anything the agent sent before on the connection.
+    d.api("GET", "/v1/jobs/%d/logs?rank=0" % e, expect=200)
+    events = json.dumps(d.api("GET", "/v1/events?job=%d" % e, expect=200))
+    check(events.count("checkpoint_completed") == 1,
+          "one checkpoint_completed event for job %d: %s" % (e, events[-3000:]))
+    check(refused(d) == base, "no agent message refused (%d before, %d now)" % (base, refused(d)))
+    print("ok: a restarted agent kept quiet about ranks that died with its node, a failed "
+          "node-mode launcher was one failure, a staged checkpoint was not reported again; "
+          "nothing refused")
+
+
 PIDS_MAX = r'''
 p=$(grep ':pids:' /proc/self/cgroup | cut -d: -f3)
 if [ -n "$p" ]; then f=/sys/fs/cgroup/pids$p/pids.max
@@ -227,7 +353,8 @@ def main():
     with agent_cluster(d, "topo-node-ops-test-") as cluster:
         work, agents = cluster
         run_jobs_as(d, cluster.account("jobs"))
-        tests = {"collisions": test_collisions, "endpoint": test_endpoint, "pids": test_pids}
+        tests = {"collisions": test_collisions, "endpoint": test_endpoint,
+                 "pids": test_pids, "recoveries": test_recoveries}
         tests[which](d, agent_bin, topo_bin, work, agents)
 
 

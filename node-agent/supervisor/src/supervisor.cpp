@@ -350,6 +350,9 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
   if (prior && prior->local_dir == j.local_dir) {
     j.reported_step = prior->reported_step;  // a restart does not re-report old steps
   }
+  // Nor the step it restarts from: the scheduler chose it (staged here from
+  // the persistent tier, or left by an earlier run), it is not news.
+  if (launch.restart_step) j.reported_step = std::max(j.reported_step, *launch.restart_step);
 
   // The job's private directories, under roots nobody else can list.
   s->dirs.emplace_back(opt.log_dir, (fs::path(opt.log_dir) / launch.job_id).string());
@@ -714,6 +717,7 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
       if (!r.running) continue;
       SupervisorEvent ev{EventKind::kRankExited, id, {}, -1, {}};
       ev.exit.job_id = id;
+      ev.exit.whole_node = j.mode == core::LaunchMode::kNode;
       if (I.Reap(r, ev.exit)) {
         r.running = false;
         changed = true;

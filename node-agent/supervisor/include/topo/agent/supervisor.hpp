@@ -191,6 +191,9 @@ struct RankExit {
   int exit_code = 0;     // when !signaled
   int signal = 0;        // when signaled
   bool stopped = false;  // it ended after Stop()
+  // Node mode: the process was every rank of the job here (each is reported
+  // with its status, in one Poll).
+  bool whole_node = false;
 };
 
 enum class EventKind {
