@@ -208,6 +208,7 @@ int Agent::Run() {
   }
   sopt.job_tmp_size = o_.job_tmp_size;
   sopt.job_shm_size = o_.job_shm_size;
+  sopt.keep_checkpoints = o_.keep_checkpoints;
   {
     // Job cgroups named for this node and this scheduler (its CA): another
     // agent on this host, or one of another scheduler, never shares one.

@@ -62,6 +62,8 @@ struct AgentOptions {
   std::string job_scratch = "auto";
   std::string job_tmp_size = "50%";
   std::string job_shm_size = "50%";
+  // The persistent tier keeps each job's newest K complete steps (0: all).
+  int keep_checkpoints = 2;
   // Leave /dev/nvidia* of other jobs' GPUs open to every job (the default
   // restricts each job's cgroup to its own GPUs where the node can).
   bool no_gpu_device_isolation = false;

@@ -101,6 +101,19 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
                  "graceful drain: how long to wait for the ranks' checkpoint before stopping them")
       ->check(CLI::Range(0, 3600000))
       ->capture_default_str();
+  app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                 "the persistent tier keeps each job's newest K complete checkpoint steps, older "
+                 "ones removed once a newer one is copied there (the last K stay after the job "
+                 "as its output); 0 keeps every step. At least 2: the scheduler's step lags the "
+                 "newest by a message")
+      ->check([](const std::string& v) {
+        return v == "0" ||
+                       (!v.empty() && v.size() < 6 &&
+                        v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) >= 2)
+                   ? std::string()
+                   : std::string("must be 0 (keep all) or 2..99999");
+      })
+      ->capture_default_str();
   app.add_option("--stage-wait-ms", o.stage_wait_ms,
                  "a restart onto this node: how long to wait while the job's checkpoint is "
                  "copied from the persistent tier to the local one (on its own thread; "

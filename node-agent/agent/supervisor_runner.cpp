@@ -343,8 +343,18 @@ std::vector<SupervisorEvent> SupervisorRunner::Poll() {
   }
   std::vector<SupervisorEvent> events = sup_.Poll();
   // A finished run's count is still in its state file if asked again.
-  for (const SupervisorEvent& e : events) {
-    if (e.kind == EventKind::kJobFinished) restart_counts_.erase(e.job_id);
+  for (SupervisorEvent& e : events) {
+    if (e.kind != EventKind::kJobFinished) continue;
+    restart_counts_.erase(e.job_id);
+    // Its node-local checkpoints go (when the persistent tier holds them),
+    // unless a new run of the job is already being staged or started here.
+    if (staging_.count(e.job_id) || starting_.count(e.job_id)) continue;
+    core::Result<bool> removed = sup_.RemoveLocalCheckpoints(e.job_id);
+    const std::string what = !removed.ok()     ? removed.message()
+                             : removed.value() ? "its node-local checkpoints removed (the "
+                                                 "persistent tier holds its newest step)"
+                                               : "";
+    if (!what.empty()) e.message += (e.message.empty() ? "" : "; ") + what;
   }
   return events;
 }

@@ -332,7 +332,8 @@ def test_version(sched_bin, agent_bin, topo_bin):
                                ("--job-pids-max", "4194305", "--job-pids-max"),
                                ("--job-scratch", "yes", "--job-scratch"),
                                ("--job-tmp-size", "0%", "percentage of the node's RAM"),
-                               ("--job-shm-size", "1gb", "percentage of the node's RAM")):
+                               ("--job-shm-size", "1gb", "percentage of the node's RAM"),
+                               ("--keep-checkpoints", "1", "0 (keep all) or 2..99999")):
         p = subprocess.run([agent_bin, flag, value, "--node", "n0", "--server",
                             "wss://127.0.0.1:1/v1/agent", "--ca", "/dev/null", "--cert", "x",
                             "--key", "x", "--state-dir", "/nonexistent"],

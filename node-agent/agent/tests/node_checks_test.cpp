@@ -540,3 +540,38 @@ TEST_CASE("--server: one or several scheduler addresses, each wss://HOST:PORT[/P
   for (int i = 0; i < 17; ++i) many += (i ? ",wss://h:" : "wss://h:") + std::to_string(7000 + i);
   CHECK(topo::agent::ParseServerList(many).message().find("at most 16") != std::string::npos);
 }
+
+TEST_CASE("SupervisorRunner: a run's end removes its node-local checkpoints once persisted") {
+  if (::geteuid() != 0) return;  // starts a rank as root
+  TempDir dir;
+  SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/true);
+  RankSupervisor sup(so);
+  SupervisorRunner runner(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  JobLaunch l;
+  l.job_id = "11";
+  l.argv = {"/bin/sh", "-c",
+            "mkdir -p \"$TOPO_CHECKPOINT_DIR/step-1\" && echo w > \"$TOPO_CHECKPOINT_DIR/step-1/w\""
+            " && echo 1 > \"$TOPO_CHECKPOINT_DIR/step-1/COMPLETE\""};
+  l.unix_user = "root";
+  l.ranks = {LocalRankSpec{0, 0, {}}};
+  std::vector<SupervisorEvent> events;
+  REQUIRE(LaunchWaiting(runner, l, -1, nullptr, &events).kind == LaunchOutcome::Kind::kStarted);
+  const SupervisorEvent* finished = nullptr;
+  for (int i = 0; i < 500 && !finished; ++i) {
+    for (SupervisorEvent& e : runner.Poll()) events.push_back(std::move(e));
+    for (const SupervisorEvent& e : events) {
+      if (e.kind == EventKind::kJobFinished) finished = &e;
+    }
+    if (!finished) ::usleep(20000);
+  }
+  REQUIRE(finished != nullptr);
+  CHECK(finished->message.find("its node-local checkpoints removed") != std::string::npos);
+  // The step reached the persistent tier before the run was called ended.
+  bool persisted = false;
+  for (const SupervisorEvent& e : events) {
+    persisted |= e.kind == EventKind::kCheckpointPersisted && e.step == 1;
+  }
+  CHECK(persisted);
+  CHECK_FALSE(fs::exists(so.local_checkpoint_root + "/11"));
+  CHECK(fs::exists(so.persistent_checkpoint_root + "/11/step-1/COMPLETE"));
+}

@@ -58,6 +58,7 @@ void RankSupervisor::Impl::SaveState(const JobRec& j) const {
   doc["persisted_step"] = j.persisted_step;
   doc["finished_reported"] = j.finished_reported;
   if (!j.scratch_pin.empty()) doc["scratch_pin"] = j.scratch_pin;
+  if (j.local_removed) doc["local_removed"] = true;
   if (j.cgroup.valid()) {
     doc["cgroup"] = {{"version", j.cgroup.mode == CgroupMode::kV2 ? 2 : 1},
                      {"dirs", j.cgroup.dirs},
@@ -107,6 +108,7 @@ void RankSupervisor::Impl::LoadStates() {
       j.persisted_step = doc.value("persisted_step", int64_t{-1});
       j.finished_reported = doc.value("finished_reported", false);
       j.scratch_pin = doc.value("scratch_pin", "");
+      j.local_removed = doc.value("local_removed", false);
       if (j.scratch_pin != scratch.PinPath(j.job_id)) j.scratch_pin.clear();  // ours only
       auto persisted = CompleteSteps(j.persistent_dir);
       if (!persisted.empty()) j.persisted_step = std::max(j.persisted_step, persisted.back());

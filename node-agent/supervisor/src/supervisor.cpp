@@ -55,14 +55,21 @@ void RankSupervisor::Impl::WorkerLoop() {
       tasks.pop_front();
     }
     core::Status st;
+    std::string note;
     try {
       st = CopyCompleteStep(t.src, t.dst, t.step, t.owner);
+      // A newer step is complete there: older ones beyond the newest K go.
+      if (st.ok() && opt.keep_checkpoints > 0) {
+        core::Status pruned =
+            PruneCompleteSteps(t.dst, static_cast<size_t>(opt.keep_checkpoints), t.owner);
+        if (!pruned.ok()) note = pruned.message();
+      }
     } catch (const std::exception& e) {
       st = core::Status::Error(std::string("copy failed: ") + e.what());
     }
     {
       std::lock_guard lk(mu);
-      results.push_back(CopyResult{t.job_id, t.step, st});
+      results.push_back(CopyResult{t.job_id, t.step, st, note});
     }
     char b = 1;
     [[maybe_unused]] auto n = ::write(wake_w, &b, 1);
@@ -688,7 +695,7 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
                        d.job_id,
                        {},
                        d.step,
-                       d.status.message()};
+                       d.status.ok() ? d.note : d.status.message()};
     out.push_back(std::move(ev));
   }
   const auto now = Clock::now();
@@ -752,7 +759,9 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
         j.scratch_pin.clear();
         changed = true;
       }
-      if (clean && !j.finished_reported) {
+      // The run ends here once its last checkpoint is on the persistent
+      // tier too (a step completed just before the ranks exited).
+      if (clean && !j.finished_reported && !j.copy_in_flight) {
         j.finished_reported = true;
         changed = true;
         out.push_back(SupervisorEvent{EventKind::kJobFinished, id, {}, -1, message});
@@ -791,6 +800,29 @@ std::optional<int64_t> RankSupervisor::NewestPersistedStep(const std::string& jo
   auto it = impl_->jobs.find(job_id);
   if (it == impl_->jobs.end() || it->second.persisted_step < 0) return std::nullopt;
   return it->second.persisted_step;
+}
+
+core::Result<bool> RankSupervisor::RemoveLocalCheckpoints(const std::string& job_id) {
+  auto it = impl_->jobs.find(job_id);
+  if (it == impl_->jobs.end()) return core::Status::Error("no job " + job_id + " on this node");
+  JobRec& j = it->second;
+  const auto& opt = impl_->opt;
+  const bool running =
+      std::any_of(j.ranks.begin(), j.ranks.end(), [](const RankRec& r) { return r.running; });
+  if (running || j.copy_in_flight || j.local_removed || j.local_dir.empty() ||
+      j.persistent_dir.empty() || opt.local_checkpoint_root.empty() ||
+      j.local_dir != (fs::path(opt.local_checkpoint_root) / job_id).string()) {
+    return false;  // running, no persistent tier, or a directory the launch named
+  }
+  const std::vector<int64_t> local = CompleteSteps(j.local_dir);
+  if (!local.empty() && local.back() > j.persisted_step) return false;  // the only copy
+  if (core::Status st = RemoveCheckpointDir(j.local_dir, j.owner); !st.ok()) {
+    return core::Status::Error("job " + job_id +
+                               ": its node-local checkpoints stay: " + st.message());
+  }
+  j.local_removed = true;
+  impl_->SaveState(j);
+  return !local.empty();
 }
 
 core::Status RankSupervisor::Forget(const std::string& job_id) {

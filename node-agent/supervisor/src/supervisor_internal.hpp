@@ -78,6 +78,9 @@ struct JobRec {
   // The pin of the job's mount namespace (private /tmp and /dev/shm) while
   // it lives; removed once nothing of the job runs here.
   std::string scratch_pin;
+  // The node-local checkpoint dir was removed after the job's run here
+  // ended (SupervisorOptions::keep_checkpoints' rule).
+  bool local_removed = false;
   // Every rank has exited and the cgroup still had processes at this time.
   std::optional<SupervisorClock::time_point> leftovers_since;
   std::optional<SupervisorClock::time_point> kill_deadline;
@@ -93,6 +96,7 @@ struct CopyResult {
   std::string job_id;
   int64_t step;
   core::Status status;
+  std::string note;  // pruning older steps failed: why
 };
 
 struct RankSupervisor::Impl {

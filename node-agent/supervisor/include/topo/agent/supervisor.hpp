@@ -118,6 +118,12 @@ struct SupervisorOptions {
   ScratchMode job_scratch = ScratchMode::kOff;
   std::string job_tmp_size = "50%";
   std::string job_shm_size = "50%";
+  // Checkpoint retention (CHECKPOINTS.md, Retention): the persistent tier
+  // keeps a job's newest keep_checkpoints complete steps, older ones pruned
+  // once a newer one is persisted (0: keep every step); the node-local tier
+  // of a job is removed when its run here has ended and the persistent
+  // tier holds its newest local step.
+  int keep_checkpoints = 2;
 };
 
 // One rank to run on this node.
@@ -202,6 +208,7 @@ enum class EventKind {
   kCheckpointPersisted,  // step: copied to the persistent tier, COMPLETE written
   kPersistFailed,        // step, message
   kJobFinished,          // every local rank of job_id has exited (after its last kRankExited)
+                         // and its newest step is copied to the persistent tier
 };
 
 struct SupervisorEvent {
@@ -245,6 +252,16 @@ std::optional<RestartPoint> NewestRestartStep(const std::string& local_dir,
 // affected.
 core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst_dir, int64_t step,
                               std::optional<FileOwner> owner = std::nullopt);
+
+// Removes the step-N directories of DIR older than its newest `keep`
+// complete steps (complete or not), as owner (its file-system identity, as
+// CopyCompleteStep). keep 0, or no more complete steps than keep: nothing.
+// Blocking; thread-safe as CopyCompleteStep.
+core::Status PruneCompleteSteps(const std::string& dir, size_t keep,
+                                std::optional<FileOwner> owner = std::nullopt);
+// Removes DIR: its content as owner, then DIR itself (empty by then) as the
+// caller. A missing DIR is not an error. Blocking; thread-safe as above.
+core::Status RemoveCheckpointDir(const std::string& dir, FileOwner owner);
 
 class RankSupervisor;
 
@@ -352,6 +369,16 @@ class RankSupervisor {
                                                 bool node_survived = true) const;
   std::optional<int64_t> NewestCompleteStep(const std::string& job_id) const;
   std::optional<int64_t> NewestPersistedStep(const std::string& job_id) const;
+  // Retention of the node-local tier (CHECKPOINTS.md, Retention): once the
+  // job's run here has ended, its node-local checkpoint dir (the default
+  // one, ROOT/JOB) is removed when the persistent tier holds its newest
+  // local step, so nothing is lost; without a persistent tier, or with a
+  // newer step that could not be copied, it stays (the only copy). True
+  // when it held checkpoints and was removed (an empty one goes silently),
+  // false otherwise; an error when removing failed. Blocking (the removal).
+  // REQUIRES: no launch of the job is being prepared or staged (the caller,
+  // SupervisorRunner, asks only then).
+  core::Result<bool> RemoveLocalCheckpoints(const std::string& job_id);
   // Drops a job whose ranks have all exited: its state file is removed (and
   // its cgroup, if something kept it alive until now).
   core::Status Forget(const std::string& job_id);
