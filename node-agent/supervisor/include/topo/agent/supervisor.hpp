@@ -445,9 +445,11 @@ std::map<std::string, std::string> RankBaseEnvironment(const UnixAccount& accoun
 //                             global ranks; ep is DP's inner factor)
 //   TOPO_{TP,CP,PP,EP,DP}_SIZE the degrees
 //   TOPO_{TP,CP,EP,PP,DP}_GROUP RankLayout::GroupOf(kind, rank): the dense
-//                             index of the rank's group of that kind (EP: the
-//                             EP block of tp x cp x ep ranks); a kind of
-//                             degree 1 gives every rank its own group
+//                             index of the rank's group of that kind. TP, CP,
+//                             PP: the ranks differing only along it (degree
+//                             1: one group per rank); EP: the block of
+//                             tp x cp x ep ranks, so with ep 1 the TP x CP
+//                             group (never one per rank); DP: ep x dp
 //   TOPO_CHECKPOINT_DIR       the node-local checkpoint dir (CHECKPOINTS.md)
 //   TOPO_RESTART_STEP         launch.restart_step, when set
 //   TOPO_ARRAY_JOB_ID, TOPO_ARRAY_TASK_ID  launch.array_job and array_task, for
