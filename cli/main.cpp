@@ -14,6 +14,7 @@
 
 #include "commands/commands.hpp"
 #include "commands/options.hpp"
+#include "topo/common/version.hpp"
 
 namespace {
 
@@ -72,7 +73,7 @@ std::unique_ptr<CLI::App> NewApp() {
       "server error.\n",
       "topo");
   app->require_subcommand(1);
-  app->set_version_flag("--version", "topo 0.1.0");
+  app->set_version_flag("--version", std::string("topo ") + topo::kVersion);
   app->formatter(std::make_shared<SummaryFormatter>());
   return app;
 }

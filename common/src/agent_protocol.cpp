@@ -262,6 +262,7 @@ struct Table<Start> {
         F("error", &Start::error, Str{kMaxPathBytes, Chars::kLine}),
         F("memory_mb", &Start::memory_mb, Int{0, int64_t{1} << 30}),
         F("cpu_millis", &Start::cpu_millis, Int{0, 100000000}),
+        F("pids_max", &Start::pids_max, Int{1, core::kMaxJobPids}),
         F("array_job", &Start::array_job, kJob),
         F("array_task", &Start::array_task, Int{0, 1000000})};
   }

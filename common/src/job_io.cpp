@@ -196,9 +196,9 @@ Json Optional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullp
 
 Result<core::JobSpec> JobSpecFromJson(const Json& j) {
   if (!j.is_object()) return PathError("", "a job spec is a JSON object");
-  if (Status s = internal::CheckFields(
-          j, "",
-          {"name", "gpus", "gpus_per_node", "parallelism", "constraints", "spares", "model"});
+  if (Status s = internal::CheckFields(j, "",
+                                       {"name", "gpus", "gpus_per_node", "parallelism",
+                                        "constraints", "spares", "model", "pids_max"});
       !s.ok()) {
     return s;
   }
@@ -225,6 +225,11 @@ Result<core::JobSpec> JobSpecFromJson(const Json& j) {
     Result<int64_t> s = internal::GetInt(j, "", "spares", 0, kMaxSpares);
     if (!s.ok()) return s.status();
     job.spares = static_cast<int>(s.value());
+  }
+  if (j.contains("pids_max")) {
+    Result<int64_t> n = internal::GetInt(j, "", "pids_max", 1, core::kMaxJobPids);
+    if (!n.ok()) return n.status();
+    job.pids_max = static_cast<int>(n.value());
   }
 
   core::Parallelism& p = job.parallelism;
@@ -324,6 +329,7 @@ Json JobSpecToJson(const core::JobSpec& job) {
            {"constraints", std::move(constraints)},
            {"spares", job.spares}};
   if (job.model) out["model"] = ModelToJson(*job.model);
+  if (job.pids_max > 0) out["pids_max"] = job.pids_max;
   return out;
 }
 

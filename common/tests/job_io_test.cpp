@@ -104,6 +104,10 @@ TEST_CASE("ParseJobSpec: errors name the field and the fix") {
       {R"({"gpus": 8, "name": 7})", "top level: \"name\" must be a string"},
       {R"({"gpus": 8, "gpus_per_node": 65})", "\"gpus_per_node\" must be an integer 0..64"},
       {R"({"gpus": 8, "spares": -1})", "\"spares\" must be an integer 0..100000"},
+      {R"({"gpus": 8, "pids_max": 0})", "\"pids_max\" must be an integer 1..4194304 (got 0)"},
+      {R"({"gpus": 8, "pids_max": 4194305})", "\"pids_max\" must be an integer 1..4194304"},
+      {R"({"gpus": 8, "pids_max": "512"})", "\"pids_max\" must be an integer"},
+      {R"({"gpus": 8, "pids_max": 512.5})", "\"pids_max\" must be an integer"},
       {R"({"gpus": 8, "parallelism": 8})", "parallelism: must be an object"},
       {R"({"gpus": 8, "parallelism": {"tp": 8, "sp": 2}})",
        "parallelism: unknown field \"sp\"; allowed: tp, cp, ep, pp, dp, order"},
@@ -169,6 +173,7 @@ TEST_CASE("JobSpecToJson writes every field and round trips") {
   const char* specs[] = {
       R"({"gpus": 1})",
       R"({"gpus": 24, "name": "", "gpus_per_node": 4, "spares": 7})",
+      R"({"gpus": 8, "pids_max": 4096})",
       R"({"gpus": 512, "parallelism": {"tp": 4, "cp": 2, "ep": 4, "pp": 8, "order": "pp-dp-ep-cp-tp"},
           "constraints": {"tp": "none", "cp": {"required": "leaf"}, "ep": {"preferred": "pod"},
                           "pp": {"required": "cluster"}, "dp": {"preferred": "spine"}}})",
@@ -185,6 +190,7 @@ TEST_CASE("JobSpecToJson writes every field and round trips") {
     CHECK(b.value().gpus == a.gpus);
     CHECK(b.value().gpus_per_node == a.gpus_per_node);
     CHECK(b.value().spares == a.spares);
+    CHECK(b.value().pids_max == a.pids_max);
     CHECK(b.value().parallelism.dp == a.parallelism.dp);
     CHECK(b.value().parallelism.order == a.parallelism.order);
     for (GroupKind k : core::kAllGroupKinds) {

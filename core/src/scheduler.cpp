@@ -509,6 +509,7 @@ Launch SchedulerCore::Impl::MakeLaunch(JobRecord& job) {
   l.unix_user = job.request.unix_user;
   l.memory_mb = job.request.memory_mb_per_node;
   l.cpu_millis = job.request.cpu_millis_per_node;
+  l.pids_max = job.request.spec.pids_max;
   l.array_job = job.request.array_job;
   l.array_task = job.request.array_task;
   return l;

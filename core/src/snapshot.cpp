@@ -16,7 +16,7 @@
 // fairshare_max_wait, when jobs became eligible again (eligible_at_) and the
 // pass's next overdue wake-up (overdue_wake_). A
 // snapshot before version 5 restores with fairshare_max_wait 0, what its
-// core did.
+// core did. Version 6 a job spec's pids_max (0, the node's limit, before).
 
 #include <algorithm>
 #include <bit>
@@ -270,9 +270,10 @@ void WriteSpec(Writer& w, const JobSpec& s) {
       w.I64(v);
     }
   }
+  if (w.version >= 6) w.I64(s.pids_max);
 }
 
-JobSpec ReadSpec(Reader& r) {
+JobSpec ReadSpec(Reader& r, uint32_t version) {
   JobSpec s;
   s.name = r.Str();
   s.gpus = r.Int("gpus");
@@ -297,6 +298,7 @@ JobSpec ReadSpec(Reader& r) {
       *v = r.Int("model field");
     }
   }
+  if (version >= 6) s.pids_max = r.Int("pids_max");
   return s;
 }
 
@@ -448,7 +450,7 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
   JobRecord j;
   j.id = b.Job(r);
   JobRequest& q = j.request;
-  q.spec = ReadSpec(r);
+  q.spec = ReadSpec(r, b.version);
   q.tenant = r.Str();
   q.user = r.Str();
   q.priority = r.Int("priority");

@@ -98,6 +98,7 @@ std::vector<Timed> History(uint64_t seed, bool heartbeats, int events) {
       const int dp = static_cast<int>(rng.Range(1, 4));
       r.spec = testing::MakeJob(tp * dp, tp);
       if (rng.Below(8) == 0) r.spec.spares = 1;
+      if (next % 3 == 0) r.spec.pids_max = 512;  // carried, never interpreted
       r.tenant = rng.Below(2) == 0 ? "org/a" : "org/b";
       r.user = "u" + std::to_string(rng.Below(3));
       r.priority = static_cast<int>(rng.Below(3));
@@ -252,7 +253,18 @@ TEST_CASE("a snapshot keeps the records of running, held and backing-off jobs") 
     CHECK(r->lost_gpu_ms == job.lost_gpu_ms);
     CHECK(r->request.command == job.request.command);
     CHECK(r->request.spec.parallelism.tp == job.request.spec.parallelism.tp);
+    CHECK(r->request.spec.pids_max == job.request.spec.pids_max);
   }
+  // Format version 5 (before pids_max) still restores, every job with the
+  // node's limit.
+  SchedulerCore v5(topo, Config(false));
+  REQUIRE(v5.Restore(core.Snapshot(5)).ok());
+  bool some_limit = false;
+  for (const auto& [id, job] : core.jobs()) {
+    some_limit |= job.request.spec.pids_max > 0;
+    CHECK(v5.job(id)->request.spec.pids_max == 0);
+  }
+  CHECK(some_limit);
   for (NodeId n = 0; n < topo.node_count(); ++n) {
     CHECK(restored.cluster().node_state(n) == core.cluster().node_state(n));
     CHECK(restored.cluster().busy_mask(n) == core.cluster().busy_mask(n));

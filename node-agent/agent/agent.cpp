@@ -21,7 +21,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "agent_core.hpp"
@@ -31,6 +33,7 @@
 #include "topo/agent/account.hpp"
 #include "topo/agent/supervisor.hpp"
 #include "topo/agent/system_state.hpp"
+#include "topo/common/version.hpp"
 
 namespace topo::agent {
 
@@ -42,8 +45,6 @@ namespace fs = std::filesystem;
 using net::awaitable;
 using net::use_awaitable;
 using std::chrono::milliseconds;
-
-constexpr const char* kAgentVersion = "topo-agent 0.2.0";
 
 class SteadyClock final : public AgentClock {
  public:
@@ -154,6 +155,8 @@ int Agent::Run() {
     return 2;
   }
   cs.targets = std::move(targets).value();
+  cs.endpoint_file = o_.endpoint_file;
+  cs.endpoint_text = o_.server_url;
   std::string state;
   if (core::Status st = SetUpStateDir(&state); !st.ok()) {
     Log(st.message());
@@ -197,20 +200,42 @@ int Agent::Run() {
   sopt.local_checkpoint_root = state + "/checkpoints";
   sopt.persistent_checkpoint_root = o_.persistent_checkpoint_dir;
   sopt.allow_root_jobs = o_.allow_root_jobs;
+  sopt.min_job_uid = static_cast<uid_t>(o_.min_job_uid);
   sopt.cgroup_root = o_.cgroup_root;
+  if (!ParseScratchMode(o_.job_scratch, &sopt.job_scratch)) {
+    Log("--job-scratch " + o_.job_scratch + ": expected auto, on or off");
+    return 2;
+  }
+  sopt.job_tmp_size = o_.job_tmp_size;
+  sopt.job_shm_size = o_.job_shm_size;
+  sopt.keep_checkpoints = o_.keep_checkpoints;
+  {
+    // Job cgroups named for this node and this scheduler (its CA): another
+    // agent on this host, or one of another scheduler, never shares one.
+    std::ifstream ca(o_.ca_file);
+    std::ostringstream pem;
+    pem << ca.rdbuf();
+    sopt.cgroup_scope = CgroupScope(o_.node, pem.str());
+  }
   sup_ = std::make_unique<RankSupervisor>(sopt);
-  Log("cgroups: " + sup_->Cgroups().summary);
+  Log("job scratch: " + sup_->Scratch().Summary());
+  Log("cgroups: " + sup_->Cgroups().summary + "; job cgroups job-ID." + sopt.cgroup_scope);
   if (o_.allow_root_jobs) Log("--allow-root-jobs: ranks may run as uid 0");
-  runner_ = std::make_unique<SupervisorRunner>(
-      *sup_, SupervisorRunnerOptions{!o_.no_gpu_device_isolation, sopt.local_checkpoint_root,
-                                     sopt.persistent_checkpoint_root});
+  Log("jobs run as accounts of uid " + std::to_string(o_.min_job_uid) +
+      " or above (--min-job-uid)" + (o_.allow_root_jobs ? " or as root" : ""));
+  SupervisorRunnerOptions ropt;
+  ropt.restrict_gpu_devices = !o_.no_gpu_device_isolation;
+  ropt.local_checkpoint_root = sopt.local_checkpoint_root;
+  ropt.persistent_checkpoint_root = sopt.persistent_checkpoint_root;
+  ropt.pids_max = o_.job_pids_max;
+  runner_ = std::make_unique<SupervisorRunner>(*sup_, ropt);
   const auto adopted = sup_->List(true);
   if (!adopted.empty()) {
     Log("adopted " + std::to_string(adopted.size()) + " running rank(s) from an earlier agent");
   }
 
   core_options_.addr = o_.addr;
-  core_options_.agent_version = kAgentVersion;
+  core_options_.agent_version = std::string("topo-agent ") + kVersion;
   core_options_.job_command = o_.job_command;
   core_options_.heartbeat_ms = o_.heartbeat_ms;
   core_options_.stop_grace_ms = o_.stop_grace_ms;

@@ -27,6 +27,9 @@ namespace topo::agent {
 struct AgentOptions {
   std::string node;
   std::string server_url;  // wss://HOST:PORT/PATH
+  // Read again after a failed attempt (ConnectionSettings::endpoint_file):
+  // a local daemon's STATE/agent-endpoint, "" for a fixed --server.
+  std::string endpoint_file;
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
@@ -48,6 +51,19 @@ struct AgentOptions {
   bool stop_ranks_on_exit = false;
   // Site policy: ranks may run as uid 0 (default: such starts fail, permanently).
   bool allow_root_jobs = false;
+  // No rank runs as an account with a uid in 1..min_job_uid-1 (system
+  // accounts), whatever the scheduler says (AccountPolicy, account.hpp).
+  uint32_t min_job_uid = 1000;
+  // pids.max of every job's cgroup: the start's pids_max when lower, else
+  // this (0: no node limit).
+  int64_t job_pids_max = 16384;
+  // Private /tmp and /dev/shm per job (job_scratch.hpp): "auto", "on", "off";
+  // tmpfs sizes (bytes with k/m/g/t, or N% of RAM).
+  std::string job_scratch = "auto";
+  std::string job_tmp_size = "50%";
+  std::string job_shm_size = "50%";
+  // The persistent tier keeps each job's newest K complete steps (0: all).
+  int keep_checkpoints = 2;
   // Leave /dev/nvidia* of other jobs' GPUs open to every job (the default
   // restricts each job's cgroup to its own GPUs where the node can).
   bool no_gpu_device_isolation = false;

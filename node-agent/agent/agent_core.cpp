@@ -83,6 +83,18 @@ void AgentCore::Heartbeat() {
 void AgentCore::Report(const proto::AgentMessage& message) {
   std::string text = proto::WriteAgentMessage(message);
   if (registered_ && link_.Send(text)) return;
+  const std::optional<int64_t> job = std::visit(
+      [](const auto& m) -> std::optional<int64_t> {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, proto::RankExited> ||
+                      std::is_same_v<T, proto::CheckpointReport> ||
+                      std::is_same_v<T, proto::LaunchFailed>) {
+          return m.job;
+        } else {
+          return std::nullopt;
+        }
+      },
+      message);
   if (queued_reports_.size() >= options_.max_queued_reports && !queued_reports_.empty()) {
     // Keep the newest: drop a tenth of the oldest at once, not one per report.
     const size_t drop = std::max<size_t>(1, queued_reports_.size() / 10);
@@ -92,7 +104,7 @@ void AgentCore::Report(const proto::AgentMessage& message) {
                                 " oldest report(s) held while disconnected (at most " +
                                 std::to_string(options_.max_queued_reports) + " are held)");
   }
-  queued_reports_.push_back(std::move(text));
+  queued_reports_.push_back(HeldReport{job, std::move(text)});
 }
 
 // ------------------------------------------------------------------ messages
@@ -159,9 +171,21 @@ void AgentCore::HandleRegistered(const proto::Registered& m) {
   Log(LogLevel::kInfo,
       "registered; heartbeat every " + std::to_string(heartbeat_ms_) + " ms; keep [" + keep + "]");
   Reconcile(m.keep);
-  std::vector<std::string> held = std::exchange(queued_reports_, {});
+  std::vector<HeldReport> held = std::exchange(queued_reports_, {});
+  // About jobs the scheduler no longer runs here: old news it would refuse.
+  const std::set<int64_t> kept(m.keep.begin(), m.keep.end());
+  size_t dropped = 0;
+  std::erase_if(held, [&](const HeldReport& r) {
+    const bool stale = r.job && kept.count(*r.job) == 0;
+    dropped += stale ? 1 : 0;
+    return stale;
+  });
+  if (dropped > 0) {
+    Log(LogLevel::kInfo, "dropped " + std::to_string(dropped) +
+                             " held report(s) about jobs the scheduler no longer runs here");
+  }
   for (size_t i = 0; i < held.size(); ++i) {
-    if (!link_.Send(held[i])) {
+    if (!link_.Send(held[i].text)) {
       // Lost again while flushing: keep the rest for the next registration.
       queued_reports_.assign(held.begin() + static_cast<std::ptrdiff_t>(i), held.end());
       break;
@@ -219,6 +243,9 @@ int AgentCore::RestartCountOf(const std::string& job) {
 }
 
 void AgentCore::PollRunner() {
+  // Node mode: jobs whose node process's failure is reported already (it
+  // comes once per rank, in one poll).
+  std::set<std::string> node_failures;
   for (const SupervisorEvent& e : runner_.Poll()) {
     const auto id = JobNumber(e.job_id);
     switch (e.kind) {
@@ -246,6 +273,8 @@ void AgentCore::PollRunner() {
         // Ranks the agent stopped (the scheduler's stop, a restart, a drain,
         // a keep list) are not news; reporting them could also name a job
         // the scheduler has already forgotten.
+        const bool failed = m.exit_code != 0 || m.signal != 0 || !m.status_known;
+        if (failed && x.whole_node && !node_failures.insert(e.job_id).second) break;
         if (id && !x.stopped) Report(m);
         break;
       }

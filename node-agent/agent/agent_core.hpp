@@ -16,7 +16,11 @@
 //
 // What it does, message by message:
 //   registered  keep: every job running or waiting to start here that is not
-//               in `keep` is stopped; reports held while disconnected go out.
+//               in `keep` is stopped, and its ranks' exits are not reported
+//               (the scheduler has moved on: ranks that died with the node
+//               while no agent ran are old news it would refuse); reports
+//               held while disconnected go out, but those about a job not
+//               in `keep` are dropped.
 //   start       mapped to a JobLaunch with nothing derived on the node: the
 //               start's group rank and size, ranks with their local ranks
 //               and GPUs (one GPU each), account, environment, working
@@ -46,7 +50,10 @@
 //   anything the protocol does not allow: logged with the field, ignored.
 // Rank exits are reported with the restart count of the run they belong to;
 // exits of ranks the agent stopped are not reported (not news to the
-// scheduler). Reports (rank exits, checkpoints, GPU events, launch
+// scheduler). In node launch mode one process is every rank of the node:
+// its exit 0 is reported for each of them (the job completes when every
+// rank has), a failure once (one failure restarts the job; the rest would
+// be about a run the scheduler has ended). Reports (rank exits, checkpoints, GPU events, launch
 // failures, drained) made while not registered are held, oldest dropped
 // past max_queued_reports, and sent after the next `registered`.
 //
@@ -208,7 +215,11 @@ class AgentCore {
   int heartbeat_ms_ = 1000;
   int64_t seq_ = 0;
   std::string last_refusal_;
-  std::vector<std::string> queued_reports_;  // oldest first
+  struct HeldReport {
+    std::optional<int64_t> job;  // the job it is about (none: a GPU event, `drained`)
+    std::string text;
+  };
+  std::vector<HeldReport> queued_reports_;  // oldest first
   std::map<std::string, PendingLaunch> pending_;
   // The run each job's exits belong to: set when its launch succeeds.
   std::map<std::string, int> restart_counts_;

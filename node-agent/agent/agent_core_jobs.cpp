@@ -56,6 +56,7 @@ core::Result<JobLaunch> LaunchFromStart(const proto::Start& s, const std::string
   l.error = s.error;
   l.limits.memory_bytes = s.memory_mb << 20;
   l.limits.cpus = s.cpu_millis / 1000.0;
+  l.limits.pids_max = s.pids_max.value_or(0);  // the runner applies the node's cap
   l.unix_user = s.unix_user;
   l.master_addr = s.master_addr;
   l.master_port = s.master_port;

@@ -16,6 +16,7 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
+#include <fstream>
 
 namespace topo::agent {
 
@@ -94,6 +95,23 @@ core::Result<std::vector<ConnectionTarget>> ParseServerList(const std::string& t
 ConnectionShared::ConnectionShared(net::io_context& io, ssl::context& t, ConnectionSettings s,
                                    AgentLog& l, uint64_t seed)
     : ioc(io), tls(t), settings(std::move(s)), log(l), rng(seed) {}
+
+bool ConnectionShared::RefreshTargets(const std::string& node) {
+  if (settings.endpoint_file.empty()) return false;
+  std::ifstream in(settings.endpoint_file);
+  std::string text;
+  if (!in || !std::getline(in, text)) return false;
+  while (!text.empty() && (text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  if (text.empty() || text == settings.endpoint_text) return false;
+  core::Result<std::vector<ConnectionTarget>> parsed = ParseServerList(text);
+  if (!parsed.ok()) return false;
+  log.Line(node, LogLevel::kInfo,
+           "the scheduler's agent endpoint is now " + text + " (was " + settings.endpoint_text +
+               ", read from " + settings.endpoint_file + ")");
+  settings.targets = std::move(parsed).value();
+  settings.endpoint_text = text;
+  return true;
+}
 
 AgentConnection::AgentConnection(ConnectionShared& shared)
     : shared_(shared), beat_timer_(shared.ioc), wait_timer_(shared.ioc) {}
@@ -196,7 +214,9 @@ awaitable<void> AgentConnection::Session() {
   } slot{this};
   if (killed_ || shared_.stopping) co_return;
   const ConnectionSettings& settings = shared_.settings;
-  const ConnectionTarget& s = settings.targets[target_ % settings.targets.size()];
+  // A copy: another connection's RefreshTargets may replace the list while
+  // this one waits for the network.
+  const ConnectionTarget s = settings.targets[target_ % settings.targets.size()];
   auto holder = std::make_shared<WsHolder>(shared_.ioc, shared_.tls);
   auto& ws = holder->ws;
   if (cert_ != nullptr) {
@@ -280,7 +300,7 @@ awaitable<void> AgentConnection::ConnectLoop() {
     if (!core_->last_refusal().empty()) why += " (refused: " + core_->last_refusal() + ")";
     const bool was_registered = registered_;
     if (!connected_ && !killed_ && !shared_.stopping) ++shared_.stats.connect_failures;
-    const std::string& tried = s.targets[target_ % s.targets.size()].url_text;
+    const std::string tried = s.targets[target_ % s.targets.size()].url_text;
     // The next attempt goes to the next scheduler address (HA replicas).
     target_ = (target_ + 1) % s.targets.size();
     Disconnected();
@@ -292,6 +312,8 @@ awaitable<void> AgentConnection::ConnectLoop() {
       if (shared_.events != nullptr) shared_.events->OnLost(*this, why);
     }
     if (killed_) continue;
+    // A local daemon restarted elsewhere: its state dir says where.
+    if (shared_.RefreshTargets(core_->node())) target_ = 0;
     // Several addresses: the backoff grows once per round over all of them,
     // and within a round the next one is tried after the first delay. Else
     // the new leader of two replicas could open its port just when the

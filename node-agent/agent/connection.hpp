@@ -12,6 +12,10 @@
 // Several scheduler addresses (HA replicas): each attempt goes to one, and
 // after a failed attempt or a lost connection the next one is tried; the
 // backoff below grows once per round over all of them.
+// With an endpoint file (a local daemon's STATE/agent-endpoint, topo-agent
+// --scheduler-state-dir) the addresses are read again from it after every
+// failed attempt or lost connection: a daemon restarted on another port is
+// found there, not dialled at its old port forever.
 // Reconnects: the delay starts at backoff_first_ms, doubles per failed
 // attempt up to backoff_max_ms, is multiplied by a random factor in
 // [0.8, 1.2] (so a thousand agents that lost the scheduler together do not
@@ -83,6 +87,10 @@ struct ConnectionSettings {
   int backoff_max_ms = 5000;
   int first_beat_spread_ms = 0;  // the first heartbeat waits a random 0..this
   int max_connecting = 0;        // connection setups at once; 0: no limit
+  // Where the addresses come from ("": fixed): re-read after a failure
+  // (above); the text it held when `targets` were made is endpoint_text.
+  std::string endpoint_file;
+  std::string endpoint_text;
 };
 
 // Counters over every connection of one ConnectionShared.
@@ -110,7 +118,9 @@ struct ConnectionShared {
                    ConnectionSettings settings, AgentLog& log, uint64_t seed);
   boost::asio::io_context& ioc;
   boost::asio::ssl::context& tls;
-  const ConnectionSettings settings;
+  // Fixed but for `targets`, which RefreshTargets may replace (between
+  // attempts, on the one thread).
+  ConnectionSettings settings;
   AgentLog& log;
   ConnectionEvents* events = nullptr;
   std::mt19937_64 rng;
@@ -119,6 +129,12 @@ struct ConnectionShared {
   // Connection setups in progress, and those waiting for a turn.
   int connecting = 0;
   std::deque<AgentConnection*> waiting;
+
+  // Reads settings.endpoint_file again; when it names other addresses than
+  // the targets were made from, they replace them (logged as for `node`).
+  // True when they changed. A file that is missing, empty or does not parse
+  // changes nothing (the daemon may be writing it).
+  bool RefreshTargets(const std::string& node);
 };
 
 class AgentConnection final : public AgentLink {

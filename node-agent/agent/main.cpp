@@ -10,6 +10,8 @@
 #include "agent.hpp"
 #include "cert_check.hpp"
 #include "simulate.hpp"
+#include "topo/agent/job_scratch.hpp"
+#include "topo/common/version.hpp"
 
 int main(int argc, char** argv) {
   topo::agent::AgentOptions o;
@@ -45,9 +47,9 @@ int main(int argc, char** argv) {
 
 Jobs: a `start` message's `command` (argv) is what every rank runs; a start without one
 runs --job-command with /bin/sh -c. Ranks run as the start's `unix_user` (the submitter's
-account; uid 0 only with --allow-root-jobs) in one cgroup per job, with the environment of
-docs/jobs.md and nothing of the agent's. A start that cannot run here is reported to the
-scheduler as `launch_failed` (permanent when no node can run it).
+account; never one below --min-job-uid; uid 0 only with --allow-root-jobs) in one cgroup per
+job, with the environment of docs/jobs.md and nothing of the agent's. A start that cannot
+run here is reported to the scheduler as `launch_failed` (permanent when no node can run it).
 
 State: --state-dir is made root 0711; inside it supervisor/ (root 0700), logs/ and
 checkpoints/ (root 0711, one 0700 directory per job owned by its account). --key must not
@@ -64,7 +66,9 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
                  "SCHEDULER_STATE/agent-endpoint with --scheduler-state-dir); HA replicas: "
                  "several, comma-separated, tried in turn");
   app.add_option("--scheduler-state-dir", scheduler_state_dir,
-                 "a local daemon's state directory: --server and --ca default from it");
+                 "a local daemon's state directory: --server and --ca default from it (its "
+                 "agent-endpoint is read again after a failed reconnect, so a daemon restarted "
+                 "on another port is followed)");
   app.add_option("--ca", o.ca_file, "the scheduler's CA certificate (ca.pem)");
   app.add_option("--cert", o.cert_file, "this node's client certificate (NAME.pem)");
   app.add_option("--key", o.key_file, "its private key (NAME-key.pem)");
@@ -97,6 +101,19 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
                  "graceful drain: how long to wait for the ranks' checkpoint before stopping them")
       ->check(CLI::Range(0, 3600000))
       ->capture_default_str();
+  app.add_option("--keep-checkpoints", o.keep_checkpoints,
+                 "the persistent tier keeps each job's newest K complete checkpoint steps, older "
+                 "ones removed once a newer one is copied there (the last K stay after the job "
+                 "as its output); 0 keeps every step. At least 2: the scheduler's step lags the "
+                 "newest by a message")
+      ->check([](const std::string& v) {
+        return v == "0" ||
+                       (!v.empty() && v.size() < 6 &&
+                        v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) >= 2)
+                   ? std::string()
+                   : std::string("must be 0 (keep all) or 2..99999");
+      })
+      ->capture_default_str();
   app.add_option("--stage-wait-ms", o.stage_wait_ms,
                  "a restart onto this node: how long to wait while the job's checkpoint is "
                  "copied from the persistent tier to the local one (on its own thread; "
@@ -108,6 +125,35 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
   app.add_flag("--allow-root-jobs", o.allow_root_jobs,
                "let ranks run as uid 0 (default: a start whose account is root fails, "
                "permanently)");
+  app.add_option("--min-job-uid", o.min_job_uid,
+                 "refuse, permanently, a start whose account has a uid in 1..N-1 (system "
+                 "accounts), whatever the scheduler says; uid 0 is --allow-root-jobs' alone")
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967294U}))
+      ->capture_default_str();
+  app.add_option("--job-pids-max", o.job_pids_max,
+                 "pids.max of every job's cgroup: the most tasks (processes and threads) a job "
+                 "has at once on this node; a job's own pids_max may only lower it (0: no limit "
+                 "but the job's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{4194304}))
+      ->capture_default_str();
+  app.add_option("--job-scratch", o.job_scratch,
+                 "a private /tmp and /dev/shm per job (tmpfs in a mount namespace of the job's, "
+                 "charged to its memory cgroup, removed when it ends): auto (where the node can: "
+                 "the agent is root and may make mount namespaces; else the node's, said in each "
+                 "rank's log), on (a node that cannot fails the start) or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  auto tmpfs_size = [](const std::string& v) {
+    topo::core::Status st = topo::agent::CheckTmpfsSize(v);
+    return st.ok() ? std::string() : st.message();
+  };
+  app.add_option("--job-tmp-size", o.job_tmp_size,
+                 "size of each job's /tmp tmpfs: bytes with k, m, g or t, or N% of the node's RAM")
+      ->check(tmpfs_size)
+      ->capture_default_str();
+  app.add_option("--job-shm-size", o.job_shm_size, "size of each job's /dev/shm tmpfs, as above")
+      ->check(tmpfs_size)
+      ->capture_default_str();
   app.add_flag("--no-gpu-device-isolation", o.no_gpu_device_isolation,
                "let every job open every GPU's device node (default: a job's cgroup opens only "
                "its own GPUs where the node enforces it; CUDA_VISIBLE_DEVICES always lists them)");
@@ -174,11 +220,15 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
       ->needs(simulate)
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
+  app.set_version_flag("--version", std::string("topo-agent ") + topo::kVersion);
   CLI11_PARSE(app, argc, argv);
 
   if (!scheduler_state_dir.empty()) {
     if (o.server_url.empty()) {
-      std::ifstream f(scheduler_state_dir + "/agent-endpoint");
+      // Read again whenever a connection fails: a restarted daemon listens
+      // on a new port unless agent_listen fixes one.
+      o.endpoint_file = scheduler_state_dir + "/agent-endpoint";
+      std::ifstream f(o.endpoint_file);
       std::getline(f, o.server_url);
       if (o.server_url.empty()) {
         std::cerr << "topo-agent: cannot read " << scheduler_state_dir
@@ -217,6 +267,7 @@ checkpoint JOB | status | quit, and prints events (JSON, one a line, with wall-c
       return 2;
     }
     sim.server_url = o.server_url;
+    sim.endpoint_file = o.endpoint_file;
     sim.ca_file = o.ca_file;
     sim.addr = o.addr;
     sim.gpus = o.gpus;

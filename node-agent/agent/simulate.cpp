@@ -31,6 +31,7 @@
 #include "sim_gpus.hpp"
 #include "sim_runner.hpp"
 #include "simulate_cert.hpp"
+#include "topo/common/version.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::agent {
@@ -46,8 +47,6 @@ using Json = nlohmann::json;
 using core::Result;
 using core::Status;
 using std::chrono::milliseconds;
-
-constexpr const char* kSimVersion = "topo-agent 0.2.0 (simulated)";
 
 int64_t WallMs() {
   return std::chrono::duration_cast<milliseconds>(
@@ -162,6 +161,8 @@ int Simulator::Run() {
     return 2;
   }
   cs.targets = std::move(targets).value();
+  cs.endpoint_file = o_.endpoint_file;
+  cs.endpoint_text = o_.server_url;
   const std::vector<std::string> names = SimulatedNodeNames(o_);
   if (names.empty()) {
     Log("no node names (--simulate N with --node-prefix, or --simulate-nodes FILE)");
@@ -210,7 +211,7 @@ int Simulator::Run() {
   cs.max_connecting = o_.max_connecting;
 
   core_options_.addr = o_.addr;
-  core_options_.agent_version = kSimVersion;
+  core_options_.agent_version = std::string("topo-agent ") + kVersion + " (simulated)";
   core_options_.job_command = "(simulated: no process runs)";
   core_options_.heartbeat_ms = o_.heartbeat_ms;
   core_options_.drain_checkpoint_ms = o_.drain_checkpoint_ms;

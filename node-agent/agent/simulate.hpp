@@ -56,8 +56,9 @@ struct SimulateOptions {
   int node_width = 0;   // zero-padded index width (0: none)
   int first_index = 0;  // the first index (or the first line of names used)
   std::string server_url;
-  std::string ca_file;      // the scheduler's ca.pem
-  std::string ca_key_file;  // its ca-key.pem: signs the nodes' certificates
+  std::string endpoint_file;  // read again after failures (ConnectionSettings::endpoint_file)
+  std::string ca_file;        // the scheduler's ca.pem
+  std::string ca_key_file;    // its ca-key.pem: signs the nodes' certificates
   std::string addr = "127.0.0.1";
   int gpus = 8;
   std::string gpu_model = "H100";

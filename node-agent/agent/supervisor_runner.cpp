@@ -161,6 +161,16 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
   JobLaunch l = launch;
   l.limits.restrict_gpu_devices = options_.restrict_gpu_devices;
   LaunchOutcome out;
+  auto note = [&out](const std::string& line) {
+    out.note += (out.note.empty() ? "" : "; ") + line;
+  };
+  if (options_.pids_max > 0 && (l.limits.pids_max <= 0 || l.limits.pids_max > options_.pids_max)) {
+    if (l.limits.pids_max > 0) {
+      note("pids_max " + std::to_string(l.limits.pids_max) + " lowered to this node's " +
+           std::to_string(options_.pids_max) + " (--job-pids-max)");
+    }
+    l.limits.pids_max = options_.pids_max;
+  }
   if (checkpoint_step >= 0) {
     const std::string local_dir = !launch.local_checkpoint_dir.empty() ? launch.local_checkpoint_dir
                                   : options_.local_checkpoint_root.empty()
@@ -200,7 +210,7 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
     }
     if (HasStep(local_dir, checkpoint_step)) {
       l.restart_step = checkpoint_step;
-      if (staged) out.note = "staged checkpoint step " + step + " from the persistent tier";
+      if (staged) note("staged checkpoint step " + step + " from the persistent tier");
     } else if (!absent && !local_dir.empty() && !persistent_dir.empty()) {
       // Looked for on the persistent tier (often a network file system,
       // slow to list) and copied, as the account into its own directory
@@ -214,14 +224,14 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       const std::string local_root =
           launch.local_checkpoint_dir.empty() ? options_.local_checkpoint_root : "";
       const std::string unix_user = launch.unix_user;
-      const bool allow_root = sup_.AllowsRoot(launch);
+      const AccountPolicy rules = sup_.AccountRules(launch);
       try {
-        std::thread([copy, persistent_dir, local_dir, local_root, unix_user, allow_root,
+        std::thread([copy, persistent_dir, local_dir, local_root, unix_user, rules,
                      checkpoint_step] {
           bool permanent = false;
           bool there = false;
           core::Status st;
-          core::Result<UnixAccount> acct = JobAccount(unix_user, allow_root, &permanent);
+          core::Result<UnixAccount> acct = JobAccount(unix_user, rules, &permanent);
           if (!acct.ok()) {
             st = acct.status();
           } else {
@@ -244,9 +254,8 @@ LaunchOutcome SupervisorRunner::Launch(const JobLaunch& launch, int64_t checkpoi
       staging_[job] = copy;
       return StagingBusy(checkpoint_step);
     } else {
-      out.note = "checkpoint step " + step +
-                 " is on neither checkpoint tier of this node; starting without "
-                 "TOPO_RESTART_STEP";
+      note("checkpoint step " + step +
+           " is on neither checkpoint tier of this node; starting without TOPO_RESTART_STEP");
     }
   }
 
@@ -334,8 +343,18 @@ std::vector<SupervisorEvent> SupervisorRunner::Poll() {
   }
   std::vector<SupervisorEvent> events = sup_.Poll();
   // A finished run's count is still in its state file if asked again.
-  for (const SupervisorEvent& e : events) {
-    if (e.kind == EventKind::kJobFinished) restart_counts_.erase(e.job_id);
+  for (SupervisorEvent& e : events) {
+    if (e.kind != EventKind::kJobFinished) continue;
+    restart_counts_.erase(e.job_id);
+    // Its node-local checkpoints go (when the persistent tier holds them),
+    // unless a new run of the job is already being staged or started here.
+    if (staging_.count(e.job_id) || starting_.count(e.job_id)) continue;
+    core::Result<bool> removed = sup_.RemoveLocalCheckpoints(e.job_id);
+    const std::string what = !removed.ok()     ? removed.message()
+                             : removed.value() ? "its node-local checkpoints removed (the "
+                                                 "persistent tier holds its newest step)"
+                                               : "";
+    if (!what.empty()) e.message += (e.message.empty() ? "" : "; ") + what;
   }
   return events;
 }

@@ -4,8 +4,9 @@
 //
 // What it adds to the supervisor:
 //   - classification of launch failures for `launch_failed`: the job's Unix
-//     account missing on this node, or an account with uid 0 while the site
-//     does not allow root jobs, are permanent (JobAccount, account.hpp:
+//     account missing on this node, an account with uid 0 while the site
+//     does not allow root jobs, or one below the node's uid floor
+//     (--min-job-uid), are permanent (JobAccount, account.hpp:
 //     retrying elsewhere cannot help, accounts come from the site's shared
 //     passwd database, and docs/jobs.md says so); the account is looked up
 //     off the event loop (by the starting or the staging thread: NSS may
@@ -27,6 +28,7 @@
 //     supervisor once that thread is done (the thread wakes the supervisor's
 //     wake fd), and the next Launch of the run gives the outcome. A Stop()
 //     meanwhile stops the ranks as soon as they are handed over;
+//   - the node's pids limit (options.pids_max) over the start's own;
 //   - the master port check (port_check.hpp);
 //   - rank logs read for `topo logs` without following anything the job
 //     planted: the log must be a regular file with one link, opened with
@@ -63,6 +65,9 @@ struct SupervisorRunnerOptions {
   // The supervisor's default tiers: ROOT/JOB.
   std::string local_checkpoint_root;
   std::string persistent_checkpoint_root;  // "" = no persistent tier
+  // pids.max of every job's cgroup: the start's pids_max when lower, else
+  // this (0: only the start's, or none). topo-agent --job-pids-max.
+  int64_t pids_max = 0;
   // A finished copy's outcome waits this long for the launch that asked for
   // it (which comes back within a tick), then Poll() drops it: the job was
   // stopped or moved meanwhile. Nothing is lost: a copied step is on the

@@ -34,6 +34,7 @@
 #include "store/backup.hpp"
 #include "topo/common/topology_io.hpp"
 #include "topo/common/topology_source.hpp"
+#include "topo/common/version.hpp"
 
 namespace {
 
@@ -337,7 +338,7 @@ int main(int argc, char** argv) {
       "topo-scheduler"};
   // --state-dir and --config also after `ca ...`, where people type them.
   app.fallthrough();
-  app.set_version_flag("--version", "topo-scheduler 0.1.0");
+  app.set_version_flag("--version", std::string("topo-scheduler ") + topo::kVersion);
   std::string config_file, state_dir, listen;
   app.add_option("--config", config_file, "settings file (packaging/topo-scheduler.conf)")
       ->check(CLI::ExistingFile);

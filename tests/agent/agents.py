@@ -1,7 +1,8 @@
 """Real topo-agent processes next to a real topo-scheduler on loopback: the
 pieces the agent tests share (tests/agent, tests/torch).
 
-Ranks run as real Unix accounts the tests create (useradd) in real cgroups:
+Ranks run as real Unix accounts the tests create (useradd) in real cgroups,
+each job with its own /tmp (so the work directory is under /var/tmp):
 each agent gets its own cgroup root (--cgroup-root MOUNT/topo-test-PID-NODE)
 so tests never touch another agent's jobs, and agent_cluster removes the
 accounts, the cgroups, the rank processes and the work directory afterwards,
@@ -26,6 +27,12 @@ import time
 from harness import Failure, tiny_topology
 
 
+# Where a cluster's work directory goes: not under /tmp, which each job has
+# its own of (topo-agent --job-scratch, on where the agent is root), so that
+# ranks reach the scripts, logs and checkpoint directories the test puts there.
+WORK_ROOT = "/var/tmp"
+
+
 def issue(binary, state_dir, node, out):
     subprocess.run([binary, "--state-dir", state_dir, "ca", "issue", "--node", node, "--out", out],
                    check=True, capture_output=True)
@@ -48,9 +55,40 @@ def cgroup_mount():
     return v2 or freezer
 
 
+def v1_limit_roots(name):
+    """The agent's v1 limit hierarchies for a cgroup root named `name`:
+    MOUNT/<the agent's cgroup there>/NAME in every v1 controller mount
+    (memory, cpu, pids, devices; node-agent/supervisor/.../cgroup.hpp)."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if parts[parts.index("-") + 1] == "cgroup":
+                mounts.append(parts[4])
+    found = []
+    for mount in mounts:
+        for dirpath, dirs, _files in os.walk(mount):
+            if dirpath[len(mount):].count("/") >= 6:
+                dirs[:] = []
+            elif os.path.basename(dirpath) == name:
+                found.append(dirpath)
+                dirs[:] = []
+    return found
+
+
 def kill_cgroup_tree(root):
-    """SIGKILLs every process in the cgroups under root and removes them."""
-    if not root or not os.path.isdir(root):
+    """SIGKILLs every process in the cgroups under root and removes them, and
+    the v1 limit hierarchies the agent made beside root (v1_limit_roots)."""
+    if not root:
+        return
+    if os.path.isdir(root):
+        kill_one_cgroup_tree(root)
+    for limits in v1_limit_roots(os.path.basename(root)):
+        kill_one_cgroup_tree(limits)
+
+
+def kill_one_cgroup_tree(root):
+    if not os.path.isdir(root):
         return
     for _ in range(50):
         pids = set()
@@ -75,6 +113,20 @@ def kill_cgroup_tree(root):
             return
         time.sleep(0.1)
     print("warning: cgroup %s could not be removed" % root, file=sys.stderr)
+
+
+def unmount_under(path):
+    """Detaches every mount at or below path, deepest first (an agent's job
+    namespace pins and their private mount: topo-agent --job-scratch)."""
+    path = os.path.realpath(path)
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == path or point.startswith(path + "/"):
+                points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 def create_account(name):
@@ -247,7 +299,7 @@ def agent_cluster(daemon, prefix):
     every agent, the ranks they left and their cgroups, removes the test's
     Unix accounts, prints the daemon's and the agents' logs when the block
     failed, stops the daemon and removes the work dir."""
-    work = tempfile.mkdtemp(prefix=prefix)
+    work = tempfile.mkdtemp(prefix=prefix, dir=WORK_ROOT)
     os.chmod(work, 0o711)
     cluster = Cluster(work)
     ok = False
@@ -267,4 +319,5 @@ def agent_cluster(daemon, prefix):
             for n, a in cluster.agents.items():
                 print("---- agent %s log\n%s" % (n, a.log()[-4000:]), file=sys.stderr)
         daemon.cleanup()
+        unmount_under(work)
         shutil.rmtree(work, ignore_errors=True)

@@ -68,7 +68,8 @@ NODE = "gb000"  # the first node of packaging/demo-topology.json
 APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 # linux/capability.h, for the names topo-agent.service uses.
 CAPABILITIES = {"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
-                "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_ADMIN": 21}
+                "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_CHROOT": 18,
+                "CAP_SYS_ADMIN": 21}
 
 
 def sh(*args, check_rc=True, env=None, timeout=300):

@@ -213,7 +213,7 @@ LaunchOutcome LaunchWaiting(SupervisorRunner& runner, const JobLaunch& l, int64_
 
 }  // namespace
 
-TEST_CASE("SupervisorRunner: a missing account and a root account fail for good, staging") {
+TEST_CASE("SupervisorRunner: missing, root and low-uid accounts fail for good, staging") {
   TempDir dir;
   SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/true);
   so.allow_root_jobs = false;
@@ -257,6 +257,21 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   out = LaunchWaiting(*runner, l, 3);
   CHECK(out.permanent);
   CHECK(out.reason.find("no Unix account 'topo-no-such-account-x'") != std::string::npos);
+  // A system account (daemon: uid 1) is below the node's uid floor (1000 by
+  // default): refused for good, at the start and when staging, whatever
+  // the start says.
+  l.unix_user = "daemon";
+  l.allow_root = true;
+  for (int64_t step : {int64_t{-1}, int64_t{3}}) {
+    out = LaunchWaiting(*runner, l, step);
+    CHECK(out.kind == LaunchOutcome::Kind::kFailed);
+    CHECK(out.permanent);
+    CHECK(out.reason.find("Unix account 'daemon' has uid 1 on node") != std::string::npos);
+    CHECK(out.reason.find("below this node's floor of 1000") != std::string::npos);
+    CHECK(out.reason.find("--min-job-uid") != std::string::npos);
+  }
+  l.allow_root = false;
+  CHECK(runner->Running().empty());
   CHECK_FALSE(fs::exists(so.local_checkpoint_root + "/5"));
   runner.reset();
   strict.reset();
@@ -326,7 +341,7 @@ TEST_CASE("SupervisorRunner: a missing account and a root account fail for good,
   // tier, where the next start finds it without staging again.
   {
     SupervisorRunner forgetful(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root,
-                                     /*staging_keep_ms=*/0});
+                                     /*pids_max=*/0, /*staging_keep_ms=*/0});
     JobLaunch ten = l;
     ten.job_id = "10";
     fs::create_directories(so.persistent_checkpoint_root + "/10/step-2");
@@ -524,4 +539,39 @@ TEST_CASE("--server: one or several scheduler addresses, each wss://HOST:PORT[/P
   std::string many;
   for (int i = 0; i < 17; ++i) many += (i ? ",wss://h:" : "wss://h:") + std::to_string(7000 + i);
   CHECK(topo::agent::ParseServerList(many).message().find("at most 16") != std::string::npos);
+}
+
+TEST_CASE("SupervisorRunner: a run's end removes its node-local checkpoints once persisted") {
+  if (::geteuid() != 0) return;  // starts a rank as root
+  TempDir dir;
+  SupervisorOptions so = RunnerTestOptions(dir, /*persistent=*/true);
+  RankSupervisor sup(so);
+  SupervisorRunner runner(sup, {true, so.local_checkpoint_root, so.persistent_checkpoint_root});
+  JobLaunch l;
+  l.job_id = "11";
+  l.argv = {"/bin/sh", "-c",
+            "mkdir -p \"$TOPO_CHECKPOINT_DIR/step-1\" && echo w > \"$TOPO_CHECKPOINT_DIR/step-1/w\""
+            " && echo 1 > \"$TOPO_CHECKPOINT_DIR/step-1/COMPLETE\""};
+  l.unix_user = "root";
+  l.ranks = {LocalRankSpec{0, 0, {}}};
+  std::vector<SupervisorEvent> events;
+  REQUIRE(LaunchWaiting(runner, l, -1, nullptr, &events).kind == LaunchOutcome::Kind::kStarted);
+  const SupervisorEvent* finished = nullptr;
+  for (int i = 0; i < 500 && !finished; ++i) {
+    for (SupervisorEvent& e : runner.Poll()) events.push_back(std::move(e));
+    for (const SupervisorEvent& e : events) {
+      if (e.kind == EventKind::kJobFinished) finished = &e;
+    }
+    if (!finished) ::usleep(20000);
+  }
+  REQUIRE(finished != nullptr);
+  CHECK(finished->message.find("its node-local checkpoints removed") != std::string::npos);
+  // The step reached the persistent tier before the run was called ended.
+  bool persisted = false;
+  for (const SupervisorEvent& e : events) {
+    persisted |= e.kind == EventKind::kCheckpointPersisted && e.step == 1;
+  }
+  CHECK(persisted);
+  CHECK_FALSE(fs::exists(so.local_checkpoint_root + "/11"));
+  CHECK(fs::exists(so.persistent_checkpoint_root + "/11/step-1/COMPLETE"));
 }

@@ -131,7 +131,7 @@ core::Result<UnixAccount> ResolveUnixAccount(const std::string& name, bool* miss
                              NodeName());
 }
 
-core::Result<UnixAccount> JobAccount(const std::string& unix_user, bool allow_root,
+core::Result<UnixAccount> JobAccount(const std::string& unix_user, const AccountPolicy& policy,
                                      bool* permanent) {
   bool missing = false;
   core::Result<UnixAccount> acct = ResolveUnixAccount(unix_user, &missing);
@@ -142,12 +142,21 @@ core::Result<UnixAccount> JobAccount(const std::string& unix_user, bool allow_ro
         acct.message() + " (accounts must exist on every node, from the site's passwd database)");
   }
   const UnixAccount& a = acct.value();
-  if (a.uid == 0 && !allow_root) {
+  if (a.uid == 0 && !policy.allow_root) {
     *permanent = true;
     return core::Status::Error(
         "jobs may not run as root; unix_user '" + unix_user + "' has uid 0 on node " + NodeName() +
         ": map the user to an ordinary account (PATCH /v1/users/NAME {\"unix_user\": ...}), or "
         "allow root jobs on the node (topo-agent --allow-root-jobs)");
+  }
+  if (a.uid != 0 && a.uid < policy.min_uid) {
+    *permanent = true;
+    return core::Status::Error(
+        "Unix account '" + a.name + "' has uid " + std::to_string(a.uid) + " on node " +
+        NodeName() + ", below this node's floor of " + std::to_string(policy.min_uid) +
+        " for job accounts (topo-agent --min-job-uid, TOPO_AGENT_MIN_JOB_UID in "
+        "topo-agent.conf): map the user to an ordinary account (PATCH /v1/users/NAME "
+        "{\"unix_user\": ...}), or lower the floor on the nodes");
   }
   if (::geteuid() != 0 && a.uid != ::geteuid()) {
     return core::Status::Error("the agent runs as uid " + std::to_string(::geteuid()) +

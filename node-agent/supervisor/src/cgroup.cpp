@@ -179,9 +179,26 @@ bool WaitFor(const std::function<bool()>& pred, int timeout_ms) {
   return true;
 }
 
-std::string JobDirName(const std::string& job_id) { return "job-" + job_id; }
-
 }  // namespace
+
+std::string CgroupScope(const std::string& node, const std::string& ca_pem) {
+  std::string name;
+  for (char c : node.substr(0, 64)) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    name += ok ? c : '_';
+  }
+  // FNV-1a: a name, not a secret (both inputs are the site's own).
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : node + '\n' + ca_pem) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (int shift = 60; shift >= 16; shift -= 4) hex += kHex[(h >> shift) & 15];
+  return name + "." + hex;
+}
 
 // ------------------------------------------------------------------ JobCgroup
 
@@ -328,6 +345,7 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
     const std::string sub = ReadText(parent + "/cgroup.subtree_control");
     m.v2_memory_ = HasWord(sub, "memory");
     m.v2_cpu_ = HasWord(sub, "cpu");
+    m.v2_pids_ = HasWord(sub, "pids");
   } else {
     info.freezer = track->controllers.count("freezer") > 0;
   }
@@ -341,8 +359,9 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
   };
   if (!m.v2_memory_) m.v1_memory_ = v1_root("memory");
   if (!m.v2_cpu_) m.v1_cpu_ = v1_root("cpu");
+  if (!m.v2_pids_) m.v1_pids_ = v1_root("pids");
   m.v1_devices_ = v1_root("devices");
-  for (const std::string* r : {&m.v1_memory_, &m.v1_cpu_, &m.v1_devices_}) {
+  for (const std::string* r : {&m.v1_memory_, &m.v1_cpu_, &m.v1_devices_, &m.v1_pids_}) {
     if (!r->empty() && *r != info.track_root &&
         std::find(info.v1_roots.begin(), info.v1_roots.end(), *r) == info.v1_roots.end()) {
       info.v1_roots.push_back(*r);
@@ -357,6 +376,11 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
     info.cpu = "cpu.max (cgroup v2)";
   } else if (!m.v1_cpu_.empty()) {
     info.cpu = "cpu.cfs_quota_us (cgroup v1, " + m.v1_cpu_ + ")";
+  }
+  if (m.v2_pids_) {
+    info.pids = "pids.max (cgroup v2)";
+  } else if (!m.v1_pids_.empty()) {
+    info.pids = "pids.max (cgroup v1, " + m.v1_pids_ + ")";
   }
   if (!m.v1_devices_.empty()) {
     info.gpu_devices = "devices.deny (cgroup v1, " + m.v1_devices_ + ")";
@@ -380,6 +404,7 @@ CgroupManager CgroupManager::Detect(const CgroupOptions& options) {
                        : "SIGKILL rounds");
   s += "; memory limit: " + (info.memory.empty() ? "not enforced" : info.memory);
   s += "; cpu limit: " + (info.cpu.empty() ? "not enforced" : info.cpu);
+  s += "; pids limit: " + (info.pids.empty() ? "not enforced" : info.pids);
   s += "; GPU devices: " +
        (info.gpu_devices.empty() ? "CUDA_VISIBLE_DEVICES only" : info.gpu_devices);
   info.summary = s;
@@ -390,15 +415,16 @@ JobCgroup CgroupManager::For(const std::string& job_id, const JobLimits& limits)
   JobCgroup cg;
   if (!usable()) return cg;
   cg.mode = info_.mode;
-  const std::string leaf = JobDirName(job_id);
+  const std::string leaf = JobDirName(job_id);  // job-ID.SCOPE
   cg.dirs.push_back((fs::path(info_.track_root) / leaf).string());
   auto add = [&](const std::string& root) {
     if (root.empty() || root == info_.track_root) return;
     const std::string d = (fs::path(root) / leaf).string();
     if (std::find(cg.dirs.begin(), cg.dirs.end(), d) == cg.dirs.end()) cg.dirs.push_back(d);
   };
-  if (limits.memory_bytes > 0) add(v1_memory_);
+  if (limits.memory_bytes > 0 || limits.account_memory) add(v1_memory_);
   if (limits.cpus > 0) add(v1_cpu_);
+  if (limits.pids_max > 0) add(v1_pids_);
   if (limits.restrict_gpu_devices) add(v1_devices_);
   return cg;
 }
@@ -448,7 +474,10 @@ core::Result<JobCgroup> CgroupManager::Create(const std::string& job_id, const J
                        info_.summary + ")");
     }
   } else if (v2_memory_) {
+    if (limits.account_memory) WriteFile(info_.track_root + "/cgroup.subtree_control", "+memory");
     WriteFile(track + "/memory.max", "max");  // a reused cgroup keeps no old limit
+  } else if (limits.account_memory && !v1_memory_.empty()) {
+    WriteFile(dir_of(v1_memory_) + "/memory.limit_in_bytes", "-1");
   }
   // cpu
   if (limits.cpus > 0) {
@@ -470,6 +499,22 @@ core::Result<JobCgroup> CgroupManager::Create(const std::string& job_id, const J
     }
   } else if (v2_cpu_) {
     WriteFile(track + "/cpu.max", "max");
+  }
+  // pids
+  if (limits.pids_max > 0) {
+    const std::string v = std::to_string(limits.pids_max);
+    if (v2_pids_) {
+      WriteFile(info_.track_root + "/cgroup.subtree_control", "+pids");
+      if (int e = WriteFile(track + "/pids.max", v)) return fail("set " + track + "/pids.max", e);
+    } else if (!v1_pids_.empty()) {
+      const std::string f = dir_of(v1_pids_) + "/pids.max";
+      if (int e = WriteFile(f, v)) return fail("set " + f, e);
+    } else if (notes) {
+      notes->push_back("the limit of " + v + " tasks (pids_max) is not enforced on this node (" +
+                       info_.summary + ")");
+    }
+  } else if (v2_pids_ || v1_pids_ == info_.track_root) {
+    WriteFile(track + "/pids.max", "max");
   }
   // GPU device nodes
   if (limits.restrict_gpu_devices) {
@@ -520,8 +565,13 @@ std::vector<DeviceNumber> CgroupManager::OtherGpuDevices(const std::vector<int>&
   return out;
 }
 
+std::string CgroupManager::JobDirName(const std::string& job_id) const {
+  return "job-" + job_id + (options_.scope.empty() ? "" : "." + options_.scope);
+}
+
 void CgroupManager::RemoveStale(const std::set<std::string>& known_job_ids) const {
   if (!usable()) return;
+  const std::string suffix = options_.scope.empty() ? "" : "." + options_.scope;
   std::vector<std::string> roots{info_.track_root};
   roots.insert(roots.end(), info_.v1_roots.begin(), info_.v1_roots.end());
   for (const auto& root : roots) {
@@ -530,7 +580,10 @@ void CgroupManager::RemoveStale(const std::set<std::string>& known_job_ids) cons
          it.increment(ec)) {
       const std::string n = it->path().filename().string();
       if (n.rfind("job-", 0) != 0 || !it->is_directory()) continue;
-      if (known_job_ids.count(n.substr(4))) continue;
+      if (n.size() <= 4 + suffix.size() || !n.ends_with(suffix)) continue;  // another scope's
+      const std::string id = n.substr(4, n.size() - 4 - suffix.size());
+      if (suffix.empty() && id.find('.') != std::string::npos) continue;  // a scoped one
+      if (known_job_ids.count(id)) continue;
       if (ReadPids((it->path() / "cgroup.procs").string()).empty()) ::rmdir(it->path().c_str());
     }
   }

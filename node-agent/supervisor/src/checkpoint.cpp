@@ -291,4 +291,61 @@ core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst
   return core::Status::Ok();
 }
 
+core::Status PruneCompleteSteps(const std::string& dir, size_t keep,
+                                std::optional<FileOwner> owner) {
+  if (keep == 0 || dir.empty()) return core::Status::Ok();
+  const std::vector<int64_t> complete = CompleteSteps(dir);
+  if (complete.size() <= keep) return core::Status::Ok();
+  const int64_t oldest_kept = complete[complete.size() - keep];
+  ScopedFsIdentity as_owner;
+  if (owner) {
+    if (auto s = as_owner.Enter(*owner); !s.ok()) {
+      return core::Status::Error("pruning " + dir + ": " + s.message());
+    }
+  }
+  // Every step-N older than the oldest kept, complete or not (an older
+  // incomplete one can never complete any more: its copy was replaced).
+  std::error_code ec;
+  std::vector<fs::path> old;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const auto step = ParseStepName(it->path().filename().string());
+    if (step && *step < oldest_kept) old.push_back(it->path());
+  }
+  std::string failed;
+  for (const fs::path& p : old) {
+    // Not followed if it is a symlink: remove_all removes the link itself.
+    std::error_code rec;
+    fs::remove_all(p, rec);
+    if (rec && failed.empty()) failed = p.string() + ": " + rec.message();
+  }
+  if (!failed.empty()) return core::Status::Error("cannot prune " + failed);
+  return core::Status::Ok();
+}
+
+core::Status RemoveCheckpointDir(const std::string& dir, FileOwner owner) {
+  if (dir.empty()) return core::Status::Ok();
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) return core::Status::Ok();
+  {
+    // Its content as the owner: nothing a job planted in it (a symlink, a
+    // directory swapped for one) can make root remove anything else.
+    ScopedFsIdentity as_owner;
+    if (auto s = as_owner.Enter(owner); !s.ok()) {
+      return core::Status::Error("removing " + dir + ": " + s.message());
+    }
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      std::error_code rec;
+      fs::remove_all(it->path(), rec);
+      if (rec)
+        return core::Status::Error("cannot remove " + it->path().string() + ": " + rec.message());
+    }
+    if (ec) return core::Status::Error("cannot read " + dir + ": " + ec.message());
+  }
+  // The directory itself, in a root-owned root: root's to remove (empty).
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return Errno("cannot remove " + dir);
+  return core::Status::Ok();
+}
+
 }  // namespace topo::agent

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +27,7 @@ namespace {
 // Where the child failed; sent to the parent over the status pipe.
 enum Stage : int {
   kJoinCgroup = 1,
+  kMountNamespace,
   kSetGroups,
   kSetGid,
   kSetUid,
@@ -125,6 +127,8 @@ std::string StageMessage(const SpawnRequest& req, const ChildReport& r) {
   switch (r.stage) {
     case kJoinCgroup:
       return "cannot join the job's cgroup (file " + std::to_string(r.index) + "): " + err;
+    case kMountNamespace:
+      return "cannot enter the job's mount namespace (its private /tmp and /dev/shm): " + err;
     case kSetGroups:
     case kSetGid:
     case kSetUid:
@@ -243,6 +247,11 @@ core::Result<SpawnResult> SpawnRank(const SpawnRequest& req) {
       if (::write(req.cgroup_fds[i], "0", 1) != 1) {
         ChildFail(status_w, kJoinCgroup, errno, static_cast<int>(i));
       }
+    }
+    // Then the job's own /tmp and /dev/shm: every page the rank writes there
+    // is charged to the cgroup it is in by now.
+    if (req.mount_ns_fd >= 0 && ::setns(req.mount_ns_fd, CLONE_NEWNS) != 0) {
+      ChildFail(status_w, kMountNamespace, errno);
     }
     if (switch_identity) {
       if (::setgroups(groups.size(), groups.data()) != 0) ChildFail(status_w, kSetGroups, errno);

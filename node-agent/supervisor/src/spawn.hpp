@@ -1,7 +1,8 @@
 #pragma once
 // Starting one rank process: fork, then in the child (async-signal-safe
 // calls only) its own process group, default signal handling, the job's
-// cgroups, the job's account, its log, its working directory, exec.
+// cgroups, the job's mount namespace (job_scratch.hpp), the job's account,
+// its log, its working directory, exec.
 // Internal to the supervisor.
 
 #include <sys/types.h>
@@ -22,8 +23,12 @@ struct SpawnRequest {
   std::vector<std::string> env;          // "K=V", the whole environment
   const UnixAccount* account = nullptr;  // REQUIRES: non-null
   std::vector<int> cgroup_fds;           // cgroup.procs files to join (written "0")
-  std::string log_path;                  // opened (created 0600) as the account
-  std::string log_header;                // written before the pid; the child adds "PID ===\n"
+  // The job's mount namespace (an open pin, job_scratch.hpp), entered with
+  // setns() after the cgroups and before the account switch; -1: the
+  // agent's own.
+  int mount_ns_fd = -1;
+  std::string log_path;    // opened (created 0600) as the account
+  std::string log_header;  // written before the pid; the child adds "PID ===\n"
   // Working directories to try in order as the account; the first that
   // chdir() accepts wins.
   // When required (the job's own working directory), only wd_candidates[0]

@@ -57,6 +57,8 @@ void RankSupervisor::Impl::SaveState(const JobRec& j) const {
   doc["reported_step"] = j.reported_step;
   doc["persisted_step"] = j.persisted_step;
   doc["finished_reported"] = j.finished_reported;
+  if (!j.scratch_pin.empty()) doc["scratch_pin"] = j.scratch_pin;
+  if (j.local_removed) doc["local_removed"] = true;
   if (j.cgroup.valid()) {
     doc["cgroup"] = {{"version", j.cgroup.mode == CgroupMode::kV2 ? 2 : 1},
                      {"dirs", j.cgroup.dirs},
@@ -105,6 +107,9 @@ void RankSupervisor::Impl::LoadStates() {
       j.reported_step = doc.value("reported_step", int64_t{-1});
       j.persisted_step = doc.value("persisted_step", int64_t{-1});
       j.finished_reported = doc.value("finished_reported", false);
+      j.scratch_pin = doc.value("scratch_pin", "");
+      j.local_removed = doc.value("local_removed", false);
+      if (j.scratch_pin != scratch.PinPath(j.job_id)) j.scratch_pin.clear();  // ours only
       auto persisted = CompleteSteps(j.persistent_dir);
       if (!persisted.empty()) j.persisted_step = std::max(j.persisted_step, persisted.back());
       std::vector<pid_t> members;
@@ -146,6 +151,7 @@ void RankSupervisor::Impl::LoadStates() {
   std::set<std::string> known;
   for (const auto& [id, j] : jobs) known.insert(id);
   cgroups.RemoveStale(known);
+  scratch.RemoveStale(known);
 }
 
 }  // namespace topo::agent

@@ -55,14 +55,21 @@ void RankSupervisor::Impl::WorkerLoop() {
       tasks.pop_front();
     }
     core::Status st;
+    std::string note;
     try {
       st = CopyCompleteStep(t.src, t.dst, t.step, t.owner);
+      // A newer step is complete there: older ones beyond the newest K go.
+      if (st.ok() && opt.keep_checkpoints > 0) {
+        core::Status pruned =
+            PruneCompleteSteps(t.dst, static_cast<size_t>(opt.keep_checkpoints), t.owner);
+        if (!pruned.ok()) note = pruned.message();
+      }
     } catch (const std::exception& e) {
       st = core::Status::Error(std::string("copy failed: ") + e.what());
     }
     {
       std::lock_guard lk(mu);
-      results.push_back(CopyResult{t.job_id, t.step, st});
+      results.push_back(CopyResult{t.job_id, t.step, st, note});
     }
     char b = 1;
     [[maybe_unused]] auto n = ::write(wake_w, &b, 1);
@@ -149,8 +156,11 @@ RankSupervisor::RankSupervisor(SupervisorOptions options) : impl_(std::make_uniq
   fs::create_directories(fs::path(opt.state_dir) / "jobs", ec);
   ::chmod(opt.state_dir.c_str(), 0700);
   ::chmod((fs::path(opt.state_dir) / "jobs").c_str(), 0700);
-  impl_->cgroups = CgroupManager::Detect(
-      CgroupOptions{opt.cgroup_root, opt.gpu_device_dir, opt.use_v1_cgroup_controllers});
+  impl_->scratch =
+      JobScratch::Open(ScratchOptions{opt.job_scratch, opt.job_tmp_size, opt.job_shm_size,
+                                      (fs::path(opt.state_dir) / "namespaces").string()});
+  impl_->cgroups = CgroupManager::Detect(CgroupOptions{
+      opt.cgroup_root, opt.gpu_device_dir, opt.use_v1_cgroup_controllers, opt.cgroup_scope});
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
     impl_->wake_r = fds[0];
@@ -173,8 +183,8 @@ RankSupervisor::~RankSupervisor() {
 
 int RankSupervisor::wake_fd() const { return impl_->wake_r; }
 
-bool RankSupervisor::AllowsRoot(const JobLaunch& launch) const {
-  return launch.allow_root || impl_->opt.allow_root_jobs;
+AccountPolicy RankSupervisor::AccountRules(const JobLaunch& launch) const {
+  return AccountPolicy{launch.allow_root || impl_->opt.allow_root_jobs, impl_->opt.min_job_uid};
 }
 
 void RankSupervisor::Wake() const {
@@ -228,13 +238,21 @@ std::string RankSupervisor::CgroupPath(const std::string& job_id) const {
 
 const CgroupInfo& RankSupervisor::Cgroups() const { return impl_->cgroups.Describe(); }
 
+const JobScratch& RankSupervisor::Scratch() const { return impl_->scratch; }
+
+std::string RankSupervisor::ScratchPin(const std::string& job_id) const {
+  auto it = impl_->jobs.find(job_id);
+  return it == impl_->jobs.end() ? std::string() : it->second.scratch_pin;
+}
+
 // ------------------------------------------------------------------ launch
 
 struct StartingLaunch::State {
   const CgroupManager* cgroups = nullptr;  // the supervisor's; const after construction
+  const JobScratch* scratch = nullptr;     // likewise
   int checkpoint_signal = 0;
   JobLaunch launch;
-  bool allow_root = false;               // the launch's or the site's
+  AccountPolicy account_rules;           // RankSupervisor::AccountRules
   UnixAccount acct;                      // resolved by Run()
   bool permanent = false;                // Run() failed for good (StartingLaunch::permanent)
   JobRec j;                              // everything but the cgroup and the ranks, until Run()
@@ -245,6 +263,7 @@ struct StartingLaunch::State {
   // file system that takes its time.
   std::vector<std::pair<std::string, std::string>> dirs;
   std::optional<JobCgroup> prior_cgroup;  // the earlier run's, still there: removed first
+  std::string prior_pin;                  // the earlier run's namespace, still pinned
   bool ran = false;
   bool started = false;   // Run() started every rank
   bool finished = false;  // FinishLaunch took the ranks
@@ -278,6 +297,7 @@ core::Status StartingLaunch::State::Abort(const std::vector<int>& cgroup_fds,
     cleanup = "; cgroup " + j.cgroup.dirs[0] + " could not be removed";
   }
   j.cgroup_live = false;
+  if (!j.scratch_pin.empty() && JobScratch::Remove(j.scratch_pin)) j.scratch_pin.clear();
   const size_t killed = j.ranks.size();
   j.ranks.clear();
   started = false;
@@ -317,9 +337,10 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
 
   auto s = std::make_unique<StartingLaunch::State>();
   s->cgroups = &impl_->cgroups;
+  s->scratch = &impl_->scratch;
   s->checkpoint_signal = opt.checkpoint_signal;
   s->launch = launch;
-  s->allow_root = AllowsRoot(launch);
+  s->account_rules = AccountRules(launch);
   JobRec& j = s->j;
   j.job_id = launch.job_id;
   j.restart_count = launch.restart_count;
@@ -336,6 +357,9 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
   if (prior && prior->local_dir == j.local_dir) {
     j.reported_step = prior->reported_step;  // a restart does not re-report old steps
   }
+  // Nor the step it restarts from: the scheduler chose it (staged here from
+  // the persistent tier, or left by an earlier run), it is not news.
+  if (launch.restart_step) j.reported_step = std::max(j.reported_step, *launch.restart_step);
 
   // The job's private directories, under roots nobody else can list.
   s->dirs.emplace_back(opt.log_dir, (fs::path(opt.log_dir) / launch.job_id).string());
@@ -355,6 +379,11 @@ core::Result<StartingLaunch> RankSupervisor::PrepareLaunch(const JobLaunch& laun
     s->prior_cgroup = prior->cgroup;
     prior->cgroup_live = false;
     prior->leftovers_since.reset();
+  }
+  if (prior && !prior->scratch_pin.empty()) {
+    // Likewise its namespace: the new run gets a fresh one.
+    s->prior_pin = prior->scratch_pin;
+    prior->scratch_pin.clear();
   }
   // The logs, named now: LogPath reads what this supervisor knows.
   if (launch.mode == core::LaunchMode::kNode) {
@@ -386,10 +415,26 @@ core::Status StartingLaunch::Run() {
     }
     s.prior_cgroup.reset();
   }
+  if (!s.prior_pin.empty()) {
+    if (!JobScratch::Remove(s.prior_pin)) {
+      return s.status = core::Status::Error(job + ": the mount namespace of its earlier run (" +
+                                            s.prior_pin + ") cannot be removed");
+    }
+    s.prior_pin.clear();
+  }
+  // Private /tmp and /dev/shm, or why not.
+  const JobScratch& scratch = *s.scratch;
+  if (scratch.mode() == ScratchMode::kOn && !scratch.enabled()) {
+    return s.status = core::Status::Error(
+               job + ": this node cannot give jobs a private /tmp and /dev/shm (" +
+               scratch.problem() +
+               "), and topo-agent --job-scratch on asks for them: fix the node, or run the "
+               "agent with --job-scratch auto");
+  }
 
   // The account (NSS: maybe a directory server, so here and not on the
   // caller's loop).
-  core::Result<UnixAccount> resolved = JobAccount(launch.unix_user, s.allow_root, &s.permanent);
+  core::Result<UnixAccount> resolved = JobAccount(launch.unix_user, s.account_rules, &s.permanent);
   if (!resolved.ok()) return s.status = core::Status::Error(job + ": " + resolved.message());
   s.acct = std::move(resolved).value();
   const UnixAccount& acct = s.acct;
@@ -413,8 +458,12 @@ core::Status StartingLaunch::Run() {
   std::vector<std::string> notes;
   std::vector<int> cgroup_fds;
   const CgroupManager& cgroups = *s.cgroups;
+  JobLimits limits = launch.limits;
+  // What the ranks write to their tmpfs is charged to their memory cgroup:
+  // they must be in one, limit or not.
+  limits.account_memory = scratch.enabled();
   if (cgroups.usable()) {
-    auto cg = cgroups.Create(launch.job_id, launch.limits, JobGpus(launch), &notes);
+    auto cg = cgroups.Create(launch.job_id, limits, JobGpus(launch), &notes);
     if (!cg.ok()) return s.status = core::Status::Error(job + ": " + cg.message());
     j.cgroup = cg.value();
     j.cgroup_live = true;
@@ -430,6 +479,28 @@ core::Status StartingLaunch::Run() {
   }
   // From here on a failure takes what was started with it.
   s.started = true;
+  // The namespace's pin, open for the ranks to enter (closed on return).
+  struct NsFd {
+    int fd = -1;
+    ~NsFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } ns;
+  if (scratch.enabled()) {
+    core::Result<std::string> pin = scratch.Create(launch.job_id);
+    if (!pin.ok()) return s.status = s.Abort(cgroup_fds, pin.message());
+    j.scratch_pin = pin.value();
+    ns.fd = ::open(j.scratch_pin.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns.fd < 0) {
+      return s.status =
+                 s.Abort(cgroup_fds, "cannot open " + j.scratch_pin + ": " + std::strerror(errno));
+    }
+  } else if (scratch.mode() != ScratchMode::kOff) {
+    notes.push_back(
+        "/tmp and /dev/shm are the node's, shared with other jobs and kept after "
+        "this one: " +
+        scratch.problem());
+  }
 
   // The environment: the account's base, the job's own, then ours.
   std::map<std::string, std::string> base = RankBaseEnvironment(acct);
@@ -446,6 +517,7 @@ core::Status StartingLaunch::Run() {
   req.argv = launch.argv;
   req.account = &acct;
   req.cgroup_fds = cgroup_fds;
+  req.mount_ns_fd = ns.fd;
   req.required_dir = j.local_dir;
   if (!launch.working_dir.empty()) {
     req.wd_candidates = {launch.working_dir};
@@ -550,11 +622,12 @@ core::Status RankSupervisor::FinishLaunch(StartingLaunch launch) {
   StartingLaunch::State& s = *launch.s_;
   if (!s.status.ok()) {
     // The earlier run's cgroup, not removed: Poll() cleans it up as before.
-    if (s.prior_cgroup) {
-      if (auto it = impl_->jobs.find(s.j.job_id); it != impl_->jobs.end()) {
+    if (auto it = impl_->jobs.find(s.j.job_id); it != impl_->jobs.end()) {
+      if (s.prior_cgroup) {
         it->second.cgroup = *s.prior_cgroup;
         it->second.cgroup_live = true;
       }
+      if (!s.prior_pin.empty()) it->second.scratch_pin = s.prior_pin;  // Poll removes it
     }
     return s.status;
   }
@@ -622,7 +695,7 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
                        d.job_id,
                        {},
                        d.step,
-                       d.status.message()};
+                       d.status.ok() ? d.note : d.status.message()};
     out.push_back(std::move(ev));
   }
   const auto now = Clock::now();
@@ -651,6 +724,7 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
       if (!r.running) continue;
       SupervisorEvent ev{EventKind::kRankExited, id, {}, -1, {}};
       ev.exit.job_id = id;
+      ev.exit.whole_node = j.mode == core::LaunchMode::kNode;
       if (I.Reap(r, ev.exit)) {
         r.running = false;
         changed = true;
@@ -674,12 +748,20 @@ std::vector<SupervisorEvent> RankSupervisor::Poll() {
     }
     const bool any_running =
         std::any_of(j.ranks.begin(), j.ranks.end(), [](const RankRec& r) { return r.running; });
-    if (!any_running && (!j.finished_reported || j.cgroup_live)) {
+    if (!any_running && (!j.finished_reported || j.cgroup_live || !j.scratch_pin.empty())) {
       const bool was_live = j.cgroup_live;
       std::string message;
       const bool clean = I.CleanUpAfterRanks(j, now, &message);
       if (was_live != j.cgroup_live) changed = true;
-      if (clean && !j.finished_reported) {
+      // Nothing of the job runs here: its namespace goes, and with it the
+      // pages of its /tmp and /dev/shm.
+      if (clean && !j.scratch_pin.empty() && JobScratch::Remove(j.scratch_pin)) {
+        j.scratch_pin.clear();
+        changed = true;
+      }
+      // The run ends here once its last checkpoint is on the persistent
+      // tier too (a step completed just before the ranks exited).
+      if (clean && !j.finished_reported && !j.copy_in_flight) {
         j.finished_reported = true;
         changed = true;
         out.push_back(SupervisorEvent{EventKind::kJobFinished, id, {}, -1, message});
@@ -720,6 +802,29 @@ std::optional<int64_t> RankSupervisor::NewestPersistedStep(const std::string& jo
   return it->second.persisted_step;
 }
 
+core::Result<bool> RankSupervisor::RemoveLocalCheckpoints(const std::string& job_id) {
+  auto it = impl_->jobs.find(job_id);
+  if (it == impl_->jobs.end()) return core::Status::Error("no job " + job_id + " on this node");
+  JobRec& j = it->second;
+  const auto& opt = impl_->opt;
+  const bool running =
+      std::any_of(j.ranks.begin(), j.ranks.end(), [](const RankRec& r) { return r.running; });
+  if (running || j.copy_in_flight || j.local_removed || j.local_dir.empty() ||
+      j.persistent_dir.empty() || opt.local_checkpoint_root.empty() ||
+      j.local_dir != (fs::path(opt.local_checkpoint_root) / job_id).string()) {
+    return false;  // running, no persistent tier, or a directory the launch named
+  }
+  const std::vector<int64_t> local = CompleteSteps(j.local_dir);
+  if (!local.empty() && local.back() > j.persisted_step) return false;  // the only copy
+  if (core::Status st = RemoveCheckpointDir(j.local_dir, j.owner); !st.ok()) {
+    return core::Status::Error("job " + job_id +
+                               ": its node-local checkpoints stay: " + st.message());
+  }
+  j.local_removed = true;
+  impl_->SaveState(j);
+  return !local.empty();
+}
+
 core::Status RankSupervisor::Forget(const std::string& job_id) {
   auto it = impl_->jobs.find(job_id);
   if (it == impl_->jobs.end()) return core::Status::Error("no job " + job_id + " on this node");
@@ -732,6 +837,7 @@ core::Status RankSupervisor::Forget(const std::string& job_id) {
     return core::Status::Error("job " + job_id + ": a checkpoint copy is in flight");
   }
   if (it->second.cgroup_live) it->second.cgroup.KillAndRemove(1000);
+  JobScratch::Remove(it->second.scratch_pin);
   std::error_code ec;
   fs::remove(impl_->StatePath(job_id), ec);
   impl_->jobs.erase(it);

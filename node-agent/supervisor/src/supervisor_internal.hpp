@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "topo/agent/cgroup.hpp"
+#include "topo/agent/job_scratch.hpp"
 #include "topo/agent/supervisor.hpp"
 
 namespace topo::agent {
@@ -74,6 +75,12 @@ struct JobRec {
   // not yet removed.
   JobCgroup cgroup;
   bool cgroup_live = false;
+  // The pin of the job's mount namespace (private /tmp and /dev/shm) while
+  // it lives; removed once nothing of the job runs here.
+  std::string scratch_pin;
+  // The node-local checkpoint dir was removed after the job's run here
+  // ended (SupervisorOptions::keep_checkpoints' rule).
+  bool local_removed = false;
   // Every rank has exited and the cgroup still had processes at this time.
   std::optional<SupervisorClock::time_point> leftovers_since;
   std::optional<SupervisorClock::time_point> kill_deadline;
@@ -89,11 +96,13 @@ struct CopyResult {
   std::string job_id;
   int64_t step;
   core::Status status;
+  std::string note;  // pruning older steps failed: why
 };
 
 struct RankSupervisor::Impl {
   SupervisorOptions opt;
   CgroupManager cgroups;
+  JobScratch scratch;
   std::map<std::string, JobRec> jobs;
   int wake_r = -1, wake_w = -1;
 

@@ -574,3 +574,129 @@ TEST_CASE("limit files hold the values asked for while the job runs") {
   PollUntil(sup, Finished("files"));
   if (!mem_dir.empty()) CHECK(!fs::exists(mem_dir));
 }
+
+TEST_CASE("a job that forks far more than its pids limit cannot exceed it") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  RankSupervisor sup(sb.Options());
+  const CgroupInfo& info = sup.Cgroups();
+  if (info.pids.empty()) {
+    MESSAGE("skipped: this node has no pids controller (" << info.summary << ")");
+    return;
+  }
+  // 300 forks, each child sleeping: a fork past the limit fails inside the
+  // job (EAGAIN); the rank reports how many of each it saw, then waits.
+  const std::string bomb = sb.t / "bomb.py";
+  {
+    std::ofstream out(bomb);
+    out << "#!/usr/bin/python3\n"
+           "import os, time\n"
+           "ok = failed = 0\n"
+           "for i in range(300):\n"
+           "    try:\n"
+           "        pid = os.fork()\n"
+           "    except OSError:\n"
+           "        failed += 1\n"
+           "        continue\n"
+           "    if pid == 0:\n"
+           "        time.sleep(60)\n"
+           "        os._exit(0)\n"
+           "    ok += 1\n"
+           "with open(os.environ['OUT_DIR'] + '/forks.tmp', 'w') as f:\n"
+           "    f.write('forked=%d failed=%d\\n' % (ok, failed))\n"
+           "os.rename(os.environ['OUT_DIR'] + '/forks.tmp', os.environ['OUT_DIR'] + '/forks')\n"
+           "time.sleep(60)\n";
+  }
+  ::chmod(bomb.c_str(), 0755);
+  auto job = sb.Job("bomb", bomb, 1);
+  job.limits.pids_max = 40;
+  REQUIRE(sup.Launch(job).ok());
+  REQUIRE(WaitForFile(sb.out + "/forks", 30000));
+  const std::string forks = ReadFile(sb.out + "/forks");
+  CAPTURE(forks);
+  int forked = -1, failed = -1;
+  REQUIRE(std::sscanf(forks.c_str(), "forked=%d failed=%d", &forked, &failed) == 2);
+  // The rank itself is one of the 40 tasks.
+  CHECK(forked <= 39);
+  CHECK(forked >= 1);
+  CHECK(failed >= 300 - 39);
+  // The limit file says so, and the job's tracking cgroup never holds more.
+  const pid_t pid = sup.List()[0].pid;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line, pids_dir;
+  while (std::getline(in, line)) {
+    auto a = line.find(':'), b = line.find(':', a + 1);
+    if (line.substr(a + 1, b - a - 1) == "pids")
+      pids_dir = "/sys/fs/cgroup/pids" + line.substr(b + 1);
+  }
+  const std::string dir =
+      info.pids.find("v1") != std::string::npos ? pids_dir : sup.CgroupPath("bomb");
+  REQUIRE_FALSE(dir.empty());
+  CHECK(ReadFile(dir + "/pids.max") == "40\n");
+  CHECK(std::stoi(ReadFile(dir + "/pids.current")) <= 40);
+  CHECK(sup.Launch(job).ok() == false);  // still running: no second launch
+  const size_t members = JobCgroup{info.mode, {sup.CgroupPath("bomb")}}.Members().size();
+  CHECK(members == static_cast<size_t>(forked) + 1);
+  REQUIRE(sup.Stop("bomb", 200).ok());
+  PollUntil(sup, Finished("bomb"));
+  CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("CgroupScope names the node and the scheduler, safe as one directory name") {
+  const std::string a = CgroupScope("n0", "CA one");
+  CHECK(a.rfind("n0.", 0) == 0);
+  CHECK(a.size() == 3 + 12);
+  CHECK(a == CgroupScope("n0", "CA one"));  // the same agent after a restart
+  CHECK(a != CgroupScope("n0", "CA two"));  // another scheduler's n0
+  CHECK(a != CgroupScope("n1", "CA one"));  // another node of this scheduler
+  // Made safe, and two names that read the same once made safe still differ.
+  const std::string odd = CgroupScope("rack/1.node:7", "CA one");
+  CHECK(odd.rfind("rack_1_node_7.", 0) == 0);
+  CHECK(odd != CgroupScope("rack_1_node_7", "CA one"));
+  CHECK(CgroupScope(std::string(300, 'x'), "CA").size() == 64 + 1 + 12);
+}
+
+TEST_CASE("two agents on one host with one cgroup root never share a job's cgroup") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SKIP_WITHOUT_CGROUPS(sb);
+  // Two nodes of one scheduler on this host, each with its own state: the
+  // same job id runs on both.
+  auto opt_a = sb.Options();
+  opt_a.cgroup_scope = CgroupScope("n0", "CA");
+  auto opt_b = sb.Options();
+  opt_b.cgroup_scope = CgroupScope("n1", "CA");
+  opt_b.state_dir = sb.t / "state-b";
+  opt_b.log_dir = sb.t / "logs-b";
+  opt_b.local_checkpoint_root = sb.t / "local-b";
+  RankSupervisor a(opt_a);
+  auto b = std::make_unique<RankSupervisor>(opt_b);
+  auto sleeper = WriteScript(sb.t / "sleep.sh", "exec sleep 60");
+  auto quick = WriteScript(sb.t / "quick.sh", "exit 0");
+  REQUIRE(a.Launch(sb.Job("17", sleeper, 2)).ok());
+  REQUIRE(b->Launch(sb.Job("17", quick, 1)).ok());
+  CHECK(a.CgroupPath("17") != b->CgroupPath("17"));
+  CHECK(fs::path(a.CgroupPath("17")).filename() == "job-17." + opt_a.cgroup_scope);
+  // b's ranks end and b cleans up its cgroup: a's ranks run on.
+  REQUIRE(HasEvent(PollUntil(*b, Finished("17")), EventKind::kJobFinished, "17"));
+  CHECK_FALSE(fs::exists(b->CgroupPath("17")));
+  const auto ranks = a.List();
+  REQUIRE(ranks.size() == 2);
+  for (const RankInfo& r : ranks) CHECK_FALSE(ProcessGone(r.pid));
+  // An empty cgroup of b's scope b does not know is b's to remove at
+  // start; a's (running) and another scope's empty one are left alone.
+  const fs::path mine = fs::path(sb.cgroup.root()) / ("job-99." + opt_b.cgroup_scope);
+  const fs::path theirs = fs::path(sb.cgroup.root()) / ("job-99." + CgroupScope("n2", "CA"));
+  fs::create_directories(mine);
+  fs::create_directories(theirs);
+  b.reset();
+  b = std::make_unique<RankSupervisor>(opt_b);
+  CHECK_FALSE(fs::exists(mine));
+  CHECK(fs::exists(theirs));
+  CHECK(fs::exists(a.CgroupPath("17")));
+  for (const RankInfo& r : a.List()) CHECK_FALSE(ProcessGone(r.pid));
+  ::rmdir(theirs.c_str());
+  REQUIRE(a.Stop("17", 100).ok());
+  PollUntil(a, Finished("17"));
+}

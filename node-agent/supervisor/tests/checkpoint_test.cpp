@@ -192,3 +192,80 @@ TEST_CASE("a restarted supervisor does not report or copy old steps again") {
     return HasEvent(e, EventKind::kJobFinished, "again");
   });
 }
+
+// CHECKPOINTS.md, Retention: the persistent tier keeps the newest K (2)
+// complete steps while the job runs, older ones go once a newer one is
+// persisted; the newest K stay after the job as its output; the node-local
+// tier goes once the run here has ended and the persistent tier holds its
+// newest step, and stays as the only copy otherwise.
+TEST_CASE("retention: the newest 2 persisted steps stay, the local tier goes with the run") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  const TempDir& t = sb.t;
+  RankSupervisor sup(sb.Options());
+  auto script = WriteScript(t / "rank.sh", "exec sleep 30");
+  REQUIRE(sup.Launch(sb.Job("kept", script, 1)).ok());
+  const std::string local = t / "local/kept", pers = t / "persistent/kept";
+  for (int64_t step = 1; step <= 4; ++step) {
+    MakeStep(local, step, true);
+    // The account's, as a rank would have written it (the agent removes a
+    // job's files as its account).
+    REQUIRE(Run("chown -R " + sb.user.name() + ": " + local) == 0);
+    auto evs = PollUntil(sup, [step](const std::vector<SupervisorEvent>& e) {
+      return HasEvent(e, EventKind::kCheckpointPersisted, "kept", step);
+    });
+    REQUIRE(HasEvent(evs, EventKind::kCheckpointPersisted, "kept", step));
+    const std::vector<int64_t> want =
+        step == 1 ? std::vector<int64_t>{1} : std::vector<int64_t>{step - 1, step};
+    CHECK(CompleteSteps(pers) == want);
+  }
+  CHECK_FALSE(fs::exists(pers + "/step-1"));
+  CHECK_FALSE(fs::exists(pers + "/step-2"));
+  // The job runs: nothing local goes.
+  CHECK_FALSE(sup.RemoveLocalCheckpoints("kept").value());
+  CHECK(CompleteSteps(local) == std::vector<int64_t>{1, 2, 3, 4});
+  REQUIRE(sup.Stop("kept", 200).ok());
+  REQUIRE(HasEvent(PollUntil(sup, Finished("kept")), EventKind::kJobFinished, "kept"));
+  auto removed = sup.RemoveLocalCheckpoints("kept");
+  REQUIRE_MESSAGE(removed.ok(), removed.message());
+  CHECK(removed.value());
+  CHECK_FALSE(fs::exists(local));
+  CHECK(CompleteSteps(pers) == std::vector<int64_t>{3, 4});  // the job's output
+  // The next run on this node restarts from the persistent tier.
+  auto rp = sup.NewestRestartStep("kept", true);
+  REQUIRE(rp);
+  CHECK(rp->step == 4);
+  CHECK(rp->tier == CheckpointTier::kPersistent);
+
+  // A local step that could not be copied to the persistent tier (its
+  // directory is a file here): the only copy, kept.
+  REQUIRE(sup.Launch(sb.Job("newer", script, 1)).ok());
+  REQUIRE(sup.Stop("newer", 200).ok());
+  REQUIRE(HasEvent(PollUntil(sup, Finished("newer")), EventKind::kJobFinished, "newer"));
+  fs::remove_all(t / "persistent/newer");
+  std::ofstream(t / "persistent/newer") << "not a directory\n";
+  const std::string newer = t / "local/newer";
+  MakeStep(newer, 1, true);
+  REQUIRE(HasEvent(PollUntil(sup,
+                             [](const std::vector<SupervisorEvent>& e) {
+                               return HasEvent(e, EventKind::kPersistFailed, "newer", 1);
+                             }),
+                   EventKind::kPersistFailed, "newer", 1));
+  auto kept = sup.RemoveLocalCheckpoints("newer");
+  REQUIRE(kept.ok());
+  CHECK_FALSE(kept.value());
+  CHECK(CompleteSteps(newer) == std::vector<int64_t>{1});
+  fs::remove(t / "persistent/newer");
+
+  // Without a persistent tier the local tier is the only one: it stays.
+  auto opt = sb.Options();
+  opt.persistent_checkpoint_root.clear();
+  opt.state_dir = t / "state-nopers";
+  RankSupervisor lone(opt);
+  REQUIRE(lone.Launch(sb.Job("alone", "/bin/true", 1)).ok());
+  const std::string alone = t / "local/alone";
+  MakeStep(alone, 1, true);
+  REQUIRE(HasEvent(PollUntil(lone, Finished("alone")), EventKind::kJobFinished, "alone"));
+  CHECK_FALSE(lone.RemoveLocalCheckpoints("alone").value());
+  CHECK(CompleteSteps(alone) == std::vector<int64_t>{1});
+}

@@ -128,6 +128,54 @@ TEST_CASE("a missing account, an empty one and root are refused, and nothing sta
   CHECK(LogValue(ReadFile(sup.LogPath("refused", 0)), "uid") == "0");
 }
 
+TEST_CASE("an account below the uid floor is refused for good, whatever the launch says") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  SupervisorOptions opt = sb.Options();
+  opt.min_job_uid = kDefaultMinJobUid;  // the agent's default: 1000
+  RankSupervisor sup(opt);
+  auto script = WriteScript(sb.t / "rank.sh", "echo \"uid=$(id -u)\"");
+  const uid_t uid = ResolveUnixAccount(sb.user.name()).value().uid;
+  REQUIRE(uid < kDefaultMinJobUid);  // useradd --system
+  // `daemon` (uid 1 on Debian) and the test's system account: neither runs,
+  // root allowed or not (the floor is not the root rule).
+  for (const std::string& account : {std::string("daemon"), sb.user.name()}) {
+    auto job = sb.Job("low-uid", script, 2);
+    job.unix_user = account;
+    job.allow_root = true;
+    topo::core::Result<StartingLaunch> prepared = sup.PrepareLaunch(job);
+    REQUIRE_MESSAGE(prepared.ok(), prepared.message());
+    auto st = prepared.value().Run();
+    REQUIRE_FALSE(st.ok());
+    CAPTURE(st.message());
+    const UnixAccount acct = ResolveUnixAccount(account).value();
+    CHECK(st.message().find("Unix account '" + account + "' has uid " + std::to_string(acct.uid) +
+                            " on node " + NodeName() + ", below this node's floor of 1000") !=
+          std::string::npos);
+    CHECK(st.message().find("--min-job-uid") != std::string::npos);
+    CHECK(st.message().find("TOPO_AGENT_MIN_JOB_UID") != std::string::npos);
+    CHECK(prepared.value().permanent());
+    CHECK_FALSE(sup.FinishLaunch(std::move(prepared).value()).ok());
+    CHECK(sup.List(false).empty());
+    CHECK_FALSE(fs::exists(sup.LogPath("low-uid", 0)));
+  }
+  // Root stays the allow-root rule's: allowed for this launch, it runs.
+  auto job = sb.Job("root-ok", script, 1);
+  job.unix_user = "root";
+  job.allow_root = true;
+  REQUIRE(sup.Launch(job).ok());
+  PollUntil(sup, Finished("root-ok"));
+  CHECK(LogValue(ReadFile(sup.LogPath("root-ok", 0)), "uid") == "0");
+  // A floor at or below the account's uid lets it run.
+  opt.min_job_uid = uid;
+  opt.state_dir = sb.t / "state2";
+  RankSupervisor lowered(opt);
+  job = sb.Job("at-floor", script, 1);
+  REQUIRE(lowered.Launch(job).ok());
+  PollUntil(lowered, Finished("at-floor"));
+  CHECK(LogValue(ReadFile(lowered.LogPath("at-floor", 0)), "uid") == std::to_string(uid));
+}
+
 TEST_CASE("two accounts' jobs cannot read or write each other's files or the state dir") {
   Sandbox sb;
   TestAccount other("b");

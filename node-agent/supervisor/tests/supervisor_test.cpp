@@ -111,6 +111,44 @@ TEST_CASE("each rank gets the torchrun-compatible and TOPO_* environment") {
   CHECK(e5["TOPO_EP_GROUP"] == e6["TOPO_EP_GROUP"]);  // EP block 4..7
 }
 
+// docs/jobs.md: with ep 1 the EP group is still the tp x cp x ep block, the
+// rank's TP x CP group, not a group per rank. Hand-computed for tp 2, cp 2,
+// dp 2 in the default order (strides tp 1, cp 2, dp 4).
+TEST_CASE("with ep 1 TOPO_EP_GROUP is the rank's tp x cp block, as docs/jobs.md says") {
+  Sandbox sb;
+  REQUIRE(sb.user.ok());
+  RankSupervisor sup(sb.Options());
+  auto script = WriteScript(sb.t / "rank.sh", "env > \"$OUT_DIR/env-$RANK.txt\"");
+  auto l = sb.Job("epjob", script, 8);
+  l.parallelism.tp = 2;
+  l.parallelism.cp = 2;
+  l.parallelism.dp = 2;
+  REQUIRE(sup.Launch(l).ok());
+  REQUIRE(HasEvent(PollUntil(sup, Finished("epjob")), EventKind::kJobFinished, "epjob"));
+  const char* tp_group[] = {"0", "0", "1", "1", "2", "2", "3", "3"};
+  const char* ep_group[] = {"0", "0", "0", "0", "1", "1", "1", "1"};
+  for (int r = 0; r < 8; ++r) {
+    CAPTURE(r);
+    auto env = ParseEnvDump(ReadFile(sb.out + "/env-" + std::to_string(r) + ".txt"));
+    CHECK(env["TOPO_EP_SIZE"] == "1");
+    CHECK(env["TOPO_EP_RANK"] == "0");
+    CHECK(env["TOPO_TP_GROUP"] == tp_group[r]);
+    CHECK(env["TOPO_EP_GROUP"] == ep_group[r]);  // 4 ranks each, not 8 groups of one
+    CHECK(env["TOPO_DP_GROUP"] == std::to_string(r % 4));
+  }
+  // cp 1 as well: the EP group is then exactly the TP group.
+  auto m = sb.Job("epjob2", script, 4);
+  m.parallelism.tp = 2;
+  m.parallelism.dp = 2;
+  REQUIRE(sup.Launch(m).ok());
+  REQUIRE(HasEvent(PollUntil(sup, Finished("epjob2")), EventKind::kJobFinished, "epjob2"));
+  for (int r = 0; r < 4; ++r) {
+    auto env = ParseEnvDump(ReadFile(sb.out + "/env-" + std::to_string(r) + ".txt"));
+    CHECK(env["TOPO_EP_GROUP"] == std::to_string(r / 2));
+    CHECK(env["TOPO_EP_GROUP"] == env["TOPO_TP_GROUP"]);
+  }
+}
+
 TEST_CASE("exit codes and signals are reported once, never blocking") {
   Sandbox sb;
   REQUIRE(sb.user.ok());

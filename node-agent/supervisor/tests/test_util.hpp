@@ -31,8 +31,9 @@ namespace topo::agent::testing {
 // scripts and directories the test puts in it.
 class TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "topo-sup-XXXXXX").string();
+  // base: where (a rank in a job with a private /tmp cannot see the node's).
+  explicit TempDir(const std::string& base = std::filesystem::temp_directory_path().string()) {
+    std::string tmpl = (std::filesystem::path(base) / "topo-sup-XXXXXX").string();
     path_ = ::mkdtemp(tmpl.data()) ? tmpl : std::string();
     if (!path_.empty()) ::chmod(path_.c_str(), 0711);
   }
@@ -77,6 +78,10 @@ inline std::map<std::string, std::string> ParseEnvDump(const std::string& text) 
   return env;
 }
 
+// The uid floor the tests' supervisors run with: the system account range
+// TestAccount's accounts come from (login.defs SYS_UID_MIN).
+inline constexpr uid_t kTestMinJobUid = 100;
+
 inline std::string TestPrefix() { return "topo-t-" + std::to_string(::getpid()) + "-"; }
 
 inline int Run(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
@@ -86,6 +91,9 @@ inline bool IsRoot() { return ::geteuid() == 0; }
 
 // A real Unix account (useradd --system --no-create-home), with an extra
 // supplementary group of its own; removed (with the group) on destruction.
+// Its uid is a system account's (SYS_UID_MIN..SYS_UID_MAX, 100..999 on
+// Debian), below the supervisor's default floor: the sandbox's options
+// lower the floor to kTestMinJobUid, as a site would with --min-job-uid.
 class TestAccount {
  public:
   explicit TestAccount(const std::string& suffix) {
@@ -229,8 +237,9 @@ inline void CleanStaleTestArtifacts() {
 // One test's world: a temp dir with a world-writable out/ for the ranks, an
 // account, and a private cgroup root.
 struct Sandbox {
-  explicit Sandbox(TestCgroupRoot::Kind kind = TestCgroupRoot::Kind::kDetected)
-      : user("a"), cgroup(kind) {
+  explicit Sandbox(TestCgroupRoot::Kind kind = TestCgroupRoot::Kind::kDetected,
+                   const std::string& base = std::filesystem::temp_directory_path().string())
+      : t(base), user("a"), cgroup(kind) {
     out = t / "out";
     std::filesystem::create_directories(out);
     ::chmod(out.c_str(), 01777);
@@ -247,6 +256,7 @@ struct Sandbox {
     o.local_checkpoint_root = t / "local";
     o.persistent_checkpoint_root = t / "persistent";
     o.cgroup_root = cgroup.usable() ? cgroup.root() : "none";
+    o.min_job_uid = kTestMinJobUid;  // TestAccount's accounts are system accounts
     return o;
   }
   JobLaunch Job(const std::string& id, const std::string& script, int nranks) const {

@@ -490,6 +490,7 @@ void AgentRegistry::SendStart(JobId id, const std::vector<core::GpuSlot>& ranks,
   start.unix_user = unix_user;
   start.memory_mb = launch.memory_mb;
   start.cpu_millis = launch.cpu_millis;
+  if (launch.pids_max > 0) start.pids_max = launch.pids_max;
   if (launch.array_job != 0) {
     start.array_job = launch.array_job;
     start.array_task = launch.array_task;

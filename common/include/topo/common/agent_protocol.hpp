@@ -218,6 +218,10 @@ struct Start {
   std::string error;
   int64_t memory_mb = 0;  // the job's cgroup on this node; 0: no limit
   int cpu_millis = 0;     // likewise, CPU time (1000 = one CPU); 0: no limit
+  // pids.max of the job's cgroup on this node (JobSpec::pids_max); absent:
+  // the agent's --job-pids-max, which also caps it. Optional, so that a
+  // start from an older scheduler still reads.
+  std::optional<int> pids_max;
   // A task of a job array: the array's first job and the task's index
   // (TOPO_ARRAY_JOB_ID, TOPO_ARRAY_TASK_ID); absent for other jobs.
   std::optional<int64_t> array_job;

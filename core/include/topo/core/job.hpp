@@ -83,6 +83,8 @@ struct TierConstraint {
 
 // Job names are for people: a line in a table, not a payload.
 inline constexpr size_t kMaxJobNameBytes = 256;
+// JobSpec::pids_max at most: Linux's PID_MAX_LIMIT on 64-bit.
+inline constexpr int kMaxJobPids = 4194304;
 
 struct JobSpec {
   std::string name;  // at most kMaxJobNameBytes (the wire readers check)
@@ -98,6 +100,11 @@ struct JobSpec {
   int spares = 0;
   // What the job trains (optional): the step-time model's input.
   std::optional<ModelSpec> model;
+  // The most tasks (processes and threads) the job may have on each node:
+  // pids.max of its cgroup there. 0: the node's limit (topo-agent
+  // --job-pids-max), which also caps a larger value. Carried to the agents,
+  // never interpreted by the core.
+  int pids_max = 0;
 
   const TierConstraint& constraint(GroupKind k) const { return constraints[static_cast<int>(k)]; }
   static std::array<TierConstraint, kGroupKindCount> DefaultConstraints();

@@ -78,6 +78,7 @@ struct Launch {
   std::string unix_user;
   int64_t memory_mb = 0;  // per node; 0: no limit
   int cpu_millis = 0;     // per node; 0: no limit
+  int pids_max = 0;       // per node (JobSpec::pids_max); 0: the node's limit
   // A task of a job array: the array's first job and this task's index
   // (TOPO_ARRAY_JOB_ID, TOPO_ARRAY_TASK_ID); 0 and -1 otherwise.
   int64_t array_job = 0;

@@ -500,8 +500,8 @@ class SchedulerCore {
   // (a store whose early events were compacted away has only its snapshots).
   // 4: the allocations' stamps and the reservation plan a pass keeps.
   // 5: the policy's fairshare_max_wait (0 when restoring an older one) and
-  // when jobs became eligible again.
-  static constexpr uint32_t kSnapshotVersion = 5;
+  // when jobs became eligible again. 6: a job spec's pids_max.
+  static constexpr uint32_t kSnapshotVersion = 6;
 
  private:
   friend struct SnapshotAccess;

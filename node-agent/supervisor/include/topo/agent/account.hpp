@@ -52,15 +52,31 @@ std::string NodeName();
 // Thread-safe (reentrant libc calls only).
 core::Result<UnixAccount> ResolveUnixAccount(const std::string& name, bool* missing = nullptr);
 
+// The node's rules for the accounts jobs run as (topo-agent
+// --allow-root-jobs, --min-job-uid), whatever the scheduler sent:
+//   uid 0                 only with allow_root (the launch's or the site's);
+//   0 < uid < min_uid     never: system accounts (daemon, bin, the package
+//                         accounts of the node's services) own files and
+//                         processes no job may touch;
+//   uid >= min_uid        yes.
+// Default 1000: login.defs' UID_MIN, where useradd starts ordinary accounts.
+inline constexpr uid_t kDefaultMinJobUid = 1000;
+struct AccountPolicy {
+  bool allow_root = false;
+  uid_t min_uid = kDefaultMinJobUid;
+};
+
 // The account a job's ranks (and its checkpoint copies) run as:
-// ResolveUnixAccount, then the site's rules. Errors besides the lookup's:
-// uid 0 without allow_root ("jobs may not run as root; ..."), and an
-// account other than the agent's own where the agent is not root.
+// ResolveUnixAccount, then the node's rules. Errors besides the lookup's:
+// uid 0 without allow_root ("jobs may not run as root; ..."), a uid below
+// min_uid ("Unix account 'daemon' has uid 1, below this node's floor of
+// 1000 (topo-agent --min-job-uid ...)"), and an account other than the
+// agent's own where the agent is not root.
 // `permanent` is set to whether no retry can help (the account is missing:
 // accounts come from the site's database, the same on every node; or it is
-// root and refused); a missing account's error says so.
+// root or below the floor and refused); a missing account's error says so.
 // Blocking and thread-safe, as ResolveUnixAccount.
-core::Result<UnixAccount> JobAccount(const std::string& unix_user, bool allow_root,
+core::Result<UnixAccount> JobAccount(const std::string& unix_user, const AccountPolicy& policy,
                                      bool* permanent);
 
 // Makes PATH (and missing parents) a root directory of the layout above:

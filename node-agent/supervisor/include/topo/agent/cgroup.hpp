@@ -9,13 +9,19 @@
 //   v1      no cgroup2: the v1 freezer hierarchy tracks the job (the pids
 //           hierarchy when there is no freezer).
 // The *tracking* hierarchy (v2 in v2 and hybrid, freezer/pids in v1) holds
-// TRACK_ROOT/job-ID. TRACK_ROOT is SupervisorOptions::cgroup_root, or by
+// TRACK_ROOT/LEAF. TRACK_ROOT is SupervisorOptions::cgroup_root, or by
 // default MOUNT/toposched at the top of that hierarchy (a v2 parent with no
 // processes, so controllers can be enabled for the jobs below it).
 // v1 controller hierarchies used for limits hold
-// MOUNT/<the agent's own cgroup there>/<basename of TRACK_ROOT>/job-ID:
+// MOUNT/<the agent's own cgroup there>/<basename of TRACK_ROOT>/LEAF:
 // nested under the agent's cgroup, so a limit that encloses the agent (a
 // container's) encloses its jobs too.
+// LEAF is job-ID.SCOPE (job-ID without a scope): SCOPE (CgroupScope) names
+// the node and the scheduler the agent serves, so that two agents on one
+// host (simulated nodes, a test cluster) or agents of two schedulers, which
+// give out the same job ids, never share a job's cgroup: one agent's job
+// end would kill the other's ranks. Each agent removes only stale cgroups
+// of its own scope; an adopted job's cgroup is the one its state file names.
 //
 // Joining: the agent opens JOB/cgroup.procs of every hierarchy the job uses
 // before fork; the child writes "0" (itself) to each while still root,
@@ -35,6 +41,10 @@
 //                 v1/hybrid: memory.limit_in_bytes in the memory hierarchy.
 //   cpus          v2: cpu.max "QUOTA 100000" under the same condition ("cpu");
 //                 v1/hybrid: cpu.cfs_quota_us / cpu.cfs_period_us.
+//   pids_max      v2: pids.max under the same condition ("pids");
+//                 v1/hybrid: pids.max in the v1 pids hierarchy. Every task
+//                 counts (threads too): a fork or clone past it fails with
+//                 EAGAIN inside the job, nothing outside it is touched.
 //   gpu devices   every DEV_DIR/nvidiaN whose N is not one of the job's GPUs
 //                 is refused (the control nodes nvidiactl, nvidia-uvm, ...
 //                 stay open):
@@ -74,7 +84,11 @@ enum class CgroupMode {
 // Per-job resource limits. Zero / empty: no limit.
 struct JobLimits {
   int64_t memory_bytes = 0;
-  double cpus = 0;  // CPU time per wall-clock time, e.g. 2.5
+  double cpus = 0;       // CPU time per wall-clock time, e.g. 2.5
+  int64_t pids_max = 0;  // tasks (processes and threads) at once
+  // Join the memory controller even without memory_bytes, so that what the
+  // job's processes write to their tmpfs is charged to the job.
+  bool account_memory = false;
   // Restrict /dev/nvidiaN to the launch's GPUs (see the table above).
   bool restrict_gpu_devices = false;
 };
@@ -87,6 +101,7 @@ struct CgroupInfo {
   bool freezer = false;               // v2 cgroup.freeze or v1 freezer
   std::string memory;                 // how memory_bytes is enforced; "" = not
   std::string cpu;                    // how cpus is enforced; "" = not
+  std::string pids;                   // how pids_max is enforced; "" = not
   std::string gpu_devices;            // how GPUs are isolated; "" = not (CUDA_VISIBLE_DEVICES only)
   std::vector<std::string> v1_roots;  // v1 limit roots (MOUNT/.../NAME), for cleanup
   std::string summary;                // one line for logs and `topo nodes`
@@ -100,7 +115,16 @@ struct CgroupOptions {
   // false: use no v1 controller hierarchy for limits, as on a node with
   // cgroup v2 alone (tests use it on hybrid nodes to reach the v2 paths).
   bool use_v1_controllers = true;
+  // SCOPE above (CgroupScope); "" only for tests of one agent.
+  std::string scope{};
 };
+
+// The cgroup scope of an agent for `node` serving the scheduler whose CA
+// certificate (PEM) is ca_pem: the node's name made safe for a directory
+// name ([A-Za-z0-9_-], others as '_', at most 64 bytes), '.', and 12 hex
+// digits of a 64-bit FNV-1a hash of node and CA (so two names made the same
+// by the first part still differ; a name, not a secret). Pure.
+std::string CgroupScope(const std::string& node, const std::string& ca_pem);
 
 // A job's cgroup: one directory per hierarchy it uses, dirs[0] tracking.
 struct JobCgroup {
@@ -149,8 +173,9 @@ class CgroupManager {
   core::Result<JobCgroup> Create(const std::string& job_id, const JobLimits& limits,
                                  const std::vector<int>& gpus,
                                  std::vector<std::string>* notes) const;
-  // Removes empty job-* cgroups under the roots whose id is not in known
-  // (left by jobs an earlier agent forgot). Non-empty ones are kept.
+  // Removes empty cgroups of this scope (job-ID.SCOPE) under the roots whose
+  // id is not in known (left by jobs an earlier agent forgot). Non-empty
+  // ones, and other scopes', are kept.
   void RemoveStale(const std::set<std::string>& known_job_ids) const;
 
  private:
@@ -158,10 +183,12 @@ class CgroupManager {
   std::string problem_;
   CgroupOptions options_;
   // v1 limit hierarchies: controller -> MOUNT/<own cgroup>/<NAME>.
-  std::string v1_memory_, v1_cpu_, v1_devices_;
-  bool v2_memory_ = false, v2_cpu_ = false;
+  std::string v1_memory_, v1_cpu_, v1_devices_, v1_pids_;
+  bool v2_memory_ = false, v2_cpu_ = false, v2_pids_ = false;
   bool v2_device_filter_ = false;      // GPU devices by a BPF program
   std::string device_filter_problem_;  // why not, where v2 has no other way
+  // LEAF of the layout above.
+  std::string JobDirName(const std::string& job_id) const;
   // The character devices DEV_DIR/nvidiaN whose N is not in gpus.
   std::vector<DeviceNumber> OtherGpuDevices(const std::vector<int>& gpus) const;
 };

@@ -14,8 +14,9 @@
 //
 // What a rank gets (the trust boundary, ARCHITECTURE.md):
 //   - uid/gid/supplementary groups of JobLaunch::unix_user, resolved before
-//     fork; uid 0 only when allow_root (launch or site) says so (an agent
-//     that is not root can only run jobs as its own account);
+//     fork; uid 0 only when allow_root (launch or site) says so, never a uid
+//     below SupervisorOptions::min_job_uid (an agent that is not root can
+//     only run jobs as its own account);
 //   - the environment of RankEnvironment only: nothing of the agent's;
 //   - file descriptors 0 (/dev/null), 1 and 2 (its log) only;
 //   - working directory: launch.working_dir (must be accessible to the
@@ -23,7 +24,10 @@
 //     can enter it, else the job's node-local checkpoint dir, else "/";
 //   - its job's private directories (account.hpp): LOG_DIR/JOB, the
 //     node-local and persistent checkpoint dirs, all 0700 owned by the
-//     account under root-owned 0711 roots; STATE_DIR stays root 0700.
+//     account under root-owned 0711 roots; STATE_DIR stays root 0700;
+//   - with job_scratch: its job's own /tmp and /dev/shm (tmpfs in a mount
+//     namespace of the job's, shared by its ranks on this node, charged to
+//     its memory cgroup, gone once the job has ended here: job_scratch.hpp).
 //
 // Contract with the agent's event loop (poll API, no callbacks):
 //   - Every method returns without blocking on a rank, except that Launch()
@@ -75,6 +79,7 @@
 
 #include "topo/agent/account.hpp"
 #include "topo/agent/cgroup.hpp"
+#include "topo/agent/job_scratch.hpp"
 #include "topo/core/job.hpp"
 #include "topo/core/launch.hpp"
 #include "topo/core/status.hpp"
@@ -93,6 +98,9 @@ struct SupervisorOptions {
   // Site policy: let every job run as uid 0. false (the default): only a
   // launch with allow_root may.
   bool allow_root_jobs = false;
+  // No job runs as an account with a uid in 1..min_job_uid-1, whatever the
+  // launch says (AccountPolicy, account.hpp; topo-agent --min-job-uid).
+  uid_t min_job_uid = kDefaultMinJobUid;
   // Where job cgroups go (cgroup.hpp): "" = detect, "none" = no cgroups
   // (process groups only), else a directory inside a cgroup v2 or v1
   // freezer/pids hierarchy.
@@ -101,6 +109,21 @@ struct SupervisorOptions {
   std::string gpu_device_dir = "/dev";
   // CgroupOptions::use_v1_controllers (false: as on a cgroup-v2-only node).
   bool use_v1_cgroup_controllers = true;
+  // CgroupOptions::scope: job cgroups are job-ID.SCOPE (CgroupScope: the
+  // node and the scheduler), so that agents sharing a host never share one.
+  std::string cgroup_scope{};
+  // Private /tmp and /dev/shm per job (job_scratch.hpp): off (the library's
+  // default), auto (where the node can) or on (or the launch fails);
+  // tmpfs sizes. The namespaces are pinned in STATE_DIR/namespaces.
+  ScratchMode job_scratch = ScratchMode::kOff;
+  std::string job_tmp_size = "50%";
+  std::string job_shm_size = "50%";
+  // Checkpoint retention (CHECKPOINTS.md, Retention): the persistent tier
+  // keeps a job's newest keep_checkpoints complete steps, older ones pruned
+  // once a newer one is persisted (0: keep every step); the node-local tier
+  // of a job is removed when its run here has ended and the persistent
+  // tier holds its newest local step.
+  int keep_checkpoints = 2;
 };
 
 // One rank to run on this node.
@@ -174,6 +197,9 @@ struct RankExit {
   int exit_code = 0;     // when !signaled
   int signal = 0;        // when signaled
   bool stopped = false;  // it ended after Stop()
+  // Node mode: the process was every rank of the job here (each is reported
+  // with its status, in one Poll).
+  bool whole_node = false;
 };
 
 enum class EventKind {
@@ -182,6 +208,7 @@ enum class EventKind {
   kCheckpointPersisted,  // step: copied to the persistent tier, COMPLETE written
   kPersistFailed,        // step, message
   kJobFinished,          // every local rank of job_id has exited (after its last kRankExited)
+                         // and its newest step is copied to the persistent tier
 };
 
 struct SupervisorEvent {
@@ -226,6 +253,16 @@ std::optional<RestartPoint> NewestRestartStep(const std::string& local_dir,
 core::Status CopyCompleteStep(const std::string& src_dir, const std::string& dst_dir, int64_t step,
                               std::optional<FileOwner> owner = std::nullopt);
 
+// Removes the step-N directories of DIR older than its newest `keep`
+// complete steps (complete or not), as owner (its file-system identity, as
+// CopyCompleteStep). keep 0, or no more complete steps than keep: nothing.
+// Blocking; thread-safe as CopyCompleteStep.
+core::Status PruneCompleteSteps(const std::string& dir, size_t keep,
+                                std::optional<FileOwner> owner = std::nullopt);
+// Removes DIR: its content as owner, then DIR itself (empty by then) as the
+// caller. A missing DIR is not an error. Blocking; thread-safe as above.
+core::Status RemoveCheckpointDir(const std::string& dir, FileOwner owner);
+
 class RankSupervisor;
 
 // A launch between RankSupervisor::PrepareLaunch and FinishLaunch: the
@@ -253,7 +290,7 @@ class StartingLaunch {
   // it returns, and FinishLaunch returns the same error. At most once.
   core::Status Run();
   // After a Run() that failed: whether no retry can help (the account is
-  // missing, or is root and refused: JobAccount).
+  // missing, or is root or below the uid floor and refused: JobAccount).
   bool permanent() const;
 
   struct State;
@@ -277,8 +314,9 @@ class RankSupervisor {
   // Starts every rank of launch as launch.unix_user in the job's cgroup.
   // Fails, leaving nothing running, on a bad spec, when a rank of the job
   // still runs here, when the account is missing ("no Unix account 'ada' on
-  // this node (N): create it or set the user's unix_user") or is root without
-  // allow_root ("jobs may not run as root; ..."), when a private directory
+  // this node (N): create it or set the user's unix_user"), is root without
+  // allow_root ("jobs may not run as root; ...") or has a uid below
+  // min_job_uid ("... below this node's floor ..."), when a private directory
   // or the cgroup cannot be made, or when any rank fails before exec (fork,
   // cgroup join, account switch, log, working directory): the ranks already
   // started are killed and the cgroup removed first. An execve failure (no
@@ -316,9 +354,10 @@ class RankSupervisor {
   // A file descriptor that becomes readable when Poll() has news from the
   // worker thread (Poll() drains it).
   int wake_fd() const;
-  // Whether `launch` may run as uid 0 (its own allow_root, or the site's
-  // allow_root_jobs): JobAccount's allow_root. Thread-safe.
-  bool AllowsRoot(const JobLaunch& launch) const;
+  // The account rules for `launch` (JobAccount's policy): uid 0 with its own
+  // allow_root or the site's allow_root_jobs; no uid below min_job_uid.
+  // Thread-safe.
+  AccountPolicy AccountRules(const JobLaunch& launch) const;
   // Makes wake_fd() readable, so that the loop polls soon. Thread-safe:
   // for work done on other threads (a StartingLaunch that ran).
   void Wake() const;
@@ -330,6 +369,16 @@ class RankSupervisor {
                                                 bool node_survived = true) const;
   std::optional<int64_t> NewestCompleteStep(const std::string& job_id) const;
   std::optional<int64_t> NewestPersistedStep(const std::string& job_id) const;
+  // Retention of the node-local tier (CHECKPOINTS.md, Retention): once the
+  // job's run here has ended, its node-local checkpoint dir (the default
+  // one, ROOT/JOB) is removed when the persistent tier holds its newest
+  // local step, so nothing is lost; without a persistent tier, or with a
+  // newer step that could not be copied, it stays (the only copy). True
+  // when it held checkpoints and was removed (an empty one goes silently),
+  // false otherwise; an error when removing failed. Blocking (the removal).
+  // REQUIRES: no launch of the job is being prepared or staged (the caller,
+  // SupervisorRunner, asks only then).
+  core::Result<bool> RemoveLocalCheckpoints(const std::string& job_id);
   // Drops a job whose ranks have all exited: its state file is removed (and
   // its cgroup, if something kept it alive until now).
   core::Status Forget(const std::string& job_id);
@@ -343,6 +392,10 @@ class RankSupervisor {
   // What this node enforces (cgroup.hpp); summary is also written into
   // every rank's log when something is not enforced.
   const CgroupInfo& Cgroups() const;
+  // Private /tmp and /dev/shm (job_scratch.hpp): whether jobs get them.
+  const JobScratch& Scratch() const;
+  // The pin of the job's mount namespace ("" without one).
+  std::string ScratchPin(const std::string& job_id) const;
 
   struct Impl;
 
@@ -392,9 +445,11 @@ std::map<std::string, std::string> RankBaseEnvironment(const UnixAccount& accoun
 //                             global ranks; ep is DP's inner factor)
 //   TOPO_{TP,CP,PP,EP,DP}_SIZE the degrees
 //   TOPO_{TP,CP,EP,PP,DP}_GROUP RankLayout::GroupOf(kind, rank): the dense
-//                             index of the rank's group of that kind (EP: the
-//                             EP block of tp x cp x ep ranks); a kind of
-//                             degree 1 gives every rank its own group
+//                             index of the rank's group of that kind. TP, CP,
+//                             PP: the ranks differing only along it (degree
+//                             1: one group per rank); EP: the block of
+//                             tp x cp x ep ranks, so with ep 1 the TP x CP
+//                             group (never one per rank); DP: ep x dp
 //   TOPO_CHECKPOINT_DIR       the node-local checkpoint dir (CHECKPOINTS.md)
 //   TOPO_RESTART_STEP         launch.restart_step, when set
 //   TOPO_ARRAY_JOB_ID, TOPO_ARRAY_TASK_ID  launch.array_job and array_task, for
