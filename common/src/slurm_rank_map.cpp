@@ -159,4 +159,26 @@ Result<SlurmRankMap> ParseSlurmRankMap(std::string_view text) {
   return m;
 }
 
+std::string FormatSlurmCheckpointSignal(const SlurmCheckpointSignal& s) {
+  return std::string("signal=") + (s.batch_only ? "B:" : "") + std::to_string(s.number);
+}
+
+std::optional<SlurmCheckpointSignal> ParseSlurmCheckpointSignal(std::string_view text) {
+  for (std::string_view tok : Split(text, ' ')) {
+    if (!tok.starts_with("signal=")) continue;
+    std::string_view value = tok.substr(7);
+    SlurmCheckpointSignal s;
+    if (value.starts_with("B:")) {
+      s.batch_only = true;
+      value.remove_prefix(2);
+    }
+    if (value.size() > 2 || !ParseInt(value, s.number) || s.number < 1 ||
+        s.number > kMaxSignalNumber) {
+      return std::nullopt;
+    }
+    return s;
+  }
+  return std::nullopt;
+}
+
 }  // namespace topo::common

@@ -100,5 +100,23 @@ TEST_CASE("SlurmRankMap: errors name the token") {
         std::string::npos);
 }
 
+TEST_CASE("SlurmCheckpointSignal: the AdminComment's signal= token") {
+  using S = SlurmCheckpointSignal;
+  CHECK(FormatSlurmCheckpointSignal({10, false}) == "signal=10");
+  CHECK(FormatSlurmCheckpointSignal({12, true}) == "signal=B:12");
+  CHECK(ParseSlurmCheckpointSignal("toposched:3 signal=B:10 ranks=a map=0:0 layout=tp:1") ==
+        S{10, true});
+  CHECK(ParseSlurmCheckpointSignal("toposched:3 signal=64") == S{64, false});
+  // None declared, or malformed: no signal (the job is never signalled).
+  for (const char* text :
+       {"toposched:3", "toposched:3 ranks=a", "signal=", "signal=B:", "signal=0", "signal=65",
+        "signal=-1", "signal=USR1", "signal=R:10", "signal=10x", "signal=100", "xsignal=10"}) {
+    CHECK_MESSAGE(!ParseSlurmCheckpointSignal(text).has_value(), text);
+  }
+  // The rank map ignores the token.
+  auto m = ParseSlurmRankMap("signal=B:10 ranks=a map=0:0 layout=tp:1");
+  CHECK_MESSAGE(m.ok(), m.message());
+}
+
 }  // namespace
 }  // namespace topo::common

@@ -16,10 +16,12 @@
 //   REJECT <message>                       the submission fails with the message
 //   PASS <message>                         the job goes on untouched
 //
-// PLACE and HOLD also set admin_comment to "toposched:<id>" (PLACE adds
-// " ranks=<nodes in rank order>" and the rank map's "map=... layout=..."
-// tokens, which topo-slurm-task lays the job's tasks out by), which is how
-// topo-scheduler finds the Slurm job id later (it is not known yet here).
+// PLACE and HOLD also set admin_comment to "toposched:<id>", which is how
+// topo-scheduler finds the Slurm job id later (it is not known yet here),
+// then " signal=[B:]<n>" when the job declared a checkpoint signal with
+// --signal=[B:]SIG[@TIME] (the only jobs toposched ever signals), and for
+// PLACE the rank map of the answer ("ranks=<nodes in rank order> map=...
+// layout=...", which topo-slurm-task lays the job's tasks out by).
 //
 // Fail-open: no socket, no answer within the budget (timeout_ms, 500 ms by
 // default) or an answer it cannot read leaves the job untouched, and says so
@@ -422,19 +424,30 @@ static bool valid_rank_map(const char* s) {
   return true;
 }
 
-// "toposched:ID", plus " ranks=NODE,NODE,..." and the rank map for placed
-// jobs: Slurm keeps allocations as sorted sets, so the rank order travels
-// here (`scontrol show job $SLURM_JOB_ID`, docs/slurm.md).
-static void set_admin_comment(job_desc_msg_t* d, const char* id, const char* ranks,
+// "toposched:ID", the job's checkpoint signal if it declared one, and for
+// placed jobs the rank map (common/slurm_rank_map.hpp): Slurm keeps
+// allocations as sorted sets, so the rank order travels here (`scontrol show
+// job $SLURM_JOB_ID`, docs/slurm.md). The answer's map starts with its own
+// "ranks=" token, written once; a placed job whose answer carried no valid
+// map gets " ranks=NODE,NODE,..." alone.
+static void set_admin_comment(job_desc_msg_t* d, const char* id, const char* nodes,
                               const char* map) {
   struct buf b = {0};
   buf_str(&b, "toposched:");
   buf_str(&b, id);
-  if (ranks != NULL) {
-    buf_str(&b, " ranks=");
-    buf_str(&b, ranks);
+  // --signal=[B:]SIG[@TIME]: warn_signal is NO_VAL16 when the job has none.
+  if (d->warn_signal != NO_VAL16 && d->warn_signal >= 1 && d->warn_signal <= 64) {
+    char sig[24];
+    const bool batch = d->warn_flags != NO_VAL16 && (d->warn_flags & KILL_JOB_BATCH) != 0;
+    snprintf(sig, sizeof(sig), " signal=%s%u", batch ? "B:" : "", (unsigned)d->warn_signal);
+    buf_str(&b, sig);
   }
-  if (map != NULL && map[0] != '\0') {
+  const bool has_map = map != NULL && map[0] != '\0';
+  if (nodes != NULL && !(has_map && strncmp(map, "ranks=", 6) == 0)) {
+    buf_str(&b, " ranks=");
+    buf_str(&b, nodes);
+  }
+  if (has_map) {
     buf_str(&b, " ");
     buf_str(&b, map);
   }

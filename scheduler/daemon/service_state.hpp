@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -59,11 +60,14 @@ struct ServiceState {
   mutable std::map<core::JobId, Slowdown> slowdowns;
 
   // Slurm mode: graceful drains of nodes under running jobs, by node name
-  // (SlurmSync): the jobs got the checkpoint signal; at the deadline the
+  // (SlurmSync): the jobs got their checkpoint signal; at the deadline the
   // node counts as evacuated and its jobs move, from their newest checkpoint.
+  // While a job that declared no checkpoint signal runs there, the deadline
+  // moves on and that job runs to its end (announced: logged once each).
   struct SlurmDrain {
     core::TimeMs deadline = 0;
     std::string reason;
+    std::set<core::JobId> announced;
   };
   std::map<std::string, SlurmDrain> slurm_drains;
 

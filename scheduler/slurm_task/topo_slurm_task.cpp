@@ -15,7 +15,8 @@
 //     the rank's GPU;
 //   - for a task of a step of one task per node (torchrun): TOPO_NODE_RANK and
 //     CUDA_VISIBLE_DEVICES = the node's GPUs in rank order.
-// A requeued run also gets TOPO_RESTART_COUNT and, from the job's
+// The batch script also gets TOPO_RESTART_COUNT, TOPO_CHECKPOINT_SIGNAL when
+// the job declared one (--signal), and on a requeued run, from the job's
 // TOPO_CHECKPOINT_DIR, TOPO_RESTART_STEP (the newest complete checkpoint).
 // A job toposched did not place gets nothing. It never fails the task: what
 // goes wrong is said on the task's output ("print") and on stderr.
@@ -183,10 +184,16 @@ void ExportRank(const SlurmRankMap& m, int rank) {
 // A requeued run (SLURM_RESTART_COUNT > 0) resumes from the newest complete
 // checkpoint in the job's TOPO_CHECKPOINT_DIR (step-N/COMPLETE, the layout
 // of docs/jobs.md), which must be on storage every node sees.
-void ExportRestart() {
+// TOPO_CHECKPOINT_SIGNAL is the job's own --signal, from the AdminComment's
+// signal= token: the one signal toposched sends it; without one, none.
+void ExportRestart(const std::string& comment) {
   const int restarts = EnvInt("SLURM_RESTART_COUNT").value_or(0);
   Export("TOPO_RESTART_COUNT", std::to_string(restarts));
-  Export("TOPO_CHECKPOINT_SIGNAL", "10");
+  if (auto sig = topo::common::ParseSlurmCheckpointSignal(comment)) {
+    Export("TOPO_CHECKPOINT_SIGNAL", std::to_string(sig->number));
+  } else {
+    std::printf("unset TOPO_CHECKPOINT_SIGNAL\n");
+  }
   const std::string dir = Env("TOPO_CHECKPOINT_DIR");
   if (restarts == 0 || dir.empty()) return;
   long best = -1;
@@ -303,7 +310,7 @@ int Run() {
     Export("TOPO_SLURM_MAP", compact);
     Export("TOPO_SLURM_JOB", job);
     if (!topo_id.empty()) Export("TOPO_JOB_ID", topo_id);
-    ExportRestart();
+    ExportRestart(text);
     Export("TOPO_WORLD_SIZE", std::to_string(world));
     ExportSizes(m);
     return 0;

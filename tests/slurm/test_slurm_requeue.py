@@ -9,14 +9,17 @@ Slurm mode, and an agent connection beside slurmd that reports GPU health.
      runs again there, resuming from its newest checkpoint
      (TOPO_RESTART_STEP), and completes;
   2. preemption: a job of a tenant under its guarantee needs the nodes a
-     borrowing job holds: the victim gets the checkpoint signal (SIGUSR1 through
-     `scancel --signal=USR1`), is requeued after the grace period, the
+     borrowing job holds: the victim gets the checkpoint signal it declared
+     (--signal=B:USR1: SIGUSR1 to its batch shell through `scancel
+     --signal=10 --batch`), is requeued after the grace period, the
      preemptor runs, and the victim runs again and finishes when capacity frees;
   3. an immediate drain (`topo drain --mode immediate`) of a node under a
      running Slurm job moves it the same way.
-  4. a graceful drain (the default mode) of a node under a running job sends
-     the job the checkpoint signal; after preempt_grace_s the job moves off
-     the node and resumes from the checkpoint it wrote (step 7);
+  4. a graceful drain (the default mode) of a node under a running job that
+     declared a checkpoint signal sends it that signal; after preempt_grace_s
+     the job moves off the node and resumes from the checkpoint it wrote
+     (step 7). (A job that declared none runs to its end:
+     test_slurm_operations.py.)
 
 Usage: test_slurm_requeue.py TOPO_SCHEDULER PLUGIN_SO TOPO_SLURM_TASK
 Exit 77 (skip) only when Slurm is not installed.
@@ -37,11 +40,12 @@ from agent_protocol import Protocol  # noqa: E402
 from harness import Daemon, check, run  # noqa: E402
 from slurm_cluster import running, SlurmCluster, ask  # noqa: E402
 
-# One run of the job: says what it resumed from, writes checkpoint step 5
+# One run of the job (submitted with --signal=B:USR1@60: its batch shell
+# handles SIGUSR1): says what it resumed from, writes checkpoint step 5
 # (step-5/COMPLETE last), then works until stopped; a restarted run that
 # resumed from a checkpoint finishes at once.
 JOB_SCRIPT = """#!/bin/sh
-echo "run restart=${SLURM_RESTART_COUNT:-0} step=${TOPO_RESTART_STEP:-none} nodes=$(tr '\\n' ',' < $TOPO_NODEFILE)"
+echo "run restart=${SLURM_RESTART_COUNT:-0} step=${TOPO_RESTART_STEP:-none} signal=${TOPO_CHECKPOINT_SIGNAL:-none} nodes=$(tr '\\n' ',' < $TOPO_NODEFILE)"
 mkdir -p "$TOPO_CHECKPOINT_DIR/step-5" && touch "$TOPO_CHECKPOINT_DIR/step-5/COMPLETE"
 if [ -n "$TOPO_RESTART_STEP" ]; then echo done; exit 0; fi
 trap 'echo "checkpoint signal"; mkdir -p "$TOPO_CHECKPOINT_DIR/step-7" && touch "$TOPO_CHECKPOINT_DIR/step-7/COMPLETE"' USR1
@@ -91,7 +95,7 @@ def start_trainer(cluster, daemon, tag, name):
         f.write(JOB_SCRIPT)
     env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
     job, r = cluster.sbatch("-J", name, "-N", "2", "--comment", "topo: tp=8,pp=2,spares=1",
-                            "--open-mode=append", "-o", out, script, env=env)
+                            "--signal=B:USR1@60", "--open-mode=append", "-o", out, script, env=env)
     check(job is not None, "sbatch failed: %s" % r.stderr)
     info = cluster.wait_job(job, {"RUNNING"})
     topo_id, tjob = toposched_job(daemon, info)
@@ -138,6 +142,7 @@ def xid_requeue(cluster, daemon, scheduler_bin, sock):
     check(victim not in nodes and spares[0] in nodes,
           "requeue: the second run's nodes %s should hold the spare %s instead of %s" % (nodes, spares[0], victim))
     check("step=5" in second, "requeue: the second run did not resume from checkpoint 5: %r" % second)
+    check(" signal=10 " in second, "requeue: TOPO_CHECKPOINT_SIGNAL is not the job's --signal: %r" % second)
     check(cluster.expand(info["NodeList"]) == sorted(nodes),
           "requeue: Slurm ran the second run on %s, its rank map names %s" % (info["NodeList"], nodes))
     node = slurm_cluster.parse_kv(cluster.run(["scontrol", "show", "node", "-o", victim]).stdout)
@@ -159,7 +164,7 @@ def preempt_requeue(cluster, daemon):
         f.write(JOB_SCRIPT)
     env = dict(cluster.env, TOPO_CHECKPOINT_DIR=ckpt)
     victim, r = cluster.sbatch("-J", "borrower", "-A", "low", "-N", "8", "--comment", "topo: tp=8",
-                               "--open-mode=append", "-o", out, script, env=env)
+                               "--signal=B:USR1@60", "--open-mode=append", "-o", out, script, env=env)
     check(victim is not None, "sbatch failed: %s" % r.stderr)
     info = cluster.wait_job(victim, {"RUNNING"})
     v_id, vjob = toposched_job(daemon, info)

@@ -171,7 +171,7 @@ Answer DrainOrResume(ServiceState& s, const Caller& caller, const Route& route, 
       // (SlurmSync). A resume or another mode ends it.
       if (drain && mode == "graceful") {
         s.slurm_drains[topo.node(n).name] = ServiceState::SlurmDrain{
-            s.driver.now() + s.config.preempt_grace_s * core::kSecond, reason};
+            s.driver.now() + s.config.preempt_grace_s * core::kSecond, reason, {}};
       } else {
         s.slurm_drains.erase(topo.node(n).name);
       }

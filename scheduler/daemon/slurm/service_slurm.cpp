@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "daemon/log.hpp"
 #include "daemon/slurm/slurm_service.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/slurm_rank_map.hpp"
@@ -206,6 +207,32 @@ std::string RankMapText(const core::Topology& topo, const core::JobRecord& j) {
   }
   m.parallelism = j.request.spec.parallelism;
   return common::FormatSlurmRankMap(m);
+}
+
+SlurmAction Action(SlurmAction::Kind kind, int64_t slurm_job, std::vector<std::string> nodes,
+                   std::string reason) {
+  SlurmAction a;
+  a.kind = kind;
+  a.slurm_job = slurm_job;
+  a.nodes = std::move(nodes);
+  a.reason = std::move(reason);
+  return a;
+}
+
+// "toposched:<id>" and the job's checkpoint signal token, if it declared
+// one: the head of every AdminComment topo-scheduler writes.
+std::string CommentPrefix(JobId id, const SlurmJobView& sj) {
+  std::string out = "toposched:" + std::to_string(id);
+  if (sj.checkpoint_signal) out += " " + common::FormatSlurmCheckpointSignal(*sj.checkpoint_signal);
+  return out;
+}
+
+// The AdminComment of a job toposched holds in Slurm until it starts it:
+// what happened, for its user (`scontrol show job`). No '=' in the words:
+// the rank map's readers split tokens at it.
+std::string WaitingComment(JobId id, const SlurmJobView& sj, std::string_view what) {
+  return CommentPrefix(id, sj) + " waits for capacity: " + std::string(what) +
+         ", which releases it onto the nodes it picks";
 }
 
 std::string Join(const std::vector<std::string>& v) {
@@ -474,13 +501,15 @@ std::vector<SlurmAction> SlurmSync(ServiceState& s, const SlurmSnapshot& snap, T
     if (ours) {
       const bool slurm_out = vit != by_name.end() && NodeWant(*vit->second, reason) != Want::kUp;
       if (vit != by_name.end() && !slurm_out) {
-        actions.push_back({SlurmAction::Kind::kDrain, 0, {name}, "toposched: " + core_reason});
+        actions.push_back(
+            Action(SlurmAction::Kind::kDrain, 0, {name}, "toposched: " + core_reason));
       }
       continue;
     }
     if (want == Want::kKeep) {
       // Drained by toposched in Slurm, but the core has it up again: resume.
-      if (CoreWant(cs) == Want::kUp) actions.push_back({SlurmAction::Kind::kResume, 0, {name}, ""});
+      if (CoreWant(cs) == Want::kUp)
+        actions.push_back(Action(SlurmAction::Kind::kResume, 0, {name}, ""));
       continue;
     }
     if (want == CoreWant(cs) && (want != Want::kDrain || core_reason == reason)) continue;
@@ -491,63 +520,117 @@ std::vector<SlurmAction> SlurmSync(ServiceState& s, const SlurmSnapshot& snap, T
                   "slurm");
   }
 
-  // Graceful drains under Slurm-run jobs: no agent can ask the ranks for a
-  // checkpoint and report the node evacuated, so the jobs on the node get
-  // the checkpoint signal and preempt_grace_s to write one; then the node
-  // counts as evacuated and the jobs move (requeued onto their new nodes
-  // below), each from its newest checkpoint. A node whose jobs ended first
-  // is drained by the core as usual.
+  // Graceful drains under Slurm-run jobs. No agent can ask the ranks for a
+  // checkpoint and report the node evacuated, so a node whose jobs all
+  // declared a checkpoint signal (--signal) sends them that signal and gives
+  // them preempt_grace_s to write one; then the node counts as evacuated and
+  // the jobs move (requeued onto their new nodes below), each from its newest
+  // checkpoint. A job that declared none is never signalled (a signal it does
+  // not handle kills it): the node drains as in `wait` mode, its jobs running
+  // to their end, and the grace starts only once every job left on the node
+  // declared one. A node whose jobs ended is drained by the core as usual.
   for (auto it = s.slurm_drains.begin(); it != s.slurm_drains.end();) {
     const NodeId n = topo.FindNode(it->first);
     if (n < 0 || s.driver.core()->cluster().node_state(n) != NodeState::kDraining) {
       it = s.slurm_drains.erase(it);
       continue;
     }
-    if (s.driver.now() >= it->second.deadline) {
-      s.driver.Step(core::NodeEvacuated{n, it->second.reason + " (graceful: grace ended)"},
-                    "slurm");
+    ServiceState::SlurmDrain& drain = it->second;
+    std::vector<std::pair<const SlurmJobView*, JobId>> on_node;
+    const SlurmJobView* undeclared = nullptr;
+    JobId undeclared_id = 0;
+    for (const auto& [id, j] : s.driver.core()->jobs()) {
+      if (!Running(j.state)) continue;
+      if (std::none_of(j.ranks.begin(), j.ranks.end(),
+                       [&](const core::GpuSlot& g) { return g.node == n; })) {
+        continue;
+      }
+      auto t = tagged.find(id);
+      const SlurmJobView* sj = t == tagged.end() ? nullptr : t->second;
+      if (sj == nullptr || !sj->checkpoint_signal) {
+        undeclared = sj;
+        undeclared_id = id;
+        break;
+      }
+      on_node.emplace_back(sj, id);
+    }
+    if (undeclared_id != 0) {
+      drain.deadline =
+          std::max(drain.deadline, s.driver.now() + s.config.preempt_grace_s * core::kSecond);
+      if (drain.announced.insert(undeclared_id).second) {
+        log::Info("node " + it->first + ": the graceful drain lets job " +
+                  std::to_string(undeclared_id) +
+                  (undeclared != nullptr ? " (Slurm job " + std::to_string(undeclared->id) + ")"
+                                         : std::string()) +
+                  " run to its end: it declared no checkpoint signal (sbatch --signal)");
+      }
+      ++it;
+      continue;
+    }
+    if (s.driver.now() >= drain.deadline) {
+      s.driver.Step(core::NodeEvacuated{n, drain.reason + " (graceful: grace ended)"}, "slurm");
       it = s.slurm_drains.erase(it);
       continue;
     }
-    for (const auto& [id, sj] : tagged) {
+    for (const auto& [sj, id] : on_node) {
       if (sj->state != "RUNNING") continue;
-      const core::JobRecord* j = s.driver.core()->job(id);
-      if (j == nullptr || !Running(j->state)) continue;
-      const bool on_node = std::any_of(j->ranks.begin(), j->ranks.end(),
-                                       [&](const core::GpuSlot& g) { return g.node == n; });
-      if (on_node) {
-        actions.push_back({SlurmAction::Kind::kSignal,
-                           sj->id,
-                           {},
-                           "toposched: draining " + it->first + ": checkpoint now"});
-      }
+      SlurmAction a = Action(SlurmAction::Kind::kSignal, sj->id, {},
+                             "toposched: draining " + it->first + ": checkpoint now");
+      a.signal = *sj->checkpoint_signal;
+      actions.push_back(std::move(a));
     }
     ++it;
   }
 
   // Jobs Slurm runs where the core no longer does: the core restarted them
   // elsewhere (a failed GPU or node, onto a spare) or put them back in its
-  // queue (preempted, or no replacement): Slurm requeues them held, and the
-  // release below starts them on the core's nodes. A job the core is
-  // preempting gets the checkpoint signal first.
+  // queue (preempted, or no replacement), or Slurm started a job the core
+  // still has waiting (its hold was released by hand): Slurm requeues them
+  // held, and the release below starts them on the core's nodes. A job the
+  // core is preempting gets its checkpoint signal first, if it declared one.
   for (const auto& [id, sj] : tagged) {
     if (sj->state != "RUNNING") continue;
     const core::JobRecord* j = s.driver.core()->job(id);
     if (j == nullptr || core::IsTerminal(j->state)) continue;
     if (j->state == core::JobState::kPreempting) {
-      actions.push_back({SlurmAction::Kind::kSignal, sj->id, {}, "toposched: " + j->reason});
+      if (sj->checkpoint_signal) {
+        SlurmAction a = Action(SlurmAction::Kind::kSignal, sj->id, {}, "toposched: " + j->reason);
+        a.signal = *sj->checkpoint_signal;
+        actions.push_back(std::move(a));
+      }
       continue;
     }
     const std::vector<std::string> want = RankNodes(topo, *j);
     const std::set<std::string> want_set(want.begin(), want.end());
     const std::set<std::string> have(sj->nodes.begin(), sj->nodes.end());
     if (!Running(j->state)) {
-      actions.push_back(
-          {SlurmAction::Kind::kRequeue, sj->id, {}, "toposched: the job waits again"});
+      SlurmAction a =
+          Action(SlurmAction::Kind::kRequeue, sj->id, {}, "toposched: the job waits again");
+      a.admin_comment = WaitingComment(id, *sj, "requeued and held by toposched");
+      actions.push_back(std::move(a));
     } else if (want_set != have) {
-      actions.push_back(
-          {SlurmAction::Kind::kRequeue, sj->id, want, "toposched: the job moves to " + Join(want)});
+      actions.push_back(Action(SlurmAction::Kind::kRequeue, sj->id, want,
+                               "toposched: the job moves to " + Join(want)));
     }
+  }
+
+  // Jobs the core has waiting that Slurm could start on nodes of its own
+  // choosing: a hold by the user (job_submit's priority 0 is one) becomes an
+  // operator's hold, which the user cannot release; a job whose hold was
+  // released anyway (before that, or by an operator) is held again, and its
+  // AdminComment says why.
+  for (const auto& [id, sj] : tagged) {
+    if (sj->state != "PENDING") continue;
+    const core::JobRecord* j = s.driver.core()->job(id);
+    if (j == nullptr || core::IsTerminal(j->state) || Running(j->state)) continue;
+    if (sj->priority == 0 && sj->state_reason != "JobHeldUser") continue;
+    SlurmAction a = Action(SlurmAction::Kind::kHold, sj->id, {},
+                           sj->priority == 0 ? "toposched holds it until capacity frees"
+                                             : "released while toposched has it waiting");
+    if (sj->priority != 0) {
+      a.admin_comment = WaitingComment(id, *sj, "released by hand, held again by toposched");
+    }
+    actions.push_back(std::move(a));
   }
 
   // Held jobs the core has started: Slurm runs them there.
@@ -555,8 +638,10 @@ std::vector<SlurmAction> SlurmSync(ServiceState& s, const SlurmSnapshot& snap, T
     if (sj->state != "PENDING" || sj->priority != 0) continue;
     const core::JobRecord* j = s.driver.core()->job(id);
     if (j == nullptr || !Running(j->state)) continue;
-    actions.push_back({SlurmAction::Kind::kRelease, sj->id, RankNodes(topo, *j),
-                       "toposched:" + std::to_string(id) + " " + RankMapText(topo, *j)});
+    SlurmAction a =
+        Action(SlurmAction::Kind::kRelease, sj->id, RankNodes(topo, *j), "toposched: started");
+    a.admin_comment = CommentPrefix(id, *sj) + " " + RankMapText(topo, *j);
+    actions.push_back(std::move(a));
   }
   return actions;
 }

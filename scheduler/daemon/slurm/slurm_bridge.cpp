@@ -22,6 +22,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -177,27 +178,63 @@ std::vector<SlurmNodeView> ParseScontrolNodes(const std::string& text) {
   return nodes;
 }
 
-std::vector<SlurmJobView> ParseScontrolJobs(const std::string& text) {
+core::Result<std::vector<SlurmJobView>> ParseSqueueJobs(const std::string& text) {
+  using nlohmann::json;
+  // Only the fields used are kept: a job's full entry is some 3 KiB, and a
+  // big queue's dump tens of MB.
+  static const std::set<std::string, std::less<>> kKeep = {
+      "job_id", "job_state", "priority", "nodes", "admin_comment", "state_reason"};
+  std::string top_key;  // the top object's key being read
+  const json::parser_callback_t keep = [&top_key](int depth, json::parse_event_t event,
+                                                  json& parsed) {
+    // depth 1: the top object's keys; 3: a job's keys (jobs[] at 2).
+    if (event != json::parse_event_t::key || !parsed.is_string()) return true;
+    const std::string& key = parsed.get_ref<const std::string&>();
+    if (depth == 1) top_key = key;
+    return depth != 3 || top_key != "jobs" || kKeep.count(key) > 0;
+  };
+  const json doc = json::parse(text, keep, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Status::Error("squeue --json printed no JSON object");
+  }
+  if (auto e = doc.find("errors"); e != doc.end() && e->is_array() && !e->empty()) {
+    return Status::Error("squeue --json reports errors: " + e->dump().substr(0, 300));
+  }
+  auto list = doc.find("jobs");
+  if (list == doc.end() || !list->is_array()) {
+    return Status::Error("squeue --json printed no \"jobs\" list");
+  }
+  auto str = [](const json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
   std::vector<SlurmJobView> jobs;
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t end = text.find('\n', i);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(i, end - i);
-    i = end + 1;
+  for (const json& j : *list) {
+    if (!j.is_object()) continue;
+    auto id = j.find("job_id");
+    if (id == j.end() || !id->is_number_integer()) continue;
     SlurmJobView v;
-    bool has_id = false;
-    for (auto& [k, val] : ParseScontrolLine(line)) {
-      if (k == "JobId") has_id = std::sscanf(val.c_str(), "%ld", &v.id) == 1;
-      if (k == "JobState") v.state = val;
-      if (k == "Priority") v.priority = std::atoll(val.c_str());
-      if (k == "AdminComment") v.admin_comment = Trimmed(val);
-      if (k == "NodeList" && !val.empty() && val != "(null)") {
-        core::Result<std::vector<std::string>> names = common::ExpandHostlist(val, 100000);
-        if (names.ok()) v.nodes = std::move(names).value();
+    v.id = id->get<int64_t>();
+    if (auto st = j.find("job_state"); st != j.end()) {
+      if (st->is_string()) {
+        v.state = st->get<std::string>();
+      } else if (st->is_array() && !st->empty() && (*st)[0].is_string()) {
+        v.state = (*st)[0].get<std::string>();
       }
     }
-    if (has_id) jobs.push_back(std::move(v));
+    if (auto p = j.find("priority"); p != j.end()) {
+      const json* n = p->is_object() && p->contains("number") ? &(*p)["number"] : &*p;
+      if (n->is_number_integer()) v.priority = n->get<int64_t>();
+    }
+    const std::string nodes = str(j, "nodes");
+    if (!nodes.empty() && nodes != "(null)") {
+      core::Result<std::vector<std::string>> names = common::ExpandHostlist(nodes, 100000);
+      if (names.ok()) v.nodes = std::move(names).value();
+    }
+    v.admin_comment = Trimmed(str(j, "admin_comment"));
+    v.state_reason = str(j, "state_reason");
+    v.checkpoint_signal = common::ParseSlurmCheckpointSignal(v.admin_comment);
+    jobs.push_back(std::move(v));
   }
   return jobs;
 }
@@ -219,12 +256,17 @@ class SlurmBridge::Impl {
   std::string Scontrol() const {
     return config_.slurm_bin_dir.empty() ? "scontrol" : config_.slurm_bin_dir + "/scontrol";
   }
+  std::string Squeue() const {
+    return config_.slurm_bin_dir.empty() ? "squeue" : config_.slurm_bin_dir + "/squeue";
+  }
   std::string Scancel() const {
     return config_.slurm_bin_dir.empty() ? "scancel" : config_.slurm_bin_dir + "/scancel";
   }
   void PollLoop();
   bool PollOnce();
   void Act(const std::vector<SlurmAction>& actions);
+  // `scontrol update JobId=.. AdminComment=..` when the action carries one.
+  void SetAdminComment(const SlurmAction& a);
   void ListenLoop();
   void Serve(int fd);
   bool PeerAllowed(int fd) const;
@@ -243,9 +285,11 @@ class SlurmBridge::Impl {
   uid_t slurm_uid_ = static_cast<uid_t>(-1);
   // Releases sent: Slurm job -> when (re-sent if still held after 10 s).
   std::map<int64_t, Clock::time_point> released_;
-  // Requeues and checkpoint signals sent: Slurm job -> when (a requeue is
-  // re-sent if the job still runs 10 s later; a signal is sent once per run).
-  std::map<int64_t, Clock::time_point> requeued_, signalled_;
+  // Requeues, holds and checkpoint signals sent: Slurm job -> when (a
+  // requeue or hold is re-sent if still needed 10 s later; a signal is sent
+  // once per run).
+  std::map<int64_t, Clock::time_point> requeued_, held_, signalled_;
+  std::map<int64_t, std::string> held_why_;  // the reason of the hold in held_
 };
 
 SlurmBridge::SlurmBridge(const DaemonConfig& config, SlurmCalls calls, StrandPost post)
@@ -337,14 +381,21 @@ bool SlurmBridge::Impl::PollOnce() {
     Log("scontrol show node failed: " + Trimmed(nodes.err.substr(0, 300)));
     return false;
   }
-  Output jobs = RunCommand({Scontrol(), "show", "job", "-o"}, t);
+  Output jobs = RunCommand({Squeue(), "--json"}, t);
   if (jobs.exit_code != 0) {
-    Log("scontrol show job failed: " + Trimmed(jobs.err.substr(0, 300)));
+    Log("squeue --json failed (Slurm mode needs Slurm 21.08 or later, built with JSON "
+        "support): " +
+        Trimmed(jobs.err.substr(0, 300)));
+    return false;
+  }
+  core::Result<std::vector<SlurmJobView>> parsed = ParseSqueueJobs(jobs.out);
+  if (!parsed.ok()) {
+    Log(parsed.message() + "; that poll is skipped");
     return false;
   }
   auto snapshot = std::make_shared<SlurmSnapshot>();
   snapshot->nodes = ParseScontrolNodes(nodes.out);
-  snapshot->jobs = ParseScontrolJobs(jobs.out);
+  snapshot->jobs = std::move(parsed).value();
   auto actions = std::make_shared<std::vector<SlurmAction>>();
   std::optional<HttpResponse> r = OnStrand(
       [this, snapshot, actions](core::TimeMs now) {
@@ -376,7 +427,7 @@ void SlurmBridge::Impl::Act(const std::vector<SlurmAction>& actions) {
                                          "JobId=" + id,
                                          "ReqNodeList=" + list,
                                          "NumNodes=" + std::to_string(a.nodes.size()),
-                                         "AdminComment=" + a.reason};
+                                         "AdminComment=" + a.admin_comment};
       // Slurm makes a requeued job wait out its old credential's lifetime
       // (AuthInfo cred_expire, 120 s) before it may start again; a job
       // toposched requeued starts on its new nodes 3 s later (slurmd refuses
@@ -397,17 +448,39 @@ void SlurmBridge::Impl::Act(const std::vector<SlurmAction>& actions) {
       requeued_[a.slurm_job] = Clock::now();
       signalled_.erase(a.slurm_job);
       released_.erase(a.slurm_job);
+      held_.erase(a.slurm_job);
       const std::string id = std::to_string(a.slurm_job);
       Output o = RunCommand({Scontrol(), "requeuehold", id}, t);
       Log("requeue job " + id + " (" + a.reason + ")" +
           (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
+      if (o.exit_code == 0) SetAdminComment(a);
+    } else if (a.kind == SlurmAction::Kind::kHold) {
+      // A hold for another reason (released again since) goes out at once.
+      auto it = held_.find(a.slurm_job);
+      if (it != held_.end() && held_why_[a.slurm_job] == a.reason &&
+          Clock::now() - it->second < std::chrono::seconds(10)) {
+        continue;
+      }
+      held_[a.slurm_job] = Clock::now();
+      held_why_[a.slurm_job] = a.reason;
+      const std::string id = std::to_string(a.slurm_job);
+      Output o = RunCommand({Scontrol(), "hold", id}, t);
+      Log("hold job " + id + " (" + a.reason + ")" +
+          (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
+      if (o.exit_code == 0) SetAdminComment(a);
     } else if (a.kind == SlurmAction::Kind::kSignal) {
       if (signalled_.count(a.slurm_job)) continue;
       signalled_[a.slurm_job] = Clock::now();
       const std::string id = std::to_string(a.slurm_job);
-      Output o = RunCommand({Scancel(), "--signal=USR1", "--full", id}, t);
-      Log("checkpoint signal (USR1) to job " + id + " (" + a.reason + ")" +
-          (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
+      // As Slurm sends the job's --signal: to its steps, or with B: to the
+      // batch shell only.
+      std::vector<std::string> argv = {Scancel(), "--signal=" + std::to_string(a.signal.number)};
+      if (a.signal.batch_only) argv.push_back("--batch");
+      argv.push_back(id);
+      Output o = RunCommand(argv, t);
+      Log("checkpoint signal " + std::to_string(a.signal.number) +
+          (a.signal.batch_only ? " (batch shell)" : " (steps)") + " to job " + id + " (" +
+          a.reason + ")" + (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
     } else {
       const std::string& node = a.nodes.at(0);
       std::vector<std::string> argv = {Scontrol(), "update", "NodeName=" + node};
@@ -422,11 +495,24 @@ void SlurmBridge::Impl::Act(const std::vector<SlurmAction>& actions) {
           (o.exit_code == 0 ? "" : " failed: " + Trimmed(o.err.substr(0, 300))));
     }
   }
-  // Forget releases, requeues and signals long done.
-  for (auto* sent : {&released_, &requeued_, &signalled_}) {
+  // Forget releases, requeues, holds and signals long done.
+  for (auto* sent : {&released_, &requeued_, &held_, &signalled_}) {
     for (auto it = sent->begin(); it != sent->end();) {
       it = Clock::now() - it->second > std::chrono::minutes(10) ? sent->erase(it) : std::next(it);
     }
+  }
+  for (auto it = held_why_.begin(); it != held_why_.end();) {
+    it = held_.count(it->first) ? std::next(it) : held_why_.erase(it);
+  }
+}
+
+void SlurmBridge::Impl::SetAdminComment(const SlurmAction& a) {
+  if (a.admin_comment.empty()) return;
+  const std::string id = std::to_string(a.slurm_job);
+  Output o = RunCommand({Scontrol(), "update", "JobId=" + id, "AdminComment=" + a.admin_comment},
+                        config_.slurm_command_timeout_ms);
+  if (o.exit_code != 0) {
+    Log("setting job " + id + "'s AdminComment failed: " + Trimmed(o.err.substr(0, 300)));
   }
 }
 
@@ -539,7 +625,14 @@ void SlurmBridge::Impl::Serve(int fd) {
     }
     answer = *out;
     if (op == "submit") Log("plugin request -> " + answer.substr(0, 300));
-    // Placing or starting may have freed or taken capacity: sync soon.
+    if (answer.rfind("HOLD ", 0) == 0) {
+      // The next poll makes the job's hold an operator's (SlurmSync): at
+      // once, so its user has no time to release it onto nodes Slurm picks.
+      // That poll's squeue waits for slurmctld to finish creating the job.
+      std::lock_guard lock(mu_);
+      poll_requested_ = true;
+      cv_.notify_all();
+    }
   }
   answer += "\n";
   size_t sent = 0;

@@ -8,10 +8,14 @@
 //     answered. Peers must be root, slurm_user or the daemon's own user
 //     (SO_PEERCRED).
 //   - the poller: every slurm_poll_interval_ms (and on demand) it runs
-//     `scontrol show node -o` and `scontrol show job -o`, hands the snapshot
-//     to the strand (Service::SlurmSync), and after the commit carries out
-//     what that asked for in Slurm (`scontrol update JobId=.. ReqNodeList=..`
-//     + `scontrol release`, `scontrol update NodeName=.. State=DRAIN`).
+//     `scontrol show node -o` and `squeue --json`, hands the snapshot to the
+//     strand (Service::SlurmSync), and after the commit carries out what
+//     that asked for in Slurm (`scontrol update JobId=.. ReqNodeList=..` +
+//     `scontrol release`, `scontrol hold`, `scontrol requeuehold`,
+//     `scancel --signal`, `scontrol update NodeName=.. State=DRAIN`).
+//     Jobs come as JSON because a job's one-line form cannot be split
+//     safely: its name, comment and paths are its user's text and may hold
+//     " AdminComment=toposched:7".
 // Neither ever runs inside slurmctld's job_submit call: the plugin is
 // answered from the cached view.
 
@@ -56,11 +60,16 @@ class SlurmBridge {
   std::unique_ptr<Impl> impl_;
 };
 
-// ---- parsing scontrol's one-line output (exposed for tests)
+// ---- parsing Slurm's output (exposed for tests)
 // `KEY=VALUE KEY=VALUE ...`; a token without '=' continues the previous value.
 std::vector<std::pair<std::string, std::string>> ParseScontrolLine(const std::string& line);
-// `scontrol show node -o` / `scontrol show job -o` output.
+// `scontrol show node -o` output (its fields are an operator's: names,
+// states, reasons).
 std::vector<SlurmNodeView> ParseScontrolNodes(const std::string& text);
-std::vector<SlurmJobView> ParseScontrolJobs(const std::string& text);
+// `squeue --json` output: Slurm 22.05's form (job_state a string, priority a
+// number) and 23.02's on (job_state a list of flags, priority an object with
+// "number"). A job entry without an integer job_id is skipped; an error when
+// the text is not JSON or has no "jobs" list, or Slurm reports errors.
+core::Result<std::vector<SlurmJobView>> ParseSqueueJobs(const std::string& text);
 
 }  // namespace topo::daemon

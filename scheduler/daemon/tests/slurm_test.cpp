@@ -4,9 +4,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "daemon/config.hpp"
 #include "daemon/service.hpp"
@@ -50,12 +54,70 @@ struct Fixture {
     REQUIRE(service->Commit().ok());
     return actions;
   }
+  // POST /v1/nodes/drain as the first admin; the HTTP status.
+  int Drain(const std::string& node, const std::string& mode) {
+    HttpRequest r;
+    r.method = "POST";
+    r.target = "/v1/nodes/drain";
+    r.authorization = "Bearer " + *service->first_admin_token();
+    r.content_type = "application/json";
+    r.body = R"({"nodes":")" + node + R"(","mode":")" + mode + R"("})";
+    const int status = service->Handle(r, now).status;
+    REQUIRE(service->Commit().ok());
+    return status;
+  }
+  // GET one thing as the first admin: its "state".
+  std::string State(const std::string& target) {
+    HttpRequest r;
+    r.method = "GET";
+    r.target = target;
+    r.authorization = "Bearer " + *service->first_admin_token();
+    HttpResponse answer = service->Handle(r, now);
+    REQUIRE(service->Commit().ok());
+    auto j = nlohmann::json::parse(answer.body, nullptr, false);
+    return j.is_object() && j.contains("state") ? j["state"].get<std::string>() : answer.body;
+  }
   static SlurmSnapshot AllIdle() {
     SlurmSnapshot snap;
     for (const char* n : {"n1", "n2", "n3", "n4"}) snap.nodes.push_back({n, "IDLE", ""});
     return snap;
   }
 };
+
+// A job as `squeue --json` shows it; its signal= token read as the bridge does.
+SlurmJobView Job(int64_t id, const std::string& state, int64_t priority,
+                 std::vector<std::string> nodes, const std::string& comment,
+                 const std::string& reason = "") {
+  SlurmJobView v;
+  v.id = id;
+  v.state = state;
+  v.priority = priority;
+  v.nodes = std::move(nodes);
+  v.admin_comment = comment;
+  v.state_reason = reason;
+  v.checkpoint_signal = topo::common::ParseSlurmCheckpointSignal(comment);
+  return v;
+}
+
+// "PLACE <id> <a,b,...> ..." -> its nodes, sorted as Slurm lists them.
+std::vector<std::string> PlacedNodes(const std::string& answer) {
+  std::istringstream in(answer);
+  std::string word, id, list;
+  in >> word >> id >> list;
+  std::vector<std::string> out;
+  std::stringstream items(list);
+  for (std::string n; std::getline(items, n, ',');) out.push_back(n);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<SlurmAction> OfKind(const std::vector<SlurmAction>& all, SlurmAction::Kind kind) {
+  std::vector<SlurmAction> out;
+  for (const SlurmAction& a : all) {
+    if (a.kind == kind) out.push_back(a);
+  }
+  return out;
+}
 
 std::string Submit(int nodes, const std::string& comment = "", const std::string& extra = "") {
   return R"({"v":1,"op":"submit","uid":1000,"name":"j","min_nodes":)" + std::to_string(nodes) +
@@ -76,14 +138,56 @@ TEST_CASE("slurm: scontrol one-liners") {
   CHECK(nodes[0].state == "IDLE+DRAIN");
   CHECK(nodes[0].reason == "toposched: GPU 3 failed");
   CHECK(nodes[1].reason == "Not responding");
-  auto jobs = ParseScontrolJobs(
-      "JobId=7 JobName=x Priority=0 JobState=PENDING NodeList= AdminComment=toposched:3 \n"
-      "JobId=8 JobState=RUNNING Priority=100 NodeList=n[1-2] AdminComment=toposched:4 "
-      "ranks=n2,n1 \nNo jobs in the system\n");
-  REQUIRE(jobs.size() == 2);
-  CHECK(jobs[0].priority == 0);
-  CHECK(jobs[0].admin_comment == "toposched:3");
-  CHECK(jobs[1].nodes == std::vector<std::string>{"n1", "n2"});
+}
+
+TEST_CASE("slurm: squeue --json, 22.05's form and 23.02's") {
+  // 22.05: job_state a string, priority a number; a job's user controls its
+  // name, comment and paths, which the one-line form could not tell from
+  // fields (a comment " AdminComment=toposched:9" claimed toposched job 9).
+  auto jobs = ParseSqueueJobs(R"({"meta":{"plugin":{"type":"openapi/v0.0.38"}},"errors":[],
+    "jobs":[
+      {"job_id":7,"name":"x JobState=COMPLETED","job_state":"PENDING","priority":0,"nodes":"",
+       "admin_comment":"toposched:3 signal=B:10","state_reason":"JobHeldUser",
+       "comment":"a AdminComment=toposched:9 ranks=n9","job_resources":{"nodes":"n9"}},
+      {"job_id":8,"job_state":"RUNNING","priority":100,"nodes":"n[1-2]",
+       "admin_comment":"toposched:4 ranks=n2,n1 map=0-1:0-7 layout=tp:8,cp:1,ep:1,pp:1,dp:2,order:tp-cp-ep-dp-pp",
+       "state_reason":"None"},
+      {"job_id":9,"job_state":"RUNNING","priority":1,"nodes":"n3","admin_comment":"",
+       "comment":"x AdminComment=toposched:4","name":"y AdminComment=toposched:4"},
+      {"name":"no id"}, 17]})");
+  REQUIRE_MESSAGE(jobs.ok(), jobs.message());
+  REQUIRE(jobs.value().size() == 3);
+  const SlurmJobView& held = jobs.value()[0];
+  CHECK(held.id == 7);
+  CHECK(held.state == "PENDING");
+  CHECK(held.priority == 0);
+  CHECK(held.nodes.empty());
+  CHECK(held.admin_comment == "toposched:3 signal=B:10");
+  CHECK(held.state_reason == "JobHeldUser");
+  REQUIRE(held.checkpoint_signal.has_value());
+  CHECK(held.checkpoint_signal->number == 10);
+  CHECK(held.checkpoint_signal->batch_only);
+  CHECK(jobs.value()[1].nodes == std::vector<std::string>{"n1", "n2"});
+  CHECK(!jobs.value()[1].checkpoint_signal.has_value());
+  CHECK(jobs.value()[2].admin_comment.empty());
+
+  // 23.02 on: job_state a list of flags, priority {"set","infinite","number"}.
+  auto later = ParseSqueueJobs(R"({"jobs":[{"job_id":12,"job_state":["PENDING","REQUEUED"],
+    "priority":{"set":true,"infinite":false,"number":0},"nodes":"","admin_comment":"toposched:5",
+    "state_reason":"JobHeldAdmin"}],"errors":[]})");
+  REQUIRE_MESSAGE(later.ok(), later.message());
+  REQUIRE(later.value().size() == 1);
+  CHECK(later.value()[0].state == "PENDING");
+  CHECK(later.value()[0].priority == 0);
+  CHECK(later.value()[0].state_reason == "JobHeldAdmin");
+
+  // What is not a job list is an error, never an empty cluster.
+  CHECK(!ParseSqueueJobs("").ok());
+  CHECK(!ParseSqueueJobs("JobId=7 JobState=RUNNING").ok());
+  CHECK(!ParseSqueueJobs(R"({"errors":[]})").ok());
+  CHECK(ParseSqueueJobs(R"({"jobs":[],"errors":[{"error":"Unable to contact slurm controller"}]})")
+            .message()
+            .find("Unable to contact") != std::string::npos);
 }
 
 TEST_CASE("slurm: place, hold, reject, pass") {
@@ -120,8 +224,8 @@ TEST_CASE("slurm: sync frees capacity, releases held jobs, follows and drives no
 
   // Slurm runs job 1 (toposched 1), holds job 2 (toposched 2).
   SlurmSnapshot snap = Fixture::AllIdle();
-  snap.jobs.push_back({101, "RUNNING", 100, {"n1", "n2", "n3", "n4"}, "toposched:1"});
-  snap.jobs.push_back({102, "PENDING", 0, {}, "toposched:2"});
+  snap.jobs.push_back(Job(101, "RUNNING", 100, {"n1", "n2", "n3", "n4"}, "toposched:1"));
+  snap.jobs.push_back(Job(102, "PENDING", 0, {}, "toposched:2"));
   CHECK(f.Sync(snap).empty());
   // Job 1 ends in Slurm: the held job starts in the core, and Slurm is told.
   snap.jobs[0].state = "COMPLETED";
@@ -133,7 +237,7 @@ TEST_CASE("slurm: sync frees capacity, releases held jobs, follows and drives no
 
   // A node busy with a job toposched did not place is kept out of placements.
   snap.jobs[1].state = "COMPLETED";
-  snap.jobs.push_back({103, "RUNNING", 100, {"n1", "n2", "n3"}, ""});
+  snap.jobs.push_back(Job(103, "RUNNING", 100, {"n1", "n2", "n3"}, ""));
   f.Sync(snap);
   CHECK(f.Ask(R"({"op":"test","min_nodes":2})").rfind("BUSY", 0) == 0);
   std::string one = f.Ask(Submit(1));
@@ -165,7 +269,7 @@ TEST_CASE("slurm: a job Slurm runs where the core no longer does is requeued, th
   f.Sync(Fixture::AllIdle());
   REQUIRE(f.Ask(Submit(4, "topo: tp=8")).rfind("PLACE 1 ", 0) == 0);
   SlurmSnapshot snap = Fixture::AllIdle();
-  snap.jobs.push_back({101, "RUNNING", 100, {"n1", "n2", "n3", "n4"}, "toposched:1"});
+  snap.jobs.push_back(Job(101, "RUNNING", 100, {"n1", "n2", "n3", "n4"}, "toposched:1"));
   CHECK(f.Sync(snap).empty());
   // n4 is lost: no replacement, so the core queues the job again; Slurm
   // still runs it and is told to requeue it held.
@@ -176,14 +280,14 @@ TEST_CASE("slurm: a job Slurm runs where the core no longer does is requeued, th
   CHECK(actions[0].slurm_job == 101);
   // Slurm holds it; n4 comes back: the core starts it, Slurm releases it
   // with its rank map in the AdminComment.
-  snap.jobs[0] = {101, "PENDING", 0, {}, "toposched:1"};
+  snap.jobs[0] = Job(101, "PENDING", 0, {}, "toposched:1");
   snap.nodes[3].state = "IDLE";
   actions = f.Sync(snap);
   REQUIRE(actions.size() == 1);
   CHECK(actions[0].kind == SlurmAction::Kind::kRelease);
   CHECK(actions[0].nodes.size() == 4);
-  CHECK(actions[0].reason.rfind("toposched:1 ranks=", 0) == 0);
-  CHECK(actions[0].reason.find(" map=") != std::string::npos);
+  CHECK(actions[0].admin_comment.rfind("toposched:1 ranks=", 0) == 0);
+  CHECK(actions[0].admin_comment.find(" map=") != std::string::npos);
 }
 
 TEST_CASE("slurm: --switches, --segment and --exclusive=topo") {
@@ -212,4 +316,99 @@ TEST_CASE("slurm: --switches, --segment and --exclusive=topo") {
   CHECK(g.find("tp 1, cp 1, ep 1, pp 4, dp 1") != std::string::npos);
   std::string d = f.Ask(two + R"(,"exclusive_topo":true})");
   CHECK(d.rfind("REJECT --exclusive=topo", 0) == 0);
+}
+
+TEST_CASE("slurm: a graceful drain signals only jobs that declared a checkpoint signal") {
+  Fixture f("slurm_socket = /nonexistent/topo.sock\npreempt_grace_s = 5\n");
+  f.Sync(Fixture::AllIdle());
+  const std::string a = f.Ask(Submit(2, "topo: tp=8"));
+  const std::string b = f.Ask(Submit(2, "topo: tp=8"));
+  REQUIRE(a.rfind("PLACE 1 ", 0) == 0);
+  REQUIRE(b.rfind("PLACE 2 ", 0) == 0);
+  const std::vector<std::string> a_nodes = PlacedNodes(a), b_nodes = PlacedNodes(b);
+  SlurmSnapshot snap = Fixture::AllIdle();
+  // Job 1 declared nothing (a plain batch script); job 2 --signal=B:12@60.
+  snap.jobs.push_back(Job(101, "RUNNING", 100, a_nodes, "toposched:1"));
+  snap.jobs.push_back(Job(102, "RUNNING", 100, b_nodes, "toposched:2 signal=B:12"));
+  CHECK(f.Sync(snap).empty());
+
+  // Draining job 1's node: no signal, and past the grace it still runs there.
+  REQUIRE(f.Drain(a_nodes[0], "graceful") == 200);
+  auto actions = f.Sync(snap);
+  CHECK(OfKind(actions, SlurmAction::Kind::kSignal).empty());
+  CHECK(OfKind(actions, SlurmAction::Kind::kRequeue).empty());
+  f.now += 60'000;
+  actions = f.Sync(snap);
+  CHECK(OfKind(actions, SlurmAction::Kind::kSignal).empty());
+  CHECK(OfKind(actions, SlurmAction::Kind::kRequeue).empty());
+  CHECK(f.State("/v1/jobs/1") == "running");
+  CHECK(f.State("/v1/nodes/" + a_nodes[0]) == "draining");
+  // It ends on its own: the node is drained.
+  snap.jobs[0].state = "COMPLETED";
+  f.Sync(snap);
+  CHECK(f.State("/v1/jobs/1") == "completed");
+  CHECK(f.State("/v1/nodes/" + a_nodes[0]) == "drained");
+
+  // Draining job 2's node: its own signal, to its batch shell; after the
+  // grace it moves (requeued onto its new nodes).
+  REQUIRE(f.Drain(b_nodes[0], "graceful") == 200);
+  actions = OfKind(f.Sync(snap), SlurmAction::Kind::kSignal);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].slurm_job == 102);
+  CHECK(actions[0].signal == topo::common::SlurmCheckpointSignal{12, true});
+  f.now += 6'000;
+  actions = OfKind(f.Sync(snap), SlurmAction::Kind::kRequeue);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].slurm_job == 102);
+  CHECK(std::find(actions[0].nodes.begin(), actions[0].nodes.end(), b_nodes[0]) ==
+        actions[0].nodes.end());
+}
+
+TEST_CASE("slurm: a job held for capacity stays held when its user releases it") {
+  Fixture f;
+  f.Sync(Fixture::AllIdle());
+  REQUIRE(f.Ask(Submit(4)).rfind("PLACE 1 ", 0) == 0);
+  REQUIRE(f.Ask(Submit(2, "topo: tp=8")).rfind("HOLD 2 ", 0) == 0);
+  SlurmSnapshot snap = Fixture::AllIdle();
+  snap.jobs.push_back(Job(101, "RUNNING", 100, {"n1", "n2", "n3", "n4"}, "toposched:1"));
+  // job_submit's priority 0 is a user's hold: it becomes an operator's.
+  snap.jobs.push_back(Job(102, "PENDING", 0, {}, "toposched:2 signal=10", "JobHeldUser"));
+  auto actions = f.Sync(snap);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].kind == SlurmAction::Kind::kHold);
+  CHECK(actions[0].slurm_job == 102);
+  CHECK(actions[0].admin_comment.empty());
+  snap.jobs[1].state_reason = "JobHeldAdmin";
+  CHECK(f.Sync(snap).empty());
+
+  // Released anyway (by an operator, or by its user before the hold was
+  // an operator's): held again, and its AdminComment says why.
+  snap.jobs[1] = Job(102, "PENDING", 4294901757, {}, "toposched:2 signal=10", "Resources");
+  actions = f.Sync(snap);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].kind == SlurmAction::Kind::kHold);
+  CHECK(actions[0].admin_comment.rfind("toposched:2 signal=10 waits for capacity: released by hand",
+                                       0) == 0);
+  CHECK(actions[0].admin_comment.find('=', 22) == std::string::npos);
+  // Slurm started it on nodes of its own choosing: requeued held, and the
+  // core still has it waiting.
+  snap.jobs[1] = Job(102, "RUNNING", 4294901757, {"n1", "n2"}, "toposched:2 signal=10");
+  actions = f.Sync(snap);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].kind == SlurmAction::Kind::kRequeue);
+  CHECK(actions[0].nodes.empty());
+  CHECK(actions[0].admin_comment.rfind("toposched:2 signal=10 waits for capacity: requeued", 0) ==
+        0);
+  CHECK(f.State("/v1/jobs/2") == "queued");
+
+  // Capacity frees: the release onto the core's nodes keeps the signal token
+  // and writes the rank map once.
+  snap.jobs[0].state = "COMPLETED";
+  snap.jobs[1] = Job(102, "PENDING", 0, {}, actions[0].admin_comment, "JobHeldAdmin");
+  actions = f.Sync(snap);
+  REQUIRE(actions.size() == 1);
+  CHECK(actions[0].kind == SlurmAction::Kind::kRelease);
+  CHECK(actions[0].admin_comment.rfind("toposched:2 signal=10 ranks=", 0) == 0);
+  CHECK(actions[0].admin_comment.find("ranks=") == actions[0].admin_comment.rfind("ranks="));
+  CHECK(actions[0].admin_comment.find("waits") == std::string::npos);
 }

@@ -13,10 +13,11 @@
 //   layout=tp:8,cp:1,ep:1,pp:2,dp:1,order:tp-cp-ep-dp-pp
 //
 // The three are space-separated tokens; AdminComment holds
-// "toposched:<id> ranks=... map=... layout=...".
+// "toposched:<id> [signal=...] ranks=... map=... layout=..." (signal=: below).
 
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,5 +48,25 @@ std::string FormatSlurmRankMap(const SlurmRankMap& m);
 // what is wrong; the layout is validated (ValidateJobSpec) and must cover
 // exactly the ranks of map=.
 core::Result<SlurmRankMap> ParseSlurmRankMap(std::string_view text);
+
+// The checkpoint signal a job declared with Slurm's --signal=[B:]SIG[@TIME]
+// (job_desc's warn_signal, and KILL_JOB_BATCH in warn_flags for B:), which
+// job_submit/topo writes into the AdminComment after "toposched:<id>":
+//   signal=10      the job's steps get it (Slurm's default for --signal)
+//   signal=B:10    the batch shell only
+// A job without the token declared none: toposched never signals it (a drain
+// lets it run to its end; docs/slurm.md, "Checkpoint signals").
+struct SlurmCheckpointSignal {
+  int number = 0;  // 1..64
+  bool batch_only = false;
+  friend bool operator==(const SlurmCheckpointSignal&, const SlurmCheckpointSignal&) = default;
+};
+constexpr int kMaxSignalNumber = 64;
+// "signal=10" / "signal=B:10". REQUIRES: 1 <= s.number <= kMaxSignalNumber.
+std::string FormatSlurmCheckpointSignal(const SlurmCheckpointSignal& s);
+// The first "signal=" token of text (an AdminComment, other tokens skipped);
+// nullopt when there is none or it is not signal=[B:]N with N in 1..64, so a
+// malformed token counts as no declaration.
+std::optional<SlurmCheckpointSignal> ParseSlurmCheckpointSignal(std::string_view text);
 
 }  // namespace topo::common
