@@ -285,7 +285,7 @@ def run_escapee(d, agents, token, name, gpus, priority=None):
     # They left the rank's session but not the job's cgroup.
     for p in escaped[:2]:
         with open("/proc/%d/cgroup" % p) as f:
-            check("job-%d" % jid in f.read(), "escapee %d is in job %d's cgroup" % (p, jid))
+            check("/job-%d." % jid in f.read(), "escapee %d is in job %d's cgroup" % (p, jid))
     return jid, placed, pids
 
 
@@ -341,7 +341,8 @@ def job_cgroup_limits(jid):
         mounts = [l.split()[4] for l in f if l.split(" - ")[1].split()[0] in ("cgroup", "cgroup2")]
     for mount in mounts:
         for dirpath, dirs, files in os.walk(mount):
-            if os.path.basename(dirpath) != "job-%d" % jid:
+            # job-ID.NODE.SCOPE (docs/jobs.md, "Containment").
+            if not os.path.basename(dirpath).startswith("job-%d." % jid):
                 continue
             dirs[:] = []
             for name in ("memory.max", "memory.limit_in_bytes", "cpu.max", "cpu.cfs_quota_us"):

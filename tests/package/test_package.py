@@ -476,8 +476,15 @@ def run_agent(work, cli, cleanup):
 
     def started():
         # A line of the rank's own output: the log's header quotes the
-        # command, "echo started" included.
-        return re.search(r"^started$", cli("logs", str(jid)), re.M) is not None
+        # command, "echo started" included. Until the node has started the
+        # rank there is no log to read (a loaded machine takes its time).
+        p = subprocess.run(["/usr/bin/topo", "logs", str(jid)], env=cli.env,
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 0 and "has not started on this node yet" in p.stderr:
+            return False
+        check(p.returncode == 0, "topo logs %d: exit %d\n%s%s" % (jid, p.returncode, p.stdout,
+                                                                 p.stderr))
+        return re.search(r"^started$", p.stdout, re.M) is not None
 
     wait_for(started, 60, "job %d's rank to start\n%s" % (jid, tail(log_path)))
     out = cli("logs", str(jid))
