@@ -162,7 +162,6 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       alloc_(topology),
       steps_(topology),
       empty_(topology),
-      last_heartbeat_(topology.node_count(), 0),
       drain_reason_(topology.node_count()),
       ports_(topology.node_count(), config_.master_ports) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
@@ -174,6 +173,8 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
   }
   for (NodeId n = 0; n < topology.node_count(); ++n) {
     ++nodes_in_state_[static_cast<size_t>(cluster().node_state(n))];
+    liveness_.Heard(n, 0);
+    WatchNode(n);
   }
 }
 

@@ -47,8 +47,22 @@ void SchedulerCore::Impl::SetNodeState(NodeId n, NodeState s, const std::string&
   --nodes_in_state_[static_cast<size_t>(was)];
   ++nodes_in_state_[static_cast<size_t>(s)];
   cluster().SetNodeState(n, s);
+  WatchNode(n);
   ++generation_;
   Emit(NodeStateChanged{n, s, reason});
+}
+
+void SchedulerCore::Impl::WatchNode(NodeId n) {
+  if (!config_.heartbeats_required) return;
+  const NodeState s = cluster().node_state(n);
+  if (s == NodeState::kDown) {
+    liveness_.Forget(n);
+    return;
+  }
+  const TimeMs last = liveness_.last_heard(n);
+  const TimeMs down_at = last + config_.heartbeat_down_after;
+  const TimeMs suspect_at = last + config_.heartbeat_suspect_after;
+  liveness_.Watch(n, {s == NodeState::kUp && suspect_at < down_at ? suspect_at : kNever, down_at});
 }
 
 void SchedulerCore::Impl::SetNodeReason(NodeId n, const std::string& reason) {
@@ -118,7 +132,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
     case NodeState::kUp: {
       const bool admin_drained = AdminDrained(n);
       drain_reason_[n].clear();
-      last_heartbeat_[n] = now_;
+      liveness_.Heard(n, now_);
       if (cluster().failed_gpus(n) > 0) {
         const NodeState to = busy ? NodeState::kDraining : NodeState::kDrained;
         if (cluster().node_state(n) != to) {
@@ -130,6 +144,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
       } else {
         SetNodeState(n, NodeState::kUp, e.reason.empty() ? "up" : e.reason);
       }
+      WatchNode(n);  // heard from now, whether its state changed or not
       break;
     }
     case NodeState::kDraining:
@@ -244,9 +259,12 @@ std::string SchedulerCore::Impl::UnavailableNodes() const {
 void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count()) return;
-  last_heartbeat_[n] = now_;
+  liveness_.Heard(n, now_);
   const NodeState s = cluster().node_state(n);
-  if (s != NodeState::kSuspect && s != NodeState::kDown) return;
+  if (s != NodeState::kSuspect && s != NodeState::kDown) {
+    WatchNode(n);
+    return;
+  }
   const bool busy = alloc_.occupied(n);
   if (AdminDrained(n) || cluster().failed_gpus(n) > 0) {
     SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained, "heartbeat resumed");
@@ -257,16 +275,13 @@ void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
 
 void SchedulerCore::Impl::CheckHeartbeats() {
   std::vector<NodeStateRequested> down;  // one batch: see OnNodeRequests
-  for (NodeId n = 0; n < topo_.node_count(); ++n) {
-    const NodeState s = cluster().node_state(n);
-    if (s == NodeState::kDown) continue;
-    const TimeMs silent = now_ - last_heartbeat_[n];
-    if (silent >= config_.heartbeat_down_after) {
-      down.push_back(NodeStateRequested{
-          n, NodeState::kDown, "no heartbeat for " + std::to_string(silent / kSecond) + " s"});
-    } else if (silent >= config_.heartbeat_suspect_after && s == NodeState::kUp) {
-      SetNodeState(n, NodeState::kSuspect,
-                   "no heartbeat for " + std::to_string(silent / kSecond) + " s");
+  for (const LivenessTracker::Expiry& x : liveness_.Expire(now_)) {
+    const std::string why =
+        "no heartbeat for " + std::to_string((now_ - x.last_heard) / kSecond) + " s";
+    if (x.verdict == Liveness::kDown) {
+      down.push_back(NodeStateRequested{x.node, NodeState::kDown, why});
+    } else if (cluster().node_state(x.node) == NodeState::kUp) {
+      SetNodeState(x.node, NodeState::kSuspect, why);
     }
   }
   if (!down.empty()) OnNodeRequests(down);
@@ -493,15 +508,7 @@ SchedulerCore::Impl::TakeOver SchedulerCore::Impl::ReplaceByPreempting(
 TimeMs SchedulerCore::Impl::NextWakeup() const {
   TimeMs next = std::min({next_timer_, wait_bound_at_, overdue_wake_});
   if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
-  if (config_.heartbeats_required) {
-    for (NodeId n = 0; n < topo_.node_count(); ++n) {
-      const NodeState s = cluster().node_state(n);
-      if (s == NodeState::kDown) continue;
-      next = std::min(
-          next, last_heartbeat_[n] + (s == NodeState::kSuspect ? config_.heartbeat_down_after
-                                                               : config_.heartbeat_suspect_after));
-    }
-  }
+  if (config_.heartbeats_required) next = std::min(next, liveness_.NextDeadline());
   return next;
 }
 

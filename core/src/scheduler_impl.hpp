@@ -17,6 +17,7 @@
 
 #include "topo/core/allocations.hpp"
 #include "topo/core/failure_policy.hpp"
+#include "topo/core/liveness.hpp"
 #include "topo/core/queue_order.hpp"
 #include "topo/core/quota.hpp"
 #include "topo/core/scheduler.hpp"
@@ -71,7 +72,9 @@ class SchedulerCore::Impl {
   std::set<JobId> feasible_;  // placed on the empty cluster once
 
   // ---- node health
-  std::vector<TimeMs> last_heartbeat_;
+  // Each node's last heartbeat (or registration), and, when
+  // heartbeats_required, its deadlines (WatchNode).
+  LivenessTracker liveness_;
   // The admin's reason of each requested drain, kept until resume (the
   // node's reason once the drain completes); empty when the node was not
   // drained by request (health drains are not).
@@ -362,7 +365,14 @@ class SchedulerCore::Impl {
   void OnLaunchFailed(const JobLaunchFailed& e);
   void OnHeartbeat(const Heartbeat& e);
   void OnGpuEvent(const GpuEvent& e);
+  // Nodes whose heartbeat deadline passed: suspect, or down in one batch.
   void CheckHeartbeats();
+  // Sets the node's heartbeat deadlines from its last heartbeat and state:
+  // an up node is suspect heartbeat_suspect_after and down
+  // heartbeat_down_after after it, any other node that is not down only goes
+  // down; a down node has none. A function of (last heartbeat, state) alone,
+  // so a restored core sets the same ones. No-op unless heartbeats_required.
+  void WatchNode(NodeId n);
   void SetNodeState(NodeId n, NodeState s, const std::string& reason);
   // The node keeps its state under a new reason (NodeStateChanged with the
   // state it has): what keeps it drained changed.

@@ -576,7 +576,8 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   w.Each(c.feasible_, i64);
 
   // Node health timers and drains.
-  w.Each(c.last_heartbeat_, i64);
+  w.U64(static_cast<uint64_t>(c.topo_.node_count()));
+  for (NodeId n = 0; n < c.topo_.node_count(); ++n) w.I64(c.liveness_.last_heard(n));
   w.Each(c.drain_reason_, str);
 
   // The pass's memos.
@@ -763,7 +764,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   ReadSet(r, c.feasible_, job);
 
   if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("heartbeats per node");
-  for (TimeMs& t : c.last_heartbeat_) t = r.I64();
+  for (NodeId n = 0; n < topo.node_count(); ++n) c.liveness_.Heard(n, r.I64());
   if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("drain reasons per node");
   for (std::string& s : c.drain_reason_) s = r.Str();
 
@@ -876,6 +877,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   c.nodes_in_state_ = {};
   for (NodeId n = 0; n < topo.node_count(); ++n) {
     ++c.nodes_in_state_[static_cast<size_t>(cs.node_state(n))];
+    c.WatchNode(n);  // derived from the last heartbeat and the state
   }
   // Derived from the jobs: who waits on whom, running tasks per array.
   for (const auto& [id, j] : c.jobs_) {

@@ -32,10 +32,17 @@ bool Holds(core::JobState s) {
 AgentRegistry::AgentRegistry(AgentHost& host, AgentSettings settings)
     : host_(host), settings_(settings) {}
 
-void AgentRegistry::SetDeadline(const std::string& node, Agent& a, TimeMs deadline) {
-  if (a.deadline != core::kNever) deadlines_.erase({a.deadline, node});
-  a.deadline = deadline;
-  if (deadline != core::kNever) deadlines_.insert({deadline, node});
+AgentRegistry::Agent& AgentRegistry::AgentOf(const std::string& node) {
+  auto [it, fresh] = agents_.try_emplace(node);
+  if (fresh) {
+    it->second.slot = static_cast<int>(slot_names_.size());
+    slot_names_.push_back(node);
+  }
+  return it->second;
+}
+
+void AgentRegistry::SetDeadline(Agent& a, TimeMs deadline) {
+  liveness_.Watch(a.slot, {core::kNever, deadline});
 }
 
 Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::string_view text,
@@ -62,14 +69,13 @@ Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::s
   const core::Topology& topo = *host_.topology();
   const NodeId n = topo.FindNode(m->node);
   if (n < 0) return Status::Error("node " + m->node + " is not in the topology");
-  Agent& a = agents_[m->node];
+  Agent& a = AgentOf(m->node);
   a.connected = true;
   a.leaving = false;
-  a.last_seen = now_;
   a.disconnected_at = -1;
   a.addr = m->addr;
-  SetDeadline(m->node, a,
-              now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
+  liveness_.Heard(a.slot, now_);
+  SetDeadline(a, now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
   const std::string actor = "agent:" + m->node;
   const core::NodeState state = core->cluster().node_state(n);
   if (state == core::NodeState::kDown || state == core::NodeState::kSuspect) {
@@ -155,10 +161,10 @@ bool AgentRegistry::JobOnNode(const core::JobRecord& job, NodeId node) const {
 std::optional<std::string> AgentRegistry::Message(const std::string& node, std::string_view text,
                                                   TimeMs now) {
   now_ = std::max(now_, now);
-  Agent& a = agents_[node];
-  a.last_seen = now_;
+  Agent& a = AgentOf(node);
+  liveness_.Heard(a.slot, now_);
   if (a.connected) {
-    SetDeadline(node, a, now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
+    SetDeadline(a, now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
   }
   std::string field;
   Result<proto::AgentMessage> parsed = proto::ParseAgentMessage(text, &field);
@@ -373,7 +379,7 @@ void AgentRegistry::Disconnected(const std::string& node, TimeMs now) {
           (a.leaving ? " (leaving): down unless back within " + std::to_string(closed_limit) + " ms"
                      : std::string()),
       {{"node", node}, {"leaving", a.leaving}});
-  SetDeadline(node, a, now_ + closed_limit);
+  SetDeadline(a, now_ + closed_limit);
   for (auto r = logs_asks_.begin(); r != logs_asks_.end();) {
     if (r->second.node != node) {
       ++r;
@@ -404,18 +410,16 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
   // all before it restarts any job, so no restart lands on a node that this
   // same check takes down a moment later.
   core::NodeStatesRequested down;
-  while (!deadlines_.empty() && deadlines_.begin()->first <= now_) {
-    const std::string node = deadlines_.begin()->second;
-    deadlines_.erase(deadlines_.begin());
-    Agent& a = agents_[node];
-    a.deadline = core::kNever;
+  for (const core::LivenessTracker::Expiry& x : liveness_.Expire(now_)) {
+    const std::string& node = slot_names_[static_cast<size_t>(x.node)];
+    const Agent& a = agents_.at(node);
     const NodeId n = host_.topology()->FindNode(node);
     if (n < 0 || core->cluster().node_state(n) == core::NodeState::kDown) continue;
     const std::string why = !a.connected && a.disconnected_at >= 0
                                 ? "agent disconnected for " +
                                       std::to_string(now_ - a.disconnected_at) + " ms" +
                                       (a.leaving ? " after it said it was leaving" : "")
-                                : "agent silent for " + std::to_string(now_ - a.last_seen) +
+                                : "agent silent for " + std::to_string(now_ - x.last_heard) +
                                       " ms (" + (a.connected ? "connected" : "disconnected") + ")";
     down.requests.push_back(core::NodeStateRequested{n, core::NodeState::kDown, why});
   }
@@ -431,10 +435,10 @@ void AgentRegistry::Restore(const std::vector<std::string>& agent_nodes, TimeMs 
   now_ = std::max(now_, now);
   const TimeMs limit = settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down;
   for (const std::string& name : agent_nodes) {
-    Agent& a = agents_[name];
+    Agent& a = AgentOf(name);
     a.connected = false;
-    a.last_seen = now_;
-    SetDeadline(name, a, now_ + std::max(grace_ms, limit));
+    liveness_.Heard(a.slot, now_);
+    SetDeadline(a, now_ + std::max(grace_ms, limit));
   }
   const core::SchedulerCore* core = host_.core();
   if (core == nullptr) return;

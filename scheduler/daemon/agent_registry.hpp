@@ -18,8 +18,9 @@
 // it takes it back); a connection that
 // stays open but silent makes it down after `missed_heartbeats_down`
 // intervals (a cut network). A `register` brings a suspect or down node back
-// (drained stays drained). Deadlines sit in an ordered set, so a check costs
-// O(log n) per expired node, not a scan of every agent.
+// (drained stays drained). The deadlines are kept in the system's one
+// core::LivenessTracker (core/include/topo/core/liveness.hpp), so a check
+// costs O(log n) per expired node, not a scan of every agent.
 //
 // Thread safety: none; the daemon's strand owns it, like the Service.
 
@@ -37,6 +38,7 @@
 
 #include "daemon/service.hpp"
 #include "topo/common/agent_protocol.hpp"
+#include "topo/core/liveness.hpp"
 #include "topo/core/scheduler.hpp"
 #include "topo/core/status.hpp"
 
@@ -123,12 +125,11 @@ class AgentRegistry {
 
  private:
   struct Agent {
+    int slot = 0;  // its index in liveness_ and slot_names_
     bool connected = false;
-    core::TimeMs last_seen = 0;
     core::TimeMs disconnected_at = -1;
-    core::TimeMs deadline = core::kNever;  // when it goes down unless heard from
-    bool leaving = false;                  // said `leaving` on this connection
-    std::string addr;                      // MASTER_ADDR of its ranks
+    bool leaving = false;  // said `leaving` on this connection
+    std::string addr;      // MASTER_ADDR of its ranks
     int64_t refused = 0;
   };
   // Rank exits of a job's current run: which ranks ended with 0.
@@ -157,7 +158,10 @@ class AgentRegistry {
                                           const proto::CheckpointReport& m);
   std::optional<std::string> OnLogs(Agent& a, const std::string& node, proto::LogsReply m);
   void OnDrained(const std::string& node, core::NodeId n);
-  void SetDeadline(const std::string& node, Agent& a, core::TimeMs deadline);
+  // The node's agent record, made (with its liveness slot) on first use.
+  Agent& AgentOf(const std::string& node);
+  // Down at `deadline` unless heard from (kNever: not watched).
+  void SetDeadline(Agent& a, core::TimeMs deadline);
   void SendStart(core::JobId id, const std::vector<core::GpuSlot>& ranks,
                  const core::Launch& launch);
   void Send(const std::string& node, const proto::SchedulerMessage& m);
@@ -165,7 +169,8 @@ class AgentRegistry {
   AgentHost& host_;
   AgentSettings settings_;
   std::unordered_map<std::string, Agent> agents_;
-  std::set<std::pair<core::TimeMs, std::string>> deadlines_;
+  core::LivenessTracker liveness_;       // by Agent::slot
+  std::vector<std::string> slot_names_;  // slot -> node name
   std::unordered_map<core::JobId, Run> runs_;
   std::unordered_map<std::string, std::string> drain_modes_;
   std::unordered_map<int64_t, LogsAsk> logs_asks_;
