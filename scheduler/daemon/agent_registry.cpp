@@ -72,6 +72,7 @@ Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::s
   Agent& a = AgentOf(m->node);
   a.connected = true;
   a.leaving = false;
+  a.silenced = false;
   a.disconnected_at = -1;
   a.addr = m->addr;
   liveness_.Heard(a.slot, now_);
@@ -187,6 +188,18 @@ std::optional<std::string> AgentRegistry::Message(const std::string& node, std::
   if (n < 0)
     return Refuse(a, node, proto::TypeOf(parsed.value()), "", "node " + node + " left the topology",
                   true);
+  if (a.silenced && a.connected) {
+    // Its node went down (or suspect) for silence while this connection
+    // stayed open (a paused agent, a network that came back): a message on
+    // it is the heartbeat that brings the node back, as a `register` would
+    // (drained stays drained).
+    a.silenced = false;
+    const core::NodeState state = core->cluster().node_state(n);
+    if (state == core::NodeState::kDown || state == core::NodeState::kSuspect) {
+      log::Info("agent " + node + " is heard from again on the same connection", {{"node", node}});
+      host_.StepCore(core::Heartbeat{n}, "agent:" + node);
+    }
+  }
   return std::visit(
       [&](auto& m) -> std::optional<std::string> {
         using T = std::decay_t<decltype(m)>;
@@ -412,7 +425,7 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
   core::NodeStatesRequested down;
   for (const core::LivenessTracker::Expiry& x : liveness_.Expire(now_)) {
     const std::string& node = slot_names_[static_cast<size_t>(x.node)];
-    const Agent& a = agents_.at(node);
+    Agent& a = agents_.at(node);
     const NodeId n = host_.topology()->FindNode(node);
     if (n < 0 || core->cluster().node_state(n) == core::NodeState::kDown) continue;
     const std::string why = !a.connected && a.disconnected_at >= 0
@@ -421,6 +434,7 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
                                       (a.leaving ? " after it said it was leaving" : "")
                                 : "agent silent for " + std::to_string(now_ - x.last_heard) +
                                       " ms (" + (a.connected ? "connected" : "disconnected") + ")";
+    if (a.connected) a.silenced = true;  // its next message on this connection brings it back
     down.requests.push_back(core::NodeStateRequested{n, core::NodeState::kDown, why});
   }
   if (down.requests.size() == 1) {

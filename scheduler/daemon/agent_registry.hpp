@@ -17,7 +17,8 @@
 // (a restart or an upgrade that leaves the ranks running; a heartbeat after
 // it takes it back); a connection that
 // stays open but silent makes it down after `missed_heartbeats_down`
-// intervals (a cut network). A `register` brings a suspect or down node back
+// intervals (a cut network, a stopped agent), and its next message on that
+// connection brings it back. A `register` brings a suspect or down node back
 // (drained stays drained). The deadlines are kept in the system's one
 // core::LivenessTracker (core/include/topo/core/liveness.hpp), so a check
 // costs O(log n) per expired node, not a scan of every agent.
@@ -129,7 +130,10 @@ class AgentRegistry {
     bool connected = false;
     core::TimeMs disconnected_at = -1;
     bool leaving = false;  // said `leaving` on this connection
-    std::string addr;      // MASTER_ADDR of its ranks
+    // Its node went down for silence while this connection stayed open: the
+    // next message on it brings the node back.
+    bool silenced = false;
+    std::string addr;  // MASTER_ADDR of its ranks
     int64_t refused = 0;
   };
   // Rank exits of a job's current run: which ranks ended with 0.
