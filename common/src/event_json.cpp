@@ -265,6 +265,8 @@ Json EventBody(const T& e, const core::Topology& topo) {
             {"node", NodeName(e.node, topo)},
             {"reason", e.reason},
             {"permanent", e.permanent}};
+  } else if constexpr (std::is_same_v<T, core::StartUnacknowledged>) {
+    return {{"id", e.id}, {"nodes", NodeListToJson(e.nodes, topo)}, {"waited_ms", e.waited}};
   } else if constexpr (std::is_same_v<T, core::PolicyChanged>) {
     return {{"policy", PolicyBody(e.policy)},
             {"key", e.key},
@@ -411,12 +413,22 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
                             r.Bool("permanent")};
     return done(r, std::move(e));
   }
+  if (type == "start_unacknowledged") {
+    Reader r = fields({"type", "id", "nodes", "waited_ms"});
+    core::StartUnacknowledged e{r.Int64("id"), {}, r.Int64("waited_ms", 0, kI64Max)};
+    if (const Json* v = r.Field("nodes")) {
+      Result<std::vector<NodeId>> nodes = NodeListFromJson(*v, topo);
+      if (!nodes.ok()) return Nest("nodes", nodes.status());
+      e.nodes = std::move(nodes).value();
+    }
+    return done(r, std::move(e));
+  }
   return PathError("", "\"type\": unknown event type \"" + std::string(type) +
                            "\"; known: job_submitted, job_cancelled, job_hold_changed, "
                            "job_finished, rank_exited, checkpoint_completed, "
                            "node_state_requested, heartbeat, gpu_event, tenant_configured, tick, "
                            "node_evacuated, job_launch_failed, node_states_requested, "
-                           "policy_changed");
+                           "policy_changed, start_unacknowledged");
 }
 
 // ---------------------------------------------------------------- commands
@@ -590,7 +602,8 @@ constexpr std::string_view kEventTypeNames[] = {"job_submitted",
                                                 "node_evacuated",
                                                 "job_launch_failed",
                                                 "node_states_requested",
-                                                "policy_changed"};
+                                                "policy_changed",
+                                                "start_unacknowledged"};
 static_assert(std::size(kEventTypeNames) == std::variant_size_v<core::Event>, "name every event");
 
 }  // namespace

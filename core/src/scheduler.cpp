@@ -200,6 +200,7 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
         if constexpr (std::is_same_v<T, NodeEvacuated>) OnEvacuated(e);
         if constexpr (std::is_same_v<T, JobLaunchFailed>) OnLaunchFailed(e);
         if constexpr (std::is_same_v<T, PolicyChanged>) OnPolicy(e);
+        if constexpr (std::is_same_v<T, StartUnacknowledged>) OnStartUnacknowledged(e);
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();

@@ -87,10 +87,9 @@ bool SchedulerCore::Impl::Restartable(NodeId n) const {
 
 namespace {
 
-// "node a is down", "nodes a, b and c are down", "nodes a, b, c and 5 more
-// are down".
-std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
-  if (nodes.size() == 1) return "node " + topo.node(nodes[0]).name + " is down";
+// "node a", "nodes a, b and c", "nodes a, b, c and 5 more".
+std::string NodeList(const Topology& topo, const std::vector<NodeId>& nodes) {
+  if (nodes.size() == 1) return "node " + topo.node(nodes[0]).name;
   constexpr size_t kNamed = 3;
   std::string out = "nodes ";
   const size_t named = nodes.size() <= kNamed + 1 ? nodes.size() - 1 : kNamed;
@@ -100,7 +99,12 @@ std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
   } else {
     out += " and " + std::to_string(nodes.size() - named) + " more";
   }
-  return out + " are down";
+  return out;
+}
+
+// "node a is down", "nodes a, b and c are down".
+std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
+  return NodeList(topo, nodes) + (nodes.size() == 1 ? " is down" : " are down");
 }
 
 }  // namespace
@@ -211,6 +215,30 @@ void SchedulerCore::Impl::OnLaunchFailed(const JobLaunchFailed& e) {
   RequeueWithBackoff(job, delay,
                      "requeued: restarting in " + DurationText(delay) + " after it " + what +
                          " (launch failure " + std::to_string(job.launch_failures) +
+                         " in a row; these do not count toward the failure limit)");
+}
+
+void SchedulerCore::Impl::OnStartUnacknowledged(const StartUnacknowledged& e) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  JobRecord& job = it->second;
+  std::vector<NodeId> nodes;
+  for (NodeId n : e.nodes) {
+    if (n >= 0 && n < topo_.node_count()) nodes.push_back(n);
+  }
+  const std::string who =
+      nodes.empty() ? "the agent"
+                    : NodeList(topo_, nodes) + (nodes.size() == 1 ? "'s agent" : "' agents");
+  const std::string what = who + " did not acknowledge its start within " + DurationText(e.waited);
+  // As a transient launch failure: the first requeues at once, one that
+  // keeps coming back waits longer each time.
+  job.launch_failures += 1;
+  const FailurePolicy::Decision d = failures_.AfterLaunchFailure(job.launch_failures, false);
+  const TimeMs delay = d.action == FailurePolicy::Decision::Action::kBackoff ? d.delay : 0;
+  RequeueWithBackoff(job, delay,
+                     "requeued" +
+                         (delay > 0 ? ": restarting in " + DurationText(delay) + " after " : ": ") +
+                         what + " (launch failure " + std::to_string(job.launch_failures) +
                          " in a row; these do not count toward the failure limit)");
 }
 

@@ -363,6 +363,7 @@ class SchedulerCore::Impl {
   void ApplyNodeRequest(const NodeStateRequested& e, std::map<JobId, std::vector<NodeId>>& lost);
   void OnEvacuated(const NodeEvacuated& e);
   void OnLaunchFailed(const JobLaunchFailed& e);
+  void OnStartUnacknowledged(const StartUnacknowledged& e);
   void OnHeartbeat(const Heartbeat& e);
   void OnGpuEvent(const GpuEvent& e);
   // Nodes whose heartbeat deadline passed: suspect, or down in one batch.

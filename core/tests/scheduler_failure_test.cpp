@@ -444,6 +444,42 @@ TEST_CASE("transient launch failures: off the node at once, then with a growing 
   CHECK(core.job(1)->launch_failures == 0);
 }
 
+TEST_CASE("a start no agent acknowledged requeues the job as an infrastructure failure") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  const std::vector<NodeId> nodes = {core.job(1)->ranks[0].node, core.job(1)->ranks[8].node};
+  // The first: requeued, and started again in the same step (no backoff).
+  auto cmds = core.Step(StartUnacknowledged{1, nodes, 600 * kSecond}, 600 * kSecond);
+  REQUIRE(Only<StopJob>(cmds).size() == 1);
+  std::vector<JobStateChanged> changed = Only<JobStateChanged>(cmds);
+  REQUIRE(changed.size() == 2);
+  CHECK(changed[0].state == JobState::kQueued);
+  CHECK(changed[0].reason == "requeued: nodes " + topo.node(nodes[0]).name + " and " +
+                                 topo.node(nodes[1]).name +
+                                 "' agents did not acknowledge its start within 10 min (launch "
+                                 "failure 1 in a row; these do not count toward the failure "
+                                 "limit)");
+  REQUIRE(Only<StartJob>(cmds).size() == 1);
+  CHECK(Only<StartJob>(cmds)[0].launch.restart_count == 1);
+  CHECK(core.job(1)->restarts == 1);
+  CHECK(core.job(1)->app_failures == 0);
+  // The second in a row waits out the launch failures' backoff, queued.
+  const NodeId one = core.job(1)->ranks[0].node;
+  cmds = core.Step(StartUnacknowledged{1, {one}, 30 * kSecond}, 630 * kSecond);
+  CHECK(core.job(1)->state == JobState::kQueued);
+  CHECK(Has(core.job(1)->reason, "restarting in 10 s after node " + topo.node(one).name +
+                                     "'s agent did not acknowledge its start within 30 s"));
+  CHECK(core.NextWakeup() == 640 * kSecond);
+  // Not running: ignored.
+  CHECK(core.Step(StartUnacknowledged{1, {one}, 30 * kSecond}, 631 * kSecond).empty());
+  CHECK(Only<StartJob>(core.Step(Tick{}, 640 * kSecond)).size() == 1);
+  CHECK(core.job(1)->restarts == 2);
+  CHECK(core.job(1)->app_failures == 0);
+  CHECK(core.job(1)->state == JobState::kRunning);
+}
+
 TEST_CASE("heartbeat timeouts of one check are one batch: each job recovered once") {
   // 4 leaves of 2 nodes x 8 GPUs. A 16-GPU job on two nodes; both stop
   // beating, with four idle nodes; two nodes keep beating.

@@ -30,6 +30,8 @@
 //               starts in the background (LaunchOutcome::starting) until
 //               they are up (RankRunner::Underway, asked each Tick); then
 //               Launch again gives the outcome.
+//               Once launched, `started` {job, restart_count} says so (the
+//               scheduler requeues a run some node does not acknowledge).
 //               Every failure is a `launch_failed` (permanent when no node
 //               can do better: a missing command or account, a root account,
 //               a layout that does not read); nothing is left pending.
@@ -46,7 +48,7 @@
 //   anything the protocol does not allow: logged with the field, ignored.
 // Rank exits are reported with the restart count of the run they belong to;
 // exits of ranks the agent stopped are not reported (not news to the
-// scheduler). Reports (rank exits, checkpoints, GPU events, launch
+// scheduler). Reports (rank exits, checkpoints, GPU events, starts, launch
 // failures, drained) made while not registered are held, oldest dropped
 // past max_queued_reports, and sent after the next `registered`.
 //

@@ -192,6 +192,10 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                            [](DaemonConfig& c, int64_t x) {
                                              c.agent_restart_grace_ms = static_cast<int>(x);
                                            })},
+      {"start_ack_timeout_s", IntSetter(10, 86400,
+                                        [](DaemonConfig& c, int64_t x) {
+                                          c.start_ack_timeout_s = static_cast<int>(x);
+                                        })},
       {"agent_cert_days",
        IntSetter(1, 3650,
                  [](DaemonConfig& c, int64_t x) { c.agent_cert_days = static_cast<int>(x); })},

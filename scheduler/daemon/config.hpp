@@ -71,6 +71,11 @@ struct DaemonConfig {
   // upgrade; its ranks keep running) is down only when it has not
   // registered again within this long (0: like any closed connection).
   int agent_restart_grace_ms = 30000;
+  // How long the agents of a start's nodes have to answer `started` (their
+  // ranks are launched) before the run is requeued (10..86400). Above the
+  // agents' own launch waits (--launch-wait-ms, and --stage-wait-ms where
+  // restarts copy checkpoints onto the node first).
+  int start_ack_timeout_s = 600;
   // Lifetime of the node certificates `topo-scheduler ca issue` and `ca
   // renew` sign when no --days is given (1..3650). The server certificate
   // keeps its own.

@@ -75,6 +75,9 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
       {"agent_restart_grace_ms = -1\n",
        "agent_restart_grace_ms: -1 is out of range; use 0..3600000"},
       {"agent_restart_grace_ms = 3600001\n", "use 0..3600000"},
+      {"start_ack_timeout_s = 9\n", "start_ack_timeout_s: 9 is out of range; use 10..86400"},
+      {"start_ack_timeout_s = 86401\n", "use 10..86400"},
+      {"start_ack_timeout_s = 10m\n", "start_ack_timeout_s"},
   };
   for (const Case& k : cases) {
     const std::string text = k.text;
@@ -93,6 +96,13 @@ TEST_CASE("config: agent_restart_grace_ms defaults to 30 s, 0 turns the restart 
   CHECK(c.agent_restart_grace_ms == 30000);
   REQUIRE(ApplyConfigText("agent_restart_grace_ms = 0\n", "x.conf", c).ok());
   CHECK(c.agent_restart_grace_ms == 0);
+}
+
+TEST_CASE("config: start_ack_timeout_s defaults to 600 s") {
+  DaemonConfig c;
+  CHECK(c.start_ack_timeout_s == 600);
+  REQUIRE(ApplyConfigText("start_ack_timeout_s = 10\n", "x.conf", c).ok());
+  CHECK(c.start_ack_timeout_s == 10);
 }
 
 TEST_CASE("config: snapshot and compaction settings, with their defaults") {

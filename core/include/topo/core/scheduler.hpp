@@ -358,10 +358,22 @@ struct JobLaunchFailed {
   bool permanent = false;
 };
 
-using Event =
-    std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
-                 CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent, TenantConfigured,
-                 Tick, NodeEvacuated, JobLaunchFailed, NodeStatesRequested, PolicyChanged>;
+// The daemon: the agents of `nodes` did not acknowledge the job's current
+// start (or restart) within `waited` (its start_ack_timeout_s): nobody may
+// run those ranks, so the job must not show running. An infrastructure
+// failure, as a transient launch failure is: the job is requeued (from the
+// second in a row with a backoff), never failed, never counted toward
+// max_app_failures. Ignored unless the job is running.
+struct StartUnacknowledged {
+  JobId id;
+  std::vector<NodeId> nodes;
+  TimeMs waited = 0;
+};
+
+using Event = std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
+                           CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent,
+                           TenantConfigured, Tick, NodeEvacuated, JobLaunchFailed,
+                           NodeStatesRequested, PolicyChanged, StartUnacknowledged>;
 
 // ---------------------------------------------------------------- commands
 
