@@ -154,20 +154,25 @@ std::vector<store::RawEvent> JobEvents(ServiceState& s, JobId id) {
 // what caused it and when it was decided, how long the fault went unnoticed
 // where the log says (a node silent for N ms; a GPU fault is reported at
 // once), how long until the job was started again, the checkpoint step it
-// restarted from and the wall time of work lost since that step was stored
-// (or since the run began, without one).
+// resumed from and its restart count (a requeue's, from the start that ended
+// its wait: -1 and null while it waits), and the wall time of work lost: since
+// the newest checkpoint stored before the incident, or since the run began
+// when that is later (the core's ProgressMark).
 Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
                const std::function<std::string(const store::RawEvent&)>& actor_of) {
   Json out = Json::array();
-  std::map<int64_t, int64_t> stored_at;  // checkpoint step -> when it was stored
+  int64_t newest_step = -1;     // the newest checkpoint stored so far
+  int64_t newest_step_ms = -1;  // and when
   int64_t run_start = -1;
-  int64_t waiting = -1;  // the incident that requeued the job: restart_ms when it starts
+  int64_t waiting = -1;  // the incident that requeued the job: completed when it starts
   for (const store::RawEvent& e : events) {
     Json body = Json::parse(e.body, nullptr, false);
     if (!body.is_object()) continue;
     const Json ev = body.value("event", Json::object());
-    if (e.kind == "checkpoint_completed" && ev.value("id", JobId{0}) == id) {
-      stored_at.emplace(ev.value("step", int64_t{-1}), e.time_ms);
+    if (e.kind == "checkpoint_completed" && ev.value("id", JobId{0}) == id &&
+        ev.value("step", int64_t{-1}) > newest_step) {
+      newest_step = ev.value("step", int64_t{-1});
+      newest_step_ms = e.time_ms;
     }
     for (const Json& c : body.value("commands", Json::array())) {
       if (c.value("id", JobId{0}) != id) continue;
@@ -176,8 +181,11 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
       const bool requeue = type == "job_state_changed" && c.value("state", "") == "queued" &&
                            c.value("reason", "").find("requeued") != std::string::npos;
       if (type == "start_job" && waiting >= 0) {
+        // The start that ends a requeue's wait says where it resumed.
         Json& w = out[static_cast<size_t>(waiting)];
         w["restart_ms"] = e.time_ms - w["time_ms"].get<int64_t>();
+        w["checkpoint_step"] = c.value("checkpoint_step", int64_t{-1});
+        w["restart_count"] = c.value("restart_count", 0);
         waiting = -1;
       }
       if (!restart && !requeue) {
@@ -206,8 +214,7 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
         }
       }
       const int64_t step = restart ? c.value("checkpoint_step", int64_t{-1}) : -1;
-      auto it = stored_at.find(step);
-      const int64_t since = it != stored_at.end() ? it->second : run_start;
+      const int64_t since = std::max(run_start, newest_step_ms);
       out.push_back({{"time_ms", e.time_ms},
                      {"cause", e.kind},
                      {"actor", actor_of(e)},

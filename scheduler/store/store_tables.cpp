@@ -141,9 +141,11 @@ Status Store::Impl::PrepareWriteStatements() {
       {&write.job_checkpoint,
        "UPDATE jobs SET checkpoint_step = ?2, checkpoint_ms = ?3, updated_seq = ?4 "
        "WHERE id = ?1 AND checkpoint_step < ?2"},
+      // A start after a requeue carries the restarts counted since (the core
+      // counts a requeue after a failure as a restart).
       {&write.job_start,
        "UPDATE jobs SET ranks = ?2, spares = ?3, start_ms = COALESCE(start_ms, ?4), "
-       "last_start_ms = ?4, updated_seq = ?5 WHERE id = ?1"},
+       "last_start_ms = ?4, restarts = MAX(restarts, ?6), updated_seq = ?5 WHERE id = ?1"},
       {&write.job_restart,
        "UPDATE jobs SET ranks = ?2, spares = ?3, last_start_ms = ?4, restarts = ?5, "
        "checkpoint_step = ?6, updated_seq = ?7 WHERE id = ?1"},
@@ -284,7 +286,7 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
           if constexpr (std::is_same_v<T, core::StartJob>) {
             Statement& q = write.job_start;
             q.Bind(1, c.id).Bind(2, json.at("ranks").dump()).Bind(3, json.at("spares").dump());
-            return q.Bind(4, time).Bind(5, seq).Run();
+            return q.Bind(4, time).Bind(5, seq).Bind(6, c.launch.restart_count).Run();
           } else if constexpr (std::is_same_v<T, core::RestartJob>) {
             Statement& q = write.job_restart;
             q.Bind(1, c.id).Bind(2, json.at("ranks").dump()).Bind(3, json.at("spares").dump());
