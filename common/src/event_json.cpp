@@ -224,7 +224,8 @@ Json PolicyBody(const core::SchedulingPolicy& p) {
        p.default_checkpoint_interval == core::kNever ? int64_t{-1} : p.default_checkpoint_interval},
       {"max_app_failures", p.max_app_failures},
       {"restart_backoff_initial_ms", p.restart_backoff_initial},
-      {"restart_backoff_max_ms", p.restart_backoff_max}};
+      {"restart_backoff_max_ms", p.restart_backoff_max},
+      {"attribution_window_ms", p.attribution_window}};
 }
 
 template <typename T>
@@ -384,7 +385,7 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
                {"backfill", "preemption", "preempt_grace_ms", "preempt_restart_cost_ms",
                 "preempt_protect_after", "placement_wait_ms", "fairshare_max_wait_ms",
                 "default_time_limit_ms", "default_checkpoint_interval_ms", "max_app_failures",
-                "restart_backoff_initial_ms", "restart_backoff_max_ms"});
+                "restart_backoff_initial_ms", "restart_backoff_max_ms", "attribution_window_ms"});
       core::SchedulingPolicy& pol = e.policy;
       pol.backfill = q.Bool("backfill");
       pol.preemption = q.Bool("preemption");
@@ -403,6 +404,11 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
       pol.max_app_failures = q.Int("max_app_failures", 1, 1000);
       pol.restart_backoff_initial = q.Int64("restart_backoff_initial_ms", 0, kWeekMs);
       pol.restart_backoff_max = q.Int64("restart_backoff_max_ms", 0, kWeekMs);
+      // Optional: logs written before the window existed have none (0, what
+      // their core did).
+      if (q.Has("attribution_window_ms")) {
+        pol.attribution_window = q.Int64("attribution_window_ms", 0, 600000);
+      }
       if (!q.ok()) return q.status();
     }
     return done(r, std::move(e));

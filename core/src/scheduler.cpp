@@ -112,6 +112,7 @@ SchedulingPolicy SchedulingPolicy::Of(const SchedulerConfig& c) {
   p.max_app_failures = c.max_app_failures;
   p.restart_backoff_initial = c.restart_backoff_initial;
   p.restart_backoff_max = c.restart_backoff_max;
+  p.attribution_window = c.attribution_window;
   return p;
 }
 
@@ -128,6 +129,7 @@ void SchedulingPolicy::ApplyTo(SchedulerConfig& c) const {
   c.max_app_failures = max_app_failures;
   c.restart_backoff_initial = restart_backoff_initial;
   c.restart_backoff_max = restart_backoff_max;
+  c.attribution_window = attribution_window;
 }
 
 std::vector<std::string> SchedulerConfig::StackNames() {
@@ -204,6 +206,7 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
+  ResolveHeldExits();
   EndBackoffs();
   if (wait_bound_at_ <= now_) {
     // A bounded wait ended: a faster placement's, or a deferred reclaim's.
@@ -425,7 +428,21 @@ void SchedulerCore::Impl::OnRankExited(const RankExited& e) {
   if (e.exit_code == 0) return;  // the job finishes when every rank has
   auto it = jobs_.find(e.id);
   if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
-  OnAppFailure(it->second, e.rank, e.exit_code);
+  JobRecord& job = it->second;
+  if (held_exits_.count(job.id)) return;  // its run's first exit decides
+  const HeldExit held{e.rank, e.exit_code, now_ + config_.attribution_window, job.restarts};
+  if (const NodeId n = UnavailableNodeOf(job); n >= 0) {
+    // A node of the job is suspect or lost: its ranks' peers fail with it.
+    held_exits_[job.id] = held;  // Recover names it
+    Recover(job, "node " + topo_.node(n).name + " is " +
+                     std::string(NodeStateName(cluster().node_state(n))));
+    return;
+  }
+  if (config_.attribution_window <= 0) {
+    OnAppFailure(job, e.rank, e.exit_code);
+    return;
+  }
+  held_exits_[job.id] = held;  // ResolveHeldExits or a node's loss decides
 }
 
 void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
@@ -624,6 +641,7 @@ std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
     impl_->preempt_failed_at_.erase(id);
     impl_->faster_tried_.erase(id);
     impl_->checkpoint_asked_.erase(id);
+    impl_->held_exits_.erase(id);
     out.push_back(std::move(it->second));
     impl_->jobs_.erase(it);
   }

@@ -125,6 +125,7 @@ void SchedulerCore::Impl::OnNodeRequests(const std::vector<NodeStateRequested>& 
     if (it == jobs_.end()) continue;
     Recover(it->second, NodesDown(topo_, nodes));
   }
+  TakeOverHeldExits();  // jobs whose node turned suspect
 }
 
 void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
@@ -312,7 +313,69 @@ void SchedulerCore::Impl::CheckHeartbeats() {
       SetNodeState(x.node, NodeState::kSuspect, why);
     }
   }
-  if (!down.empty()) OnNodeRequests(down);
+  if (!down.empty()) {
+    OnNodeRequests(down);
+  } else {
+    TakeOverHeldExits();
+  }
+}
+
+NodeId SchedulerCore::Impl::UnavailableNodeOf(const JobRecord& job) const {
+  for (const GpuSlot& s : job.ranks) {
+    const NodeState st = cluster().node_state(s.node);
+    if (st == NodeState::kSuspect || st == NodeState::kDown) return s.node;
+  }
+  return -1;
+}
+
+std::string SchedulerCore::Impl::TakeHeldExit(const JobRecord& job) {
+  auto it = held_exits_.find(job.id);
+  if (it == held_exits_.end()) return "";
+  const HeldExit h = it->second;
+  held_exits_.erase(it);
+  if (h.restarts != job.restarts) return "";  // an earlier run's
+  return " (rank " + std::to_string(h.rank) + " exited with status " + std::to_string(h.exit_code) +
+         " meanwhile)";
+}
+
+void SchedulerCore::Impl::TakeOverHeldExits() {
+  if (held_exits_.empty()) return;
+  std::vector<std::pair<JobId, NodeId>> taken;
+  for (auto it = held_exits_.begin(); it != held_exits_.end();) {
+    auto j = jobs_.find(it->first);
+    if (j == jobs_.end() || j->second.state != JobState::kRunning ||
+        j->second.restarts != it->second.restarts) {
+      it = held_exits_.erase(it);  // stale: that run is over
+      continue;
+    }
+    if (const NodeId n = UnavailableNodeOf(j->second); n >= 0) taken.push_back({it->first, n});
+    ++it;
+  }
+  for (const auto& [id, n] : taken) {
+    Recover(jobs_.at(id), "node " + topo_.node(n).name + " is " +
+                              std::string(NodeStateName(cluster().node_state(n))));
+  }
+}
+
+void SchedulerCore::Impl::ResolveHeldExits() {
+  if (held_exits_.empty()) return;
+  std::vector<std::pair<JobId, HeldExit>> due;
+  for (auto it = held_exits_.begin(); it != held_exits_.end();) {
+    if (it->second.until > now_) {
+      ++it;
+      continue;
+    }
+    due.push_back(*it);
+    it = held_exits_.erase(it);
+  }
+  for (const auto& [id, h] : due) {
+    auto j = jobs_.find(id);
+    if (j == jobs_.end() || j->second.state != JobState::kRunning ||
+        j->second.restarts != h.restarts) {
+      continue;
+    }
+    OnAppFailure(j->second, h.rank, h.exit_code);
+  }
 }
 
 void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
@@ -358,7 +421,9 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
   }
 }
 
-void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, NodeId avoid) {
+void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, NodeId avoid) {
+  // A rank's exit held for its verdict is part of this incident.
+  const std::string reason = cause + TakeHeldExit(job);
   LoseProgress(job);
   if (job.state == JobState::kPreempting) {
     Requeue(job, reason + "; requeued (was being preempted)", RequeuePosition::kHead);
@@ -536,6 +601,7 @@ SchedulerCore::Impl::TakeOver SchedulerCore::Impl::ReplaceByPreempting(
 TimeMs SchedulerCore::Impl::NextWakeup() const {
   TimeMs next = std::min({next_timer_, wait_bound_at_, overdue_wake_});
   if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
+  for (const auto& [id, h] : held_exits_) next = std::min(next, h.until);
   if (config_.heartbeats_required) next = std::min(next, liveness_.NextDeadline());
   return next;
 }

@@ -14,9 +14,11 @@
 // deferred reclaim is tried again; version 4 the allocations' stamps and the
 // reservation plan a pass keeps (KeptPlan); version 5 the policy's
 // fairshare_max_wait, when jobs became eligible again (eligible_at_) and the
-// pass's next overdue wake-up (overdue_wake_). A
-// snapshot before version 5 restores with fairshare_max_wait 0, what its
-// core did.
+// pass's next overdue wake-up (overdue_wake_); version 6 the policy's
+// attribution_window and the rank exits waiting for their verdict
+// (held_exits_). A snapshot before version 5 restores with
+// fairshare_max_wait 0, one before version 6 with attribution_window 0,
+// what its core did.
 
 #include <algorithm>
 #include <bit>
@@ -188,6 +190,7 @@ class Reader {
 // ---------------------------------------------------------------- parts
 
 void WritePolicy(Writer& w, const SchedulingPolicy& p) {
+  if (w.version >= 6) w.I64(p.attribution_window);
   if (w.version >= 5) w.I64(p.fairshare_max_wait);
   w.Bool(p.backfill);
   w.Bool(p.preemption);
@@ -202,12 +205,15 @@ void WritePolicy(Writer& w, const SchedulingPolicy& p) {
   w.I64(p.restart_backoff_max);
 }
 
-// What WritePolicy writes at `version`: 2 flags and 9 integers, and from
-// version 5 one more.
-constexpr size_t PolicyBytes(uint32_t version) { return 2 + (version >= 5 ? 10 : 9) * 8; }
+// What WritePolicy writes at `version`: 2 flags and 9 integers, one more
+// from version 5 and another from version 6.
+constexpr size_t PolicyBytes(uint32_t version) {
+  return 2 + (9 + (version >= 5 ? 1 : 0) + (version >= 6 ? 1 : 0)) * 8;
+}
 
 SchedulingPolicy ReadPolicy(Reader& r, uint32_t version) {
   SchedulingPolicy p;
+  if (version >= 6) p.attribution_window = r.I64();
   if (version >= 5) p.fairshare_max_wait = r.I64();
   p.backfill = r.Bool();
   p.preemption = r.Bool();
@@ -574,6 +580,14 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
     w.I64(p.second);
   });
   w.Each(c.feasible_, i64);
+  if (w.version >= 6) {
+    WriteMap(w, c.held_exits_, i64, [&](const SchedulerCore::Impl::HeldExit& h) {
+      w.I64(h.rank);
+      w.I64(h.exit_code);
+      w.I64(h.until);
+      w.I64(h.restarts);
+    });
+  }
 
   // Node health timers and drains.
   w.U64(static_cast<uint64_t>(c.topo_.node_count()));
@@ -762,6 +776,17 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     return std::pair<TimeMs, JobId>(t, b.Job(r));
   });
   ReadSet(r, c.feasible_, job);
+  c.held_exits_.clear();
+  if (b.version >= 6) {
+    ReadMap(r, c.held_exits_, job, [&] {
+      SchedulerCore::Impl::HeldExit h;
+      h.rank = r.Int("held exit rank", 0, 1 << 20);
+      h.exit_code = r.Int("held exit status", -1, 255 + 128);
+      h.until = r.I64();
+      h.restarts = r.Int("held exit restarts", 0, 1 << 30);
+      return h;
+    });
+  }
 
   if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("heartbeats per node");
   for (NodeId n = 0; n < topo.node_count(); ++n) c.liveness_.Heard(n, r.I64());

@@ -1080,7 +1080,10 @@ TEST_CASE("a policy change applies from its event on: grace, backfill, failures"
   CHECK(core.NextWakeup() <= 2 * kMinute + 10 * kSecond);
   core.Step(Tick{}, 2 * kMinute + 10 * kSecond);
   CHECK(core.job(5)->state == JobState::kRunning);
-  // The failure policy too: one application failure now fails the job.
+  // The failure policy too: one application failure now fails the job,
+  // once its attribution window ends with every node of the job up.
   core.Step(RankExited{5, 0, 1}, 3 * kMinute);
+  CHECK(core.job(5)->state == JobState::kRunning);
+  core.Step(Tick{}, 3 * kMinute + core.config().attribution_window);
   CHECK(core.job(5)->state == JobState::kFailed);
 }

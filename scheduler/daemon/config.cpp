@@ -91,6 +91,9 @@ constexpr FailureKey kFailureKeys[] = {
     {"fairshare_max_wait_s", 0, 30 * 86400,
      [](const DaemonConfig& c) { return c.fairshare_max_wait_s; },
      [](DaemonConfig& c, int64_t x) { c.fairshare_max_wait_s = x; }, 0},
+    {"attribution_window_ms", 0, 600000,
+     [](const DaemonConfig& c) { return c.attribution_window_ms; },
+     [](DaemonConfig& c, int64_t x) { c.attribution_window_ms = x; }, 0},
 };
 
 // What no single key can check: the backoff's cap is not below its start.
@@ -404,6 +407,8 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"placement_wait_s", IntSetter(kFailureKeys[5].lo, kFailureKeys[5].hi, kFailureKeys[5].set)},
       {"fairshare_max_wait_s",
        IntSetter(kFailureKeys[6].lo, kFailureKeys[6].hi, kFailureKeys[6].set)},
+      {"attribution_window_ms",
+       IntSetter(kFailureKeys[7].lo, kFailureKeys[7].hi, kFailureKeys[7].set)},
       {"master_ports",
        [](std::string_view v, DaemonConfig& c) {
          const size_t dash = v.find('-');
@@ -444,6 +449,7 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->preempt_protect_after = preempt_protect_after;
   c->placement_wait = placement_wait_s * core::kSecond;
   c->fairshare_max_wait = fairshare_max_wait_s * core::kSecond;
+  c->attribution_window = attribution_window_ms;
   return *c;
 }
 
@@ -591,6 +597,7 @@ const std::vector<std::string>& LivePolicyKeys() {
                                                  "preempt_protect_after",
                                                  "placement_wait_s",
                                                  "fairshare_max_wait_s",
+                                                 "attribution_window_ms",
                                                  "default_time_limit_s",
                                                  "default_checkpoint_interval_s",
                                                  "max_app_failures",
@@ -649,6 +656,7 @@ void SyncLivePolicy(const core::SchedulingPolicy& p, DaemonConfig& c) {
   c.preempt_protect_after = p.preempt_protect_after;
   c.placement_wait_s = p.placement_wait / core::kSecond;
   c.fairshare_max_wait_s = p.fairshare_max_wait / core::kSecond;
+  c.attribution_window_ms = p.attribution_window;
   c.default_time_limit_s = p.default_time_limit / core::kSecond;
   c.default_checkpoint_interval_s =
       p.default_checkpoint_interval == core::kNever ? -1 : p.default_checkpoint_interval / 1000;

@@ -127,6 +127,10 @@ struct DaemonConfig {
   // A job eligible this long ranks ahead of fairshare (SchedulerConfig::
   // fairshare_max_wait); 0: fairshare alone.
   int64_t fairshare_max_wait_s = 0;  // 0..2592000
+  // How long a rank's non-zero exit waits for a node of its job to turn
+  // suspect or go down, which makes it part of that node's incident
+  // (SchedulerConfig::attribution_window); 0: an application failure at once.
+  int64_t attribution_window_ms = 5000;  // 0..600000
   bool backfill = true;
   bool preemption = true;
   // MASTER_PORT of every job start comes from this range on its master node

@@ -45,6 +45,8 @@ def main():
         cfg = d.api("GET", "/v1/config", expect=200)
         check(cfg["policy"]["preempt_grace_s"] == 120 and cfg["policy"]["backfill"] is True, cfg)
         check(cfg["policy"]["fairshare_max_wait_s"] == 0 and "fairshare_max_wait_s" in cfg["live"], cfg)
+        check(cfg["policy"]["attribution_window_ms"] == 5000 and "attribution_window_ms" in cfg["live"],
+              cfg)
         check("preempt_grace_s" in cfg["live"] and "stack" not in cfg["live"], cfg["live"])
         out = topo(cli, d, "config", "show")
         check("preempt_grace_s" in out and "(fixed" in out, out)
@@ -60,6 +62,8 @@ def main():
                                  ("no_such_key", 1, "not a policy key"),
                                  ("fairshare_max_wait_s", 2592001, "out of range; use 0..2592000"),
                                  ("fairshare_max_wait_s", "2d", "fairshare_max_wait_s"),
+                                 ("attribution_window_ms", 600001, "out of range; use 0..600000"),
+                                 ("attribution_window_ms", "5s", "attribution_window_ms"),
                                  ("restart_backoff_initial_s", 900, "at least")):
             got, body = d.request("PUT", "/v1/config/" + key, {"value": value}, token=d.admin_token)
             msg = body.get("error", {}).get("message", "") if isinstance(body, dict) else str(body)

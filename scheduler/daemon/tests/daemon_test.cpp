@@ -155,16 +155,17 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   CHECK(defaults.value().preempt_protect_after == 3);
   CHECK(defaults.value().placement_wait == 1800 * topo::core::kSecond);
   CHECK(defaults.value().fairshare_max_wait == 0);
-  REQUIRE(
-      ApplyConfigText(
-          "preempt_restart_cost_s = 0\npreempt_protect_after = 7\nfairshare_max_wait_s = 86400\n",
-          "x.conf", c)
-          .ok());
+  CHECK(defaults.value().attribution_window == 5 * topo::core::kSecond);
+  REQUIRE(ApplyConfigText("preempt_restart_cost_s = 0\npreempt_protect_after = 7\n"
+                          "fairshare_max_wait_s = 86400\nattribution_window_ms = 0\n",
+                          "x.conf", c)
+              .ok());
   sc = c.SchedulerConfig();
   REQUIRE(sc.ok());
   CHECK(sc.value().preempt_restart_cost == 0);
   CHECK(sc.value().preempt_protect_after == 7);
   CHECK(sc.value().fairshare_max_wait == 86400 * topo::core::kSecond);
+  CHECK(sc.value().attribution_window == 0);
 
   struct Case {
     const char* text;
@@ -182,6 +183,10 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
        "fairshare_max_wait_s: 2592001 is out of range; use 0..2592000"},
       {"fairshare_max_wait_s = -1\n", "fairshare_max_wait_s: -1 is out of range"},
       {"fairshare_max_wait_s = 1d\n", "fairshare_max_wait_s"},
+      {"attribution_window_ms = 600001\n",
+       "attribution_window_ms: 600001 is out of range; use 0..600000"},
+      {"attribution_window_ms = -1\n", "attribution_window_ms: -1 is out of range"},
+      {"attribution_window_ms = 5s\n", "attribution_window_ms"},
       {"restart_backoff_initial_s = 1200\n",
        "x.conf: restart_backoff_max_s (600) must be at least restart_backoff_initial_s (1200)"},
   };
@@ -204,9 +209,11 @@ TEST_CASE("config: the failure policy is stored with the policy, old stores keep
   a.preempt_restart_cost_s = 0;
   a.preempt_protect_after = 1;
   a.fairshare_max_wait_s = 3600;
+  a.attribution_window_ms = 2500;
   DaemonConfig b;
   REQUIRE(ApplyPolicyJson(PolicyJson(a), b).ok());
   CHECK(b.fairshare_max_wait_s == 3600);
+  CHECK(b.attribution_window_ms == 2500);
   CHECK(b.preempt_restart_cost_s == 0);
   CHECK(b.preempt_protect_after == 1);
   CHECK(b.max_app_failures == 4);
@@ -226,13 +233,14 @@ TEST_CASE("config: the failure policy is stored with the policy, old stores keep
   // Keys newer than the log replay as the core decided before them.
   nlohmann::json older = nlohmann::json::parse(PolicyJson(DaemonConfig{}));
   for (const char* key : {"preempt_restart_cost_s", "preempt_protect_after", "placement_wait_s",
-                          "fairshare_max_wait_s"})
+                          "fairshare_max_wait_s", "attribution_window_ms"})
     older.erase(key);
   DaemonConfig d;
   REQUIRE(ApplyPolicyJson(older.dump(), d).ok());
   CHECK(d.preempt_restart_cost_s == 0);
   CHECK(d.preempt_protect_after == 0);
   CHECK(d.placement_wait_s == 0);
+  CHECK(d.attribution_window_ms == 0);
   CHECK(d.fairshare_max_wait_s == 0);
 
   nlohmann::json bad = nlohmann::json::parse(PolicyJson(a));

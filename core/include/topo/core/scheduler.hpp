@@ -39,7 +39,9 @@
 //     there is capacity again. Application failures (a rank exits non-zero)
 //     count toward max_app_failures, reset by a new checkpoint; the job
 //     waits out an exponential backoff in the queue, holding nothing, before
-//     each restart, and fails with the last exit status at the limit.
+//     each restart, and fails with the last exit status at the limit. A rank
+//     that exits while a node of its job is suspect or lost, or just before
+//     (attribution_window), is part of that node's incident: infrastructure.
 //
 // Thread safety: none; one owner (the daemon's strand, the simulator) calls
 // Step. Time never comes from a clock: `now` is an argument, non-decreasing.
@@ -134,6 +136,18 @@ struct SchedulerConfig {
   // (the first restarts at once, off the node that could not start it).
   TimeMs restart_backoff_initial = 10 * kSecond;
   TimeMs restart_backoff_max = 10 * kMinute;
+  // A rank's non-zero exit while every node of its job is up waits this long
+  // for its verdict: a node of the job that turns suspect or goes down
+  // meanwhile takes the exit over, as part of that node's incident (an
+  // infrastructure failure); otherwise it is an application failure then. A
+  // rank that exits while a node of its job is already suspect or down is
+  // that node's at once. Real ranks exit first when a peer vanishes (their
+  // collective fails within a second) and the loss is seen only when the
+  // lost node's connection closes or its heartbeats are missed: about the
+  // daemon's liveness window (3 s: missed_heartbeats_down x
+  // heartbeat_interval_ms), with a margin. 0: every exit of a job whose
+  // nodes are up is an application failure at once.
+  TimeMs attribution_window = 5 * kSecond;
 
   // Named stacks of ../shared/BENCHMARKS.md: "toposched", "slurm-tree",
   // "fifo-firstfit". nullopt for an unknown name.
@@ -157,6 +171,7 @@ struct SchedulingPolicy {
   int max_app_failures = 1;
   TimeMs restart_backoff_initial = 0;
   TimeMs restart_backoff_max = 0;
+  TimeMs attribution_window = 0;
 
   static SchedulingPolicy Of(const SchedulerConfig& c);
   void ApplyTo(SchedulerConfig& c) const;
@@ -286,7 +301,9 @@ struct JobFinished {
   int exit_code = 0;
 };
 // One rank exited on its own while the job runs: an application failure
-// (it counts toward max_app_failures; the restart backs off).
+// (it counts toward max_app_failures; the restart backs off), unless a node
+// of the job is suspect or lost, now or within attribution_window: then it
+// is part of that node's incident.
 struct RankExited {
   JobId id;
   int rank;
@@ -501,8 +518,10 @@ class SchedulerCore {
   // (a store whose early events were compacted away has only its snapshots).
   // 4: the allocations' stamps and the reservation plan a pass keeps.
   // 5: the policy's fairshare_max_wait (0 when restoring an older one) and
-  // when jobs became eligible again.
-  static constexpr uint32_t kSnapshotVersion = 5;
+  // when jobs became eligible again. 6: the policy's attribution_window (0
+  // when restoring an older one) and the rank exits waiting for their
+  // verdict.
+  static constexpr uint32_t kSnapshotVersion = 6;
 
  private:
   friend struct SnapshotAccess;
