@@ -225,7 +225,8 @@ Json PolicyBody(const core::SchedulingPolicy& p) {
       {"max_app_failures", p.max_app_failures},
       {"restart_backoff_initial_ms", p.restart_backoff_initial},
       {"restart_backoff_max_ms", p.restart_backoff_max},
-      {"attribution_window_ms", p.attribution_window}};
+      {"attribution_window_ms", p.attribution_window},
+      {"backfill_depth", p.backfill_depth}};
 }
 
 template <typename T>
@@ -385,7 +386,8 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
                {"backfill", "preemption", "preempt_grace_ms", "preempt_restart_cost_ms",
                 "preempt_protect_after", "placement_wait_ms", "fairshare_max_wait_ms",
                 "default_time_limit_ms", "default_checkpoint_interval_ms", "max_app_failures",
-                "restart_backoff_initial_ms", "restart_backoff_max_ms", "attribution_window_ms"});
+                "restart_backoff_initial_ms", "restart_backoff_max_ms", "attribution_window_ms",
+                "backfill_depth"});
       core::SchedulingPolicy& pol = e.policy;
       pol.backfill = q.Bool("backfill");
       pol.preemption = q.Bool("preemption");
@@ -409,6 +411,8 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
       if (q.Has("attribution_window_ms")) {
         pol.attribution_window = q.Int64("attribution_window_ms", 0, 600000);
       }
+      // Optional: before it was a policy key the depth was 64.
+      pol.backfill_depth = q.Has("backfill_depth") ? q.Int("backfill_depth", 1, 100000) : 64;
       if (!q.ok()) return q.status();
     }
     return done(r, std::move(e));

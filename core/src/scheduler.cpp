@@ -101,6 +101,7 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
 SchedulingPolicy SchedulingPolicy::Of(const SchedulerConfig& c) {
   SchedulingPolicy p;
   p.backfill = c.backfill;
+  p.backfill_depth = c.backfill_depth;
   p.preemption = c.preemption;
   p.preempt_grace = c.preempt_grace;
   p.preempt_restart_cost = c.preempt_restart_cost;
@@ -118,6 +119,7 @@ SchedulingPolicy SchedulingPolicy::Of(const SchedulerConfig& c) {
 
 void SchedulingPolicy::ApplyTo(SchedulerConfig& c) const {
   c.backfill = backfill;
+  c.backfill_depth = backfill_depth;
   c.preemption = preemption;
   c.preempt_grace = preempt_grace;
   c.preempt_restart_cost = preempt_restart_cost;

@@ -16,9 +16,10 @@
 // fairshare_max_wait, when jobs became eligible again (eligible_at_) and the
 // pass's next overdue wake-up (overdue_wake_); version 6 the policy's
 // attribution_window and the rank exits waiting for their verdict
-// (held_exits_). A snapshot before version 5 restores with
-// fairshare_max_wait 0, one before version 6 with attribution_window 0,
-// what its core did.
+// (held_exits_), and moved backfill_depth from the fixed config into the
+// live policy. A snapshot before version 5 restores with fairshare_max_wait
+// 0, one before version 6 with attribution_window 0 and the backfill_depth
+// of its fixed config (64 for every daemon's), what its core did.
 
 #include <algorithm>
 #include <bit>
@@ -61,6 +62,8 @@ class Writer {
  public:
   std::string out;
   uint32_t version = SchedulerCore::kSnapshotVersion;  // of the format written
+  // Where WriteConfig put backfill_depth in a version 5 or older config.
+  size_t backfill_depth_at = std::string::npos;
 
   void U8(uint8_t v) { out.push_back(static_cast<char>(v)); }
   void U32(uint32_t v) {
@@ -190,7 +193,10 @@ class Reader {
 // ---------------------------------------------------------------- parts
 
 void WritePolicy(Writer& w, const SchedulingPolicy& p) {
-  if (w.version >= 6) w.I64(p.attribution_window);
+  if (w.version >= 6) {
+    w.I64(p.backfill_depth);
+    w.I64(p.attribution_window);
+  }
   if (w.version >= 5) w.I64(p.fairshare_max_wait);
   w.Bool(p.backfill);
   w.Bool(p.preemption);
@@ -206,14 +212,17 @@ void WritePolicy(Writer& w, const SchedulingPolicy& p) {
 }
 
 // What WritePolicy writes at `version`: 2 flags and 9 integers, one more
-// from version 5 and another from version 6.
+// from version 5 and two more from version 6.
 constexpr size_t PolicyBytes(uint32_t version) {
-  return 2 + (9 + (version >= 5 ? 1 : 0) + (version >= 6 ? 1 : 0)) * 8;
+  return 2 + (9 + (version >= 5 ? 1 : 0) + (version >= 6 ? 2 : 0)) * 8;
 }
 
 SchedulingPolicy ReadPolicy(Reader& r, uint32_t version) {
   SchedulingPolicy p;
-  if (version >= 6) p.attribution_window = r.I64();
+  if (version >= 6) {
+    p.backfill_depth = r.Int("backfill_depth", 1, 1 << 30);
+    p.attribution_window = r.I64();
+  }
   if (version >= 5) p.fairshare_max_wait = r.I64();
   p.backfill = r.Bool();
   p.preemption = r.Bool();
@@ -237,7 +246,10 @@ void WriteConfig(Writer& w, const SchedulerConfig& c) {
   w.Bool(c.placer_options.explain_shortfall);
   w.Bool(c.placer_options.choose_by_speed);
   w.Str(c.queue_order);
-  w.I64(c.backfill_depth);
+  if (w.version <= 5) {
+    w.backfill_depth_at = w.out.size();
+    w.I64(c.backfill_depth);
+  }
   w.F64(c.placement_wait_slowdown);
   w.Bool(c.replace_on_failure);
   w.Enum(c.requeue);
@@ -685,14 +697,25 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   // The config: this core's, but for the live policy, which the snapshot's
   // replaces (PolicyChanged events before it are in effect).
   Writer mine;
+  mine.version = version;
   WriteConfig(mine, c.config_);
   const size_t fixed = mine.out.size() - PolicyBytes(mine.version);
-  if (r.Bytes(fixed) != std::string_view(mine.out).substr(0, fixed) && r.ok()) {
+  std::string theirs(r.Bytes(fixed));
+  int old_depth = 0;  // a version 5 or older snapshot's backfill_depth
+  if (mine.backfill_depth_at != std::string::npos && theirs.size() == fixed) {
+    // Part of the policy now: not compared, restored as it was.
+    Reader depth(std::string_view(theirs).substr(mine.backfill_depth_at, 8));
+    old_depth = depth.Int("backfill_depth", 1, 1 << 30);
+    theirs.replace(mine.backfill_depth_at, 8, mine.out, mine.backfill_depth_at, 8);
+    if (old_depth == 0) r.Fail("backfill_depth out of range");
+  }
+  if (theirs != std::string_view(mine.out).substr(0, fixed) && r.ok()) {
     return Status::Error(
         "the snapshot was written under another scheduler config (placer, queue order, "
-        "backfill depth, heartbeats, master ports or fairshare half-life differ)");
+        "heartbeats, master ports or fairshare half-life differ)");
   }
-  const SchedulingPolicy policy = ReadPolicy(r, version);
+  SchedulingPolicy policy = ReadPolicy(r, version);
+  if (version <= 5) policy.backfill_depth = old_depth;
   policy.ApplyTo(c.config_);
   c.failures_ = FailurePolicy(c.config_.max_app_failures, c.config_.restart_backoff_initial,
                               c.config_.restart_backoff_max);

@@ -58,9 +58,9 @@ Status ParseBool(std::string_view v, bool& out) {
 
 using Setter = std::function<Status(std::string_view, DaemonConfig&)>;
 
-// The failure and preemption policies' integer keys, their ranges and
-// fields: one table for the config file and the stored policy (a store from
-// before a key existed gets the key's built-in default).
+// The failure and preemption policies' integer keys (and backfill_depth),
+// their ranges and fields: one table for the config file and the stored
+// policy (a store from before a key existed gets the key's built-in default).
 struct FailureKey {
   std::string_view key;
   int64_t lo, hi;
@@ -94,6 +94,8 @@ constexpr FailureKey kFailureKeys[] = {
     {"attribution_window_ms", 0, 600000,
      [](const DaemonConfig& c) { return c.attribution_window_ms; },
      [](DaemonConfig& c, int64_t x) { c.attribution_window_ms = x; }, 0},
+    {"backfill_depth", 1, 100000, [](const DaemonConfig& c) -> int64_t { return c.backfill_depth; },
+     [](DaemonConfig& c, int64_t x) { c.backfill_depth = static_cast<int>(x); }, 64},
 };
 
 // What no single key can check: the backoff's cap is not below its start.
@@ -409,6 +411,7 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        IntSetter(kFailureKeys[6].lo, kFailureKeys[6].hi, kFailureKeys[6].set)},
       {"attribution_window_ms",
        IntSetter(kFailureKeys[7].lo, kFailureKeys[7].hi, kFailureKeys[7].set)},
+      {"backfill_depth", IntSetter(kFailureKeys[8].lo, kFailureKeys[8].hi, kFailureKeys[8].set)},
       {"master_ports",
        [](std::string_view v, DaemonConfig& c) {
          const size_t dash = v.find('-');
@@ -450,6 +453,7 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->placement_wait = placement_wait_s * core::kSecond;
   c->fairshare_max_wait = fairshare_max_wait_s * core::kSecond;
   c->attribution_window = attribution_window_ms;
+  c->backfill_depth = backfill_depth;
   return *c;
 }
 
@@ -591,6 +595,7 @@ Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
 
 const std::vector<std::string>& LivePolicyKeys() {
   static const std::vector<std::string> kKeys = {"backfill",
+                                                 "backfill_depth",
                                                  "preemption",
                                                  "preempt_grace_s",
                                                  "preempt_restart_cost_s",
@@ -657,6 +662,7 @@ void SyncLivePolicy(const core::SchedulingPolicy& p, DaemonConfig& c) {
   c.placement_wait_s = p.placement_wait / core::kSecond;
   c.fairshare_max_wait_s = p.fairshare_max_wait / core::kSecond;
   c.attribution_window_ms = p.attribution_window;
+  c.backfill_depth = p.backfill_depth;
   c.default_time_limit_s = p.default_time_limit / core::kSecond;
   c.default_checkpoint_interval_s =
       p.default_checkpoint_interval == core::kNever ? -1 : p.default_checkpoint_interval / 1000;

@@ -132,6 +132,9 @@ struct DaemonConfig {
   // (SchedulerConfig::attribution_window); 0: an application failure at once.
   int64_t attribution_window_ms = 5000;  // 0..600000
   bool backfill = true;
+  // Queued jobs behind the blocked head that backfill looks at per pass
+  // (SchedulerConfig::backfill_depth; Slurm's bf_max_job_test).
+  int backfill_depth = 500;  // 1..100000
   bool preemption = true;
   // MASTER_PORT of every job start comes from this range on its master node
   // (below Linux's default ephemeral ports, 32768-60999).

@@ -156,8 +156,10 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   CHECK(defaults.value().placement_wait == 1800 * topo::core::kSecond);
   CHECK(defaults.value().fairshare_max_wait == 0);
   CHECK(defaults.value().attribution_window == 5 * topo::core::kSecond);
+  CHECK(defaults.value().backfill_depth == 500);
   REQUIRE(ApplyConfigText("preempt_restart_cost_s = 0\npreempt_protect_after = 7\n"
-                          "fairshare_max_wait_s = 86400\nattribution_window_ms = 0\n",
+                          "fairshare_max_wait_s = 86400\nattribution_window_ms = 0\n"
+                          "backfill_depth = 2000\n",
                           "x.conf", c)
               .ok());
   sc = c.SchedulerConfig();
@@ -166,6 +168,7 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   CHECK(sc.value().preempt_protect_after == 7);
   CHECK(sc.value().fairshare_max_wait == 86400 * topo::core::kSecond);
   CHECK(sc.value().attribution_window == 0);
+  CHECK(sc.value().backfill_depth == 2000);
 
   struct Case {
     const char* text;
@@ -187,6 +190,9 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
        "attribution_window_ms: 600001 is out of range; use 0..600000"},
       {"attribution_window_ms = -1\n", "attribution_window_ms: -1 is out of range"},
       {"attribution_window_ms = 5s\n", "attribution_window_ms"},
+      {"backfill_depth = 0\n", "backfill_depth: 0 is out of range; use 1..100000"},
+      {"backfill_depth = 100001\n", "backfill_depth: 100001 is out of range"},
+      {"backfill_depth = all\n", "backfill_depth"},
       {"restart_backoff_initial_s = 1200\n",
        "x.conf: restart_backoff_max_s (600) must be at least restart_backoff_initial_s (1200)"},
   };
@@ -210,8 +216,10 @@ TEST_CASE("config: the failure policy is stored with the policy, old stores keep
   a.preempt_protect_after = 1;
   a.fairshare_max_wait_s = 3600;
   a.attribution_window_ms = 2500;
+  a.backfill_depth = 77;
   DaemonConfig b;
   REQUIRE(ApplyPolicyJson(PolicyJson(a), b).ok());
+  CHECK(b.backfill_depth == 77);
   CHECK(b.fairshare_max_wait_s == 3600);
   CHECK(b.attribution_window_ms == 2500);
   CHECK(b.preempt_restart_cost_s == 0);
@@ -233,7 +241,7 @@ TEST_CASE("config: the failure policy is stored with the policy, old stores keep
   // Keys newer than the log replay as the core decided before them.
   nlohmann::json older = nlohmann::json::parse(PolicyJson(DaemonConfig{}));
   for (const char* key : {"preempt_restart_cost_s", "preempt_protect_after", "placement_wait_s",
-                          "fairshare_max_wait_s", "attribution_window_ms"})
+                          "fairshare_max_wait_s", "attribution_window_ms", "backfill_depth"})
     older.erase(key);
   DaemonConfig d;
   REQUIRE(ApplyPolicyJson(older.dump(), d).ok());
@@ -241,6 +249,7 @@ TEST_CASE("config: the failure policy is stored with the policy, old stores keep
   CHECK(d.preempt_protect_after == 0);
   CHECK(d.placement_wait_s == 0);
   CHECK(d.attribution_window_ms == 0);
+  CHECK(d.backfill_depth == 64);  // the depth before it was a key
   CHECK(d.fairshare_max_wait_s == 0);
 
   nlohmann::json bad = nlohmann::json::parse(PolicyJson(a));
