@@ -440,7 +440,14 @@ void SchedulerCore::Impl::OnRankExited(const RankExited& e) {
                      std::string(NodeStateName(cluster().node_state(n))));
     return;
   }
-  if (config_.attribution_window <= 0) {
+  // Held only when a node of the job could yet be found lost: one other than
+  // the exited rank's, whose agent just reported it.
+  const NodeId own = e.rank >= 0 && e.rank < static_cast<int>(job.ranks.size())
+                         ? job.ranks[static_cast<size_t>(e.rank)].node
+                         : -1;
+  const bool others = std::any_of(job.ranks.begin(), job.ranks.end(),
+                                  [&](const GpuSlot& s) { return s.node != own; });
+  if (config_.attribution_window <= 0 || !others) {
     OnAppFailure(job, e.rank, e.exit_code);
     return;
   }

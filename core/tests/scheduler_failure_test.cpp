@@ -721,6 +721,14 @@ TEST_CASE("attribution: with every node up through the window, an application fa
             "restarting in 10 s after rank 3 exited with status 1 (failure 1 of 10)"));
   CHECK(core.NextWakeup() == 25 * kSecond);
 
+  // A job on one node: no other node of it can be lost, and its agent
+  // reported the exit: an application failure at once.
+  SchedulerCore one(topo, AttributionConfig());
+  one.Step(JobSubmitted{1, Request(8, 8)}, 0);
+  cmds = one.Step(RankExited{1, 3, 1}, 10 * kSecond);
+  CHECK(Only<StopJob>(cmds).size() == 1);
+  CHECK(one.job(1)->app_failures == 1);
+
   // attribution_window 0: at once, as before the window existed.
   SchedulerConfig at_once = AttributionConfig();
   at_once.attribution_window = 0;

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "store/sqlite_db.hpp"
@@ -75,6 +76,12 @@ class Store::Impl {
   int64_t last_seq = 0;
   TimeMs last_time = 0;
   WriteStatements write;
+  // The status of each job's newest non-zero rank exit whose run is still
+  // open: the core may decide it is an application failure only when its
+  // attribution window ends, at a tick that carries no exit status; the run
+  // closed then gets this one (store_tables.cpp). In memory: a daemon
+  // restarted inside the window leaves that run's exit_code null.
+  std::unordered_map<core::JobId, int64_t> held_exit_codes;
 
   // "store PATH: what: problem"
   core::Status Error(std::string_view what, std::string_view problem) const {

@@ -238,11 +238,20 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
 
   // Runs (job_runs): a start or restart opens one; a restart, a stop or a
   // state that holds no GPUs ends the open one.
+  if (encoded.kind == "rank_exited" && encoded.event.value("exit_code", 0) != 0) {
+    held_exit_codes[encoded.event.value("id", JobId{0})] = encoded.event.value("exit_code", 0);
+  }
   auto close_run = [&](JobId id, const std::string& reason) -> Status {
+    std::optional<int64_t> code = ExitCodeFor(encoded.kind, encoded.event, id);
+    if (auto held = held_exit_codes.find(id); held != held_exit_codes.end()) {
+      // The rank's exit decided when its attribution window ended.
+      if (!code && encoded.kind == "tick") code = held->second;
+      held_exit_codes.erase(held);
+    }
     if (!has_job_runs) return Status::Ok();
     Statement& q = write.run_close;
     q.Bind(1, id).Bind(2, time).Bind(3, reason);
-    if (std::optional<int64_t> code = ExitCodeFor(encoded.kind, encoded.event, id)) {
+    if (code) {
       q.Bind(4, *code);
     } else {
       q.BindNull(4);

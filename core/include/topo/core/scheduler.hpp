@@ -148,12 +148,13 @@ struct SchedulerConfig {
   // meanwhile takes the exit over, as part of that node's incident (an
   // infrastructure failure); otherwise it is an application failure then. A
   // rank that exits while a node of its job is already suspect or down is
-  // that node's at once. Real ranks exit first when a peer vanishes (their
-  // collective fails within a second) and the loss is seen only when the
-  // lost node's connection closes or its heartbeats are missed: about the
-  // daemon's liveness window (3 s: missed_heartbeats_down x
-  // heartbeat_interval_ms), with a margin. 0: every exit of a job whose
-  // nodes are up is an application failure at once.
+  // that node's at once; one of a job on its own node alone (whose agent
+  // reported it) is an application failure at once. Real ranks exit first
+  // when a peer vanishes (their collective fails within a second) and the
+  // loss is seen only when the lost node's connection closes or its
+  // heartbeats are missed: about the daemon's liveness window (3 s:
+  // missed_heartbeats_down x heartbeat_interval_ms), with a margin. 0: every
+  // exit of a job whose nodes are up is an application failure at once.
   TimeMs attribution_window = 5 * kSecond;
 
   // Named stacks of ../shared/BENCHMARKS.md: "toposched", "slurm-tree",
