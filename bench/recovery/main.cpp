@@ -27,7 +27,9 @@
 // nodes); simulator processes (at most --per-process nodes each) are added
 // until each --scale point is registered; then over --window-s the daemon's
 // CPU (utime + stime from /proc), its RSS, the simulators' CPU, heartbeats
-// sent, and whether every agent stayed registered with no node marked down.
+// sent, and whether the point held: every agent registered at the start and
+// the end of the window, no connection lost and no node marked down in it, and
+// every agent's node up at its end (a node lost before the window counts).
 // A point above what the daemon's RLIMIT_NOFILE allows (one socket per
 // agent) is capped and reported as such.
 //
@@ -535,9 +537,19 @@ Json RunScale(const Options& o) {
       }
     }
     const Json cluster = d.Call("GET", "/v1/cluster");
+    // Nodes up at the end, whatever happened before the window (a node lost
+    // during the ramp, or one whose agent stays registered while the daemon
+    // has it down): the top tier's domains hold every node once.
+    int64_t up_at_end = 0;
+    for (const Json& dom : d.Call("GET", "/v1/cluster?by=domain").value("domains", Json::array())) {
+      if (dom.value("parent", Json()).is_null()) {
+        up_at_end += dom.value("node_states", Json::object()).value("up", int64_t{0});
+      }
+    }
     const double daemon_core = (dcpu1 - dcpu0) / window;
     const double beats = static_cast<double>(c1[1] - c0[1]) / window;
-    const bool held = c0[0] == target && c1[0] == target && c1[2] == c0[2] && downs == 0;
+    const bool held =
+        c0[0] == target && c1[0] == target && c1[2] == c0[2] && downs == 0 && up_at_end == target;
     Json row = {{"agents_asked", target_asked},
                 {"agents", target},
                 {"simulator_processes", sims.size()},
@@ -556,14 +568,15 @@ Json RunScale(const Options& o) {
                 {"registered_at_end", c1[0]},
                 {"connections_lost", c1[2] - c0[2]},
                 {"nodes_marked_down", downs},
+                {"nodes_up_at_end", up_at_end},
                 {"gpus", cluster["gpus"]},
                 {"held", held},
                 {"note", note}};
     std::printf(
         "  %d agents: daemon %.3f cores (%.4f per 1,000), %.0f heartbeats/s, RSS %.0f MiB; "
-        "simulators %.3f cores; %s\n",
+        "simulators %.3f cores; %lld nodes up at the end; %s\n",
         target, daemon_core, daemon_core / (target / 1000.0), beats, rss, (scpu1 - scpu0) / window,
-        held ? "held" : "NOT held");
+        static_cast<long long>(up_at_end), held ? "held" : "NOT held");
     std::fflush(stdout);
     rows.push_back(row);
   }
@@ -612,16 +625,19 @@ void PrintReport(const Json& result) {
                 result["scale"]["topology"].get<std::string>().c_str());
     std::printf(
         "| agents | registration | daemon CPU (cores) | per 1,000 agents | heartbeats/s | "
-        "heartbeats per daemon CPU-s | daemon RSS | RSS per 1,000 | simulator CPU | held |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+        "heartbeats per daemon CPU-s | daemon RSS | RSS per 1,000 | simulator CPU | nodes up at "
+        "the end | held |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (const Json& p : result["scale"]["points"]) {
       std::printf(
-          "| %d | %.1f s | %.3f | %.4f | %.0f | %.0f | %.0f MiB | %.1f MiB | %.3f | %s |\n",
+          "| %d | %.1f s | %.3f | %.4f | %.0f | %.0f | %.0f MiB | %.1f MiB | %.3f | %lld | %s |\n",
           p["agents"].get<int>(), p["registration_s"].get<double>(),
           p["daemon_cpu_core"].get<double>(), p["daemon_cpu_core_per_1000_agents"].get<double>(),
           p["heartbeats_per_s"].get<double>(), p["heartbeats_per_daemon_cpu_s"].get<double>(),
           p["daemon_rss_mib"].get<double>(), p["daemon_rss_mib_per_1000_agents"].get<double>(),
-          p["simulator_cpu_core"].get<double>(), p["held"].get<bool>() ? "yes" : "NO");
+          p["simulator_cpu_core"].get<double>(),
+          static_cast<long long>(p["nodes_up_at_end"].get<int64_t>()),
+          p["held"].get<bool>() ? "yes" : "NO");
       if (!p["note"].get<std::string>().empty()) {
         std::printf("  note: %s\n", p["note"].get<std::string>().c_str());
       }

@@ -344,7 +344,8 @@ std::string IncidentCause(const std::string& type) {
   if (type == "gpu_event") return "GPU failed";
   if (type == "rank_exited") return "rank exited";
   if (type == "node_evacuated") return "node drained";
-  if (type == "launch_failed") return "launch failed";
+  if (type == "job_launch_failed") return "launch failed";
+  if (type == "start_unacknowledged") return "start not acknowledged";
   if (type == "node_states_requested") return "nodes lost";
   return type;
 }

@@ -212,6 +212,13 @@ struct Table<LaunchFailed> {
   }
 };
 template <>
+struct Table<Started> {
+  static constexpr auto Fields() {
+    return std::tuple{F("job", &Started::job, kJob),
+                      F("restart_count", &Started::restart_count, kRestarts)};
+  }
+};
+template <>
 struct Table<Registered> {
   static constexpr auto Fields() {
     return std::tuple{

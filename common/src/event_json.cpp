@@ -224,7 +224,9 @@ Json PolicyBody(const core::SchedulingPolicy& p) {
        p.default_checkpoint_interval == core::kNever ? int64_t{-1} : p.default_checkpoint_interval},
       {"max_app_failures", p.max_app_failures},
       {"restart_backoff_initial_ms", p.restart_backoff_initial},
-      {"restart_backoff_max_ms", p.restart_backoff_max}};
+      {"restart_backoff_max_ms", p.restart_backoff_max},
+      {"attribution_window_ms", p.attribution_window},
+      {"backfill_depth", p.backfill_depth}};
 }
 
 template <typename T>
@@ -265,6 +267,8 @@ Json EventBody(const T& e, const core::Topology& topo) {
             {"node", NodeName(e.node, topo)},
             {"reason", e.reason},
             {"permanent", e.permanent}};
+  } else if constexpr (std::is_same_v<T, core::StartUnacknowledged>) {
+    return {{"id", e.id}, {"nodes", NodeListToJson(e.nodes, topo)}, {"waited_ms", e.waited}};
   } else if constexpr (std::is_same_v<T, core::PolicyChanged>) {
     return {{"policy", PolicyBody(e.policy)},
             {"key", e.key},
@@ -382,7 +386,8 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
                {"backfill", "preemption", "preempt_grace_ms", "preempt_restart_cost_ms",
                 "preempt_protect_after", "placement_wait_ms", "fairshare_max_wait_ms",
                 "default_time_limit_ms", "default_checkpoint_interval_ms", "max_app_failures",
-                "restart_backoff_initial_ms", "restart_backoff_max_ms"});
+                "restart_backoff_initial_ms", "restart_backoff_max_ms", "attribution_window_ms",
+                "backfill_depth"});
       core::SchedulingPolicy& pol = e.policy;
       pol.backfill = q.Bool("backfill");
       pol.preemption = q.Bool("preemption");
@@ -401,6 +406,13 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
       pol.max_app_failures = q.Int("max_app_failures", 1, 1000);
       pol.restart_backoff_initial = q.Int64("restart_backoff_initial_ms", 0, kWeekMs);
       pol.restart_backoff_max = q.Int64("restart_backoff_max_ms", 0, kWeekMs);
+      // Optional: logs written before the window existed have none (0, what
+      // their core did).
+      if (q.Has("attribution_window_ms")) {
+        pol.attribution_window = q.Int64("attribution_window_ms", 0, 600000);
+      }
+      // Optional: before it was a policy key the depth was 64.
+      pol.backfill_depth = q.Has("backfill_depth") ? q.Int("backfill_depth", 1, 100000) : 64;
       if (!q.ok()) return q.status();
     }
     return done(r, std::move(e));
@@ -411,12 +423,22 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
                             r.Bool("permanent")};
     return done(r, std::move(e));
   }
+  if (type == "start_unacknowledged") {
+    Reader r = fields({"type", "id", "nodes", "waited_ms"});
+    core::StartUnacknowledged e{r.Int64("id"), {}, r.Int64("waited_ms", 0, kI64Max)};
+    if (const Json* v = r.Field("nodes")) {
+      Result<std::vector<NodeId>> nodes = NodeListFromJson(*v, topo);
+      if (!nodes.ok()) return Nest("nodes", nodes.status());
+      e.nodes = std::move(nodes).value();
+    }
+    return done(r, std::move(e));
+  }
   return PathError("", "\"type\": unknown event type \"" + std::string(type) +
                            "\"; known: job_submitted, job_cancelled, job_hold_changed, "
                            "job_finished, rank_exited, checkpoint_completed, "
                            "node_state_requested, heartbeat, gpu_event, tenant_configured, tick, "
                            "node_evacuated, job_launch_failed, node_states_requested, "
-                           "policy_changed");
+                           "policy_changed, start_unacknowledged");
 }
 
 // ---------------------------------------------------------------- commands
@@ -590,7 +612,8 @@ constexpr std::string_view kEventTypeNames[] = {"job_submitted",
                                                 "node_evacuated",
                                                 "job_launch_failed",
                                                 "node_states_requested",
-                                                "policy_changed"};
+                                                "policy_changed",
+                                                "start_unacknowledged"};
 static_assert(std::size(kEventTypeNames) == std::variant_size_v<core::Event>, "name every event");
 
 }  // namespace

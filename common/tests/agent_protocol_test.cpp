@@ -74,6 +74,7 @@ TEST_CASE("every agent message reads back as written") {
       error,
       LaunchFailed{17, 0, "no Unix account 'ada' on n01", true},
       Leaving{},
+      Started{17, 2},
   };
   for (const AgentMessage& m : messages) RoundTrip(m, ParseAgentMessage, WriteAgentMessage);
 }
@@ -146,6 +147,9 @@ const Hostile kHostileAgentMessages[] = {
     {R"({"type":"heartbeat"})", "heartbeat.seq", "missing"},
     {R"({"type":"drained","why":"x"})", "drained.why", "has none"},
     {R"({"type":"leaving","back_in_ms":100})", "leaving.back_in_ms", "has none"},
+    {R"({"type":"started","job":0,"restart_count":0})", "started.job", "1.."},
+    {R"({"type":"started","job":1,"restart_count":-1})", "started.restart_count", "0.."},
+    {R"({"type":"started","job":1})", "started.restart_count", "missing"},
     {R"({"type":"launch_failed","job":1,"restart_count":0,"reason":"","permanent":true})",
      "launch_failed.reason", "empty"},
     {R"({"type":"launch_failed","job":1,"restart_count":0,"reason":"a\nb","permanent":true})",

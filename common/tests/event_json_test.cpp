@@ -73,6 +73,7 @@ std::vector<Event> SampleEvents(const core::Topology& t) {
                                  {t.FindNode("a1"), core::NodeState::kSuspect, ""}}},
       core::PolicyChanged{core::SchedulingPolicy::Of(*core::SchedulerConfig::ForStack("toposched")),
                           "preempt_grace_s", "120", "5"},
+      core::StartUnacknowledged{7, {b1, t.FindNode("a1")}, 600000},
   };
 }
 

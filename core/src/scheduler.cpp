@@ -101,6 +101,7 @@ std::optional<SchedulerConfig> SchedulerConfig::ForStack(std::string_view name) 
 SchedulingPolicy SchedulingPolicy::Of(const SchedulerConfig& c) {
   SchedulingPolicy p;
   p.backfill = c.backfill;
+  p.backfill_depth = c.backfill_depth;
   p.preemption = c.preemption;
   p.preempt_grace = c.preempt_grace;
   p.preempt_restart_cost = c.preempt_restart_cost;
@@ -112,11 +113,13 @@ SchedulingPolicy SchedulingPolicy::Of(const SchedulerConfig& c) {
   p.max_app_failures = c.max_app_failures;
   p.restart_backoff_initial = c.restart_backoff_initial;
   p.restart_backoff_max = c.restart_backoff_max;
+  p.attribution_window = c.attribution_window;
   return p;
 }
 
 void SchedulingPolicy::ApplyTo(SchedulerConfig& c) const {
   c.backfill = backfill;
+  c.backfill_depth = backfill_depth;
   c.preemption = preemption;
   c.preempt_grace = preempt_grace;
   c.preempt_restart_cost = preempt_restart_cost;
@@ -128,6 +131,7 @@ void SchedulingPolicy::ApplyTo(SchedulerConfig& c) const {
   c.max_app_failures = max_app_failures;
   c.restart_backoff_initial = restart_backoff_initial;
   c.restart_backoff_max = restart_backoff_max;
+  c.attribution_window = attribution_window;
 }
 
 std::vector<std::string> SchedulerConfig::StackNames() {
@@ -162,7 +166,6 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
       alloc_(topology),
       steps_(topology),
       empty_(topology),
-      last_heartbeat_(topology.node_count(), 0),
       drain_reason_(topology.node_count()),
       ports_(topology.node_count(), config_.master_ports) {
   if (placer_ == nullptr) placer_ = MakePlacer("toposched", FastOptions(config_.placer_options));
@@ -174,6 +177,8 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
   }
   for (NodeId n = 0; n < topology.node_count(); ++n) {
     ++nodes_in_state_[static_cast<size_t>(cluster().node_state(n))];
+    liveness_.Heard(n, 0);
+    WatchNode(n);
   }
 }
 
@@ -199,9 +204,11 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
         if constexpr (std::is_same_v<T, NodeEvacuated>) OnEvacuated(e);
         if constexpr (std::is_same_v<T, JobLaunchFailed>) OnLaunchFailed(e);
         if constexpr (std::is_same_v<T, PolicyChanged>) OnPolicy(e);
+        if constexpr (std::is_same_v<T, StartUnacknowledged>) OnStartUnacknowledged(e);
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
+  ResolveHeldExits();
   EndBackoffs();
   if (wait_bound_at_ <= now_) {
     // A bounded wait ended: a faster placement's, or a deferred reclaim's.
@@ -423,7 +430,28 @@ void SchedulerCore::Impl::OnRankExited(const RankExited& e) {
   if (e.exit_code == 0) return;  // the job finishes when every rank has
   auto it = jobs_.find(e.id);
   if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
-  OnAppFailure(it->second, e.rank, e.exit_code);
+  JobRecord& job = it->second;
+  if (held_exits_.count(job.id)) return;  // its run's first exit decides
+  const HeldExit held{e.rank, e.exit_code, now_ + config_.attribution_window, job.restarts};
+  if (const NodeId n = UnavailableNodeOf(job); n >= 0) {
+    // A node of the job is suspect or lost: its ranks' peers fail with it.
+    held_exits_[job.id] = held;  // Recover names it
+    Recover(job, "node " + topo_.node(n).name + " is " +
+                     std::string(NodeStateName(cluster().node_state(n))));
+    return;
+  }
+  // Held only when a node of the job could yet be found lost: one other than
+  // the exited rank's, whose agent just reported it.
+  const NodeId own = e.rank >= 0 && e.rank < static_cast<int>(job.ranks.size())
+                         ? job.ranks[static_cast<size_t>(e.rank)].node
+                         : -1;
+  const bool others = std::any_of(job.ranks.begin(), job.ranks.end(),
+                                  [&](const GpuSlot& s) { return s.node != own; });
+  if (config_.attribution_window <= 0 || !others) {
+    OnAppFailure(job, e.rank, e.exit_code);
+    return;
+  }
+  held_exits_[job.id] = held;  // ResolveHeldExits or a node's loss decides
 }
 
 void SchedulerCore::Impl::OnCheckpoint(const CheckpointCompleted& e) {
@@ -647,6 +675,7 @@ std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {
     impl_->preempt_failed_at_.erase(id);
     impl_->faster_tried_.erase(id);
     impl_->checkpoint_asked_.erase(id);
+    impl_->held_exits_.erase(id);
     out.push_back(std::move(it->second));
     impl_->jobs_.erase(it);
   }

@@ -47,8 +47,22 @@ void SchedulerCore::Impl::SetNodeState(NodeId n, NodeState s, const std::string&
   --nodes_in_state_[static_cast<size_t>(was)];
   ++nodes_in_state_[static_cast<size_t>(s)];
   cluster().SetNodeState(n, s);
+  WatchNode(n);
   ++generation_;
   Emit(NodeStateChanged{n, s, reason});
+}
+
+void SchedulerCore::Impl::WatchNode(NodeId n) {
+  if (!config_.heartbeats_required) return;
+  const NodeState s = cluster().node_state(n);
+  if (s == NodeState::kDown) {
+    liveness_.Forget(n);
+    return;
+  }
+  const TimeMs last = liveness_.last_heard(n);
+  const TimeMs down_at = last + config_.heartbeat_down_after;
+  const TimeMs suspect_at = last + config_.heartbeat_suspect_after;
+  liveness_.Watch(n, {s == NodeState::kUp && suspect_at < down_at ? suspect_at : kNever, down_at});
 }
 
 void SchedulerCore::Impl::SetNodeReason(NodeId n, const std::string& reason) {
@@ -73,10 +87,9 @@ bool SchedulerCore::Impl::Restartable(NodeId n) const {
 
 namespace {
 
-// "node a is down", "nodes a, b and c are down", "nodes a, b, c and 5 more
-// are down".
-std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
-  if (nodes.size() == 1) return "node " + topo.node(nodes[0]).name + " is down";
+// "node a", "nodes a, b and c", "nodes a, b, c and 5 more".
+std::string NodeList(const Topology& topo, const std::vector<NodeId>& nodes) {
+  if (nodes.size() == 1) return "node " + topo.node(nodes[0]).name;
   constexpr size_t kNamed = 3;
   std::string out = "nodes ";
   const size_t named = nodes.size() <= kNamed + 1 ? nodes.size() - 1 : kNamed;
@@ -86,7 +99,12 @@ std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
   } else {
     out += " and " + std::to_string(nodes.size() - named) + " more";
   }
-  return out + " are down";
+  return out;
+}
+
+// "node a is down", "nodes a, b and c are down".
+std::string NodesDown(const Topology& topo, const std::vector<NodeId>& nodes) {
+  return NodeList(topo, nodes) + (nodes.size() == 1 ? " is down" : " are down");
 }
 
 }  // namespace
@@ -107,6 +125,7 @@ void SchedulerCore::Impl::OnNodeRequests(const std::vector<NodeStateRequested>& 
     if (it == jobs_.end()) continue;
     Recover(it->second, NodesDown(topo_, nodes));
   }
+  TakeOverHeldExits();  // jobs whose node turned suspect
 }
 
 void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
@@ -118,7 +137,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
     case NodeState::kUp: {
       const bool admin_drained = AdminDrained(n);
       drain_reason_[n].clear();
-      last_heartbeat_[n] = now_;
+      liveness_.Heard(n, now_);
       if (cluster().failed_gpus(n) > 0) {
         const NodeState to = busy ? NodeState::kDraining : NodeState::kDrained;
         if (cluster().node_state(n) != to) {
@@ -130,6 +149,7 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
       } else {
         SetNodeState(n, NodeState::kUp, e.reason.empty() ? "up" : e.reason);
       }
+      WatchNode(n);  // heard from now, whether its state changed or not
       break;
     }
     case NodeState::kDraining:
@@ -199,6 +219,30 @@ void SchedulerCore::Impl::OnLaunchFailed(const JobLaunchFailed& e) {
                          " in a row; these do not count toward the failure limit)");
 }
 
+void SchedulerCore::Impl::OnStartUnacknowledged(const StartUnacknowledged& e) {
+  auto it = jobs_.find(e.id);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  JobRecord& job = it->second;
+  std::vector<NodeId> nodes;
+  for (NodeId n : e.nodes) {
+    if (n >= 0 && n < topo_.node_count()) nodes.push_back(n);
+  }
+  const std::string who =
+      nodes.empty() ? "the agent"
+                    : NodeList(topo_, nodes) + (nodes.size() == 1 ? "'s agent" : "' agents");
+  const std::string what = who + " did not acknowledge its start within " + DurationText(e.waited);
+  // As a transient launch failure: the first requeues at once, one that
+  // keeps coming back waits longer each time.
+  job.launch_failures += 1;
+  const FailurePolicy::Decision d = failures_.AfterLaunchFailure(job.launch_failures, false);
+  const TimeMs delay = d.action == FailurePolicy::Decision::Action::kBackoff ? d.delay : 0;
+  RequeueWithBackoff(job, delay,
+                     "requeued" +
+                         (delay > 0 ? ": restarting in " + DurationText(delay) + " after " : ": ") +
+                         what + " (launch failure " + std::to_string(job.launch_failures) +
+                         " in a row; these do not count toward the failure limit)");
+}
+
 void SchedulerCore::Impl::OnAppFailure(JobRecord& job, int rank, int exit_code) {
   const std::string what =
       "rank " + std::to_string(rank) + " exited with status " + std::to_string(exit_code);
@@ -244,9 +288,12 @@ std::string SchedulerCore::Impl::UnavailableNodes() const {
 void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
   const NodeId n = e.node;
   if (n < 0 || n >= topo_.node_count()) return;
-  last_heartbeat_[n] = now_;
+  liveness_.Heard(n, now_);
   const NodeState s = cluster().node_state(n);
-  if (s != NodeState::kSuspect && s != NodeState::kDown) return;
+  if (s != NodeState::kSuspect && s != NodeState::kDown) {
+    WatchNode(n);
+    return;
+  }
   const bool busy = alloc_.occupied(n);
   if (AdminDrained(n) || cluster().failed_gpus(n) > 0) {
     SetNodeState(n, busy ? NodeState::kDraining : NodeState::kDrained, "heartbeat resumed");
@@ -257,19 +304,78 @@ void SchedulerCore::Impl::OnHeartbeat(const Heartbeat& e) {
 
 void SchedulerCore::Impl::CheckHeartbeats() {
   std::vector<NodeStateRequested> down;  // one batch: see OnNodeRequests
-  for (NodeId n = 0; n < topo_.node_count(); ++n) {
-    const NodeState s = cluster().node_state(n);
-    if (s == NodeState::kDown) continue;
-    const TimeMs silent = now_ - last_heartbeat_[n];
-    if (silent >= config_.heartbeat_down_after) {
-      down.push_back(NodeStateRequested{
-          n, NodeState::kDown, "no heartbeat for " + std::to_string(silent / kSecond) + " s"});
-    } else if (silent >= config_.heartbeat_suspect_after && s == NodeState::kUp) {
-      SetNodeState(n, NodeState::kSuspect,
-                   "no heartbeat for " + std::to_string(silent / kSecond) + " s");
+  for (const LivenessTracker::Expiry& x : liveness_.Expire(now_)) {
+    const std::string why =
+        "no heartbeat for " + std::to_string((now_ - x.last_heard) / kSecond) + " s";
+    if (x.verdict == Liveness::kDown) {
+      down.push_back(NodeStateRequested{x.node, NodeState::kDown, why});
+    } else if (cluster().node_state(x.node) == NodeState::kUp) {
+      SetNodeState(x.node, NodeState::kSuspect, why);
     }
   }
-  if (!down.empty()) OnNodeRequests(down);
+  if (!down.empty()) {
+    OnNodeRequests(down);
+  } else {
+    TakeOverHeldExits();
+  }
+}
+
+NodeId SchedulerCore::Impl::UnavailableNodeOf(const JobRecord& job) const {
+  for (const GpuSlot& s : job.ranks) {
+    const NodeState st = cluster().node_state(s.node);
+    if (st == NodeState::kSuspect || st == NodeState::kDown) return s.node;
+  }
+  return -1;
+}
+
+std::string SchedulerCore::Impl::TakeHeldExit(const JobRecord& job) {
+  auto it = held_exits_.find(job.id);
+  if (it == held_exits_.end()) return "";
+  const HeldExit h = it->second;
+  held_exits_.erase(it);
+  if (h.restarts != job.restarts) return "";  // an earlier run's
+  return " (rank " + std::to_string(h.rank) + " exited with status " + std::to_string(h.exit_code) +
+         " meanwhile)";
+}
+
+void SchedulerCore::Impl::TakeOverHeldExits() {
+  if (held_exits_.empty()) return;
+  std::vector<std::pair<JobId, NodeId>> taken;
+  for (auto it = held_exits_.begin(); it != held_exits_.end();) {
+    auto j = jobs_.find(it->first);
+    if (j == jobs_.end() || j->second.state != JobState::kRunning ||
+        j->second.restarts != it->second.restarts) {
+      it = held_exits_.erase(it);  // stale: that run is over
+      continue;
+    }
+    if (const NodeId n = UnavailableNodeOf(j->second); n >= 0) taken.push_back({it->first, n});
+    ++it;
+  }
+  for (const auto& [id, n] : taken) {
+    Recover(jobs_.at(id), "node " + topo_.node(n).name + " is " +
+                              std::string(NodeStateName(cluster().node_state(n))));
+  }
+}
+
+void SchedulerCore::Impl::ResolveHeldExits() {
+  if (held_exits_.empty()) return;
+  std::vector<std::pair<JobId, HeldExit>> due;
+  for (auto it = held_exits_.begin(); it != held_exits_.end();) {
+    if (it->second.until > now_) {
+      ++it;
+      continue;
+    }
+    due.push_back(*it);
+    it = held_exits_.erase(it);
+  }
+  for (const auto& [id, h] : due) {
+    auto j = jobs_.find(id);
+    if (j == jobs_.end() || j->second.state != JobState::kRunning ||
+        j->second.restarts != h.restarts) {
+      continue;
+    }
+    OnAppFailure(j->second, h.rank, h.exit_code);
+  }
 }
 
 void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
@@ -315,7 +421,9 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
   }
 }
 
-void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& reason, NodeId avoid) {
+void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, NodeId avoid) {
+  // A rank's exit held for its verdict is part of this incident.
+  const std::string reason = cause + TakeHeldExit(job);
   LoseProgress(job);
   if (job.state == JobState::kPreempting) {
     Requeue(job, reason + "; requeued (was being preempted)", RequeuePosition::kHead);
@@ -493,15 +601,8 @@ SchedulerCore::Impl::TakeOver SchedulerCore::Impl::ReplaceByPreempting(
 TimeMs SchedulerCore::Impl::NextWakeup() const {
   TimeMs next = std::min({next_timer_, wait_bound_at_, overdue_wake_});
   if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
-  if (config_.heartbeats_required) {
-    for (NodeId n = 0; n < topo_.node_count(); ++n) {
-      const NodeState s = cluster().node_state(n);
-      if (s == NodeState::kDown) continue;
-      next = std::min(
-          next, last_heartbeat_[n] + (s == NodeState::kSuspect ? config_.heartbeat_down_after
-                                                               : config_.heartbeat_suspect_after));
-    }
-  }
+  for (const auto& [id, h] : held_exits_) next = std::min(next, h.until);
+  if (config_.heartbeats_required) next = std::min(next, liveness_.NextDeadline());
   return next;
 }
 

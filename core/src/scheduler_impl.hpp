@@ -17,6 +17,7 @@
 
 #include "topo/core/allocations.hpp"
 #include "topo/core/failure_policy.hpp"
+#include "topo/core/liveness.hpp"
 #include "topo/core/queue_order.hpp"
 #include "topo/core/quota.hpp"
 #include "topo/core/scheduler.hpp"
@@ -67,11 +68,25 @@ class SchedulerCore::Impl {
   std::map<JobId, JobId> preempted_for_;  // victim -> the job it makes room for
   // Jobs waiting out a restart backoff, by its end.
   std::set<std::pair<TimeMs, JobId>> backoff_;
+  // A running job's first non-zero rank exit of its run, waiting until
+  // `until` (attribution_window) for a node of the job to turn suspect or go
+  // down and take it over (TakeOverHeldExits; Recover names it); then an
+  // application failure (ResolveHeldExits). Stale once the job is no longer
+  // running that run (restarts moved on).
+  struct HeldExit {
+    int rank = 0;
+    int exit_code = 0;
+    TimeMs until = 0;
+    int restarts = 0;
+  };
+  std::map<JobId, HeldExit> held_exits_;
   ClusterState empty_;        // for feasibility checks
   std::set<JobId> feasible_;  // placed on the empty cluster once
 
   // ---- node health
-  std::vector<TimeMs> last_heartbeat_;
+  // Each node's last heartbeat (or registration), and, when
+  // heartbeats_required, its deadlines (WatchNode).
+  LivenessTracker liveness_;
   // The admin's reason of each requested drain, kept until resume (the
   // node's reason once the drain completes); empty when the node was not
   // drained by request (health drains are not).
@@ -360,9 +375,17 @@ class SchedulerCore::Impl {
   void ApplyNodeRequest(const NodeStateRequested& e, std::map<JobId, std::vector<NodeId>>& lost);
   void OnEvacuated(const NodeEvacuated& e);
   void OnLaunchFailed(const JobLaunchFailed& e);
+  void OnStartUnacknowledged(const StartUnacknowledged& e);
   void OnHeartbeat(const Heartbeat& e);
   void OnGpuEvent(const GpuEvent& e);
+  // Nodes whose heartbeat deadline passed: suspect, or down in one batch.
   void CheckHeartbeats();
+  // Sets the node's heartbeat deadlines from its last heartbeat and state:
+  // an up node is suspect heartbeat_suspect_after and down
+  // heartbeat_down_after after it, any other node that is not down only goes
+  // down; a down node has none. A function of (last heartbeat, state) alone,
+  // so a restored core sets the same ones. No-op unless heartbeats_required.
+  void WatchNode(NodeId n);
   void SetNodeState(NodeId n, NodeState s, const std::string& reason);
   // The node keeps its state under a new reason (NodeStateChanged with the
   // state it has): what keeps it drained changed.
@@ -394,6 +417,17 @@ class SchedulerCore::Impl {
   // A rank exited non-zero: count it, and back off, restart or fail
   // (FailurePolicy::AfterAppFailure).
   void OnAppFailure(JobRecord& job, int rank, int exit_code);
+  // The first node of the job's ranks that is suspect or down; -1 when none.
+  NodeId UnavailableNodeOf(const JobRecord& job) const;
+  // Held exits of jobs a node of which is now suspect or down: recovered as
+  // that node's incident.
+  void TakeOverHeldExits();
+  // Held exits whose window ended: application failures (or, when a node of
+  // the job is unavailable by now, that node's); stale ones are dropped.
+  void ResolveHeldExits();
+  // " (rank 3 exited with status 1 meanwhile)" for the job's held exit of
+  // its current run, which it forgets; "" when none.
+  std::string TakeHeldExit(const JobRecord& job);
   // "287 nodes down, 1 suspect": the nodes that take no work now ("" when
   // every node is up).
   std::string UnavailableNodes() const;

@@ -14,9 +14,14 @@
 // deferred reclaim is tried again; version 4 the allocations' stamps and the
 // reservation plan a pass keeps (KeptPlan); version 5 the policy's
 // fairshare_max_wait, when jobs became eligible again (eligible_at_) and the
-// pass's next overdue wake-up (overdue_wake_). A
-// snapshot before version 5 restores with fairshare_max_wait 0, what its
-// core did. Version 6 a job spec's pids_max (0, the node's limit, before).
+// pass's next overdue wake-up (overdue_wake_); version 6 a job spec's
+// pids_max; version 7 the policy's attribution_window and the rank exits
+// waiting for their verdict (held_exits_), and moved backfill_depth from the
+// fixed config into the live policy. A snapshot before version 5 restores
+// with fairshare_max_wait 0, one before version 6 with pids_max 0 (the
+// node's limit), one before version 7 with attribution_window 0 and the
+// backfill_depth of its fixed config (64 for every daemon's), what its core
+// did.
 
 #include <algorithm>
 #include <bit>
@@ -59,6 +64,8 @@ class Writer {
  public:
   std::string out;
   uint32_t version = SchedulerCore::kSnapshotVersion;  // of the format written
+  // Where WriteConfig put backfill_depth in a version 6 or older config.
+  size_t backfill_depth_at = std::string::npos;
 
   void U8(uint8_t v) { out.push_back(static_cast<char>(v)); }
   void U32(uint32_t v) {
@@ -188,6 +195,10 @@ class Reader {
 // ---------------------------------------------------------------- parts
 
 void WritePolicy(Writer& w, const SchedulingPolicy& p) {
+  if (w.version >= 7) {
+    w.I64(p.backfill_depth);
+    w.I64(p.attribution_window);
+  }
   if (w.version >= 5) w.I64(p.fairshare_max_wait);
   w.Bool(p.backfill);
   w.Bool(p.preemption);
@@ -202,12 +213,18 @@ void WritePolicy(Writer& w, const SchedulingPolicy& p) {
   w.I64(p.restart_backoff_max);
 }
 
-// What WritePolicy writes at `version`: 2 flags and 9 integers, and from
-// version 5 one more.
-constexpr size_t PolicyBytes(uint32_t version) { return 2 + (version >= 5 ? 10 : 9) * 8; }
+// What WritePolicy writes at `version`: 2 flags and 9 integers, one more
+// from version 5 and two more from version 7.
+constexpr size_t PolicyBytes(uint32_t version) {
+  return 2 + (9 + (version >= 5 ? 1 : 0) + (version >= 7 ? 2 : 0)) * 8;
+}
 
 SchedulingPolicy ReadPolicy(Reader& r, uint32_t version) {
   SchedulingPolicy p;
+  if (version >= 7) {
+    p.backfill_depth = r.Int("backfill_depth", 1, 1 << 30);
+    p.attribution_window = r.I64();
+  }
   if (version >= 5) p.fairshare_max_wait = r.I64();
   p.backfill = r.Bool();
   p.preemption = r.Bool();
@@ -231,7 +248,10 @@ void WriteConfig(Writer& w, const SchedulerConfig& c) {
   w.Bool(c.placer_options.explain_shortfall);
   w.Bool(c.placer_options.choose_by_speed);
   w.Str(c.queue_order);
-  w.I64(c.backfill_depth);
+  if (w.version <= 6) {
+    w.backfill_depth_at = w.out.size();
+    w.I64(c.backfill_depth);
+  }
   w.F64(c.placement_wait_slowdown);
   w.Bool(c.replace_on_failure);
   w.Enum(c.requeue);
@@ -576,9 +596,18 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
     w.I64(p.second);
   });
   w.Each(c.feasible_, i64);
+  if (w.version >= 7) {
+    WriteMap(w, c.held_exits_, i64, [&](const SchedulerCore::Impl::HeldExit& h) {
+      w.I64(h.rank);
+      w.I64(h.exit_code);
+      w.I64(h.until);
+      w.I64(h.restarts);
+    });
+  }
 
   // Node health timers and drains.
-  w.Each(c.last_heartbeat_, i64);
+  w.U64(static_cast<uint64_t>(c.topo_.node_count()));
+  for (NodeId n = 0; n < c.topo_.node_count(); ++n) w.I64(c.liveness_.last_heard(n));
   w.Each(c.drain_reason_, str);
 
   // The pass's memos.
@@ -672,14 +701,25 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   // The config: this core's, but for the live policy, which the snapshot's
   // replaces (PolicyChanged events before it are in effect).
   Writer mine;
+  mine.version = version;
   WriteConfig(mine, c.config_);
   const size_t fixed = mine.out.size() - PolicyBytes(mine.version);
-  if (r.Bytes(fixed) != std::string_view(mine.out).substr(0, fixed) && r.ok()) {
+  std::string theirs(r.Bytes(fixed));
+  int old_depth = 0;  // a version 6 or older snapshot's backfill_depth
+  if (mine.backfill_depth_at != std::string::npos && theirs.size() == fixed) {
+    // Part of the policy now: not compared, restored as it was.
+    Reader depth(std::string_view(theirs).substr(mine.backfill_depth_at, 8));
+    old_depth = depth.Int("backfill_depth", 1, 1 << 30);
+    theirs.replace(mine.backfill_depth_at, 8, mine.out, mine.backfill_depth_at, 8);
+    if (old_depth == 0) r.Fail("backfill_depth out of range");
+  }
+  if (theirs != std::string_view(mine.out).substr(0, fixed) && r.ok()) {
     return Status::Error(
         "the snapshot was written under another scheduler config (placer, queue order, "
-        "backfill depth, heartbeats, master ports or fairshare half-life differ)");
+        "heartbeats, master ports or fairshare half-life differ)");
   }
-  const SchedulingPolicy policy = ReadPolicy(r, version);
+  SchedulingPolicy policy = ReadPolicy(r, version);
+  if (version <= 6) policy.backfill_depth = old_depth;
   policy.ApplyTo(c.config_);
   c.failures_ = FailurePolicy(c.config_.max_app_failures, c.config_.restart_backoff_initial,
                               c.config_.restart_backoff_max);
@@ -763,9 +803,20 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     return std::pair<TimeMs, JobId>(t, b.Job(r));
   });
   ReadSet(r, c.feasible_, job);
+  c.held_exits_.clear();
+  if (b.version >= 7) {
+    ReadMap(r, c.held_exits_, job, [&] {
+      SchedulerCore::Impl::HeldExit h;
+      h.rank = r.Int("held exit rank", 0, 1 << 20);
+      h.exit_code = r.Int("held exit status", -1, 255 + 128);
+      h.until = r.I64();
+      h.restarts = r.Int("held exit restarts", 0, 1 << 30);
+      return h;
+    });
+  }
 
   if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("heartbeats per node");
-  for (TimeMs& t : c.last_heartbeat_) t = r.I64();
+  for (NodeId n = 0; n < topo.node_count(); ++n) c.liveness_.Heard(n, r.I64());
   if (r.Count(8) != static_cast<size_t>(topo.node_count())) r.Fail("drain reasons per node");
   for (std::string& s : c.drain_reason_) s = r.Str();
 
@@ -878,6 +929,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   c.nodes_in_state_ = {};
   for (NodeId n = 0; n < topo.node_count(); ++n) {
     ++c.nodes_in_state_[static_cast<size_t>(cs.node_state(n))];
+    c.WatchNode(n);  // derived from the last heartbeat and the state
   }
   // Derived from the jobs: who waits on whom, running tasks per array.
   for (const auto& [id, j] : c.jobs_) {

@@ -25,6 +25,16 @@ SchedulerConfig SimConfig() {
   SchedulerConfig c = SchedulerConfig::ForStack("toposched").value();
   c.heartbeats_required = false;
   c.default_checkpoint_interval = -1;
+  // The backoff tests count an application failure from the rank's exit;
+  // the attribution window has its own (AttributionConfig).
+  c.attribution_window = 0;
+  return c;
+}
+
+// SimConfig with the default attribution window.
+SchedulerConfig AttributionConfig() {
+  SchedulerConfig c = SimConfig();
+  c.attribution_window = SchedulerConfig{}.attribution_window;
   return c;
 }
 
@@ -444,6 +454,42 @@ TEST_CASE("transient launch failures: off the node at once, then with a growing 
   CHECK(core.job(1)->launch_failures == 0);
 }
 
+TEST_CASE("a start no agent acknowledged requeues the job as an infrastructure failure") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  const std::vector<NodeId> nodes = {core.job(1)->ranks[0].node, core.job(1)->ranks[8].node};
+  // The first: requeued, and started again in the same step (no backoff).
+  auto cmds = core.Step(StartUnacknowledged{1, nodes, 600 * kSecond}, 600 * kSecond);
+  REQUIRE(Only<StopJob>(cmds).size() == 1);
+  std::vector<JobStateChanged> changed = Only<JobStateChanged>(cmds);
+  REQUIRE(changed.size() == 2);
+  CHECK(changed[0].state == JobState::kQueued);
+  CHECK(changed[0].reason == "requeued: nodes " + topo.node(nodes[0]).name + " and " +
+                                 topo.node(nodes[1]).name +
+                                 "' agents did not acknowledge its start within 10 min (launch "
+                                 "failure 1 in a row; these do not count toward the failure "
+                                 "limit)");
+  REQUIRE(Only<StartJob>(cmds).size() == 1);
+  CHECK(Only<StartJob>(cmds)[0].launch.restart_count == 1);
+  CHECK(core.job(1)->restarts == 1);
+  CHECK(core.job(1)->app_failures == 0);
+  // The second in a row waits out the launch failures' backoff, queued.
+  const NodeId one = core.job(1)->ranks[0].node;
+  cmds = core.Step(StartUnacknowledged{1, {one}, 30 * kSecond}, 630 * kSecond);
+  CHECK(core.job(1)->state == JobState::kQueued);
+  CHECK(Has(core.job(1)->reason, "restarting in 10 s after node " + topo.node(one).name +
+                                     "'s agent did not acknowledge its start within 30 s"));
+  CHECK(core.NextWakeup() == 640 * kSecond);
+  // Not running: ignored.
+  CHECK(core.Step(StartUnacknowledged{1, {one}, 30 * kSecond}, 631 * kSecond).empty());
+  CHECK(Only<StartJob>(core.Step(Tick{}, 640 * kSecond)).size() == 1);
+  CHECK(core.job(1)->restarts == 2);
+  CHECK(core.job(1)->app_failures == 0);
+  CHECK(core.job(1)->state == JobState::kRunning);
+}
+
 TEST_CASE("heartbeat timeouts of one check are one batch: each job recovered once") {
   // 4 leaves of 2 nodes x 8 GPUs. A 16-GPU job on two nodes; both stop
   // beating, with four idle nodes; two nodes keep beating.
@@ -605,4 +651,115 @@ TEST_CASE("property: over random failures no restart lands on an unhealthy node"
   CHECK(restarts > 50);
   CHECK(backoffs > 50);
   CHECK(failed > 0);
+}
+
+TEST_CASE("attribution: a rank's exit just before its job's node is lost is that node's") {
+  // 16 GPUs of tp 8 on nodes a (rank 0) and b. Rank 9 on b exits 1 at 10 s
+  // (its collective failed as a vanished); a's agent disconnects at 11 s (a
+  // turns suspect): one incident, a's, restarted at once off a, no failure
+  // counted, and nothing more when the window would have ended.
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerConfig config = AttributionConfig();
+  REQUIRE(config.attribution_window == 5 * kSecond);
+  SchedulerCore core(topo, config);
+  core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  const NodeId a = core.job(1)->ranks[0].node, b = core.job(1)->ranks[9].node;
+  REQUIRE(a != b);
+  CHECK(core.Step(RankExited{1, 9, 1}, 10 * kSecond).empty());
+  CHECK(core.job(1)->state == JobState::kRunning);
+  CHECK(core.NextWakeup() == 15 * kSecond);
+  auto cmds =
+      core.Step(NodeStateRequested{a, NodeState::kSuspect, "agent disconnected"}, 11 * kSecond);
+  std::vector<RestartJob> restarts = Only<RestartJob>(cmds);
+  REQUIRE(restarts.size() == 1);
+  CHECK_FALSE(NodesOf(restarts[0].ranks).count(a));
+  CHECK(core.job(1)->restarts == 1);
+  CHECK(core.job(1)->app_failures == 0);
+  CHECK(Has(core.job(1)->reason, "restarted after node " + topo.node(a).name +
+                                     " is suspect (rank 9 exited with status 1 meanwhile)"));
+  CHECK(core.Step(Tick{}, 15 * kSecond).empty());
+  CHECK(core.job(1)->state == JobState::kRunning);
+  CHECK(core.job(1)->app_failures == 0);
+  (void)b;
+}
+
+TEST_CASE("attribution: a rank's exit while a node of its job is suspect or down is that node's") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, AttributionConfig());
+  core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  const NodeId a = core.job(1)->ranks[0].node;
+  core.Step(NodeStateRequested{a, NodeState::kSuspect, "agent disconnected"}, 10 * kSecond);
+  REQUIRE(core.job(1)->restarts == 0);  // suspect alone moves nothing
+  auto cmds = core.Step(RankExited{1, 9, 134}, 10500);
+  REQUIRE(Only<RestartJob>(cmds).size() == 1);
+  CHECK(core.job(1)->app_failures == 0);
+  CHECK(Has(core.job(1)->reason,
+            "node " + topo.node(a).name + " is suspect (rank 9 exited with status 134 meanwhile)"));
+  // A lost node taking over a held exit names both.
+  const NodeId c = core.job(1)->ranks[0].node;
+  CHECK(core.Step(RankExited{1, 2, 1}, 20 * kSecond).empty());
+  cmds =
+      core.Step(NodeStateRequested{c, NodeState::kDown, "agent silent for 3000 ms"}, 21 * kSecond);
+  REQUIRE(Only<RestartJob>(cmds).size() == 1);
+  CHECK(Has(core.job(1)->reason,
+            "node " + topo.node(c).name + " is down (rank 2 exited with status 1 meanwhile)"));
+  CHECK(core.job(1)->app_failures == 0);
+}
+
+TEST_CASE("attribution: with every node up through the window, an application failure then") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, AttributionConfig());
+  core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  CHECK(core.Step(RankExited{1, 3, 1}, 10 * kSecond).empty());
+  CHECK(core.Step(RankExited{1, 4, 1}, 11 * kSecond).empty());  // the first decides
+  CHECK(core.Step(Tick{}, 14999).empty());
+  auto cmds = core.Step(Tick{}, 15 * kSecond);
+  CHECK(Only<StopJob>(cmds).size() == 1);
+  CHECK(core.job(1)->state == JobState::kQueued);
+  CHECK(core.job(1)->app_failures == 1);
+  CHECK(Has(core.job(1)->reason,
+            "restarting in 10 s after rank 3 exited with status 1 (failure 1 of 10)"));
+  CHECK(core.NextWakeup() == 25 * kSecond);
+
+  // A job on one node: no other node of it can be lost, and its agent
+  // reported the exit: an application failure at once.
+  SchedulerCore one(topo, AttributionConfig());
+  one.Step(JobSubmitted{1, Request(8, 8)}, 0);
+  cmds = one.Step(RankExited{1, 3, 1}, 10 * kSecond);
+  CHECK(Only<StopJob>(cmds).size() == 1);
+  CHECK(one.job(1)->app_failures == 1);
+
+  // attribution_window 0: at once, as before the window existed.
+  SchedulerConfig at_once = AttributionConfig();
+  at_once.attribution_window = 0;
+  SchedulerCore now(topo, at_once);
+  now.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  cmds = now.Step(RankExited{1, 3, 1}, 10 * kSecond);
+  CHECK(Only<StopJob>(cmds).size() == 1);
+  CHECK(now.job(1)->app_failures == 1);
+}
+
+TEST_CASE("attribution: a held exit survives a snapshot, and the window is live policy") {
+  const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
+  SchedulerCore core(topo, AttributionConfig());
+  core.Step(JobSubmitted{1, Request(16, 8)}, 0);
+  core.Step(RankExited{1, 3, 1}, 10 * kSecond);
+  SchedulerCore restored(topo, AttributionConfig());
+  REQUIRE(restored.Restore(core.Snapshot()).ok());
+  CHECK(restored.Snapshot() == core.Snapshot());
+  CHECK(restored.NextWakeup() == 15 * kSecond);
+  for (SchedulerCore* c : {&core, &restored}) {
+    c->Step(Tick{}, 15 * kSecond);
+    CHECK(c->job(1)->app_failures == 1);
+  }
+  CHECK(restored.Snapshot() == core.Snapshot());
+  // An older snapshot has no window: it restores with 0, what its core did.
+  SchedulerCore old(topo, AttributionConfig());
+  REQUIRE(old.Restore(core.Snapshot(5)).ok());
+  CHECK(old.config().attribution_window == 0);
+
+  SchedulingPolicy p = SchedulingPolicy::Of(core.config());
+  p.attribution_window = 30 * kSecond;
+  core.Step(PolicyChanged{p, "attribution_window_ms", "5000", "30000"}, 16 * kSecond);
+  CHECK(core.config().attribution_window == 30 * kSecond);
 }

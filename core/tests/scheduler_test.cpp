@@ -1080,7 +1080,68 @@ TEST_CASE("a policy change applies from its event on: grace, backfill, failures"
   CHECK(core.NextWakeup() <= 2 * kMinute + 10 * kSecond);
   core.Step(Tick{}, 2 * kMinute + 10 * kSecond);
   CHECK(core.job(5)->state == JobState::kRunning);
-  // The failure policy too: one application failure now fails the job.
+  // The failure policy too: one application failure now fails the job,
+  // once its attribution window ends with every node of the job up.
   core.Step(RankExited{5, 0, 1}, 3 * kMinute);
+  CHECK(core.job(5)->state == JobState::kRunning);
+  core.Step(Tick{}, 3 * kMinute + core.config().attribution_window);
   CHECK(core.job(5)->state == JobState::kFailed);
+}
+
+TEST_CASE("backfill: a short job behind 65 waiting gangs starts beside them at the default depth") {
+  // 4 nodes of 8 GPUs; a 24-GPU job runs for 10 h on three. The head (32
+  // GPUs) waits for it; 64 more gangs of 16 GPUs wait behind it; then an
+  // 8-GPU job of 1 h that fits on the free node and ends long before the
+  // head's reservation. It is the 65th job behind the head: past the depth
+  // of 64 it stays queued next to the idle node; the default looks at it.
+  Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 1, 8);
+  REQUIRE(SchedulerConfig{}.backfill_depth >= 65);
+  for (const int depth : {64, SchedulerConfig{}.backfill_depth}) {
+    CAPTURE(depth);
+    SchedulerConfig config = SimConfig();
+    config.backfill_depth = depth;
+    SchedulerCore core(topo, config);
+    core.Step(JobSubmitted{1, Request(24, 8, 10 * kHour)}, 0);
+    REQUIRE(core.job(1)->state == JobState::kRunning);
+    TimeMs t = 1;
+    core.Step(JobSubmitted{2, Request(32, 8, 10 * kHour)}, t++);
+    for (JobId id = 3; id <= 66; ++id) core.Step(JobSubmitted{id, Request(16, 8, 10 * kHour)}, t++);
+    core.Step(JobSubmitted{67, Request(8, 8, kHour)}, t++);
+    CHECK(core.job(2)->state == JobState::kQueued);
+    CHECK(core.job(66)->state == JobState::kQueued);
+    CHECK(core.job(67)->state == (depth == 64 ? JobState::kQueued : JobState::kRunning));
+  }
+  // The depth is live policy: down to 64, the same job waits again.
+  SchedulerCore core(topo, SimConfig());
+  SchedulingPolicy p = SchedulingPolicy::Of(core.config());
+  p.backfill_depth = 64;
+  core.Step(
+      PolicyChanged{p, "backfill_depth", std::to_string(SchedulerConfig{}.backfill_depth), "64"},
+      0);
+  core.Step(JobSubmitted{1, Request(24, 8, 10 * kHour)}, 0);
+  TimeMs t = 1;
+  core.Step(JobSubmitted{2, Request(32, 8, 10 * kHour)}, t++);
+  for (JobId id = 3; id <= 66; ++id) core.Step(JobSubmitted{id, Request(16, 8, 10 * kHour)}, t++);
+  core.Step(JobSubmitted{67, Request(8, 8, kHour)}, t++);
+  CHECK(core.job(67)->state == JobState::kQueued);
+  CHECK(core.config().backfill_depth == 64);
+
+  // A snapshot of format 5 or 6, when the depth was fixed config (64),
+  // restores into a core built with today's default and keeps 64; format 7
+  // carries the live value.
+  SchedulerConfig before = SimConfig();
+  before.backfill_depth = 64;
+  SchedulerCore older(topo, before);
+  older.Step(JobSubmitted{1, Request(8, 8, kHour)}, 0);
+  SchedulerCore restored(topo, SimConfig());
+  REQUIRE(restored.Restore(older.Snapshot(5)).ok());
+  CHECK(restored.config().backfill_depth == 64);
+  SchedulerCore restored6(topo, SimConfig());
+  REQUIRE(restored6.Restore(older.Snapshot(6)).ok());
+  CHECK(restored6.config().backfill_depth == 64);
+  CHECK(restored6.config().attribution_window == 0);
+  SchedulerCore again(topo, SimConfig());
+  REQUIRE(again.Restore(core.Snapshot()).ok());
+  CHECK(again.config().backfill_depth == 64);
+  CHECK(again.Snapshot() == core.Snapshot());
 }

@@ -265,6 +265,12 @@ TEST_CASE("a snapshot keeps the records of running, held and backing-off jobs") 
     CHECK(v5.job(id)->request.spec.pids_max == 0);
   }
   CHECK(some_limit);
+  // Format 6 (pids_max, before the attribution window) keeps the limits.
+  SchedulerCore v6(topo, Config(false));
+  REQUIRE(v6.Restore(core.Snapshot(6)).ok());
+  for (const auto& [id, job] : core.jobs()) {
+    CHECK(v6.job(id)->request.spec.pids_max == job.request.spec.pids_max);
+  }
   for (NodeId n = 0; n < topo.node_count(); ++n) {
     CHECK(restored.cluster().node_state(n) == core.cluster().node_state(n));
     CHECK(restored.cluster().busy_mask(n) == core.cluster().busy_mask(n));

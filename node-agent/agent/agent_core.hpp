@@ -34,6 +34,8 @@
 //               starts in the background (LaunchOutcome::starting) until
 //               they are up (RankRunner::Underway, asked each Tick); then
 //               Launch again gives the outcome.
+//               Once launched, `started` {job, restart_count} says so (the
+//               scheduler requeues a run some node does not acknowledge).
 //               Every failure is a `launch_failed` (permanent when no node
 //               can do better: a missing command or account, a root account,
 //               a layout that does not read); nothing is left pending.
@@ -53,9 +55,9 @@
 // scheduler). In node launch mode one process is every rank of the node:
 // its exit 0 is reported for each of them (the job completes when every
 // rank has), a failure once (one failure restarts the job; the rest would
-// be about a run the scheduler has ended). Reports (rank exits, checkpoints, GPU events, launch
-// failures, drained) made while not registered are held, oldest dropped
-// past max_queued_reports, and sent after the next `registered`.
+// be about a run the scheduler has ended). Reports (rank exits, checkpoints, GPU events, starts,
+// launch failures, drained) made while not registered are held, oldest dropped past
+// max_queued_reports, and sent after the next `registered`.
 //
 // Thread safety: none; one thread (the agent's event loop) owns it.
 

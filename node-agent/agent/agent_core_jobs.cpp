@@ -243,6 +243,8 @@ void AgentCore::TryPendingLaunches() {
             (p.launch.mode == core::LaunchMode::kNode ? " in one process (launch node)" : "") +
             (launch_ms >= 100 ? " in " + std::to_string(launch_ms) + " ms" : ""));
     if (!out.note.empty()) Log(LogLevel::kInfo, "job " + job + ": " + out.note);
+    // The scheduler requeues a run whose start no node acknowledges.
+    if (const auto id = JobNumber(job)) Report(proto::Started{*id, restart});
     it = pending_.erase(it);
   }
 }

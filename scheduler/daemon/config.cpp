@@ -58,9 +58,9 @@ Status ParseBool(std::string_view v, bool& out) {
 
 using Setter = std::function<Status(std::string_view, DaemonConfig&)>;
 
-// The failure and preemption policies' integer keys, their ranges and
-// fields: one table for the config file and the stored policy (a store from
-// before a key existed gets the key's built-in default).
+// The failure and preemption policies' integer keys (and backfill_depth),
+// their ranges and fields: one table for the config file and the stored
+// policy (a store from before a key existed gets the key's built-in default).
 struct FailureKey {
   std::string_view key;
   int64_t lo, hi;
@@ -91,6 +91,11 @@ constexpr FailureKey kFailureKeys[] = {
     {"fairshare_max_wait_s", 0, 30 * 86400,
      [](const DaemonConfig& c) { return c.fairshare_max_wait_s; },
      [](DaemonConfig& c, int64_t x) { c.fairshare_max_wait_s = x; }, 0},
+    {"attribution_window_ms", 0, 600000,
+     [](const DaemonConfig& c) { return c.attribution_window_ms; },
+     [](DaemonConfig& c, int64_t x) { c.attribution_window_ms = x; }, 0},
+    {"backfill_depth", 1, 100000, [](const DaemonConfig& c) -> int64_t { return c.backfill_depth; },
+     [](DaemonConfig& c, int64_t x) { c.backfill_depth = static_cast<int>(x); }, 64},
 };
 
 // What no single key can check: the backoff's cap is not below its start.
@@ -192,6 +197,10 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
                                            [](DaemonConfig& c, int64_t x) {
                                              c.agent_restart_grace_ms = static_cast<int>(x);
                                            })},
+      {"start_ack_timeout_s", IntSetter(10, 86400,
+                                        [](DaemonConfig& c, int64_t x) {
+                                          c.start_ack_timeout_s = static_cast<int>(x);
+                                        })},
       {"agent_cert_days",
        IntSetter(1, 3650,
                  [](DaemonConfig& c, int64_t x) { c.agent_cert_days = static_cast<int>(x); })},
@@ -400,6 +409,9 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"placement_wait_s", IntSetter(kFailureKeys[5].lo, kFailureKeys[5].hi, kFailureKeys[5].set)},
       {"fairshare_max_wait_s",
        IntSetter(kFailureKeys[6].lo, kFailureKeys[6].hi, kFailureKeys[6].set)},
+      {"attribution_window_ms",
+       IntSetter(kFailureKeys[7].lo, kFailureKeys[7].hi, kFailureKeys[7].set)},
+      {"backfill_depth", IntSetter(kFailureKeys[8].lo, kFailureKeys[8].hi, kFailureKeys[8].set)},
       {"master_ports",
        [](std::string_view v, DaemonConfig& c) {
          const size_t dash = v.find('-');
@@ -440,6 +452,8 @@ Result<core::SchedulerConfig> DaemonConfig::SchedulerConfig() const {
   c->preempt_protect_after = preempt_protect_after;
   c->placement_wait = placement_wait_s * core::kSecond;
   c->fairshare_max_wait = fairshare_max_wait_s * core::kSecond;
+  c->attribution_window = attribution_window_ms;
+  c->backfill_depth = backfill_depth;
   return *c;
 }
 
@@ -581,12 +595,14 @@ Status ApplyPolicyJson(std::string_view text, DaemonConfig& c) {
 
 const std::vector<std::string>& LivePolicyKeys() {
   static const std::vector<std::string> kKeys = {"backfill",
+                                                 "backfill_depth",
                                                  "preemption",
                                                  "preempt_grace_s",
                                                  "preempt_restart_cost_s",
                                                  "preempt_protect_after",
                                                  "placement_wait_s",
                                                  "fairshare_max_wait_s",
+                                                 "attribution_window_ms",
                                                  "default_time_limit_s",
                                                  "default_checkpoint_interval_s",
                                                  "max_app_failures",
@@ -645,6 +661,8 @@ void SyncLivePolicy(const core::SchedulingPolicy& p, DaemonConfig& c) {
   c.preempt_protect_after = p.preempt_protect_after;
   c.placement_wait_s = p.placement_wait / core::kSecond;
   c.fairshare_max_wait_s = p.fairshare_max_wait / core::kSecond;
+  c.attribution_window_ms = p.attribution_window;
+  c.backfill_depth = p.backfill_depth;
   c.default_time_limit_s = p.default_time_limit / core::kSecond;
   c.default_checkpoint_interval_s =
       p.default_checkpoint_interval == core::kNever ? -1 : p.default_checkpoint_interval / 1000;

@@ -74,6 +74,11 @@ struct DaemonConfig {
   // upgrade; its ranks keep running) is down only when it has not
   // registered again within this long (0: like any closed connection).
   int agent_restart_grace_ms = 30000;
+  // How long the agents of a start's nodes have to answer `started` (their
+  // ranks are launched) before the run is requeued (10..86400). Above the
+  // agents' own launch waits (--launch-wait-ms, and --stage-wait-ms where
+  // restarts copy checkpoints onto the node first).
+  int start_ack_timeout_s = 600;
   // Lifetime of the node certificates `topo-scheduler ca issue` and `ca
   // renew` sign when no --days is given (1..3650). The server certificate
   // keeps its own.
@@ -125,7 +130,14 @@ struct DaemonConfig {
   // A job eligible this long ranks ahead of fairshare (SchedulerConfig::
   // fairshare_max_wait); 0: fairshare alone.
   int64_t fairshare_max_wait_s = 0;  // 0..2592000
+  // How long a rank's non-zero exit waits for a node of its job to turn
+  // suspect or go down, which makes it part of that node's incident
+  // (SchedulerConfig::attribution_window); 0: an application failure at once.
+  int64_t attribution_window_ms = 5000;  // 0..600000
   bool backfill = true;
+  // Queued jobs behind the blocked head that backfill looks at per pass
+  // (SchedulerConfig::backfill_depth; Slurm's bf_max_job_test).
+  int backfill_depth = 500;  // 1..100000
   bool preemption = true;
   // MASTER_PORT of every job start comes from this range on its master node
   // (below Linux's default ephemeral ports, 32768-60999).

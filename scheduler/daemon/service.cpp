@@ -82,6 +82,7 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
   agent_settings.missed_heartbeats_down = config.missed_heartbeats_down;
   agent_settings.send_jobs = config.slurm_socket.empty();
   agent_settings.restart_grace_ms = config.agent_restart_grace_ms;
+  agent_settings.start_ack_timeout_ms = config.start_ack_timeout_s * core::kSecond;
   s->agents = std::make_unique<AgentRegistry>(*s->agent_host, agent_settings);
   store::OpenOptions open_options;
   open_options.accept_data_loss = config.accept_data_loss;
@@ -122,20 +123,25 @@ Result<std::unique_ptr<Service>> Service::Open(const DaemonConfig& config, Metri
     Result<std::vector<store::NodeRow>> nodes = st.ListNodes();
     if (!nodes.ok()) return nodes.status();
     for (const store::NodeRow& n : nodes.value()) s->driver.SetNodeReason(n.name, n.reason);
-    // Nodes an agent brought up before the restart: their agents, retrying
-    // with backoff meanwhile, get kAgentReconnectGraceMs to reconnect (the
-    // heartbeat limit when that is longer); the nodes whose agents do not
-    // come back go down and their jobs are recovered. Heartbeats are not
-    // logged, so the node's last reason says who brought it up.
+    // Every node that is not down must prove it has an agent: the agents,
+    // retrying with backoff meanwhile, get kAgentReconnectGraceMs to
+    // reconnect (the heartbeat limit when that is longer); the nodes whose
+    // agents do not come back go down and their jobs are recovered, whoever
+    // brought them up (an admin's resume too). In Slurm mode slurmd runs the
+    // jobs and Slurm says which nodes are up: only the nodes an agent brought
+    // up are watched (heartbeats are not logged, so the node's last reason
+    // says who did).
     std::vector<std::string> agent_nodes;
-    for (const store::NodeRow& n : nodes.value()) {
-      const core::NodeId id = s->driver.topology()->FindNode(n.name);
-      if (id < 0 || s->driver.core()->cluster().node_state(id) == core::NodeState::kDown) continue;
+    const core::Topology& topo = *s->driver.topology();
+    for (core::NodeId id = 0; id < topo.node_count(); ++id) {
+      if (s->driver.core()->cluster().node_state(id) == core::NodeState::kDown) continue;
+      const std::string& name = topo.node(id).name;
+      const std::string& reason = s->driver.NodeReason(name);
       // "agent disconnected": suspect when the daemon stopped (its agent's
       // connection had closed); it too must come back or go down.
-      if (n.reason == "agent registered" || n.reason == "heartbeat resumed" ||
-          n.reason == "agent disconnected") {
-        agent_nodes.push_back(n.name);
+      if (agent_settings.send_jobs || reason == "agent registered" ||
+          reason == "heartbeat resumed" || reason == "agent disconnected") {
+        agent_nodes.push_back(name);
       }
     }
     s->agents->Restore(agent_nodes, ServiceState::kAgentReconnectGraceMs, s->driver.now());
@@ -223,7 +229,7 @@ Status ServiceState::Commit() {
     }
   }
   for (const store::LogEntry& e : done.value()) {
-    agents->Dispatch(e.commands);
+    agents->Dispatch(e.commands, driver.now());
     if (driver.topology() == nullptr) continue;
     for (const core::Command& c : e.commands) {
       for (const log::Record& r : log::Describe(c, *driver.topology())) {

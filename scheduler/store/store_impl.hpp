@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "store/commit_mark.hpp"
@@ -84,6 +85,12 @@ class Store::Impl {
   std::string store_id;  // meta "store_id", which the mark carries
   JobId max_job_id = 0;  // the largest ever committed, an accepted loss's included
   std::optional<DataLoss> accepted_loss;
+  // The status of each job's newest non-zero rank exit whose run is still
+  // open: the core may decide it is an application failure only when its
+  // attribution window ends, at a tick that carries no exit status; the run
+  // closed then gets this one (store_tables.cpp). In memory: a daemon
+  // restarted inside the window leaves that run's exit_code null.
+  std::unordered_map<core::JobId, int64_t> held_exit_codes;
 
   // "store PATH: what: problem"
   core::Status Error(std::string_view what, std::string_view problem) const {

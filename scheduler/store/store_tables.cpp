@@ -142,9 +142,11 @@ Status Store::Impl::PrepareWriteStatements() {
       {&write.job_checkpoint,
        "UPDATE jobs SET checkpoint_step = ?2, checkpoint_ms = ?3, updated_seq = ?4 "
        "WHERE id = ?1 AND checkpoint_step < ?2"},
+      // A start after a requeue carries the restarts counted since (the core
+      // counts a requeue after a failure as a restart).
       {&write.job_start,
        "UPDATE jobs SET ranks = ?2, spares = ?3, start_ms = COALESCE(start_ms, ?4), "
-       "last_start_ms = ?4, updated_seq = ?5 WHERE id = ?1"},
+       "last_start_ms = ?4, restarts = MAX(restarts, ?6), updated_seq = ?5 WHERE id = ?1"},
       {&write.job_restart,
        "UPDATE jobs SET ranks = ?2, spares = ?3, last_start_ms = ?4, restarts = ?5, "
        "checkpoint_step = ?6, updated_seq = ?7 WHERE id = ?1"},
@@ -237,11 +239,20 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
 
   // Runs (job_runs): a start or restart opens one; a restart, a stop or a
   // state that holds no GPUs ends the open one.
+  if (encoded.kind == "rank_exited" && encoded.event.value("exit_code", 0) != 0) {
+    held_exit_codes[encoded.event.value("id", JobId{0})] = encoded.event.value("exit_code", 0);
+  }
   auto close_run = [&](JobId id, const std::string& reason) -> Status {
+    std::optional<int64_t> code = ExitCodeFor(encoded.kind, encoded.event, id);
+    if (auto held = held_exit_codes.find(id); held != held_exit_codes.end()) {
+      // The rank's exit decided when its attribution window ended.
+      if (!code && encoded.kind == "tick") code = held->second;
+      held_exit_codes.erase(held);
+    }
     if (!has_job_runs) return Status::Ok();
     Statement& q = write.run_close;
     q.Bind(1, id).Bind(2, time).Bind(3, reason);
-    if (std::optional<int64_t> code = ExitCodeFor(encoded.kind, encoded.event, id)) {
+    if (code) {
       q.Bind(4, *code);
     } else {
       q.BindNull(4);
@@ -285,7 +296,7 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
           if constexpr (std::is_same_v<T, core::StartJob>) {
             Statement& q = write.job_start;
             q.Bind(1, c.id).Bind(2, json.at("ranks").dump()).Bind(3, json.at("spares").dump());
-            return q.Bind(4, time).Bind(5, seq).Run();
+            return q.Bind(4, time).Bind(5, seq).Bind(6, c.launch.restart_count).Run();
           } else if constexpr (std::is_same_v<T, core::RestartJob>) {
             Statement& q = write.job_restart;
             q.Bind(1, c.id).Bind(2, json.at("ranks").dump()).Bind(3, json.at("spares").dump());

@@ -12,10 +12,11 @@ mass loss   288 agents register; six 320-GPU jobs with a spare node each
             again every job starts again, restart_count 1, from its newest
             checkpoint.
 rank 127    with max_app_failures = 3 and a backoff of 1 s doubling: a rank
-            exiting 127 requeues the job to restart after 1 s, then 2 s (the
-            logged start is never earlier); a lost node in between restarts
-            it at once and does not count; the third exit fails it with the
-            status.
+            exiting 127, every node of its job up through its attribution
+            window (500 ms here), requeues the job to restart after 1 s, then
+            2 s (the logged start is never earlier); a lost node in between
+            restarts it at once and does not count; the third exit fails it
+            with the status.
 take node   a gang on 287 of the 288 nodes and an 8-GPU job on the last:
             a lost node of the gang is replaced by the small job's node in
             the same step (the small job is preempted and waits), and the
@@ -37,7 +38,8 @@ from agent_protocol import Protocol
 from harness import Daemon, Failure, check, run, serving
 
 CONFIG = ("heartbeat_interval_ms = 500\nmissed_heartbeats_down = 3\n"
-          "max_app_failures = 3\nrestart_backoff_initial_s = 1\nrestart_backoff_max_s = 4\n")
+          "max_app_failures = 3\nrestart_backoff_initial_s = 1\nrestart_backoff_max_s = 4\n"
+          "attribution_window_ms = 500\n")
 P = Protocol()
 NODES = 288
 

@@ -45,6 +45,9 @@ def main():
         cfg = d.api("GET", "/v1/config", expect=200)
         check(cfg["policy"]["preempt_grace_s"] == 120 and cfg["policy"]["backfill"] is True, cfg)
         check(cfg["policy"]["fairshare_max_wait_s"] == 0 and "fairshare_max_wait_s" in cfg["live"], cfg)
+        check(cfg["policy"]["attribution_window_ms"] == 5000 and "attribution_window_ms" in cfg["live"],
+              cfg)
+        check(cfg["policy"]["backfill_depth"] == 500 and "backfill_depth" in cfg["live"], cfg)
         check("preempt_grace_s" in cfg["live"] and "stack" not in cfg["live"], cfg["live"])
         out = topo(cli, d, "config", "show")
         check("preempt_grace_s" in out and "(fixed" in out, out)
@@ -60,6 +63,10 @@ def main():
                                  ("no_such_key", 1, "not a policy key"),
                                  ("fairshare_max_wait_s", 2592001, "out of range; use 0..2592000"),
                                  ("fairshare_max_wait_s", "2d", "fairshare_max_wait_s"),
+                                 ("attribution_window_ms", 600001, "out of range; use 0..600000"),
+                                 ("attribution_window_ms", "5s", "attribution_window_ms"),
+                                 ("backfill_depth", 0, "out of range; use 1..100000"),
+                                 ("backfill_depth", "all", "backfill_depth"),
                                  ("restart_backoff_initial_s", 900, "at least")):
             got, body = d.request("PUT", "/v1/config/" + key, {"value": value}, token=d.admin_token)
             msg = body.get("error", {}).get("message", "") if isinstance(body, dict) else str(body)
@@ -78,6 +85,8 @@ def main():
         check("true -> false" in out, out)
         out = topo(cli, d, "config", "set", "backfill", "false")
         check("nothing changed" in out, out)
+        out = topo(cli, d, "config", "set", "backfill_depth", "100")
+        check("500 -> 100" in out, out)
 
         # A high-priority job preempts one of them, which stops 5 s later
         # (under the old 120 s grace it would still be checkpointing).
@@ -92,11 +101,13 @@ def main():
         events = d.api("GET", "/v1/events?limit=1000", expect=200)["events"]
         changes = [e for e in events if e["event"]["type"] == "policy_changed"]
         check([(e["event"]["key"], e["event"]["old"], e["event"]["new"]) for e in changes] ==
-              [("preempt_grace_s", "120", "5"), ("backfill", "true", "false")], changes)
+              [("preempt_grace_s", "120", "5"), ("backfill", "true", "false"),
+               ("backfill_depth", "500", "100")], changes)
         check(all(e["actor"] == "user:admin" for e in changes), changes)
         check(changes[0]["event"]["policy"]["preempt_grace_ms"] == 5000, changes[0])
+        check(changes[2]["event"]["policy"]["backfill_depth"] == 100, changes[2])
         audit = d.api("GET", "/v1/audit?limit=1000", expect=200)["audit"]
-        check(sum(a["action"] == "config.set" for a in audit) == 2, audit)
+        check(sum(a["action"] == "config.set" for a in audit) == 3, audit)
 
         # A restart replays the log with the changes at their points: the
         # same decisions, and the policy in effect is the changed one (the
@@ -106,7 +117,8 @@ def main():
         log = d.log_all()
         check("rebuilt the scheduler from" in log and "decided differently" not in log, log[-2000:])
         policy = d.api("GET", "/v1/config", expect=200)["policy"]
-        check(policy["preempt_grace_s"] == 5 and policy["backfill"] is False, policy)
+        check(policy["preempt_grace_s"] == 5 and policy["backfill"] is False and
+              policy["backfill_depth"] == 100, policy)
         check(d.api("GET", "/v1/jobs/%d" % high, expect=200)["state"] == "running", "high runs")
 
         # A new topology epoch starts with the policy in effect, and a

@@ -79,6 +79,8 @@ TEST_CASE("a start becomes a launch with exactly the start's ranks, GPUs, accoun
   // background), so a launch sends no heartbeat of its own.
   CHECK(h.link.Of<proto::Heartbeat>().empty());
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
+  // Launched: acknowledged once, with the start's restart count.
+  CHECK(h.link.Of<proto::Started>() == std::vector<proto::Started>{{42, 3}});
 }
 
 TEST_CASE("a start without a command runs --job-command, without either it fails for good") {
@@ -243,6 +245,7 @@ TEST_CASE("launch failures are reported as launch_failed, permanent or not, and 
   CHECK(failed[1] == proto::LaunchFailed{12, 2, "cannot create a dir", false});
   CHECK(h.core.pending_launches() == 0);
   CHECK(h.link.Of<proto::RankExited>().empty());  // never a fake exit 127
+  CHECK(h.link.Of<proto::Started>().empty());     // nothing was launched
 }
 
 TEST_CASE("a busy runner is retried until the wait ends") {
@@ -293,6 +296,7 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   // Far past launch_wait_ms: still waiting, and not tried again meanwhile.
   h.Ticks(50);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
+  CHECK(h.link.Of<proto::Started>().empty());  // acknowledged once launched, not before
   CHECK(h.core.pending_launches() == 1);
   CHECK(h.runner.launches.size() == 1);
   CHECK(h.log.Has("job 15 restart 0: launch waits: " + copying));
@@ -315,6 +319,7 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   CHECK(h.core.pending_launches() == 0);
   CHECK(h.link.Of<proto::LaunchFailed>().empty());
   CHECK(h.link.Of<proto::Heartbeat>().empty());
+  CHECK(h.link.Of<proto::Started>() == std::vector<proto::Started>{{15, 0}});
 
   // A copy that never ends fails the launch after stage_wait_ms, transient.
   h.runner.outcomes = {staging};

@@ -31,10 +31,26 @@ bool Holds(core::JobState s) {
 AgentRegistry::AgentRegistry(AgentHost& host, AgentSettings settings)
     : host_(host), settings_(settings) {}
 
-void AgentRegistry::SetDeadline(const std::string& node, Agent& a, TimeMs deadline) {
-  if (a.deadline != core::kNever) deadlines_.erase({a.deadline, node});
-  a.deadline = deadline;
-  if (deadline != core::kNever) deadlines_.insert({deadline, node});
+AgentRegistry::Agent& AgentRegistry::AgentOf(const std::string& node) {
+  auto [it, fresh] = agents_.try_emplace(node);
+  if (fresh) {
+    it->second.slot = static_cast<int>(slot_names_.size());
+    slot_names_.push_back(node);
+  }
+  return it->second;
+}
+
+void AgentRegistry::SetDeadline(Agent& a, TimeMs deadline) {
+  liveness_.Watch(a.slot, {core::kNever, deadline});
+}
+
+void AgentRegistry::ExpectAgent(const std::string& node) {
+  Agent& a = AgentOf(node);
+  if (liveness_.deadlines(a.slot).down_at != core::kNever) return;
+  // Without an agent the reason counts from now: the node waits since. A
+  // connected agent (one that was silent) keeps its last message.
+  if (!a.connected) liveness_.Heard(a.slot, now_);
+  SetDeadline(a, now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
 }
 
 Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::string_view text,
@@ -61,14 +77,19 @@ Result<std::string> AgentRegistry::Register(const std::string& cert_node, std::s
   const core::Topology& topo = *host_.topology();
   const NodeId n = topo.FindNode(m->node);
   if (n < 0) return Status::Error("node " + m->node + " is not in the topology");
-  Agent& a = agents_[m->node];
+  Agent& a = AgentOf(m->node);
   a.connected = true;
   a.leaving = false;
-  a.last_seen = now_;
+  a.silenced = false;
   a.disconnected_at = -1;
   a.addr = m->addr;
-  SetDeadline(m->node, a,
-              now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
+  liveness_.Heard(a.slot, now_);
+  SetDeadline(a, now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
+  // The ranks it still runs acknowledge its part of their runs (a daemon
+  // restart left those runs expecting one).
+  for (const proto::RunningRank& r : m->ranks) {
+    if (const core::JobRecord* job = core->job(r.job)) Acknowledge(r.job, job->restarts, m->node);
+  }
   const std::string actor = "agent:" + m->node;
   const core::NodeState state = core->cluster().node_state(n);
   if (state == core::NodeState::kDown || state == core::NodeState::kSuspect) {
@@ -154,10 +175,10 @@ bool AgentRegistry::JobOnNode(const core::JobRecord& job, NodeId node) const {
 std::optional<std::string> AgentRegistry::Message(const std::string& node, std::string_view text,
                                                   TimeMs now) {
   now_ = std::max(now_, now);
-  Agent& a = agents_[node];
-  a.last_seen = now_;
+  Agent& a = AgentOf(node);
+  liveness_.Heard(a.slot, now_);
   if (a.connected) {
-    SetDeadline(node, a, now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
+    SetDeadline(a, now_ + settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down);
   }
   std::string field;
   Result<proto::AgentMessage> parsed = proto::ParseAgentMessage(text, &field);
@@ -180,6 +201,18 @@ std::optional<std::string> AgentRegistry::Message(const std::string& node, std::
   if (n < 0)
     return Refuse(a, node, proto::TypeOf(parsed.value()), "", "node " + node + " left the topology",
                   true);
+  if (a.silenced && a.connected) {
+    // Its node went down (or suspect) for silence while this connection
+    // stayed open (a paused agent, a network that came back): a message on
+    // it is the heartbeat that brings the node back, as a `register` would
+    // (drained stays drained).
+    a.silenced = false;
+    const core::NodeState state = core->cluster().node_state(n);
+    if (state == core::NodeState::kDown || state == core::NodeState::kSuspect) {
+      log::Info("agent " + node + " is heard from again on the same connection", {{"node", node}});
+      host_.StepCore(core::Heartbeat{n}, "agent:" + node);
+    }
+  }
   return std::visit(
       [&](auto& m) -> std::optional<std::string> {
         using T = std::decay_t<decltype(m)>;
@@ -207,6 +240,8 @@ std::optional<std::string> AgentRegistry::Message(const std::string& node, std::
           return OnLaunchFailed(a, node, n, m);
         } else if constexpr (std::is_same_v<T, proto::LogsReply>) {
           return OnLogs(a, node, std::move(m));
+        } else if constexpr (std::is_same_v<T, proto::Started>) {
+          return OnStarted(a, node, n, m);
         } else if constexpr (std::is_same_v<T, proto::Leaving>) {
           if (!a.leaving) {
             log::Info("agent " + node + " is leaving; its ranks keep running for the next agent",
@@ -339,6 +374,94 @@ std::optional<std::string> AgentRegistry::OnLogs(Agent& a, const std::string& no
   return std::nullopt;
 }
 
+std::optional<std::string> AgentRegistry::OnStarted(Agent& a, const std::string& node, NodeId n,
+                                                    const proto::Started& m) {
+  const core::JobRecord* job = host_.core()->job(m.job);
+  const std::string id = std::to_string(m.job);
+  if (job == nullptr) {
+    if (host_.JobEnded(m.job)) return std::nullopt;  // late news of an ended job
+    return Refuse(a, node, m.kType, "started.job", "started.job: job " + id + " is unknown", true);
+  }
+  // An earlier run's start acknowledged late (the run was requeued or
+  // restarted meanwhile): not news, and not a refusal.
+  if (m.restart_count != job->restarts || !Holds(job->state)) return std::nullopt;
+  if (!JobOnNode(*job, n)) {
+    return Refuse(a, node, m.kType, "started.job",
+                  "started.job: job " + id + " has no ranks on node " + node, true);
+  }
+  Acknowledge(m.job, m.restart_count, node);
+  return std::nullopt;
+}
+
+void AgentRegistry::ExpectAcks(JobId job, int restart_count, std::vector<std::string> nodes,
+                               TimeMs deadline) {
+  ForgetAcks(job);
+  if (nodes.empty()) return;
+  PendingStart& p = pending_starts_[job];
+  p = PendingStart{restart_count, std::move(nodes), now_, deadline};
+  start_deadlines_.insert({deadline, job});
+}
+
+void AgentRegistry::ForgetAcks(JobId job) {
+  auto it = pending_starts_.find(job);
+  if (it == pending_starts_.end()) return;
+  start_deadlines_.erase({it->second.deadline, job});
+  pending_starts_.erase(it);
+}
+
+void AgentRegistry::Acknowledge(JobId job, int restart_count, const std::string& node) {
+  auto it = pending_starts_.find(job);
+  if (it == pending_starts_.end() || it->second.restart_count != restart_count) return;
+  std::erase(it->second.nodes, node);
+  if (it->second.nodes.empty()) ForgetAcks(job);
+}
+
+void AgentRegistry::CheckStarts() {
+  const core::SchedulerCore* core = host_.core();
+  while (!start_deadlines_.empty() && start_deadlines_.begin()->first <= now_) {
+    const JobId id = start_deadlines_.begin()->second;
+    const PendingStart p = pending_starts_.at(id);
+    ForgetAcks(id);
+    const core::JobRecord* job = core->job(id);
+    // A run that ended, moved or was requeued meanwhile is not this one.
+    if (job == nullptr || job->state != core::JobState::kRunning ||
+        job->restarts != p.restart_count) {
+      continue;
+    }
+    core::StartUnacknowledged e{id, {}, p.deadline - p.sent};
+    std::string names;
+    core::NodeStatesRequested down;  // the nodes that have no agent at all
+    for (const std::string& node : p.nodes) {
+      const NodeId n = host_.topology()->FindNode(node);
+      if (n < 0) continue;
+      e.nodes.push_back(n);
+      names += (names.empty() ? "" : ", ") + node;
+      if (!Connected(node) && core->cluster().node_state(n) != core::NodeState::kDown) {
+        down.requests.push_back(core::NodeStateRequested{
+            n, core::NodeState::kDown,
+            "no agent acknowledged the start of job " + std::to_string(id) + " within " +
+                std::to_string(e.waited) + " ms (none is connected)"});
+      }
+    }
+    log::Warn("job " + std::to_string(id) + ": no `started` from " + names + " within " +
+                  std::to_string(e.waited) + " ms",
+              {{"job", id}, {"nodes", names}, {"restart_count", p.restart_count}});
+    // A node with no agent connected proved nothing: it goes down, which
+    // recovers the job as a lost node does. Nodes whose agent is connected
+    // but silent about the start: the core requeues the run.
+    if (down.requests.size() == 1) {
+      host_.StepCore(down.requests[0], "scheduler");
+    } else if (!down.requests.empty()) {
+      host_.StepCore(down, "scheduler");
+    }
+    job = core->job(id);
+    if (job != nullptr && job->state == core::JobState::kRunning &&
+        job->restarts == p.restart_count) {
+      host_.StepCore(e, "scheduler");
+    }
+  }
+}
+
 void AgentRegistry::OnDrained(const std::string& node, NodeId n) {
   // The agent stopped every rank here (after a checkpoint, when graceful):
   // the core restarts the node's jobs elsewhere.
@@ -374,7 +497,7 @@ void AgentRegistry::Disconnected(const std::string& node, TimeMs now) {
           (a.leaving ? " (leaving): down unless back within " + std::to_string(closed_limit) + " ms"
                      : std::string()),
       {{"node", node}, {"leaving", a.leaving}});
-  SetDeadline(node, a, now_ + closed_limit);
+  SetDeadline(a, now_ + closed_limit);
   for (auto r = logs_asks_.begin(); r != logs_asks_.end();) {
     if (r->second.node != node) {
       ++r;
@@ -406,19 +529,23 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
   // all before it restarts any job, so no restart lands on a node that this
   // same check takes down a moment later.
   core::NodeStatesRequested down;
-  while (!deadlines_.empty() && deadlines_.begin()->first <= now_) {
-    const std::string node = deadlines_.begin()->second;
-    deadlines_.erase(deadlines_.begin());
-    Agent& a = agents_[node];
-    a.deadline = core::kNever;
+  for (const core::LivenessTracker::Expiry& x : liveness_.Expire(now_)) {
+    const std::string& node = slot_names_[static_cast<size_t>(x.node)];
+    Agent& a = agents_.at(node);
     const NodeId n = host_.topology()->FindNode(node);
     if (n < 0 || core->cluster().node_state(n) == core::NodeState::kDown) continue;
-    const std::string why = !a.connected && a.disconnected_at >= 0
-                                ? "agent disconnected for " +
-                                      std::to_string(now_ - a.disconnected_at) + " ms" +
-                                      (a.leaving ? " after it said it was leaving" : "")
-                                : "agent silent for " + std::to_string(now_ - a.last_seen) +
-                                      " ms (" + (a.connected ? "connected" : "disconnected") + ")";
+    const TimeMs silent = now_ - x.last_heard;
+    std::string why;
+    if (a.connected) {
+      why = "agent silent for " + std::to_string(silent) + " ms (connected)";
+      a.silenced = true;  // its next message on this connection brings the node back
+    } else if (a.disconnected_at >= 0) {
+      why = "agent disconnected for " + std::to_string(now_ - a.disconnected_at) + " ms" +
+            (a.leaving ? " after it said it was leaving" : "");
+    } else {
+      // Not connected since this daemon started, or resumed without one.
+      why = "no agent registered for " + std::to_string(silent) + " ms";
+    }
     down.requests.push_back(core::NodeStateRequested{n, core::NodeState::kDown, why});
   }
   if (down.requests.size() == 1) {
@@ -426,22 +553,24 @@ void AgentRegistry::CheckLiveness(TimeMs now) {
   } else if (!down.requests.empty()) {
     host_.StepCore(down, "scheduler");
   }
+  if (settings_.send_jobs) CheckStarts();
 }
 
-void AgentRegistry::Restore(const std::vector<std::string>& agent_nodes, TimeMs grace_ms,
-                            TimeMs now) {
+void AgentRegistry::Restore(const std::vector<std::string>& nodes, TimeMs grace_ms, TimeMs now) {
   now_ = std::max(now_, now);
   const TimeMs limit = settings_.heartbeat_interval_ms * settings_.missed_heartbeats_down;
-  for (const std::string& name : agent_nodes) {
-    Agent& a = agents_[name];
+  for (const std::string& name : nodes) {
+    Agent& a = AgentOf(name);
     a.connected = false;
-    a.last_seen = now_;
-    SetDeadline(name, a, now_ + std::max(grace_ms, limit));
+    liveness_.Heard(a.slot, now_);
+    SetDeadline(a, now_ + std::max(grace_ms, limit));
   }
   const core::SchedulerCore* core = host_.core();
   if (core == nullptr) return;
   // Where each running job's ranks are, for the stop messages of a later
-  // cancel, preemption or restart (the agents re-report their ranks).
+  // cancel, preemption or restart (the agents re-report their ranks), and
+  // the acknowledgements its run owes: a start sent just before the restart
+  // may have reached no agent.
   for (const auto& [id, job] : core->jobs()) {
     if (!Holds(job.state)) continue;
     Run& run = runs_[id];
@@ -450,6 +579,10 @@ void AgentRegistry::Restore(const std::vector<std::string>& agent_nodes, TimeMs 
     run.nodes.clear();
     for (const core::NodeLaunch& nl : core::GroupByNode(job.ranks)) {
       run.nodes.push_back(host_.topology()->node(nl.node).name);
+    }
+    if (settings_.send_jobs && job.state == core::JobState::kRunning) {
+      ExpectAcks(id, job.restarts, run.nodes,
+                 now_ + std::max(grace_ms, limit) + settings_.start_ack_timeout_ms);
     }
   }
 }
@@ -505,6 +638,7 @@ void AgentRegistry::SendStart(JobId id, const std::vector<core::GpuSlot>& ranks,
     nodes.push_back(topo.node(nl.node).name);
     Send(nodes.back(), start);
   }
+  ExpectAcks(id, launch.restart_count, nodes, now_ + settings_.start_ack_timeout_ms);
   Run& run = runs_[id];
   for (const std::string& old : run.nodes) {
     if (std::find(nodes.begin(), nodes.end(), old) == nodes.end()) {
@@ -514,7 +648,8 @@ void AgentRegistry::SendStart(JobId id, const std::vector<core::GpuSlot>& ranks,
   run = Run{launch.restart_count, std::vector<bool>(ranks.size(), false), 0, std::move(nodes)};
 }
 
-void AgentRegistry::Dispatch(const std::vector<core::Command>& commands) {
+void AgentRegistry::Dispatch(const std::vector<core::Command>& commands, TimeMs now) {
+  now_ = std::max(now_, now);
   if (!settings_.send_jobs) {
     drain_modes_.clear();
     return;
@@ -533,6 +668,7 @@ void AgentRegistry::Dispatch(const std::vector<core::Command>& commands) {
     } else if (const auto* x = std::get_if<core::RestartJob>(&c)) {
       SendStart(x->id, x->ranks, x->launch);
     } else if (const auto* x = std::get_if<core::StopJob>(&c)) {
+      ForgetAcks(x->id);
       std::vector<std::string> nodes;
       if (auto it = runs_.find(x->id); it != runs_.end()) {
         nodes = std::move(it->second.nodes);
@@ -547,6 +683,12 @@ void AgentRegistry::Dispatch(const std::vector<core::Command>& commands) {
           Send(n, proto::CheckpointRequest{x->id, x->reason});
         }
       }
+    } else if (const auto* x = std::get_if<core::NodeStateChanged>(&c)) {
+      // A node out of down (an admin's resume) whose agent this daemon knew
+      // must see it again. (A node no agent ever registered for proves
+      // itself when a job starts there: its start must be acknowledged.)
+      const std::string& name = topo.node(x->node).name;
+      if (x->state != core::NodeState::kDown && agents_.count(name)) ExpectAgent(name);
     } else if (const auto* x = std::get_if<core::DrainNode>(&c)) {
       const std::string& name = topo.node(x->node).name;
       auto mode = drain_modes_.find(name);

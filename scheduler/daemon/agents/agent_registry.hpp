@@ -17,9 +17,23 @@
 // (a restart or an upgrade that leaves the ranks running; a heartbeat after
 // it takes it back); a connection that
 // stays open but silent makes it down after `missed_heartbeats_down`
-// intervals (a cut network). A `register` brings a suspect or down node back
-// (drained stays drained). Deadlines sit in an ordered set, so a check costs
-// O(log n) per expired node, not a scan of every agent.
+// intervals (a cut network, a stopped agent), and its next message on that
+// connection brings it back. A `register` brings a suspect or down node back
+// (drained stays drained). In agent mode (send_jobs) a node's liveness is
+// its agent's to prove, whatever its admin state: every node that was not
+// down when the daemon restarted, and one that comes out of down (an admin's
+// resume) after its agent had registered here, goes down unless an agent
+// registers in time. The deadlines are kept in the system's one
+// core::LivenessTracker (core/include/topo/core/liveness.hpp), so a check
+// costs O(log n) per expired node, not a scan of every agent.
+//
+// Starts. Every `start` (agent mode) must be acknowledged by the agent of
+// each node it went to (`started`, once its ranks are launched) within
+// `start_ack_timeout_ms`; a run that is not is requeued by the core
+// (core::StartUnacknowledged, an infrastructure failure), and those of its
+// nodes that have no agent connected go down. A `register` that lists a
+// job's ranks acknowledges that node's part, which covers the runs a daemon
+// restart left without one. A late `started` (an earlier run) is ignored.
 //
 // Thread safety: none; the daemon's strand owns it, like the Service.
 
@@ -36,6 +50,7 @@
 #include <nlohmann/json.hpp>
 
 #include "topo/common/agent_protocol.hpp"
+#include "topo/core/liveness.hpp"
 #include "topo/core/scheduler.hpp"
 #include "topo/core/status.hpp"
 
@@ -80,6 +95,9 @@ struct AgentSettings {
   // ranks running) may stay disconnected before it is down; below the
   // closed-connection limit, that limit applies.
   core::TimeMs restart_grace_ms = 30000;
+  // How long the agents of a start's nodes have to acknowledge it
+  // (`started`) before the core requeues the run (agent mode only).
+  core::TimeMs start_ack_timeout_ms = 600000;
 };
 
 class AgentRegistry {
@@ -100,15 +118,18 @@ class AgentRegistry {
   void Disconnected(const std::string& node, core::TimeMs now);
   // Nodes past their deadline go down (their jobs are recovered): one
   // node_state_requested event, or one node_states_requested batch when
-  // several expired by the same check.
+  // several expired by the same check. Then runs whose start some node has
+  // not acknowledged in time are requeued, one StartUnacknowledged each.
   void CheckLiveness(core::TimeMs now);
-  // After a daemon restart: nodes an agent kept up get `grace_ms` to
-  // reconnect; running jobs' nodes are remembered for later stops.
-  void Restore(const std::vector<std::string>& agent_nodes, core::TimeMs grace_ms,
-               core::TimeMs now);
+  // After a daemon restart: `nodes` (in agent mode every node that is not
+  // down) get `grace_ms` to reconnect; running jobs' nodes are remembered for
+  // later stops, and must acknowledge their runs (a `register` listing
+  // their ranks does) within grace_ms + start_ack_timeout_ms.
+  void Restore(const std::vector<std::string>& nodes, core::TimeMs grace_ms, core::TimeMs now);
 
-  // The core's commands of a committed batch, as agent messages.
-  void Dispatch(const std::vector<core::Command>& commands);
+  // The core's commands of a committed batch, as agent messages; `now`
+  // starts the acknowledgement deadlines of the starts among them.
+  void Dispatch(const std::vector<core::Command>& commands, core::TimeMs now);
   // An admin's drain mode for a node (graceful, immediate, wait), until the
   // core's DrainNode for it goes out; "" forgets it.
   void SetDrainMode(const std::string& node, const std::string& mode);
@@ -131,13 +152,22 @@ class AgentRegistry {
 
  private:
   struct Agent {
+    int slot = 0;  // its index in liveness_ and slot_names_
     bool connected = false;
-    core::TimeMs last_seen = 0;
     core::TimeMs disconnected_at = -1;
-    core::TimeMs deadline = core::kNever;  // when it goes down unless heard from
-    bool leaving = false;                  // said `leaving` on this connection
-    std::string addr;                      // MASTER_ADDR of its ranks
+    bool leaving = false;  // said `leaving` on this connection
+    // Its node went down for silence while this connection stayed open: the
+    // next message on it brings the node back.
+    bool silenced = false;
+    std::string addr;  // MASTER_ADDR of its ranks
     int64_t refused = 0;
+  };
+  // A run's start not yet acknowledged by every node it went to.
+  struct PendingStart {
+    int restart_count = 0;
+    std::vector<std::string> nodes;  // still to acknowledge
+    core::TimeMs sent = 0;
+    core::TimeMs deadline = core::kNever;
   };
   // Rank exits of a job's current run: which ranks ended with 0.
   struct Run {
@@ -164,8 +194,22 @@ class AgentRegistry {
   std::optional<std::string> OnCheckpoint(Agent& a, const std::string& node, core::NodeId n,
                                           const proto::CheckpointReport& m);
   std::optional<std::string> OnLogs(Agent& a, const std::string& node, proto::LogsReply m);
+  std::optional<std::string> OnStarted(Agent& a, const std::string& node, core::NodeId n,
+                                       const proto::Started& m);
   void OnDrained(const std::string& node, core::NodeId n);
-  void SetDeadline(const std::string& node, Agent& a, core::TimeMs deadline);
+  // The node's agent record, made (with its liveness slot) on first use.
+  Agent& AgentOf(const std::string& node);
+  // Down at `deadline` unless heard from (kNever: not watched).
+  void SetDeadline(Agent& a, core::TimeMs deadline);
+  // A node without a deadline gets the heartbeat limit to hear from its
+  // agent (a silent connected one) or see one register.
+  void ExpectAgent(const std::string& node);
+  // The node has its part of the run of `job` numbered restart_count.
+  void Acknowledge(core::JobId job, int restart_count, const std::string& node);
+  void ExpectAcks(core::JobId job, int restart_count, std::vector<std::string> nodes,
+                  core::TimeMs deadline);
+  void ForgetAcks(core::JobId job);
+  void CheckStarts();
   void SendStart(core::JobId id, const std::vector<core::GpuSlot>& ranks,
                  const core::Launch& launch);
   void Send(const std::string& node, const proto::SchedulerMessage& m);
@@ -173,7 +217,10 @@ class AgentRegistry {
   AgentHost& host_;
   AgentSettings settings_;
   std::unordered_map<std::string, Agent> agents_;
-  std::set<std::pair<core::TimeMs, std::string>> deadlines_;
+  core::LivenessTracker liveness_;       // by Agent::slot
+  std::vector<std::string> slot_names_;  // slot -> node name
+  std::unordered_map<core::JobId, PendingStart> pending_starts_;
+  std::set<std::pair<core::TimeMs, core::JobId>> start_deadlines_;
   std::unordered_map<core::JobId, Run> runs_;
   std::unordered_map<std::string, std::string> drain_modes_;
   std::unordered_map<int64_t, LogsAsk> logs_asks_;

@@ -166,24 +166,57 @@ std::vector<store::RawEvent> JobEvents(const ServiceState& s, JobId id) {
 
 namespace {
 
+// Events whose restarts and requeues are infrastructure incidents.
+bool InfrastructureEvent(const std::string& kind) {
+  return kind == "gpu_event" || kind == "node_state_requested" || kind == "node_states_requested" ||
+         kind == "node_evacuated" || kind == "job_launch_failed" || kind == "start_unacknowledged";
+}
+
 // The job's failures and moves, from its log: each restart (or requeue) with
 // what caused it and when it was decided, how long the fault went unnoticed
 // where the log says (a node silent for N ms; a GPU fault is reported at
 // once), how long until the job was started again, the checkpoint step it
-// restarted from and the wall time of work lost since that step was stored
-// (or since the run began, without one).
+// resumed from and its restart count (a requeue's, from the start that ended
+// its wait: -1 and null while it waits), and the wall time of work lost: from
+// the newest checkpoint stored before the failure, or from the run's start
+// when that is later (the core's ProgressMark), to the failure. A rank's exit
+// whose verdict waited (attribution_window) is the failure when it turned
+// out an application failure (decided at a later tick: the cause is still
+// rank_exited) and is named in the incident of the node whose loss took it
+// over. A lost node's incident names the node.
 Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
                const std::function<std::string(const store::RawEvent&)>& actor_of) {
   Json out = Json::array();
-  std::map<int64_t, int64_t> stored_at;  // checkpoint step -> when it was stored
+  int64_t newest_step_ms = -1;  // when the newest checkpoint so far was stored
+  int64_t newest_step = -1;
   int64_t run_start = -1;
-  int64_t waiting = -1;  // the incident that requeued the job: restart_ms when it starts
+  std::set<std::string> run_nodes;  // of the current run
+  int64_t waiting = -1;             // the incident that requeued the job: completed when it starts
+  struct Exit {
+    const store::RawEvent* event = nullptr;  // rank_exited, this run's first non-zero one
+    int64_t rank = 0;
+    int64_t status = 0;
+  } held;
+  auto exit_text = [&](const Exit& x) {
+    return "rank " + std::to_string(x.rank) + " exited with status " + std::to_string(x.status);
+  };
+  auto node_text = [](const Json& r) {
+    const std::string why = r.value("reason", "");
+    return "node " + r.value("node", "") + " " + r.value("state", "") +
+           (why.empty() ? "" : ": " + why);
+  };
   for (const store::RawEvent& e : events) {
     Json body = Json::parse(e.body, nullptr, false);
     if (!body.is_object()) continue;
     const Json ev = body.value("event", Json::object());
-    if (e.kind == "checkpoint_completed" && ev.value("id", JobId{0}) == id) {
-      stored_at.emplace(ev.value("step", int64_t{-1}), e.time_ms);
+    if (e.kind == "checkpoint_completed" && ev.value("id", JobId{0}) == id &&
+        ev.value("step", int64_t{-1}) > newest_step) {
+      newest_step = ev.value("step", int64_t{-1});
+      newest_step_ms = e.time_ms;
+    }
+    if (e.kind == "rank_exited" && ev.value("id", JobId{0}) == id &&
+        ev.value("exit_code", 0) != 0 && held.event == nullptr) {
+      held = Exit{&e, ev.value("rank", int64_t{0}), ev.value("exit_code", int64_t{0})};
     }
     for (const Json& c : body.value("commands", Json::array())) {
       if (c.value("id", JobId{0}) != id) continue;
@@ -192,23 +225,76 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
       const bool requeue = type == "job_state_changed" && c.value("state", "") == "queued" &&
                            c.value("reason", "").find("requeued") != std::string::npos;
       if (type == "start_job" && waiting >= 0) {
+        // The start that ends a requeue's wait says where it resumed.
         Json& w = out[static_cast<size_t>(waiting)];
         w["restart_ms"] = e.time_ms - w["time_ms"].get<int64_t>();
+        w["checkpoint_step"] = c.value("checkpoint_step", int64_t{-1});
+        w["restart_count"] = c.value("restart_count", 0);
         waiting = -1;
       }
+      const std::set<std::string> previous_nodes = run_nodes;
+      if (type == "start_job" || restart) {
+        run_nodes.clear();
+        for (const Json& slot : c.value("ranks", Json::array())) {
+          if (slot.is_array() && !slot.empty() && slot[0].is_string()) run_nodes.insert(slot[0]);
+        }
+      }
       if (!restart && !requeue) {
-        if (type == "start_job") run_start = e.time_ms;
+        if (type == "start_job") {
+          run_start = e.time_ms;
+          held = Exit{};
+        }
         continue;
       }
+      std::string cause = e.kind;
+      std::string actor = actor_of(e);
       std::string reason = ev.value("reason", "");
+      int64_t failed_at = e.time_ms;
       if (e.kind == "gpu_event") {
         reason = ev.value("kind", "") + " " + std::to_string(ev.value("code", 0)) + " on " +
                  ev.value("node", "") + " GPU " + std::to_string(ev.value("gpu", 0));
-      } else if (e.kind == "rank_exited") {
-        reason = "rank " + std::to_string(ev.value("rank", 0)) + " exited with status " +
-                 std::to_string(ev.value("exit_code", 0));
+      } else if (e.kind == "node_state_requested") {
+        reason = node_text(ev);
+      } else if (e.kind == "node_states_requested") {
+        reason.clear();
+        for (const Json& r : ev.value("requests", Json::array())) {
+          if (!previous_nodes.count(r.value("node", ""))) continue;
+          reason += (reason.empty() ? "" : "; ") + node_text(r);
+        }
+      } else if (held.event != nullptr && !InfrastructureEvent(e.kind)) {
+        // An application failure, decided at once or when its window ended
+        // (the step of whatever event came then, a tick usually);
+        // or, at once, a node's: the rank exited while a node of its job was
+        // suspect or down (the restart leaves that node, the requeue says so).
+        cause = "rank_exited";
+        actor = actor_of(*held.event);
+        reason = exit_text(held);
+        failed_at = held.event->time_ms;
+        std::string left;
+        if (restart) {
+          std::set<std::string> now_on;
+          for (const Json& slot : c.value("ranks", Json::array())) {
+            if (slot.is_array() && !slot.empty() && slot[0].is_string()) now_on.insert(slot[0]);
+          }
+          for (const std::string& n : previous_nodes) {
+            if (!now_on.count(n)) left += (left.empty() ? "" : ", ") + n;
+          }
+        }
+        if (!left.empty()) {
+          reason += " while node(s) " + left + " were suspect or down";
+        } else if (requeue && c.value("reason", "").find("after rank") == std::string::npos) {
+          reason = c.value("reason", "");
+        }
+        held = Exit{};
       } else if (requeue) {
         reason = c.value("reason", "");
+      }
+      if (held.event != nullptr) {
+        // A rank's exit just before this incident (its peers failed with
+        // the node): part of it, and the work was lost from then.
+        reason += " (" + exit_text(held) + " just before, on " + actor_of(*held.event) + ")";
+        failed_at = held.event->time_ms;
+        held = Exit{};
       }
       Json detection = nullptr;
       if (e.kind == "gpu_event") detection = 0;
@@ -222,18 +308,18 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
         }
       }
       const int64_t step = restart ? c.value("checkpoint_step", int64_t{-1}) : -1;
-      auto it = stored_at.find(step);
-      const int64_t since = it != stored_at.end() ? it->second : run_start;
-      out.push_back({{"time_ms", e.time_ms},
-                     {"cause", e.kind},
-                     {"actor", actor_of(e)},
-                     {"reason", reason},
-                     {"detection_ms", detection},
-                     {"restart_ms", restart ? Json(0) : Json(nullptr)},
-                     {"requeued", requeue},
-                     {"checkpoint_step", step},
-                     {"restart_count", restart ? Json(c.value("restart_count", 0)) : Json(nullptr)},
-                     {"lost_work_s", since >= 0 ? (e.time_ms - since) / 1000.0 : 0.0}});
+      const int64_t since = std::max(run_start, newest_step_ms);
+      out.push_back(
+          {{"time_ms", e.time_ms},
+           {"cause", cause},
+           {"actor", actor},
+           {"reason", reason},
+           {"detection_ms", detection},
+           {"restart_ms", restart ? Json(0) : Json(nullptr)},
+           {"requeued", requeue},
+           {"checkpoint_step", step},
+           {"restart_count", restart ? Json(c.value("restart_count", 0)) : Json(nullptr)},
+           {"lost_work_s", since >= 0 ? std::max<int64_t>(0, failed_at - since) / 1000.0 : 0.0}});
       if (requeue) waiting = static_cast<int64_t>(out.size()) - 1;
       if (restart) run_start = e.time_ms;
     }

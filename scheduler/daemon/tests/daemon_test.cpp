@@ -77,6 +77,9 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
       {"agent_restart_grace_ms = -1\n",
        "agent_restart_grace_ms: -1 is out of range; use 0..3600000"},
       {"agent_restart_grace_ms = 3600001\n", "use 0..3600000"},
+      {"start_ack_timeout_s = 9\n", "start_ack_timeout_s: 9 is out of range; use 10..86400"},
+      {"start_ack_timeout_s = 86401\n", "use 10..86400"},
+      {"start_ack_timeout_s = 10m\n", "start_ack_timeout_s"},
   };
   for (const Case& k : cases) {
     const std::string text = k.text;
@@ -95,6 +98,13 @@ TEST_CASE("config: agent_restart_grace_ms defaults to 30 s, 0 turns the restart 
   CHECK(c.agent_restart_grace_ms == 30000);
   REQUIRE(ApplyConfigText("agent_restart_grace_ms = 0\n", "x.conf", c).ok());
   CHECK(c.agent_restart_grace_ms == 0);
+}
+
+TEST_CASE("config: start_ack_timeout_s defaults to 600 s") {
+  DaemonConfig c;
+  CHECK(c.start_ack_timeout_s == 600);
+  REQUIRE(ApplyConfigText("start_ack_timeout_s = 10\n", "x.conf", c).ok());
+  CHECK(c.start_ack_timeout_s == 10);
 }
 
 TEST_CASE("config: snapshot and compaction settings, with their defaults") {
@@ -147,16 +157,20 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
   CHECK(defaults.value().preempt_protect_after == 3);
   CHECK(defaults.value().placement_wait == 1800 * topo::core::kSecond);
   CHECK(defaults.value().fairshare_max_wait == 0);
-  REQUIRE(
-      ApplyConfigText(
-          "preempt_restart_cost_s = 0\npreempt_protect_after = 7\nfairshare_max_wait_s = 86400\n",
-          "x.conf", c)
-          .ok());
+  CHECK(defaults.value().attribution_window == 5 * topo::core::kSecond);
+  CHECK(defaults.value().backfill_depth == 500);
+  REQUIRE(ApplyConfigText("preempt_restart_cost_s = 0\npreempt_protect_after = 7\n"
+                          "fairshare_max_wait_s = 86400\nattribution_window_ms = 0\n"
+                          "backfill_depth = 2000\n",
+                          "x.conf", c)
+              .ok());
   sc = c.SchedulerConfig();
   REQUIRE(sc.ok());
   CHECK(sc.value().preempt_restart_cost == 0);
   CHECK(sc.value().preempt_protect_after == 7);
   CHECK(sc.value().fairshare_max_wait == 86400 * topo::core::kSecond);
+  CHECK(sc.value().attribution_window == 0);
+  CHECK(sc.value().backfill_depth == 2000);
 
   struct Case {
     const char* text;
@@ -174,6 +188,13 @@ TEST_CASE("config: the failure policy's keys reach the core, and bad values name
        "fairshare_max_wait_s: 2592001 is out of range; use 0..2592000"},
       {"fairshare_max_wait_s = -1\n", "fairshare_max_wait_s: -1 is out of range"},
       {"fairshare_max_wait_s = 1d\n", "fairshare_max_wait_s"},
+      {"attribution_window_ms = 600001\n",
+       "attribution_window_ms: 600001 is out of range; use 0..600000"},
+      {"attribution_window_ms = -1\n", "attribution_window_ms: -1 is out of range"},
+      {"attribution_window_ms = 5s\n", "attribution_window_ms"},
+      {"backfill_depth = 0\n", "backfill_depth: 0 is out of range; use 1..100000"},
+      {"backfill_depth = 100001\n", "backfill_depth: 100001 is out of range"},
+      {"backfill_depth = all\n", "backfill_depth"},
       {"restart_backoff_initial_s = 1200\n",
        "x.conf: restart_backoff_max_s (600) must be at least restart_backoff_initial_s (1200)"},
   };
@@ -196,9 +217,13 @@ TEST_CASE("config: the failure policy is stored with the policy, old stores keep
   a.preempt_restart_cost_s = 0;
   a.preempt_protect_after = 1;
   a.fairshare_max_wait_s = 3600;
+  a.attribution_window_ms = 2500;
+  a.backfill_depth = 77;
   DaemonConfig b;
   REQUIRE(ApplyPolicyJson(PolicyJson(a), b).ok());
+  CHECK(b.backfill_depth == 77);
   CHECK(b.fairshare_max_wait_s == 3600);
+  CHECK(b.attribution_window_ms == 2500);
   CHECK(b.preempt_restart_cost_s == 0);
   CHECK(b.preempt_protect_after == 1);
   CHECK(b.max_app_failures == 4);
@@ -218,13 +243,15 @@ TEST_CASE("config: the failure policy is stored with the policy, old stores keep
   // Keys newer than the log replay as the core decided before them.
   nlohmann::json older = nlohmann::json::parse(PolicyJson(DaemonConfig{}));
   for (const char* key : {"preempt_restart_cost_s", "preempt_protect_after", "placement_wait_s",
-                          "fairshare_max_wait_s"})
+                          "fairshare_max_wait_s", "attribution_window_ms", "backfill_depth"})
     older.erase(key);
   DaemonConfig d;
   REQUIRE(ApplyPolicyJson(older.dump(), d).ok());
   CHECK(d.preempt_restart_cost_s == 0);
   CHECK(d.preempt_protect_after == 0);
   CHECK(d.placement_wait_s == 0);
+  CHECK(d.attribution_window_ms == 0);
+  CHECK(d.backfill_depth == 64);  // the depth before it was a key
   CHECK(d.fairshare_max_wait_s == 0);
 
   nlohmann::json bad = nlohmann::json::parse(PolicyJson(a));

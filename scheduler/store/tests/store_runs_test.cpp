@@ -80,11 +80,55 @@ const UsageRow* Find(const std::vector<UsageRow>& rows, const std::string& key) 
 
 }  // namespace
 
-TEST_CASE("runs: a restart, a requeue and a cancel each end a run, GPU-ms by hand") {
+TEST_CASE("runs: a rank's exit decided when its attribution window ends keeps its status") {
+  // Two 8-GPU jobs on two nodes each. Job 1's rank exits 7 and the window
+  // ends with its nodes up: an application failure decided at a tick, its
+  // run's exit status the rank's. Job 2's rank exits 9 and a node of the job
+  // is lost within the window: that node's incident, no exit status.
   TempDir dir;
   const core::Topology topo = MakeTestTopology();
   Store store = OpenOk(dir.File("state.db"));
   core::SchedulerCore core(topo, testing::MakeTestConfig(false));
+  REQUIRE(core.config().attribution_window == 5000);
+  core::TimeMs now = 0;
+  auto step = [&](core::Event e) {
+    std::vector<core::Command> commands = core.Step(e, now);
+    LogEntry entry{now, "test", std::move(e), std::move(commands)};
+    core::Result<AppendResult> r = store.Append(topo, std::span(&entry, 1));
+    REQUIRE_MESSAGE(r.ok(), r.message());
+  };
+  step(core::JobSubmitted{1, Request(8, "org/a", "ada")});
+  step(core::JobSubmitted{2, Request(8, "org/a", "ada")});
+  REQUIRE(core.job(2)->state == core::JobState::kRunning);
+  now = 10000;
+  step(core::RankExited{1, 5, 7});
+  step(core::RankExited{2, 5, 9});
+  now = 11000;
+  step(core::NodeStateRequested{core.job(2)->ranks[0].node, core::NodeState::kDown, "lost"});
+  now = 15000;
+  step(core::Tick{});
+  REQUIRE(core.job(1)->state == core::JobState::kQueued);
+  std::vector<JobRunRow> runs = store.ListJobRuns(std::vector<JobId>{1, 2}).value();
+  REQUIRE(runs.size() >= 2);
+  CHECK(runs[0].job == 1);
+  CHECK(runs[0].end_ms == 15000);
+  CHECK(runs[0].exit_code == 7);
+  CHECK(runs[0].end_reason.find("rank 5 exited with status 7") != std::string::npos);
+  const JobRunRow& two = runs[0].job == 2 ? runs[0] : runs[1];
+  CHECK(two.job == 2);
+  CHECK(two.end_ms == 11000);
+  CHECK_FALSE(two.exit_code.has_value());
+}
+
+TEST_CASE("runs: a restart, a requeue and a cancel each end a run, GPU-ms by hand") {
+  TempDir dir;
+  const core::Topology topo = MakeTestTopology();
+  Store store = OpenOk(dir.File("state.db"));
+  core::SchedulerConfig config = testing::MakeTestConfig(false);
+  // The rank's exit below is an application failure at once (the GPU-ms
+  // are counted by hand from it), not held for its attribution window.
+  config.attribution_window = 0;
+  core::SchedulerCore core(topo, config);
   core::TimeMs now = 0;
   auto step = [&](core::Event e) {
     std::vector<core::Command> commands = core.Step(e, now);

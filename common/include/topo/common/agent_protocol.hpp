@@ -39,8 +39,9 @@
 namespace topo::proto {
 
 // Bumped when a message changes incompatibly; `register` carries it and the
-// daemon refuses another version with a message naming both.
-inline constexpr int kProtocolVersion = 3;
+// daemon refuses another version with a message naming both. 4: the daemon
+// requeues a run whose `start` no `started` acknowledges.
+inline constexpr int kProtocolVersion = 4;
 
 // Limits shared by both ends (and by the daemon's submission checks, so a job
 // accepted by the API always fits in a `start`).
@@ -163,8 +164,19 @@ struct LaunchFailed {
   bool permanent = false;
   bool operator==(const LaunchFailed&) const = default;
 };
+// The ranks of a `start` are launched on this node (sent once per start,
+// after the launch; a start that waits first, for ranks of the earlier run
+// to exit or for a checkpoint copy, is acknowledged when it has launched).
+// The scheduler requeues a run that some node of it does not acknowledge
+// within its start_ack_timeout_s; one of an earlier run is ignored.
+struct Started {
+  static constexpr std::string_view kType = "started";
+  int64_t job = 0;
+  int restart_count = 0;
+  bool operator==(const Started&) const = default;
+};
 using AgentMessage = std::variant<Register, Heartbeat, GpuEventReport, RankExited, CheckpointReport,
-                                  Drained, LogsReply, LaunchFailed, Leaving>;
+                                  Drained, LogsReply, LaunchFailed, Leaving, Started>;
 
 // ------------------------------------------------------------ scheduler -> agent
 

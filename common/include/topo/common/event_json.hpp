@@ -24,6 +24,7 @@
 //             job_launch_failed {id, node, reason, permanent}
 //             node_states_requested {requests: [{node, state, reason}, ...]}
 //               (one batch, applied in order; at least one request)
+//             start_unacknowledged {id, nodes: [node, ...], waited_ms}
 //   commands: start_job {id, ranks, spares}
 //             restart_job {id, ranks, spares, checkpoint_step, restart_count}
 //             stop_job {id, reason}              request_checkpoint {id, reason}

@@ -39,7 +39,9 @@
 //     there is capacity again. Application failures (a rank exits non-zero)
 //     count toward max_app_failures, reset by a new checkpoint; the job
 //     waits out an exponential backoff in the queue, holding nothing, before
-//     each restart, and fails with the last exit status at the limit.
+//     each restart, and fails with the last exit status at the limit. A rank
+//     that exits while a node of its job is suspect or lost, or just before
+//     (attribution_window), is part of that node's incident: infrastructure.
 //
 // Thread safety: none; one owner (the daemon's strand, the simulator) calls
 // Step. Time never comes from a clock: `now` is an argument, non-decreasing.
@@ -75,7 +77,14 @@ struct SchedulerConfig {
   // A name of QueueOrderNames() (queue_order.hpp): "multifactor" or "fifo".
   std::string queue_order = "multifactor";
   bool backfill = true;
-  int backfill_depth = 64;  // queued jobs looked at per pass after the head
+  // Backfill looks at this many queued jobs behind the blocked head per pass
+  // (Slurm's bf_max_job_test, 500 there too); jobs further back wait for a
+  // later pass. A pass costs the order of every waiting job plus a placement
+  // try per job looked at: with 10,000 jobs pending on 24,576 GPUs a step
+  // took 26 ms at 500 against 24 ms at 64 and 40 ms with no bound, and
+  // started 4 times as many jobs as at 64 (docs/benchmarks.md, "Backfill
+  // depth"). 64 before it was a policy key.
+  int backfill_depth = 500;
   bool preemption = true;
   TimeMs preempt_grace = 2 * kMinute;
   // What one preemption costs a victim besides lost work, per GPU: stopping,
@@ -134,6 +143,19 @@ struct SchedulerConfig {
   // (the first restarts at once, off the node that could not start it).
   TimeMs restart_backoff_initial = 10 * kSecond;
   TimeMs restart_backoff_max = 10 * kMinute;
+  // A rank's non-zero exit while every node of its job is up waits this long
+  // for its verdict: a node of the job that turns suspect or goes down
+  // meanwhile takes the exit over, as part of that node's incident (an
+  // infrastructure failure); otherwise it is an application failure then. A
+  // rank that exits while a node of its job is already suspect or down is
+  // that node's at once; one of a job on its own node alone (whose agent
+  // reported it) is an application failure at once. Real ranks exit first
+  // when a peer vanishes (their collective fails within a second) and the
+  // loss is seen only when the lost node's connection closes or its
+  // heartbeats are missed: about the daemon's liveness window (3 s:
+  // missed_heartbeats_down x heartbeat_interval_ms), with a margin. 0: every
+  // exit of a job whose nodes are up is an application failure at once.
+  TimeMs attribution_window = 5 * kSecond;
 
   // Named stacks of ../shared/BENCHMARKS.md: "toposched", "slurm-tree",
   // "fifo-firstfit". nullopt for an unknown name.
@@ -146,6 +168,7 @@ struct SchedulerConfig {
 // restart, not which placer or queue order the core was built with.
 struct SchedulingPolicy {
   bool backfill = true;
+  int backfill_depth = 1;
   bool preemption = true;
   TimeMs preempt_grace = 0;
   TimeMs preempt_restart_cost = 0;
@@ -157,6 +180,7 @@ struct SchedulingPolicy {
   int max_app_failures = 1;
   TimeMs restart_backoff_initial = 0;
   TimeMs restart_backoff_max = 0;
+  TimeMs attribution_window = 0;
 
   static SchedulingPolicy Of(const SchedulerConfig& c);
   void ApplyTo(SchedulerConfig& c) const;
@@ -286,7 +310,9 @@ struct JobFinished {
   int exit_code = 0;
 };
 // One rank exited on its own while the job runs: an application failure
-// (it counts toward max_app_failures; the restart backs off).
+// (it counts toward max_app_failures; the restart backs off), unless a node
+// of the job is suspect or lost, now or within attribution_window: then it
+// is part of that node's incident.
 struct RankExited {
   JobId id;
   int rank;
@@ -358,10 +384,22 @@ struct JobLaunchFailed {
   bool permanent = false;
 };
 
-using Event =
-    std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
-                 CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent, TenantConfigured,
-                 Tick, NodeEvacuated, JobLaunchFailed, NodeStatesRequested, PolicyChanged>;
+// The daemon: the agents of `nodes` did not acknowledge the job's current
+// start (or restart) within `waited` (its start_ack_timeout_s): nobody may
+// run those ranks, so the job must not show running. An infrastructure
+// failure, as a transient launch failure is: the job is requeued (from the
+// second in a row with a backoff), never failed, never counted toward
+// max_app_failures. Ignored unless the job is running.
+struct StartUnacknowledged {
+  JobId id;
+  std::vector<NodeId> nodes;
+  TimeMs waited = 0;
+};
+
+using Event = std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
+                           CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent,
+                           TenantConfigured, Tick, NodeEvacuated, JobLaunchFailed,
+                           NodeStatesRequested, PolicyChanged, StartUnacknowledged>;
 
 // ---------------------------------------------------------------- commands
 
@@ -500,8 +538,12 @@ class SchedulerCore {
   // (a store whose early events were compacted away has only its snapshots).
   // 4: the allocations' stamps and the reservation plan a pass keeps.
   // 5: the policy's fairshare_max_wait (0 when restoring an older one) and
-  // when jobs became eligible again. 6: a job spec's pids_max.
-  static constexpr uint32_t kSnapshotVersion = 6;
+  // when jobs became eligible again. 6: a job spec's pids_max. 7: the
+  // policy's attribution_window (0 when restoring an older one) and the rank
+  // exits waiting for their verdict; backfill_depth is part of the live
+  // policy (a version 6 or older snapshot keeps the depth it was written
+  // with, 64).
+  static constexpr uint32_t kSnapshotVersion = 7;
 
  private:
   friend struct SnapshotAccess;
