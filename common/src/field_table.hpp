@@ -1,0 +1,545 @@
+#pragma once
+// The field-table engine of common/'s wire messages: one strict reader, one
+// writer and one JSON Schema generator, all driven by the same table of each
+// struct. Not installed; only common/src includes this (agent_protocol.cpp,
+// user_api*.cpp).
+//
+// A struct T is described by a specialization of Table<T> (in this
+// namespace, in the one .cpp that owns T):
+//
+//   template <>
+//   struct Table<proto::Stop> {
+//     static constexpr auto Fields() {
+//       return std::tuple{F("job", &proto::Stop::job, Int{1, proto::kMaxJobId}),
+//                         F("reason", &proto::Stop::reason, Str{1024, Chars::kLine})};
+//     }
+//     // Optional: the rules that span fields, run after every field read.
+//     static core::Status Check(const proto::Stop& m, const std::string& path, Failure& f);
+//   };
+//
+// Each field is its JSON name, its member and its limit: Int range, Str
+// bytes and character class, Enum, List of a limit, Obj for a nested table,
+// EnvMap of environment variables. An std::optional member is an optional
+// field (absent when empty). Adding a field is one line in a table; the
+// reader, the writer and the schema follow.
+//
+// Errors are values: every reader returns a Status whose message starts
+// with the field's path ("start.ranks[2].gpu: ...") and fills Failure with
+// that path alone, for the caller's `field`.
+//
+// Thread safety: pure functions.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "json_util.hpp"
+#include "topo/common/agent_protocol.hpp"
+#include "topo/common/job_process.hpp"
+#include "topo/core/status.hpp"
+
+namespace topo::common::fields {
+
+using Json = nlohmann::json;
+using OJson = nlohmann::ordered_json;
+using core::Result;
+using core::Status;
+using internal::Child;
+using internal::Index;
+using internal::Shown;
+using internal::TypeName;
+
+// ---------------------------------------------------------------- limits
+
+struct Int {
+  int64_t lo, hi;
+};
+struct Bool {};
+// Character classes of strings.
+enum class Chars : uint8_t {
+  kText,      // anything but NUL (log data, command arguments, messages)
+  kLine,      // no control characters (reasons, versions, models)
+  kName,      // printable ASCII without spaces (node names, addresses, uuids)
+  kPath,      // empty, or an absolute path without NUL
+  kUnixUser,  // proto::ValidUnixUser
+  kEnvName,   // proto::ValidEnvName
+};
+struct Str {
+  size_t max_bytes;
+  Chars chars;
+  bool allow_empty = true;
+};
+template <class E>
+struct Enum {};
+struct Obj {};
+template <class L>
+struct List {
+  size_t max_items;
+  L element;
+};
+struct EnvMap {};
+
+template <class S, class M, class L>
+struct Field {
+  std::string_view name;
+  M S::*member;
+  L limit;
+};
+template <class S, class M, class L>
+constexpr Field<S, M, L> F(std::string_view name, M S::*member, L limit) {
+  return {name, member, limit};
+}
+
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+
+// The fields of T (specialized by the .cpp that owns T).
+template <class T>
+struct Table;
+
+// The names of an enum's values: kValues (every value, in the order the
+// error lists them) and Name(value). Specialized beside the tables.
+template <class E>
+struct EnumTable;
+
+// Shared by the agent protocol's `start` and the user API's submission.
+template <>
+struct EnumTable<core::LaunchMode> {
+  static constexpr std::array kValues = {core::LaunchMode::kRank, core::LaunchMode::kNode};
+  static std::string_view Name(core::LaunchMode m) { return LaunchModeName(m); }
+};
+
+// ---------------------------------------------------------------- reading
+
+struct Failure {
+  std::string field;
+  std::string message;
+};
+
+inline Status Fail(Failure& f, const std::string& path, const std::string& problem) {
+  f.field = path;
+  f.message = path + ": " + problem;
+  return Status::Error(f.message);
+}
+
+inline bool CharsOk(std::string_view s, Chars chars) {
+  switch (chars) {
+    case Chars::kText:
+      return s.find('\0') == std::string_view::npos;
+    case Chars::kLine:
+      return std::none_of(s.begin(), s.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u < 0x20 || u == 0x7f;
+      });
+    case Chars::kName:
+      return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+    case Chars::kPath:
+      return s.empty() || (s[0] == '/' && s.find('\0') == std::string_view::npos);
+    case Chars::kUnixUser:
+      return proto::ValidUnixUser(s);
+    case Chars::kEnvName:
+      return proto::ValidEnvName(s);
+  }
+  return false;
+}
+
+inline std::string_view CharsRule(Chars chars) {
+  switch (chars) {
+    case Chars::kText:
+      return "must not contain NUL";
+    case Chars::kLine:
+      return "must not contain control characters";
+    case Chars::kName:
+      return "must be printable ASCII without spaces";
+    case Chars::kPath:
+      return "must be an absolute path";
+    case Chars::kUnixUser:
+      return "must be a Unix account name ([A-Za-z0-9._-], not starting with '-' or '.')";
+    case Chars::kEnvName:
+      return "must be a variable name ([A-Za-z_][A-Za-z0-9_]*)";
+  }
+  return "";
+}
+
+template <class M>
+Status ReadValue(const Json& v, const std::string& path, Int limit, M& out, Failure& f) {
+  const std::string want =
+      "must be an integer " + std::to_string(limit.lo) + ".." + std::to_string(limit.hi);
+  if (!v.is_number_integer()) return Fail(f, path, want + " (got " + Shown(v) + ")");
+  int64_t i = 0;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(limit.hi)) return Fail(f, path, want + " (got " + Shown(v) + ")");
+    i = static_cast<int64_t>(u);
+  } else {
+    i = v.get<int64_t>();
+  }
+  if (i < limit.lo || i > limit.hi) return Fail(f, path, want + " (got " + Shown(v) + ")");
+  out = static_cast<M>(i);
+  return Status::Ok();
+}
+
+inline Status ReadValue(const Json& v, const std::string& path, Bool, bool& out, Failure& f) {
+  if (!v.is_boolean()) {
+    return Fail(f, path, "must be true or false (got " + std::string(TypeName(v)) + ")");
+  }
+  out = v.get<bool>();
+  return Status::Ok();
+}
+
+inline Status ReadValue(const Json& v, const std::string& path, Str limit, std::string& out,
+                        Failure& f) {
+  if (!v.is_string()) {
+    return Fail(f, path, "must be a string (got " + std::string(TypeName(v)) + ")");
+  }
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.empty() && !limit.allow_empty) return Fail(f, path, "must not be empty");
+  if (s.size() > limit.max_bytes) {
+    return Fail(
+        f, path,
+        "is " + std::to_string(s.size()) + " bytes; at most " + std::to_string(limit.max_bytes));
+  }
+  if (!CharsOk(s, limit.chars)) return Fail(f, path, std::string(CharsRule(limit.chars)));
+  out = s;
+  return Status::Ok();
+}
+
+template <class E>
+Status ReadValue(const Json& v, const std::string& path, Enum<E>, E& out, Failure& f) {
+  std::string names;
+  for (E e : EnumTable<E>::kValues) {
+    names += (names.empty() ? "" : ", ") + std::string(EnumTable<E>::Name(e));
+    if (v.is_string() && v.get_ref<const std::string&>() == EnumTable<E>::Name(e)) {
+      out = e;
+      return Status::Ok();
+    }
+  }
+  return Fail(f, path, "must be one of " + names + " (got " + Shown(v) + ")");
+}
+
+template <class T>
+Status ReadObject(const Json& v, const std::string& path, T& out, Failure& f, bool typed);
+
+template <class T>
+Status ReadValue(const Json& v, const std::string& path, Obj, T& out, Failure& f) {
+  return ReadObject(v, path, out, f, false);
+}
+
+template <class L, class T>
+Status ReadValue(const Json& v, const std::string& path, List<L> limit, std::vector<T>& out,
+                 Failure& f) {
+  if (!v.is_array()) {
+    return Fail(f, path, "must be an array (got " + std::string(TypeName(v)) + ")");
+  }
+  if (v.size() > limit.max_items) {
+    return Fail(
+        f, path,
+        "has " + std::to_string(v.size()) + " items; at most " + std::to_string(limit.max_items));
+  }
+  out.clear();
+  out.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    T item{};
+    if (Status st = ReadValue(v[i], Index(path, i), limit.element, item, f); !st.ok()) return st;
+    out.push_back(std::move(item));
+  }
+  return Status::Ok();
+}
+
+inline Status ReadValue(const Json& v, const std::string& path, EnvMap,
+                        std::map<std::string, std::string>& out, Failure& f) {
+  if (!v.is_object()) {
+    return Fail(f, path, "must be an object of strings (got " + std::string(TypeName(v)) + ")");
+  }
+  if (v.size() > proto::kMaxEnvVars) {
+    return Fail(f, path,
+                "has " + std::to_string(v.size()) + " variables; at most " +
+                    std::to_string(proto::kMaxEnvVars));
+  }
+  size_t total = 0;
+  out.clear();
+  for (const auto& [key, value] : v.items()) {
+    const std::string where = Child(path, key.size() <= 64 ? key : key.substr(0, 64) + "...");
+    if (!proto::ValidEnvName(key)) return Fail(f, where, std::string(CharsRule(Chars::kEnvName)));
+    std::string s;
+    if (Status st = ReadValue(value, where, Str{proto::kMaxArgBytes, Chars::kText}, s, f);
+        !st.ok()) {
+      return st;
+    }
+    total += key.size() + 1 + s.size() + 1;
+    out.emplace(key, std::move(s));
+  }
+  if (total > proto::kMaxEnvBytes) {
+    return Fail(f, path,
+                "is " + std::to_string(total) + " bytes as K=V strings; at most " +
+                    std::to_string(proto::kMaxEnvBytes));
+  }
+  return Status::Ok();
+}
+
+// Table<T>::Check when the table has one: the rules that span fields.
+template <class T>
+Status CheckFields(const T& v, const std::string& path, Failure& f) {
+  if constexpr (requires { Table<T>::Check(v, path, f); }) {
+    return Table<T>::Check(v, path, f);
+  } else {
+    return Status::Ok();
+  }
+}
+
+template <class S, class M, class L>
+Status ReadField(const Json& object, const std::string& path, const Field<S, M, L>& field, S& out,
+                 Failure& f) {
+  auto it = object.find(std::string(field.name));
+  M& member = out.*field.member;
+  if constexpr (IsOptional<M>::value) {
+    if (it == object.end()) {
+      member.reset();
+      return Status::Ok();
+    }
+    typename M::value_type value{};
+    Status st = ReadValue(*it, Child(path, field.name), field.limit, value, f);
+    if (st.ok()) member = std::move(value);
+    return st;
+  } else {
+    if (it == object.end()) return Fail(f, Child(path, field.name), "missing");
+    return ReadValue(*it, Child(path, field.name), field.limit, member, f);
+  }
+}
+
+// Reads an object of T's fields at `path`; `typed`: a "type" key (the
+// message's) is allowed beside them.
+template <class T>
+Status ReadObject(const Json& v, const std::string& path, T& out, Failure& f, bool typed) {
+  if (!v.is_object()) {
+    return Fail(f, path, "must be an object (got " + std::string(TypeName(v)) + ")");
+  }
+  constexpr auto fields = Table<T>::Fields();
+  for (const auto& item : v.items()) {
+    // A plain reference, not a structured binding: clang 14 cannot capture
+    // those in the lambda below.
+    const std::string& key = item.key();
+    if (typed && key == "type") continue;
+    bool known = false;
+    std::string names;
+    std::apply(
+        [&](const auto&... fd) {
+          ((known = known || fd.name == key,
+            names += (names.empty() ? "" : ", ") + std::string(fd.name)),
+           ...);
+        },
+        fields);
+    if (!known) {
+      return Fail(f, Child(path, key.size() <= 64 ? key : key.substr(0, 64) + "..."),
+                  "unknown field" + (names.empty() ? std::string(" (this message has none)")
+                                                   : "; allowed: " + names));
+    }
+  }
+  Status status = Status::Ok();
+  std::apply(
+      [&](const auto&... fd) {
+        ((status = status.ok() ? ReadField(v, path, fd, out, f) : status), ...);
+      },
+      fields);
+  if (!status.ok()) return status;
+  return CheckFields(out, path, f);
+}
+
+// Deepest nesting of brackets outside strings, counted before the parser
+// builds anything; false when text nests deeper than max_depth.
+inline bool WithinDepth(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > max_depth) return false;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// ParseStrictJson's error as the path and problem of a Failure: a duplicate
+// key names its field ("x.y: duplicate field \"k\"" -> "x.y.k").
+inline Status FailParse(Failure& f, const std::string& message) {
+  const size_t dup = message.find(": duplicate field \"");
+  if (dup != std::string::npos) {
+    std::string path = message.substr(0, dup);
+    const std::string key = message.substr(dup + 19, message.size() - dup - 20);
+    if (path == "top level") path.clear();
+    return Fail(f, Child(path, key), "appears twice in one object");
+  }
+  return Fail(f, "", message);
+}
+
+// ---------------------------------------------------------------- writing
+
+template <class M>
+OJson WriteValue(Int, const M& v) {
+  return static_cast<int64_t>(v);
+}
+inline OJson WriteValue(Bool, bool v) { return v; }
+inline OJson WriteValue(Str, const std::string& v) { return v; }
+template <class E>
+OJson WriteValue(Enum<E>, E v) {
+  return std::string(EnumTable<E>::Name(v));
+}
+template <class T>
+OJson WriteObject(const T& v);
+template <class T>
+OJson WriteValue(Obj, const T& v) {
+  return WriteObject(v);
+}
+template <class L, class T>
+OJson WriteValue(List<L> limit, const std::vector<T>& v) {
+  OJson out = OJson::array();
+  for (const T& item : v) out.push_back(WriteValue(limit.element, item));
+  return out;
+}
+inline OJson WriteValue(EnvMap, const std::map<std::string, std::string>& v) {
+  OJson out = OJson::object();
+  for (const auto& [k, value] : v) out[k] = value;
+  return out;
+}
+
+template <class T>
+void WriteFields(const T& v, OJson& out) {
+  std::apply(
+      [&](const auto&... fd) {
+        (
+            [&] {
+              const auto& member = v.*fd.member;
+              if constexpr (IsOptional<std::decay_t<decltype(member)>>::value) {
+                if (member) out[std::string(fd.name)] = WriteValue(fd.limit, *member);
+              } else {
+                out[std::string(fd.name)] = WriteValue(fd.limit, member);
+              }
+            }(),
+            ...);
+      },
+      Table<T>::Fields());
+}
+
+template <class T>
+OJson WriteObject(const T& v) {
+  OJson out = OJson::object();
+  WriteFields(v, out);
+  return out;
+}
+
+// ---------------------------------------------------------------- schema
+
+inline OJson SchemaOf(Int limit) {
+  return {{"type", "integer"}, {"minimum", limit.lo}, {"maximum", limit.hi}};
+}
+inline OJson SchemaOf(Bool) { return {{"type", "boolean"}}; }
+inline OJson SchemaOf(Str limit) {
+  OJson s = {{"type", "string"}, {"maxLength", limit.max_bytes}, {"x-maxBytes", limit.max_bytes}};
+  if (!limit.allow_empty) s["minLength"] = 1;
+  switch (limit.chars) {
+    case Chars::kText:
+      break;
+    case Chars::kLine:
+      s["pattern"] = "^[^\\u0000-\\u001f\\u007f]*$";
+      break;
+    case Chars::kName:
+      s["pattern"] = "^[!-~]*$";
+      break;
+    case Chars::kPath:
+      s["pattern"] = "^(/.*)?$";
+      break;
+    case Chars::kUnixUser:
+      s["pattern"] = "^[A-Za-z0-9_][A-Za-z0-9._-]*$";
+      break;
+    case Chars::kEnvName:
+      s["pattern"] = "^[A-Za-z_][A-Za-z0-9_]*$";
+      break;
+  }
+  return s;
+}
+template <class E>
+OJson SchemaOf(Enum<E>) {
+  OJson values = OJson::array();
+  for (E e : EnumTable<E>::kValues) values.push_back(std::string(EnumTable<E>::Name(e)));
+  return {{"type", "string"}, {"enum", values}};
+}
+template <class T, bool kTyped>
+OJson ObjectSchema();
+template <class T>
+OJson SchemaFor(Obj) {
+  return ObjectSchema<T, false>();
+}
+template <class T, class L>
+OJson SchemaFor(L limit) {
+  return SchemaOf(limit);
+}
+template <class T, class L>
+OJson SchemaFor(List<L> limit) {
+  return {{"type", "array"},
+          {"maxItems", limit.max_items},
+          {"items", SchemaFor<typename T::value_type>(limit.element)}};
+}
+template <class T>
+OJson SchemaFor(EnvMap) {
+  return {{"type", "object"},
+          {"maxProperties", proto::kMaxEnvVars},
+          {"propertyNames", SchemaOf(Str{256, Chars::kEnvName, false})},
+          {"additionalProperties", SchemaOf(Str{proto::kMaxArgBytes, Chars::kText})},
+          {"x-maxBytes", proto::kMaxEnvBytes}};
+}
+
+// The schema of T's object; kTyped: with the message's "type" first, a
+// constant T::kType.
+template <class T, bool kTyped>
+OJson ObjectSchema() {
+  OJson properties = OJson::object();
+  OJson required = OJson::array();
+  if constexpr (kTyped) {
+    properties["type"] = {{"const", std::string(T::kType)}};
+    required.push_back("type");
+  }
+  std::apply(
+      [&](const auto&... fd) {
+        (
+            [&] {
+              using M = std::decay_t<decltype(std::declval<T>().*fd.member)>;
+              if constexpr (IsOptional<M>::value) {
+                properties[std::string(fd.name)] = SchemaFor<typename M::value_type>(fd.limit);
+              } else {
+                properties[std::string(fd.name)] = SchemaFor<M>(fd.limit);
+                required.push_back(std::string(fd.name));
+              }
+            }(),
+            ...);
+      },
+      Table<T>::Fields());
+  return {{"type", "object"},
+          {"properties", properties},
+          {"required", required},
+          {"additionalProperties", false}};
+}
+
+}  // namespace topo::common::fields
