@@ -17,11 +17,15 @@
 //     static core::Status Check(const proto::Stop& m, const std::string& path, Failure& f);
 //   };
 //
-// Each field is its JSON name, its member and its limit: Int range, Str
-// bytes and character class, Enum, List of a limit, Obj for a nested table,
-// EnvMap of environment variables. An std::optional member is an optional
-// field (absent when empty). Adding a field is one line in a table; the
-// reader, the writer and the schema follow.
+// Each field is its JSON name, its member and its limit: Int range, Num (a
+// double) range, Bool, Str bytes and character class, Enum, List of a limit,
+// Obj for a nested table, Map of string keys, EnvMap of environment
+// variables, Custom for a type with a reader and writer of its own (the job
+// spec), Nullable for a value that may be null, Flat for a struct whose
+// fields sit in the parent object. An std::optional member is an optional
+// field (absent when empty); an optional Nullable one is written as null.
+// Adding a field is one line in a table; the reader, the writer and the
+// schema follow.
 //
 // Errors are values: every reader returns a Status whose message starts
 // with the field's path ("start.ranks[2].gpu: ...") and fills Failure with
@@ -31,6 +35,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -45,7 +50,9 @@
 
 #include "json_util.hpp"
 #include "topo/common/agent_protocol.hpp"
+#include "topo/common/event_json.hpp"
 #include "topo/common/job_process.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::common::fields {
@@ -67,12 +74,14 @@ struct Int {
 struct Bool {};
 // Character classes of strings.
 enum class Chars : uint8_t {
-  kText,      // anything but NUL (log data, command arguments, messages)
-  kLine,      // no control characters (reasons, versions, models)
-  kName,      // printable ASCII without spaces (node names, addresses, uuids)
-  kPath,      // empty, or an absolute path without NUL
-  kUnixUser,  // proto::ValidUnixUser
-  kEnvName,   // proto::ValidEnvName
+  kText,       // anything but NUL (log data, command arguments, messages)
+  kLine,       // no control characters (reasons, versions, models)
+  kName,       // printable ASCII without spaces (node names, addresses, uuids)
+  kPath,       // empty, or an absolute path without NUL
+  kUnixUser,   // proto::ValidUnixUser
+  kEnvName,    // proto::ValidEnvName
+  kTenant,     // api::ValidTenantName
+  kRequestId,  // common::CheckClientRequestId
 };
 struct Str {
   size_t max_bytes;
@@ -88,22 +97,56 @@ struct List {
   L element;
 };
 struct EnvMap {};
+// A double in [lo, hi] (an integer reads as one).
+struct Num {
+  double lo, hi;
+};
+// An object of string keys (`key`) to values (`value`); std::map member.
+template <class L>
+struct Map {
+  size_t max_entries;
+  Str key;
+  L value;
+};
+// A value read and written by Codec, which has
+//   static Status Read(const Json&, const std::string& path, T&, Failure&);
+//   static OJson Write(const T&);
+//   static OJson Schema();
+template <class Codec>
+struct Custom {};
+// A value, or null (std::optional member): null and absent read as empty,
+// empty is written as null.
+template <class L>
+struct Nullable {
+  L inner;
+};
+// A struct S (Table<S>) whose fields sit in the parent object. As an
+// std::optional<S> member it is a part that is there when any of its fields
+// is (its own required fields then are too), else absent.
+struct Flat {};
 
 template <class S, class M, class L>
 struct Field {
   std::string_view name;
   M S::*member;
   L limit;
+  std::string_view missing;  // said after "missing" when a required field is absent
 };
 template <class S, class M, class L>
-constexpr Field<S, M, L> F(std::string_view name, M S::*member, L limit) {
-  return {name, member, limit};
+constexpr Field<S, M, L> F(std::string_view name, M S::*member, L limit,
+                           std::string_view missing = {}) {
+  return {name, member, limit, missing};
 }
 
 template <class T>
 struct IsOptional : std::false_type {};
 template <class T>
 struct IsOptional<std::optional<T>> : std::true_type {};
+
+template <class L>
+struct IsNullable : std::false_type {};
+template <class L>
+struct IsNullable<Nullable<L>> : std::true_type {};
 
 // The fields of T (specialized by the .cpp that owns T).
 template <class T>
@@ -123,9 +166,14 @@ struct EnumTable<core::LaunchMode> {
 
 // ---------------------------------------------------------------- reading
 
+// What a reader reports (the field at fault and the message), and how it
+// reads: `lenient` is a client's reading of an answer, which ignores fields
+// it does not know and keeps the defaults of fields that are absent, so that
+// a newer server's additions and an older one's omissions still read.
 struct Failure {
   std::string field;
   std::string message;
+  bool lenient = false;
 };
 
 inline Status Fail(Failure& f, const std::string& path, const std::string& problem) {
@@ -151,6 +199,10 @@ inline bool CharsOk(std::string_view s, Chars chars) {
       return proto::ValidUnixUser(s);
     case Chars::kEnvName:
       return proto::ValidEnvName(s);
+    case Chars::kTenant:
+      return api::ValidTenantName(s);
+    case Chars::kRequestId:
+      return CheckClientRequestId(s).ok();
   }
   return false;
 }
@@ -169,6 +221,12 @@ inline std::string_view CharsRule(Chars chars) {
       return "must be a Unix account name ([A-Za-z0-9._-], not starting with '-' or '.')";
     case Chars::kEnvName:
       return "must be a variable name ([A-Za-z_][A-Za-z0-9_]*)";
+    case Chars::kTenant:
+      return "must be a tenant name: segments of a-z 0-9 _ . - (each starting with a letter or "
+             "digit) joined by /, at most 8";
+    case Chars::kRequestId:
+      return "must hold only letters, digits and . _ : - (a random hex string from `topo "
+             "submit`, or a name of your own such as nightly-2026-11-26)";
   }
   return "";
 }
@@ -289,6 +347,49 @@ inline Status ReadValue(const Json& v, const std::string& path, EnvMap,
   return Status::Ok();
 }
 
+template <class M>
+Status ReadValue(const Json& v, const std::string& path, Num limit, M& out, Failure& f) {
+  auto text = [](double d) {
+    return d > -1e15 && d < 1e15 && d == std::trunc(d) ? std::to_string(static_cast<int64_t>(d))
+                                                       : internal::FormatDouble(d);
+  };
+  const std::string want = "must be a number " + text(limit.lo) + ".." + text(limit.hi);
+  if (!v.is_number()) return Fail(f, path, want + " (got " + Shown(v) + ")");
+  const double d = v.get<double>();
+  if (!(d >= limit.lo && d <= limit.hi)) return Fail(f, path, want + " (got " + Shown(v) + ")");
+  out = d;
+  return Status::Ok();
+}
+
+template <class L, class T>
+Status ReadValue(const Json& v, const std::string& path, Map<L> limit,
+                 std::map<std::string, T>& out, Failure& f) {
+  if (!v.is_object()) {
+    return Fail(f, path, "must be an object (got " + std::string(TypeName(v)) + ")");
+  }
+  if (v.size() > limit.max_entries) {
+    return Fail(f, path,
+                "has " + std::to_string(v.size()) + " entries; at most " +
+                    std::to_string(limit.max_entries));
+  }
+  out.clear();
+  for (const auto& item : v.items()) {
+    const std::string& key = item.key();
+    const std::string where = Child(path, key.size() <= 64 ? key : key.substr(0, 64) + "...");
+    std::string name;
+    if (Status st = ReadValue(Json(key), where, limit.key, name, f); !st.ok()) return st;
+    T value{};
+    if (Status st = ReadValue(item.value(), where, limit.value, value, f); !st.ok()) return st;
+    out.emplace(std::move(name), std::move(value));
+  }
+  return Status::Ok();
+}
+
+template <class Codec, class T>
+Status ReadValue(const Json& v, const std::string& path, Custom<Codec>, T& out, Failure& f) {
+  return Codec::Read(v, path, out, f);
+}
+
 // Table<T>::Check when the table has one: the rules that span fields.
 template <class T>
 Status CheckFields(const T& v, const std::string& path, Failure& f) {
@@ -299,24 +400,130 @@ Status CheckFields(const T& v, const std::string& path, Failure& f) {
   }
 }
 
-template <class S, class M, class L>
-Status ReadField(const Json& object, const std::string& path, const Field<S, M, L>& field, S& out,
-                 Failure& f) {
-  auto it = object.find(std::string(field.name));
-  M& member = out.*field.member;
+// Whether `key` is a field of T's object (Flat parts included); `names`
+// gets them all, for the message.
+template <class T>
+bool KnowsField(std::string_view key, std::string* names) {
+  bool known = false;
+  std::apply(
+      [&](const auto&... fd) {
+        (
+            [&] {
+              if constexpr (std::is_same_v<std::decay_t<decltype(fd.limit)>, Flat>) {
+                using M = std::decay_t<decltype(std::declval<T>().*fd.member)>;
+                using S = typename std::conditional_t<IsOptional<M>::value, M,
+                                                      std::optional<M>>::value_type;
+                known = KnowsField<S>(key, names) || known;
+              } else {
+                known = known || fd.name == key;
+                if (names) *names += (names->empty() ? "" : ", ") + std::string(fd.name);
+              }
+            }(),
+            ...);
+      },
+      Table<T>::Fields());
+  return known;
+}
+
+// Whether any field of S (a Flat part) is in `object`.
+template <class S>
+bool AnyFieldIn(const Json& object) {
+  bool any = false;
+  std::apply(
+      [&](const auto&... fd) {
+        (
+            [&] {
+              if constexpr (std::is_same_v<std::decay_t<decltype(fd.limit)>, Flat>) {
+                using M = std::decay_t<decltype(std::declval<S>().*fd.member)>;
+                using P = typename std::conditional_t<IsOptional<M>::value, M,
+                                                      std::optional<M>>::value_type;
+                any = any || AnyFieldIn<P>(object);
+              } else {
+                any = any || object.contains(std::string(fd.name));
+              }
+            }(),
+            ...);
+      },
+      Table<S>::Fields());
+  return any;
+}
+
+template <class T>
+Status ReadFields(const Json& object, const std::string& path, T& out, Failure& f);
+
+// One member from `object` (the parent's object): plain and std::optional
+// members.
+template <class M, class L>
+Status ReadMember(const Json& object, const std::string& path, std::string_view name,
+                  std::string_view missing, const L& limit, M& member, Failure& f) {
+  auto it = object.find(std::string(name));
   if constexpr (IsOptional<M>::value) {
     if (it == object.end()) {
       member.reset();
       return Status::Ok();
     }
     typename M::value_type value{};
-    Status st = ReadValue(*it, Child(path, field.name), field.limit, value, f);
+    Status st = ReadValue(*it, Child(path, name), limit, value, f);
     if (st.ok()) member = std::move(value);
     return st;
   } else {
-    if (it == object.end()) return Fail(f, Child(path, field.name), "missing");
-    return ReadValue(*it, Child(path, field.name), field.limit, member, f);
+    if (it == object.end()) {
+      if (f.lenient) return Status::Ok();
+      return Fail(f, Child(path, name),
+                  missing.empty() ? std::string("missing") : "missing; " + std::string(missing));
+    }
+    return ReadValue(*it, Child(path, name), limit, member, f);
   }
+}
+
+template <class T, class L>
+Status ReadMember(const Json& object, const std::string& path, std::string_view name,
+                  std::string_view, const Nullable<L>& limit, std::optional<T>& member,
+                  Failure& f) {
+  auto it = object.find(std::string(name));
+  if (it == object.end() || it->is_null()) {
+    member.reset();
+    return Status::Ok();
+  }
+  T value{};
+  Status st = ReadValue(*it, Child(path, name), limit.inner, value, f);
+  if (st.ok()) member = std::move(value);
+  return st;
+}
+
+template <class S>
+Status ReadMember(const Json& object, const std::string& path, std::string_view, std::string_view,
+                  const Flat&, S& member, Failure& f) {
+  return ReadFields(object, path, member, f);
+}
+
+template <class S>
+Status ReadMember(const Json& object, const std::string& path, std::string_view, std::string_view,
+                  const Flat&, std::optional<S>& member, Failure& f) {
+  if (!AnyFieldIn<S>(object)) {
+    member.reset();
+    return Status::Ok();
+  }
+  S part{};
+  Status st = ReadFields(object, path, part, f);
+  if (st.ok()) member = std::move(part);
+  return st;
+}
+
+// T's fields from `object`, then T's Check.
+template <class T>
+Status ReadFields(const Json& object, const std::string& path, T& out, Failure& f) {
+  Status status = Status::Ok();
+  std::apply(
+      [&](const auto&... fd) {
+        ((status = status.ok()
+                       ? ReadMember(object, path, fd.name, fd.missing, fd.limit, out.*fd.member, f)
+                       : status),
+         ...);
+      },
+      Table<T>::Fields());
+  if (!status.ok()) return status;
+  return CheckFields(out, path, f);
 }
 
 // Reads an object of T's fields at `path`; `typed`: a "type" key (the
@@ -326,35 +533,19 @@ Status ReadObject(const Json& v, const std::string& path, T& out, Failure& f, bo
   if (!v.is_object()) {
     return Fail(f, path, "must be an object (got " + std::string(TypeName(v)) + ")");
   }
-  constexpr auto fields = Table<T>::Fields();
-  for (const auto& item : v.items()) {
-    // A plain reference, not a structured binding: clang 14 cannot capture
-    // those in the lambda below.
-    const std::string& key = item.key();
-    if (typed && key == "type") continue;
-    bool known = false;
-    std::string names;
-    std::apply(
-        [&](const auto&... fd) {
-          ((known = known || fd.name == key,
-            names += (names.empty() ? "" : ", ") + std::string(fd.name)),
-           ...);
-        },
-        fields);
-    if (!known) {
-      return Fail(f, Child(path, key.size() <= 64 ? key : key.substr(0, 64) + "..."),
-                  "unknown field" + (names.empty() ? std::string(" (this message has none)")
-                                                   : "; allowed: " + names));
+  if (!f.lenient) {
+    for (const auto& item : v.items()) {
+      const std::string& key = item.key();
+      if (typed && key == "type") continue;
+      std::string names;
+      if (!KnowsField<T>(key, &names)) {
+        return Fail(f, Child(path, key.size() <= 64 ? key : key.substr(0, 64) + "..."),
+                    "unknown field" + (names.empty() ? std::string(" (this message has none)")
+                                                     : "; allowed: " + names));
+      }
     }
   }
-  Status status = Status::Ok();
-  std::apply(
-      [&](const auto&... fd) {
-        ((status = status.ok() ? ReadField(v, path, fd, out, f) : status), ...);
-      },
-      fields);
-  if (!status.ok()) return status;
-  return CheckFields(out, path, f);
+  return ReadFields(v, path, out, f);
 }
 
 // Deepest nesting of brackets outside strings, counted before the parser
@@ -425,22 +616,47 @@ inline OJson WriteValue(EnvMap, const std::map<std::string, std::string>& v) {
   return out;
 }
 
+inline OJson WriteValue(Num, double v) { return v; }
+template <class L, class T>
+OJson WriteValue(const Map<L>& limit, const std::map<std::string, T>& v) {
+  OJson out = OJson::object();
+  for (const auto& [k, value] : v) out[k] = WriteValue(limit.value, value);
+  return out;
+}
+template <class Codec, class T>
+OJson WriteValue(Custom<Codec>, const T& v) {
+  return Codec::Write(v);
+}
+
+template <class T>
+void WriteFields(const T& v, OJson& out);
+
+template <class M, class L>
+void WriteMember(OJson& out, std::string_view name, const L& limit, const M& member) {
+  if constexpr (IsOptional<M>::value) {
+    if (member) out[std::string(name)] = WriteValue(limit, *member);
+  } else {
+    out[std::string(name)] = WriteValue(limit, member);
+  }
+}
+template <class T, class L>
+void WriteMember(OJson& out, std::string_view name, const Nullable<L>& limit,
+                 const std::optional<T>& member) {
+  out[std::string(name)] = member ? WriteValue(limit.inner, *member) : OJson(nullptr);
+}
+template <class S>
+void WriteMember(OJson& out, std::string_view, const Flat&, const S& member) {
+  WriteFields(member, out);
+}
+template <class S>
+void WriteMember(OJson& out, std::string_view, const Flat&, const std::optional<S>& member) {
+  if (member) WriteFields(*member, out);
+}
+
 template <class T>
 void WriteFields(const T& v, OJson& out) {
-  std::apply(
-      [&](const auto&... fd) {
-        (
-            [&] {
-              const auto& member = v.*fd.member;
-              if constexpr (IsOptional<std::decay_t<decltype(member)>>::value) {
-                if (member) out[std::string(fd.name)] = WriteValue(fd.limit, *member);
-              } else {
-                out[std::string(fd.name)] = WriteValue(fd.limit, member);
-              }
-            }(),
-            ...);
-      },
-      Table<T>::Fields());
+  std::apply([&](const auto&... fd) { (WriteMember(out, fd.name, fd.limit, v.*fd.member), ...); },
+             Table<T>::Fields());
 }
 
 template <class T>
@@ -456,6 +672,9 @@ inline OJson SchemaOf(Int limit) {
   return {{"type", "integer"}, {"minimum", limit.lo}, {"maximum", limit.hi}};
 }
 inline OJson SchemaOf(Bool) { return {{"type", "boolean"}}; }
+inline OJson SchemaOf(Num limit) {
+  return {{"type", "number"}, {"minimum", limit.lo}, {"maximum", limit.hi}};
+}
 inline OJson SchemaOf(Str limit) {
   OJson s = {{"type", "string"}, {"maxLength", limit.max_bytes}, {"x-maxBytes", limit.max_bytes}};
   if (!limit.allow_empty) s["minLength"] = 1;
@@ -476,6 +695,12 @@ inline OJson SchemaOf(Str limit) {
       break;
     case Chars::kEnvName:
       s["pattern"] = "^[A-Za-z_][A-Za-z0-9_]*$";
+      break;
+    case Chars::kTenant:
+      s["pattern"] = "^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*){0,7}$";
+      break;
+    case Chars::kRequestId:
+      s["pattern"] = "^[A-Za-z0-9._:-]*$";
       break;
   }
   return s;
@@ -510,6 +735,50 @@ OJson SchemaFor(EnvMap) {
           {"additionalProperties", SchemaOf(Str{proto::kMaxArgBytes, Chars::kText})},
           {"x-maxBytes", proto::kMaxEnvBytes}};
 }
+template <class T, class L>
+OJson SchemaFor(const Map<L>& limit) {
+  return {{"type", "object"},
+          {"maxProperties", limit.max_entries},
+          {"propertyNames", SchemaOf(limit.key)},
+          {"additionalProperties", SchemaFor<typename T::mapped_type>(limit.value)}};
+}
+template <class T, class Codec>
+OJson SchemaFor(Custom<Codec>) {
+  return Codec::Schema();
+}
+
+// T's fields into `properties` and `required` (Flat parts merged; an
+// optional part's fields are never required).
+template <class T>
+void SchemaFields(OJson& properties, OJson& required, bool in_optional_part) {
+  std::apply(
+      [&](const auto&... fd) {
+        (
+            [&] {
+              using M = std::decay_t<decltype(std::declval<T>().*fd.member)>;
+              using L = std::decay_t<decltype(fd.limit)>;
+              const std::string name(fd.name);
+              if constexpr (std::is_same_v<L, Flat>) {
+                if constexpr (IsOptional<M>::value) {
+                  SchemaFields<typename M::value_type>(properties, required, true);
+                } else {
+                  SchemaFields<M>(properties, required, in_optional_part);
+                }
+              } else if constexpr (IsNullable<L>::value) {
+                properties[name] = {
+                    {"anyOf", OJson::array({SchemaFor<typename M::value_type>(fd.limit.inner),
+                                            OJson{{"type", "null"}}})}};
+              } else if constexpr (IsOptional<M>::value) {
+                properties[name] = SchemaFor<typename M::value_type>(fd.limit);
+              } else {
+                properties[name] = SchemaFor<M>(fd.limit);
+                if (!in_optional_part) required.push_back(name);
+              }
+            }(),
+            ...);
+      },
+      Table<T>::Fields());
+}
 
 // The schema of T's object; kTyped: with the message's "type" first, a
 // constant T::kType.
@@ -521,25 +790,73 @@ OJson ObjectSchema() {
     properties["type"] = {{"const", std::string(T::kType)}};
     required.push_back("type");
   }
-  std::apply(
-      [&](const auto&... fd) {
-        (
-            [&] {
-              using M = std::decay_t<decltype(std::declval<T>().*fd.member)>;
-              if constexpr (IsOptional<M>::value) {
-                properties[std::string(fd.name)] = SchemaFor<typename M::value_type>(fd.limit);
-              } else {
-                properties[std::string(fd.name)] = SchemaFor<M>(fd.limit);
-                required.push_back(std::string(fd.name));
-              }
-            }(),
-            ...);
-      },
-      Table<T>::Fields());
+  SchemaFields<T>(properties, required, false);
   return {{"type", "object"},
           {"properties", properties},
           {"required", required},
           {"additionalProperties", false}};
+}
+
+// ---------------------------------------------------------------- text
+
+// A top-level failure (the text, not a field): message without a path.
+inline Status FailTop(Failure& f, const std::string& problem) {
+  f.field.clear();
+  f.message = problem;
+  return Status::Error(problem);
+}
+
+// Reads T from JSON text of at most max_bytes nesting at most max_depth:
+// the object's fields, strictly (or leniently, a client's reading). On error
+// *field (when given) names the field at fault, "" for the text as a whole.
+template <class T>
+Result<T> ParseObjectText(std::string_view text, size_t max_bytes, int max_depth, bool lenient,
+                          std::string* field) {
+  Failure f;
+  f.lenient = lenient;
+  auto done = [&](Status st) -> Result<T> {
+    if (field) *field = f.field;
+    return st;
+  };
+  if (text.size() > max_bytes) {
+    return done(FailTop(f, "the text is " + std::to_string(text.size()) + " bytes; at most " +
+                               std::to_string(max_bytes)));
+  }
+  if (!WithinDepth(text, max_depth)) {
+    return done(FailTop(f, "the JSON is nested deeper than " + std::to_string(max_depth)));
+  }
+  Result<Json> parsed = internal::ParseStrictJson(text);
+  if (!parsed.ok()) {
+    Status st = FailParse(f, parsed.message());
+    if (f.field.empty()) st = FailTop(f, parsed.message());
+    return done(st);
+  }
+  if (!parsed.value().is_object()) {
+    return done(FailTop(f, "must be a JSON object, not " + std::string(TypeName(parsed.value()))));
+  }
+  T out{};
+  if (Status st = ReadObject(parsed.value(), "", out, f, false); !st.ok()) return done(st);
+  if (field) field->clear();
+  return out;
+}
+
+// The same from an object already parsed.
+template <class T>
+Result<T> ReadObjectJson(const Json& object, bool lenient, std::string* field) {
+  Failure f;
+  f.lenient = lenient;
+  T out{};
+  Status st = object.is_object()
+                  ? ReadObject(object, "", out, f, false)
+                  : FailTop(f, "must be a JSON object, not " + std::string(TypeName(object)));
+  if (field) *field = f.field;
+  if (!st.ok()) return st;
+  return out;
+}
+
+template <class T>
+std::string WriteText(const T& v) {
+  return WriteObject(v).dump(-1, ' ', false, OJson::error_handler_t::replace);
 }
 
 }  // namespace topo::common::fields
