@@ -236,21 +236,29 @@ int RunSubmit(SubmitArgs& args) {
 // ---- queue
 
 // Every job of GET /v1/jobs that matches `filter`, paging through
-// next_after; kExitOk, or the exit code of the failure (reported).
-int ListJobs(Session& session, const JobFilter& filter, json* jobs) {
+// next_after, as the API's reader reads them (views) and as the server sent
+// them (raw, for --json); kExitOk, or the exit code of the failure
+// (reported).
+int ListJobs(Session& session, const JobFilter& filter, std::vector<api::JobView>* views,
+             json* raw = nullptr) {
   std::string after;
   int64_t last_after = 0;
   while (true) {
     Reply reply = session.Call("GET", JobsTarget(filter, after, kQueuePageSize));
     if (!reply.ok()) return reply.exit_code;
-    if (!reply.body.is_object() || !reply.body.contains("jobs") || !reply.body["jobs"].is_array()) {
-      std::cerr << "topo: the server's answer has no \"jobs\" list\n";
+    std::string field;
+    core::Result<api::JobList> page = api::ReadJobList(reply.body, &field, api::Reading::kClient);
+    if (!page.ok()) {
+      std::cerr << "topo: the server's job list does not read: " << TerminalSafe(page.message())
+                << "\n";
       return kExitServerError;
     }
-    for (json& j : reply.body["jobs"]) jobs->push_back(std::move(j));
-    const json next = reply.body.value("next_after", json());
-    if (!next.is_number_integer()) return kExitOk;
-    const int64_t n = next.get<int64_t>();
+    for (api::JobView& j : page.value().jobs) views->push_back(std::move(j));
+    if (raw != nullptr) {
+      for (json& j : reply.body["jobs"]) raw->push_back(std::move(j));
+    }
+    if (!page.value().next_after) return kExitOk;
+    const int64_t n = *page.value().next_after;
     if (n <= last_after) {
       std::cerr << "topo: the server's next_after (" << n << ") does not advance; stopping\n";
       return kExitServerError;
@@ -317,10 +325,11 @@ int RunQueue(const QueueArgs& args) {
   JobFilter filter;
   filter.all = args.all;
   if (int e = ResolveFilter(*session, args.filter, &filter); e != kExitOk) return e;
-  json jobs = json::array();
-  if (int e = ListJobs(*session, filter, &jobs); e != kExitOk) return e;
+  std::vector<api::JobView> jobs;
+  json raw = json::array();
+  if (int e = ListJobs(*session, filter, &jobs, &raw); e != kExitOk) return e;
   if (args.json) {
-    PrintJson({{"jobs", jobs}, {"next_after", nullptr}});
+    PrintJson({{"jobs", raw}, {"next_after", nullptr}});
   } else {
     std::cout << FormatJobTable(jobs, NowMs(), args.start);
   }
@@ -345,9 +354,15 @@ int RunShow(const ShowArgs& args) {
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {
     PrintJson(reply.body);
-  } else {
-    std::cout << FormatJobDetails(reply.body, NowMs(), args.ranks);
+    return kExitOk;
   }
+  core::Result<api::JobView> job = api::ReadJobView(reply.body, nullptr, api::Reading::kClient);
+  if (!job.ok()) {
+    std::cerr << "topo: the server's job view does not read: " << TerminalSafe(job.message())
+              << "\n";
+    return kExitServerError;
+  }
+  std::cout << FormatJobDetails(job.value(), NowMs(), args.ranks);
   return kExitOk;
 }
 
@@ -381,17 +396,13 @@ std::optional<std::vector<int64_t>> JobsToCancel(Session& session, const JobActi
     *exit_code = e;
     return std::nullopt;
   }
-  json jobs = json::array();
+  std::vector<api::JobView> jobs;
   if (int e = ListJobs(session, filter, &jobs); e != kExitOk) {
     *exit_code = e;
     return std::nullopt;
   }
   std::vector<int64_t> ids;
-  for (const json& j : jobs) {
-    if (j.is_object() && j.contains("id") && j["id"].is_number_integer()) {
-      ids.push_back(j["id"].get<int64_t>());
-    }
-  }
+  for (const api::JobView& j : jobs) ids.push_back(j.id);
   std::sort(ids.rbegin(), ids.rend());
   const std::string what = DescribeJobFilter(filter);
   const std::string count = std::to_string(ids.size()) + (ids.size() == 1 ? " job" : " jobs");

@@ -53,10 +53,4 @@ class ReadPool {
   size_t open_ = 0;
 };
 
-// The runs of one job as the API shows them (`topo show`, history): nodes,
-// GPUs, start, end, why it ended, exit status, GPU-hours (a run that has
-// not ended counts up to now_ms).
-nlohmann::json JobRunsJson(std::span<const store::JobRunRow> runs, core::TimeMs now_ms);
-double JobGpuHours(std::span<const store::JobRunRow> runs, core::TimeMs now_ms);
-
 }  // namespace topo::daemon
