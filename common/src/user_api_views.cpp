@@ -362,6 +362,10 @@ Result<T> ReadView(const nlohmann::json& object, std::string* field, Reading rea
 Result<SubmitAnswer> ParseSubmitAnswer(std::string_view text, std::string* field, Reading reading) {
   return ParseView<SubmitAnswer>(text, field, reading);
 }
+Result<SubmitAnswer> ReadSubmitAnswer(const nlohmann::json& object, std::string* field,
+                                      Reading reading) {
+  return ReadView<SubmitAnswer>(object, field, reading);
+}
 Result<JobView> ParseJobView(std::string_view text, std::string* field, Reading reading) {
   return ParseView<JobView>(text, field, reading);
 }

@@ -358,6 +358,9 @@ core::Result<SubmitRequest> ReadSubmitRequest(const nlohmann::json& body,
                                               std::string* field = nullptr);
 core::Result<SubmitAnswer> ParseSubmitAnswer(std::string_view text, std::string* field = nullptr,
                                              Reading reading = Reading::kStrict);
+core::Result<SubmitAnswer> ReadSubmitAnswer(const nlohmann::json& object,
+                                            std::string* field = nullptr,
+                                            Reading reading = Reading::kStrict);
 core::Result<JobView> ParseJobView(std::string_view text, std::string* field = nullptr,
                                    Reading reading = Reading::kStrict);
 core::Result<JobView> ReadJobView(const nlohmann::json& object, std::string* field = nullptr,
