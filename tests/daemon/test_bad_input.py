@@ -8,18 +8,23 @@ audit log read the same before and after.
 usage: test_bad_input.py TOPO_SCHEDULER_BIN
 """
 
+import json
 import sys
 
+from api_schema import Api
 from harness import Daemon, Failure, check, run, serving, setup_tiny
+
+API = Api()
 
 
 def snapshot(d):
+    # The views follow the API's schema (schema/api.schema.json) as well.
     return {
-        "jobs": d.api("GET", "/v1/jobs?all=1", expect=200),
+        "jobs": API.check("job_list", d.api("GET", "/v1/jobs?all=1", expect=200)),
         "tenants": d.api("GET", "/v1/tenants", expect=200),
         "users": d.api("GET", "/v1/users", expect=200),
         "tokens": d.api("GET", "/v1/tokens", expect=200),
-        "nodes": d.api("GET", "/v1/nodes", expect=200),
+        "nodes": API.check("node_list", d.api("GET", "/v1/nodes", expect=200)),
         "seq": d.api("GET", "/v1/cluster", expect=200)["last_seq"],
         "audit": d.api("GET", "/v1/audit", expect=200),
     }
@@ -445,6 +450,28 @@ def main():
                 changed = [k for k in before if before[k] != after[k]]
                 failures.append("%s changed %s" % (name, ", ".join(changed)))
                 before = after
+        # Generated from the API's schema: every field of a submission with a
+        # wrong type, just out of range, too long, outside its character
+        # class, missing, unknown or given twice; each refused naming it.
+        for j in before["jobs"]["jobs"]:
+            API.check("job_view", d.api("GET", "/v1/jobs/%d" % j["id"], expect=200))
+        API.check("job_list", d.api("GET", "/v1/history", expect=200))
+        generated = API.hostile("submit_request", job())
+        check(len(generated) >= 80, "the schema gives %d hostile submissions" % len(generated))
+        for what, body, field in generated:
+            raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            try:
+                got, out = d.request("POST", "/v1/jobs", token=admin, raw=raw,
+                                     headers={"Content-Type": "application/json"})
+            except Exception as e:  # noqa: BLE001
+                failures.append("generated %s: no answer (%s)" % (what, e))
+                continue
+            error = out.get("error", {}) if isinstance(out, dict) else {}
+            if got != 400 or error.get("field") != field:
+                failures.append("generated %s: %s %r (wanted 400 naming %s)" %
+                                (what, got, str(out)[:200], field))
+        if snapshot(d) != before:
+            failures.append("a generated hostile submission changed state")
         # Malformed HTTP on the wire: 400, and the daemon keeps serving.
         answer = d.raw_exchange(b"GARBAGE / NOT-HTTP\r\n\r\n")
         if b" 400 " not in answer.split(b"\r\n", 1)[0]:
@@ -453,7 +480,8 @@ def main():
             failures.append("malformed request line changed state")
         if failures:
             raise Failure("\n".join(failures))
-        print("ok: %d bad requests refused, nothing changed" % (len(cases) + 1))
+        print("ok: %d bad requests refused (%d of them generated from the API's schema), "
+              "nothing changed" % (len(cases) + len(generated) + 1, len(generated)))
 
 
 if __name__ == "__main__":
