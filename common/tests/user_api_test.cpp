@@ -446,6 +446,57 @@ TEST_CASE("no two fields of one object share a name") {
   CHECK(json::parse(WriteSubmitRequest(r)).size() == schema["submit_request"]["properties"].size());
 }
 
+// The fuzzer's seeds of the user API (tests/fuzz/corpus/api-*.json: '>' and
+// the reader's digit, then the text) read strictly, so the fuzzer starts
+// from messages that go deep.
+TEST_CASE("the fuzz corpus's user API seeds read") {
+  const std::vector<std::pair<std::string, int>> seeds = {
+      {"api-submit.json", 0},    {"api-submit-answer.json", 1}, {"api-job-view.json", 2},
+      {"api-job-list.json", 3},  {"api-node-view.json", 4},     {"api-node-list.json", 5},
+      {"api-slurm-line.json", 6}};
+  for (const auto& seed : seeds) {
+    // Not a structured binding: clang 14 cannot capture those (CAPTURE).
+    const std::string& name = seed.first;
+    const int reader = seed.second;
+    CAPTURE(name);
+    std::ifstream in(std::string(TOPO_SOURCE_DIR) + "/tests/fuzz/corpus/" + name);
+    REQUIRE(in.good());
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string t = text.str();
+    REQUIRE(t.size() > 2);
+    CHECK(t[0] == '>');
+    CHECK(t[1] - '0' == reader);
+    const std::string body = t.substr(2);
+    std::string field;
+    core::Status st = core::Status::Ok();
+    switch (reader) {
+      case 0:
+        st = ParseSubmitRequest(body, &field).status();
+        break;
+      case 1:
+        st = ParseSubmitAnswer(body, &field).status();
+        break;
+      case 2:
+        st = ParseJobView(body, &field).status();
+        break;
+      case 3:
+        st = ParseJobList(body, &field).status();
+        break;
+      case 4:
+        st = ParseNodeView(body, &field).status();
+        break;
+      case 5:
+        st = ParseNodeList(body, &field).status();
+        break;
+      default:
+        st = ParseSlurmSubmitLine(body, &field).status();
+        break;
+    }
+    CHECK_MESSAGE(st.ok(), st.message());
+  }
+}
+
 TEST_CASE("the checked-in API schema is the one the tables generate") {
   std::ifstream in(std::string(TOPO_SOURCE_DIR) + "/schema/api.schema.json");
   REQUIRE_MESSAGE(in.good(), "schema/api.schema.json is missing");
@@ -456,7 +507,7 @@ TEST_CASE("the checked-in API schema is the one the tables generate") {
   const auto defs = ApiSchema()["$defs"];
   const auto& submit = defs["submit_request"];
   CHECK(submit["additionalProperties"] == false);
-  CHECK(submit["required"] == json::array({"spec", "command"}));
+  CHECK(submit["required"] == nlohmann::ordered_json::array({"spec", "command"}));
   CHECK(submit["properties"]["spec"]["$ref"] == "urn:toposched:schema:job:1");
   CHECK(defs["job_view"]["properties"]["start_ms"]["anyOf"][1]["type"] == "null");
   // A part's fields are the view's, never required.
