@@ -398,6 +398,12 @@ std::string WriteNodeView(const NodeView& node) { return fields::WriteText(node)
 std::string WriteNodeList(const NodeList& list) { return fields::WriteText(list); }
 nlohmann::ordered_json JobViewJson(const JobView& job) { return fields::WriteObject(job); }
 nlohmann::ordered_json NodeViewJson(const NodeView& node) { return fields::WriteObject(node); }
+nlohmann::ordered_json MetricsViewJson(const MetricsView& metrics) {
+  return fields::WriteObject(metrics);
+}
+nlohmann::ordered_json PredictionViewJson(const PredictionView& prediction) {
+  return fields::WriteObject(prediction);
+}
 
 MetricsView MetricsViewOf(const core::PlacementMetrics& m, const core::Topology& topology) {
   MetricsView v;

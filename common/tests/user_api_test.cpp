@@ -335,7 +335,7 @@ TEST_CASE("hostile submissions are refused, naming the field") {
   CHECK(field == "priority");
 }
 
-TEST_CASE("the Slurm line: what the plugin and the tests send reads; the rest is refused") {
+TEST_CASE("the Slurm line: what the plugin and the tests send reads, the rest is refused") {
   const std::string plugin =
       R"({"v":1,"op":"submit","uid":1000,"name":"train","account":"research","partition":null,)"
       R"("comment":"topo: tp=8,pp=4","features":null,"req_nodes":null,"exc_nodes":null,)"

@@ -400,8 +400,12 @@ nlohmann::ordered_json NodeViewJson(const NodeView& node);
 // schema/api.schema.json is this, checked by a test.
 nlohmann::ordered_json ApiSchema();
 
-// The views of the core's figures.
+// The views of the core's figures, and their JSON (as the job view and
+// `topo place --json` show them; common::MetricsToJson and PredictionToJson
+// are these).
 MetricsView MetricsViewOf(const core::PlacementMetrics& metrics, const core::Topology& topology);
 PredictionView PredictionViewOf(const core::StepPrediction& prediction, const std::string& model);
+nlohmann::ordered_json MetricsViewJson(const MetricsView& metrics);
+nlohmann::ordered_json PredictionViewJson(const PredictionView& prediction);
 
 }  // namespace topo::api
