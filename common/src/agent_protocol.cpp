@@ -16,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "field_schema.hpp"
 #include "field_table.hpp"
 #include "json_util.hpp"
 #include "topo/common/event_json.hpp"

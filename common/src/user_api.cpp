@@ -9,6 +9,7 @@
 #include <array>
 #include <tuple>
 
+#include "field_schema.hpp"
 #include "field_table.hpp"
 #include "json_util.hpp"
 #include "topo/common/event_json.hpp"

@@ -7,6 +7,7 @@
 #include <array>
 #include <tuple>
 
+#include "field_schema.hpp"
 #include "field_table.hpp"
 #include "json_util.hpp"
 #include "topo/common/job_chain.hpp"

@@ -83,7 +83,7 @@ struct SubmitRequest {
   std::optional<int> priority;                   // kMinPriority..kMaxPriority
   std::optional<int64_t> time_limit_s;           // 1..kMaxTimeLimitS
   std::optional<int64_t> checkpoint_interval_s;  // -1 (never) or 60..kMaxIntervalS
-  std::optional<int64_t> placement_wait_s;       // -1 (never) or 1..kMaxIntervalS
+  std::optional<int64_t> placement_wait_s;       // -1 never, 0 the default, up to kMaxIntervalS
   std::vector<std::string> command;              // argv, not empty
   std::optional<int64_t> memory_mb_per_node;     // 1..kMaxMemoryMbPerNode
   std::optional<double> cpus_per_node;           // kMinCpusPerNode..kMaxCpusPerNode
