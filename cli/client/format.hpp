@@ -1,7 +1,9 @@
 #pragma once
-// Tables and summaries of the daemon's JSON for people (docs/api.md shapes).
-// Every function tolerates missing fields and wrong types: a field the
-// server did not send shows as "-". Times are shown in local time.
+// Tables and summaries of the daemon's answers for people (docs/api.md
+// shapes). Jobs come as the API's typed views (read leniently, as a client
+// reads: absent fields keep their defaults); the other functions take JSON
+// and tolerate missing fields and wrong types: a field the server did not
+// send shows as "-". Times are shown in local time.
 //
 // Everything here prints other people's strings (job names, reasons, tenant,
 // user and node names, commands) on an admin's terminal, so every string
@@ -16,6 +18,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "topo/common/user_api.hpp"
 
 namespace topo::cli {
 
@@ -58,17 +62,19 @@ std::string FormatSeconds(int64_t seconds);
 
 // GET /v1/jobs: ID TENANT USER NAME STATE GPUS NODES TIME REASON. TIME is the
 // run time (until now_ms while running), 0:00 for jobs that have not started.
-// start_column adds START after NODES (FormatStartTime).
-std::string FormatJobTable(const nlohmann::json& jobs, int64_t now_ms, bool start_column = false);
+// start_column adds START after NODES (FormatStartTime). The jobs are the
+// API's views (common/user_api.hpp), as api::ReadJobList reads them.
+std::string FormatJobTable(const std::vector<api::JobView>& jobs, int64_t now_ms,
+                           bool start_column = false);
 // When a job started, or is expected to start: "14:05" for a job that has
 // started (its start_ms; "2026-01-28 14:05" on another day than now_ms), and
 // "~14:05 (est.)" for a waiting job with an estimated_start_ms (the
 // scheduler's reservation plan, never a guess here); "-" otherwise.
-std::string FormatStartTime(const nlohmann::json& job, int64_t now_ms);
+std::string FormatStartTime(const api::JobView& job, int64_t now_ms);
 // GET /v1/jobs/{id}: state, times, layout, placement per HBD/leaf/pod,
-// metrics, ranks (the first 16 unless all_ranks), incidents (restarts and
-// requeues: cause, detection, restart, step, lost work) and history.
-std::string FormatJobDetails(const nlohmann::json& job, int64_t now_ms, bool all_ranks);
+// metrics, ranks (the first 16 unless all_ranks), runs, incidents (restarts
+// and requeues: cause, detection, restart, step, lost work) and history.
+std::string FormatJobDetails(const api::JobView& job, int64_t now_ms, bool all_ranks);
 
 // GET /v1/nodes: NAME STATE GPUS FREE HBD LEAF POD REASON; FREE counts the
 // healthy GPUs with no job on nodes that are up.

@@ -4,6 +4,8 @@
 // fallback) and the event-line summary. Not part of topo_client's interface.
 
 #include <cstdint>
+#include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,17 @@ inline bool IsInt(const json& v) { return v.is_number_integer() || v.is_number_u
 inline int64_t Int(const json& obj, const char* key, int64_t fallback = 0) {
   const json& v = Field(obj, key);
   return IsInt(v) ? v.get<int64_t>() : fallback;
+}
+
+inline std::string Plural(int64_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// "  Key:         value" lines of a details page.
+inline void KeyValue(std::ostringstream& os, const std::string& key, const std::string& value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "  %-12s ", (key + ":").c_str());
+  os << buf << value << "\n";
 }
 
 // Cuts at a character boundary, so the cut never leaves half a UTF-8

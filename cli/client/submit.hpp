@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "topo/common/agent_protocol.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::cli {
@@ -93,29 +94,28 @@ core::Status CheckCommand(const nlohmann::json& command, const ArgumentOrigin& o
 // error speaks of what the user typed; "" when no flag set it.
 std::string SubmitFieldLabel(const SubmitFlags& flags, std::string_view field);
 
-// The daemon's bounds, checked before sending so the error names the flag.
-inline constexpr int64_t kMaxTimeLimitS = 30 * 86400;
-inline constexpr int64_t kMaxIntervalS = 7 * 86400;
-
 // `over` wins over `base`.
 SubmitFlags MergeSubmitFlags(const SubmitFlags& base, const SubmitFlags& over);
 
 // Flags that may be given many times (--constraint, --env).
 bool IsRepeatableSubmitFlag(std::string_view name);
 
-// The POST /v1/jobs body: {"spec": {...}, "tenant", "priority", "time_limit_s",
-// "checkpoint_interval_s", "launch", "env", "chdir", "output", "error"}.
-// `spec_file` is the --spec JSON when given: a job spec v1, or a whole
-// request {"spec": ..., ...}; flags override its fields. `default_name` names
-// the job when neither names it. `environment` is the submitter's, of which
-// --export sends ALL (less the names the job may not set: *warnings says
-// which were left out), NONE (the default) or the names listed (each must be
-// set); --env NAME=VALUE wins over both. The spec and these fields are
-// checked the way the daemon does (common::JobSpecFromJson,
-// common::ProcessSpecFromJson) so mistakes are caught before sending.
-core::Result<nlohmann::json> BuildSubmitRequest(
+// The POST /v1/jobs request (common/user_api.hpp's SubmitRequest; send
+// api::WriteSubmitRequest of it). `spec_file` is the --spec JSON when
+// given: a job spec v1, or a whole request {"spec": ..., ...}; flags override
+// its fields. `default_name` names the job when neither names it. `command`
+// is what every rank runs; empty: the whole request's own "command".
+// `environment` is the submitter's, of which --export sends ALL (less the
+// names the job may not set: *warnings says which were left out), NONE (the
+// default) or the names listed (each must be set); --env NAME=VALUE wins
+// over both. The request is checked by the API's own reader, as the daemon
+// reads it, so mistakes are caught before sending; an error starts with the
+// flag, its value and where it was given that set the field at fault
+// (SubmitFieldLabel), or with --spec for a field of the file.
+core::Result<api::SubmitRequest> BuildSubmitRequest(
     const SubmitFlags& flags, const std::optional<nlohmann::json>& spec_file,
-    const std::string& default_name, const std::map<std::string, std::string>& environment = {},
+    const std::string& default_name, const std::vector<std::string>& command,
+    const std::map<std::string, std::string>& environment = {},
     std::vector<std::string>* warnings = nullptr);
 
 }  // namespace topo::cli

@@ -1,6 +1,7 @@
 // `topo history` and `topo report usage`: accounting from GET /v1/history
 // and GET /v1/reports/usage (docs/api.md, "Accounting").
 
+#include <algorithm>
 #include <iostream>
 
 #include "client/format.hpp"
@@ -47,19 +48,24 @@ bool ResolveWindow(const std::string& since, const std::string& until, std::stri
   return true;
 }
 
-std::string Hours(const json& v) {
-  if (!v.is_number()) return "-";
+std::string Hours(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v.get<double>());
+  std::snprintf(buf, sizeof buf, "%.2f", v);
   return buf;
 }
+std::string Hours(const json& v) { return v.is_number() ? Hours(v.get<double>()) : "-"; }
 
-std::string NodesCell(const json& nodes) {
-  if (!nodes.is_array() || nodes.empty()) return "-";
+// Every node the job ran on, over all its runs, in the order first used.
+std::string NodesCell(const api::JobView& job) {
   std::vector<std::string> names;
-  for (const json& n : nodes) {
-    if (n.is_string()) names.push_back(n.get<std::string>());
+  if (job.accounting) {
+    for (const api::RunView& r : job.accounting->runs) {
+      for (const std::string& n : r.node_names) {
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+      }
+    }
   }
+  if (names.empty()) return "-";
   std::string list = common::CompressHostlist(names);
   if (list.size() > kNodesColumnChars) list = list.substr(0, kNodesColumnChars - 3) + "...";
   return list;
@@ -81,33 +87,36 @@ int RunHistory(const HistoryArgs& args) {
              {"after", args.after > 0 ? std::to_string(args.after) : std::string()}});
   Reply reply = session->Call("GET", "/v1/history?" + query);
   if (!reply.ok()) return reply.exit_code;
-  if (!reply.body.is_object() || !reply.body.contains("jobs") || !reply.body["jobs"].is_array()) {
-    std::cerr << "topo: the server's answer has no \"jobs\" list\n";
-    return kExitServerError;
-  }
   if (args.json) {
     PrintJson(reply.body);
     return kExitOk;
   }
+  core::Result<api::JobList> list = api::ReadJobList(reply.body, nullptr, api::Reading::kClient);
+  if (!list.ok()) {
+    std::cerr << "topo: the server's history does not read: " << TerminalSafe(list.message())
+              << "\n";
+    return kExitServerError;
+  }
   Table table({"ID", "USER", "TENANT", "STATE", "GPUS", "NODES", "SUBMIT", "START", "END", "GPU-H",
                "EXIT"});
   for (size_t c : {0, 4, 9, 10}) table.AlignRight(c);
-  for (const json& j : reply.body["jobs"]) {
-    table.AddRow({Cell(j.value("id", json())), Cell(j.value("user", json())),
-                  Cell(j.value("tenant", json())), Cell(j.value("state", json())),
-                  Cell(j.value("gpus", json())), NodesCell(j.value("nodes", json())),
-                  FormatTime(j.value("submit_ms", json())), FormatTime(j.value("start_ms", json())),
-                  FormatTime(j.value("end_ms", json())), Hours(j.value("gpu_hours", json())),
-                  Cell(j.value("exit_code", json()))});
+  auto time = [](const std::optional<int64_t>& ms) {
+    return ms ? FormatTime(*ms) : std::string("-");
+  };
+  for (const api::JobView& j : list.value().jobs) {
+    const api::JobAccounting a = j.accounting.value_or(api::JobAccounting{});
+    table.AddRow({std::to_string(j.id), j.user, j.tenant, std::string(core::JobStateName(j.state)),
+                  std::to_string(j.gpus), NodesCell(j), FormatTime(j.submit_ms), time(j.start_ms),
+                  time(j.end_ms), Hours(a.gpu_hours),
+                  a.exit_code ? std::to_string(*a.exit_code) : "-"});
   }
   if (table.rows() == 0) {
     std::cout << "No jobs match.\n";
   } else {
     std::cout << table.Render();
   }
-  const json next = reply.body.value("next_after", json());
-  if (next.is_number_integer()) {
-    std::cerr << "More jobs: add --after " << next.get<int64_t>() << " for the next page\n";
+  if (list.value().next_after) {
+    std::cerr << "More jobs: add --after " << *list.value().next_after << " for the next page\n";
   }
   return kExitOk;
 }

@@ -158,99 +158,116 @@ int RunSubmit(SubmitArgs& args) {
       environment.emplace(entry.substr(0, eq), entry.substr(eq + 1));
     }
   }
-  std::vector<std::string> warnings;
-  core::Result<json> request =
-      BuildSubmitRequest(flags, spec_file, default_name, environment, &warnings);
-  if (!request.ok()) return Fail(request.message());
-  for (const std::string& w : warnings) std::cerr << "topo: warning: " << w << "\n";
+  // What every rank runs: the command line's, else the one in --spec,
+  // else the batch script; each checked against what exec takes, naming
+  // where the argument came from.
+  std::vector<std::string> command;
+  const bool spec_has_command = spec_file && spec_file->is_object() &&
+                                spec_file->contains("spec") && spec_file->contains("command");
   if (args.command || !args.wrap.empty()) {
-    // The command line wins over a command in --spec.
-    const std::vector<std::string> command =
-        args.command ? *args.command : std::vector<std::string>{"/bin/sh", "-c", args.wrap};
+    command = args.command ? *args.command : std::vector<std::string>{"/bin/sh", "-c", args.wrap};
     const ArgumentOrigin origin = [&](size_t i) {
       return args.command ? "the command after --, argument " + std::to_string(i + 1)
                           : std::string("--wrap");
     };
     if (core::Status s = CheckCommand(command, origin); !s.ok()) return Fail(s.message());
-    request.value()["command"] = command;
-  } else if (request.value().contains("command")) {
-    // From the spec file: the API would refuse it; say so here, by index.
+  } else if (spec_has_command) {
     const ArgumentOrigin origin = [&](size_t i) {
       return spec_shown + ": command[" + std::to_string(i) + "]";
     };
-    if (core::Status s = CheckCommand(request.value()["command"], origin); !s.ok()) {
+    if (core::Status s = CheckCommand((*spec_file)["command"], origin); !s.ok()) {
       return Fail(s.message());
     }
   } else if (!args.script.empty()) {
-    const std::vector<std::string> command = ScriptCommand(script_text);
+    command = ScriptCommand(script_text);
     const ArgumentOrigin origin = [&](size_t i) {
       return i + 1 == command.size() ? "the script " + script_shown
                                      : script_shown + ":1 (the #! line)";
     };
     if (core::Status s = CheckCommand(command, origin); !s.ok()) return Fail(s.message());
-    request.value()["command"] = command;
   } else {
     return Fail(
         "the job has no command: put it after --, as in `topo submit --gpus 8 -- python "
         "train.py`, give it as --wrap 'CMD', submit a batch script (topo submit train.sh), or "
         "put \"command\" in --spec");
   }
-  if (args.dry_run) {
-    PrintJson(request.value());
-    return kExitOk;
-  }
+  std::vector<std::string> warnings;
+  core::Result<api::SubmitRequest> request =
+      BuildSubmitRequest(flags, spec_file, default_name, command, environment, &warnings);
+  if (!request.ok()) return Fail(request.message());
+  for (const std::string& w : warnings) std::cerr << "topo: warning: " << w << "\n";
   // An idempotency key of this submission (unless --request-id gave one):
   // a retry against another replica (--server A,B) never makes a second job.
-  if (!request.value().contains("client_request_id")) {
-    request.value()["client_request_id"] = RandomRequestId();
+  if (!args.dry_run && !request.value().client_request_id) {
+    request.value().client_request_id = RandomRequestId();
+  }
+  const json body = json::parse(api::WriteSubmitRequest(request.value()));
+  if (args.dry_run) {
+    PrintJson(body);
+    return kExitOk;
   }
 
   int exit_code = kExitOk;
   std::unique_ptr<Session> session = Session::Open(*SharedConnectionFlags(), &exit_code);
   if (!session) return exit_code;
   session->LabelFields([&](std::string_view field) { return SubmitFieldLabel(flags, field); });
-  Reply reply = session->Call("POST", "/v1/jobs", request.value());
+  Reply reply = session->Call("POST", "/v1/jobs", body);
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {
     PrintJson(reply.body);
-  } else if (reply.body.is_object() && reply.body.contains("ids") && reply.body["ids"].is_array()) {
-    const json& ids = reply.body["ids"];
-    const json& array = reply.body.value("array", json::object());
-    std::cout << "Submitted array job " << Cell(reply.body.value("id", json())) << ": "
-              << ids.size() << (ids.size() == 1 ? " task" : " tasks") << ", jobs "
-              << Cell(ids.front()) << "-" << Cell(ids.back());
-    if (array.is_object() && array.value("throttle", 0) > 0) {
-      std::cout << ", at most " << array.value("throttle", 0) << " at once";
+    return kExitOk;
+  }
+  core::Result<api::SubmitAnswer> answer =
+      api::ReadSubmitAnswer(reply.body, nullptr, api::Reading::kClient);
+  if (!answer.ok()) {
+    std::cerr << "topo: the server's answer does not read: " << TerminalSafe(answer.message())
+              << "\n";
+    return kExitServerError;
+  }
+  const api::JobView& job = answer.value().job;
+  if (answer.value().ids && !answer.value().ids->empty()) {
+    const std::vector<int64_t>& ids = *answer.value().ids;
+    std::cout << "Submitted array job " << job.id << ": " << ids.size()
+              << (ids.size() == 1 ? " task" : " tasks") << ", jobs " << ids.front() << "-"
+              << ids.back();
+    if (job.array && job.array->throttle > 0) {
+      std::cout << ", at most " << job.array->throttle << " at once";
     }
     std::cout << " (topo queue shows each)\n";
   } else {
-    std::cout << "Submitted job " << Cell(reply.body.value("id", json())) << " ("
-              << StateAndReason(reply.body) << ")\n";
+    std::string state(core::JobStateName(job.state));
+    if (!job.reason.empty() && job.reason != state) state += ": " + TerminalSafe(job.reason);
+    std::cout << "Submitted job " << job.id << " (" << state << ")\n";
   }
-  if (reply.body.is_object() && reply.body.value("state", "") == "rejected") {
-    return kExitInfeasible;
-  }
-  return kExitOk;
+  return job.state == core::JobState::kRejected ? kExitInfeasible : kExitOk;
 }
 
 // ---- queue
 
 // Every job of GET /v1/jobs that matches `filter`, paging through
-// next_after; kExitOk, or the exit code of the failure (reported).
-int ListJobs(Session& session, const JobFilter& filter, json* jobs) {
+// next_after, as the API's reader reads them (views) and as the server sent
+// them (raw, for --json); kExitOk, or the exit code of the failure
+// (reported).
+int ListJobs(Session& session, const JobFilter& filter, std::vector<api::JobView>* views,
+             json* raw = nullptr) {
   std::string after;
   int64_t last_after = 0;
   while (true) {
     Reply reply = session.Call("GET", JobsTarget(filter, after, kQueuePageSize));
     if (!reply.ok()) return reply.exit_code;
-    if (!reply.body.is_object() || !reply.body.contains("jobs") || !reply.body["jobs"].is_array()) {
-      std::cerr << "topo: the server's answer has no \"jobs\" list\n";
+    std::string field;
+    core::Result<api::JobList> page = api::ReadJobList(reply.body, &field, api::Reading::kClient);
+    if (!page.ok()) {
+      std::cerr << "topo: the server's job list does not read: " << TerminalSafe(page.message())
+                << "\n";
       return kExitServerError;
     }
-    for (json& j : reply.body["jobs"]) jobs->push_back(std::move(j));
-    const json next = reply.body.value("next_after", json());
-    if (!next.is_number_integer()) return kExitOk;
-    const int64_t n = next.get<int64_t>();
+    for (api::JobView& j : page.value().jobs) views->push_back(std::move(j));
+    if (raw != nullptr) {
+      for (json& j : reply.body["jobs"]) raw->push_back(std::move(j));
+    }
+    if (!page.value().next_after) return kExitOk;
+    const int64_t n = *page.value().next_after;
     if (n <= last_after) {
       std::cerr << "topo: the server's next_after (" << n << ") does not advance; stopping\n";
       return kExitServerError;
@@ -317,10 +334,11 @@ int RunQueue(const QueueArgs& args) {
   JobFilter filter;
   filter.all = args.all;
   if (int e = ResolveFilter(*session, args.filter, &filter); e != kExitOk) return e;
-  json jobs = json::array();
-  if (int e = ListJobs(*session, filter, &jobs); e != kExitOk) return e;
+  std::vector<api::JobView> jobs;
+  json raw = json::array();
+  if (int e = ListJobs(*session, filter, &jobs, &raw); e != kExitOk) return e;
   if (args.json) {
-    PrintJson({{"jobs", jobs}, {"next_after", nullptr}});
+    PrintJson({{"jobs", raw}, {"next_after", nullptr}});
   } else {
     std::cout << FormatJobTable(jobs, NowMs(), args.start);
   }
@@ -345,9 +363,15 @@ int RunShow(const ShowArgs& args) {
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {
     PrintJson(reply.body);
-  } else {
-    std::cout << FormatJobDetails(reply.body, NowMs(), args.ranks);
+    return kExitOk;
   }
+  core::Result<api::JobView> job = api::ReadJobView(reply.body, nullptr, api::Reading::kClient);
+  if (!job.ok()) {
+    std::cerr << "topo: the server's job view does not read: " << TerminalSafe(job.message())
+              << "\n";
+    return kExitServerError;
+  }
+  std::cout << FormatJobDetails(job.value(), NowMs(), args.ranks);
   return kExitOk;
 }
 
@@ -381,17 +405,13 @@ std::optional<std::vector<int64_t>> JobsToCancel(Session& session, const JobActi
     *exit_code = e;
     return std::nullopt;
   }
-  json jobs = json::array();
+  std::vector<api::JobView> jobs;
   if (int e = ListJobs(session, filter, &jobs); e != kExitOk) {
     *exit_code = e;
     return std::nullopt;
   }
   std::vector<int64_t> ids;
-  for (const json& j : jobs) {
-    if (j.is_object() && j.contains("id") && j["id"].is_number_integer()) {
-      ids.push_back(j["id"].get<int64_t>());
-    }
-  }
+  for (const api::JobView& j : jobs) ids.push_back(j.id);
   std::sort(ids.rbegin(), ids.rend());
   const std::string what = DescribeJobFilter(filter);
   const std::string count = std::to_string(ids.size()) + (ids.size() == 1 ? " job" : " jobs");

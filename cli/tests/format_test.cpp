@@ -26,6 +26,20 @@ void UseUtc() {
 // 2026-01-01 00:00:00 UTC.
 constexpr int64_t kT0 = 1767225600000;
 
+// A job view as `topo show` reads the server's answer (common/user_api.hpp).
+api::JobView Job(const json& j) {
+  std::string field;
+  core::Result<api::JobView> v = api::ReadJobView(j, &field, api::Reading::kClient);
+  REQUIRE_MESSAGE(v.ok(), v.message());
+  return v.value();
+}
+// A list of them as `topo queue` reads a page.
+std::vector<api::JobView> Jobs(const json& list) {
+  core::Result<api::JobList> v = api::ReadJobList({{"jobs", list}}, nullptr, api::Reading::kClient);
+  REQUIRE_MESSAGE(v.ok(), v.message());
+  return v.value().jobs;
+}
+
 TEST_CASE("Table: padded columns, right-aligned numbers, no trailing blanks") {
   Table t({"ID", "NAME", "GPUS"});
   t.AlignRight(0);
@@ -73,25 +87,24 @@ TEST_CASE("A hostile job name cannot forge a row, color the table or reverse it"
   UseUtc();
   // Bob names his job so that, printed raw, admin's `topo queue` would show
   // an extra job of alice's, or a cleared screen, or a reversed line.
-  const json jobs = json::array({
-      json{{"id", 41},
-           {"name", "x\n42  org/a     alice  prod  running  4096  512  9:99:99  started"},
-           {"tenant", "org/b"},
-           {"user", "bob"},
-           {"state", "queued"},
-           {"reason", "\x1b[2J\x1b[1;1Hfake"},
-           {"gpus", 8},
-           {"nodes", 1}},
-      json{{"id", 43},
-           {"name",
-            "\xe2\x80\xae"
-            "gninnur"},
-           {"tenant", "org/b\x9b"},
-           {"user", "bob\xc2\x85"},
-           {"state", "queued"},
-           {"gpus", 8},
-           {"nodes", 1}},
-  });
+  // Built as structs: the reader refuses some of these bytes (a tenant name
+  // holds none), and the table must be safe whatever a view holds.
+  std::vector<api::JobView> jobs(2);
+  jobs[0].id = 41;
+  jobs[0].name = "x\n42  org/a     alice  prod  running  4096  512  9:99:99  started";
+  jobs[0].tenant = "org/b";
+  jobs[0].user = "bob";
+  jobs[0].reason = "\x1b[2J\x1b[1;1Hfake";
+  jobs[0].gpus = 8;
+  jobs[0].nodes = 1;
+  jobs[1].id = 43;
+  jobs[1].name =
+      "\xe2\x80\xae"
+      "gninnur";
+  jobs[1].tenant = "org/b\x9b";
+  jobs[1].user = "bob\xc2\x85";
+  jobs[1].gpus = 8;
+  jobs[1].nodes = 1;
   const std::string out = FormatJobTable(jobs, kT0);
   // A header and two rows: three lines, nothing else.
   CHECK(std::count(out.begin(), out.end(), '\n') == 3);
@@ -107,7 +120,8 @@ TEST_CASE("A hostile job name cannot forge a row, color the table or reverse it"
   CHECK(out.find("org/b\\x9b") != std::string::npos);
   CHECK(out.find("bob\\u0085") != std::string::npos);
   // The same in text output, event lines and generic tables.
-  const json job = {{"id", 41}, {"name", "a\nb"}, {"state", "held"}, {"reason", "r\x1b[0m"}};
+  const api::JobView job =
+      Job({{"id", 41}, {"name", "a\nb"}, {"state", "held"}, {"reason", "r\x1b[0m"}});
   const std::string details = FormatJobDetails(job, kT0, false);
   CHECK(details.find("Job 41: a\\nb\n") == 0);
   CHECK(details.find("held (r\\x1b[0m)") != std::string::npos);
@@ -146,6 +160,57 @@ json Poison(const json& v, bool add_fields) {
   for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = Poison(it.value(), add_fields);
   if (add_fields) out["x" + bad] = json::array({bad});
   return out;
+}
+
+// Every string of a job view with the same hostile bytes appended: the
+// formatters trust no string of a view, whatever the reader let through.
+api::JobView PoisonView(api::JobView v) {
+  const std::string bad = "\n\r\x1b[2J\x07\x7f\xc2\x9b\xe2\x80\xae\xe2\x81\xa6\xff";
+  for (std::string* s : {&v.name, &v.tenant, &v.user, &v.reason}) *s += bad;
+  if (v.dependency) *v.dependency += bad;
+  if (v.accounting) {
+    for (std::string& n : v.accounting->node_names) n += bad;
+    for (api::RunView& r : v.accounting->runs) {
+      for (std::string& n : r.node_names) n += bad;
+      if (r.end_reason) *r.end_reason += bad;
+    }
+  }
+  if (v.detail) {
+    api::JobDetail& d = *v.detail;
+    if (d.spec) d.spec->name += bad;
+    if (d.process) {
+      for (std::string& a : d.process->command) a += bad;
+      std::map<std::string, std::string> env;
+      for (const auto& [k, value] : d.process->env) env[k + bad] = value + bad;
+      d.process->env = env;
+      for (auto* p : {&d.process->chdir, &d.process->output, &d.process->error}) {
+        if (*p) **p += bad;
+      }
+    }
+    for (api::RankView& r : d.ranks) r.node += bad;
+    for (std::string& n : d.spares) n += bad;
+    if (d.placement) {
+      for (auto* level : {&d.placement->hbds, &d.placement->leaves, &d.placement->pods}) {
+        for (api::DomainGpus& g : *level) g.name += bad;
+      }
+    }
+    if (d.metrics) {
+      std::map<std::string, std::map<std::string, int>> h;
+      for (const auto& [kind, tiers] : d.metrics->tier_histogram) {
+        for (const auto& [tier, n] : tiers) h[kind + bad][tier + bad] = n;
+      }
+      d.metrics->tier_histogram = h;
+    }
+    if (d.predicted) d.predicted->model += bad;
+    for (api::JobEventView& e : d.history) {
+      for (std::string* x : {&e.actor, &e.type}) *x += bad;
+      if (e.reason) *e.reason += bad;
+    }
+    for (api::IncidentView& i : d.incidents) {
+      for (std::string* x : {&i.cause, &i.actor, &i.reason}) *x += bad;
+    }
+  }
+  return v;
 }
 
 // No byte a terminal acts on in any line: no control character but the
@@ -192,15 +257,26 @@ TEST_CASE("Every formatter: hostile strings in any field stay inert and on their
               "request": {"spec": {"gpus": 64, "name": "x"}, "tenant": "org", "user": "u"}},
     "commands": [{"type": "start_job", "id": 7, "command": ["sh", "-c", "echo"],
                   "node": {"name": "n0"}, "env": {"A": "b"}}]})");
-  const std::vector<std::function<std::string(const json&)>> formatters = {
-      [](const json& j) { return FormatJobTable(json::array({j}), kT0); },
-      [](const json& j) { return FormatJobDetails(j, kT0, true); },
+  const api::JobView view = Job(job);
+  const std::vector<std::function<std::string(const api::JobView&)>> formatters = {
+      [](const api::JobView& j) { return FormatJobTable({j}, kT0); },
+      [](const api::JobView& j) { return FormatJobDetails(j, kT0, true); },
   };
   for (const auto& f : formatters) {
-    CHECK(Inert(f(Poison(job, true))));
+    CHECK(Inert(f(PoisonView(view))));
     // The same fields with hostile values: not one line more.
-    CHECK(Lines(f(Poison(job, false))) == Lines(f(job)));
+    CHECK(Lines(f(PoisonView(view))) == Lines(f(view)));
   }
+  // A view whose names break their rules does not read at all ("topo: the
+  // server's job view does not read: ..."), and says so in one line.
+  core::Result<api::JobView> refused =
+      api::ReadJobView(Poison(job, true), nullptr, api::Reading::kClient);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(Lines(TerminalSafe(refused.message())) == 0);
+  // Hostile extra fields (a newer daemon's, or not) are not read at all.
+  json extra = job;
+  extra["x\n\x1b[2J"] = json::array({"\x1b"});
+  CHECK(Job(extra) == view);
   const std::vector<std::pair<std::function<std::string(const json&)>, json>> others = {
       {[](const json& j) { return FormatNodeTable(json::array({j})); }, node},
       {[](const json& j) { return FormatNodeDetails(j); }, node},
@@ -247,7 +323,7 @@ TEST_CASE("FormatJobTable: the squeue-like list of GET /v1/jobs") {
      "reason": "", "gpus": 8, "nodes": 1, "start_ms": 1767200000000,
      "end_ms": 1767200065000}
   ])");
-  CHECK(FormatJobTable(jobs, kT0) ==
+  CHECK(FormatJobTable(Jobs(jobs), kT0) ==
         "ID  TENANT    USER  NAME                              STATE      GPUS  NODES     TIME  "
         "REASON\n"
         "17  org/team  ada   llama-70b                         running    4096    512  1:00:00  "
@@ -255,11 +331,12 @@ TEST_CASE("FormatJobTable: the squeue-like list of GET /v1/jobs") {
         "18  org       bob   a-very-long-job-name-that-goe...  queued       64      8     0:00  "
         "#1 waiting for 64 GPUs\n"
         "19  org       bob                                     completed     8      1     1:05\n");
-  // Missing fields show as "-", a non-list as no rows.
-  CHECK(FormatJobTable(json::array({json{{"id", 1}}}), kT0) ==
-        "ID  TENANT  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n"
-        " 1  -       -     -     -         -      -  0:00  -\n");
-  CHECK(FormatJobTable(json::object(), kT0) ==
+  // Missing fields read as their defaults (a client's reading), an empty
+  // page as no rows.
+  CHECK(FormatJobTable(Jobs(json::array({json{{"id", 1}}})), kT0) ==
+        "ID  TENANT  USER  NAME  STATE   GPUS  NODES  TIME  REASON\n"
+        " 1                      queued     0      -  0:00\n");
+  CHECK(FormatJobTable(Jobs(json::array()), kT0) ==
         "ID  TENANT  USER  NAME  STATE  GPUS  NODES  TIME  REASON\n");
 }
 
@@ -270,26 +347,26 @@ TEST_CASE("FormatStartTime and topo queue --start: starts, and estimates marked 
                      {"state", "queued"},
                      {"start_ms", nullptr},
                      {"estimated_start_ms", kT0 + 65 * 60000}};
-  CHECK(FormatStartTime(head, kT0) == "~01:05 (est.)");
+  CHECK(FormatStartTime(Job(head), kT0) == "~01:05 (est.)");
   // Another day than now: the date too.
-  CHECK(FormatStartTime(head, kT0 + 2 * 86400000LL) == "~2026-01-01 01:05 (est.)");
+  CHECK(FormatStartTime(Job(head), kT0 + 2 * 86400000LL) == "~2026-01-01 01:05 (est.)");
   // No estimate: nothing invented.
-  CHECK(FormatStartTime({{"state", "queued"}, {"estimated_start_ms", nullptr}}, kT0) == "-");
-  CHECK(FormatStartTime({{"state", "held"}}, kT0) == "-");
+  CHECK(FormatStartTime(Job({{"state", "queued"}, {"estimated_start_ms", nullptr}}), kT0) == "-");
+  CHECK(FormatStartTime(Job({{"state", "held"}}), kT0) == "-");
   // Started jobs show when they did, unmarked; a requeued job waits again.
-  CHECK(FormatStartTime({{"state", "running"}, {"start_ms", kT0 - 3600000}}, kT0) ==
+  CHECK(FormatStartTime(Job({{"state", "running"}, {"start_ms", kT0 - 3600000}}), kT0) ==
         "2025-12-31 23:00");
-  CHECK(FormatStartTime({{"state", "completed"}, {"start_ms", kT0}}, kT0) == "00:00");
-  CHECK(FormatStartTime({{"state", "queued"}, {"start_ms", kT0 - 60000}}, kT0) == "-");
+  CHECK(FormatStartTime(Job({{"state", "completed"}, {"start_ms", kT0}}), kT0) == "00:00");
+  CHECK(FormatStartTime(Job({{"state", "queued"}, {"start_ms", kT0 - 60000}}), kT0) == "-");
   const json jobs = json::array(
       {{{"id", 1}, {"state", "running"}, {"gpus", 48}, {"nodes", 6}, {"start_ms", kT0}}, head});
-  CHECK(FormatJobTable(jobs, kT0 + 60000, /*start_column=*/true) ==
+  CHECK(FormatJobTable(Jobs(jobs), kT0 + 60000, /*start_column=*/true) ==
         "ID  TENANT  USER  NAME  STATE    GPUS  NODES  START          TIME  REASON\n"
-        " 1  -       -     -     running    48      6  00:00          1:00  -\n"
-        " 2  -       -     -     queued      -      -  ~01:05 (est.)  0:00  -\n");
-  const std::string shown = FormatJobDetails(head, kT0, false);
+        " 1                      running    48      6  00:00          1:00\n"
+        " 2                      queued      0      -  ~01:05 (est.)  0:00\n");
+  const std::string shown = FormatJobDetails(Job(head), kT0, false);
   CHECK(shown.find("Starts:      ~2026-01-01 01:05:00 (est.") != std::string::npos);
-  CHECK(FormatJobDetails({{"id", 3}, {"state", "queued"}}, kT0, false).find("Starts") ==
+  CHECK(FormatJobDetails(Job({{"id", 3}, {"state", "queued"}}), kT0, false).find("Starts") ==
         std::string::npos);
 }
 
@@ -304,7 +381,7 @@ TEST_CASE("human output shows no sentinels: -1 steps, 0 nodes, hidden jobs, even
                                                    {"cause", "node_state_requested"},
                                                    {"checkpoint_step", -1},
                                                    {"reason", "node n3 is down"}}})}};
-  const std::string text = FormatJobDetails(queued, kT0, false);
+  const std::string text = FormatJobDetails(Job(queued), kT0, false);
   CHECK(text.find("64 (not placed)") != std::string::npos);
   CHECK(text.find("0 nodes") == std::string::npos);
   CHECK(text.find("no checkpoint yet") != std::string::npos);
@@ -313,13 +390,13 @@ TEST_CASE("human output shows no sentinels: -1 steps, 0 nodes, hidden jobs, even
   CHECK(text.find("node_state_requested") == std::string::npos);
   const json placed = {
       {"id", 6}, {"state", "running"}, {"gpus", 16}, {"nodes", 2}, {"checkpoint_step", 40}};
-  CHECK(FormatJobDetails(placed, kT0, false).find("16 on 2 nodes") != std::string::npos);
+  CHECK(FormatJobDetails(Job(placed), kT0, false).find("16 on 2 nodes") != std::string::npos);
   // topo queue: the queued job's NODES is "-", the running one's its count.
-  CHECK(FormatJobTable(json::array({queued, placed}), kT0) ==
+  CHECK(FormatJobTable(Jobs(json::array({queued, placed})), kT0) ==
         "ID  TENANT  USER  NAME  STATE    GPUS  NODES  TIME  REASON\n"
-        " 5  -       -     -     queued     64      -  0:00  -\n"
-        " 6  -       -     -     running    16      2  0:00  -\n");
-  CHECK(FormatJobDetails(placed, kT0, false).find("checkpoint step 40") != std::string::npos);
+        " 5                      queued     64      -  0:00\n"
+        " 6                      running    16      2  0:00\n");
+  CHECK(FormatJobDetails(Job(placed), kT0, false).find("checkpoint step 40") != std::string::npos);
   const json node = {{"name", "n0"},
                      {"state", "up"},
                      {"gpu_jobs", {0, 7, -1}},
@@ -338,7 +415,7 @@ TEST_CASE("FormatJobDetails: how the processes start, with variable names but no
               {"chdir", "/data/run"},
               {"output", "out-%j-%r.log"},
               {"error", "/var/err-%j.log"}};
-  std::string text = FormatJobDetails(job, kT0, false);
+  std::string text = FormatJobDetails(Job(job), kT0, false);
   CHECK(text.find("Command:     sh -c 'exec torchrun --nnodes $GROUP_WORLD_SIZE'\n") !=
         std::string::npos);
   CHECK(text.find("Launch:      node (one process per node)\n") != std::string::npos);
@@ -353,7 +430,7 @@ TEST_CASE("FormatJobDetails: how the processes start, with variable names but no
   job = {{"id", 22},          {"state", "queued"},     {"command", {"python3", "it's\x1b[2J.py"}},
          {"launch", "rank"},  {"env", json::object()}, {"chdir", nullptr},
          {"output", nullptr}, {"error", nullptr}};
-  text = FormatJobDetails(job, kT0, false);
+  text = FormatJobDetails(Job(job), kT0, false);
   CHECK(text.find("Command:     python3 'it'\\''s\\x1b[2J.py'\n") != std::string::npos);
   CHECK(text.find("Launch:      rank (one process per GPU)\n") != std::string::npos);
   CHECK(text.find("Output:      the agent's log (topo logs 22)\n") != std::string::npos);
@@ -363,7 +440,7 @@ TEST_CASE("FormatJobDetails: how the processes start, with variable names but no
   }
   // A long batch script is cut.
   job["command"] = {"/bin/sh", "-c", std::string(1000, 'x')};
-  text = FormatJobDetails(job, kT0, false);
+  text = FormatJobDetails(Job(job), kT0, false);
   CHECK(text.find("xxx...'") == std::string::npos);
   CHECK(text.find("xxx...\n") != std::string::npos);
 }
@@ -388,9 +465,10 @@ TEST_CASE("FormatJobDetails: placement per level, metrics, ranks and history") {
   for (int r = 0; r < 16; ++r) {
     job["ranks"].push_back({{"rank", r}, {"node", r < 8 ? "n0" : "n1"}, {"gpu", r % 8}});
   }
-  const std::string text = FormatJobDetails(job, kT0, false);
+  const std::string text = FormatJobDetails(Job(job), kT0, false);
   CHECK(text.rfind("Job 17: llama\n  State:       running (started)\n", 0) == 0);
-  CHECK(text.find("  Layout:      tp 8 dp 2\n") != std::string::npos);
+  CHECK(text.find("  Layout:      tp 8 cp 1 ep 1 pp 1 dp 2, order tp-cp-ep-dp-pp\n") !=
+        std::string::npos);
   CHECK(text.find("  Started:     2026-01-01 00:59:00 (ran 1:00 of 2:00:00)") == std::string::npos);
   CHECK(text.find("  Started:     2025-12-31 23:59:00 (ran 1:00 of 2:00:00)\n") !=
         std::string::npos);
@@ -404,12 +482,12 @@ TEST_CASE("FormatJobDetails: placement per level, metrics, ranks and history") {
   CHECK(text.find("job_submitted") != std::string::npos);
 
   for (int r = 16; r < 40; ++r) job["ranks"].push_back({{"rank", r}, {"node", "n2"}, {"gpu", 0}});
-  CHECK(FormatJobDetails(job, kT0, false).find("Ranks (first 16 of 40; --ranks for all):") !=
+  CHECK(FormatJobDetails(Job(job), kT0, false).find("Ranks (first 16 of 40; --ranks for all):") !=
         std::string::npos);
-  CHECK(FormatJobDetails(job, kT0, false).find("    39  n2") == std::string::npos);
-  CHECK(FormatJobDetails(job, kT0, true).find("    39  n2") != std::string::npos);
-  // Anything but an object prints without crashing.
-  CHECK(FormatJobDetails(json("x"), kT0, false).rfind("Job -", 0) == 0);
+  CHECK(FormatJobDetails(Job(job), kT0, false).find("    39  n2") == std::string::npos);
+  CHECK(FormatJobDetails(Job(job), kT0, true).find("    39  n2") != std::string::npos);
+  // Anything but an object does not read (topo show says so, and prints nothing else).
+  CHECK_FALSE(api::ReadJobView(json("x"), nullptr, api::Reading::kClient).ok());
 }
 
 TEST_CASE("FormatNodeTable, node details and the drain summary") {

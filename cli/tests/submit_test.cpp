@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "topo/common/job_io.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/perf_model.hpp"
 
 #include <string>
@@ -10,6 +12,9 @@ namespace topo::cli {
 namespace {
 
 using nlohmann::json;
+
+// What every rank runs, for the requests built here.
+const std::vector<std::string> kCommand = {"python3", "train.py"};
 
 int64_t Seconds(std::string_view text) {
   core::Result<int64_t> r = ParseDuration(text);
@@ -182,19 +187,24 @@ TEST_CASE("Submit flags: the command line overrides #TOPO lines, which override 
 
   const json spec = {
       {"gpus", 128}, {"name", "from-spec"}, {"spares", 1}, {"parallelism", {{"ep", 4}}}};
-  auto req = BuildSubmitRequest(merged, spec, "s.sh");
+  auto req = BuildSubmitRequest(merged, spec, "s.sh", kCommand);
   REQUIRE_MESSAGE(req.ok(), req.message());
-  const json& r = req.value();
-  CHECK(r["spec"]["gpus"] == 64);
-  CHECK(r["spec"]["name"] == "from-script");
-  CHECK(r["spec"]["spares"] == 1);
-  CHECK(r["spec"]["parallelism"] == json{{"ep", 4}, {"tp", 8}, {"pp", 2}});
-  CHECK(r["spec"]["constraints"] == json{{"dp", {{"preferred", "pod"}}}});
-  CHECK(r["time_limit_s"] == 5400);
-  CHECK(r["checkpoint_interval_s"] == -1);
-  CHECK(r["placement_wait_s"] == 2700);
-  CHECK(r["priority"] == -5);
-  CHECK_FALSE(r.contains("tenant"));
+  const api::SubmitRequest& r = req.value();
+  CHECK(r.spec.gpus == 64);
+  CHECK(r.spec.name == "from-script");
+  CHECK(r.spec.spares == 1);
+  CHECK(r.spec.parallelism.ep == 4);
+  CHECK(r.spec.parallelism.tp == 8);
+  CHECK(r.spec.parallelism.pp == 2);
+  CHECK(r.spec.parallelism.dp == 4);  // derived: 64 / (8 x 2)
+  CHECK(r.spec.constraint(core::GroupKind::kDp).strength == core::Strength::kPreferred);
+  CHECK(r.spec.constraint(core::GroupKind::kDp).tier == "pod");
+  CHECK(r.time_limit_s == 5400);
+  CHECK(r.checkpoint_interval_s == -1);
+  CHECK(r.placement_wait_s == 2700);
+  CHECK(r.priority == -5);
+  CHECK_FALSE(r.tenant);
+  CHECK(r.command == kCommand);
 }
 
 TEST_CASE("BuildSubmitRequest: names, whole requests and the daemon's own checks") {
@@ -202,33 +212,50 @@ TEST_CASE("BuildSubmitRequest: names, whole requests and the daemon's own checks
   REQUIRE(AddSubmitFlag(&f, "gpus", "16", "").ok());
   REQUIRE(AddSubmitFlag(&f, "tp", "8", "").ok());
   REQUIRE(AddSubmitFlag(&f, "tenant", "org/team", "").ok());
-  auto r = BuildSubmitRequest(f, std::nullopt, "train.sh");
+  auto r = BuildSubmitRequest(f, std::nullopt, "train.sh", kCommand);
   REQUIRE_MESSAGE(r.ok(), r.message());
-  CHECK(r.value() ==
-        json{{"spec", {{"gpus", 16}, {"parallelism", {{"tp", 8}}}, {"name", "train.sh"}}},
-             {"tenant", "org/team"}});
+  api::SubmitRequest want;
+  want.spec = common::JobSpecFromJson(
+                  json{{"gpus", 16}, {"parallelism", {{"tp", 8}}}, {"name", "train.sh"}})
+                  .value();
+  want.tenant = "org/team";
+  want.command = kCommand;
+  CHECK(r.value() == want);
+  // What is sent: the API's writer, read back as the daemon reads it.
+  auto sent = api::ParseSubmitRequest(api::WriteSubmitRequest(r.value()));
+  REQUIRE(sent.ok());
+  CHECK(sent.value() == want);
 
-  // A whole request as --spec: its fields stay unless a flag overrides.
-  const json whole = {{"spec", {{"gpus", 8}}}, {"priority", 3}, {"tenant", "a"}};
-  auto w = BuildSubmitRequest(f, whole, "");
-  REQUIRE(w.ok());
-  CHECK(w.value()["priority"] == 3);
-  CHECK(w.value()["tenant"] == "org/team");
-  CHECK(w.value()["spec"]["gpus"] == 16);
-  CHECK_FALSE(w.value()["spec"].contains("name"));
+  // A whole request as --spec: its fields stay unless a flag overrides,
+  // its command too unless the command line gives one.
+  const json whole = {
+      {"spec", {{"gpus", 8}}}, {"priority", 3}, {"tenant", "a"}, {"command", {"own", "cmd"}}};
+  auto w = BuildSubmitRequest(f, whole, "", {});
+  REQUIRE_MESSAGE(w.ok(), w.message());
+  CHECK(w.value().priority == 3);
+  CHECK(w.value().tenant == "org/team");
+  CHECK(w.value().spec.gpus == 16);
+  CHECK(w.value().spec.name.empty());
+  CHECK(w.value().command == std::vector<std::string>{"own", "cmd"});
+  CHECK(BuildSubmitRequest(f, whole, "", kCommand).value().command == kCommand);
+  // Its fields are read as the daemon reads them, naming the file.
+  auto wrong =
+      BuildSubmitRequest(f, json{{"spec", {{"gpus", 8}}}, {"priority", "high"}}, "", kCommand);
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.message().rfind("--spec: priority: must be an integer", 0) == 0);
 
-  auto none = BuildSubmitRequest({}, std::nullopt, "");
+  auto none = BuildSubmitRequest({}, std::nullopt, "", kCommand);
   REQUIRE_FALSE(none.ok());
   CHECK(none.message().find("--gpus N") != std::string::npos);
 
   SubmitFlags bad;
   REQUIRE(AddSubmitFlag(&bad, "gpus", "12", "").ok());
   REQUIRE(AddSubmitFlag(&bad, "tp", "8", "").ok());
-  auto b = BuildSubmitRequest(bad, std::nullopt, "");
+  auto b = BuildSubmitRequest(bad, std::nullopt, "", kCommand);
   REQUIRE_FALSE(b.ok());
   CHECK(b.message().rfind("job spec: ", 0) == 0);
 
-  auto not_object = BuildSubmitRequest(f, json::array(), "");
+  auto not_object = BuildSubmitRequest(f, json::array(), "", kCommand);
   CHECK_FALSE(not_object.ok());
 }
 
@@ -265,36 +292,37 @@ TEST_CASE("launch mode, variables, --export, chdir and output files, from flags 
   const std::map<std::string, std::string> environment = {
       {"HF_HOME", "/data/hf"}, {"WANDB_MODE", "offline"}, {"SECRET", "no"}, {"TOPO_TOKEN", "t"}};
   auto r = BuildSubmitRequest(MergeSubmitFlags(script.value().flags, cmd), std::nullopt, "t.sh",
-                              environment);
+                              kCommand, environment);
   REQUIRE_MESSAGE(r.ok(), r.message());
-  CHECK(r.value()["launch"] == "node");
-  CHECK(r.value()["chdir"] == "/srv/run");
-  CHECK(r.value()["output"] == "out-%j-%r.log");
-  CHECK(r.value()["error"] == "/srv/err-%j.log");
-  CHECK(r.value()["env"] == json{{"HF_HOME", "/data/hf"},
-                                 {"WANDB_MODE", "offline"},
-                                 {"NCCL_DEBUG", "INFO"},
-                                 {"LANG", "C"}});
+  CHECK(r.value().launch == core::LaunchMode::kNode);
+  CHECK(r.value().chdir == "/srv/run");
+  CHECK(r.value().output == "out-%j-%r.log");
+  CHECK(r.value().error == "/srv/err-%j.log");
+  CHECK(*r.value().env == std::map<std::string, std::string>{{"HF_HOME", "/data/hf"},
+                                                             {"WANDB_MODE", "offline"},
+                                                             {"NCCL_DEBUG", "INFO"},
+                                                             {"LANG", "C"}});
 
   // NONE is the default: nothing of the submitter's environment travels.
   SubmitFlags plain;
   REQUIRE(AddSubmitFlag(&plain, "gpus", "8", "").ok());
-  auto p = BuildSubmitRequest(plain, std::nullopt, "", environment);
+  auto p = BuildSubmitRequest(plain, std::nullopt, "", kCommand, environment);
   REQUIRE(p.ok());
-  CHECK_FALSE(p.value().contains("env"));
-  CHECK_FALSE(p.value().contains("launch"));
+  CHECK_FALSE(p.value().env);
+  CHECK_FALSE(p.value().launch);
   // ALL: everything the job may set; the agent's own names are left out, saying so.
   REQUIRE(AddSubmitFlag(&plain, "export", "ALL", "").ok());
   std::vector<std::string> warnings;
-  auto all = BuildSubmitRequest(plain, std::nullopt, "", environment, &warnings);
+  auto all = BuildSubmitRequest(plain, std::nullopt, "", kCommand, environment, &warnings);
   REQUIRE(all.ok());
-  CHECK(all.value()["env"] ==
-        json{{"HF_HOME", "/data/hf"}, {"SECRET", "no"}, {"WANDB_MODE", "offline"}});
+  CHECK(*all.value().env == std::map<std::string, std::string>{{"HF_HOME", "/data/hf"},
+                                                               {"SECRET", "no"},
+                                                               {"WANDB_MODE", "offline"}});
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("TOPO_TOKEN") != std::string::npos);
   // A listed name that is not set is an error, naming it.
   REQUIRE(AddSubmitFlag(&plain, "export", "HF_HOME,NOPE", "").ok());
-  auto missing = BuildSubmitRequest(plain, std::nullopt, "", environment);
+  auto missing = BuildSubmitRequest(plain, std::nullopt, "", kCommand, environment);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.message().find("--export: NOPE is not set") != std::string::npos);
 
@@ -326,7 +354,7 @@ TEST_CASE("launch mode, variables, --export, chdir and output files, from flags 
   SubmitFlags g;
   REQUIRE(AddSubmitFlag(&g, "gpus", "8", "").ok());
   auto spec_env =
-      BuildSubmitRequest(g, json{{"spec", {{"gpus", 8}}}, {"env", {{"RANK", "1"}}}}, "");
+      BuildSubmitRequest(g, json{{"spec", {{"gpus", 8}}}, {"env", {{"RANK", "1"}}}}, "", kCommand);
   REQUIRE_FALSE(spec_env.ok());
   CHECK(spec_env.message().find("reserved") != std::string::npos);
 }
@@ -410,11 +438,11 @@ TEST_CASE("#SBATCH lines: the common directives become flags, #TOPO wins, the re
   CHECK(w.find("-p gpu (job.sh:6)") != std::string::npos);
   CHECK(w.find("--qos=high (job.sh:6)") != std::string::npos);
   CHECK(w.find("--exclusive") != std::string::npos);  // with --gpus-per-node: not honoured
-  auto req = BuildSubmitRequest(f, std::nullopt, "job.sh");
+  auto req = BuildSubmitRequest(f, std::nullopt, "job.sh", kCommand);
   REQUIRE_MESSAGE(req.ok(), req.message());
-  CHECK(req.value()["spec"]["gpus"] == 32);
-  CHECK(req.value()["dependency"] == "afterok:12");
-  CHECK(req.value()["array"] == "0-3%2");
+  CHECK(req.value().spec.gpus == 32);
+  CHECK(req.value().dependency == "afterok:12");
+  CHECK(req.value().array == "0-3%2");
 
   // Slurm's time forms, ntasks-per-node as GPUs per node, --gres.
   auto t = ParseScriptDirectives("#SBATCH --nodes=2 --ntasks-per-node=4 -t 90\n", "a.sh");
@@ -455,10 +483,10 @@ TEST_CASE("--dependency and --array: checked like the daemon, sent as given") {
   REQUIRE(AddSubmitFlag(&f, "gpus", "8", "").ok());
   REQUIRE(AddSubmitFlag(&f, "dependency", "afterok:3:4,afterany:5", "").ok());
   REQUIRE(AddSubmitFlag(&f, "array", "1,3,5-7%2", "").ok());
-  auto req = BuildSubmitRequest(f, std::nullopt, "x");
+  auto req = BuildSubmitRequest(f, std::nullopt, "x", kCommand);
   REQUIRE(req.ok());
-  CHECK(req.value()["dependency"] == "afterok:3:4,afterany:5");
-  CHECK(req.value()["array"] == "1,3,5-7%2");
+  CHECK(req.value().dependency == "afterok:3:4,afterany:5");
+  CHECK(req.value().array == "1,3,5-7%2");
   core::Status bad = AddSubmitFlag(&f, "dependency", "afterok", "");
   // The flag names the field once: the shared check's "dependency: " is dropped.
   CHECK(bad.message().rfind("--dependency: \"afterok\"", 0) == 0);
@@ -473,20 +501,37 @@ TEST_CASE("--dependency and --array: checked like the daemon, sent as given") {
 }
 
 TEST_CASE("errors speak of the flag typed: bounds checked before sending, fields mapped back") {
+  // The bounds are the API's reader's (common/user_api.hpp), checked when
+  // the request is built, before anything is sent; the error starts with
+  // the flag, its value and where it was given.
   SubmitFlags f;
-  CHECK(AddSubmitFlag(&f, "time", "40d", "").message() ==
-        "--time 40d is longer than the maximum 30d");
-  CHECK(AddSubmitFlag(&f, "time", "30d", "").ok());
-  CHECK(AddSubmitFlag(&f, "checkpoint-interval", "30s", "job.sh:2").message() ==
-        "job.sh:2: --checkpoint-interval 30s is shorter than the minimum 1m (or 'never')");
-  CHECK(AddSubmitFlag(&f, "placement-wait", "8d", "").message().find("maximum 7d") !=
-        std::string::npos);
   REQUIRE(AddSubmitFlag(&f, "gpus", "64", "job.sh:3").ok());
+  auto refused = [&](const char* flag, const char* value, const std::string& origin) {
+    SubmitFlags g = f;
+    REQUIRE(AddSubmitFlag(&g, flag, value, origin).ok());
+    auto r = BuildSubmitRequest(g, std::nullopt, "", kCommand);
+    REQUIRE_FALSE(r.ok());
+    return r.message();
+  };
+  CHECK(refused("time", "40d", "") ==
+        "--time 40d: time_limit_s: must be an integer 1..2592000 (got 3456000)");
+  CHECK(refused("checkpoint-interval", "30s", "job.sh:2") ==
+        "--checkpoint-interval 30s (job.sh:2): checkpoint_interval_s: is 30, below the minimum "
+        "of 60 (or -1 for never)");
+  CHECK(refused("placement-wait", "8d", "")
+            .rfind("--placement-wait 8d: placement_wait_s: must be an integer -1..604800", 0) == 0);
+  CHECK(refused("cpus-per-node", "0", "")
+            .rfind("--cpus-per-node 0: cpus_per_node: must be a number 0.001..100000", 0) == 0);
+  CHECK(refused("priority", "101", "").rfind("--priority 101: priority: ", 0) == 0);
+  CHECK(refused("tenant", "Org!", "").rfind("--tenant Org!: tenant: must be a tenant name", 0) ==
+        0);
+  CHECK(AddSubmitFlag(&f, "time", "30d", "").ok());
   REQUIRE(AddSubmitFlag(&f, "priority", "5", "").ok());
+  CHECK(BuildSubmitRequest(f, std::nullopt, "", kCommand).ok());
   CHECK(SubmitFieldLabel(f, "spec.gpus") == "--gpus 64 (job.sh:3)");
   CHECK(SubmitFieldLabel(f, "priority") == "--priority 5");
   CHECK(SubmitFieldLabel(f, "time_limit_s") == "--time 30d");
-  CHECK(SubmitFieldLabel(f, "placement_wait_s").empty());  // refused above, so not given
+  CHECK(SubmitFieldLabel(f, "placement_wait_s").empty());  // not given
   CHECK(SubmitFieldLabel(f, "no_such_field").empty());
 }
 

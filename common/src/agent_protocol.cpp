@@ -1,12 +1,12 @@
-// The agent protocol's field tables (agent_protocol.hpp) and the one generic
-// reader, writer and schema generator that walk them.
+// The agent protocol's field tables (agent_protocol.hpp), read, written and
+// turned into a JSON Schema by the field-table engine (field_table.hpp).
 //
 // Each message or nested object has a Table<T> listing its fields: the JSON
 // name, the struct member, and the field's limit (Int range, Str bytes and
-// character class, Enum, List of a limit, Obj for a nested table, Map of
+// character class, Enum, List of a limit, Obj for a nested table, EnvMap of
 // environment variables). An std::optional member is an optional field.
-// Cross-field rules live in Check(T) beside the tables. Adding a field is one
-// line in a table; the reader, the writer and the schema follow.
+// Cross-field rules are the tables' Check. Adding a field is one line in a
+// table; the reader, the writer and the schema follow.
 
 #include "topo/common/agent_protocol.hpp"
 
@@ -16,72 +16,18 @@
 #include <tuple>
 #include <type_traits>
 
+#include "field_schema.hpp"
+#include "field_table.hpp"
 #include "json_util.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_process.hpp"
 
-namespace topo::proto {
-namespace {
+namespace topo::common::fields {
 
-using core::Result;
-using core::Status;
-using Json = nlohmann::json;
-using OJson = nlohmann::ordered_json;
-using common::internal::Child;
-using common::internal::Index;
-using common::internal::Shown;
-using common::internal::TypeName;
-
-// ---------------------------------------------------------------- limits
-
-struct Int {
-  int64_t lo, hi;
-};
-struct Bool {};
-// Character classes of strings.
-enum class Chars : uint8_t {
-  kText,      // anything but NUL (log data, command arguments, messages)
-  kLine,      // no control characters (reasons, versions, models)
-  kName,      // printable ASCII without spaces (node names, addresses, uuids)
-  kPath,      // empty, or an absolute path without NUL
-  kUnixUser,  // ValidUnixUser
-  kEnvName,   // ValidEnvName
-};
-struct Str {
-  size_t max_bytes;
-  Chars chars;
-  bool allow_empty = true;
-};
-template <class E>
-struct Enum {};
-struct Obj {};
-template <class L>
-struct List {
-  size_t max_items;
-  L element;
-};
-struct EnvMap {};
-
-template <class S, class M, class L>
-struct Field {
-  std::string_view name;
-  M S::*member;
-  L limit;
-};
-template <class S, class M, class L>
-constexpr Field<S, M, L> F(std::string_view name, M S::*member, L limit) {
-  return {name, member, limit};
-}
-
-template <class T>
-struct IsOptional : std::false_type {};
-template <class T>
-struct IsOptional<std::optional<T>> : std::true_type {};
+using namespace topo::proto;
 
 // ---------------------------------------------------------------- enums
 
-template <class E>
-struct EnumTable;
 template <>
 struct EnumTable<core::GpuEventKind> {
   static constexpr std::array kValues = {
@@ -98,11 +44,6 @@ struct EnumTable<CheckpointTier> {
   }
 };
 template <>
-struct EnumTable<core::LaunchMode> {
-  static constexpr std::array kValues = {core::LaunchMode::kRank, core::LaunchMode::kNode};
-  static std::string_view Name(core::LaunchMode m) { return common::LaunchModeName(m); }
-};
-template <>
 struct EnumTable<DrainMode> {
   static constexpr std::array kValues = {DrainMode::kGraceful, DrainMode::kImmediate};
   static std::string_view Name(DrainMode m) {
@@ -111,6 +52,8 @@ struct EnumTable<DrainMode> {
 };
 
 // ---------------------------------------------------------------- tables
+
+namespace {
 
 constexpr Int kJob{1, kMaxJobId};
 constexpr Int kRank{0, kMaxWorldSize - 1};
@@ -121,8 +64,7 @@ constexpr Int kByteOffset{0, int64_t{1} << 50};
 constexpr Str kNodeName{kMaxNameBytes, Chars::kName, false};
 constexpr Str kReason{kMaxReasonBytes, Chars::kLine};
 
-template <class T>
-struct Table;
+}  // namespace
 
 template <>
 struct Table<GpuInfo> {
@@ -149,6 +91,16 @@ struct Table<Register> {
                       F("ranks", &Register::ranks, List<Obj>{4096, {}}),
                       F("agent", &Register::agent, Str{kMaxNameBytes, Chars::kLine}),
                       F("protocol", &Register::protocol, Int{1, 1000})};
+  }
+  static Status Check(const Register& m, const std::string& path, Failure& f) {
+    std::set<int> seen;
+    for (size_t i = 0; i < m.gpus.size(); ++i) {
+      if (!seen.insert(m.gpus[i].index).second) {
+        return Fail(f, Index(Child(path, "gpus"), i) + ".index",
+                    "GPU " + std::to_string(m.gpus[i].index) + " is listed twice");
+      }
+    }
+    return Status::Ok();
   }
 };
 template <>
@@ -201,6 +153,27 @@ struct Table<LogsReply> {
                       // Bad UTF-8 bytes come as U+FFFD (3 bytes each).
                       F("data", &LogsReply::data, Str{3 * kMaxLogChunkBytes, Chars::kText})};
   }
+  static Status Check(const LogsReply& m, const std::string& path, Failure& f) {
+    const bool data = m.offset || m.next_offset || m.size || m.data;
+    if (m.error && data) return Fail(f, path, "has both error and data: send one of the two");
+    if (!m.error) {
+      for (const char* key : {"offset", "next_offset", "size", "data"}) {
+        const bool present = std::string_view(key) == "offset"        ? m.offset.has_value()
+                             : std::string_view(key) == "next_offset" ? m.next_offset.has_value()
+                             : std::string_view(key) == "size"        ? m.size.has_value()
+                                                                      : m.data.has_value();
+        if (!present) return Fail(f, Child(path, key), "missing (a reply without error has data)");
+      }
+      if (*m.offset > *m.next_offset || *m.next_offset > *m.size) {
+        return Fail(f, Child(path, "next_offset"), "must satisfy offset <= next_offset <= size");
+      }
+      if (*m.next_offset - *m.offset > kMaxLogChunkBytes) {
+        return Fail(f, Child(path, "next_offset"),
+                    "more than " + std::to_string(kMaxLogChunkBytes) + " bytes in one reply");
+      }
+    }
+    return Status::Ok();
+  }
 };
 template <>
 struct Table<LaunchFailed> {
@@ -245,6 +218,11 @@ struct Table<Layout> {
         F("ep", &Layout::ep, kDegree), F("pp", &Layout::pp, kDegree),
         F("dp", &Layout::dp, kDegree), F("order", &Layout::order, Str{64, Chars::kName, false})};
   }
+  static Status Check(const Layout& m, const std::string& path, Failure& f) {
+    Result<core::Parallelism> p = ToParallelism(m);
+    if (!p.ok()) return Fail(f, path, p.message());
+    return Status::Ok();
+  }
 };
 template <>
 struct Table<Start> {
@@ -272,6 +250,63 @@ struct Table<Start> {
         F("pids_max", &Start::pids_max, Int{1, core::kMaxJobPids}),
         F("array_job", &Start::array_job, kJob),
         F("array_task", &Start::array_task, Int{0, 1000000})};
+  }
+  static Status Check(const Start& m, const std::string& path, Failure& f) {
+    const int64_t world = int64_t{m.layout.tp} * m.layout.cp * m.layout.pp * m.layout.dp;
+    if (world != m.world_size) {
+      return Fail(f, Child(path, "world_size"),
+                  "is " + std::to_string(m.world_size) + " but the layout has " +
+                      std::to_string(world) + " ranks (tp * cp * pp * dp)");
+    }
+    if (m.group_rank >= m.group_world_size) {
+      return Fail(f, Child(path, "group_rank"), "must be below group_world_size");
+    }
+    if (m.group_world_size > m.world_size) {
+      return Fail(f, Child(path, "group_world_size"), "must not exceed world_size");
+    }
+    if (m.ranks.empty()) return Fail(f, Child(path, "ranks"), "must not be empty");
+    std::set<int> ranks, gpus;
+    for (size_t i = 0; i < m.ranks.size(); ++i) {
+      const StartRank& r = m.ranks[i];
+      const std::string where = Index(Child(path, "ranks"), i);
+      if (r.local_rank != static_cast<int>(i)) {
+        return Fail(
+            f, where + ".local_rank",
+            "must be " + std::to_string(i) + ": ranks are listed in local-rank order 0..k-1");
+      }
+      if (r.rank >= m.world_size) {
+        return Fail(f, where + ".rank", "must be below world_size " + std::to_string(m.world_size));
+      }
+      if (!ranks.insert(r.rank).second) return Fail(f, where + ".rank", "is listed twice");
+      if (!gpus.insert(r.gpu).second) return Fail(f, where + ".gpu", "is given to two ranks");
+    }
+    size_t bytes = 0;
+    for (const std::string& a : m.command) bytes += a.size() + 1;
+    if (bytes > kMaxCommandBytes) {
+      return Fail(
+          f, Child(path, "command"),
+          "is " + std::to_string(bytes) + " bytes; at most " + std::to_string(kMaxCommandBytes));
+    }
+    if (!m.command.empty() && m.command[0].empty()) {
+      return Fail(f, Child(path, "command") + "[0]", "must not be empty");
+    }
+    // The same checks as the API's (job_process.hpp).
+    if (Status s = common::CheckJobEnv(m.env); !s.ok()) {
+      return Fail(f, Child(path, "env"), s.message());
+    }
+    if (!m.working_dir.empty()) {
+      if (Status s = common::CheckWorkingDir(m.working_dir); !s.ok()) {
+        return Fail(f, Child(path, "working_dir"), s.message());
+      }
+    }
+    for (const auto& [name, pattern] :
+         {std::pair<const char*, const std::string*>{"output", &m.output}, {"error", &m.error}}) {
+      if (pattern->empty()) continue;
+      if (Status s = common::CheckOutputPattern(*pattern); !s.ok()) {
+        return Fail(f, Child(path, name), s.message());
+      }
+    }
+    return Status::Ok();
   }
 };
 template <>
@@ -312,329 +347,14 @@ struct Table<Error> {
   }
 };
 
-// ---------------------------------------------------------------- reading
+}  // namespace topo::common::fields
 
-struct Failure {
-  std::string field;
-  std::string message;
-};
+namespace topo::proto {
+namespace {
 
-Status Fail(Failure& f, const std::string& path, const std::string& problem) {
-  f.field = path;
-  f.message = path + ": " + problem;
-  return Status::Error(f.message);
-}
+using namespace topo::common::fields;
 
-bool CharsOk(std::string_view s, Chars chars) {
-  switch (chars) {
-    case Chars::kText:
-      return s.find('\0') == std::string_view::npos;
-    case Chars::kLine:
-      return std::none_of(s.begin(), s.end(), [](char c) {
-        const auto u = static_cast<unsigned char>(c);
-        return u < 0x20 || u == 0x7f;
-      });
-    case Chars::kName:
-      return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-    case Chars::kPath:
-      return s.empty() || (s[0] == '/' && s.find('\0') == std::string_view::npos);
-    case Chars::kUnixUser:
-      return ValidUnixUser(s);
-    case Chars::kEnvName:
-      return ValidEnvName(s);
-  }
-  return false;
-}
-
-std::string_view CharsRule(Chars chars) {
-  switch (chars) {
-    case Chars::kText:
-      return "must not contain NUL";
-    case Chars::kLine:
-      return "must not contain control characters";
-    case Chars::kName:
-      return "must be printable ASCII without spaces";
-    case Chars::kPath:
-      return "must be an absolute path";
-    case Chars::kUnixUser:
-      return "must be a Unix account name ([A-Za-z0-9._-], not starting with '-' or '.')";
-    case Chars::kEnvName:
-      return "must be a variable name ([A-Za-z_][A-Za-z0-9_]*)";
-  }
-  return "";
-}
-
-template <class M>
-Status ReadValue(const Json& v, const std::string& path, Int limit, M& out, Failure& f) {
-  const std::string want =
-      "must be an integer " + std::to_string(limit.lo) + ".." + std::to_string(limit.hi);
-  if (!v.is_number_integer()) return Fail(f, path, want + " (got " + Shown(v) + ")");
-  int64_t i = 0;
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(limit.hi)) return Fail(f, path, want + " (got " + Shown(v) + ")");
-    i = static_cast<int64_t>(u);
-  } else {
-    i = v.get<int64_t>();
-  }
-  if (i < limit.lo || i > limit.hi) return Fail(f, path, want + " (got " + Shown(v) + ")");
-  out = static_cast<M>(i);
-  return Status::Ok();
-}
-
-Status ReadValue(const Json& v, const std::string& path, Bool, bool& out, Failure& f) {
-  if (!v.is_boolean()) {
-    return Fail(f, path, "must be true or false (got " + std::string(TypeName(v)) + ")");
-  }
-  out = v.get<bool>();
-  return Status::Ok();
-}
-
-Status ReadValue(const Json& v, const std::string& path, Str limit, std::string& out, Failure& f) {
-  if (!v.is_string()) {
-    return Fail(f, path, "must be a string (got " + std::string(TypeName(v)) + ")");
-  }
-  const auto& s = v.get_ref<const std::string&>();
-  if (s.empty() && !limit.allow_empty) return Fail(f, path, "must not be empty");
-  if (s.size() > limit.max_bytes) {
-    return Fail(
-        f, path,
-        "is " + std::to_string(s.size()) + " bytes; at most " + std::to_string(limit.max_bytes));
-  }
-  if (!CharsOk(s, limit.chars)) return Fail(f, path, std::string(CharsRule(limit.chars)));
-  out = s;
-  return Status::Ok();
-}
-
-template <class E>
-Status ReadValue(const Json& v, const std::string& path, Enum<E>, E& out, Failure& f) {
-  std::string names;
-  for (E e : EnumTable<E>::kValues) {
-    names += (names.empty() ? "" : ", ") + std::string(EnumTable<E>::Name(e));
-    if (v.is_string() && v.get_ref<const std::string&>() == EnumTable<E>::Name(e)) {
-      out = e;
-      return Status::Ok();
-    }
-  }
-  return Fail(f, path, "must be one of " + names + " (got " + Shown(v) + ")");
-}
-
-template <class T>
-Status ReadObject(const Json& v, const std::string& path, T& out, Failure& f, bool typed);
-
-template <class T>
-Status ReadValue(const Json& v, const std::string& path, Obj, T& out, Failure& f) {
-  return ReadObject(v, path, out, f, false);
-}
-
-template <class L, class T>
-Status ReadValue(const Json& v, const std::string& path, List<L> limit, std::vector<T>& out,
-                 Failure& f) {
-  if (!v.is_array()) {
-    return Fail(f, path, "must be an array (got " + std::string(TypeName(v)) + ")");
-  }
-  if (v.size() > limit.max_items) {
-    return Fail(
-        f, path,
-        "has " + std::to_string(v.size()) + " items; at most " + std::to_string(limit.max_items));
-  }
-  out.clear();
-  out.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    T item{};
-    if (Status st = ReadValue(v[i], Index(path, i), limit.element, item, f); !st.ok()) return st;
-    out.push_back(std::move(item));
-  }
-  return Status::Ok();
-}
-
-Status ReadValue(const Json& v, const std::string& path, EnvMap,
-                 std::map<std::string, std::string>& out, Failure& f) {
-  if (!v.is_object()) {
-    return Fail(f, path, "must be an object of strings (got " + std::string(TypeName(v)) + ")");
-  }
-  if (v.size() > kMaxEnvVars) {
-    return Fail(
-        f, path,
-        "has " + std::to_string(v.size()) + " variables; at most " + std::to_string(kMaxEnvVars));
-  }
-  size_t total = 0;
-  out.clear();
-  for (const auto& [key, value] : v.items()) {
-    const std::string where = Child(path, key.size() <= 64 ? key : key.substr(0, 64) + "...");
-    if (!ValidEnvName(key)) return Fail(f, where, std::string(CharsRule(Chars::kEnvName)));
-    std::string s;
-    if (Status st = ReadValue(value, where, Str{kMaxArgBytes, Chars::kText}, s, f); !st.ok()) {
-      return st;
-    }
-    total += key.size() + 1 + s.size() + 1;
-    out.emplace(key, std::move(s));
-  }
-  if (total > kMaxEnvBytes) {
-    return Fail(f, path,
-                "is " + std::to_string(total) + " bytes as K=V strings; at most " +
-                    std::to_string(kMaxEnvBytes));
-  }
-  return Status::Ok();
-}
-
-// Cross-field rules: overloads for the types that have some.
-template <class T>
-Status Check(const T&, const std::string&, Failure&) {
-  return Status::Ok();
-}
-
-Status Check(const Register& m, const std::string& path, Failure& f) {
-  std::set<int> seen;
-  for (size_t i = 0; i < m.gpus.size(); ++i) {
-    if (!seen.insert(m.gpus[i].index).second) {
-      return Fail(f, Index(Child(path, "gpus"), i) + ".index",
-                  "GPU " + std::to_string(m.gpus[i].index) + " is listed twice");
-    }
-  }
-  return Status::Ok();
-}
-
-Status Check(const LogsReply& m, const std::string& path, Failure& f) {
-  const bool data = m.offset || m.next_offset || m.size || m.data;
-  if (m.error && data) return Fail(f, path, "has both error and data: send one of the two");
-  if (!m.error) {
-    for (const char* key : {"offset", "next_offset", "size", "data"}) {
-      const bool present = std::string_view(key) == "offset"        ? m.offset.has_value()
-                           : std::string_view(key) == "next_offset" ? m.next_offset.has_value()
-                           : std::string_view(key) == "size"        ? m.size.has_value()
-                                                                    : m.data.has_value();
-      if (!present) return Fail(f, Child(path, key), "missing (a reply without error has data)");
-    }
-    if (*m.offset > *m.next_offset || *m.next_offset > *m.size) {
-      return Fail(f, Child(path, "next_offset"), "must satisfy offset <= next_offset <= size");
-    }
-    if (*m.next_offset - *m.offset > kMaxLogChunkBytes) {
-      return Fail(f, Child(path, "next_offset"),
-                  "more than " + std::to_string(kMaxLogChunkBytes) + " bytes in one reply");
-    }
-  }
-  return Status::Ok();
-}
-
-Status Check(const Layout& m, const std::string& path, Failure& f) {
-  Result<core::Parallelism> p = ToParallelism(m);
-  if (!p.ok()) return Fail(f, path, p.message());
-  return Status::Ok();
-}
-
-Status Check(const Start& m, const std::string& path, Failure& f) {
-  const int64_t world = int64_t{m.layout.tp} * m.layout.cp * m.layout.pp * m.layout.dp;
-  if (world != m.world_size) {
-    return Fail(f, Child(path, "world_size"),
-                "is " + std::to_string(m.world_size) + " but the layout has " +
-                    std::to_string(world) + " ranks (tp * cp * pp * dp)");
-  }
-  if (m.group_rank >= m.group_world_size) {
-    return Fail(f, Child(path, "group_rank"), "must be below group_world_size");
-  }
-  if (m.group_world_size > m.world_size) {
-    return Fail(f, Child(path, "group_world_size"), "must not exceed world_size");
-  }
-  if (m.ranks.empty()) return Fail(f, Child(path, "ranks"), "must not be empty");
-  std::set<int> ranks, gpus;
-  for (size_t i = 0; i < m.ranks.size(); ++i) {
-    const StartRank& r = m.ranks[i];
-    const std::string where = Index(Child(path, "ranks"), i);
-    if (r.local_rank != static_cast<int>(i)) {
-      return Fail(f, where + ".local_rank",
-                  "must be " + std::to_string(i) + ": ranks are listed in local-rank order 0..k-1");
-    }
-    if (r.rank >= m.world_size) {
-      return Fail(f, where + ".rank", "must be below world_size " + std::to_string(m.world_size));
-    }
-    if (!ranks.insert(r.rank).second) return Fail(f, where + ".rank", "is listed twice");
-    if (!gpus.insert(r.gpu).second) return Fail(f, where + ".gpu", "is given to two ranks");
-  }
-  size_t bytes = 0;
-  for (const std::string& a : m.command) bytes += a.size() + 1;
-  if (bytes > kMaxCommandBytes) {
-    return Fail(
-        f, Child(path, "command"),
-        "is " + std::to_string(bytes) + " bytes; at most " + std::to_string(kMaxCommandBytes));
-  }
-  if (!m.command.empty() && m.command[0].empty()) {
-    return Fail(f, Child(path, "command") + "[0]", "must not be empty");
-  }
-  // The same checks as the API's (job_process.hpp).
-  if (Status s = common::CheckJobEnv(m.env); !s.ok()) {
-    return Fail(f, Child(path, "env"), s.message());
-  }
-  if (!m.working_dir.empty()) {
-    if (Status s = common::CheckWorkingDir(m.working_dir); !s.ok()) {
-      return Fail(f, Child(path, "working_dir"), s.message());
-    }
-  }
-  for (const auto& [name, pattern] :
-       {std::pair<const char*, const std::string*>{"output", &m.output}, {"error", &m.error}}) {
-    if (pattern->empty()) continue;
-    if (Status s = common::CheckOutputPattern(*pattern); !s.ok()) {
-      return Fail(f, Child(path, name), s.message());
-    }
-  }
-  return Status::Ok();
-}
-
-template <class S, class M, class L>
-Status ReadField(const Json& object, const std::string& path, const Field<S, M, L>& field, S& out,
-                 Failure& f) {
-  auto it = object.find(std::string(field.name));
-  M& member = out.*field.member;
-  if constexpr (IsOptional<M>::value) {
-    if (it == object.end()) {
-      member.reset();
-      return Status::Ok();
-    }
-    typename M::value_type value{};
-    Status st = ReadValue(*it, Child(path, field.name), field.limit, value, f);
-    if (st.ok()) member = std::move(value);
-    return st;
-  } else {
-    if (it == object.end()) return Fail(f, Child(path, field.name), "missing");
-    return ReadValue(*it, Child(path, field.name), field.limit, member, f);
-  }
-}
-
-template <class T>
-Status ReadObject(const Json& v, const std::string& path, T& out, Failure& f, bool typed) {
-  if (!v.is_object()) {
-    return Fail(f, path, "must be an object (got " + std::string(TypeName(v)) + ")");
-  }
-  constexpr auto fields = Table<T>::Fields();
-  for (const auto& item : v.items()) {
-    // A plain reference, not a structured binding: clang 14 cannot capture
-    // those in the lambda below.
-    const std::string& key = item.key();
-    if (typed && key == "type") continue;
-    bool known = false;
-    std::string names;
-    std::apply(
-        [&](const auto&... fd) {
-          ((known = known || fd.name == key,
-            names += (names.empty() ? "" : ", ") + std::string(fd.name)),
-           ...);
-        },
-        fields);
-    if (!known) {
-      return Fail(f, Child(path, key.size() <= 64 ? key : key.substr(0, 64) + "..."),
-                  "unknown field" + (names.empty() ? std::string(" (this message has none)")
-                                                   : "; allowed: " + names));
-    }
-  }
-  Status status = Status::Ok();
-  std::apply(
-      [&](const auto&... fd) {
-        ((status = status.ok() ? ReadField(v, path, fd, out, f) : status), ...);
-      },
-      fields);
-  if (!status.ok()) return status;
-  return Check(out, path, f);
-}
+// ---------------------------------------------------------------- messages
 
 template <class Variant, size_t I = 0>
 Status ReadAlternative(const Json& v, std::string_view type, Variant& out, Failure& f,
@@ -672,37 +392,14 @@ Result<Variant> ParseMessage(std::string_view text, std::string* field) {
   }
   // No message nests deeper than 4; a deeper text is refused before the
   // parser builds it.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) return fail("", "nested deeper than " + std::to_string(kMaxDepth));
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
+  if (!WithinDepth(text, kMaxDepth)) {
+    return fail("", "nested deeper than " + std::to_string(kMaxDepth));
   }
   Result<Json> parsed = common::internal::ParseStrictJson(text);
   if (!parsed.ok()) {
-    std::string m = parsed.message();
-    // "x.y: duplicate field \"k\"": name the field.
-    const size_t dup = m.find(": duplicate field \"");
-    if (dup != std::string::npos) {
-      std::string path = m.substr(0, dup);
-      const std::string key = m.substr(dup + 19, m.size() - dup - 20);
-      if (path == "top level") path.clear();
-      return fail(Child(path, key), "appears twice in one object");
-    }
-    return fail("", m);
+    Status st = FailParse(f, parsed.message());
+    if (field) *field = f.field;
+    return st;
   }
   const Json& j = parsed.value();
   if (!j.is_object()) return fail("", "a message is one JSON object");
@@ -721,61 +418,6 @@ Result<Variant> ParseMessage(std::string_view text, std::string* field) {
   return out;
 }
 
-// ---------------------------------------------------------------- writing
-
-template <class M>
-OJson WriteValue(Int, const M& v) {
-  return static_cast<int64_t>(v);
-}
-inline OJson WriteValue(Bool, bool v) { return v; }
-inline OJson WriteValue(Str, const std::string& v) { return v; }
-template <class E>
-OJson WriteValue(Enum<E>, E v) {
-  return std::string(EnumTable<E>::Name(v));
-}
-template <class T>
-OJson WriteObject(const T& v);
-template <class T>
-OJson WriteValue(Obj, const T& v) {
-  return WriteObject(v);
-}
-template <class L, class T>
-OJson WriteValue(List<L> limit, const std::vector<T>& v) {
-  OJson out = OJson::array();
-  for (const T& item : v) out.push_back(WriteValue(limit.element, item));
-  return out;
-}
-inline OJson WriteValue(EnvMap, const std::map<std::string, std::string>& v) {
-  OJson out = OJson::object();
-  for (const auto& [k, value] : v) out[k] = value;
-  return out;
-}
-
-template <class T>
-void WriteFields(const T& v, OJson& out) {
-  std::apply(
-      [&](const auto&... fd) {
-        (
-            [&] {
-              const auto& member = v.*fd.member;
-              if constexpr (IsOptional<std::decay_t<decltype(member)>>::value) {
-                if (member) out[std::string(fd.name)] = WriteValue(fd.limit, *member);
-              } else {
-                out[std::string(fd.name)] = WriteValue(fd.limit, member);
-              }
-            }(),
-            ...);
-      },
-      Table<T>::Fields());
-}
-
-template <class T>
-OJson WriteObject(const T& v) {
-  OJson out = OJson::object();
-  WriteFields(v, out);
-  return out;
-}
-
 template <class Variant>
 std::string WriteMessage(const Variant& message) {
   return std::visit(
@@ -787,96 +429,6 @@ std::string WriteMessage(const Variant& message) {
         return out.dump(-1, ' ', false, OJson::error_handler_t::replace);
       },
       message);
-}
-
-// ---------------------------------------------------------------- schema
-
-OJson SchemaOf(Int limit) {
-  return {{"type", "integer"}, {"minimum", limit.lo}, {"maximum", limit.hi}};
-}
-OJson SchemaOf(Bool) { return {{"type", "boolean"}}; }
-OJson SchemaOf(Str limit) {
-  OJson s = {{"type", "string"}, {"maxLength", limit.max_bytes}, {"x-maxBytes", limit.max_bytes}};
-  if (!limit.allow_empty) s["minLength"] = 1;
-  switch (limit.chars) {
-    case Chars::kText:
-      break;
-    case Chars::kLine:
-      s["pattern"] = "^[^\\u0000-\\u001f\\u007f]*$";
-      break;
-    case Chars::kName:
-      s["pattern"] = "^[!-~]*$";
-      break;
-    case Chars::kPath:
-      s["pattern"] = "^(/.*)?$";
-      break;
-    case Chars::kUnixUser:
-      s["pattern"] = "^[A-Za-z0-9_][A-Za-z0-9._-]*$";
-      break;
-    case Chars::kEnvName:
-      s["pattern"] = "^[A-Za-z_][A-Za-z0-9_]*$";
-      break;
-  }
-  return s;
-}
-template <class E>
-OJson SchemaOf(Enum<E>) {
-  OJson values = OJson::array();
-  for (E e : EnumTable<E>::kValues) values.push_back(std::string(EnumTable<E>::Name(e)));
-  return {{"type", "string"}, {"enum", values}};
-}
-template <class T, bool kTyped>
-OJson ObjectSchema();
-template <class T>
-OJson SchemaFor(Obj) {
-  return ObjectSchema<T, false>();
-}
-template <class T, class L>
-OJson SchemaFor(L limit) {
-  return SchemaOf(limit);
-}
-template <class T, class L>
-OJson SchemaFor(List<L> limit) {
-  return {{"type", "array"},
-          {"maxItems", limit.max_items},
-          {"items", SchemaFor<typename T::value_type>(limit.element)}};
-}
-template <class T>
-OJson SchemaFor(EnvMap) {
-  return {{"type", "object"},
-          {"maxProperties", kMaxEnvVars},
-          {"propertyNames", SchemaOf(Str{256, Chars::kEnvName, false})},
-          {"additionalProperties", SchemaOf(Str{kMaxArgBytes, Chars::kText})},
-          {"x-maxBytes", kMaxEnvBytes}};
-}
-
-template <class T, bool kTyped>
-OJson ObjectSchema() {
-  OJson properties = OJson::object();
-  OJson required = OJson::array();
-  if constexpr (kTyped) {
-    properties["type"] = {{"const", std::string(T::kType)}};
-    required.push_back("type");
-  }
-  std::apply(
-      [&](const auto&... fd) {
-        (
-            [&] {
-              using M = std::decay_t<decltype(std::declval<T>().*fd.member)>;
-              if constexpr (IsOptional<M>::value) {
-                properties[std::string(fd.name)] = SchemaFor<typename M::value_type>(fd.limit);
-              } else {
-                properties[std::string(fd.name)] = SchemaFor<M>(fd.limit);
-                required.push_back(std::string(fd.name));
-              }
-            }(),
-            ...);
-      },
-      Table<T>::Fields());
-  return {{"type", "object"},
-          {"properties", properties},
-          {"required", required},
-          {"additionalProperties", false}};
 }
 
 template <class Variant>

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "json_util.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/perf_model.hpp"
 
 namespace topo::common {
@@ -190,8 +191,6 @@ Json ConstraintToJson(const TierConstraint& c) {
   return "none";
 }
 
-Json Optional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
-
 }  // namespace
 
 Result<core::JobSpec> JobSpecFromJson(const Json& j) {
@@ -347,46 +346,13 @@ Json PlacementToJson(const core::Placement& placement, const core::Topology& top
               {"spares", std::move(spares)}};
 }
 
+// One mapping of the core's figures to JSON: the user API's views'.
 Json MetricsToJson(const core::PlacementMetrics& metrics, const core::Topology& topology) {
-  Json histogram = Json::object();
-  for (GroupKind kind : core::kAllGroupKinds) {
-    const std::vector<int>& counts = metrics.tier_histogram[static_cast<int>(kind)];
-    Json by_tier = Json::object();
-    for (int t = 0; t < static_cast<int>(counts.size()) && t <= topology.root_tier(); ++t) {
-      if (counts[t] != 0) by_tier[topology.tier(t).name] = counts[t];
-    }
-    histogram[std::string(core::GroupKindName(kind))] = std::move(by_tier);
-  }
-  return Json{{"tp_in_hbd", Optional(metrics.tp_in_hbd)},
-              {"ep_in_hbd", Optional(metrics.ep_in_hbd)},
-              {"leaf_span_ratio", Optional(metrics.leaf_span_ratio)},
-              {"pod_span_ratio", Optional(metrics.pod_span_ratio)},
-              {"comm_cost_ratio", Optional(metrics.comm_cost_ratio)},
-              {"leaves_spanned", metrics.leaves_spanned},
-              {"pods_spanned", metrics.pods_spanned},
-              {"min_leaves", metrics.min_leaves},
-              {"min_pods", metrics.min_pods},
-              {"comm_cost", metrics.comm_cost},
-              {"comm_cost_bound", metrics.comm_cost_bound},
-              {"required_met", metrics.required_met},
-              {"tier_histogram", std::move(histogram)}};
+  return Json(api::MetricsViewJson(api::MetricsViewOf(metrics, topology)));
 }
-
-namespace {
-Json BreakdownToJson(const core::StepBreakdown& b) {
-  return Json{{"compute_s", b.compute_s}, {"tp_s", b.tp_s},       {"cp_s", b.cp_s},
-              {"ep_s", b.ep_s},           {"pp_s", b.pp_s},       {"dp_s", b.dp_s},
-              {"bubble_s", b.bubble_s},   {"total_s", b.total_s}, {"dp_raw_s", b.dp_raw_s}};
-}
-}  // namespace
 
 Json PredictionToJson(const core::StepPrediction& prediction, const std::string& model) {
-  return Json{{"step_s", prediction.step.total_s},
-              {"ideal_step_s", prediction.ideal.total_s},
-              {"slowdown", prediction.slowdown},
-              {"model", model},
-              {"breakdown", BreakdownToJson(prediction.step)},
-              {"ideal_breakdown", BreakdownToJson(prediction.ideal)}};
+  return Json(api::PredictionViewJson(api::PredictionViewOf(prediction, model)));
 }
 
 }  // namespace topo::common

@@ -36,7 +36,8 @@ inline core::Status PathError(std::string_view path, std::string_view problem) {
 
 // A short rendering of a value for "(got ...)" in messages.
 inline std::string Shown(const Json& v) {
-  std::string s = v.dump();
+  // Strings that are not UTF-8 (in a value built in memory) show U+FFFD.
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   return s;
 }

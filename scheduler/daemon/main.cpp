@@ -606,7 +606,8 @@ int main(int argc, char** argv) {
   if (!config.slurm_socket.empty()) {
     daemon::Service& svc = *service.value();
     daemon::SlurmCalls calls{
-        [&svc](const std::string& line, const std::string& user, topo::core::TimeMs now) {
+        [&svc](const topo::api::SlurmSubmitLine& line, const std::string& user,
+               topo::core::TimeMs now) {
           return svc.SlurmRequest(line, user, now);
         },
         [&svc](const daemon::SlurmSnapshot& snapshot, topo::core::TimeMs now) {

@@ -194,7 +194,12 @@ HttpResponse Service::HandleRead(const HttpRequest& request, TimeMs now) {
   return ServeOffStrand(*s_, request, now);
 }
 
-std::string Service::SlurmRequest(const std::string& line, const std::string& user, TimeMs now) {
+std::string Service::SlurmRequest(std::string_view line, const std::string& user, TimeMs now) {
+  return daemon::SlurmRequest(*s_, line, user, now);
+}
+
+std::string Service::SlurmRequest(const api::SlurmSubmitLine& line, const std::string& user,
+                                  TimeMs now) {
   return daemon::SlurmRequest(*s_, line, user, now);
 }
 

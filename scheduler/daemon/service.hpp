@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "daemon/metrics.hpp"
 #include "daemon/slurm/slurm_types.hpp"
 #include "store/store.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/scheduler.hpp"
 #include "topo/core/topology.hpp"
 
@@ -129,8 +131,12 @@ class Service {
   // answer line without its newline ("PLACE id nodes", "HOLD id why",
   // "REJECT why", "PASS why", "BUSY why" for op test). Submissions step the
   // core and stage their entries like POST /v1/jobs; the caller commits
-  // before it answers. user: the submitter's name (from its uid).
-  std::string SlurmRequest(const std::string& line, const std::string& user, core::TimeMs now);
+  // before it answers. user: the submitter's name (from its uid). The line
+  // is read by the API's reader of it (api::ParseSlurmSubmitLine); one that
+  // does not read is answered "PASS" with why.
+  std::string SlurmRequest(std::string_view line, const std::string& user, core::TimeMs now);
+  std::string SlurmRequest(const api::SlurmSubmitLine& line, const std::string& user,
+                           core::TimeMs now);
   // Brings the core's view in line with what scontrol showed: jobs that
   // ended in Slurm free their capacity, nodes follow Slurm's state (nodes
   // busy with jobs toposched did not place are drained with a "slurm:"

@@ -8,18 +8,23 @@ audit log read the same before and after.
 usage: test_bad_input.py TOPO_SCHEDULER_BIN
 """
 
+import json
 import sys
 
+from api_schema import Api
 from harness import Daemon, Failure, check, run, serving, setup_tiny
+
+API = Api()
 
 
 def snapshot(d):
+    # The views follow the API's schema (schema/api.schema.json) as well.
     return {
-        "jobs": d.api("GET", "/v1/jobs?all=1", expect=200),
+        "jobs": API.check("job_list", d.api("GET", "/v1/jobs?all=1", expect=200)),
         "tenants": d.api("GET", "/v1/tenants", expect=200),
         "users": d.api("GET", "/v1/users", expect=200),
         "tokens": d.api("GET", "/v1/tokens", expect=200),
-        "nodes": d.api("GET", "/v1/nodes", expect=200),
+        "nodes": API.check("node_list", d.api("GET", "/v1/nodes", expect=200)),
         "seq": d.api("GET", "/v1/cluster", expect=200)["last_seq"],
         "audit": d.api("GET", "/v1/audit", expect=200),
     }
@@ -55,7 +60,7 @@ def main():
             ("array body", "POST", "/v1/jobs", admin, [1, 2], None, 400, "JSON object"),
             ("string body", "POST", "/v1/jobs", admin, "job", None, 400, "JSON object"),
             ("empty body", "POST", "/v1/jobs", admin, b"", None, 400, "JSON object body"),
-            ("no spec", "POST", "/v1/jobs", admin, {}, None, 400, "spec is missing"),
+            ("no spec", "POST", "/v1/jobs", admin, {}, None, 400, "spec: missing; give the job spec v1"),
             ("gpus as string", "POST", "/v1/jobs", admin, {"spec": {"gpus": "8"}}, None, 400, "gpus"),
             ("negative gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": -8}}, None, 400, "gpus"),
             ("zero gpus", "POST", "/v1/jobs", admin, {"spec": {"gpus": 0}}, None, 400, "gpus"),
@@ -72,17 +77,18 @@ def main():
             ("pids_max: a float", "POST", "/v1/jobs", admin, job(pids_max=64.5), None, 400,
              '"pids_max" must be an integer'),
             ("client_request_id: a number", "POST", "/v1/jobs", admin,
-             dict(job(), client_request_id=7), None, 400, "client_request_id must be a string"),
+             dict(job(), client_request_id=7), None, 400, "client_request_id: must be a string"),
             ("client_request_id: empty", "POST", "/v1/jobs", admin,
-             dict(job(), client_request_id=""), None, 400, "client_request_id must be 1 to 64"),
+             dict(job(), client_request_id=""), None, 400, "client_request_id: must not be empty"),
             ("client_request_id: 65 bytes", "POST", "/v1/jobs", admin,
-             dict(job(), client_request_id="k" * 65), None, 400, "client_request_id must be 1 to 64"),
+             dict(job(), client_request_id="k" * 65), None, 400,
+             "client_request_id: is 65 bytes; at most 64"),
             ("client_request_id: a newline", "POST", "/v1/jobs", admin,
              dict(job(), client_request_id="a\nb"), None, 400, "letters, digits"),
             ("client_request_id: an object", "POST", "/v1/jobs", admin,
-             dict(job(), client_request_id={"k": 1}), None, 400, "client_request_id must be a string"),
+             dict(job(), client_request_id={"k": 1}), None, 400, "client_request_id: must be a string"),
             ("unknown field", "POST", "/v1/jobs", admin, dict(job(), color="red"), None, 400,
-             'unknown field "color"'),
+             "color: unknown field; allowed: spec, tenant"),
             ("unknown spec field", "POST", "/v1/jobs", admin, {"spec": {"gpus": 8, "gpu": 8}}, None, 400,
              "gpu"),
             ("layout product", "POST", "/v1/jobs", admin, job(gpus=12, parallelism={"tp": 8}), None, 400,
@@ -132,18 +138,18 @@ def main():
             ("submit to another tenant", "POST", "/v1/jobs", alice, dict(job(), tenant="org/b"), None, 403,
              "may not submit"),
             ("tenant path trick", "POST", "/v1/jobs", admin, dict(job(), tenant="../etc"), None, 400,
-             "not a tenant name"),
+             "tenant: must be a tenant name"),
             ("unknown tenant", "POST", "/v1/jobs", admin, dict(job(), tenant="nope"), None, 400,
              "does not exist"),
             ("command not an argv array", "POST", "/v1/jobs", admin, dict(job(), command="ls -l"), None,
              400, "command"),
             # Nothing to run: refused with the ways to give a command.
             ("no command", "POST", "/v1/jobs", admin, {"spec": {"gpus": 8}}, None, 400,
-             "command is missing"),
+             "command: missing; say what every rank runs"),
             ("empty command", "POST", "/v1/jobs", admin, dict(job(), command=[]), None, 400, "command"),
             # How the processes start (docs/jobs.md): launch, env, chdir, output, error.
             ("launch mode unknown", "POST", "/v1/jobs", admin, dict(job(), launch="gpu"), None, 400,
-             "not a launch mode"),
+             "launch: must be one of rank, node"),
             ("launch mode a number", "POST", "/v1/jobs", admin, dict(job(), launch=1), None, 400,
              "launch"),
             ("env not an object", "POST", "/v1/jobs", admin, dict(job(), env=["A=1"]), None, 400,
@@ -151,7 +157,7 @@ def main():
             ("env value a number", "POST", "/v1/jobs", admin, dict(job(), env={"A": 1}), None, 400,
              "env.A"),
             ("env name not an identifier", "POST", "/v1/jobs", admin, dict(job(), env={"A-B": "1"}),
-             None, 400, "not a variable name"),
+             None, 400, "env.A-B: must be a variable name"),
             ("env name reserved", "POST", "/v1/jobs", admin, dict(job(), env={"WORLD_SIZE": "1"}),
              None, 400, "reserved"),
             ("env name TOPO_", "POST", "/v1/jobs", admin, dict(job(), env={"TOPO_JOB_ID": "1"}),
@@ -462,6 +468,28 @@ def main():
                 changed = [k for k in before if before[k] != after[k]]
                 failures.append("%s changed %s" % (name, ", ".join(changed)))
                 before = after
+        # Generated from the API's schema: every field of a submission with a
+        # wrong type, just out of range, too long, outside its character
+        # class, missing, unknown or given twice; each refused naming it.
+        for j in before["jobs"]["jobs"]:
+            API.check("job_view", d.api("GET", "/v1/jobs/%d" % j["id"], expect=200))
+        API.check("job_list", d.api("GET", "/v1/history", expect=200))
+        generated = API.hostile("submit_request", job())
+        check(len(generated) >= 80, "the schema gives %d hostile submissions" % len(generated))
+        for what, body, field in generated:
+            raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            try:
+                got, out = d.request("POST", "/v1/jobs", token=admin, raw=raw,
+                                     headers={"Content-Type": "application/json"})
+            except Exception as e:  # noqa: BLE001
+                failures.append("generated %s: no answer (%s)" % (what, e))
+                continue
+            error = out.get("error", {}) if isinstance(out, dict) else {}
+            if got != 400 or error.get("field") != field:
+                failures.append("generated %s: %s %r (wanted 400 naming %s)" %
+                                (what, got, str(out)[:200], field))
+        if snapshot(d) != before:
+            failures.append("a generated hostile submission changed state")
         # Malformed HTTP on the wire: 400, and the daemon keeps serving.
         answer = d.raw_exchange(b"GARBAGE / NOT-HTTP\r\n\r\n")
         if b" 400 " not in answer.split(b"\r\n", 1)[0]:
@@ -470,7 +498,8 @@ def main():
             failures.append("malformed request line changed state")
         if failures:
             raise Failure("\n".join(failures))
-        print("ok: %d bad requests refused, nothing changed" % (len(cases) + 1))
+        print("ok: %d bad requests refused (%d of them generated from the API's schema), "
+              "nothing changed" % (len(cases) + len(generated) + 1, len(generated)))
 
 
 if __name__ == "__main__":

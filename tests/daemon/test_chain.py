@@ -122,7 +122,8 @@ def main():
             out = submit(alice, 8, array="0-5%2")
             ids = out["ids"]
             check(len(ids) == 6 and out["id"] == ids[0] and ids == list(range(ids[0], ids[0] + 6))
-                  and out["array"]["tasks"] == [0, 1, 2, 3, 4, 5] and out["array"]["throttle"] == 2,
+                  and out["tasks"] == [0, 1, 2, 3, 4, 5] and out["array"]["throttle"] == 2
+                  and out["array"] == {"job": ids[0], "task": 0, "throttle": 2},
                   "the array's answer: %s" % out)
             states = [job(i)["state"] for i in ids]
             check(states.count("running") == 2, "two tasks run: %s" % states)

@@ -87,10 +87,12 @@ def main():
                   "the admin's history: %s" % hist)
             h1, h2, h3 = jobs[j1], jobs[j2], jobs[j3]
             check(h1["state"] == "completed" and h1["exit_code"] == 0 and
-                  sorted(h1["nodes"]) == j1_nodes and h1["gpus"] == 16 and h1["user"] == "alice",
+                  h1["nodes"] == len(j1_nodes) and sorted(h1["node_names"]) == j1_nodes and
+                  h1["gpus"] == 16 and h1["user"] == "alice",
                   "j1: %s" % h1)
             check(len(h1["runs"]) == 1 and h1["runs"][0]["end_reason"] == "completed" and
-                  sorted(h1["runs"][0]["nodes"]) == j1_nodes and h1["runs"][0]["gpus"] == 16,
+                  h1["runs"][0]["nodes"] == len(j1_nodes) and
+                  sorted(h1["runs"][0]["node_names"]) == j1_nodes and h1["runs"][0]["gpus"] == 16,
                   "j1's run: %s" % h1["runs"])
             for h in (h1, h2, h3):
                 r = h["runs"][-1]
@@ -184,6 +186,22 @@ def main():
                   "topo show prints the runs: %r" % text)
             listed = {j["id"]: j for j in js(["queue", "--all"])["jobs"]}
             check(listed[j1]["nodes"] == 2 and listed[j2]["nodes"] == 1, "queue --all: %s" % listed)
+            # "nodes" is one thing in every view of a job (a count; the names are
+            # "node_names"), and the job list, the whole view and the history's
+            # row carry the summary's keys alike.
+            for j in (j1, j2, j3):
+                whole = js(["show", str(j)])
+                views = {"queue --all": listed[j], "show": whole, "history": jobs[j]}
+                for where, v in views.items():
+                    check(v["nodes"] == whole["nodes"] and isinstance(v["nodes"], int),
+                          "job %d: nodes in %s is %r, in show %r" % (j, where, v["nodes"],
+                                                                     whole["nodes"]))
+                    check(set(listed[j]) <= set(v), "job %d: %s lacks the list's %s" %
+                          (j, where, sorted(set(listed[j]) - set(v))))
+                check(whole["node_names"] == jobs[j]["node_names"] and
+                      len(whole["node_names"]) == whole["nodes"],
+                      "job %d: node_names %r (show) %r (history)" %
+                      (j, whole["node_names"], jobs[j]["node_names"]))
 
             # ---- a restart of the daemon keeps it (the store, not memory)
             d.stop()

@@ -1,9 +1,9 @@
 // libFuzzer target for the text parsers of common/ (topo_common) and of the
 // etcd gateway's answers (scheduler/ha/gateway.cpp).
 //
-// The first byte of the input selects the parser (byte % 16; past 13, % 8), the rest is its
+// The first byte of the input selects the parser (byte % 16; past 14, % 8), the rest is its
 // text; the seed corpus (tests/fuzz/corpus) starts each file with the digit (':' for 10, ';'
-// for 11, '<' for 12, '=' for 13):
+// for 11, '<' for 12, '=' for 13, '>' for 14):
 //
 //   0 ParseJobSpec          JobSpecFromJson(JobSpecToJson(x)) == x, and
 //                           through text too
@@ -30,6 +30,13 @@
 //  13 ParseAuthRows         the users and tokens an HA replica takes from
 //                           etcd (common/auth_json.hpp): WriteAuthRows reads
 //                           back to the same rows
+//  14 the user API          common/user_api.hpp; the second byte (% 7, a
+//                           digit in the corpus) picks the reader: 0 submit
+//                           request, 1 submit answer, 2 job view, 3 job
+//                           list, 4 node view, 5 node list, 6 Slurm line;
+//                           each written reads back equal, a fixed point,
+//                           and a client's lenient reading of the text
+//                           never crashes
 //
 // Parsers return core::Result and must never throw: nothing is caught here,
 // so an exception, a sanitizer report or a broken round trip (Fail below,
@@ -57,6 +64,7 @@
 #include "topo/common/slurm_rank_map.hpp"
 #include "topo/common/topology_io.hpp"
 #include "topo/common/trace_io.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/job.hpp"
 #include "topo/core/topology.hpp"
 
@@ -338,6 +346,51 @@ void FuzzProtocol(std::string_view text, Parse parse, Write write, const char* w
   Require(write(back.value()) == once, std::string(what) + " writer is not a fixed point");
 }
 
+// ---------------------------------------------------------------- user API
+
+// A strict reader with a Reading parameter, read strictly.
+template <typename Parse>
+auto Strictly(Parse parse) {
+  return [parse](std::string_view t) { return parse(t, nullptr, api::Reading::kStrict); };
+}
+
+void FuzzUserApi(std::string_view text) {
+  if (text.empty()) return;
+  const unsigned which = static_cast<unsigned char>(text[0]) % 7;
+  text.remove_prefix(1);
+  switch (which) {
+    case 0:
+      FuzzProtocol(
+          text, [](std::string_view t) { return api::ParseSubmitRequest(t); },
+          api::WriteSubmitRequest, "submit request");
+      break;
+    case 1:
+      FuzzProtocol(text, Strictly(api::ParseSubmitAnswer), api::WriteSubmitAnswer, "submit answer");
+      (void)api::ParseSubmitAnswer(text, nullptr, api::Reading::kClient);
+      break;
+    case 2:
+      FuzzProtocol(text, Strictly(api::ParseJobView), api::WriteJobView, "job view");
+      (void)api::ParseJobView(text, nullptr, api::Reading::kClient);
+      break;
+    case 3:
+      FuzzProtocol(text, Strictly(api::ParseJobList), api::WriteJobList, "job list");
+      (void)api::ParseJobList(text, nullptr, api::Reading::kClient);
+      break;
+    case 4:
+      FuzzProtocol(text, Strictly(api::ParseNodeView), api::WriteNodeView, "node view");
+      (void)api::ParseNodeView(text, nullptr, api::Reading::kClient);
+      break;
+    case 5:
+      FuzzProtocol(text, Strictly(api::ParseNodeList), api::WriteNodeList, "node list");
+      break;
+    case 6:
+      FuzzProtocol(
+          text, [](std::string_view t) { return api::ParseSlurmSubmitLine(t); },
+          api::WriteSlurmSubmitLine, "Slurm line");
+      break;
+  }
+}
+
 // ---------------------------------------------------------------- Slurm rank map
 
 void FuzzSlurmRankMap(std::string_view text) {
@@ -421,7 +474,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   const unsigned selector = data[0] % 16;
-  switch (selector < 14 ? selector : selector % 8) {
+  switch (selector < 15 ? selector : selector % 8) {
     case 0:
       FuzzJobSpec(text);
       break;
@@ -469,6 +522,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 13:
       FuzzAuth(text);
+      break;
+    case 14:
+      FuzzUserApi(text);
       break;
   }
   return 0;

@@ -95,6 +95,14 @@ Answer JsonAnswer(int status, const Json& body) {
   return r;
 }
 
+Answer TextAnswer(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  r.body += "\n";
+  return r;
+}
+
 HttpResponse StatusResponse(const Status& status) {
   Json e = {{"code", std::string(CodeName(status.code()))}, {"message", status.message()}};
   if (!status.field().empty()) e["field"] = status.field();

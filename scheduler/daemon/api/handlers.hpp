@@ -17,6 +17,7 @@
 #include "daemon/api/route.hpp"
 #include "daemon/service_state.hpp"
 #include "store/store.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/scheduler.hpp"
 #include "topo/core/topology.hpp"
 
@@ -24,7 +25,13 @@ namespace topo::daemon {
 
 using WriteHandler = Answer (*)(ServiceState&, const Caller&, const Route&);
 using ReadHandler = Answer (*)(const ServiceState&, const Caller&, const Route&);
-using OffStrandHandler = Answer (*)(store::Store&, const Caller&, const Route&, core::TimeMs now);
+// What a read off the strand knows besides its store connection: copies
+// taken when it starts.
+struct ReadContext {
+  core::TimeMs now = 0;
+  core::TimeMs default_time_limit = 0;  // the scheduler's, for jobs that name none
+};
+using OffStrandHandler = Answer (*)(store::Store&, const Caller&, const Route&, const ReadContext&);
 
 // ---- jobs (jobs.cpp, jobs_submit.cpp, job_logs.cpp)
 Answer SubmitJob(ServiceState& s, const Caller& caller, const Route& route);
@@ -66,20 +73,25 @@ Answer SetPolicy(ServiceState& s, const Caller& caller, const Route& route);
 Answer GetMetrics(const ServiceState& s, const Caller& caller, const Route& route);
 
 // ---- off the strand (reads.cpp, reads_history.cpp)
-Answer ReadEvents(store::Store& store, const Caller& caller, const Route& route, core::TimeMs now);
-Answer ReadAudit(store::Store& store, const Caller& caller, const Route& route, core::TimeMs now);
-Answer ReadWhoami(store::Store& store, const Caller& caller, const Route& route, core::TimeMs now);
-Answer ReadHistory(store::Store& store, const Caller& caller, const Route& route, core::TimeMs now);
-Answer ReadUsage(store::Store& store, const Caller& caller, const Route& route, core::TimeMs now);
+Answer ReadEvents(store::Store& store, const Caller& caller, const Route& route,
+                  const ReadContext& context);
+Answer ReadAudit(store::Store& store, const Caller& caller, const Route& route,
+                 const ReadContext& context);
+Answer ReadWhoami(store::Store& store, const Caller& caller, const Route& route,
+                  const ReadContext& context);
+Answer ReadHistory(store::Store& store, const Caller& caller, const Route& route,
+                   const ReadContext& context);
+Answer ReadUsage(store::Store& store, const Caller& caller, const Route& route,
+                 const ReadContext& context);
 
 // ---- shared by the views
 // The job's predicted step on its placement (docs/perf-model.md), as the job
-// view's "predicted" (and `topo place`'s): {"step_s", "ideal_step_s",
-// "slowdown", "model", "breakdown", "ideal_breakdown"}; null without a whole
-// placement or when its model cannot be resolved.
-Json PredictedJson(const core::Topology& topo, const core::JobRecord& job);
-// The "slowdown" of PredictedJson for a running or preempting job, cached
-// per start in s.slowdowns; nullopt when there is none.
+// view's "predicted" (and `topo place`'s); nullopt without a whole placement
+// or when its model cannot be resolved.
+std::optional<api::PredictionView> PredictionOf(const core::Topology& topo,
+                                                const core::JobRecord& job);
+// The slowdown of PredictionOf for a running or preempting job, cached per
+// start in s.slowdowns; nullopt when there is none.
 std::optional<double> PredictedSlowdown(const ServiceState& s, const core::JobRecord& job);
 // Drops the cached slowdowns of jobs that no longer run.
 void PruneSlowdowns(const ServiceState& s);

@@ -1,5 +1,6 @@
-// The views of a job (api/job_view.hpp): the summary of the job list, the
-// whole view of GET /v1/jobs/{id} with its history and incidents.
+// The one builder of job views (api/job_view.hpp): a job's summary from the
+// core's record or the store's row, its accounting part from its runs, and
+// the detail of GET /v1/jobs/{id} with its history and incidents.
 
 #include "daemon/api/job_view.hpp"
 
@@ -10,11 +11,9 @@
 #include <set>
 
 #include "daemon/api/handlers.hpp"
-#include "daemon/api/reads.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_chain.hpp"
 #include "topo/common/job_io.hpp"
-#include "topo/common/job_process.hpp"
 #include "topo/core/evaluator.hpp"
 #include "topo/core/perf_model.hpp"
 
@@ -23,12 +22,6 @@ namespace topo::daemon {
 using core::JobId;
 using core::Result;
 using core::TimeMs;
-
-namespace {
-
-Json TimeOrNull(TimeMs t) { return t < 0 ? Json(nullptr) : Json(t); }
-
-}  // namespace
 
 std::optional<JobId> ParseId(std::string_view text) {
   JobId id = 0;
@@ -43,118 +36,12 @@ core::Status NoSuchJob(std::string_view id) {
                   " that you can see; `topo queue --all` lists yours");
 }
 
-namespace {
-
-int CountNodes(const std::vector<core::GpuSlot>& ranks) {
-  std::set<core::NodeId> nodes;
-  for (const core::GpuSlot& s : ranks) nodes.insert(s.node);
-  return static_cast<int>(nodes.size());
-}
-
-TimeMs TimeLimit(const ServiceState& s, TimeMs requested) {
-  return requested > 0 ? requested : s.driver.scheduler_config().default_time_limit;
-}
-
-}  // namespace
-
-Json RecordSummary(const ServiceState& s, const core::JobRecord& j,
-                   const std::map<JobId, int>* positions) {
-  Json out = {{"id", j.id},
-              {"name", j.request.spec.name},
-              {"tenant", j.request.tenant},
-              {"user", j.request.user},
-              {"state", core::JobStateName(j.state)},
-              {"reason", j.reason},
-              {"gpus", j.request.spec.gpus},
-              {"nodes", CountNodes(j.ranks)},
-              {"priority", j.request.priority},
-              {"submit_ms", j.submit_time},
-              {"start_ms", TimeOrNull(j.first_start)},
-              {"end_ms", TimeOrNull(j.end_time)},
-              {"time_limit_s", TimeLimit(s, j.request.time_limit) / 1000},
-              {"restarts", j.restarts},
-              {"checkpoint_step", j.checkpoint_step},
-              {"queue_position", nullptr},
-              {"estimated_start_ms", nullptr},
-              {"predicted_slowdown", nullptr},
-              {"dependency", nullptr},
-              {"array", nullptr}};
-  if (!j.request.dependencies.empty()) {
-    out["dependency"] = common::FormatDependencies(j.request.dependencies);
-  }
-  if (j.request.array_job != 0) {
-    out["array"] = {{"job", j.request.array_job},
-                    {"task", j.request.array_task},
-                    {"throttle", j.request.array_throttle}};
-  }
-  if (std::optional<double> slow = PredictedSlowdown(s, j)) out["predicted_slowdown"] = *slow;
-  if (s.driver.core() != nullptr) {
-    if (std::optional<TimeMs> start = s.driver.core()->EstimatedStart(j.id)) {
-      out["estimated_start_ms"] = *start;
-    }
-  }
-  if (positions != nullptr) {
-    if (auto it = positions->find(j.id); it != positions->end()) out["queue_position"] = it->second;
-  }
-  return out;
-}
-
-Json RowSummary(const ServiceState& s, const store::JobRow& r) {
-  Json spec = Json::parse(r.spec_json, nullptr, false);
-  Json ranks = Json::parse(r.ranks_json, nullptr, false);
-  std::set<std::string> nodes;
-  if (ranks.is_array()) {
-    for (const Json& slot : ranks) {
-      if (slot.is_array() && !slot.empty() && slot[0].is_string()) nodes.insert(slot[0]);
-    }
-  }
-  return Json{
-      {"id", r.id},
-      {"name", spec.is_object() ? spec.value("name", "") : ""},
-      {"tenant", r.tenant},
-      {"user", r.user},
-      {"state", core::JobStateName(r.state)},
-      {"reason", r.reason},
-      {"gpus", spec.is_object() ? spec.value("gpus", 0) : 0},
-      // A finished job shows where its newest run was.
-      {"nodes", nodes.empty() && core::IsTerminal(r.state) ? r.last_run_nodes
-                                                           : static_cast<int>(nodes.size())},
-      {"priority", r.priority},
-      {"submit_ms", r.submit_ms},
-      {"start_ms", TimeOrNull(r.start_ms)},
-      {"end_ms", TimeOrNull(r.end_ms)},
-      {"time_limit_s", TimeLimit(s, r.time_limit_ms) / 1000},
-      {"restarts", r.restarts},
-      {"checkpoint_step", r.checkpoint_step},
-      {"queue_position", nullptr},
-      {"estimated_start_ms", nullptr},
-      {"predicted_slowdown", nullptr}};
-}
-
 std::map<JobId, int> QueuePositions(const core::SchedulerCore& core) {
   std::map<JobId, int> positions;
   int i = 0;
   for (JobId id : core.WaitingJobs()) positions[id] = ++i;
   return positions;
 }
-
-namespace {
-
-Json PlacementSummary(const core::Topology& topo, const std::vector<core::GpuSlot>& ranks) {
-  auto per_tier = [&](int tier) {
-    std::map<core::DomainId, int> gpus;
-    for (const core::GpuSlot& slot : ranks) gpus[topo.Ancestor(slot.node, tier)] += 1;
-    Json out = Json::array();
-    for (const auto& [d, n] : gpus) out.push_back({{"name", topo.domain(d).name}, {"gpus", n}});
-    return out;
-  };
-  return Json{{"nodes", CountNodes(ranks)},
-              {"hbds", per_tier(topo.hbd_tier())},
-              {"leaves", per_tier(topo.leaf_tier())},
-              {"pods", per_tier(topo.pod_tier())}};
-}
-
-}  // namespace
 
 std::vector<store::RawEvent> JobEvents(const ServiceState& s, JobId id) {
   store::EventQuery q;
@@ -165,6 +52,148 @@ std::vector<store::RawEvent> JobEvents(const ServiceState& s, JobId id) {
 }
 
 namespace {
+
+std::optional<int64_t> TimeOrEmpty(TimeMs t) {
+  return t < 0 ? std::nullopt : std::optional<int64_t>(t);
+}
+
+int CountNodes(const std::vector<core::GpuSlot>& ranks) {
+  std::set<core::NodeId> nodes;
+  for (const core::GpuSlot& s : ranks) nodes.insert(s.node);
+  return static_cast<int>(nodes.size());
+}
+
+// The distinct node names of a stored ranks JSON ([[node, gpu], ...]), in
+// rank order.
+std::vector<std::string> StoredNodes(const std::string& ranks_json) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  const Json ranks = Json::parse(ranks_json, nullptr, false);
+  if (!ranks.is_array()) return out;
+  for (const Json& slot : ranks) {
+    if (slot.is_array() && !slot.empty() && slot[0].is_string() &&
+        seen.insert(slot[0].get<std::string>()).second) {
+      out.push_back(slot[0].get<std::string>());
+    }
+  }
+  return out;
+}
+
+double Hours(int64_t gpu_ms) { return static_cast<double>(gpu_ms) / 3600000.0; }
+
+}  // namespace
+
+Result<api::JobView> RecordView(const ServiceState& s, const core::JobRecord& j,
+                                const std::map<JobId, int>* positions) {
+  api::JobView v;
+  v.id = j.id;
+  v.name = j.request.spec.name;
+  v.tenant = j.request.tenant;
+  v.user = j.request.user;
+  v.state = j.state;
+  v.reason = j.reason;
+  v.gpus = j.request.spec.gpus;
+  v.nodes = CountNodes(j.ranks);
+  if (v.nodes == 0 && core::IsTerminal(j.state)) {
+    // Its ranks are gone: the last run's, as the store keeps them.
+    Result<std::optional<store::JobRow>> row = s.driver.store().GetJob(j.id);
+    if (!row.ok()) return row.status();
+    if (row.value()) v.nodes = row.value()->last_run_nodes;
+  }
+  v.priority = j.request.priority;
+  v.submit_ms = j.submit_time;
+  v.start_ms = TimeOrEmpty(j.first_start);
+  v.end_ms = TimeOrEmpty(j.end_time);
+  const TimeMs limit = j.request.time_limit > 0 ? j.request.time_limit
+                                                : s.driver.scheduler_config().default_time_limit;
+  v.time_limit_s = limit / core::kSecond;
+  v.restarts = j.restarts;
+  v.checkpoint_step = j.checkpoint_step;
+  if (positions != nullptr) {
+    if (auto it = positions->find(j.id); it != positions->end()) v.queue_position = it->second;
+  }
+  if (s.driver.core() != nullptr) v.estimated_start_ms = s.driver.core()->EstimatedStart(j.id);
+  v.predicted_slowdown = PredictedSlowdown(s, j);
+  if (!j.request.dependencies.empty()) {
+    v.dependency = common::FormatDependencies(j.request.dependencies);
+  }
+  if (j.request.array_job != 0) {
+    v.array = api::ArrayTask{j.request.array_job, j.request.array_task, j.request.array_throttle};
+  }
+  return v;
+}
+
+api::JobView RowView(const store::JobRow& r, TimeMs default_time_limit) {
+  const Json spec = Json::parse(r.spec_json, nullptr, false);
+  api::JobView v;
+  v.id = r.id;
+  if (spec.is_object()) {
+    const Json& name = spec.value("name", Json());
+    const Json& gpus = spec.value("gpus", Json());
+    if (name.is_string()) v.name = name.get<std::string>();
+    if (gpus.is_number_integer()) v.gpus = gpus.get<int>();
+  }
+  v.tenant = r.tenant;
+  v.user = r.user;
+  v.state = r.state;
+  v.reason = r.reason;
+  const int held = static_cast<int>(StoredNodes(r.ranks_json).size());
+  // A job that ended shows where its last run was.
+  v.nodes = held == 0 && core::IsTerminal(r.state) ? r.last_run_nodes : held;
+  v.priority = r.priority;
+  v.submit_ms = r.submit_ms;
+  v.start_ms = TimeOrEmpty(r.start_ms);
+  v.end_ms = TimeOrEmpty(r.end_ms);
+  v.time_limit_s = (r.time_limit_ms > 0 ? r.time_limit_ms : default_time_limit) / core::kSecond;
+  v.restarts = r.restarts;
+  v.checkpoint_step = r.checkpoint_step;
+  return v;
+}
+
+void AddAccounting(api::JobView& view, std::span<const store::JobRunRow> runs, TimeMs now_ms) {
+  api::JobAccounting a;
+  int64_t gpu_ms = 0;
+  for (const store::JobRunRow& r : runs) {
+    api::RunView run;
+    run.run = r.run;
+    run.start_ms = r.start_ms;
+    run.end_ms = TimeOrEmpty(r.end_ms);
+    run.gpus = r.gpus;
+    run.node_names = StoredNodes(r.ranks_json);
+    run.nodes = static_cast<int>(run.node_names.size());
+    if (r.end_ms >= 0) run.end_reason = r.end_reason;
+    run.exit_code = r.exit_code;
+    run.gpu_hours = Hours(r.GpuMsAt(now_ms));
+    gpu_ms += r.GpuMsAt(now_ms);
+    a.runs.push_back(std::move(run));
+  }
+  // The nodes `nodes` counts: those it holds (its current run's), or those
+  // of its last run once it ended.
+  if (view.nodes > 0 && !a.runs.empty()) a.node_names = a.runs.back().node_names;
+  if (view.start_ms) {
+    a.queue_wait_s = static_cast<double>(*view.start_ms - view.submit_ms) / 1000.0;
+  }
+  if (!runs.empty()) a.exit_code = runs.back().exit_code;
+  a.gpu_hours = Hours(gpu_ms);
+  view.accounting = std::move(a);
+}
+
+namespace {
+
+std::vector<api::DomainGpus> PerTier(const core::Topology& topo,
+                                     const std::vector<core::GpuSlot>& ranks, int tier) {
+  std::map<core::DomainId, int> gpus;
+  for (const core::GpuSlot& slot : ranks) gpus[topo.Ancestor(slot.node, tier)] += 1;
+  std::vector<api::DomainGpus> out;
+  for (const auto& [d, n] : gpus) out.push_back({topo.domain(d).name, n});
+  return out;
+}
+
+api::PlacementView PlacementOf(const core::Topology& topo,
+                               const std::vector<core::GpuSlot>& ranks) {
+  return {CountNodes(ranks), PerTier(topo, ranks, topo.hbd_tier()),
+          PerTier(topo, ranks, topo.leaf_tier()), PerTier(topo, ranks, topo.pod_tier())};
+}
 
 // Events whose restarts and requeues are infrastructure incidents.
 bool InfrastructureEvent(const std::string& kind) {
@@ -177,16 +206,17 @@ bool InfrastructureEvent(const std::string& kind) {
 // where the log says (a node silent for N ms; a GPU fault is reported at
 // once), how long until the job was started again, the checkpoint step it
 // resumed from and its restart count (a requeue's, from the start that ended
-// its wait: -1 and null while it waits), and the wall time of work lost: from
+// its wait: -1 and empty while it waits), and the wall time of work lost: from
 // the newest checkpoint stored before the failure, or from the run's start
 // when that is later (the core's ProgressMark), to the failure. A rank's exit
 // whose verdict waited (attribution_window) is the failure when it turned
 // out an application failure (decided at a later tick: the cause is still
 // rank_exited) and is named in the incident of the node whose loss took it
 // over. A lost node's incident names the node.
-Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
-               const std::function<std::string(const store::RawEvent&)>& actor_of) {
-  Json out = Json::array();
+std::vector<api::IncidentView> Incidents(
+    const std::vector<store::RawEvent>& events, JobId id,
+    const std::function<std::string(const store::RawEvent&)>& actor_of) {
+  std::vector<api::IncidentView> out;
   int64_t newest_step_ms = -1;  // when the newest checkpoint so far was stored
   int64_t newest_step = -1;
   int64_t run_start = -1;
@@ -204,6 +234,13 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
     const std::string why = r.value("reason", "");
     return "node " + r.value("node", "") + " " + r.value("state", "") +
            (why.empty() ? "" : ": " + why);
+  };
+  auto slot_nodes = [](const Json& c) {
+    std::set<std::string> nodes;
+    for (const Json& slot : c.value("ranks", Json::array())) {
+      if (slot.is_array() && !slot.empty() && slot[0].is_string()) nodes.insert(slot[0]);
+    }
+    return nodes;
   };
   for (const store::RawEvent& e : events) {
     Json body = Json::parse(e.body, nullptr, false);
@@ -226,19 +263,14 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
                            c.value("reason", "").find("requeued") != std::string::npos;
       if (type == "start_job" && waiting >= 0) {
         // The start that ends a requeue's wait says where it resumed.
-        Json& w = out[static_cast<size_t>(waiting)];
-        w["restart_ms"] = e.time_ms - w["time_ms"].get<int64_t>();
-        w["checkpoint_step"] = c.value("checkpoint_step", int64_t{-1});
-        w["restart_count"] = c.value("restart_count", 0);
+        api::IncidentView& w = out[static_cast<size_t>(waiting)];
+        w.restart_ms = e.time_ms - w.time_ms;
+        w.checkpoint_step = c.value("checkpoint_step", int64_t{-1});
+        w.restart_count = c.value("restart_count", 0);
         waiting = -1;
       }
       const std::set<std::string> previous_nodes = run_nodes;
-      if (type == "start_job" || restart) {
-        run_nodes.clear();
-        for (const Json& slot : c.value("ranks", Json::array())) {
-          if (slot.is_array() && !slot.empty() && slot[0].is_string()) run_nodes.insert(slot[0]);
-        }
-      }
+      if (type == "start_job" || restart) run_nodes = slot_nodes(c);
       if (!restart && !requeue) {
         if (type == "start_job") {
           run_start = e.time_ms;
@@ -246,9 +278,12 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
         }
         continue;
       }
-      std::string cause = e.kind;
-      std::string actor = actor_of(e);
-      std::string reason = ev.value("reason", "");
+      api::IncidentView incident;
+      incident.time_ms = e.time_ms;
+      incident.cause = e.kind;
+      incident.actor = actor_of(e);
+      std::string& reason = incident.reason;
+      reason = ev.value("reason", "");
       int64_t failed_at = e.time_ms;
       if (e.kind == "gpu_event") {
         reason = ev.value("kind", "") + " " + std::to_string(ev.value("code", 0)) + " on " +
@@ -266,16 +301,13 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
         // (the step of whatever event came then, a tick usually);
         // or, at once, a node's: the rank exited while a node of its job was
         // suspect or down (the restart leaves that node, the requeue says so).
-        cause = "rank_exited";
-        actor = actor_of(*held.event);
+        incident.cause = "rank_exited";
+        incident.actor = actor_of(*held.event);
         reason = exit_text(held);
         failed_at = held.event->time_ms;
         std::string left;
         if (restart) {
-          std::set<std::string> now_on;
-          for (const Json& slot : c.value("ranks", Json::array())) {
-            if (slot.is_array() && !slot.empty() && slot[0].is_string()) now_on.insert(slot[0]);
-          }
+          const std::set<std::string> now_on = slot_nodes(c);
           for (const std::string& n : previous_nodes) {
             if (!now_on.count(n)) left += (left.empty() ? "" : ", ") + n;
           }
@@ -296,30 +328,26 @@ Json Incidents(const std::vector<store::RawEvent>& events, JobId id,
         failed_at = held.event->time_ms;
         held = Exit{};
       }
-      Json detection = nullptr;
-      if (e.kind == "gpu_event") detection = 0;
+      if (e.kind == "gpu_event") incident.detection_ms = 0;
       for (const std::string_view mark : {"silent for ", "disconnected for "}) {
         const size_t at = reason.find(mark);
         int64_t ms = 0;
         if (at == std::string::npos) continue;
         const char* from = reason.data() + at + mark.size();
         if (std::from_chars(from, reason.data() + reason.size(), ms).ec == std::errc()) {
-          detection = ms;
+          incident.detection_ms = ms;
         }
       }
-      const int64_t step = restart ? c.value("checkpoint_step", int64_t{-1}) : -1;
+      incident.checkpoint_step = restart ? c.value("checkpoint_step", int64_t{-1}) : -1;
+      if (restart) {
+        incident.restart_ms = 0;
+        incident.restart_count = c.value("restart_count", 0);
+      }
+      incident.requeued = requeue;
       const int64_t since = std::max(run_start, newest_step_ms);
-      out.push_back(
-          {{"time_ms", e.time_ms},
-           {"cause", cause},
-           {"actor", actor},
-           {"reason", reason},
-           {"detection_ms", detection},
-           {"restart_ms", restart ? Json(0) : Json(nullptr)},
-           {"requeued", requeue},
-           {"checkpoint_step", step},
-           {"restart_count", restart ? Json(c.value("restart_count", 0)) : Json(nullptr)},
-           {"lost_work_s", since >= 0 ? std::max<int64_t>(0, failed_at - since) / 1000.0 : 0.0}});
+      incident.lost_work_s =
+          since >= 0 ? static_cast<double>(std::max<int64_t>(0, failed_at - since)) / 1000.0 : 0.0;
+      out.push_back(std::move(incident));
       if (requeue) waiting = static_cast<int64_t>(out.size()) - 1;
       if (restart) run_start = e.time_ms;
     }
@@ -340,21 +368,20 @@ std::function<std::string(const store::RawEvent&)> ScopedActor(const ServiceStat
 
 // The job's events as the caller may see them (scope.hpp): another tenant's
 // job that preempted this one shows as that, without its user.
-Json History(const ServiceState& s, const Caller& caller,
-             const std::vector<store::RawEvent>& events, JobId id) {
+std::vector<api::JobEventView> History(const ServiceState& s, const Caller& caller,
+                                       const std::vector<store::RawEvent>& events, JobId id) {
   const TenantOf tenant_of = [&](int64_t job) { return s.driver.JobTenant(job); };
-  Json out = Json::array();
+  std::vector<api::JobEventView> out;
   for (const store::RawEvent& e : events) {
     Json body = Json::parse(e.body, nullptr, false);
     std::optional<ScopedEvent> seen = ScopeEvent(caller, body, e.actor, tenant_of);
     if (!seen) continue;
-    Json item = {{"seq", e.seq},   {"time_ms", e.time_ms}, {"actor", seen->actor},
-                 {"type", e.kind}, {"state", nullptr},     {"reason", nullptr}};
+    api::JobEventView item{e.seq, e.time_ms, seen->actor, e.kind, std::nullopt, std::nullopt};
     if (body.is_object() && body.contains("commands")) {
       for (const Json& c : body["commands"]) {
         if (c.value("type", "") == "job_state_changed" && c.value("id", JobId{0}) == id) {
-          item["state"] = c.value("state", "");
-          item["reason"] = c.value("reason", "");
+          item.state = common::ParseJobState(c.value("state", ""));
+          item.reason = c.value("reason", "");
         }
       }
     }
@@ -363,16 +390,78 @@ Json History(const ServiceState& s, const Caller& caller,
   return out;
 }
 
+// The accounting part from the job's runs in the store.
+core::Status AddRuns(const ServiceState& s, api::JobView& view) {
+  Result<std::vector<store::JobRunRow>> runs =
+      s.driver.store().ListJobRuns(std::vector<JobId>{view.id});
+  if (!runs.ok()) return runs.status();
+  AddAccounting(view, runs.value(), s.driver.now());
+  return core::Status::Ok();
+}
+
+api::JobDetail RecordDetail(const ServiceState& s, const core::JobRecord& j) {
+  const core::Topology& topo = *s.driver.topology();
+  api::JobDetail d;
+  d.spec = j.request.spec;
+  api::JobProcessView p;
+  p.command = j.request.command;
+  p.launch = j.request.process.launch;
+  p.env = j.request.process.env;
+  auto given = [](const std::string& v) {
+    return v.empty() ? std::nullopt : std::optional<std::string>(v);
+  };
+  p.chdir = given(j.request.process.working_dir);
+  p.output = given(j.request.process.output);
+  p.error = given(j.request.process.error);
+  p.limits = {j.request.memory_mb_per_node, j.request.cpu_millis_per_node / 1000.0};
+  d.process = std::move(p);
+  for (size_t r = 0; r < j.ranks.size(); ++r) {
+    d.ranks.push_back({static_cast<int>(r), topo.node(j.ranks[r].node).name, j.ranks[r].gpu});
+  }
+  for (core::NodeId n : j.spares) d.spares.push_back(topo.node(n).name);
+  if (!j.ranks.empty()) d.placement = PlacementOf(topo, j.ranks);
+  if (static_cast<int>(j.ranks.size()) == j.request.spec.gpus) {
+    d.metrics = api::MetricsViewOf(core::Evaluate(j.request.spec, topo, j.ranks), topo);
+  }
+  d.predicted = PredictionOf(topo, j);
+  return d;
+}
+
+api::JobDetail RowDetail(const store::JobRow& r) {
+  api::JobDetail d;
+  Result<core::JobSpec> spec = common::ParseJobSpec(r.spec_json);
+  if (spec.ok()) d.spec = std::move(spec).value();
+  const Json stored = Json::parse(r.ranks_json, nullptr, false);
+  if (stored.is_array()) {
+    for (size_t i = 0; i < stored.size(); ++i) {
+      const Json& slot = stored[i];
+      if (!slot.is_array() || slot.size() != 2 || !slot[0].is_string() ||
+          !slot[1].is_number_integer()) {
+        continue;
+      }
+      d.ranks.push_back({static_cast<int>(i), slot[0].get<std::string>(), slot[1].get<int>()});
+    }
+  }
+  const Json spares = Json::parse(r.spares_json, nullptr, false);
+  if (spares.is_array()) {
+    for (const Json& n : spares) {
+      if (n.is_string()) d.spares.push_back(n.get<std::string>());
+    }
+  }
+  return d;
+}
+
 }  // namespace
 
-Json PredictedJson(const core::Topology& topo, const core::JobRecord& job) {
-  if (static_cast<int>(job.ranks.size()) != job.request.spec.gpus) return nullptr;
+std::optional<api::PredictionView> PredictionOf(const core::Topology& topo,
+                                                const core::JobRecord& job) {
+  if (static_cast<int>(job.ranks.size()) != job.request.spec.gpus) return std::nullopt;
   core::Result<core::StepPrediction> p = core::PredictPlacement(job.request.spec, topo, job.ranks);
-  if (!p.ok()) return nullptr;
+  if (!p.ok()) return std::nullopt;
   core::Result<core::ResolvedModel> m = core::ResolveModel(job.request.spec);
   const std::string model =
       m.ok() && !m.value().spec.preset.empty() ? m.value().spec.preset : "custom";
-  return common::PredictionToJson(p.value(), model);
+  return api::PredictionViewOf(p.value(), model);
 }
 
 std::optional<double> PredictedSlowdown(const ServiceState& s, const core::JobRecord& job) {
@@ -403,89 +492,32 @@ void PruneSlowdowns(const ServiceState& s) {
   });
 }
 
-namespace {
-
-// The job's runs (job_runs) and GPU-hours into its detailed view; a
-// finished job shows the node count of its newest run.
-core::Status AddRuns(const ServiceState& s, JobId id, Json& out) {
-  Result<std::vector<store::JobRunRow>> runs = s.driver.store().ListJobRuns(std::vector<JobId>{id});
-  if (!runs.ok()) return runs.status();
-  out["runs"] = JobRunsJson(runs.value(), s.driver.now());
-  out["gpu_hours"] = JobGpuHours(runs.value(), s.driver.now());
-  const std::optional<core::JobState> state = common::ParseJobState(out.value("state", ""));
-  if (state && core::IsTerminal(*state) && out.value("nodes", 0) == 0 && !runs.value().empty()) {
-    out["nodes"] = runs.value().back().nodes;
-  }
-  return core::Status::Ok();
-}
-
-}  // namespace
-
-// A job in the caller's scope as JSON, or nullopt.
-Result<std::optional<Json>> FindJob(const ServiceState& s, const Caller& caller, JobId id,
-                                    bool detail) {
+Result<std::optional<api::JobView>> FindJob(const ServiceState& s, const Caller& caller, JobId id,
+                                            bool whole) {
+  using Found = std::optional<api::JobView>;
+  api::JobView view;
   if (const core::JobRecord* j = s.driver.core() != nullptr ? s.driver.core()->job(id) : nullptr) {
-    if (!caller.InScope(j->request.tenant)) return std::optional<Json>();
+    if (!caller.InScope(j->request.tenant)) return Found();
     std::map<JobId, int> positions;
-    if (detail && (j->state == core::JobState::kQueued))
-      positions = QueuePositions(*s.driver.core());
-    Json out = RecordSummary(s, *j, &positions);
-    if (detail) {
-      const core::Topology& topo = *s.driver.topology();
-      out["spec"] = common::JobSpecToJson(j->request.spec);
-      out["command"] = j->request.command;
-      common::ProcessSpecToJson(j->request.process, &out, /*every_field=*/true);
-      out["limits"] = {{"memory_mb_per_node", j->request.memory_mb_per_node},
-                       {"cpus_per_node", j->request.cpu_millis_per_node / 1000.0}};
-      Json ranks = Json::array();
-      for (size_t r = 0; r < j->ranks.size(); ++r) {
-        ranks.push_back(
-            {{"rank", r}, {"node", topo.node(j->ranks[r].node).name}, {"gpu", j->ranks[r].gpu}});
-      }
-      out["ranks"] = std::move(ranks);
-      out["spares"] = common::NodeListToJson(j->spares, topo);
-      out["placement"] = j->ranks.empty() ? Json(nullptr) : PlacementSummary(topo, j->ranks);
-      out["metrics"] = nullptr;
-      if (static_cast<int>(j->ranks.size()) == j->request.spec.gpus) {
-        out["metrics"] =
-            common::MetricsToJson(core::Evaluate(j->request.spec, topo, j->ranks), topo);
-      }
-      out["predicted"] = PredictedJson(topo, *j);
-      if (core::Status st = AddRuns(s, id, out); !st.ok()) return st;
-      const std::vector<store::RawEvent> events = JobEvents(s, id);
-      out["history"] = History(s, caller, events, id);
-      out["incidents"] = Incidents(events, id, ScopedActor(s, caller));
-    }
-    return std::optional<Json>(std::move(out));
+    if (whole && j->state == core::JobState::kQueued) positions = QueuePositions(*s.driver.core());
+    Result<api::JobView> record = RecordView(s, *j, &positions);
+    if (!record.ok()) return record.status();
+    view = std::move(record).value();
+    if (whole) view.detail = RecordDetail(s, *j);
+  } else {
+    Result<std::optional<store::JobRow>> row = s.driver.store().GetJob(id);
+    if (!row.ok()) return row.status();
+    if (!row.value() || !caller.InScope(row.value()->tenant)) return Found();
+    view = RowView(*row.value(), s.driver.scheduler_config().default_time_limit);
+    if (whole) view.detail = RowDetail(*row.value());
   }
-  Result<std::optional<store::JobRow>> row = s.driver.store().GetJob(id);
-  if (!row.ok()) return row.status();
-  if (!row.value() || !caller.InScope(row.value()->tenant)) return std::optional<Json>();
-  Json out = RowSummary(s, *row.value());
-  if (detail) {
-    out["spec"] = Json::parse(row.value()->spec_json, nullptr, false);
-    Json ranks = Json::array();
-    Json stored = Json::parse(row.value()->ranks_json, nullptr, false);
-    if (stored.is_array()) {
-      for (size_t r = 0; r < stored.size(); ++r) {
-        ranks.push_back({{"rank", r}, {"node", stored[r][0]}, {"gpu", stored[r][1]}});
-      }
-    }
-    out["ranks"] = std::move(ranks);
-    out["spares"] = Json::parse(row.value()->spares_json, nullptr, false);
-    out["placement"] = nullptr;
-    out["metrics"] = nullptr;
-    out["predicted"] = nullptr;
-    if (core::Status st = AddRuns(s, id, out); !st.ok()) return st;
+  if (whole) {
+    if (core::Status st = AddRuns(s, view); !st.ok()) return st;
     const std::vector<store::RawEvent> events = JobEvents(s, id);
-    out["history"] = History(s, caller, events, id);
-    out["incidents"] = Incidents(events, id, ScopedActor(s, caller));
+    view.detail->history = History(s, caller, events, id);
+    view.detail->incidents = Incidents(events, id, ScopedActor(s, caller));
   }
-  return std::optional<Json>(std::move(out));
+  return Found(std::move(view));
 }
-
-// The answer to a submission whose client_request_id made `ids` already
-// (ascending; one job, or the tasks of an array): 200 and the first answer's
-// fields, with "duplicate": true. Nothing new is logged.
 
 }  // namespace topo::daemon

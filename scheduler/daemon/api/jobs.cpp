@@ -73,7 +73,7 @@ Answer ListJobs(const ServiceState& s, const Caller& caller, const Route& route)
   };
   std::map<JobId, int> positions;
   if (s.driver.core() != nullptr) positions = QueuePositions(*s.driver.core());
-  Json jobs = Json::array();
+  api::JobList list;
   JobId last = after;
   bool more = false;
   if (!all && s.driver.core() != nullptr) {
@@ -81,11 +81,13 @@ Answer ListJobs(const ServiceState& s, const Caller& caller, const Route& route)
          ++it) {
       const core::JobRecord& j = it->second;
       if (!wanted(j.request.tenant, j.request.user, j.state)) continue;
-      if (static_cast<int64_t>(jobs.size()) == limit) {
+      if (static_cast<int64_t>(list.jobs.size()) == limit) {
         more = true;
         break;
       }
-      jobs.push_back(RecordSummary(s, j, &positions));
+      Result<api::JobView> view = RecordView(s, j, &positions);
+      if (!view.ok()) return StoreFailed(view.status());
+      list.jobs.push_back(std::move(view).value());
       last = j.id;
     }
   } else if (all) {
@@ -102,32 +104,33 @@ Answer ListJobs(const ServiceState& s, const Caller& caller, const Route& route)
         const core::JobRecord* live =
             s.driver.core() != nullptr ? s.driver.core()->job(r.id) : nullptr;
         if (!wanted(r.tenant, r.user, live != nullptr ? live->state : r.state)) continue;
-        if (static_cast<int64_t>(jobs.size()) == limit) {
+        if (static_cast<int64_t>(list.jobs.size()) == limit) {
           more = true;
           break;
         }
-        Json summary = live != nullptr ? RecordSummary(s, *live, &positions) : RowSummary(s, r);
-        const core::JobState state = live != nullptr ? live->state : r.state;
-        if (core::IsTerminal(state) && summary.value("nodes", 0) == 0) {
-          summary["nodes"] = r.last_run_nodes;
+        if (live != nullptr) {
+          Result<api::JobView> view = RecordView(s, *live, &positions);
+          if (!view.ok()) return StoreFailed(view.status());
+          list.jobs.push_back(std::move(view).value());
+        } else {
+          list.jobs.push_back(RowView(r, s.driver.scheduler_config().default_time_limit));
         }
-        jobs.push_back(std::move(summary));
         last = r.id;
       }
     }
   }
-  return JsonAnswer(
-      200, Json{{"jobs", std::move(jobs)}, {"next_after", more ? Json(last) : Json(nullptr)}});
+  if (more) list.next_after = last;
+  return TextAnswer(200, api::WriteJobList(list));
 }
 
 Answer ShowJob(const ServiceState& s, const Caller& caller, const Route& route) {
   const std::string& text = route.param("id");
   std::optional<JobId> id = ParseId(text);
   if (!id) return NoSuchJob(text);
-  Result<std::optional<Json>> job = FindJob(s, caller, *id, true);
+  Result<std::optional<api::JobView>> job = FindJob(s, caller, *id, true);
   if (!job.ok()) return StoreFailed(job.status());
   if (!job.value()) return NoSuchJob(text);
-  return JsonAnswer(200, *job.value());
+  return TextAnswer(200, api::WriteJobView(*job.value()));
 }
 
 namespace {
@@ -150,12 +153,12 @@ Result<Target> ActionTarget(const ServiceState& s, const Caller& caller, const R
   const std::string& text = route.param("id");
   std::optional<JobId> id = ParseId(text);
   if (!id) return NoSuchJob(text);
-  Result<std::optional<Json>> job = FindJob(s, caller, *id, false);
+  Result<std::optional<api::JobView>> job = FindJob(s, caller, *id, false);
   if (!job.ok()) return StoreFailed(job.status());
   if (!job.value()) return NoSuchJob(text);
   t.id = *id;
   t.job = s.driver.core() != nullptr ? s.driver.core()->job(*id) : nullptr;
-  t.state = (*job.value())["state"];
+  t.state = core::JobStateName(job.value()->state);
   if (t.job == nullptr || core::IsTerminal(t.job->state)) {
     return Conflict("job " + std::to_string(*id) + " is already " + t.state + "; nothing to " +
                     std::string(action));
@@ -165,9 +168,10 @@ Result<Target> ActionTarget(const ServiceState& s, const Caller& caller, const R
 
 // The job's summary after the action.
 Answer AfterAction(const ServiceState& s, const Caller& caller, JobId id) {
-  Result<std::optional<Json>> after = FindJob(s, caller, id, false);
-  if (!after.ok() || !after.value()) return JsonAnswer(200, Json{{"id", id}});
-  return JsonAnswer(200, *after.value());
+  Result<std::optional<api::JobView>> after = FindJob(s, caller, id, false);
+  if (!after.ok()) return StoreFailed(after.status());
+  if (!after.value()) return NoSuchJob(std::to_string(id));
+  return TextAnswer(200, api::WriteJobView(*after.value()));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "daemon/api/handlers.hpp"
 #include "daemon/pki/pki.hpp"
 #include "topo/common/hostlist.hpp"
+#include "topo/common/user_api.hpp"
 
 namespace topo::daemon {
 namespace {
@@ -30,28 +31,27 @@ std::vector<std::vector<JobId>> GpuJobs(const ServiceState& s, const Caller& cal
   return out;
 }
 
-Json NodeView(const ServiceState& s, NodeId n, const std::vector<JobId>& gpu_jobs) {
+// The node view (api::NodeView), built here for every answer that shows a
+// node.
+api::NodeView NodeViewOf(const ServiceState& s, NodeId n, const std::vector<JobId>& gpu_jobs) {
   const core::Topology& topo = *s.driver.topology();
   const core::ClusterState& cluster = s.driver.core()->cluster();
   const core::Node& node = topo.node(n);
-  Json health = Json::array();
-  for (int g = 0; g < node.gpus; ++g)
-    health.push_back(core::GpuHealthName(cluster.gpu_health(n, g)));
-  const core::NodeState state = cluster.node_state(n);
-  std::string reason = s.driver.NodeReason(node.name);
-  if (reason.empty() && state == core::NodeState::kDown) {
-    reason = "not registered: an agent or `topo resume` brings it up";
+  api::NodeView v;
+  v.name = node.name;
+  v.state = cluster.node_state(n);
+  v.reason = s.driver.NodeReason(node.name);
+  if (v.reason.empty() && v.state == core::NodeState::kDown) {
+    v.reason = "not registered: an agent or `topo resume` brings it up";
   }
-  return Json{{"name", node.name},
-              {"state", core::NodeStateName(state)},
-              {"reason", reason},
-              {"gpus", node.gpus},
-              {"free", std::popcount(cluster.usable_free_mask(n))},
-              {"hbd", topo.domain(topo.Ancestor(n, topo.hbd_tier())).name},
-              {"leaf", topo.domain(topo.Ancestor(n, topo.leaf_tier())).name},
-              {"pod", topo.domain(topo.Ancestor(n, topo.pod_tier())).name},
-              {"gpu_health", std::move(health)},
-              {"gpu_jobs", gpu_jobs}};
+  v.gpus = node.gpus;
+  v.free = std::popcount(cluster.usable_free_mask(n));
+  v.hbd = topo.domain(topo.Ancestor(n, topo.hbd_tier())).name;
+  v.leaf = topo.domain(topo.Ancestor(n, topo.leaf_tier())).name;
+  v.pod = topo.domain(topo.Ancestor(n, topo.pod_tier())).name;
+  for (int g = 0; g < node.gpus; ++g) v.gpu_health.push_back(cluster.gpu_health(n, g));
+  v.gpu_jobs = gpu_jobs;
+  return v;
 }
 
 }  // namespace
@@ -84,9 +84,9 @@ Answer ListNodes(const ServiceState& s, const Caller& caller, const Route& route
     }
   }
   std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
-  Json nodes = Json::array();
-  for (NodeId n = begin; n < end; ++n) nodes.push_back(NodeView(s, n, jobs[n]));
-  return JsonAnswer(200, Json{{"nodes", std::move(nodes)}});
+  api::NodeList list;
+  for (NodeId n = begin; n < end; ++n) list.nodes.push_back(NodeViewOf(s, n, jobs[n]));
+  return TextAnswer(200, api::WriteNodeList(list));
 }
 
 Answer ShowNode(const ServiceState& s, const Caller& caller, const Route& route) {
@@ -95,19 +95,14 @@ Answer ShowNode(const ServiceState& s, const Caller& caller, const Route& route)
   const NodeId n = s.driver.topology()->FindNode(name);
   if (n < 0) return NotFound("no node named \"" + name.substr(0, 100) + "\"");
   std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
-  Json out = NodeView(s, n, jobs[n]);
+  api::NodeView out = NodeViewOf(s, n, jobs[n]);
   Result<std::vector<store::GpuHealthRow>> history = s.driver.store().GpuHealthHistory(name);
   if (!history.ok()) return StoreFailed(history.status());
-  Json h = Json::array();
+  out.gpu_history.emplace();
   for (const store::GpuHealthRow& row : history.value()) {
-    h.push_back({{"seq", row.seq},
-                 {"gpu", row.gpu},
-                 {"health", core::GpuHealthName(row.health)},
-                 {"reason", row.reason},
-                 {"time_ms", row.time_ms}});
+    out.gpu_history->push_back({row.seq, row.gpu, row.health, row.reason, row.time_ms});
   }
-  out["gpu_history"] = std::move(h);
-  return JsonAnswer(200, out);
+  return TextAnswer(200, api::WriteNodeView(out));
 }
 
 namespace {
@@ -184,9 +179,9 @@ Answer DrainOrResume(ServiceState& s, const Caller& caller, const Route& route, 
     }
   }
   std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
-  Json out = Json::array();
-  for (NodeId n : ids) out.push_back(NodeView(s, n, jobs[n]));
-  return JsonAnswer(200, Json{{"nodes", std::move(out)}});
+  api::NodeList list;
+  for (NodeId n : ids) list.nodes.push_back(NodeViewOf(s, n, jobs[n]));
+  return TextAnswer(200, api::WriteNodeList(list));
 }
 
 }  // namespace
@@ -239,7 +234,7 @@ Answer ClearGpu(ServiceState& s, const Caller& caller, const Route& route) {
   if (!reason.empty()) detail["reason"] = reason;
   s.Audit(caller, "gpu.clear", detail);
   std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
-  return JsonAnswer(200, NodeView(s, n, jobs[n]));
+  return TextAnswer(200, api::WriteNodeView(NodeViewOf(s, n, jobs[n])));
 }
 
 }  // namespace topo::daemon

@@ -1,7 +1,5 @@
-// Reads off the strand (reads.hpp): the pool of read-only connections and
-// the event log, audit log and whoami routes.
-
-#include "daemon/api/reads.hpp"
+// Reads off the strand (docs/daemon.md, "What happens to a request"): the
+// event log, audit log and whoami routes, each on a read-only connection.
 
 #include <algorithm>
 #include <set>
@@ -237,20 +235,22 @@ Result<std::pair<int64_t, RowCount>> Page(const Route& route) {
 
 }  // namespace
 
-Answer ReadWhoami(store::Store&, const Caller& caller, const Route&, core::TimeMs) {
+Answer ReadWhoami(store::Store&, const Caller& caller, const Route&, const ReadContext&) {
   return JsonAnswer(200, Json{{"user", caller.user.name},
                               {"tenant", caller.user.tenant},
                               {"role", store::RoleName(caller.user.role)},
                               {"unix_user", caller.user.unix_user}});
 }
 
-Answer ReadAudit(store::Store& store, const Caller& caller, const Route& route, core::TimeMs) {
+Answer ReadAudit(store::Store& store, const Caller& caller, const Route& route,
+                 const ReadContext&) {
   Result<std::pair<int64_t, RowCount>> page = Page(route);
   if (!page.ok()) return page.status();
   return Audit(store, caller, page.value().first, page.value().second);
 }
 
-Answer ReadEvents(store::Store& store, const Caller& caller, const Route& route, core::TimeMs) {
+Answer ReadEvents(store::Store& store, const Caller& caller, const Route& route,
+                  const ReadContext&) {
   Result<std::pair<int64_t, RowCount>> page = Page(route);
   if (!page.ok()) return page.status();
   return Events(store, caller, route, page.value().first, page.value().second);

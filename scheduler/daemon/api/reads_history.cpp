@@ -1,12 +1,11 @@
-// Accounting reads off the strand (reads.hpp): GET /v1/history and
+// Accounting reads off the strand (docs/daemon.md): GET /v1/history and
 // GET /v1/reports/usage, over the store's job_runs and jobs indexes, scoped
 // in SQL by StoreScope (scope.hpp) and paged.
 
 #include <algorithm>
-#include <set>
 
 #include "daemon/api/handlers.hpp"
-#include "daemon/api/reads.hpp"
+#include "daemon/api/job_view.hpp"
 #include "topo/common/event_json.hpp"
 
 namespace topo::daemon {
@@ -18,33 +17,16 @@ using core::TimeMs;
 
 namespace {
 
-// Times in the API are Unix milliseconds; this bounds them to year 9999.
-constexpr int64_t kMaxTimeMs = 253402300799999;
 constexpr int64_t kMaxRows = 1000;
 constexpr int64_t kDefaultRows = 100;
 
 double Hours(int64_t gpu_ms) { return static_cast<double>(gpu_ms) / 3600000.0; }
 
-Json TimeOrNull(TimeMs t) { return t < 0 ? Json(nullptr) : Json(t); }
-
-// The distinct node names of a ranks JSON ([[node, gpu], ...]), in rank
-// order, appended to `out` unless `seen` has them.
-void AddNodes(const std::string& ranks_json, std::set<std::string>& seen, Json& out) {
-  const Json ranks = Json::parse(ranks_json, nullptr, false);
-  if (!ranks.is_array()) return;
-  for (const Json& slot : ranks) {
-    if (slot.is_array() && !slot.empty() && slot[0].is_string() &&
-        seen.insert(slot[0].get<std::string>()).second) {
-      out.push_back(slot[0]);
-    }
-  }
-}
-
 // since= and until= (Unix ms, since <= until), or the 400.
 Status Window(const Route& route, std::optional<TimeMs>& since, std::optional<TimeMs>& until) {
   for (auto [key, out] : {std::pair{"since", &since}, std::pair{"until", &until}}) {
     if (!route.query.count(key)) continue;
-    Result<int64_t> v = QueryInt(route, key, 0, kMaxTimeMs, 0);
+    Result<int64_t> v = QueryInt(route, key, 0, api::kMaxTimeMs, 0);
     if (!v.ok()) return v.status();
     *out = v.value();
   }
@@ -56,31 +38,8 @@ Status Window(const Route& route, std::optional<TimeMs>& since, std::optional<Ti
 
 }  // namespace
 
-Json JobRunsJson(std::span<const store::JobRunRow> runs, TimeMs now_ms) {
-  Json out = Json::array();
-  for (const store::JobRunRow& r : runs) {
-    std::set<std::string> seen;
-    Json nodes = Json::array();
-    AddNodes(r.ranks_json, seen, nodes);
-    out.push_back({{"run", r.run},
-                   {"start_ms", r.start_ms},
-                   {"end_ms", TimeOrNull(r.end_ms)},
-                   {"gpus", r.gpus},
-                   {"nodes", std::move(nodes)},
-                   {"end_reason", r.end_ms < 0 ? Json(nullptr) : Json(r.end_reason)},
-                   {"exit_code", r.exit_code ? Json(*r.exit_code) : Json(nullptr)},
-                   {"gpu_hours", Hours(r.GpuMsAt(now_ms))}});
-  }
-  return out;
-}
-
-double JobGpuHours(std::span<const store::JobRunRow> runs, TimeMs now_ms) {
-  int64_t ms = 0;
-  for (const store::JobRunRow& r : runs) ms += r.GpuMsAt(now_ms);
-  return Hours(ms);
-}
-
-Answer ReadHistory(store::Store& store, const Caller& caller, const Route& route, TimeMs now_ms) {
+Answer ReadHistory(store::Store& store, const Caller& caller, const Route& route,
+                   const ReadContext& context) {
   if (Status bad =
           UnknownParameter(route, {"user", "tenant", "state", "since", "until", "limit", "after"});
       !bad.ok()) {
@@ -136,43 +95,24 @@ Answer ReadHistory(store::Store& store, const Caller& caller, const Route& route
   for (const store::JobRow& r : rows.value()) ids.push_back(r.id);
   Result<std::vector<store::JobRunRow>> runs = store.ListJobRuns(ids);
   if (!runs.ok()) return StoreFailed(runs.status());
-  Json jobs = Json::array();
+  api::JobList list;
   auto run = runs.value().begin();
   for (const store::JobRow& r : rows.value()) {
-    // Defence in depth: the SQL scope and the one rule agree.
-    if (!caller.InScope(r.tenant)) continue;
     auto first = run;
     while (run != runs.value().end() && run->job == r.id) ++run;
-    const std::span<const store::JobRunRow> mine(first, run);
-    std::set<std::string> seen;
-    Json nodes = Json::array();
-    for (const store::JobRunRow& x : mine) AddNodes(x.ranks_json, seen, nodes);
-    const Json spec = Json::parse(r.spec_json, nullptr, false);
-    jobs.push_back(
-        {{"id", r.id},
-         {"name", spec.is_object() ? spec.value("name", "") : ""},
-         {"tenant", r.tenant},
-         {"user", r.user},
-         {"state", core::JobStateName(r.state)},
-         {"reason", r.reason},
-         {"gpus", spec.is_object() ? spec.value("gpus", 0) : 0},
-         {"nodes", std::move(nodes)},
-         {"submit_ms", r.submit_ms},
-         {"start_ms", TimeOrNull(r.start_ms)},
-         {"end_ms", TimeOrNull(r.end_ms)},
-         {"queue_wait_s",
-          r.start_ms < 0 ? Json(nullptr) : Json((r.start_ms - r.submit_ms) / 1000.0)},
-         {"restarts", r.restarts},
-         {"exit_code",
-          !mine.empty() && mine.back().exit_code ? Json(*mine.back().exit_code) : Json(nullptr)},
-         {"gpu_hours", JobGpuHours(mine, now_ms)},
-         {"runs", JobRunsJson(mine, now_ms)}});
+    // Defence in depth: the SQL scope and the one rule agree.
+    if (!caller.InScope(r.tenant)) continue;
+    api::JobView view = RowView(r, context.default_time_limit);
+    AddAccounting(view, std::span<const store::JobRunRow>(first, run), context.now);
+    list.jobs.push_back(std::move(view));
   }
-  return JsonAnswer(200, Json{{"jobs", std::move(jobs)},
-                              {"next_after", more ? Json(ids.back()) : Json(nullptr)}});
+  if (more) list.next_after = ids.back();
+  return TextAnswer(200, api::WriteJobList(list));
 }
 
-Answer ReadUsage(store::Store& store, const Caller& caller, const Route& route, TimeMs now_ms) {
+Answer ReadUsage(store::Store& store, const Caller& caller, const Route& route,
+                 const ReadContext& context) {
+  const TimeMs now_ms = context.now;
   if (Status bad = UnknownParameter(route, {"by", "since", "until", "limit", "after"}); !bad.ok()) {
     return bad;
   }

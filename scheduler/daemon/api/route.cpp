@@ -6,6 +6,7 @@
 
 #include "daemon/api/route.hpp"
 #include "topo/common/strict_json.hpp"
+#include "topo/common/user_api.hpp"
 
 namespace topo::daemon {
 
@@ -142,35 +143,8 @@ Status UnknownParameter(const Route& route, std::initializer_list<std::string_vi
   return Status::Ok();
 }
 
-bool ValidTenantName(std::string_view name) {
-  if (name.empty() || name.size() > 128) return false;
-  int depth = 0;
-  size_t i = 0;
-  while (i <= name.size()) {
-    size_t end = name.find('/', i);
-    if (end == std::string_view::npos) end = name.size();
-    std::string_view seg = name.substr(i, end - i);
-    if (seg.empty() || ++depth > 8) return false;
-    if (!((seg[0] >= 'a' && seg[0] <= 'z') || (seg[0] >= '0' && seg[0] <= '9'))) return false;
-    for (char c : seg) {
-      const bool ok =
-          (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-      if (!ok) return false;
-    }
-    i = end + 1;
-  }
-  return true;
-}
-
-bool ValidUserName(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-                    c == '-' || (c == '@' && i > 0);
-    if (!ok) return false;
-  }
-  return name[0] != '.' && name[0] != '-';
-}
+// One rule for every reader (common/user_api.hpp).
+bool ValidTenantName(std::string_view name) { return api::ValidTenantName(name); }
+bool ValidUserName(std::string_view name) { return api::ValidUserName(name); }
 
 }  // namespace topo::daemon

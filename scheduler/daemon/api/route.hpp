@@ -53,6 +53,8 @@ using Answer = core::Result<HttpResponse>;
 
 // ---- answers
 Answer JsonAnswer(int status, const Json& body);
+// A body the API's own writer made (common/user_api.hpp's Write*).
+Answer TextAnswer(int status, std::string body);
 // The error answer of a Status: its code as the HTTP status (the one place
 // that maps them), {"error": {"code", "message", "field"}}.
 HttpResponse StatusResponse(const core::Status& status);

@@ -286,7 +286,8 @@ HttpResponse ServeRequest(ServiceState& s, const HttpRequest& request, TimeMs no
   if (Status room = (spec.flags & kWrite) ? s.disk.CheckWrite() : Status::Ok(); !room.ok()) {
     answer = room;
   } else if (spec.off_strand != nullptr) {
-    answer = spec.off_strand(s.driver.store(), who.value(), route, s.driver.now());
+    answer = spec.off_strand(s.driver.store(), who.value(), route,
+                             ReadContext{s.driver.now(), s.driver.default_time_limit()});
   } else if (spec.read != nullptr) {
     answer = spec.read(s, who.value(), route);
   } else {
@@ -319,7 +320,8 @@ HttpResponse ServeOffStrand(ServiceState& s, const HttpRequest& request, TimeMs 
   if (spec.off_strand == nullptr) {
     return StatusResponse(Status::Error("internal: not a read route", ErrorCode::kInternal));
   }
-  Answer answer = spec.off_strand(lease.value().store(), who.value(), route, now);
+  const ReadContext context{now, s.driver.default_time_limit()};
+  Answer answer = spec.off_strand(lease.value().store(), who.value(), route, context);
   HttpResponse r = answer.ok() ? std::move(answer).value() : StatusResponse(answer.status());
   if (r.route.empty()) r.route = RouteName(spec);
   return r;

@@ -285,7 +285,7 @@ Status CoreDriver::LoadFromStore(DaemonConfig& config) {
   }
   Result<core::SchedulerConfig> sc = config.SchedulerConfig();
   if (!sc.ok()) return sc.status();
-  scheduler_config_ = sc.value();
+  SetSchedulerConfig(sc.value());
   Result<std::optional<std::string>> topo_json = store_->GetMeta("topology");
   if (!topo_json.ok()) return topo_json.status();
   if (!topo_json.value()) return Status::Ok();

@@ -19,6 +19,7 @@
 // Thread safety: none; the daemon's strand owns it.
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -70,7 +71,10 @@ class CoreDriver {
   void AttachStore(std::unique_ptr<store::Store> store, core::TimeMs now);
   // The policy a new core starts with (before Rebuild or an import), and
   // the one a live change made (the core applies its own PolicyChanged).
-  void SetSchedulerConfig(const core::SchedulerConfig& config) { scheduler_config_ = config; }
+  void SetSchedulerConfig(const core::SchedulerConfig& config) {
+    scheduler_config_ = config;
+    default_time_limit_.store(config.default_time_limit, std::memory_order_relaxed);
+  }
   // Rebuilds the core of the epoch that starts at from_seq over `topology`:
   // from its newest snapshot that restores and the events after it (an
   // older one when the newest does not restore), else by a full replay,
@@ -111,6 +115,11 @@ class CoreDriver {
   const core::SchedulerCore* core() const { return core_.get(); }     // null without a topology
   const core::Topology* topology() const { return topology_.get(); }  // null until imported
   const core::SchedulerConfig& scheduler_config() const { return scheduler_config_; }
+  // scheduler_config().default_time_limit for reads off the strand
+  // (thread-safe).
+  core::TimeMs default_time_limit() const {
+    return default_time_limit_.load(std::memory_order_relaxed);
+  }
   core::TimeMs now() const { return now_; }
   const WaitingJobs& waiting() const { return waiting_; }
   // A node's last reason (from the core's NodeStateChanged commands); "".
@@ -188,6 +197,7 @@ class CoreDriver {
 
   Metrics* metrics_;
   core::SchedulerConfig scheduler_config_;
+  std::atomic<core::TimeMs> default_time_limit_{0};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<core::Topology> topology_;
   std::unique_ptr<core::SchedulerCore> core_;

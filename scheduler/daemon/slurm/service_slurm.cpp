@@ -12,6 +12,7 @@
 #include "topo/common/job_io.hpp"
 #include "topo/common/slurm_rank_map.hpp"
 #include "topo/common/topology_io.hpp"
+#include "topo/common/user_api.hpp"
 
 namespace topo::daemon {
 namespace {
@@ -33,16 +34,6 @@ std::string OneLine(std::string s) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   return s;
-}
-
-std::string Str(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-int64_t Int(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
 }
 
 // The GPU count of a TRES string ("gres:gpu:8", "gres/gpu:a100:8"); -1 if none.
@@ -113,16 +104,15 @@ Status MergeLayout(std::string_view text, std::string_view source, Json& out) {
 //                     block): the job's nodes in blocks N at a time;
 //   --exclusive=topo  refused: toposched does not keep an HBD to one job.
 // *what names the options applied, for the error of an infeasible fit.
-Status ApplySlurmTopologyOptions(const Json& req, const core::Topology& topo, int64_t nodes,
-                                 core::JobSpec& spec, std::string* what) {
-  if (auto it = req.find("exclusive_topo");
-      it != req.end() && it->is_boolean() && it->get<bool>()) {
+Status ApplySlurmTopologyOptions(const api::SlurmSubmitLine& req, const core::Topology& topo,
+                                 int64_t nodes, core::JobSpec& spec, std::string* what) {
+  if (req.exclusive_topo.value_or(false)) {
     return Status::Error(
         "--exclusive=topo asks for blocks no other job shares, which toposched does not keep; "
         "drop it (toposched still keeps the layout's groups inside their domains), or use "
         "--segment to keep groups inside blocks");
   }
-  const int64_t switches = Int(req, "req_switch");
+  const int64_t switches = req.req_switch.value_or(api::kSlurmNoValue);
   if (switches == 1) {
     if (!topo.FindTier("leaf").ok()) {
       return Status::Error("--switches=1: the topology has no leaf tier; drop --switches");
@@ -132,7 +122,7 @@ Status ApplySlurmTopologyOptions(const Json& req, const core::Topology& topo, in
     }
     *what = "--switches=1 (the whole job under one leaf switch)";
   }
-  const int64_t segment = Int(req, "segment");
+  const int64_t segment = req.segment.value_or(api::kSlurmNoValue);
   if (segment > 0) {
     if (nodes <= 0 || nodes % segment != 0) {
       return Status::Error("--segment=" + std::to_string(segment) + " does not divide the job's " +
@@ -299,23 +289,31 @@ Want CoreWant(NodeState s) {
 
 }  // namespace
 
-std::string SlurmRequest(ServiceState& s, const std::string& line, const std::string& user,
+std::string SlurmRequest(ServiceState& s, std::string_view text, const std::string& user,
                          TimeMs now) {
+  std::string field;
+  Result<api::SlurmSubmitLine> line = api::ParseSlurmSubmitLine(text, &field);
+  // A line this daemon does not read (a plugin of another release, or not
+  // the plugin at all) is not toposched's to decide: Slurm places the job.
+  if (!line.ok()) return "PASS the request line does not read: " + OneLine(line.message());
+  return SlurmRequest(s, line.value(), user, now);
+}
+
+std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& req,
+                         const std::string& user, TimeMs now) {
   s.driver.Advance(now);
-  Json req = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!req.is_object()) return "PASS the request is not a JSON object";
-  const std::string op = Str(req, "op");
-  if (op != "submit" && op != "test") return "PASS unknown op \"" + op.substr(0, 40) + "\"";
+  if (req.op == api::SlurmOp::kRefresh) return "PASS unknown op \"refresh\" here";
   if (s.driver.core() == nullptr) return "PASS topo-scheduler has no topology yet";
 
-  const std::string comment = Str(req, "comment");
-  Json env = req.contains("env") && req["env"].is_object() ? req["env"] : Json::object();
+  const std::string comment = req.comment.value_or("");
+  const std::map<std::string, std::string> env =
+      req.env.value_or(std::map<std::string, std::string>{});
   // The layout: TOPO_LAYOUT, then TOPO_TP..., then "topo:" in --comment (the
   // most specific wins).
   Json spec = Json::object();
   bool has_layout = false;
-  if (auto it = env.find("TOPO_LAYOUT"); it != env.end() && it->is_string()) {
-    if (Status st = MergeLayout(it->get<std::string>(), "TOPO_LAYOUT", spec); !st.ok()) {
+  if (auto it = env.find("TOPO_LAYOUT"); it != env.end()) {
+    if (Status st = MergeLayout(it->second, "TOPO_LAYOUT", spec); !st.ok()) {
       return "REJECT " + OneLine(st.message());
     }
     has_layout = true;
@@ -323,9 +321,8 @@ std::string SlurmRequest(ServiceState& s, const std::string& line, const std::st
   for (const char* key : {"tp", "cp", "ep", "pp", "dp", "order", "spares"}) {
     std::string var = "TOPO_" + std::string(key);
     for (char& c : var) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (auto it = env.find(var); it != env.end() && it->is_string()) {
-      if (Status st = MergeLayout(std::string(key) + "=" + it->get<std::string>(), var, spec);
-          !st.ok()) {
+    if (auto it = env.find(var); it != env.end()) {
+      if (Status st = MergeLayout(std::string(key) + "=" + it->second, var, spec); !st.ok()) {
         return "REJECT " + OneLine(st.message());
       }
       has_layout = true;
@@ -342,9 +339,9 @@ std::string SlurmRequest(ServiceState& s, const std::string& line, const std::st
 
   // The shape: nodes and GPUs.
   const int node_gpus = s.driver.topology()->node(0).gpus;
-  int64_t nodes = Int(req, "min_nodes");
-  const int64_t per_node = TresGpus(Str(req, "tres_per_node"));
-  const int64_t per_job = TresGpus(Str(req, "tres_per_job"));
+  int64_t nodes = req.min_nodes.value_or(api::kSlurmNoValue);
+  const int64_t per_node = TresGpus(req.tres_per_node.value_or(""));
+  const int64_t per_job = TresGpus(req.tres_per_job.value_or(""));
   int64_t gpus = 0;
   if (per_job > 0) {
     gpus = per_job;
@@ -353,18 +350,16 @@ std::string SlurmRequest(ServiceState& s, const std::string& line, const std::st
     if (nodes < 1) nodes = 1;
     gpus = nodes * (per_node > 0 ? per_node : node_gpus);
   }
-  if (auto it = req.find("array"); it != req.end() && it->is_boolean() && it->get<bool>()) {
-    return "PASS job arrays are Slurm's to place";
-  }
-  if (!Str(req, "req_nodes").empty()) return "PASS the job names its nodes (-w)";
-  if (!Str(req, "exc_nodes").empty()) return "PASS the job excludes nodes (-x)";
+  if (req.array.value_or(false)) return "PASS job arrays are Slurm's to place";
+  if (!req.req_nodes.value_or("").empty()) return "PASS the job names its nodes (-w)";
+  if (!req.exc_nodes.value_or("").empty()) return "PASS the job excludes nodes (-x)";
   if (!has_layout && nodes < s.config.slurm_min_nodes) {
     return "PASS " + std::to_string(nodes) +
            " node(s) without a TOPO layout is below slurm_min_nodes";
   }
   spec["gpus"] = gpus;
   if (per_node > 0) spec["gpus_per_node"] = per_node;
-  const std::string name = Str(req, "name");
+  const std::string name = req.name.value_or("");
   spec["name"] = name.empty() ? "slurm" : name.substr(0, 200);
   Result<core::JobSpec> parsed = common::JobSpecFromJson(spec);
   if (!parsed.ok()) {
@@ -379,11 +374,12 @@ std::string SlurmRequest(ServiceState& s, const std::string& line, const std::st
       !st.ok()) {
     return "REJECT " + OneLine(st.message());
   }
-  request.user = user.empty() ? "uid:" + std::to_string(Int(req, "uid")) : user;
-  const std::string account = Str(req, "account");
+  request.user =
+      user.empty() ? "uid:" + std::to_string(req.uid.value_or(api::kSlurmNoValue)) : user;
+  const std::string account = req.account.value_or("");
   request.tenant =
       !account.empty() && s.driver.core()->tenant(account) != nullptr ? account : "default";
-  const int64_t minutes = Int(req, "time_limit_min");
+  const int64_t minutes = req.time_limit_min.value_or(api::kSlurmNoValue);
   if (minutes > 0) request.time_limit = std::min<int64_t>(minutes, 365ll * 24 * 60) * core::kMinute;
   request.checkpoint_interval = -1;  // Slurm jobs checkpoint on their own
 
@@ -399,7 +395,7 @@ std::string SlurmRequest(ServiceState& s, const std::string& line, const std::st
     return "REJECT the job can never be placed on this cluster" +
            (options.empty() ? std::string() : " with " + options) + ": " + OneLine(why);
   }
-  if (op == "test") {
+  if (req.op == api::SlurmOp::kTest) {
     core::Placement p = s.driver.core()->TryPlace(request.spec);
     if (!p.placed()) return "BUSY " + OneLine(p.reason);
     core::JobRecord tmp;

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "topo/common/hostlist.hpp"
+#include "topo/common/user_api.hpp"
 
 extern char** environ;
 
@@ -583,12 +584,17 @@ void SlurmBridge::Impl::Serve(int fd) {
     line.append(buf, static_cast<size_t>(n));
   }
   line.resize(line.find('\n'));
-  nlohmann::json req = nlohmann::json::parse(line, nullptr, false);
-  const std::string op = req.is_object() && req.contains("op") && req["op"].is_string()
-                             ? req["op"].get<std::string>()
-                             : "";
+  // The plugin's line, read once by the API's reader of it (docs/slurm.md).
+  std::string field;
+  core::Result<api::SlurmSubmitLine> req = api::ParseSlurmSubmitLine(line, &field);
   std::string answer;
-  if (op == "refresh") {
+  if (!req.ok()) {
+    answer = "PASS the request line does not read: " + req.message();
+    for (char& c : answer) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    Log("refused a request line: " + req.message().substr(0, 300));
+  } else if (req.value().op == api::SlurmOp::kRefresh) {
     // A poll that starts after this request, finished.
     std::unique_lock lock(mu_);
     const uint64_t target = polls_done_ + 2;
@@ -599,18 +605,18 @@ void SlurmBridge::Impl::Serve(int fd) {
     answer = done ? "OK synced" : "PASS no sync within 20 s";
   } else {
     std::string user;
-    if (req.is_object() && req.contains("uid") && req["uid"].is_number_integer()) {
+    if (req.value().uid && *req.value().uid >= 0) {
       passwd pw{}, *found = nullptr;
       char pwbuf[4096];
-      if (getpwuid_r(static_cast<uid_t>(req["uid"].get<int64_t>()), &pw, pwbuf, sizeof(pwbuf),
-                     &found) == 0 &&
+      if (getpwuid_r(static_cast<uid_t>(*req.value().uid), &pw, pwbuf, sizeof(pwbuf), &found) ==
+              0 &&
           found != nullptr) {
         user = found->pw_name;
       }
     }
     auto out = std::make_shared<std::string>();
     std::optional<HttpResponse> r = OnStrand(
-        [this, line, user, out](core::TimeMs now) {
+        [this, line = req.value(), user, out](core::TimeMs now) {
           *out = calls_.request(line, user, now);
           return HttpResponse{};
         },
@@ -624,7 +630,7 @@ void SlurmBridge::Impl::Serve(int fd) {
       return;
     }
     answer = *out;
-    if (op == "submit") Log("plugin request -> " + answer.substr(0, 300));
+    if (req.value().op == api::SlurmOp::kSubmit) Log("plugin request -> " + answer.substr(0, 300));
     if (answer.rfind("HOLD ", 0) == 0) {
       // The next poll makes the job's hold an operator's (SlurmSync): at
       // once, so its user has no time to release it onto nodes Slurm picks.

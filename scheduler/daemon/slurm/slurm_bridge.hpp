@@ -27,6 +27,7 @@
 #include "daemon/config.hpp"
 #include "daemon/http.hpp"
 #include "daemon/slurm/slurm_types.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/status.hpp"
 #include "topo/core/time.hpp"
 
@@ -40,7 +41,8 @@ using StrandPost = std::function<void(std::function<HttpResponse(core::TimeMs)> 
 // What the bridge asks of the service, on the strand (Service::SlurmRequest
 // and Service::SlurmSync).
 struct SlurmCalls {
-  std::function<std::string(const std::string& line, const std::string& user, core::TimeMs now)>
+  std::function<std::string(const api::SlurmSubmitLine& line, const std::string& user,
+                            core::TimeMs now)>
       request;
   std::function<std::vector<SlurmAction>(const SlurmSnapshot& snapshot, core::TimeMs now)> sync;
 };

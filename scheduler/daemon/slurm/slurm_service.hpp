@@ -7,10 +7,12 @@
 // Thread safety: none; the strand owns the ServiceState.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "daemon/service_state.hpp"
 #include "daemon/slurm/slurm_types.hpp"
+#include "topo/common/user_api.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::daemon {
@@ -19,9 +21,13 @@ namespace topo::daemon {
 // answer line without its newline ("PLACE id nodes", "HOLD id why",
 // "REJECT why", "PASS why", "BUSY why" for op test). Submissions step the
 // core and stage their entries like POST /v1/jobs; the caller commits
-// before it answers. user: the submitter's name (from its uid).
-std::string SlurmRequest(ServiceState& s, const std::string& line, const std::string& user,
+// before it answers. user: the submitter's name (from its uid). The line
+// is read by the API's reader of it (api::ParseSlurmSubmitLine); one that
+// does not read is answered "PASS" with why.
+std::string SlurmRequest(ServiceState& s, std::string_view line, const std::string& user,
                          core::TimeMs now);
+std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& line,
+                         const std::string& user, core::TimeMs now);
 // Brings the core's view in line with what scontrol showed: jobs that ended
 // in Slurm free their capacity, nodes follow Slurm's state (nodes busy with
 // jobs toposched did not place are drained with a "slurm:" reason), and

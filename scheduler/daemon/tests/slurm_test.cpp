@@ -208,6 +208,28 @@ TEST_CASE("slurm: place, hold, reject, pass") {
   CHECK(f.Ask(R"({"op":"test","min_nodes":2})").rfind("PLACE 0 ", 0) == 0);
 }
 
+// The plugin's line is read by one strict reader (common/user_api.hpp): a
+// field of the wrong type was read as absent, so a job asking for two
+// nodes as "2" was placed on one.
+TEST_CASE("slurm: a request line that does not read passes, naming the field") {
+  Fixture f;
+  f.Sync(Fixture::AllIdle());
+  const std::string two_as_text =
+      f.Ask(R"({"op":"submit","uid":1000,"min_nodes":"2","comment":"topo: tp=8","env":{}})");
+  CHECK(two_as_text.rfind("PASS the request line does not read: min_nodes: must be an integer",
+                          0) == 0);
+  CHECK(f.Ask(Submit(2, "topo: tp=8", R"(,"colour":"red")"))
+            .rfind("PASS the request line does not read: colour: unknown field", 0) == 0);
+  CHECK(f.Ask(R"({"op":"submit","min_nodes":2,"env":{"HOME":"/root"}})")
+            .rfind("PASS the request line does not read: env.HOME: not a TOPO_* variable", 0) == 0);
+  CHECK(f.Ask(R"({"op":"submit","op":"test","min_nodes":2})").find("op: appears twice") !=
+        std::string::npos);
+  CHECK(f.Ask(R"({"op":"place","min_nodes":2})").find("op: must be one of submit, test, refresh") !=
+        std::string::npos);
+  // Nothing was submitted: the next job is the first.
+  CHECK(f.Ask(Submit(2, "topo: tp=8")).rfind("PLACE 1 ", 0) == 0);
+}
+
 TEST_CASE("slurm: small jobs without a layout pass below slurm_min_nodes") {
   Fixture f("slurm_min_nodes = 2\n");
   f.Sync(Fixture::AllIdle());

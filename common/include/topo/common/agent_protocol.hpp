@@ -2,7 +2,8 @@
 // The topo-agent <-> topo-scheduler protocol (docs/agent-protocol.md), owned
 // here and nowhere else: one typed struct per message in each direction, one
 // strict reader and one writer for each, and the JSON schema the test
-// clients use, all generated from the same field tables (agent_protocol.cpp).
+// clients use, all generated from the same field tables (agent_protocol.cpp,
+// walked by the field-table engine of common/src/field_table.hpp).
 //
 //   Result<AgentMessage> m = ParseAgentMessage(text, &field);   // the daemon
 //   std::string text = WriteSchedulerMessage(proto::Stop{17, "cancelled"});

@@ -45,6 +45,7 @@ std::vector<Dim> DefaultRankOrder();
 struct Parallelism {
   int tp = 1, cp = 1, ep = 1, pp = 1, dp = 1;
   std::vector<Dim> order = DefaultRankOrder();
+  bool operator==(const Parallelism&) const = default;
 };
 // "tp-cp-ep-dp-pp" <-> dims. Parse errors name the bad token.
 Result<std::vector<Dim>> ParseRankOrder(std::string_view text);
@@ -69,6 +70,7 @@ struct ModelSpec {
   int bytes_per_element = 0;  // of activations and gradients on the wire (2: bf16)
   int virtual_stages = 0;     // interleaved pipeline chunks per rank; 0: 1
   int recompute = -1;         // full activation recomputation: 1 yes, 0 no, -1 not given
+  bool operator==(const ModelSpec&) const = default;
 };
 
 enum class Strength : uint8_t { kNone, kPreferred, kRequired };
@@ -79,6 +81,7 @@ enum class Strength : uint8_t { kNone, kPreferred, kRequired };
 struct TierConstraint {
   Strength strength = Strength::kNone;
   std::string tier;
+  bool operator==(const TierConstraint&) const = default;
 };
 
 // Job names are for people: a line in a table, not a payload.
@@ -108,6 +111,7 @@ struct JobSpec {
 
   const TierConstraint& constraint(GroupKind k) const { return constraints[static_cast<int>(k)]; }
   static std::array<TierConstraint, kGroupKindCount> DefaultConstraints();
+  bool operator==(const JobSpec&) const = default;
 };
 
 // Checks the layout arithmetic and ranges. Errors name the field and the fix.
