@@ -755,6 +755,19 @@ std::string FormatQuota(const json& x) {
   kv("Shares", Str(x, "shares"));
   kv("In use", Str(x, "usage_gpus") + " GPUs, " + Str(x, "running_jobs") + " running, " +
                    Str(x, "queued_jobs") + " queued");
+  // The accounts granted to its tenant-admins, when there are any.
+  std::string granted;
+  if (x.contains("unix_accounts") && x["unix_accounts"].is_array()) {
+    for (const json& a : x["unix_accounts"]) {
+      if (a.is_string()) granted += (granted.empty() ? "" : ", ") + a.get<std::string>();
+    }
+  }
+  if (x.contains("unix_group") && x["unix_group"].is_string() &&
+      !x["unix_group"].get<std::string>().empty()) {
+    granted +=
+        (granted.empty() ? "" : "; ") + ("members of group " + x["unix_group"].get<std::string>());
+  }
+  if (!granted.empty()) kv("Unix accounts", granted);
   return os.str();
 }
 

@@ -447,6 +447,12 @@ TEST_CASE("Tenants, quotas, events and generic tables") {
   const std::string q = FormatQuota(tenant);
   CHECK(q.find("  Borrow limit:      none\n") != std::string::npos);
   CHECK(q.find("  In use:            72 GPUs, 2 running, 1 queued\n") != std::string::npos);
+  CHECK(q.find("Unix accounts") == std::string::npos);  // nothing granted, nothing shown
+  json granted = tenant;
+  granted["unix_accounts"] = {"ada", "bob"};
+  granted["unix_group"] = "team";
+  CHECK(FormatQuota(granted).find("  Unix accounts:     ada, bob; members of group team\n") !=
+        std::string::npos);
 
   const json entry = json::parse(R"({"seq": 42, "time_ms": 1767225600000, "actor": "ada",
     "event": {"type": "job_submitted", "id": 7,
@@ -597,6 +603,16 @@ TEST_CASE("Quota bodies carry only the fields given, none maps to the API's valu
   CHECK(QuotaSetBody(wait).value() == json{{"placement_wait_s", 0}});
   wait.placement_wait = "later";
   CHECK(QuotaSetBody(wait).message().find("--placement-wait: 'later'") == 0);
+  QuotaFlags grant;
+  grant.unix_accounts = "ada,bob";
+  grant.unix_group = "team";
+  CHECK(QuotaSetBody(grant).value() ==
+        json{{"unix_accounts", {"ada", "bob"}}, {"unix_group", "team"}});
+  grant.unix_accounts = "none";
+  grant.unix_group = "none";
+  CHECK(QuotaSetBody(grant).value() == json{{"unix_accounts", json::array()}, {"unix_group", ""}});
+  grant.unix_accounts = "ada,,bob";
+  CHECK(QuotaSetBody(grant).message().find("--unix-accounts: 'ada,,bob' has an empty name") == 0);
 }
 
 TEST_CASE("Targets: tenant paths keep slashes, queries are escaped") {

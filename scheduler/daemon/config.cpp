@@ -388,6 +388,8 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        }},
       {"allow_root_jobs",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.allow_root_jobs); }},
+      {"min_job_uid",
+       IntSetter(0, 2147483647, [](DaemonConfig& c, int64_t x) { c.min_job_uid = x; })},
       {"max_app_failures", IntSetter(kFailureKeys[0].lo, kFailureKeys[0].hi, kFailureKeys[0].set)},
       {"restart_backoff_initial_s",
        IntSetter(kFailureKeys[1].lo, kFailureKeys[1].hi, kFailureKeys[1].set)},

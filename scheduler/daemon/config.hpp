@@ -143,6 +143,11 @@ struct DaemonConfig {
   // Jobs whose user maps to the Unix account root (uid 0 on the node) are
   // refused unless this is true (docs/jobs.md).
   bool allow_root_jobs = false;
+  // No user may be mapped to (or submit as) a Unix account whose uid on
+  // this host is 1..min_job_uid-1 (docs/api.md, "Unix accounts"); uid 0 is
+  // allow_root_jobs' alone. Accounts this host does not know pass: each
+  // node's agent applies its own floor (topo-agent --min-job-uid).
+  int64_t min_job_uid = 1000;  // 0..2147483647
   // Jobs one user may have waiting (queued or held) at once; submissions
   // past it are refused with the reason. 0: no limit. Tenants have their own
   // cap (max_queued_jobs in their quota).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "daemon/api/handlers.hpp"
+#include "daemon/api/unix_accounts.hpp"
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_chain.hpp"
@@ -226,13 +227,8 @@ Answer SubmitJob(ServiceState& s, const Caller& caller, const Route& route) {
   }
   // The ranks run as the submitter's Unix account (docs/jobs.md).
   request.unix_user = caller.user.unix_user.empty() ? caller.user.name : caller.user.unix_user;
-  if (request.unix_user == "root" && !s.config.allow_root_jobs) {
-    return Forbidden("user " + caller.user.name +
-                     " maps to the Unix account root, and jobs may not run as root on this "
-                     "cluster: map the user to an unprivileged account (topo users set " +
-                     caller.user.name + " --unix-user ACCOUNT), or set allow_root_jobs = true")
-        .WithField("unix_user");
-  }
+  // Root and the uid floor (api/unix_accounts.hpp).
+  if (Status e = CheckJobAccount(s.config, caller.user.name, request.unix_user); !e.ok()) return e;
   // Limits of the job's cgroup on each node (docs/jobs.md).
   int64_t memory_mb = 0;
   if (Status e = IntField(body, "memory_mb_per_node", 1, int64_t{1} << 30, memory_mb); !e.ok())

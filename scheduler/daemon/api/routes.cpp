@@ -63,7 +63,8 @@ constexpr RouteSpec kRoutes[] = {
     W("POST", "/nodes/{name}/gpus/{gpu}/clear", ClearGpu),
     R("GET", "/tenants", ListTenants),
     R("GET", "/tenants/{name*}", ShowTenant),
-    W("PUT", "/tenants/{name*}", PutTenant),
+    // Also the tenant's granted Unix accounts, replicated with the users.
+    W("PUT", "/tenants/{name*}", PutTenant, kWrite | kAuthChange),
     R("GET", "/users", ListUsers),
     W("POST", "/users", CreateUser, kWrite | kAuthChange),
     W("PATCH", "/users/{name}", UpdateUser, kWrite | kAuthChange),

@@ -1,6 +1,7 @@
 // /v1/tenants: quotas and shares per tenant (cluster-admins set them).
 
 #include "daemon/api/handlers.hpp"
+#include "daemon/api/unix_accounts.hpp"
 #include "topo/common/event_json.hpp"
 
 namespace topo::daemon {
@@ -9,7 +10,8 @@ namespace {
 using core::Result;
 using core::Status;
 
-Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
+Json TenantView(const ServiceState& s, const core::TenantConfig& t,
+                const store::TenantAccounts& grant) {
   Json out = common::TenantConfigToJson(t);
   out.erase("placement_wait_ms");  // the API speaks seconds, like PUT
   out["placement_wait_s"] = t.placement_wait < 0 ? -1 : t.placement_wait / core::kSecond;
@@ -23,6 +25,9 @@ Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
   out["usage_gpus"] = s.driver.core() != nullptr ? s.driver.core()->TenantUsage(t.name) : 0;
   out["running_jobs"] = running;
   out["queued_jobs"] = s.driver.waiting().OfTenant(t.name);
+  // What its tenant-admins may map users to (api/unix_accounts.hpp).
+  out["unix_accounts"] = grant.accounts;
+  out["unix_group"] = grant.unix_group;
   return out;
 }
 
@@ -51,12 +56,19 @@ Result<std::string> TenantOfPath(const Route& route) {
 Answer ListTenants(const ServiceState& s, const Caller& caller, const Route&) {
   Result<std::vector<core::TenantConfig>> all = s.driver.store().ListTenants();
   if (!all.ok()) return StoreFailed(all.status());
+  Result<std::vector<store::TenantAccounts>> grants = s.driver.store().ListTenantAccounts();
+  if (!grants.ok()) return StoreFailed(grants.status());
+  std::map<std::string, store::TenantAccounts> grant_of;
+  for (store::TenantAccounts& g : grants.value()) grant_of[g.tenant] = std::move(g);
   Json out = Json::array();
   for (const core::TenantConfig& t : all.value()) {
     if (!caller.InScope(t.name)) continue;
     const core::TenantConfig* live =
         s.driver.core() != nullptr ? s.driver.core()->tenant(t.name) : nullptr;
-    out.push_back(TenantView(s, live != nullptr ? *live : t));
+    auto g = grant_of.find(t.name);
+    out.push_back(
+        TenantView(s, live != nullptr ? *live : t,
+                   g != grant_of.end() ? g->second : store::TenantAccounts{t.name, {}, {}}));
   }
   return JsonAnswer(200, Json{{"tenants", std::move(out)}});
 }
@@ -69,7 +81,10 @@ Answer ShowTenant(const ServiceState& s, const Caller& caller, const Route& rout
   }
   const core::TenantConfig* live =
       s.driver.core() != nullptr ? s.driver.core()->tenant(name.value()) : nullptr;
-  return JsonAnswer(200, TenantView(s, live != nullptr ? *live : core::TenantConfig{name.value()}));
+  Result<store::TenantAccounts> grant = s.driver.store().GetTenantAccounts(name.value());
+  if (!grant.ok()) return StoreFailed(grant.status());
+  return JsonAnswer(200, TenantView(s, live != nullptr ? *live : core::TenantConfig{name.value()},
+                                    grant.value()));
 }
 
 Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
@@ -80,9 +95,9 @@ Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
   Result<Json> parsed = ParseBody(*route.request, false);
   if (!parsed.ok()) return parsed.status();
   const Json& body = parsed.value();
-  if (Status e =
-          UnknownField(body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus",
-                              "max_running_jobs", "max_queued_jobs", "shares", "placement_wait_s"});
+  if (Status e = UnknownField(
+          body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
+                 "max_queued_jobs", "shares", "placement_wait_s", "unix_accounts", "unix_group"});
       !e.ok()) {
     return e;
   }
@@ -116,9 +131,24 @@ Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
     }
     t.shares = it->get<double>();
   }
+  Result<store::TenantAccounts> old_grant = s.driver.store().GetTenantAccounts(name.value());
+  if (!old_grant.ok()) return StoreFailed(old_grant.status());
+  store::TenantAccounts grant = old_grant.value();
+  if (Status e = ReadGrantFields(body, grant); !e.ok()) return e;
+  if (grant != old_grant.value()) {
+    // Outside the event log, like users (replicated with them in HA).
+    if (Status st = s.driver.store().SetTenantAccounts(grant); !st.ok()) return StoreFailed(st);
+    s.Audit(caller, "tenant.accounts",
+            {{"tenant", grant.tenant},
+             {"unix_accounts", grant.accounts},
+             {"unix_group", grant.unix_group},
+             {"was",
+              {{"unix_accounts", old_grant.value().accounts},
+               {"unix_group", old_grant.value().unix_group}}}});
+  }
   s.driver.Step(core::TenantConfigured{t}, s.Actor(caller));
   return JsonAnswer(live != nullptr ? 200 : 201,
-                    TenantView(s, *s.driver.core()->tenant(name.value())));
+                    TenantView(s, *s.driver.core()->tenant(name.value()), grant));
 }
 
 }  // namespace topo::daemon

@@ -37,6 +37,7 @@ TEST_CASE("config: values, comments and defaults") {
   CHECK(c.max_body_bytes == 1 << 20);  // untouched default
   CHECK(c.max_connections_per_peer == 64);
   CHECK(c.first_request_timeout_s == 10);
+  CHECK(c.min_job_uid == 1000);
   REQUIRE(
       ApplyConfigText("max_connections_per_peer = 3\nfirst_request_timeout_s = 2\n", "y.conf", c)
           .ok());
@@ -63,6 +64,8 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
       {"backfill = maybe\n", "not true or false"},
       {"just words\n", "expected `key = value`"},
       {"listen = host:99999\n", "out of range"},
+      {"min_job_uid = -1\n", "x.conf:2: min_job_uid: -1 is out of range; use 0..2147483647"},
+      {"min_job_uid = 2147483648\n", "min_job_uid: 2147483648 is out of range"},
       {"max_connections_per_peer = 0\n",
        "x.conf:2: max_connections_per_peer: 0 is out of range; use 1..1000000"},
       {"first_request_timeout_s = 0\n",
