@@ -81,7 +81,8 @@ bool StartDaemon(const std::string& binary, const std::string& extra_config, Dae
   d.dir = tmpl;
   std::ofstream(d.dir + "/bench.conf") << "rate_limit_per_second = 100000000\n"
                                           "max_connections = 100000\n"
-                                          "max_connections_per_peer = 100000\n"
+                                          "max_unauthenticated_per_peer = 100000\n"
+                                          "max_connections_per_user = 100000\n"
                                           "io_threads = 2\n"
                                        << extra_config;
   d.pid = fork();

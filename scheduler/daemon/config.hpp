@@ -37,8 +37,13 @@ struct DaemonConfig {
   int64_t max_topology_bytes = 64ll << 20;  // PUT /v1/topology
   int64_t max_header_bytes = 16 << 10;
   int max_connections = 1024;
-  // Per peer address (IPv4, or IPv6 as a whole address; loopback included).
-  int max_connections_per_peer = 64;
+  // Connections not (yet) authenticated, per peer address (IPv4, or IPv6
+  // as a whole address; loopback included). Formerly
+  // max_connections_per_peer, still read under that name.
+  int max_unauthenticated_per_peer = 64;
+  // Connections of one user (by the token their requests carried), from
+  // any addresses (docs/daemon.md, Connections).
+  int max_connections_per_user = 64;
   double rate_limit_per_second = 20000;  // per user; burst twice that
   int request_timeout_s = 30;            // reading a request, writing an answer, queueing
   int idle_timeout_s = 120;              // a kept-alive connection with no request

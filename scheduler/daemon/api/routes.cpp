@@ -281,7 +281,10 @@ HttpResponse Service::Handle(const HttpRequest& request, TimeMs now) {
   Result<Caller> who = s.auth.Authenticate(request.authorization, s.driver.now(), s.driver.store());
   if (!who.ok()) return Unauthenticated(who.status());
   auto found = Lookup(route);
-  if (auto* error = std::get_if<HttpResponse>(&found)) return *error;
+  if (auto* error = std::get_if<HttpResponse>(&found)) {
+    error->user = who.value().user.name;
+    return *error;
+  }
   const RouteSpec& spec = *std::get<const RouteSpec*>(found);
   Answer answer = Status::Ok();
   if (Status room = (spec.flags & kWrite) ? s.disk.CheckWrite() : Status::Ok(); !room.ok()) {
@@ -296,6 +299,7 @@ HttpResponse Service::Handle(const HttpRequest& request, TimeMs now) {
   }
   HttpResponse r = answer.ok() ? std::move(answer).value() : StatusResponse(answer.status());
   if (r.route.empty()) r.route = RouteName(spec);
+  r.user = who.value().user.name;
   return r;
 }
 
@@ -316,7 +320,10 @@ HttpResponse Service::HandleRead(const HttpRequest& request, TimeMs now) {
   Result<Caller> who = s.auth.Authenticate(request.authorization, now, lease.value().store());
   if (!who.ok()) return Unauthenticated(who.status());
   auto found = Lookup(route);
-  if (auto* error = std::get_if<HttpResponse>(&found)) return *error;
+  if (auto* error = std::get_if<HttpResponse>(&found)) {
+    error->user = who.value().user.name;
+    return *error;
+  }
   const RouteSpec& spec = *std::get<const RouteSpec*>(found);
   if (spec.off_strand == nullptr) {
     return StatusResponse(Status::Error("internal: not a read route", ErrorCode::kInternal));
@@ -324,6 +331,7 @@ HttpResponse Service::HandleRead(const HttpRequest& request, TimeMs now) {
   Answer answer = spec.off_strand(lease.value().store(), who.value(), route, now);
   HttpResponse r = answer.ok() ? std::move(answer).value() : StatusResponse(answer.status());
   if (r.route.empty()) r.route = RouteName(spec);
+  r.user = who.value().user.name;
   return r;
 }
 

@@ -26,11 +26,27 @@ namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-bool AnsweredAsAuthenticated(const HttpResponse& answer) {
-  return answer.status != 401 && answer.status != 404 && answer.status < 500;
+namespace {
+
+CloseReason MetricOf(ConnectionTable::Eviction why) {
+  switch (why) {
+    case ConnectionTable::Eviction::kUnauthenticated:
+      return CloseReason::kEvictedUnauthenticated;
+    case ConnectionTable::Eviction::kHeaviestUser:
+      return CloseReason::kEvictedHeaviestUser;
+    case ConnectionTable::Eviction::kUserCap:
+      return CloseReason::kMaxConnectionsPerUser;
+  }
+  return CloseReason::kEvictedUnauthenticated;
 }
 
-namespace {
+// Closes the evicted connections (outside the table's lock), counting each.
+void CloseEvicted(std::vector<ConnectionTable::Evicted>& evicted, Metrics& metrics) {
+  for (ConnectionTable::Evicted& e : evicted) {
+    metrics.ConnectionCutOff(MetricOf(e.why));
+    if (e.close) e.close();
+  }
+}
 
 // The peer as the per-peer cap counts it: an IPv4 client reaching an IPv6
 // socket (::ffff:a.b.c.d) is the IPv4 address it is.
@@ -148,7 +164,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                               : "bad_request") +
              "\",\"message\":\"" + message + "\"}}\n";
     linger_ = true;
-    Write(std::move(r), keep_alive, "invalid", "-", Clock::now(), false);
+    Write(std::move(r), keep_alive, "invalid", "-", Clock::now());
   }
 
   // After refusing a request the client may still be sending: read and
@@ -177,14 +193,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (target.empty() || target[0] != '/' || target.size() > 4096) {
       HttpResponse r =
           StatusResponse(Invalid("the request target must be a path of at most 4096 bytes"));
-      return Write(std::move(r), false, "invalid", method, received, false);
+      return Write(std::move(r), false, "invalid", method, received);
     }
     const std::string path = target.substr(0, target.find('?'));
     if (path == "/favicon.ico") {
       HttpResponse r;
       r.status = 204;
       r.content_type = "image/x-icon";
-      return Write(std::move(r), keep_alive, "/favicon.ico", method, received, false);
+      return Write(std::move(r), keep_alive, "/favicon.ico", method, received);
     }
     if (path == "/healthz" || path == "/" || path == "/index.html") {
       HttpResponse r;
@@ -203,7 +219,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                                "frame-ancestors 'none'");
       }
       return Write(std::move(r), keep_alive, path == "/healthz" ? "/healthz" : "/", method,
-                   received, false);
+                   received);
     }
     HttpRequest request;
     request.method = method;
@@ -216,15 +232,26 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       net::post(self->stream_.get_executor(),
                 [self, r = std::move(r), keep_alive, method, received]() mutable {
                   const std::string route = r.route.empty() ? "unknown" : r.route;
-                  const bool authenticated = AnsweredAsAuthenticated(r);
-                  self->Write(std::move(r), keep_alive, route, method, received, authenticated);
+                  bool keep = keep_alive;
+                  if (!r.user.empty()) {
+                    // The connection is this user's now; past the user's
+                    // cap its idle ones make room, or this one goes.
+                    ConnectionTable::Authentication a =
+                        self->context_.connections.Authenticated(self->id_, r.user);
+                    CloseEvicted(a.evicted, self->context_.metrics);
+                    if (!a.keep_open) {
+                      keep = false;
+                      self->context_.metrics.ConnectionCutOff(CloseReason::kMaxConnectionsPerUser);
+                    }
+                  }
+                  self->Write(std::move(r), keep, route, method, received);
                 });
     };
     context_.enqueue(std::move(request), received, std::move(done));
   }
 
   void Write(HttpResponse r, bool keep_alive, const std::string& route, const std::string& method,
-             Clock::time_point received, bool authenticated) {
+             Clock::time_point received) {
     context_.metrics.ApiRequest(route, method, r.status,
                                 std::chrono::duration<double>(Clock::now() - received).count());
     auto res = std::make_shared<http::response<http::string_body>>();
@@ -242,9 +269,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     beast::get_lowest_layer(stream_).expires_after(
         std::chrono::seconds(context_.config.request_timeout_s));
     http::async_write(
-        stream_, *res,
-        [self = shared_from_this(), res, authenticated](beast::error_code ec, size_t) {
-          self->context_.connections.RequestDone(self->id_, authenticated);
+        stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+          self->context_.connections.RequestDone(self->id_);
           if (ec) return self->CountTimeout(ec);
           if (res->keep_alive()) {
             self->ReadHeader();
@@ -288,16 +314,13 @@ void AcceptHttpConnection(tcp::socket socket, HttpSessionContext& context) {
   ConnectionTable::Admission admission = context.connections.Open(PeerKey(peer.address()), [weak] {
     if (auto s = weak.lock()) s->Evict();
   });
-  for (auto& close : admission.evicted) {
-    context.metrics.ConnectionCutOff(CloseReason::kEvictedUnauthenticated);
-    close();
-  }
+  CloseEvicted(admission.evicted, context.metrics);
   switch (admission.verdict) {
     case ConnectionTable::Verdict::kAdmitted:
       session->Start(admission.id);
       return;
     case ConnectionTable::Verdict::kRefusedPeer:
-      context.metrics.ConnectionRefused(RefuseReason::kMaxConnectionsPerPeer);
+      context.metrics.ConnectionRefused(RefuseReason::kMaxUnauthenticatedPerPeer);
       return;  // the session's destructor closes the socket
     case ConnectionTable::Verdict::kRefusedFull:
       context.metrics.ConnectionRefused(RefuseReason::kMaxConnections);

@@ -35,13 +35,19 @@ TEST_CASE("config: values, comments and defaults") {
   CHECK_FALSE(c.backfill);
   CHECK(c.server_names == std::vector<std::string>{"a.example", "10.0.0.1"});
   CHECK(c.max_body_bytes == 1 << 20);  // untouched default
-  CHECK(c.max_connections_per_peer == 64);
+  CHECK(c.max_unauthenticated_per_peer == 64);
+  CHECK(c.max_connections_per_user == 64);
   CHECK(c.first_request_timeout_s == 10);
   CHECK(c.min_job_uid == 1000);
-  REQUIRE(
-      ApplyConfigText("max_connections_per_peer = 3\nfirst_request_timeout_s = 2\n", "y.conf", c)
-          .ok());
-  CHECK(c.max_connections_per_peer == 3);
+  REQUIRE(ApplyConfigText("max_unauthenticated_per_peer = 3\nfirst_request_timeout_s = 2\n"
+                          "max_connections_per_user = 5\n",
+                          "y.conf", c)
+              .ok());
+  CHECK(c.max_unauthenticated_per_peer == 3);
+  CHECK(c.max_connections_per_user == 5);
+  // The former name of the per-address cap is still read.
+  REQUIRE(ApplyConfigText("max_connections_per_peer = 7\n", "z.conf", c).ok());
+  CHECK(c.max_unauthenticated_per_peer == 7);
   CHECK(c.first_request_timeout_s == 2);
   auto sc = c.SchedulerConfig();
   REQUIRE(sc.ok());
@@ -68,6 +74,11 @@ TEST_CASE("config: a bad line names the file, the line and the fix, and changes 
       {"min_job_uid = 2147483648\n", "min_job_uid: 2147483648 is out of range"},
       {"max_connections_per_peer = 0\n",
        "x.conf:2: max_connections_per_peer: 0 is out of range; use 1..1000000"},
+      {"max_unauthenticated_per_peer = 0\n",
+       "x.conf:2: max_unauthenticated_per_peer: 0 is out of range; use 1..1000000"},
+      {"max_connections_per_user = 0\n",
+       "x.conf:2: max_connections_per_user: 0 is out of range; use 1..1000000"},
+      {"max_connections_per_user = 1000001\n", "max_connections_per_user: 1000001 is out of range"},
       {"first_request_timeout_s = 0\n",
        "x.conf:2: first_request_timeout_s: 0 is out of range; use 1..3600"},
       {"first_request_timeout_s = 3601\n", "use 1..3600"},
