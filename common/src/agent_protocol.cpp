@@ -19,6 +19,7 @@
 #include "json_util.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_process.hpp"
+#include "topo/common/node_name.hpp"
 
 namespace topo::proto {
 namespace {
@@ -42,7 +43,8 @@ struct Bool {};
 enum class Chars : uint8_t {
   kText,      // anything but NUL (log data, command arguments, messages)
   kLine,      // no control characters (reasons, versions, models)
-  kName,      // printable ASCII without spaces (node names, addresses, uuids)
+  kName,      // printable ASCII without spaces (addresses, uuids)
+  kNodeName,  // ValidNodeName (node_name.hpp)
   kPath,      // empty, or an absolute path without NUL
   kUnixUser,  // ValidUnixUser
   kEnvName,   // ValidEnvName
@@ -118,7 +120,7 @@ constexpr Int kGpu{0, core::kMaxGpusPerNode - 1};
 constexpr Int kRestarts{0, kMaxRestartCount};
 constexpr Int kReq{1, kMaxJobId};
 constexpr Int kByteOffset{0, int64_t{1} << 50};
-constexpr Str kNodeName{kMaxNameBytes, Chars::kName, false};
+constexpr Str kNodeName{common::kMaxNodeNameBytes, Chars::kNodeName, false};
 constexpr Str kReason{kMaxReasonBytes, Chars::kLine};
 
 template <class T>
@@ -328,6 +330,8 @@ bool CharsOk(std::string_view s, Chars chars) {
       });
     case Chars::kName:
       return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+    case Chars::kNodeName:
+      return common::ValidNodeName(s);
     case Chars::kPath:
       return s.empty() || (s[0] == '/' && s.find('\0') == std::string_view::npos);
     case Chars::kUnixUser:
@@ -346,6 +350,9 @@ std::string_view CharsRule(Chars chars) {
       return "must not contain control characters";
     case Chars::kName:
       return "must be printable ASCII without spaces";
+    case Chars::kNodeName:
+      return "must be a node name (1-64 bytes of A-Z a-z 0-9 . _ -, starting with a letter or a "
+             "digit)";
     case Chars::kPath:
       return "must be an absolute path";
     case Chars::kUnixUser:
@@ -798,6 +805,9 @@ OJson SchemaOf(Str limit) {
       break;
     case Chars::kName:
       s["pattern"] = "^[!-~]*$";
+      break;
+    case Chars::kNodeName:
+      s["pattern"] = "^[A-Za-z0-9][A-Za-z0-9._-]*$";
       break;
     case Chars::kPath:
       s["pattern"] = "^(/.*)?$";

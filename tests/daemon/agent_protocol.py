@@ -107,6 +107,7 @@ PATTERN_BREAKERS = {
     "^(/.*)?$": "relative/path",
     "^[A-Za-z0-9_][A-Za-z0-9._-]*$": "-rf",
     "^[A-Za-z_][A-Za-z0-9_]*$": "1BAD",
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": "n\x1b[2J",
 }
 
 
