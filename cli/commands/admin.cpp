@@ -80,6 +80,14 @@ int RunQuotaSet(const QuotaSetArgs& args) {
   if (!session) return exit_code;
   Reply reply = session->Call("PUT", TenantTarget(args.tenant), body.value());
   if (!reply.ok()) return reply.exit_code;
+  // Allowed, but maybe not meant (over-committed guarantees): on stderr,
+  // so --json stays one value on stdout.
+  if (reply.body.is_object() && reply.body.contains("warnings") &&
+      reply.body["warnings"].is_array()) {
+    for (const json& w : reply.body["warnings"]) {
+      if (w.is_string()) std::cerr << "topo: warning: " << w.get<std::string>() << "\n";
+    }
+  }
   if (args.json) {
     PrintJson(reply.body);
   } else if (reply.body.is_object() && reply.body.contains("name")) {

@@ -444,7 +444,20 @@ TEST_CASE("Tenants, quotas, events and generic tables") {
         "QUEUED\n"
         "org/team          64          none          none            4     1.5     72        2  "
         "     1\n");
+  // A parent's usage includes its sub-tenants'; its own is shown apart.
+  json parent = tenant;
+  parent["name"] = "org";
+  parent["own_usage_gpus"] = 8;
+  parent["own_running_jobs"] = 2;
+  parent["own_queued_jobs"] = 0;
+  const std::string rolled = FormatTenantTable(json::array({parent}));
+  CHECK(rolled.find("72 (own 8)") != std::string::npos);
+  CHECK(rolled.find("       2  ") != std::string::npos);  // running: the same, shown once
+  CHECK(rolled.find("1 (own 0)") != std::string::npos);
+  CHECK(FormatQuota(parent).find("  Its own:           8 GPUs, 2 running, 0 queued (the rest: "
+                                 "sub-tenants)\n") != std::string::npos);
   const std::string q = FormatQuota(tenant);
+  CHECK(q.find("Its own") == std::string::npos);  // no own_* fields, or the same: not repeated
   CHECK(q.find("  Borrow limit:      none\n") != std::string::npos);
   CHECK(q.find("  In use:            72 GPUs, 2 running, 1 queued\n") != std::string::npos);
   CHECK(q.find("Unix accounts") == std::string::npos);  // nothing granted, nothing shown
