@@ -40,6 +40,25 @@ TEST_CASE("Table: padded columns, right-aligned numbers, no trailing blanks") {
         " 3\n");
 }
 
+TEST_CASE("LogEscaper: a rank's bytes made safe for a terminal, lines kept, pieces joined") {
+  LogEscaper e;
+  static constexpr char kLog[] = "a\0b\x1b[2Jc\td\r\ne\rf\xff\n";
+  CHECK(e.Escape(std::string(kLog, sizeof kLog - 1)) == "a\\x00b\\x1b[2Jc\td\r\ne\\rf\\xff\n");
+  CHECK(e.Finish().empty());
+  // A character and a CRLF split between two pieces stay whole.
+  LogEscaper split;
+  std::string out = split.Escape("caf\xc3");
+  out += split.Escape("\xa9 \xe2\x80");
+  out += split.Escape("\xae ok\r");
+  out += split.Escape("\nend\r");
+  CHECK(out == "caf\xc3\xa9 \\u202e ok\r\nend");
+  CHECK(split.Finish() == "\\r");  // a CR the log ends on ends no line
+  // A sequence that never completes is escaped at the end.
+  LogEscaper cut;
+  CHECK(cut.Escape("x\xe2\x80") == "x");
+  CHECK(cut.Finish() == "\\xe2\\x80");
+}
+
 TEST_CASE("TerminalSafe: control characters, C1, bidi controls and bad UTF-8 become escapes") {
   CHECK(TerminalSafe("plain name-1.2_x/y") == "plain name-1.2_x/y");
   CHECK(TerminalSafe("a\nb\rc\td") == "a\\nb\\rc\\td");

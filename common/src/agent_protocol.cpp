@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "json_util.hpp"
+#include "topo/common/base64.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_process.hpp"
 #include "topo/common/node_name.hpp"
@@ -53,6 +54,11 @@ struct Str {
   size_t max_bytes;
   Chars chars;
   bool allow_empty = true;
+};
+// Bytes (any: NUL, invalid UTF-8), carried as RFC 4648 base64 text;
+// max_bytes bounds the bytes, not the text.
+struct Base64 {
+  size_t max_bytes;
 };
 template <class E>
 struct Enum {};
@@ -201,7 +207,7 @@ struct Table<LogsReply> {
                       F("next_offset", &LogsReply::next_offset, kByteOffset),
                       F("size", &LogsReply::size, kByteOffset),
                       // Bad UTF-8 bytes come as U+FFFD (3 bytes each).
-                      F("data", &LogsReply::data, Str{3 * kMaxLogChunkBytes, Chars::kText})};
+                      F("data_base64", &LogsReply::data, Base64{kMaxLogChunkBytes})};
   }
 };
 template <>
@@ -405,6 +411,24 @@ Status ReadValue(const Json& v, const std::string& path, Str limit, std::string&
   return Status::Ok();
 }
 
+Status ReadValue(const Json& v, const std::string& path, Base64 limit, std::string& out,
+                 Failure& f) {
+  if (!v.is_string()) {
+    return Fail(f, path, "must be a base64 string (got " + std::string(TypeName(v)) + ")");
+  }
+  const auto& text = v.get_ref<const std::string&>();
+  if (text.size() > common::Base64Length(limit.max_bytes)) {
+    return Fail(f, path,
+                "is " + std::to_string(text.size()) + " bytes of base64; at most " +
+                    std::to_string(common::Base64Length(limit.max_bytes)) + " (" +
+                    std::to_string(limit.max_bytes) + " bytes)");
+  }
+  Result<std::string> bytes = common::Base64Decode(text);
+  if (!bytes.ok()) return Fail(f, path, "must be base64 (RFC 4648): " + bytes.message());
+  out = std::move(bytes).value();
+  return Status::Ok();
+}
+
 template <class E>
 Status ReadValue(const Json& v, const std::string& path, Enum<E>, E& out, Failure& f) {
   std::string names;
@@ -498,7 +522,7 @@ Status Check(const LogsReply& m, const std::string& path, Failure& f) {
   const bool data = m.offset || m.next_offset || m.size || m.data;
   if (m.error && data) return Fail(f, path, "has both error and data: send one of the two");
   if (!m.error) {
-    for (const char* key : {"offset", "next_offset", "size", "data"}) {
+    for (const char* key : {"offset", "next_offset", "size", "data_base64"}) {
       const bool present = std::string_view(key) == "offset"        ? m.offset.has_value()
                            : std::string_view(key) == "next_offset" ? m.next_offset.has_value()
                            : std::string_view(key) == "size"        ? m.size.has_value()
@@ -728,6 +752,7 @@ OJson WriteValue(Int, const M& v) {
 }
 inline OJson WriteValue(Bool, bool v) { return v; }
 inline OJson WriteValue(Str, const std::string& v) { return v; }
+inline OJson WriteValue(Base64, const std::string& v) { return common::Base64Encode(v); }
 template <class E>
 OJson WriteValue(Enum<E>, E v) {
   return std::string(EnumTable<E>::Name(v));
@@ -820,6 +845,14 @@ OJson SchemaOf(Str limit) {
       break;
   }
   return s;
+}
+OJson SchemaOf(Base64 limit) {
+  const size_t text = common::Base64Length(limit.max_bytes);
+  return {{"type", "string"},
+          {"contentEncoding", "base64"},
+          {"maxLength", text},
+          {"x-maxBytes", text},
+          {"pattern", "^[A-Za-z0-9+/]*={0,2}$"}};
 }
 template <class E>
 OJson SchemaOf(Enum<E>) {

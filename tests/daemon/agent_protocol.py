@@ -108,6 +108,7 @@ PATTERN_BREAKERS = {
     "^[A-Za-z0-9_][A-Za-z0-9._-]*$": "-rf",
     "^[A-Za-z_][A-Za-z0-9_]*$": "1BAD",
     "^[A-Za-z0-9][A-Za-z0-9._-]*$": "n\x1b[2J",
+    "^[A-Za-z0-9+/]*={0,2}$": "not base64!",
 }
 
 

@@ -164,6 +164,9 @@ class AgentRegistry {
   std::optional<std::string> OnCheckpoint(Agent& a, const std::string& node, core::NodeId n,
                                           const proto::CheckpointReport& m);
   std::optional<std::string> OnLogs(Agent& a, const std::string& node, proto::LogsReply m);
+  // A `logs` message from node that did not parse: the request it answers
+  // (if any was made of that node) gets the refusal now, not a timeout.
+  void AnswerRefusedLogs(const std::string& node, std::string_view text, const std::string& why);
   void OnDrained(const std::string& node, core::NodeId n);
   void SetDeadline(const std::string& node, Agent& a, core::TimeMs deadline);
   void SendStart(core::JobId id, const std::vector<core::GpuSlot>& ranks,
