@@ -82,7 +82,12 @@ Result<Caller> Authenticator::Authenticate(std::string_view authorization, int64
   if (b.last_ms < 0) {
     b.tokens = 2 * rate_;
   } else {
-    b.tokens = std::min(2 * rate_, b.tokens + rate_ * double(now_ms - b.last_ms) / 1000.0);
+    // Reads off the strand take their time when they start, so a request
+    // can carry a time a little before the bucket's last: no refill then,
+    // and no negative one (at a high rate a few milliseconds backwards
+    // emptied the bucket, and a user far below the limit got 429).
+    const double elapsed_ms = double(std::max<int64_t>(0, now_ms - b.last_ms));
+    b.tokens = std::min(2 * rate_, b.tokens + rate_ * elapsed_ms / 1000.0);
   }
   b.last_ms = std::max(b.last_ms, now_ms);
   if (b.tokens < 1) {
