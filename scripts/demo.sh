@@ -46,11 +46,16 @@ mkdir -p "$STATE" "$AGENT_DIR/jobs"
 chmod 0711 "$AGENT_DIR"
 chmod 0755 "$AGENT_DIR/jobs"
 
-# The Unix accounts the demo users' jobs run as.
+# The Unix accounts the demo users' jobs run as: ordinary accounts, since
+# no job runs as a system account (uid below min_job_uid, 1000).
 if [ "$(id -u)" = 0 ]; then
   for account in topo-demo-alice topo-demo-bob; do
-    id -u "$account" >/dev/null 2>&1 ||
-      useradd --system --user-group --no-create-home --shell /bin/sh "$account"
+    uid=$(id -u "$account" 2>/dev/null || echo none)
+    if [ "$uid" != none ] && [ "$uid" -lt 1000 ]; then
+      userdel "$account" && uid=none  # an older demo made it a system account
+    fi
+    [ "$uid" != none ] ||
+      useradd --user-group --no-create-home --shell /bin/sh "$account"
   done
   ada_account=topo-demo-alice
   grace_account=topo-demo-bob

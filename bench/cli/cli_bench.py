@@ -224,7 +224,8 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     home = tempfile.mkdtemp(prefix="topo-bench-cli-home-")
     daemon = harness.Daemon(args.scheduler, config="rate_limit_per_second = 100000000\n"
-                                                   "max_connections_per_peer = 100000\n")
+                                                   "max_unauthenticated_per_peer = 100000\n"
+                                                   "max_connections_per_user = 100000\n")
     cluster = None
     slurm_note = "not measured (--no-slurm)" if args.no_slurm else ""
     rows = []

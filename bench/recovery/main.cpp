@@ -99,7 +99,8 @@ const char* kDaemonConfig =
     "io_threads = 2\n"
     "rate_limit_per_second = 100000000\n"
     "max_connections = 100000\n"
-    "max_connections_per_peer = 100000\n";
+    "max_unauthenticated_per_peer = 100000\n"
+    "max_connections_per_user = 100000\n";
 
 void Sleep(int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 

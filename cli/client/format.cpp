@@ -306,6 +306,15 @@ std::string SummarizeNodesByState(const json& nodes) {
   return out;
 }
 
+// A tenant's total with its sub-tenants, and its own when that differs:
+// "12 (own 8)".
+std::string WithOwn(const json& x, const char* total, const char* own) {
+  const std::string all = Str(x, total);
+  if (!x.is_object() || !x.contains(own)) return all;
+  const std::string mine = Str(x, own);
+  return mine == all ? all : all + " (own " + mine + ")";
+}
+
 std::string FormatTenantTable(const json& tenants) {
   Table t({"NAME", "GUARANTEED", "BORROW LIMIT", "MAX JOB GPUS", "MAX RUNNING", "SHARES", "USAGE",
            "RUNNING", "QUEUED"});
@@ -314,8 +323,9 @@ std::string FormatTenantTable(const json& tenants) {
     for (const json& x : tenants) {
       t.AddRow({Str(x, "name"), Str(x, "guaranteed_gpus"), Limit(Field(x, "borrow_limit_gpus"), -1),
                 Limit(Field(x, "max_job_gpus"), 0), Limit(Field(x, "max_running_jobs"), 0),
-                Str(x, "shares"), Str(x, "usage_gpus"), Str(x, "running_jobs"),
-                Str(x, "queued_jobs")});
+                Str(x, "shares"), WithOwn(x, "usage_gpus", "own_usage_gpus"),
+                WithOwn(x, "running_jobs", "own_running_jobs"),
+                WithOwn(x, "queued_jobs", "own_queued_jobs")});
     }
   }
   return t.Render();
@@ -337,6 +347,27 @@ std::string FormatQuota(const json& x) {
   kv("Shares", Str(x, "shares"));
   kv("In use", Str(x, "usage_gpus") + " GPUs, " + Str(x, "running_jobs") + " running, " +
                    Str(x, "queued_jobs") + " queued");
+  // With sub-tenants, the totals above include theirs: its own apart.
+  if (x.is_object() && x.contains("own_usage_gpus") &&
+      (Str(x, "own_usage_gpus") != Str(x, "usage_gpus") ||
+       Str(x, "own_running_jobs") != Str(x, "running_jobs") ||
+       Str(x, "own_queued_jobs") != Str(x, "queued_jobs"))) {
+    kv("Its own", Str(x, "own_usage_gpus") + " GPUs, " + Str(x, "own_running_jobs") + " running, " +
+                      Str(x, "own_queued_jobs") + " queued (the rest: sub-tenants)");
+  }
+  // The accounts granted to its tenant-admins, when there are any.
+  std::string granted;
+  if (x.contains("unix_accounts") && x["unix_accounts"].is_array()) {
+    for (const json& a : x["unix_accounts"]) {
+      if (a.is_string()) granted += (granted.empty() ? "" : ", ") + a.get<std::string>();
+    }
+  }
+  if (x.contains("unix_group") && x["unix_group"].is_string() &&
+      !x["unix_group"].get<std::string>().empty()) {
+    granted +=
+        (granted.empty() ? "" : "; ") + ("members of group " + x["unix_group"].get<std::string>());
+  }
+  if (!granted.empty()) kv("Unix accounts", granted);
   return os.str();
 }
 

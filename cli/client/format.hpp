@@ -34,6 +34,21 @@ namespace topo::cli {
 // them apart).
 std::string TerminalSafe(std::string_view text);
 
+// A rank's log bytes as a terminal may show them (`topo logs` on a TTY):
+// newlines, tabs and a CR that ends a line ("\r\n") as they are, everything
+// else TerminalSafe escapes escaped the same way ("\x1b", "\x00", "\r",
+// "\u202e", "\xff"). Pieces of one log go through one LogEscaper in order:
+// a UTF-8 character or a "\r\n" split between two pieces is held back and
+// kept whole; Finish gives what is held back at the end.
+class LogEscaper {
+ public:
+  std::string Escape(std::string_view piece);
+  std::string Finish();
+
+ private:
+  std::string pending_;  // the tail of the last piece that may continue
+};
+
 // Columns separated by two spaces, padded to the widest cell; the last
 // column is not padded. Headers and cells pass TerminalSafe.
 class Table {

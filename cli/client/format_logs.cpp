@@ -1,5 +1,6 @@
-// The event log's lines and the audit log's table (format.hpp), and the
-// summary of an object's fields they share.
+// The event log's lines and the audit log's table (format.hpp), the
+// summary of an object's fields they share, and a rank's log made safe for
+// a terminal (LogEscaper).
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +20,52 @@ using format_internal::Str;
 using format_internal::Summarize;
 using format_internal::Truncate;
 using nlohmann::json;
+
+namespace {
+
+// How many bytes at the end of `text` may start a character or a CRLF that
+// the next piece completes: an unfinished UTF-8 lead sequence, or a CR.
+size_t OpenTail(std::string_view text) {
+  if (text.empty()) return 0;
+  if (text.back() == '\r') return 1;
+  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = (c & 0xE0) == 0xC0   ? 2
+                        : (c & 0xF0) == 0xE0 ? 3
+                        : (c & 0xF8) == 0xF0 ? 4
+                                             : 1;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string LogEscaper::Escape(std::string_view piece) {
+  std::string text = pending_ + std::string(piece);
+  const size_t hold = OpenTail(text);
+  pending_ = text.substr(text.size() - hold);
+  text.resize(text.size() - hold);
+  std::string out;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    const bool keep =
+        i < text.size() && (text[i] == '\n' || text[i] == '\t' ||
+                            (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n'));
+    if (!keep && i < text.size()) continue;
+    out += TerminalSafe(std::string_view(text).substr(start, i - start));
+    if (i < text.size()) out += text[i];
+    start = i + 1;
+  }
+  return out;
+}
+
+std::string LogEscaper::Finish() {
+  std::string rest = TerminalSafe(pending_);
+  pending_.clear();
+  return rest;
+}
 
 namespace format_internal {
 

@@ -69,7 +69,7 @@ inline constexpr size_t kMaxTargetBytes = 8 * 1024;
 inline constexpr int kMaxActive = 64;
 // Connections kept open to the server between requests, each for at most
 // kKeepConnection unused: a login node's relays hold connections (against
-// the daemon's max_connections_per_peer) only while their users are busy.
+// the daemon's max_connections_per_user) only while their users are busy.
 inline constexpr size_t kMaxIdleConnections = 16;
 inline constexpr std::chrono::milliseconds kKeepConnection{5'000};
 

@@ -83,6 +83,27 @@ Result<json> QuotaSetBody(const QuotaFlags& flags) {
       body["placement_wait_s"] = d.value();
     }
   }
+  if (!flags.unix_accounts.empty()) {
+    json accounts = json::array();
+    if (flags.unix_accounts != "none") {
+      size_t at = 0;
+      while (at <= flags.unix_accounts.size()) {
+        size_t end = flags.unix_accounts.find(',', at);
+        if (end == std::string::npos) end = flags.unix_accounts.size();
+        const std::string name = flags.unix_accounts.substr(at, end - at);
+        if (name.empty()) {
+          return Status::Error("--unix-accounts: '" + flags.unix_accounts +
+                               "' has an empty name; give ACCOUNT,ACCOUNT,... or none");
+        }
+        accounts.push_back(name);
+        at = end + 1;
+      }
+    }
+    body["unix_accounts"] = std::move(accounts);
+  }
+  if (!flags.unix_group.empty()) {
+    body["unix_group"] = flags.unix_group == "none" ? std::string() : flags.unix_group;
+  }
   return body;
 }
 

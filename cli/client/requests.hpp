@@ -25,6 +25,10 @@ struct QuotaFlags {
   std::string max_queued_jobs;   // N | none (-> 0)
   std::string shares;            // X > 0
   std::string placement_wait;    // DURATION | never (-> -1) | default (-> 0)
+  // The Unix accounts its tenant-admins may map users to (docs/api.md,
+  // "Unix accounts").
+  std::string unix_accounts;  // A,B,... | none (-> [])
+  std::string unix_group;     // GROUP | none (-> "")
 };
 // PUT /v1/tenants/{name}: only the fields given.
 core::Result<nlohmann::json> QuotaSetBody(const QuotaFlags& flags);

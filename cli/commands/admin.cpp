@@ -80,6 +80,14 @@ int RunQuotaSet(const QuotaSetArgs& args) {
   if (!session) return exit_code;
   Reply reply = session->Call("PUT", TenantTarget(args.tenant), body.value());
   if (!reply.ok()) return reply.exit_code;
+  // Allowed, but maybe not meant (over-committed guarantees): on stderr,
+  // so --json stays one value on stdout.
+  if (reply.body.is_object() && reply.body.contains("warnings") &&
+      reply.body["warnings"].is_array()) {
+    for (const json& w : reply.body["warnings"]) {
+      if (w.is_string()) std::cerr << "topo: warning: " << w.get<std::string>() << "\n";
+    }
+  }
   if (args.json) {
     PrintJson(reply.body);
   } else if (reply.body.is_object() && reply.body.contains("name")) {
@@ -405,7 +413,11 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
               "Examples:\n"
               "  topo quota set org/team --guaranteed 512 --borrow-limit 256 --shares 2\n"
               "  topo quota set org/team --borrow-limit none --max-job-gpus 4096\n"
-              "  topo quota set org/new-team        # create it with the defaults");
+              "  topo quota set org/new-team        # create it with the defaults\n"
+              "  topo quota set org/team --unix-accounts ada,bob --unix-group org-team\n\n"
+              "--unix-accounts and --unix-group grant the tenant Unix accounts: its\n"
+              "tenant-admins may map users (topo users create/set --unix-user) only to a\n"
+              "listed account or a member of the group; nothing is granted by default.");
   qset->add_option("TENANT", set->tenant, "Tenant name: segments [a-z0-9][a-z0-9_.-]* joined by /")
       ->required();
   qset->add_option("--guaranteed", set->quota.guaranteed, "GPUs guaranteed to the tenant")
@@ -427,6 +439,14 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
                    "How long the tenant's jobs may wait for a faster placement (30m, 2h), never, "
                    "or default (the cluster's placement_wait_s)")
       ->type_name("DURATION|never|default");
+  qset->add_option("--unix-accounts", set->quota.unix_accounts,
+                   "Unix accounts its tenant-admins may map users to, comma-separated "
+                   "(replaces the list), or none")
+      ->type_name("A,B,...|none");
+  qset->add_option("--unix-group", set->quota.unix_group,
+                   "A Unix group whose members (on the scheduler host) its tenant-admins may "
+                   "map users to, or none")
+      ->type_name("GROUP|none");
   qset->add_flag("--json", set->json, std::string(kJsonHelp));
   AddConnectionFlags(*qset, conn);
   qset->callback([set, exit_code] { *exit_code = RunQuotaSet(*set); });

@@ -58,6 +58,8 @@ void RegisterSim(CLI::App& app, int* exit_code);
 // admin.cpp); `topology import` and the server side of `topology export` are
 // added to the topology command by RegisterTopology.
 void RegisterSubmit(CLI::App& app, int* exit_code);
+// `topo logs` (logs.cpp); RegisterJobCommands adds it among the job verbs.
+void RegisterLogs(CLI::App& app, int* exit_code);
 // `topo relay` (relay.cpp).
 void RegisterRelay(CLI::App& app, int* exit_code);
 void RegisterJobCommands(CLI::App& app, int* exit_code);

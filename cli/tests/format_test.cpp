@@ -54,6 +54,25 @@ TEST_CASE("Table: padded columns, right-aligned numbers, no trailing blanks") {
         " 3\n");
 }
 
+TEST_CASE("LogEscaper: a rank's bytes made safe for a terminal, lines kept, pieces joined") {
+  LogEscaper e;
+  static constexpr char kLog[] = "a\0b\x1b[2Jc\td\r\ne\rf\xff\n";
+  CHECK(e.Escape(std::string(kLog, sizeof kLog - 1)) == "a\\x00b\\x1b[2Jc\td\r\ne\\rf\\xff\n");
+  CHECK(e.Finish().empty());
+  // A character and a CRLF split between two pieces stay whole.
+  LogEscaper split;
+  std::string out = split.Escape("caf\xc3");
+  out += split.Escape("\xa9 \xe2\x80");
+  out += split.Escape("\xae ok\r");
+  out += split.Escape("\nend\r");
+  CHECK(out == "caf\xc3\xa9 \\u202e ok\r\nend");
+  CHECK(split.Finish() == "\\r");  // a CR the log ends on ends no line
+  // A sequence that never completes is escaped at the end.
+  LogEscaper cut;
+  CHECK(cut.Escape("x\xe2\x80") == "x");
+  CHECK(cut.Finish() == "\\xe2\\x80");
+}
+
 TEST_CASE("TerminalSafe: control characters, C1, bidi controls and bad UTF-8 become escapes") {
   CHECK(TerminalSafe("plain name-1.2_x/y") == "plain name-1.2_x/y");
   CHECK(TerminalSafe("a\nb\rc\td") == "a\\nb\\rc\\td");
@@ -522,9 +541,28 @@ TEST_CASE("Tenants, quotas, events and generic tables") {
         "QUEUED\n"
         "org/team          64          none          none            4     1.5     72        2  "
         "     1\n");
+  // A parent's usage includes its sub-tenants'; its own is shown apart.
+  json parent = tenant;
+  parent["name"] = "org";
+  parent["own_usage_gpus"] = 8;
+  parent["own_running_jobs"] = 2;
+  parent["own_queued_jobs"] = 0;
+  const std::string rolled = FormatTenantTable(json::array({parent}));
+  CHECK(rolled.find("72 (own 8)") != std::string::npos);
+  CHECK(rolled.find("       2  ") != std::string::npos);  // running: the same, shown once
+  CHECK(rolled.find("1 (own 0)") != std::string::npos);
+  CHECK(FormatQuota(parent).find("  Its own:           8 GPUs, 2 running, 0 queued (the rest: "
+                                 "sub-tenants)\n") != std::string::npos);
   const std::string q = FormatQuota(tenant);
+  CHECK(q.find("Its own") == std::string::npos);  // no own_* fields, or the same: not repeated
   CHECK(q.find("  Borrow limit:      none\n") != std::string::npos);
   CHECK(q.find("  In use:            72 GPUs, 2 running, 1 queued\n") != std::string::npos);
+  CHECK(q.find("Unix accounts") == std::string::npos);  // nothing granted, nothing shown
+  json granted = tenant;
+  granted["unix_accounts"] = {"ada", "bob"};
+  granted["unix_group"] = "team";
+  CHECK(FormatQuota(granted).find("  Unix accounts:     ada, bob; members of group team\n") !=
+        std::string::npos);
 
   const json entry = json::parse(R"({"seq": 42, "time_ms": 1767225600000, "actor": "ada",
     "event": {"type": "job_submitted", "id": 7,
@@ -675,6 +713,16 @@ TEST_CASE("Quota bodies carry only the fields given, none maps to the API's valu
   CHECK(QuotaSetBody(wait).value() == json{{"placement_wait_s", 0}});
   wait.placement_wait = "later";
   CHECK(QuotaSetBody(wait).message().find("--placement-wait: 'later'") == 0);
+  QuotaFlags grant;
+  grant.unix_accounts = "ada,bob";
+  grant.unix_group = "team";
+  CHECK(QuotaSetBody(grant).value() ==
+        json{{"unix_accounts", {"ada", "bob"}}, {"unix_group", "team"}});
+  grant.unix_accounts = "none";
+  grant.unix_group = "none";
+  CHECK(QuotaSetBody(grant).value() == json{{"unix_accounts", json::array()}, {"unix_group", ""}});
+  grant.unix_accounts = "ada,,bob";
+  CHECK(QuotaSetBody(grant).message().find("--unix-accounts: 'ada,,bob' has an empty name") == 0);
 }
 
 TEST_CASE("Targets: tenant paths keep slashes, queries are escaped") {

@@ -61,7 +61,7 @@ constexpr Int kGpu{0, core::kMaxGpusPerNode - 1};
 constexpr Int kRestarts{0, kMaxRestartCount};
 constexpr Int kReq{1, kMaxJobId};
 constexpr Int kByteOffset{0, int64_t{1} << 50};
-constexpr Str kNodeName{kMaxNameBytes, Chars::kName, false};
+constexpr Str kNodeName{common::kMaxNodeNameBytes, Chars::kNodeName, false};
 constexpr Str kReason{kMaxReasonBytes, Chars::kLine};
 
 }  // namespace
@@ -150,14 +150,13 @@ struct Table<LogsReply> {
                       F("offset", &LogsReply::offset, kByteOffset),
                       F("next_offset", &LogsReply::next_offset, kByteOffset),
                       F("size", &LogsReply::size, kByteOffset),
-                      // Bad UTF-8 bytes come as U+FFFD (3 bytes each).
-                      F("data", &LogsReply::data, Str{3 * kMaxLogChunkBytes, Chars::kText})};
+                      F("data_base64", &LogsReply::data, Base64{kMaxLogChunkBytes})};
   }
   static Status Check(const LogsReply& m, const std::string& path, Failure& f) {
     const bool data = m.offset || m.next_offset || m.size || m.data;
     if (m.error && data) return Fail(f, path, "has both error and data: send one of the two");
     if (!m.error) {
-      for (const char* key : {"offset", "next_offset", "size", "data"}) {
+      for (const char* key : {"offset", "next_offset", "size", "data_base64"}) {
         const bool present = std::string_view(key) == "offset"        ? m.offset.has_value()
                              : std::string_view(key) == "next_offset" ? m.next_offset.has_value()
                              : std::string_view(key) == "size"        ? m.size.has_value()

@@ -74,7 +74,15 @@ std::string WriteAuthRows(const AuthRows& rows) {
     tokens.push_back(
         {{"hash", t.hash}, {"user", t.user}, {"created_ms", t.created_ms}, {"revoked", t.revoked}});
   }
-  return nlohmann::ordered_json{{"users", std::move(users)}, {"tokens", std::move(tokens)}}.dump();
+  nlohmann::ordered_json grants = nlohmann::ordered_json::array();
+  for (const AuthTenantAccounts& g : rows.tenant_accounts) {
+    grants.push_back(
+        {{"tenant", g.tenant}, {"accounts", g.accounts}, {"unix_group", g.unix_group}});
+  }
+  return nlohmann::ordered_json{{"users", std::move(users)},
+                                {"tokens", std::move(tokens)},
+                                {"tenant_accounts", std::move(grants)}}
+      .dump();
 }
 
 Result<AuthRows> ParseAuthRows(std::string_view text) {
@@ -85,12 +93,17 @@ Result<AuthRows> ParseAuthRows(std::string_view text) {
   Result<json> parsed = ParseJson(text);
   if (!parsed.ok()) return Status::Error("not JSON: " + parsed.message());
   const json& doc = parsed.value();
-  if (Status s = OnlyFields(doc, {"users", "tokens"}, "the value"); !s.ok()) return s;
+  if (Status s = OnlyFields(doc, {"users", "tokens", "tenant_accounts"}, "the value"); !s.ok()) {
+    return s;
+  }
   if (!doc.contains("users") || !doc["users"].is_array() || !doc.contains("tokens") ||
       !doc["tokens"].is_array()) {
     return Status::Error("\"users\" and \"tokens\" must both be lists");
   }
-  if (doc["users"].size() + doc["tokens"].size() > kMaxAuthRows) {
+  const json no_grants = json::array();
+  const json& grants = doc.contains("tenant_accounts") ? doc["tenant_accounts"] : no_grants;
+  if (!grants.is_array()) return Status::Error("\"tenant_accounts\" must be a list");
+  if (doc["users"].size() + doc["tokens"].size() + grants.size() > kMaxAuthRows) {
     return Status::Error("more than " + std::to_string(kMaxAuthRows) + " users and tokens");
   }
   AuthRows out;
@@ -149,6 +162,41 @@ Result<AuthRows> ParseAuthRows(std::string_view text) {
     }
     out.tokens.push_back(
         AuthToken{hash.value(), user.value(), created.value(), revoked->get<bool>()});
+  }
+  std::set<std::string> granted;
+  for (size_t i = 0; i < grants.size(); ++i) {
+    const json& row = grants[i];
+    const std::string where = "tenant_accounts[" + std::to_string(i) + "]";
+    if (Status s = OnlyFields(row, {"tenant", "accounts", "unix_group"}, where); !s.ok()) return s;
+    Result<std::string> tenant = Text(row, "tenant", where);
+    if (!tenant.ok()) return tenant.status();
+    if (!granted.insert(tenant.value()).second) {
+      return Status::Error(where + ": tenant \"" + tenant.value() + "\" appears twice");
+    }
+    AuthTenantAccounts g{tenant.value(), {}, {}};
+    auto accounts = row.find("accounts");
+    if (accounts == row.end() || !accounts->is_array() || accounts->size() > kMaxGrantAccounts) {
+      return Status::Error(where + ": \"accounts\" must be a list of at most " +
+                           std::to_string(kMaxGrantAccounts) + " names");
+    }
+    for (const json& a : *accounts) {
+      if (!a.is_string() || a.get_ref<const std::string&>().empty() ||
+          a.get_ref<const std::string&>().size() > 256 ||
+          a.get_ref<const std::string&>().find('\0') != std::string::npos) {
+        return Status::Error(where +
+                             ": every one of \"accounts\" must be 1 to 256 bytes without NUL");
+      }
+      g.accounts.push_back(a.get<std::string>());
+    }
+    auto group = row.find("unix_group");
+    if (group == row.end() || !group->is_string() ||
+        group->get_ref<const std::string&>().size() > 256 ||
+        group->get_ref<const std::string&>().find('\0') != std::string::npos) {
+      return Status::Error(where +
+                           ": \"unix_group\" must be a string of at most 256 bytes without NUL");
+    }
+    g.unix_group = group->get<std::string>();
+    out.tenant_accounts.push_back(std::move(g));
   }
   return out;
 }

@@ -30,6 +30,9 @@ inline OJson SchemaOf(Str limit) {
     case Chars::kName:
       s["pattern"] = "^[!-~]*$";
       break;
+    case Chars::kNodeName:
+      s["pattern"] = "^[A-Za-z0-9][A-Za-z0-9._-]*$";
+      break;
     case Chars::kPath:
       s["pattern"] = "^(/.*)?$";
       break;
@@ -47,6 +50,14 @@ inline OJson SchemaOf(Str limit) {
       break;
   }
   return s;
+}
+inline OJson SchemaOf(Base64 limit) {
+  const size_t text = Base64Length(limit.max_bytes);
+  return {{"type", "string"},
+          {"contentEncoding", "base64"},
+          {"maxLength", text},
+          {"x-maxBytes", text},
+          {"pattern", "^[A-Za-z0-9+/]*={0,2}$"}};
 }
 template <class E>
 OJson SchemaOf(Enum<E>) {

@@ -51,9 +51,11 @@
 #include <nlohmann/json.hpp>
 
 #include "json_util.hpp"
+#include "topo/common/base64.hpp"
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_process.hpp"
+#include "topo/common/node_name.hpp"
 #include "topo/common/user_api.hpp"
 #include "topo/core/status.hpp"
 
@@ -78,7 +80,8 @@ struct Bool {};
 enum class Chars : uint8_t {
   kText,       // anything but NUL (log data, command arguments, messages)
   kLine,       // no control characters (reasons, versions, models)
-  kName,       // printable ASCII without spaces (node names, addresses, uuids)
+  kName,       // printable ASCII without spaces (addresses, uuids)
+  kNodeName,   // common::ValidNodeName (node_name.hpp)
   kPath,       // empty, or an absolute path without NUL
   kUnixUser,   // proto::ValidUnixUser
   kEnvName,    // proto::ValidEnvName
@@ -89,6 +92,11 @@ struct Str {
   size_t max_bytes;
   Chars chars;
   bool allow_empty = true;
+};
+// Bytes (any: NUL, invalid UTF-8), carried as RFC 4648 base64 text;
+// max_bytes bounds the bytes, not the text.
+struct Base64 {
+  size_t max_bytes;
 };
 template <class E>
 struct Enum {};
@@ -195,6 +203,8 @@ inline bool CharsOk(std::string_view s, Chars chars) {
       });
     case Chars::kName:
       return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+    case Chars::kNodeName:
+      return ValidNodeName(s);
     case Chars::kPath:
       return s.empty() || (s[0] == '/' && s.find('\0') == std::string_view::npos);
     case Chars::kUnixUser:
@@ -217,6 +227,9 @@ inline std::string_view CharsRule(Chars chars) {
       return "must not contain control characters";
     case Chars::kName:
       return "must be printable ASCII without spaces";
+    case Chars::kNodeName:
+      return "must be a node name (1-64 bytes of A-Z a-z 0-9 . _ -, starting with a letter or a "
+             "digit)";
     case Chars::kPath:
       return "must be an absolute path";
     case Chars::kUnixUser:
@@ -273,6 +286,24 @@ inline Status ReadValue(const Json& v, const std::string& path, Str limit, std::
   }
   if (!CharsOk(s, limit.chars)) return Fail(f, path, std::string(CharsRule(limit.chars)));
   out = s;
+  return Status::Ok();
+}
+
+inline Status ReadValue(const Json& v, const std::string& path, Base64 limit, std::string& out,
+                        Failure& f) {
+  if (!v.is_string()) {
+    return Fail(f, path, "must be a base64 string (got " + std::string(TypeName(v)) + ")");
+  }
+  const auto& text = v.get_ref<const std::string&>();
+  if (text.size() > Base64Length(limit.max_bytes)) {
+    return Fail(f, path,
+                "is " + std::to_string(text.size()) + " bytes of base64; at most " +
+                    std::to_string(Base64Length(limit.max_bytes)) + " (" +
+                    std::to_string(limit.max_bytes) + " bytes)");
+  }
+  Result<std::string> bytes = Base64Decode(text);
+  if (!bytes.ok()) return Fail(f, path, "must be base64 (RFC 4648): " + bytes.message());
+  out = std::move(bytes).value();
   return Status::Ok();
 }
 
@@ -596,6 +627,7 @@ OJson WriteValue(Int, const M& v) {
 }
 inline OJson WriteValue(Bool, bool v) { return v; }
 inline OJson WriteValue(Str, const std::string& v) { return v; }
+inline OJson WriteValue(Base64, const std::string& v) { return Base64Encode(v); }
 template <class E>
 OJson WriteValue(Enum<E>, E v) {
   return std::string(EnumTable<E>::Name(v));

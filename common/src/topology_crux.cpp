@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "json_util.hpp"
+#include "topo/common/node_name.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::common {
@@ -124,6 +125,10 @@ Result<core::Topology> ParseCruxCsv(std::string_view text, int gpus_per_node, st
       }
     }
     std::string ip(fields[0]), dsw(fields[1]), psw(fields[2]), asw(fields[3]);
+    // The ip is the node: a name an agent can register (node_name.hpp).
+    if (Status st = CheckNodeName(ip); !st.ok()) {
+      return Status::Error(LineError(number, "ip: " + st.message()));
+    }
     if (auto [it, inserted] = host_line.emplace(ip, number); !inserted) {
       return Status::Error(LineError(
           number, "duplicate ip " + Q(ip) + " (first on line " + std::to_string(it->second) + ")"));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "json_util.hpp"
+#include "topo/common/node_name.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::common {
@@ -296,6 +297,7 @@ Status JsonTopologyReader::ReadNode(const Json& node, const std::string& path, i
   int gpus = defaults_.gpus;
   std::string model = defaults_.gpu_model;
   std::vector<std::string> features;
+  std::string name_path = path;
   if (node.is_string()) {
     name = node.get<std::string>();
     if (name.empty()) return PathError(path, "node name must not be empty");
@@ -308,6 +310,7 @@ Status JsonTopologyReader::ReadNode(const Json& node, const std::string& path, i
     Result<std::string> n = internal::GetString(node, path, "name", false);
     if (!n.ok()) return n.status();
     name = n.value();
+    name_path = Child(path, "name");
     if (node.contains("gpus")) {
       Result<int64_t> g = internal::GetInt(node, path, "gpus", 1, core::kMaxGpusPerNode);
       if (!g.ok()) return g.status();
@@ -333,6 +336,8 @@ Status JsonTopologyReader::ReadNode(const Json& node, const std::string& path, i
     return PathError(path, "a node is a name or an object {\"name\": ..., \"gpus\": ...} (got " +
                                internal::Shown(node) + ")");
   }
+  // A name no agent could register, nor an API filter name (node_name.hpp).
+  if (Status s = CheckNodeName(name); !s.ok()) return PathError(name_path, s.message());
   if (Status s = ClaimName(name, path); !s.ok()) return s;
   builder_->AddNode(std::move(name), parent, gpus, std::move(model), std::move(features));
   return Status::Ok();

@@ -13,6 +13,7 @@
 
 #include "json_util.hpp"
 #include "topo/common/hostlist.hpp"
+#include "topo/common/node_name.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::common {
@@ -311,6 +312,14 @@ Status SlurmReader::ReadLine(std::string_view raw, int number) {
     }
     if (names.value().empty()) {
       return Status::Error(LineError(number, std::string(key) + "= is empty"));
+    }
+    if (key == "Nodes") {
+      // A name no agent could register, nor an API filter name (node_name.hpp).
+      for (const std::string& n : names.value()) {
+        if (Status st = CheckNodeName(n); !st.ok()) {
+          return Status::Error(LineError(number, "Nodes=: " + st.message()));
+        }
+      }
     }
     return names;
   };

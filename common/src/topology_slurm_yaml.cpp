@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "topo/common/hostlist.hpp"
+#include "topo/common/node_name.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::common {
@@ -38,6 +40,27 @@ Status CheckKeys(const YAML::Node& map, const std::set<std::string>& known,
   return Status::Ok();
 }
 
+// The names of a `nodes` hostlist, each a node name (node_name.hpp); and
+// every name written into topology.conf lines is one token there (no blank,
+// control byte or '='), so no value starts a line or a key of its own.
+Status CheckNames(const std::string& value, const char* key, bool nodes, const std::string& at) {
+  for (unsigned char c : value) {
+    if (c <= 0x20 || c == 0x7f || c == '=') {
+      return Status::Error(at + ": " + key + " \"" + ShownName(value) +
+                           "\" holds a blank, a control character or '='");
+    }
+  }
+  if (!nodes || value.empty()) return Status::Ok();
+  Result<std::vector<std::string>> names = ExpandHostlist(value);
+  if (!names.ok()) return Status::Error(at + ": " + key + ": " + names.message());
+  for (const std::string& n : names.value()) {
+    if (Status st = CheckNodeName(n); !st.ok()) {
+      return Status::Error(at + ": " + key + ": " + st.message());
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::string> TreeLines(const YAML::Node& tree, const std::string& where) {
   if (!tree.IsMap()) return Status::Error(where + ": tree must be a map with switches");
   if (Status st = CheckKeys(tree, {"switches"}, where + ".tree"); !st.ok()) return st;
@@ -60,6 +83,11 @@ Result<std::string> TreeLines(const YAML::Node& tree, const std::string& where) 
     if (!nodes.ok()) return nodes.status();
     if (!children.ok()) return children.status();
     if (name.value().empty()) return Status::Error(at + ": switch (its name) is missing");
+    for (const Status& st : {CheckNames(name.value(), "switch", false, at),
+                             CheckNames(nodes.value(), "nodes", true, at),
+                             CheckNames(children.value(), "children", false, at)}) {
+      if (!st.ok()) return st;
+    }
     if (nodes.value().empty() == children.value().empty()) {
       return Status::Error(at + " (" + name.value() +
                            "): give exactly one of nodes (a leaf) or children (switches below)");
@@ -91,6 +119,10 @@ Result<std::string> BlockLines(const YAML::Node& block, const std::string& where
     if (!nodes.ok()) return nodes.status();
     if (name.value().empty() || nodes.value().empty()) {
       return Status::Error(at + ": block (its name) and nodes are both needed");
+    }
+    for (const Status& st : {CheckNames(name.value(), "block", false, at),
+                             CheckNames(nodes.value(), "nodes", true, at)}) {
+      if (!st.ok()) return st;
     }
     out += "BlockName=" + name.value() + " Nodes=" + nodes.value() + "\n";
   }

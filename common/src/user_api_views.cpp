@@ -56,7 +56,8 @@ constexpr Int kDuration{0, int64_t{1} << 62};
 constexpr Int kExitCode{-1, 255 + 128};
 constexpr Num kFigure{0, 1e300};
 constexpr Num kSigned{-1e300, 1e300};
-constexpr Str kName{1024, Chars::kText};   // node, domain and tier names of the topology
+constexpr Str kName{1024, Chars::kText};   // domain and tier names of the topology
+constexpr Str kNode{common::kMaxNodeNameBytes, Chars::kNodeName, false};  // node_name.hpp
 constexpr Str kText{65536, Chars::kText};  // reasons, actors
 constexpr Str kWord{64, Chars::kName};     // event types, causes
 
@@ -74,7 +75,7 @@ template <>
 struct Table<RankView> {
   static constexpr auto Fields() {
     return std::tuple{F("rank", &RankView::rank, Int{0, kMaxCount - 1}),
-                      F("node", &RankView::node, kName),
+                      F("node", &RankView::node, kNode),
                       F("gpu", &RankView::gpu, Int{0, core::kMaxGpusPerNode - 1})};
   }
 };
@@ -169,7 +170,7 @@ struct Table<RunView> {
                       F("end_ms", &R::end_ms, Nullable<Int>{kTime}),
                       F("gpus", &R::gpus, kCount),
                       F("nodes", &R::nodes, kCount),
-                      F("node_names", &R::node_names, List<Str>{kMaxCount, kName}),
+                      F("node_names", &R::node_names, List<Str>{kMaxCount, kNode}),
                       F("end_reason", &R::end_reason, Nullable<Str>{kText}),
                       F("exit_code", &R::exit_code, Nullable<Int>{kExitCode}),
                       F("gpu_hours", &R::gpu_hours, kFigure)};
@@ -208,7 +209,7 @@ template <>
 struct Table<JobAccounting> {
   static constexpr auto Fields() {
     using A = JobAccounting;
-    return std::tuple{F("node_names", &A::node_names, List<Str>{kMaxCount, kName}),
+    return std::tuple{F("node_names", &A::node_names, List<Str>{kMaxCount, kNode}),
                       F("queue_wait_s", &A::queue_wait_s, Nullable<Num>{kSigned}),
                       F("exit_code", &A::exit_code, Nullable<Int>{kExitCode}),
                       F("gpu_hours", &A::gpu_hours, kFigure),
@@ -222,7 +223,7 @@ struct Table<JobDetail> {
     return std::tuple{F("spec", &D::spec, Nullable<Custom<JobSpecCodec>>{}),
                       F("process", &D::process, Flat{}),
                       F("ranks", &D::ranks, List<Obj>{kMaxCount, {}}),
-                      F("spares", &D::spares, List<Str>{100000, kName}),
+                      F("spares", &D::spares, List<Str>{100000, kNode}),
                       F("placement", &D::placement, Nullable<Obj>{}),
                       F("metrics", &D::metrics, Nullable<Obj>{}),
                       F("predicted", &D::predicted, Nullable<Obj>{}),
@@ -294,7 +295,7 @@ struct Table<NodeView> {
   static constexpr auto Fields() {
     using N = NodeView;
     constexpr size_t kGpus = core::kMaxGpusPerNode;
-    return std::tuple{F("name", &N::name, Str{kName.max_bytes, Chars::kText, false}),
+    return std::tuple{F("name", &N::name, kNode),
                       F("state", &N::state, Enum<core::NodeState>{}),
                       F("reason", &N::reason, kText),
                       F("gpus", &N::gpus, Int{0, core::kMaxGpusPerNode}),

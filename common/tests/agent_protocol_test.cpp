@@ -96,21 +96,29 @@ TEST_CASE("every scheduler message reads back as written") {
   }
 }
 
-TEST_CASE("log data that is not UTF-8 is written with U+FFFD and reads back") {
+TEST_CASE("log data is bytes: NUL, escapes and invalid UTF-8 read back exactly") {
+  // Before: data went as JSON text, so a NUL was refused (the user waited
+  // for a timeout) and invalid UTF-8 came back as U+FFFD.
   LogsReply r;
   r.req = 1;
   r.offset = 0;
-  r.next_offset = 3;
-  r.size = 3;
-  r.data = std::string(
-      "a\xff"
-      "b");
+  r.data = std::string("a\0b\x1b[2J\r\xff\xfe\n", 11);
+  r.next_offset = static_cast<int64_t>(r.data->size());
+  r.size = r.next_offset;
   const std::string text = WriteAgentMessage(r);
+  CHECK(text.find("\"data_base64\":\"YQBiG1sySg3//go=\"") != std::string::npos);
   auto back = ParseAgentMessage(text);
-  REQUIRE(back.ok());
-  CHECK(std::get<LogsReply>(back.value()).data ==
-        "a\xEF\xBF\xBD"
-        "b");
+  REQUIRE_MESSAGE(back.ok(), back.message());
+  CHECK(std::get<LogsReply>(back.value()).data == r.data);
+  // Every byte value, in the largest piece an agent may send.
+  std::string all;
+  while (all.size() < static_cast<size_t>(kMaxLogChunkBytes))
+    all += static_cast<char>(all.size() % 256);
+  r.data = all;
+  r.next_offset = r.size = static_cast<int64_t>(all.size());
+  auto big = ParseAgentMessage(WriteAgentMessage(r));
+  REQUIRE_MESSAGE(big.ok(), big.message());
+  CHECK(std::get<LogsReply>(big.value()).data == all);
 }
 
 struct Hostile {
@@ -154,12 +162,31 @@ const Hostile kHostileAgentMessages[] = {
      "launch_failed.reason", "empty"},
     {R"({"type":"launch_failed","job":1,"restart_count":0,"reason":"a\nb","permanent":true})",
      "launch_failed.reason", "control"},
-    {R"({"type":"logs","req":1,"error":"x","data":"y"})", "logs", "both"},
-    {R"({"type":"logs","req":1,"offset":0,"next_offset":5,"size":4,"data":"abcd"})",
+    {R"({"type":"logs","req":1,"error":"x","data_base64":"eQ=="})", "logs", "both"},
+    {R"({"type":"logs","req":1,"offset":0,"next_offset":5,"size":4,"data_base64":"YWJjZA=="})",
      "logs.next_offset", "<= size"},
-    {R"({"type":"logs","req":1,"offset":0,"size":4,"data":"abcd"})", "logs.next_offset", "missing"},
+    {R"({"type":"logs","req":1,"offset":0,"size":4,"data_base64":"YWJjZA=="})", "logs.next_offset",
+     "missing"},
+    {R"({"type":"logs","req":1,"offset":0,"next_offset":4,"size":4,"data_base64":"YWJj!A=="})",
+     "logs.data_base64", "must be base64"},
+    {R"({"type":"logs","req":1,"offset":0,"next_offset":4,"size":4,"data_base64":"YWJjZA"})",
+     "logs.data_base64", "multiple of 4"},
+    {R"({"type":"logs","req":1,"offset":0,"next_offset":4,"size":4,"data_base64":7})",
+     "logs.data_base64", "base64 string"},
+    // The old form (protocol 3): data as text is an unknown field now.
+    {R"({"type":"logs","req":1,"offset":0,"next_offset":1,"size":1,"data":"x"})", "logs.data",
+     "unknown field"},
     {R"({"type":"register","node":"n 1","addr":"a","gpus":[],"ranks":[],"agent":"x","protocol":2})",
-     "register.node", "printable"},
+     "register.node", "must be a node name"},
+    // The one node-name rule (node_name.hpp): an ESC, a slash, 65 bytes.
+    {R"({"type":"register","node":"n\u001b[2J","addr":"a","gpus":[],"ranks":[],"agent":"x","protocol":2})",
+     "register.node", "must be a node name"},
+    {R"({"type":"register","node":"a/b","addr":"a","gpus":[],"ranks":[],"agent":"x","protocol":2})",
+     "register.node", "must be a node name"},
+    {R"({"type":"register","node":"-n1","addr":"a","gpus":[],"ranks":[],"agent":"x","protocol":2})",
+     "register.node", "must be a node name"},
+    {R"({"type":"register","node":"nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn","addr":"a","gpus":[],"ranks":[],"agent":"x","protocol":2})",
+     "register.node", "at most 64"},
     {R"({"type":"register","node":"n1","addr":"a","gpus":[{"index":0,"model":"m","uuid":"u","memory_mb":1},{"index":0,"model":"m","uuid":"v","memory_mb":1}],"ranks":[],"agent":"x","protocol":2})",
      "register.gpus[1].index", "twice"},
     {R"({"type":"register","node":"n1","addr":"a","gpus":{},"ranks":[],"agent":"x","protocol":2})",

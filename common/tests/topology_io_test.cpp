@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "topo/core/generators.hpp"
 
 namespace topo::common {
@@ -631,18 +633,68 @@ TEST_CASE("Slurm and Crux names must be UTF-8, so TopologyToJson cannot throw on
   REQUIRE_FALSE(header.ok());
   CHECK(header.message().find("line 1: #toposched: bad value \"x%FF\" for name") == 0);
 
-  // Well-formed UTF-8 stays accepted and round-trips through JSON.
+  // Well-formed UTF-8 stays accepted in the names of switches and other
+  // domains, and round-trips through JSON (node names are ASCII: the
+  // node-name rule below).
   Topology t = MustSlurm(
       "#toposched: name=r%C3%A9seau model=H%E2%82%AC\n"
-      "SwitchName=l\xC3\xA9 Nodes=n\xF0\x9F\x98\x80[1-2]\n");
+      "SwitchName=l\xC3\xA9\xF0\x9F\x98\x80 Nodes=n[1-2]\n");
   CHECK(t.name() == "r\xC3\xA9seau");
-  CHECK(t.node(1).name ==
-        "n\xF0\x9F\x98\x80"
-        "2");
+  CHECK(t.node(1).name == "n2");
   CheckSameTopology(t, MustJson(TopologyToJson(t)));
-  auto c = ParseCruxCsv("ip,DSW,PSW,ASW\nh\xC3\xA9,G1,P1,S1\n");
+  auto c = ParseCruxCsv("ip,DSW,PSW,ASW\nh1,G\xC3\xA9,P1,S1\n");
   REQUIRE_MESSAGE(c.ok(), c.message());
   CheckSameTopology(c.value(), MustJson(TopologyToJson(c.value())));
+}
+
+TEST_CASE("Every topology reader refuses node names no agent could register") {
+  // An ESC (a terminal escape), a newline, 300 bytes, a slash, a space and a
+  // leading dash: each refused where it is written (node_name.hpp).
+  const std::string long_name(300, 'n');
+  struct Bad {
+    std::string name;
+    std::string shown;  // as the error shows it
+  };
+  const Bad names[] = {{"n\x1b"
+                        "c",
+                        "n\\x1bc"},
+                       {"n\n1", "n\\x0a1"},
+                       {long_name, long_name.substr(0, 80) + "... (300 bytes)"},
+                       {"a/b", "a/b"},
+                       {"-n1", "-n1"},
+                       {"n\xC3\xA9", "n\\xc3\\xa9"}};
+  for (const Bad& b : names) {
+    CAPTURE(b.shown);
+    const std::string says = "node \"" + b.shown + "\" is not a node name: 1-64 bytes of";
+    // JSON: the path of the name, plain and as an object.
+    nlohmann::json plain = {
+        {"version", 1}, {"name", "x"}, {"tiers", {"node"}}, {"nodes", {"n0", b.name}}};
+    auto j = ParseTopologyJson(plain.dump());
+    REQUIRE_FALSE(j.ok());
+    CHECK(j.message().rfind("nodes[1]: " + says, 0) == 0);
+    nlohmann::json object = plain;
+    object["nodes"][1] = {{"name", b.name}, {"gpus", 8}};
+    auto jo = ParseTopologyJson(object.dump());
+    REQUIRE_FALSE(jo.ok());
+    CHECK(jo.message().rfind("nodes[1].name: " + says, 0) == 0);
+    // topology.conf: the line (a newline would end it: not a name there).
+    if (b.name.find('\n') == std::string::npos && b.name.find(' ') == std::string::npos) {
+      auto s = ParseSlurmTopology("SwitchName=s0 Nodes=n0\nSwitchName=s1 Nodes=" + b.name + "\n");
+      REQUIRE_FALSE(s.ok());
+      CHECK(s.message().find("line 2: Nodes=: " + says) == 0);
+    }
+    // Crux CSV: the line and the column.
+    if (b.name.find('\n') == std::string::npos) {
+      auto c = ParseCruxCsv("ip,DSW,PSW,ASW\nh1,G1,P1,S1\n" + b.name + ",G1,P1,S1\n");
+      REQUIRE_FALSE(c.ok());
+      CHECK(c.message().find("line 3: ip: " + says) == 0);
+    }
+  }
+  // The bounds themselves: 64 bytes and the characters of the rule pass.
+  const std::string longest = "n" + std::string(63, '-');
+  CHECK(ParseSlurmTopology("SwitchName=s0 Nodes=" + longest + ",a.b_C-9\n").ok());
+  CHECK_FALSE(ParseSlurmTopology("SwitchName=s0 Nodes=" + longest + "x\n").ok());
+  CHECK(ParseCruxCsv("ip,DSW,PSW,ASW\n10.0.0.1,G1,P1,S1\n").ok());
 }
 
 TEST_CASE("Topologies deeper than kMaxTiers are rejected before any deep recursion") {

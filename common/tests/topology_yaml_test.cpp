@@ -63,5 +63,28 @@ TEST_CASE("SlurmTopologyYamlToConf: errors name the entry and the fix") {
   CHECK(bad("- [unclosed").find("topology.yaml line") != std::string::npos);
 }
 
+TEST_CASE("SlurmTopologyYamlToConf: node names follow the rule, and no value writes a line") {
+  auto bad = [](const std::string& text) { return SlurmTopologyYamlToConf(text).message(); };
+  const std::string tree = "- topology: x\n  tree: {switches: [{switch: s, nodes: \"";
+  // An ESC, a newline and 300 bytes in a node name: refused naming the entry.
+  CHECK(bad(tree + "n\\ec\"}]}\n")
+            .find("entry 1.tree.switches[0]: nodes \"n\\x1bc\" holds a blank, a control "
+                  "character") != std::string::npos);
+  CHECK(bad(tree + "n1\\nSwitchName=evil Nodes=n9\"}]}\n")
+            .find("entry 1.tree.switches[0]: nodes \"n1\\x0aSwitchName=evil Nodes=n9\" holds a "
+                  "blank, a control character or '='") != std::string::npos);
+  CHECK(bad(tree + std::string(300, 'n') + "\"}]}\n").find("is not a node name") !=
+        std::string::npos);
+  CHECK(bad(tree + "n[1-2],b/c\"}]}\n").find("node \"b/c\" is not a node name") !=
+        std::string::npos);
+  // Switch and block names cannot smuggle a key or a line into topology.conf.
+  CHECK(bad("- topology: x\n  tree: {switches: [{switch: \"s Nodes=n9\", nodes: n1}]}\n")
+            .find("switch \"s Nodes=n9\" holds a blank") != std::string::npos);
+  CHECK(bad("- topology: x\n  block: {blocks: [{block: \"b\\nSwitchName=t\", nodes: n1}]}\n")
+            .find("entry 1.block.blocks[0]: block \"b\\x0aSwitchName=t\" holds") !=
+        std::string::npos);
+  CHECK(SlurmTopologyYamlToConf(tree + "n[1-2],a.b_C-9\"}]}\n").ok());
+}
+
 }  // namespace
 }  // namespace topo::common

@@ -241,9 +241,14 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
       {"max_connections",
        IntSetter(1, 1000000,
                  [](DaemonConfig& c, int64_t x) { c.max_connections = static_cast<int>(x); })},
-      {"max_connections_per_peer", IntSetter(1, 1000000,
+      {"max_unauthenticated_per_peer", IntSetter(1, 1000000,
+                                                 [](DaemonConfig& c, int64_t x) {
+                                                   c.max_unauthenticated_per_peer =
+                                                       static_cast<int>(x);
+                                                 })},
+      {"max_connections_per_user", IntSetter(1, 1000000,
                                              [](DaemonConfig& c, int64_t x) {
-                                               c.max_connections_per_peer = static_cast<int>(x);
+                                               c.max_connections_per_user = static_cast<int>(x);
                                              })},
       {"first_request_timeout_s", IntSetter(1, 3600,
                                             [](DaemonConfig& c, int64_t x) {
@@ -397,6 +402,8 @@ const std::map<std::string, Setter, std::less<>>& Setters() {
        }},
       {"allow_root_jobs",
        [](std::string_view v, DaemonConfig& c) { return ParseBool(v, c.allow_root_jobs); }},
+      {"min_job_uid",
+       IntSetter(0, 2147483647, [](DaemonConfig& c, int64_t x) { c.min_job_uid = x; })},
       {"max_app_failures", IntSetter(kFailureKeys[0].lo, kFailureKeys[0].hi, kFailureKeys[0].set)},
       {"restart_backoff_initial_s",
        IntSetter(kFailureKeys[1].lo, kFailureKeys[1].hi, kFailureKeys[1].set)},
@@ -498,7 +505,9 @@ Status ApplyConfigText(std::string_view text, const std::string& path, DaemonCon
     }
     const std::string_view key = Trim(line.substr(0, eq));
     const std::string_view value = Trim(line.substr(eq + 1));
-    auto it = Setters().find(key);
+    // Keys read under a former name (docs/daemon.md).
+    auto it = Setters().find(
+        key == "max_connections_per_peer" ? std::string_view("max_unauthenticated_per_peer") : key);
     if (it == Setters().end()) {
       std::string keys;
       for (const auto& [k, unused] : Setters()) keys += (keys.empty() ? "" : ", ") + k;

@@ -37,8 +37,13 @@ struct DaemonConfig {
   int64_t max_topology_bytes = 64ll << 20;  // PUT /v1/topology
   int64_t max_header_bytes = 16 << 10;
   int max_connections = 1024;
-  // Per peer address (IPv4, or IPv6 as a whole address; loopback included).
-  int max_connections_per_peer = 64;
+  // Connections not (yet) authenticated, per peer address (IPv4, or IPv6
+  // as a whole address; loopback included). Formerly
+  // max_connections_per_peer, still read under that name.
+  int max_unauthenticated_per_peer = 64;
+  // Connections of one user (by the token their requests carried), from
+  // any addresses (docs/daemon.md, Connections).
+  int max_connections_per_user = 64;
   double rate_limit_per_second = 20000;  // per user; burst twice that
   int request_timeout_s = 30;            // reading a request, writing an answer, queueing
   int idle_timeout_s = 120;              // a kept-alive connection with no request
@@ -155,6 +160,11 @@ struct DaemonConfig {
   // Jobs whose user maps to the Unix account root (uid 0 on the node) are
   // refused unless this is true (docs/jobs.md).
   bool allow_root_jobs = false;
+  // No user may be mapped to (or submit as) a Unix account whose uid on
+  // this host is 1..min_job_uid-1 (docs/api.md, "Unix accounts"); uid 0 is
+  // allow_root_jobs' alone. Accounts this host does not know pass: each
+  // node's agent applies its own floor (topo-agent --min-job-uid).
+  int64_t min_job_uid = 1000;  // 0..2147483647
   // Jobs one user may have waiting (queued or held) at once; submissions
   // past it are refused with the reason. 0: no limit. Tenants have their own
   // cap (max_queued_jobs in their quota).

@@ -24,6 +24,9 @@ struct HttpResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string route;  // the matched route pattern, for metrics
+  // The user whose valid token the request carried ("" when none was
+  // proven): the connection is that user's from now on (ConnectionTable).
+  std::string user;
   // Non-zero: no answer yet. The request waits on a node agent (GET
   // /v1/jobs/ID/logs); its answer comes from TakeDeferredAnswers under this
   // id, or the server gives up (ForgetDeferred) and answers 504.

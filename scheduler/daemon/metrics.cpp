@@ -133,17 +133,19 @@ void Metrics::Render(std::string& out,
       "that was reached.\n";
   out += "# TYPE topo_api_connections_refused_total counter\n";
   static constexpr std::array<const char*, static_cast<size_t>(RefuseReason::kCount)> kRefuseNames =
-      {"max_connections", "max_connections_per_peer"};
+      {"max_connections", "max_unauthenticated_per_peer"};
   for (size_t i = 0; i < kRefuseNames.size(); ++i) {
     out += std::string("topo_api_connections_refused_total{reason=\"") + kRefuseNames[i] + "\"} " +
            std::to_string(connections_refused_[i]) + "\n";
   }
   out +=
       "# HELP topo_api_connections_closed_total Connections the server ended itself: "
-      "unauthenticated ones evicted near max_connections, and those past a deadline.\n";
+      "unauthenticated ones evicted near max_connections, those past a deadline, the heaviest "
+      "user's idle ones at max_connections, and a user's past max_connections_per_user.\n";
   out += "# TYPE topo_api_connections_closed_total counter\n";
   static constexpr std::array<const char*, static_cast<size_t>(CloseReason::kCount)> kCloseNames = {
-      "evicted_unauthenticated", "first_request_timeout", "idle_timeout", "request_timeout"};
+      "evicted_unauthenticated", "first_request_timeout", "idle_timeout",
+      "request_timeout",         "evicted_heaviest_user", "max_connections_per_user"};
   for (size_t i = 0; i < kCloseNames.size(); ++i) {
     out += std::string("topo_api_connections_closed_total{reason=\"") + kCloseNames[i] + "\"} " +
            std::to_string(connections_cut_off_[i]) + "\n";

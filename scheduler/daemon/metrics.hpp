@@ -29,15 +29,18 @@ class Histogram {
 };
 
 // Why the server refused an API connection at accept (the config key).
-enum class RefuseReason { kMaxConnections, kMaxConnectionsPerPeer, kCount };
+enum class RefuseReason { kMaxConnections, kMaxUnauthenticatedPerPeer, kCount };
 // Why the server itself ended an API connection (docs/daemon.md,
 // Connections): evicted while unauthenticated to make room near
-// max_connections, or past one of its deadlines.
+// max_connections, past one of its deadlines, the idle one of the heaviest
+// user at max_connections, or one of a user past max_connections_per_user.
 enum class CloseReason {
   kEvictedUnauthenticated,
   kFirstRequestTimeout,
   kIdleTimeout,
   kRequestTimeout,
+  kEvictedHeaviestUser,
+  kMaxConnectionsPerUser,
   kCount
 };
 

@@ -22,15 +22,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "topo/common/base64.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::ha {
 
-// RFC 4648 base64 with padding (the gateway's bytes).
-std::string Base64Encode(std::string_view bytes);
-// Strict: the standard alphabet, padding to a multiple of 4, no whitespace;
-// an error says what is wrong and where.
-core::Result<std::string> Base64Decode(std::string_view text);
+// RFC 4648 base64 with padding (the gateway's bytes): common/base64.hpp.
+using common::Base64Decode;
+using common::Base64Encode;
 
 // The smallest key greater than every key starting with prefix: the
 // range_end that makes a range read "every key under prefix".

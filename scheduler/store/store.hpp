@@ -262,6 +262,17 @@ struct User {
   std::string unix_user;  // the account its jobs run as on the nodes
 };
 
+// The Unix accounts a cluster-admin granted a tenant (docs/api.md, "Unix
+// accounts"): its tenant-admins map users of it (and of the tenants below
+// it) only to an account of `accounts` or to a member of `unix_group`.
+struct TenantAccounts {
+  std::string tenant;
+  std::vector<std::string> accounts;  // account names, each once
+  std::string unix_group;             // a group name; "" for none
+  bool empty() const { return accounts.empty() && unix_group.empty(); }
+  bool operator==(const TenantAccounts&) const = default;
+};
+
 struct TokenInfo {
   std::string id;  // the first 12 hex digits of the token's SHA-256
   std::string user;
@@ -429,6 +440,15 @@ class Store {
   core::Status DeleteUser(std::string_view name);
   core::Result<std::optional<User>> GetUser(std::string_view name);
   core::Result<std::vector<User>> ListUsers(std::optional<std::string_view> tenant = {});
+  // The users whose jobs run as this Unix account, by name.
+  core::Result<std::vector<User>> UsersOfUnixUser(std::string_view unix_user);
+
+  // ---- the Unix accounts granted to tenants (each call its own durable
+  // transaction). Set replaces the tenant's grant; an empty one removes it.
+  // Get answers an empty grant for a tenant without one.
+  core::Status SetTenantAccounts(const TenantAccounts& grant);
+  core::Result<TenantAccounts> GetTenantAccounts(std::string_view tenant);
+  core::Result<std::vector<TenantAccounts>> ListTenantAccounts();
   // A new random token for an existing user; only its hash is stored.
   core::Result<IssuedToken> CreateToken(std::string_view user, TimeMs now_ms);
   // The same for a token the caller made ("topo_" + 64 lowercase hex digits;
@@ -444,10 +464,11 @@ class Store {
   core::Status RevokeToken(std::string_view id_or_token);
   core::Result<std::vector<TokenInfo>> ListTokens(std::optional<std::string_view> user = {});
 
-  // ---- users and tokens as one value: what HA replicates (docs/ha.md,
-  // Users and tokens), in common/auth_json.hpp's format; token hashes only.
+  // ---- users, tokens and the tenants' granted accounts as one value: what
+  // HA replicates (docs/ha.md, Users and tokens), in common/auth_json.hpp's
+  // format; token hashes only.
   core::Result<std::string> ExportAuth();
-  // Replaces every user and token with the value's in one transaction,
+  // Replaces every user, token and grant with the value's in one transaction,
   // after common::ParseAuthRows has checked all of it; its error, naming the
   // row and field, changes nothing.
   core::Status ImportAuth(std::string_view json);

@@ -5,6 +5,8 @@
 
 #include <array>
 
+#include <nlohmann/json.hpp>
+
 #include "store/store_impl.hpp"
 #include "topo/common/auth_json.hpp"
 
@@ -164,6 +166,77 @@ Result<std::vector<User>> Store::ListUsers(std::optional<std::string_view> tenan
   return users;
 }
 
+Result<std::vector<User>> Store::UsersOfUnixUser(std::string_view unix_user) {
+  Result<Statement> q = impl_->db.Prepare(
+      "SELECT name, tenant, role, created_ms, unix_user FROM users WHERE unix_user = ?1 "
+      "ORDER BY name");
+  if (!q.ok()) return impl_->Error("listing users", q.status());
+  q.value().Bind(1, unix_user);
+  Result<std::vector<User>> users = Collect<User>(q.value(), ReadUser);
+  if (!users.ok()) return impl_->Error("listing users", users.status());
+  return users;
+}
+
+// ---------------------------------------------------------------- granted accounts
+
+namespace {
+
+// The accounts column: a JSON list of names (written only by the store).
+std::vector<std::string> ReadAccounts(const std::string& text) {
+  std::vector<std::string> out;
+  nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
+  if (!list.is_array()) return out;
+  for (const auto& a : list) {
+    if (a.is_string()) out.push_back(a.get<std::string>());
+  }
+  return out;
+}
+
+TenantAccounts ReadGrant(const Statement& q) {
+  return TenantAccounts{q.Text(0), ReadAccounts(q.Text(1)), q.Text(2)};
+}
+
+}  // namespace
+
+Status Store::SetTenantAccounts(const TenantAccounts& grant) {
+  if (grant.tenant.empty()) return impl_->Error("granting accounts", "a grant needs a tenant");
+  Result<Statement> q = impl_->db.Prepare(
+      grant.empty() ? "DELETE FROM tenant_accounts WHERE tenant = ?1"
+                    : "INSERT INTO tenant_accounts(tenant, accounts, unix_group) VALUES (?1, ?2, "
+                      "?3) ON CONFLICT(tenant) DO UPDATE SET accounts = excluded.accounts, "
+                      "unix_group = excluded.unix_group");
+  if (!q.ok()) return impl_->Error("granting accounts", q.status());
+  q.value().Bind(1, grant.tenant);
+  if (!grant.empty()) {
+    q.value().Bind(2, nlohmann::json(grant.accounts).dump()).Bind(3, grant.unix_group);
+  }
+  Result<int> changed = WriteOne(*impl_, q.value());
+  if (!changed.ok()) {
+    return impl_->Error("granting accounts to tenant \"" + grant.tenant + "\"", changed.status());
+  }
+  return Status::Ok();
+}
+
+Result<TenantAccounts> Store::GetTenantAccounts(std::string_view tenant) {
+  Result<Statement> q = impl_->db.Prepare(
+      "SELECT tenant, accounts, unix_group FROM tenant_accounts WHERE tenant = ?1");
+  if (!q.ok()) return impl_->Error("reading granted accounts", q.status());
+  q.value().Bind(1, tenant);
+  Result<bool> row = q.value().Step();
+  if (!row.ok()) return impl_->Error("reading granted accounts", row.status());
+  if (!row.value()) return TenantAccounts{std::string(tenant), {}, {}};
+  return ReadGrant(q.value());
+}
+
+Result<std::vector<TenantAccounts>> Store::ListTenantAccounts() {
+  Result<Statement> q =
+      impl_->db.Prepare("SELECT tenant, accounts, unix_group FROM tenant_accounts ORDER BY tenant");
+  if (!q.ok()) return impl_->Error("reading granted accounts", q.status());
+  Result<std::vector<TenantAccounts>> grants = Collect<TenantAccounts>(q.value(), ReadGrant);
+  if (!grants.ok()) return impl_->Error("reading granted accounts", grants.status());
+  return grants;
+}
+
 // ---------------------------------------------------------------- tokens
 
 Result<IssuedToken> Store::CreateToken(std::string_view user, TimeMs now_ms) {
@@ -299,6 +372,12 @@ Result<std::string> Store::ExportAuth() {
       });
   if (!tokens.ok()) return impl_->Error("reading the tokens", tokens.status());
   rows.tokens = std::move(tokens).value();
+  Result<std::vector<TenantAccounts>> grants = ListTenantAccounts();
+  if (!grants.ok()) return grants.status();
+  for (TenantAccounts& g : grants.value()) {
+    rows.tenant_accounts.push_back(
+        common::AuthTenantAccounts{g.tenant, std::move(g.accounts), g.unix_group});
+  }
   return common::WriteAuthRows(rows);
 }
 
@@ -308,7 +387,8 @@ Status Store::ImportAuth(std::string_view text) {
   if (!rows.ok()) return impl_->Error(doing, rows.message());
   Result<Transaction> tx = Transaction::Begin(impl_->db);
   if (!tx.ok()) return impl_->Error(doing, tx.status());
-  for (const char* sql : {"DELETE FROM tokens", "DELETE FROM users"}) {
+  for (const char* sql :
+       {"DELETE FROM tokens", "DELETE FROM users", "DELETE FROM tenant_accounts"}) {
     Result<Statement> q = impl_->db.Prepare(sql);
     if (!q.ok()) return impl_->Error(doing, q.status());
     if (Status s = q.value().Run(); !s.ok()) return impl_->Error(doing, s);
@@ -330,6 +410,16 @@ Status Store::ImportAuth(std::string_view text) {
     token.value().Bind(1, t.hash).Bind(2, t.user).Bind(3, t.created_ms);
     token.value().Bind(4, static_cast<int64_t>(t.revoked ? 1 : 0));
     if (Status s = token.value().Run(); !s.ok()) return impl_->Error(doing, s);
+  }
+  Result<Statement> grant = impl_->db.Prepare(
+      "INSERT INTO tenant_accounts(tenant, accounts, unix_group) VALUES (?1, ?2, ?3)");
+  if (!grant.ok()) return impl_->Error(doing, grant.status());
+  for (const common::AuthTenantAccounts& g : rows.value().tenant_accounts) {
+    if (g.accounts.empty() && g.unix_group.empty()) continue;
+    grant.value().Reset();
+    grant.value().Bind(1, g.tenant).Bind(2, nlohmann::json(g.accounts).dump());
+    grant.value().Bind(3, g.unix_group);
+    if (Status s = grant.value().Run(); !s.ok()) return impl_->Error(doing, s);
   }
   if (Status s = tx.value().Commit(); !s.ok()) return impl_->Error(doing, s);
   return Status::Ok();

@@ -13,10 +13,11 @@ processes, real Unix accounts made by the test, real cgroups, a real daemon.
              every try is denied and the files are unchanged. A job that
              replaces its own log with a link to the agent's key gets nothing
              of the key through `GET /v1/jobs/ID/logs`.
-  root       a user mapped to root is refused at submission (403); a user mapped
-             to another name for uid 0 (useradd -o -u 0) passes the daemon, and
-             the agent refuses the start for good (the job fails, the reason
-             says why).
+  root       a user is not mapped to root (403, allow_root_jobs); a user mapped to
+             a name the scheduler host did not know yet, made another name for
+             uid 0 (useradd -o -u 0) while the job waited, passes the daemon,
+             and the agent refuses the start for good (the job fails, the
+             reason says why).
   escape     a rank that forks a child which calls setsid and forks again (a
              daemon escaping its process group) leaves nothing behind after a
              cancel, a preemption and an immediate drain: every pid the rank
@@ -227,19 +228,25 @@ def test_accounts(d, c, agents, work):
 
 def test_root(d, c, agents, work):
     d.api("PUT", "/v1/tenants/lab-r", {"shares": 1}, expect=201)
-    d.api("POST", "/v1/users", {"name": "rooty", "tenant": "lab-r", "role": "user",
-                                "unix_user": "root"}, expect=201)
-    out = submit(d, token_for(d, "rooty"), "as-root", 1, "id", expect=403)
-    check("root" in json.dumps(out), "the refusal says why: %s" % out)
+    status, out = d.request("POST", "/v1/users", {"name": "rooty", "tenant": "lab-r",
+                                                  "role": "user", "unix_user": "root"},
+                            token=d.admin_token)
+    check(status == 403 and "allow_root_jobs" in json.dumps(out), "the refusal says why: %s" % out)
 
-    # Another name for uid 0: the daemon cannot tell, the agent can.
+    # Another name for uid 0, made after the daemon took the mapping and the
+    # submission (the scheduler host did not know the name then): the agent
+    # refuses it. The job waits behind one that fills the nodes meanwhile.
     alias = "tt%d-toor" % (os.getpid() % 1000000)
+    d.api("POST", "/v1/users", {"name": "sneaky", "tenant": "lab-r", "role": "user",
+                                "unix_user": alias}, expect=201)
+    admin = d.admin_token
+    blocker = submit(d, admin, "fill", 8 * len(NODES), "exec sleep 600")["id"]
+    wait_state(d, blocker, ("running",))
+    jid = submit(d, token_for(d, "sneaky"), "as-uid0", 1, "id > /tmp/uid0-ran")["id"]
     subprocess.run(["useradd", "-o", "-u", "0", "-g", "0", "-M", "-N", "-s", "/bin/sh", alias],
                    check=True, capture_output=True)
     try:
-        d.api("POST", "/v1/users", {"name": "sneaky", "tenant": "lab-r", "role": "user",
-                                    "unix_user": alias}, expect=201)
-        jid = submit(d, token_for(d, "sneaky"), "as-uid0", 1, "id > /tmp/uid0-ran")["id"]
+        d.api("POST", "/v1/jobs/%d/cancel" % blocker, {}, expect=200)
         v = wait_state(d, jid, ("failed",), 20)
         check("jobs may not run as root" in v.get("reason", "") and "cannot start" in v["reason"],
               "the job failed with the agent's reason: %s" % v.get("reason"))
@@ -248,7 +255,7 @@ def test_root(d, c, agents, work):
     finally:
         # Never remove_account: its processes are every root process.
         subprocess.run(["userdel", "-f", alias], capture_output=True)
-    print("ok root: root refused at submission (403); uid 0 under another name refused by the "
+    print("ok root: root refused at mapping (403); uid 0 under another name refused by the "
           "agent for good")
 
 

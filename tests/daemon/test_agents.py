@@ -299,7 +299,7 @@ def main():
                   "a GPU the node does not have")
         o.refused(P.agent("rank_exited", job=987654, rank=0, restart_count=0, exit_code=0, signal=0,
                           status_known=True), "rank_exited.job", "an unknown job")
-        o.refused(P.agent("logs", req=424242, offset=0, next_offset=0, size=0, data=""),
+        o.refused(P.agent("logs", req=424242, offset=0, next_offset=0, size=0, data_base64=""),
                   "logs.req", "an answer to no request")
         check(last_seq(d) == seq0, "authority refusals logged no event")
         after_job = d.api("GET", "/v1/jobs/%d" % jid, expect=200)
@@ -320,7 +320,7 @@ def main():
             P.agent("checkpoint", job=jid, step=5, tier="persistent"),
             P.agent("drained"),
             P.agent("leaving"),
-            P.agent("logs", req=1, offset=0, next_offset=1, size=1, data="x"),
+            P.agent("logs", req=1, offset=0, next_offset=1, size=1, data_base64="eA=="),
             P.agent("launch_failed", job=jid, restart_count=0, reason="no account",
                     permanent=True),
         ]

@@ -9,6 +9,7 @@ usage: test_bad_input.py TOPO_SCHEDULER_BIN
 """
 
 import json
+import socket
 import sys
 
 from api_schema import Api
@@ -282,6 +283,37 @@ def main():
              "unix_user"),
             ("user name no account name", "POST", "/v1/users", admin,
              {"name": "eve@example.com", "tenant": "org/a", "role": "user"}, None, 400, "unix_user"),
+            # Unix accounts (docs/api.md): the floor, one tenant per account, grants.
+            ("unix_user: another tenant's account", "POST", "/v1/users", admin,
+             {"name": "eve", "tenant": "org/a", "role": "user", "unix_user": "bob"}, None, 409,
+             "already the account of a user of tenant org/b"),
+            ("unix_user: PATCH onto another tenant's account", "PATCH", "/v1/users/alice", admin,
+             {"unix_user": "bob"}, None, 409, "tenant org/b"),
+            ("unix_user: a system account (daemon, uid 1)", "POST", "/v1/users", admin,
+             {"name": "eve", "tenant": "org/a", "role": "user", "unix_user": "daemon"}, None, 403,
+             "below min_job_uid (1000)"),
+            ("unix_user: root", "PATCH", "/v1/users/alice", admin, {"unix_user": "root"}, None, 403,
+             "allow_root_jobs"),
+            ("grant: unix_accounts a string", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_accounts": "ada,bob"}, None, 400, "unix_accounts must be a list"),
+            ("grant: an account a number", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_accounts": [7]}, None, 400, "unix_accounts[0] must be"),
+            ("grant: an account not a name", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_accounts": ["ada", "a b"]}, None, 400, "unix_accounts[1] must be"),
+            ("grant: an account of 33 bytes", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_accounts": ["a" * 33]}, None, 400, "unix_accounts[0] must be"),
+            ("grant: an account twice", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_accounts": ["ada", "ada"]}, None, 400, "listed twice"),
+            ("grant: 1001 accounts", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_accounts": ["u%d" % i for i in range(1001)]}, None, 400, "at most 1000"),
+            ("grant: unix_group a number", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_group": 5}, None, 400, "unix_group must be"),
+            ("grant: unix_group a path", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_group": "../wheel"}, None, 400, "unix_group must be"),
+            ("grant: unix_group with a newline", "PUT", "/v1/tenants/org/a", admin,
+             {"unix_group": "g\nx"}, None, 400, "unix_group must be"),
+            ("grant: by a user", "PUT", "/v1/tenants/org/a", alice, {"unix_accounts": ["alice"]},
+             None, 403, "cluster-admin"),
             ("user changes a user", "PATCH", "/v1/users/bob", alice, {"unix_user": "x"}, None, 403,
              "admin"),
             ("set unix_user to junk", "PATCH", "/v1/users/bob", admin, {"unix_user": "a b"}, None, 400,
@@ -298,6 +330,26 @@ def main():
             ("user drains", "POST", "/v1/nodes/drain", alice, {"nodes": "n0"}, None, 403, "cluster-admin"),
             ("bad topology", "PUT", "/v1/topology", admin, {"format": "json", "content": "{\"version\": 9}"},
              None, 400, "content"),
+            # Node names no agent could register and no filter could name
+            # (docs/formats.md, Node names), in every format.
+            ("topology: a node name with an ESC", "PUT", "/v1/topology", admin,
+             {"format": "json", "content": json.dumps(
+                 {"version": 1, "name": "x", "tiers": ["node"], "nodes": ["n0", "n\x1b[2J"]})},
+             None, 400, 'content: nodes[1]: node "n\\x1b[2J" is not a node name'),
+            ("topology: a node name with a newline", "PUT", "/v1/topology", admin,
+             {"format": "json", "content": json.dumps(
+                 {"version": 1, "name": "x", "tiers": ["node"],
+                  "nodes": [{"name": "n0\nn1", "gpus": 8}]})},
+             None, 400, "nodes[0].name: node \"n0\\x0an1\" is not a node name"),
+            ("topology: a node name of 300 bytes", "PUT", "/v1/topology", admin,
+             {"format": "slurm", "content": "SwitchName=s0 Nodes=" + "n" * 300 + "\n"}, None, 400,
+             "line 1: Nodes=: node"),
+            ("topology: a node name with a slash", "PUT", "/v1/topology", admin,
+             {"format": "slurm", "content": "SwitchName=s0 Nodes=a/b\n"}, None, 400,
+             "1-64 bytes of A-Z a-z 0-9 . _ -"),
+            ("topology: a Crux ip with an ESC", "PUT", "/v1/topology", admin,
+             {"format": "crux", "content": "ip,DSW,PSW,ASW\nh\x1b" "c,G1,P1,S1\n"}, None, 400,
+             "line 2: ip: node \"h\\x1bc\" is not a node name"),
             ("topology while jobs live", "PUT", "/v1/topology", admin,
              {"format": "slurm", "content": "SwitchName=s1 Nodes=x[0-3]\n"}, None, 409, "no job is queued"),
             ("user imports topology", "PUT", "/v1/topology", alice, {"content": "x"}, None, 403,
@@ -331,6 +383,60 @@ def main():
             ("query: '%' at the end", "GET", "/v1/nodes?domain=n%4", admin, None, None, 400,
              "query parameter domain"),
             ("query: an encoded key", "GET", "/v1/jobs?%6Cimit=0", admin, None, None, 400, "limit"),
+            # A key twice: which one a reader takes differs between readers.
+            ("query: a key twice", "GET", "/v1/jobs?limit=1&limit=2", admin, None, None, 400,
+             "query parameter limit is given twice"),
+            ("query: a key twice, once encoded", "GET", "/v1/jobs?limit=1&%6Cimit=2", admin, None,
+             None, 400, "limit is given twice"),
+            ("query: a key twice, empty values", "GET", "/v1/nodes?domain=&domain=", admin, None,
+             None, 400, "domain is given twice"),
+            ("query: a key twice on an off-strand read", "GET", "/v1/events?last=1&last=2", admin,
+             None, None, 400, "last is given twice"),
+            ("query: a key twice on /metrics", "GET", "/metrics?x=1&x=2", admin, None, None, 400,
+             "x is given twice"),
+            ("query: a key twice before the token", "GET", "/v1/jobs?a=1&a=2", None, None, None,
+             400, "a is given twice"),
+            # A parameter a route does not take is refused, never ignored.
+            ("query: unknown parameter of /v1/jobs", "GET", "/v1/jobs?colour=red", admin, None,
+             None, 400, 'unknown parameter "colour" for GET /v1/jobs; use all, tenant'),
+            ("query: a misspelt filter", "GET", "/v1/jobs?users=bob", admin, None, None, 400,
+             'unknown parameter "users"'),
+            ("query: a parameter of a route that takes none", "GET", "/v1/tenants?all=1", admin,
+             None, None, 400, "which takes none"),
+            ("query: a parameter on an off-strand read", "GET", "/v1/whoami?x=1", admin, None,
+             None, 400, 'unknown parameter "x" for GET /v1/whoami'),
+            ("query: a parameter on a write", "POST", "/v1/jobs/%d/cancel?force=1" % bob_job,
+             admin, None, None, 400, 'unknown parameter "force"'),
+            ("query: a key with no name", "GET", "/v1/jobs?=5", admin, None, None, 400,
+             "has no name"),
+            # The path and target.
+            ("path: '%' without hex digits", "GET", "/v1/jobs/%zz", admin, None, None, 400,
+             "a '%' must start an escape"),
+            ("path: '%' at the end", "GET", "/v1/jobs/1%", admin, None, None, 400,
+             "a '%' must start an escape"),
+            ("target: a fragment", "GET", "/v1/jobs#all", admin, None, None, 400, "fragment"),
+            ("target: a fragment after the query", "GET", "/v1/jobs?all=1#x", admin, None, None,
+             400, "fragment"),
+            # Malformed Authorization headers: 400 naming it (another scheme
+            # is a credential this API does not take: 401).
+            ("authorization: Bearer alone", "GET", "/v1/jobs", None, None,
+             {"Authorization": "Bearer"}, 400, "Authorization header is malformed"),
+            ("authorization: an empty token", "GET", "/v1/jobs", None, None,
+             {"Authorization": "Bearer "}, 400, "Authorization header is malformed"),
+            ("authorization: two spaces", "GET", "/v1/jobs", None, None,
+             {"Authorization": "Bearer  " + admin}, 400, "with one space"),
+            ("authorization: a second word", "GET", "/v1/jobs", None, None,
+             {"Authorization": "Bearer %s extra" % admin}, 400, "Authorization header is malformed"),
+            ("authorization: a tab", "GET", "/v1/jobs", None, None,
+             {"Authorization": "Bearer\t" + admin}, 400, "Authorization header is malformed"),
+            ("authorization: a token of 257 bytes", "GET", "/v1/jobs", None, None,
+             {"Authorization": "Bearer " + "a" * 257}, 400, "1-256"),
+            ("authorization: a quote in the token", "GET", "/v1/jobs", None, None,
+             {"Authorization": 'Bearer "%s"' % admin}, 400, "Authorization header is malformed"),
+            ("authorization: Digest", "GET", "/v1/jobs", None, None,
+             {"Authorization": "Digest username=admin"}, 401, "bearer tokens only"),
+            ("content type: application/jsonx", "POST", "/v1/tokens", admin, b"{}",
+             {"Content-Type": "application/jsonx"}, 415, "Content-Type"),
             ("unknown state filter", "GET", "/v1/jobs?state=sleeping", admin, None, None, 400, "state"),
             ("audit for a user", "GET", "/v1/audit", alice, None, None, 403, "cluster-admin"),
             ("audit: last zero", "GET", "/v1/audit?last=0", admin, None, None, 400, "last must be"),
@@ -347,6 +453,10 @@ def main():
             ("events: node with a space", "GET", "/v1/events?node=a%20b", admin, None, None, 400,
              "node must be a node name"),
             ("events: node too long", "GET", "/v1/events?node=" + "n" * 300, admin, None, None, 400,
+             "node must be a node name"),
+            ("events: node of 65 bytes", "GET", "/v1/events?node=" + "n" * 65, admin, None, None,
+             400, "1-64 bytes"),
+            ("events: node with an ESC", "GET", "/v1/events?node=n%1Bc", admin, None, None, 400,
              "node must be a node name"),
             ("events: empty node", "GET", "/v1/events?node=", admin, None, None, 400,
              "node must be a node name"),
@@ -490,16 +600,74 @@ def main():
                                 (what, got, str(out)[:200], field))
         if snapshot(d) != before:
             failures.append("a generated hostile submission changed state")
-        # Malformed HTTP on the wire: 400, and the daemon keeps serving.
-        answer = d.raw_exchange(b"GARBAGE / NOT-HTTP\r\n\r\n")
-        if b" 400 " not in answer.split(b"\r\n", 1)[0]:
-            failures.append("malformed request line: got %r" % answer[:80])
+        # Malformed HTTP on the wire: 400 naming the part at fault (the
+        # field of the error body), and the daemon keeps serving.
+        host = b"Host: 127.0.0.1\r\n"
+        auth = b"Authorization: Bearer " + admin.encode() + b"\r\n"
+        json_body = b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        wire = [
+            ("malformed request line", b"GARBAGE / NOT-HTTP\r\n\r\n", None, "malformed"),
+            ("HTTP/2.0 as text", b"GET /v1/jobs HTTP/2.0\r\n" + host + b"\r\n", "version",
+             "HTTP/1.0 or HTTP/1.1"),
+            ("no Host", b"GET /v1/jobs HTTP/1.1\r\n" + auth + b"\r\n", "Host", "exactly one Host"),
+            ("Host twice", b"GET /v1/jobs HTTP/1.1\r\n" + host + host + auth + b"\r\n", "Host",
+             "exactly one Host"),
+            ("Authorization twice", b"GET /v1/jobs HTTP/1.1\r\n" + host + auth + auth + b"\r\n",
+             "Authorization", "given twice"),
+            ("Content-Type twice", b"POST /v1/tokens HTTP/1.1\r\n" + host + auth +
+             b"Content-Type: text/plain\r\n" + json_body, "Content-Type", "given twice"),
+            ("Transfer-Encoding gzip", b"POST /v1/tokens HTTP/1.1\r\n" + host + auth +
+             b"Content-Type: application/json\r\nTransfer-Encoding: gzip\r\n\r\n{}",
+             "Transfer-Encoding", "chunked"),
+            ("Transfer-Encoding chunked, gzip", b"POST /v1/tokens HTTP/1.1\r\n" + host + auth +
+             b"Content-Type: application/json\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"
+             b"2\r\n{}\r\n0\r\n\r\n", "Transfer-Encoding", "chunked"),
+            ("Content-Length twice", b"POST /v1/tokens HTTP/1.1\r\n" + host + auth +
+             b"Content-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+             "Content-Length", "given once"),
+            ("Content-Length negative", b"POST /v1/tokens HTTP/1.1\r\n" + host + auth +
+             b"Content-Type: application/json\r\nContent-Length: -1\r\n\r\n{}",
+             "Content-Length", "whole number"),
+            ("a bad chunk", b"POST /v1/tokens HTTP/1.1\r\n" + host + auth +
+             b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+             "body", "chunk"),
+            ("a header without a colon", b"GET /v1/jobs HTTP/1.1\r\n" + host + b"Junk\r\n\r\n",
+             "headers", "NAME: VALUE"),
+            ("a NUL in a header", b"GET /v1/jobs HTTP/1.1\r\n" + host + b"X-A: a\x00b\r\n\r\n",
+             "headers", "control byte"),
+            ("a NUL in the target", b"GET /v1/j\x00bs HTTP/1.1\r\n" + host + b"\r\n", "target",
+             "not a path"),
+            ("a target not a path", b"GET https://h/v1/jobs HTTP/1.1\r\n" + host + b"\r\n",
+             "target", "must be a path"),
+        ]
+        for name, raw_request, field, text in wire:
+            answer = d.raw_exchange(raw_request)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            try:
+                error = json.loads(body.decode(errors="replace").split("\n")[0])["error"]
+            except (ValueError, KeyError, TypeError):
+                error = {}
+            if (b" 400 " not in head.split(b"\r\n", 1)[0] or text not in error.get("message", "")
+                    or (field is not None and error.get("field") != field)):
+                failures.append("%s: got %r (wanted 400 naming %s with %r)" %
+                                (name, answer[:300], field, text))
+        # Plain HTTP to the HTTPS port: told so, in plain HTTP, not reset.
+        with socket.create_connection(("127.0.0.1", d.port), timeout=10) as plain:
+            plain.sendall(b"GET /v1/jobs HTTP/1.1\r\n" + host + b"\r\n")
+            answer = b""
+            while True:
+                chunk = plain.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        if not answer.startswith(b"HTTP/1.1 400 ") or b"speaks HTTPS only" not in answer:
+            failures.append("plain HTTP to the HTTPS port: got %r" % answer[:200])
         if snapshot(d) != before:
-            failures.append("malformed request line changed state")
+            failures.append("malformed requests on the wire changed state")
         if failures:
             raise Failure("\n".join(failures))
         print("ok: %d bad requests refused (%d of them generated from the API's schema), "
-              "nothing changed" % (len(cases) + len(generated) + 1, len(generated)))
+              "nothing changed" % (len(cases) + len(generated) + len(wire) + 1, len(generated)))
 
 
 if __name__ == "__main__":

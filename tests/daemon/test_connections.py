@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """Connection slots against a real daemon on loopback: idle handshakes and
 half-open sockets cannot lock a real client out, one address cannot take
-every slot, and a new connection must send its whole first request within
+every slot with connections that never show a token, one user's 64 idle
+kept-alive connections do not lock another user of the same address out
+(a user past max_connections_per_user loses its connection idle longest),
+the heaviest user's idle connection makes room at max_connections, and a
+new connection must send its whole first request within
 first_request_timeout_s.
 
 usage: test_connections.py TOPO_SCHEDULER_BIN
@@ -22,8 +26,19 @@ first_request_timeout_s = 600
 idle_timeout_s = 600
 """
 PER_PEER = """max_connections = 500
-max_connections_per_peer = 64
+max_unauthenticated_per_peer = 64
 first_request_timeout_s = 600
+"""
+PER_USER = """max_connections = 500
+max_unauthenticated_per_peer = 64
+max_connections_per_user = 64
+first_request_timeout_s = 600
+idle_timeout_s = 600
+"""
+HEAVIEST = """max_connections = 20
+max_connections_per_user = 100
+first_request_timeout_s = 600
+idle_timeout_s = 600
 """
 SLOW = """first_request_timeout_s = 2
 idle_timeout_s = 600
@@ -133,7 +148,8 @@ def per_peer_cap(binary):
         check(status == 200, "127.0.0.2 was refused: %s" % status)
         status, metrics = get(other, "/metrics", d.admin_token)
         check(status == 200, "metrics: %s" % status)
-        check(counter(metrics, "topo_api_connections_refused_total", "max_connections_per_peer") >= 1,
+        check(counter(metrics, "topo_api_connections_refused_total",
+                      "max_unauthenticated_per_peer") >= 1,
               "the refusal is not counted")
         other.close()
         # A slot freed is a slot for the same address again.
@@ -147,6 +163,70 @@ def per_peer_cap(binary):
         check(served, "127.0.0.1 was not served again after one of its connections closed")
         for s in held:
             s.close()
+
+
+def user_token(d, name):
+    d.api("POST", "/v1/users", {"name": name, "tenant": "default", "role": "user"}, expect=201)
+    return d.api("POST", "/v1/tokens", {"user": name}, expect=201)["token"]
+
+
+def kept_alive(d, token, n):
+    """n kept-alive connections, each of which answered one request with token."""
+    conns = [https(d) for _ in range(n)]
+    for c in conns:
+        check(get(c, "/v1/whoami", token)[0] == 200, "whoami")
+    return conns
+
+
+def per_user_cap(binary):
+    d = Daemon(binary, config=PER_USER).start()
+    with serving(d):
+        alice, bob = user_token(d, "alice"), user_token(d, "bob")
+        # alice holds 64 idle kept-alive connections from 127.0.0.1 (a login node) ...
+        held = kept_alive(d, alice, 64)
+        # ... and bob, from the same address, still gets in and keeps his.
+        b = https(d)
+        status, body = get(b, "/v1/whoami", bob)
+        check(status == 200 and "bob" in body, "bob was locked out: %s %s" % (status, body))
+        sock = b.sock
+        check(get(b, "/v1/whoami", bob)[0] == 200 and b.sock is sock, "bob's connection was cut")
+        # alice's 65th: answered; her connection idle longest is closed for it.
+        extra = https(d)
+        check(get(extra, "/v1/whoami", alice)[0] == 200, "alice's 65th connection")
+        check(closed_by_server(held[0].sock, 10), "alice's oldest idle connection is still open")
+        for c in held[1:4] + [extra]:
+            s_before = c.sock
+            check(get(c, "/v1/whoami", alice)[0] == 200 and c.sock is s_before,
+                  "another of alice's connections was cut")
+        status, metrics = get(b, "/metrics", d.admin_token)
+        check(counter(metrics, "topo_api_connections_closed_total", "max_connections_per_user") >= 1,
+              "the per-user cap's closes are not counted")
+        check(counter(metrics, "topo_api_connections_refused_total",
+                      "max_unauthenticated_per_peer") == 0, "no one should have been refused")
+        for c in held + [b, extra]:
+            c.close()
+
+
+def heaviest_user(binary):
+    d = Daemon(binary, config=HEAVIEST).start()
+    with serving(d):
+        alice, bob, carol = (user_token(d, u) for u in ("alice", "bob", "carol"))
+        a = kept_alive(d, alice, 12)
+        b = kept_alive(d, bob, 6)
+        c = kept_alive(d, carol, 2)  # 20 of 20 slots
+        # One more: the heaviest user (alice) gives up her connection idle longest.
+        late = https(d)
+        check(get(late, "/v1/whoami", carol)[0] == 200, "a newcomer at max_connections")
+        check(closed_by_server(a[0].sock, 10), "alice's idle-longest connection is still open")
+        for conn in b + c:
+            s_before = conn.sock
+            check(get(conn, "/v1/whoami", bob if conn in b else carol)[0] == 200 and
+                  conn.sock is s_before, "a lighter user's connection was cut")
+        status, metrics = get(late, "/metrics", d.admin_token)
+        check(counter(metrics, "topo_api_connections_closed_total", "evicted_heaviest_user") >= 1,
+              "the heaviest user's eviction is not counted")
+        for conn in a + b + c + [late]:
+            conn.close()
 
 
 def slow_first_request(binary):
@@ -195,8 +275,11 @@ def main():
     binary = sys.argv[1]
     eviction(binary)
     per_peer_cap(binary)
+    per_user_cap(binary)
+    heaviest_user(binary)
     slow_first_request(binary)
-    print("ok: idle and half-open connections evicted for a real client, per-peer cap, "
+    print("ok: idle and half-open connections evicted for a real client, per-address cap on "
+          "unauthenticated connections, per-user cap, the heaviest user evicted first, "
           "first-request deadline")
 
 

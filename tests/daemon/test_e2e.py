@@ -41,7 +41,9 @@ def main():
         nodes = js(["nodes"])["nodes"]
         check(len(nodes) == 8 and all(n["state"] == "up" for n in nodes), "nodes up: %s" % nodes)
 
-        topo(["quota", "set", "org/a", "--guaranteed", "32", "--shares", "2"])
+        # org/a's tenant-admin (carol) may map users to these accounts only.
+        topo(["quota", "set", "org/a", "--guaranteed", "32", "--shares", "2",
+              "--unix-accounts", "dave,dave2,frank"])
         topo(["quota", "set", "org/b", "--guaranteed", "16", "--max-job-gpus", "16"])
         topo(["users", "create", "alice", "--tenant", "org/a", "--role", "user"])
         topo(["users", "create", "bob", "--tenant", "org/b", "--role", "user"])
@@ -169,10 +171,10 @@ def main():
         check(js(["users", "set", "dave", "--unix-user", "dave2"], carol)["unix_user"] == "dave2",
               "users set")
         topo(["users", "set", "dave", "--unix-user", "x"], alice, expect=AUTH)
-        topo(["users", "set", "dave", "--unix-user", "root"], carol)
-        dave = js(["token", "create", "--user", "dave"], carol)["token"]
-        out = topo(["submit", "--gpus", "8", "--", "python", "train.py"], dave, expect=AUTH).stderr
-        check("root" in out and "allow_root_jobs" in out, "a root job is refused with the fix: %s" % out)
+        out = topo(["users", "set", "dave", "--unix-user", "bob"], carol, expect=AUTH).stderr
+        check("not granted to org/a" in out, "org/b's account is not carol's to map: %s" % out)
+        out = topo(["users", "set", "dave", "--unix-user", "root"], carol, expect=AUTH).stderr
+        check("root" in out and "allow_root_jobs" in out, "root is refused with the fix: %s" % out)
         topo(["users", "set", "dave", "--unix-user", "dave2"], carol)
 
         # hold / release / cancel.

@@ -323,7 +323,7 @@ def api_connections(daemon):
 
 def test_kept_connections(topo, scheduler):
     """A connection the relay keeps is closed after 5 s unused (a login
-    node's relays count against the daemon's max_connections_per_peer), while
+    node's relays count against the daemon's max_connections_per_user), while
     the relay itself stays; the next command opens one again."""
     daemon = harness.Daemon(scheduler)  # idle_timeout_s 120: the daemon closes nothing
     home = tempfile.mkdtemp(prefix="topo-relay-kept-")

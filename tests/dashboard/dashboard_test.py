@@ -71,7 +71,7 @@ XSS_NAME = '<img src=x onerror="window.__topoXss=1"><b>bold</b>&amp;'
 JOBS = [
     ("train-a", {"spec": {"name": "train-a", "gpus": 8, "parallelism": {"tp": 4}}, "tenant": "team-a"}),
     ("eval-b", {"spec": {"name": "eval-b", "gpus": 2}, "tenant": "team-b"}),
-    ("xss-c", {"spec": {"name": XSS_NAME, "gpus": 4, "parallelism": {"tp": 4}}, "tenant": "team-a"}),
+    ("xss-c", {"spec": {"name": XSS_NAME, "gpus": 4, "parallelism": {"tp": 4}}, "tenant": "team-a/sub"}),
     ("big-d", {"spec": {"name": "big-d", "gpus": 40, "parallelism": {"tp": 4}}, "tenant": "team-b"}),
 ]
 PLACED = ["train-a", "eval-b", "xss-c"]
@@ -359,6 +359,8 @@ return {
   state: document.body.dataset.state,
   errors: document.getElementById('errors').hidden ? '' : document.getElementById('errors').textContent,
   legend_jobs: q('[data-legend-job]').map((b) => b.getAttribute('data-legend-job')),
+  tenants: q('#tenants-table tbody tr[data-tenant]').map((tr) => [tr.getAttribute('data-tenant'),
+      tr.getAttribute('data-usage'), tr.getAttribute('data-own'), tr.cells[1].textContent]),
   hbds: q('#map .hbd').map((h) => [h.getAttribute('data-hbd'), h.querySelector('.hbd-h').textContent]),
   colours: q('#map .gpu[data-job]:not([data-job=""])').map((c) => [c.getAttribute('data-job'), getComputedStyle(c).backgroundColor]),
   text: document.body.innerText,
@@ -412,6 +414,8 @@ def run(tmp, daemon_bin, failures):
         # explicit quotas: nothing guaranteed, any idle capacity may be borrowed (so no preemption)
         d.request("PUT", "/v1/tenants/team-a", {"guaranteed_gpus": 0, "borrow_limit_gpus": -1, "shares": 2})
         d.request("PUT", "/v1/tenants/team-b", {"guaranteed_gpus": 0, "borrow_limit_gpus": -1, "shares": 1})
+        # a sub-tenant: its GPUs count in team-a's usage too (rolled up the tree)
+        d.request("PUT", "/v1/tenants/team-a/sub", {"guaranteed_gpus": 0, "borrow_limit_gpus": -1, "shares": 1})
         ids = {}
         for name, req in JOBS:
             r = d.request("POST", "/v1/jobs", dict(req, command=["true"]), expect=(201,))
@@ -539,6 +543,18 @@ def run(tmp, daemon_bin, failures):
         check(dom["imgs"] == 0 and dom["bolds_in_tables"] == 0 and not dom["xss"],
               "markup from a job name reached the DOM (img=%d, b=%d, script ran=%s)"
               % (dom["imgs"], dom["bolds_in_tables"], dom["xss"]), failures)
+
+        # --- tenants: usage rolled up the tree, each tenant's own shown apart
+        tenants = {t[0]: t[1:] for t in dom["tenants"]}
+        api_tenants = {t["name"]: t for t in d.request("GET", "/v1/tenants")["tenants"]}
+        check(api_tenants["team-a"]["usage_gpus"] == 12 and api_tenants["team-a"]["own_usage_gpus"] == 8
+              and api_tenants["team-a/sub"]["usage_gpus"] == 4,
+              "GET /v1/tenants does not roll team-a/sub's 4 GPUs into team-a: %s" % api_tenants, failures)
+        check(tenants.get("team-a", [None])[:2] == ["12", "8"] and "(own 8)" in tenants["team-a"][2],
+              "the tenants table shows team-a as %s, want 12 GPUs with its sub-tenant, 8 its own"
+              % tenants.get("team-a"), failures)
+        check(tenants.get("team-a/sub", [None])[:2] == ["4", "4"], "team-a/sub row: %s" % tenants.get("team-a/sub"),
+              failures)
 
         # --- summary counts
         for stat, want in (("gpus-total", cluster["gpus"]["total"]), ("gpus-allocated", cluster["gpus"]["allocated"]),

@@ -18,13 +18,20 @@
 
 namespace topo::daemon {
 
+// The token of an Authorization header "Bearer TOKEN" (the scheme in any
+// case). Errors: kUnauthenticated for another scheme ("Basic ..."),
+// kInvalid naming the field Authorization for a malformed header (no token,
+// two spaces, a second word, bytes outside token68, more than 256).
+core::Result<std::string_view> BearerToken(std::string_view authorization);
+
 class Authenticator {
  public:
   explicit Authenticator(double rate_per_second) : rate_(rate_per_second) {}
 
   // The caller of a request with this Authorization header, looked up in
-  // `tokens` on a cache miss. Errors: kUnauthenticated (no, malformed,
-  // unknown or revoked token), kRateLimited, kUnavailable (the store).
+  // `tokens` on a cache miss. Errors: kUnauthenticated (no token, another
+  // scheme, an unknown or revoked token), kInvalid (a malformed header:
+  // BearerToken), kRateLimited, kUnavailable (the store).
   core::Result<Caller> Authenticate(std::string_view authorization, int64_t now_ms,
                                     store::Store& tokens);
   // Users or tokens changed: later requests look their token up again.

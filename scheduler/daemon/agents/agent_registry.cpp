@@ -4,9 +4,11 @@
 #include "daemon/agents/agent_registry.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 
 #include "daemon/log.hpp"
+#include "topo/common/base64.hpp"
 
 namespace topo::daemon {
 
@@ -185,13 +187,17 @@ std::optional<std::string> AgentRegistry::Message(const std::string& node, std::
   if (!parsed.ok()) {
     // The type, when it has a readable one, for the log and the reply.
     std::string type;
+    const Json whole = Json::parse(text, nullptr, false);
     const size_t at = text.find("\"type\":\"");
-    if (at != std::string_view::npos) {
+    if (whole.is_object() && whole.contains("type") && whole["type"].is_string()) {
+      if (whole["type"].get_ref<const std::string&>().size() <= 40) type = whole["type"];
+    } else if (at != std::string_view::npos) {
       const size_t end = text.find('"', at + 8);
       if (end != std::string_view::npos && end - at - 8 <= 40)
         type = text.substr(at + 8, end - at - 8);
     }
     if (!proto::ValidEnvName(type)) type.clear();
+    if (type == proto::LogsReply::kType) AnswerRefusedLogs(node, text, parsed.message());
     return Refuse(a, node, type, field, parsed.message(), false);
   }
   const core::SchedulerCore* core = host_.core();
@@ -369,6 +375,9 @@ std::optional<std::string> AgentRegistry::OnLogs(Agent& a, const std::string& no
                              {"offset", *m.offset},
                              {"next_offset", *m.next_offset},
                              {"size", *m.size},
+                             // The bytes exactly, and as text for reading
+                             // (invalid UTF-8 shown as U+FFFD).
+                             {"data_base64", common::Base64Encode(*m.data)},
                              {"data", std::move(*m.data)}}});
   }
   return std::nullopt;
@@ -460,6 +469,31 @@ void AgentRegistry::CheckStarts() {
       host_.StepCore(e, "scheduler");
     }
   }
+
+void AgentRegistry::AnswerRefusedLogs(const std::string& node, std::string_view text,
+                                      const std::string& why) {
+  // The request it answers: its "req", read leniently (the message as a
+  // whole did not parse).
+  int64_t req = -1;
+  const Json j = Json::parse(text, nullptr, false);
+  if (j.is_object() && j.contains("req") && j["req"].is_number_integer()) {
+    req = j["req"].get<int64_t>();
+  } else if (const size_t at = text.find("\"req\":"); at != std::string_view::npos) {
+    std::string_view digits = text.substr(at + 6);
+    while (!digits.empty() && digits.front() == ' ') digits.remove_prefix(1);
+    std::from_chars(digits.data(), digits.data() + digits.size(), req);
+  }
+  auto it = logs_asks_.find(req);
+  if (it == logs_asks_.end() || it->second.node != node) return;
+  answers_.push_back(
+      {it->first,
+       Status::Error("node " + node + "'s agent answered with a logs message " +
+                         "the scheduler refused (" + why.substr(0, 300) + "): the log of rank " +
+                         std::to_string(it->second.rank) + " cannot be shown; the agent's log on " +
+                         node + " says more",
+                     core::ErrorCode::kUnavailable),
+       nullptr});
+  logs_asks_.erase(it);
 }
 
 void AgentRegistry::OnDrained(const std::string& node, NodeId n) {

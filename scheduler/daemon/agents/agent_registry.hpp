@@ -196,6 +196,10 @@ class AgentRegistry {
   std::optional<std::string> OnLogs(Agent& a, const std::string& node, proto::LogsReply m);
   std::optional<std::string> OnStarted(Agent& a, const std::string& node, core::NodeId n,
                                        const proto::Started& m);
+
+  // A `logs` message from node that did not parse: the request it answers
+  // (if any was made of that node) gets the refusal now, not a timeout.
+  void AnswerRefusedLogs(const std::string& node, std::string_view text, const std::string& why);
   void OnDrained(const std::string& node, core::NodeId n);
   // The node's agent record, made (with its liveness slot) on first use.
   Agent& AgentOf(const std::string& node);

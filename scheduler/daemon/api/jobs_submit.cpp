@@ -4,6 +4,7 @@
 
 #include "daemon/api/handlers.hpp"
 #include "daemon/api/job_view.hpp"
+#include "daemon/api/unix_accounts.hpp"
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_chain.hpp"
@@ -160,13 +161,8 @@ Answer SubmitJob(ServiceState& s, const Caller& caller, const Route& route) {
   }
   // The ranks run as the submitter's Unix account (docs/jobs.md).
   request.unix_user = caller.user.unix_user.empty() ? caller.user.name : caller.user.unix_user;
-  if (request.unix_user == "root" && !s.config.allow_root_jobs) {
-    return Forbidden("user " + caller.user.name +
-                     " maps to the Unix account root, and jobs may not run as root on this "
-                     "cluster: map the user to an unprivileged account (topo users set " +
-                     caller.user.name + " --unix-user ACCOUNT), or set allow_root_jobs = true")
-        .WithField("unix_user");
-  }
+  // Root and the uid floor (api/unix_accounts.hpp).
+  if (Status e = CheckJobAccount(s.config, caller.user.name, request.unix_user); !e.ok()) return e;
   // Dependencies (Slurm's afterok:12:13,...): on jobs the caller may see;
   // one already met is dropped, one that can never be met is refused, the
   // rest wait in the core.

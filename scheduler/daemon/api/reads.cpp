@@ -7,6 +7,7 @@
 #include "daemon/api/handlers.hpp"
 #include "topo/common/agent_protocol.hpp"
 #include "topo/common/event_json.hpp"
+#include "topo/common/node_name.hpp"
 
 namespace topo::daemon {
 
@@ -105,13 +106,10 @@ bool NamesNode(const ScopedEvent& seen, const std::string& node) {
 Status ParseEventFilter(const Route& route, EventFilter& filter) {
   if (auto it = route.query.find("node"); it != route.query.end()) {
     const std::string& v = it->second;
-    const bool ok = !v.empty() && v.size() <= proto::kMaxNameBytes &&
-                    v.find_first_not_of(
-                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                        "0123456789._-") == std::string::npos;
-    if (!ok) {
-      return Invalid(
-          "node must be a node name: 1-255 of A-Z a-z 0-9 . _ - (`topo nodes` lists them)", "node");
+    if (!common::ValidNodeName(v)) {
+      return Invalid("node must be a node name: " + std::string(common::NodeNameRule()) +
+                         " (`topo nodes` lists them)",
+                     "node");
     }
     filter.node = v;
   }

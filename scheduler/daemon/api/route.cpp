@@ -1,6 +1,7 @@
 // Reading a request (route.hpp): the body, fields, query parameters, names.
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <string>
 
@@ -52,7 +53,13 @@ int JsonDepth(std::string_view text) {
 Result<Json> ParseBody(const HttpRequest& request, bool allow_empty) {
   if (request.body.empty() && allow_empty) return Json::object();
   const std::string& ct = request.content_type;
-  if (!ct.empty() && ct.rfind("application/json", 0) != 0) {
+  // The media type before any parameters (charset=...), in any case (RFC
+  // 9110 8.3.1): application/json, nothing longer.
+  std::string media = ct.substr(0, ct.find(';'));
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.pop_back();
+  std::transform(media.begin(), media.end(), media.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (!ct.empty() && media != "application/json") {
     return Status::Error("the body must be JSON: send Content-Type: application/json (got \"" +
                              ct.substr(0, 100) + "\")",
                          ErrorCode::kUnsupportedMediaType);

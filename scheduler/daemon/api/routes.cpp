@@ -25,7 +25,9 @@ enum RouteFlags : unsigned {
   kAuthChange = 2,  // changes users or tokens: replicated before it is answered (HA)
 };
 
-// Which handler serves a route, of the three kinds (handlers.hpp).
+// Which handler serves a route, of the three kinds (handlers.hpp), and the
+// query parameters it takes: any other is refused here, naming it, so a
+// misspelt filter never silently lists everything.
 struct RouteSpec {
   std::string_view method;
   std::string_view pattern;  // under /v1 unless it starts with "/metrics"
@@ -33,22 +35,24 @@ struct RouteSpec {
   WriteHandler write = nullptr;
   ReadHandler read = nullptr;
   OffStrandHandler off_strand = nullptr;
+  std::string_view query;  // the parameters it takes, separated by spaces
 };
 
 constexpr RouteSpec W(std::string_view method, std::string_view pattern, WriteHandler h,
-                      unsigned flags = kWrite) {
-  return {method, pattern, flags, h, nullptr, nullptr};
+                      unsigned flags = kWrite, std::string_view query = {}) {
+  return {method, pattern, flags, h, nullptr, nullptr, query};
 }
-constexpr RouteSpec R(std::string_view method, std::string_view pattern, ReadHandler h) {
-  return {method, pattern, kRead, nullptr, h, nullptr};
+constexpr RouteSpec R(std::string_view method, std::string_view pattern, ReadHandler h,
+                      std::string_view query = {}) {
+  return {method, pattern, kRead, nullptr, h, nullptr, query};
 }
-constexpr RouteSpec O(std::string_view pattern, OffStrandHandler h) {
-  return {"GET", pattern, kRead, nullptr, nullptr, h};
+constexpr RouteSpec O(std::string_view pattern, OffStrandHandler h, std::string_view query) {
+  return {"GET", pattern, kRead, nullptr, nullptr, h, query};
 }
 
 // {x} matches one path segment, {x*} the rest (one or more), named x.
 constexpr RouteSpec kRoutes[] = {
-    R("GET", "/jobs", ListJobs),
+    R("GET", "/jobs", ListJobs, "all tenant user state after limit"),
     W("POST", "/jobs", SubmitJob),
     R("GET", "/jobs/{id}", ShowJob),
     W("POST", "/jobs/{id}/cancel", CancelJob),
@@ -56,33 +60,34 @@ constexpr RouteSpec kRoutes[] = {
     W("POST", "/jobs/{id}/release", ReleaseJob),
     W("POST", "/jobs/{id}/checkpoint", CheckpointJob),
     // A read, though it asks the node's agent (not logged, no storage).
-    W("GET", "/jobs/{id}/logs", JobLogs, kRead),
-    R("GET", "/nodes", ListNodes),
+    W("GET", "/jobs/{id}/logs", JobLogs, kRead, "rank offset max"),
+    R("GET", "/nodes", ListNodes, "domain"),
     W("POST", "/nodes/drain", DrainNodes),
     W("POST", "/nodes/resume", ResumeNodes),
     R("GET", "/nodes/{name}", ShowNode),
     W("POST", "/nodes/{name}/gpus/{gpu}/clear", ClearGpu),
     R("GET", "/tenants", ListTenants),
     R("GET", "/tenants/{name*}", ShowTenant),
-    W("PUT", "/tenants/{name*}", PutTenant),
+    // Also the tenant's granted Unix accounts, replicated with the users.
+    W("PUT", "/tenants/{name*}", PutTenant, kWrite | kAuthChange),
     R("GET", "/users", ListUsers),
     W("POST", "/users", CreateUser, kWrite | kAuthChange),
     W("PATCH", "/users/{name}", UpdateUser, kWrite | kAuthChange),
     W("DELETE", "/users/{name}", DeleteUser, kWrite | kAuthChange),
-    R("GET", "/tokens", ListTokens),
+    R("GET", "/tokens", ListTokens, "user"),
     W("POST", "/tokens", CreateToken, kWrite | kAuthChange),
     W("DELETE", "/tokens/{id}", RevokeToken, kWrite | kAuthChange),
-    R("GET", "/topology", GetTopology),
+    R("GET", "/topology", GetTopology, "format"),
     W("PUT", "/topology", ImportTopology),
-    R("GET", "/cluster", GetCluster),
+    R("GET", "/cluster", GetCluster, "by"),
     R("GET", "/utilization", GetUtilization),
     R("GET", "/config", GetPolicy),
     W("PUT", "/config/{key}", SetPolicy),
-    O("/events", ReadEvents),
-    O("/audit", ReadAudit),
-    O("/whoami", ReadWhoami),
-    O("/history", ReadHistory),
-    O("/reports/usage", ReadUsage),
+    O("/events", ReadEvents, "after limit last node type job"),
+    O("/audit", ReadAudit, "after limit last"),
+    O("/whoami", ReadWhoami, ""),
+    O("/history", ReadHistory, "user tenant state since until limit after"),
+    O("/reports/usage", ReadUsage, "by since until limit after"),
     R("GET", "/metrics", GetMetrics),
 };
 
@@ -156,6 +161,12 @@ HttpResponse Refused(const Status& why, std::string_view route) {
 std::optional<HttpResponse> ParseRoute(const HttpRequest& request, Route& route) {
   route.request = &request;
   std::string_view target = request.target;
+  if (target.find('#') != std::string_view::npos) {
+    return Refused(Invalid("the request target has a fragment ('#'): a fragment stays in the "
+                           "client; send the path and query alone",
+                           "target"),
+                   "invalid");
+  }
   std::string_view path = target.substr(0, target.find('?'));
   if (target.size() > path.size()) {
     std::string_view q = target.substr(path.size() + 1);
@@ -189,6 +200,12 @@ std::optional<HttpResponse> ParseRoute(const HttpRequest& request, Route& route)
       }
       i = end + 1;
     }
+  }
+  if (!PercentDecode(path)) {
+    return Refused(Invalid("the request path " + std::string(path.substr(0, 200)) +
+                               ": a '%' must start an escape of two hex digits",
+                           "target"),
+                   "invalid");
   }
   // Reject traversal and encoded separators outright.
   if (path.find("..") != std::string_view::npos || path.find('%') != std::string_view::npos ||
@@ -249,9 +266,41 @@ std::string RouteName(const RouteSpec& spec) {
   return spec.pattern == "/metrics" ? std::string("/metrics") : "/v1" + std::string(spec.pattern);
 }
 
+// kInvalid naming the first query parameter the route does not take.
+Status CheckQueryKeys(const RouteSpec& spec, const Route& route) {
+  for (const auto& [key, value] : route.query) {
+    bool known = false;
+    std::string list;
+    size_t i = 0;
+    while (i < spec.query.size()) {
+      size_t end = spec.query.find(' ', i);
+      if (end == std::string_view::npos) end = spec.query.size();
+      const std::string_view name = spec.query.substr(i, end - i);
+      known = known || name == key;
+      list += (list.empty() ? "" : ", ") + std::string(name);
+      i = end + 1;
+    }
+    if (known) continue;
+    const std::string shown = key.substr(0, 40);
+    const std::string route_name = std::string(spec.method) + " " + RouteName(spec);
+    if (key.empty()) {
+      return Invalid("a query parameter has no name (\"?=...\"); " + route_name +
+                         (list.empty() ? " takes none" : " takes " + list),
+                     "query");
+    }
+    return Invalid("unknown parameter \"" + shown + "\" for " + route_name +
+                       (list.empty() ? ", which takes none" : "; use " + list),
+                   shown);
+  }
+  return Status::Ok();
+}
+
 HttpResponse Unauthenticated(const Status& who) {
   HttpResponse r = StatusResponse(who);
-  if (who.code() == ErrorCode::kUnauthenticated) r.route = "unauthenticated";
+  if (who.code() == ErrorCode::kUnauthenticated) {
+    r.route = "unauthenticated";
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");  // RFC 9110 11.6.1
+  }
   return r;
 }
 
@@ -280,10 +329,15 @@ HttpResponse ServeRequest(ServiceState& s, const HttpRequest& request, TimeMs no
   Result<Caller> who = s.auth.Authenticate(request.authorization, s.driver.now(), s.driver.store());
   if (!who.ok()) return Unauthenticated(who.status());
   auto found = Lookup(route);
-  if (auto* error = std::get_if<HttpResponse>(&found)) return *error;
+  if (auto* error = std::get_if<HttpResponse>(&found)) {
+    error->user = who.value().user.name;
+    return *error;
+  }
   const RouteSpec& spec = *std::get<const RouteSpec*>(found);
   Answer answer = Status::Ok();
-  if (Status room = (spec.flags & kWrite) ? s.disk.CheckWrite() : Status::Ok(); !room.ok()) {
+  if (Status keys = CheckQueryKeys(spec, route); !keys.ok()) {
+    answer = keys;
+  } else if (Status room = (spec.flags & kWrite) ? s.disk.CheckWrite() : Status::Ok(); !room.ok()) {
     answer = room;
   } else if (spec.off_strand != nullptr) {
     answer = spec.off_strand(s.driver.store(), who.value(), route,
@@ -296,6 +350,7 @@ HttpResponse ServeRequest(ServiceState& s, const HttpRequest& request, TimeMs no
   }
   HttpResponse r = answer.ok() ? std::move(answer).value() : StatusResponse(answer.status());
   if (r.route.empty()) r.route = RouteName(spec);
+  r.user = who.value().user.name;
   return r;
 }
 
@@ -315,15 +370,21 @@ HttpResponse ServeOffStrand(ServiceState& s, const HttpRequest& request, TimeMs 
   Result<Caller> who = s.auth.Authenticate(request.authorization, now, lease.value().store());
   if (!who.ok()) return Unauthenticated(who.status());
   auto found = Lookup(route);
-  if (auto* error = std::get_if<HttpResponse>(&found)) return *error;
+  if (auto* error = std::get_if<HttpResponse>(&found)) {
+    error->user = who.value().user.name;
+    return *error;
+  }
   const RouteSpec& spec = *std::get<const RouteSpec*>(found);
   if (spec.off_strand == nullptr) {
     return StatusResponse(Status::Error("internal: not a read route", ErrorCode::kInternal));
   }
+  Status keys = CheckQueryKeys(spec, route);
   const ReadContext context{now, s.driver.default_time_limit()};
-  Answer answer = spec.off_strand(lease.value().store(), who.value(), route, context);
+  Answer answer =
+      keys.ok() ? spec.off_strand(lease.value().store(), who.value(), route, context) : Answer(keys);
   HttpResponse r = answer.ok() ? std::move(answer).value() : StatusResponse(answer.status());
   if (r.route.empty()) r.route = RouteName(spec);
+  r.user = who.value().user.name;
   return r;
 }
 

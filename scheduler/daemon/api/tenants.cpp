@@ -1,6 +1,11 @@
 // /v1/tenants: quotas and shares per tenant (cluster-admins set them).
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "daemon/api/handlers.hpp"
+#include "daemon/api/unix_accounts.hpp"
 #include "topo/common/event_json.hpp"
 
 namespace topo::daemon {
@@ -9,21 +14,145 @@ namespace {
 using core::Result;
 using core::Status;
 
-Json TenantView(const ServiceState& s, const core::TenantConfig& t) {
+// What the jobs of each tenant hold now, its own and rolled up its tree:
+// a tenant's totals include every tenant below it ("org" holds "org/a"'s).
+// The core keeps quotas per tenant (flat); this is for people reading.
+class UsageTree {
+ public:
+  struct Counts {
+    int64_t usage_gpus = 0, running_jobs = 0, queued_jobs = 0;
+    void Add(const Counts& o) {
+      usage_gpus += o.usage_gpus;
+      running_jobs += o.running_jobs;
+      queued_jobs += o.queued_jobs;
+    }
+  };
+
+  // REQUIRES: names holds every tenant (not only the caller's).
+  UsageTree(const ServiceState& s, const std::vector<std::string>& names) {
+    for (const std::string& n : names) own_[n];
+    if (s.driver.core() == nullptr) return;
+    for (const auto& [id, j] : s.driver.core()->jobs()) {
+      if (j.state == core::JobState::kRunning || j.state == core::JobState::kPreempting) {
+        own_[j.request.tenant].running_jobs += 1;
+      }
+    }
+    for (auto& [name, c] : own_) {
+      c.usage_gpus = s.driver.core()->TenantUsage(name);
+      c.queued_jobs = s.driver.waiting().OfTenant(name);
+    }
+  }
+
+  Counts Own(const std::string& tenant) const {
+    auto it = own_.find(tenant);
+    return it == own_.end() ? Counts{} : it->second;
+  }
+  // The tenant's and its descendants': the names starting "tenant/", one
+  // range of the sorted map ('0' follows '/').
+  Counts Subtree(const std::string& tenant) const {
+    Counts total = Own(tenant);
+    for (auto it = own_.lower_bound(tenant + "/"), end = own_.lower_bound(tenant + "0"); it != end;
+         ++it) {
+      total.Add(it->second);
+    }
+    return total;
+  }
+
+ private:
+  std::map<std::string, Counts> own_;
+};
+
+// The one tenant view (GET and PUT /v1/tenants): the quota, what it holds
+// with its sub-tenants (usage_gpus, running_jobs, queued_jobs) and alone
+// (own_*), and the Unix accounts granted to it.
+Json TenantView(const core::TenantConfig& t, const UsageTree& usage,
+                const store::TenantAccounts& grant) {
   Json out = common::TenantConfigToJson(t);
   out.erase("placement_wait_ms");  // the API speaks seconds, like PUT
   out["placement_wait_s"] = t.placement_wait < 0 ? -1 : t.placement_wait / core::kSecond;
-  int running = 0;
-  if (s.driver.core() != nullptr) {
-    for (const auto& [id, j] : s.driver.core()->jobs()) {
-      if (j.request.tenant != t.name) continue;
-      running += j.state == core::JobState::kRunning || j.state == core::JobState::kPreempting;
+  const UsageTree::Counts all = usage.Subtree(t.name), own = usage.Own(t.name);
+  out["usage_gpus"] = all.usage_gpus;
+  out["running_jobs"] = all.running_jobs;
+  out["queued_jobs"] = all.queued_jobs;
+  out["own_usage_gpus"] = own.usage_gpus;
+  out["own_running_jobs"] = own.running_jobs;
+  out["own_queued_jobs"] = own.queued_jobs;
+  // What its tenant-admins may map users to (api/unix_accounts.hpp).
+  out["unix_accounts"] = grant.accounts;
+  out["unix_group"] = grant.unix_group;
+  return out;
+}
+
+// Every tenant as the core has it now (the store's list, live values).
+Result<std::vector<core::TenantConfig>> AllTenants(const ServiceState& s) {
+  Result<std::vector<core::TenantConfig>> all = s.driver.store().ListTenants();
+  if (!all.ok()) return all.status();
+  for (core::TenantConfig& t : all.value()) {
+    const core::TenantConfig* live =
+        s.driver.core() != nullptr ? s.driver.core()->tenant(t.name) : nullptr;
+    if (live != nullptr) t = *live;
+  }
+  return all;
+}
+
+std::vector<std::string> NamesOf(const std::vector<core::TenantConfig>& tenants) {
+  std::vector<std::string> names;
+  for (const core::TenantConfig& t : tenants) names.push_back(t.name);
+  return names;
+}
+
+// The nearest tenant above `name` that exists; "" when none.
+std::string ParentOf(const std::string& name, const std::map<std::string, int64_t>& guaranteed) {
+  for (size_t at = name.rfind('/'); at != std::string::npos && at > 0;
+       at = name.rfind('/', at - 1)) {
+    if (guaranteed.count(name.substr(0, at))) return name.substr(0, at);
+  }
+  return "";
+}
+
+// What an admin may not mean, though it is allowed (over-committing can
+// be intended): guarantees past the cluster's GPUs, a child's guarantee
+// above its parent's, children's guarantees adding up past their parent's.
+// `t` is the tenant as the PUT leaves it; `all` every tenant before it.
+Json GuaranteeWarnings(const ServiceState& s, const core::TenantConfig& t,
+                       const std::vector<core::TenantConfig>& all) {
+  std::map<std::string, int64_t> guaranteed;
+  for (const core::TenantConfig& o : all) guaranteed[o.name] = o.guaranteed_gpus;
+  guaranteed[t.name] = t.guaranteed_gpus;
+  Json warnings = Json::array();
+  int64_t total = 0;
+  for (const auto& [name, g] : guaranteed) total += g;
+  const int64_t cluster = s.driver.topology() != nullptr ? s.driver.topology()->total_gpus() : 0;
+  if (t.guaranteed_gpus > 0 && total > cluster) {
+    warnings.push_back("the tenants' guarantees add up to " + std::to_string(total) +
+                       " GPUs, more than the cluster's " + std::to_string(cluster) +
+                       ": not every tenant can have its guarantee at once (lower some with "
+                       "topo quota set T --guaranteed N, unless over-committing is meant)");
+  }
+  // The families whose guarantees this PUT changes: t's parent's, and t's.
+  std::vector<std::string> parents;
+  if (std::string p = ParentOf(t.name, guaranteed); !p.empty()) parents.push_back(p);
+  parents.push_back(t.name);
+  for (const std::string& parent : parents) {
+    const int64_t pg = guaranteed[parent];
+    int64_t children = 0;
+    std::vector<std::string> above;
+    for (const auto& [name, g] : guaranteed) {
+      if (ParentOf(name, guaranteed) != parent) continue;
+      children += g;
+      if (g > pg) above.push_back(name + " (" + std::to_string(g) + ")");
+    }
+    for (const std::string& child : above) {
+      warnings.push_back("tenant " + child + " is guaranteed more GPUs than its parent " + parent +
+                         " (" + std::to_string(pg) + ")");
+    }
+    if (above.empty() && pg > 0 && children > pg) {
+      warnings.push_back("the tenants under " + parent + " are guaranteed " +
+                         std::to_string(children) + " GPUs together, more than " + parent + "'s " +
+                         std::to_string(pg));
     }
   }
-  out["usage_gpus"] = s.driver.core() != nullptr ? s.driver.core()->TenantUsage(t.name) : 0;
-  out["running_jobs"] = running;
-  out["queued_jobs"] = s.driver.waiting().OfTenant(t.name);
-  return out;
+  return warnings;
 }
 
 bool TenantExists(const ServiceState& s, const std::string& name) {
@@ -49,14 +178,19 @@ Result<std::string> TenantOfPath(const Route& route) {
 }  // namespace
 
 Answer ListTenants(const ServiceState& s, const Caller& caller, const Route&) {
-  Result<std::vector<core::TenantConfig>> all = s.driver.store().ListTenants();
+  Result<std::vector<core::TenantConfig>> all = AllTenants(s);
   if (!all.ok()) return StoreFailed(all.status());
+  const UsageTree usage(s, NamesOf(all.value()));
+  Result<std::vector<store::TenantAccounts>> grants = s.driver.store().ListTenantAccounts();
+  if (!grants.ok()) return StoreFailed(grants.status());
+  std::map<std::string, store::TenantAccounts> grant_of;
+  for (store::TenantAccounts& g : grants.value()) grant_of[g.tenant] = std::move(g);
   Json out = Json::array();
   for (const core::TenantConfig& t : all.value()) {
     if (!caller.InScope(t.name)) continue;
-    const core::TenantConfig* live =
-        s.driver.core() != nullptr ? s.driver.core()->tenant(t.name) : nullptr;
-    out.push_back(TenantView(s, live != nullptr ? *live : t));
+    auto g = grant_of.find(t.name);
+    out.push_back(TenantView(
+        t, usage, g != grant_of.end() ? g->second : store::TenantAccounts{t.name, {}, {}}));
   }
   return JsonAnswer(200, Json{{"tenants", std::move(out)}});
 }
@@ -69,7 +203,12 @@ Answer ShowTenant(const ServiceState& s, const Caller& caller, const Route& rout
   }
   const core::TenantConfig* live =
       s.driver.core() != nullptr ? s.driver.core()->tenant(name.value()) : nullptr;
-  return JsonAnswer(200, TenantView(s, live != nullptr ? *live : core::TenantConfig{name.value()}));
+  Result<store::TenantAccounts> grant = s.driver.store().GetTenantAccounts(name.value());
+  if (!grant.ok()) return StoreFailed(grant.status());
+  Result<std::vector<core::TenantConfig>> all = AllTenants(s);
+  if (!all.ok()) return StoreFailed(all.status());
+  return JsonAnswer(200, TenantView(live != nullptr ? *live : core::TenantConfig{name.value()},
+                                    UsageTree(s, NamesOf(all.value())), grant.value()));
 }
 
 Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
@@ -80,9 +219,9 @@ Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
   Result<Json> parsed = ParseBody(*route.request, false);
   if (!parsed.ok()) return parsed.status();
   const Json& body = parsed.value();
-  if (Status e =
-          UnknownField(body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus",
-                              "max_running_jobs", "max_queued_jobs", "shares", "placement_wait_s"});
+  if (Status e = UnknownField(
+          body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
+                 "max_queued_jobs", "shares", "placement_wait_s", "unix_accounts", "unix_group"});
       !e.ok()) {
     return e;
   }
@@ -116,9 +255,30 @@ Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
     }
     t.shares = it->get<double>();
   }
+  Result<store::TenantAccounts> old_grant = s.driver.store().GetTenantAccounts(name.value());
+  if (!old_grant.ok()) return StoreFailed(old_grant.status());
+  store::TenantAccounts grant = old_grant.value();
+  if (Status e = ReadGrantFields(body, grant); !e.ok()) return e;
+  if (grant != old_grant.value()) {
+    // Outside the event log, like users (replicated with them in HA).
+    if (Status st = s.driver.store().SetTenantAccounts(grant); !st.ok()) return StoreFailed(st);
+    s.Audit(caller, "tenant.accounts",
+            {{"tenant", grant.tenant},
+             {"unix_accounts", grant.accounts},
+             {"unix_group", grant.unix_group},
+             {"was",
+              {{"unix_accounts", old_grant.value().accounts},
+               {"unix_group", old_grant.value().unix_group}}}});
+  }
+  Result<std::vector<core::TenantConfig>> all = AllTenants(s);
+  if (!all.ok()) return StoreFailed(all.status());
+  Json warnings = GuaranteeWarnings(s, t, all.value());
   s.driver.Step(core::TenantConfigured{t}, s.Actor(caller));
-  return JsonAnswer(live != nullptr ? 200 : 201,
-                    TenantView(s, *s.driver.core()->tenant(name.value())));
+  std::vector<std::string> names = NamesOf(all.value());
+  names.push_back(t.name);
+  Json out = TenantView(*s.driver.core()->tenant(name.value()), UsageTree(s, names), grant);
+  out["warnings"] = std::move(warnings);
+  return JsonAnswer(live != nullptr ? 200 : 201, out);
 }
 
 }  // namespace topo::daemon

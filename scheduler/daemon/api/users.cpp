@@ -6,6 +6,7 @@
 #include <map>
 
 #include "daemon/api/handlers.hpp"
+#include "daemon/api/unix_accounts.hpp"
 #include "topo/common/agent_protocol.hpp"
 
 namespace topo::daemon {
@@ -130,6 +131,7 @@ Answer CreateUser(ServiceState& s, const Caller& caller, const Route& route) {
   Result<std::optional<store::User>> existing = s.driver.store().GetUser(u.name);
   if (!existing.ok()) return StoreFailed(existing.status());
   if (existing.value()) return Conflict("user " + u.name + " exists already");
+  if (Status e = CheckAccountMapping(s.config, s.driver.store(), caller, u); !e.ok()) return e;
   if (Status st = s.driver.store().CreateUser(u); !st.ok()) return StoreFailed(st);
   s.Audit(caller, "user.create",
           {{"user", u.name},
@@ -151,6 +153,9 @@ Answer UpdateUser(ServiceState& s, const Caller& caller, const Route& route) {
   store::User changed = u.value();
   if (!body.contains("unix_user")) return Invalid("give unix_user", "unix_user");
   if (Status e = UnixUserField(body, changed.unix_user); !e.ok()) return e;
+  if (Status e = CheckAccountMapping(s.config, s.driver.store(), caller, changed); !e.ok()) {
+    return e;
+  }
   if (Status st = s.driver.store().UpdateUser(changed); !st.ok()) return StoreFailed(st);
   s.Audit(caller, "user.update",
           {{"user", changed.name}, {"unix_user", changed.unix_user}, {"was", u.value().unix_user}});

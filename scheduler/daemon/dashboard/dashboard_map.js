@@ -397,15 +397,19 @@
       const name = str(t.name), cut = name.lastIndexOf('/');
       // indent under the parent only when the parent is listed too
       const depth = cut > 0 && names.has(name.slice(0, cut)) ? name.split('/').length - 1 : 0;
+      // usage_gpus includes the sub-tenants' (GET /v1/tenants); own_usage_gpus is its own
       const usage = num(t.usage_gpus), guar = num(t.guaranteed_gpus);
+      const own = t.own_usage_gpus === undefined ? usage : num(t.own_usage_gpus);
       const scale = Math.max(usage, guar, 1);
-      const bar = el('span', { class: 'bar', title: usage + ' GPUs in use, ' + guar + ' guaranteed' },
+      const inUse = own === usage ? usage + ' GPUs in use'
+        : usage + ' GPUs in use with its sub-tenants (' + own + ' its own)';
+      const bar = el('span', { class: 'bar', title: inUse + ', ' + guar + ' guaranteed' },
         el('span', { class: 'fill' + (usage > guar ? ' over' : ''), style: { width: pct(usage, scale).toFixed(1) + '%' } }),
         guar > 0 ? el('span', { class: 'mark', style: { left: 'calc(' + pct(guar, scale).toFixed(1) + '% - 1px)' } }) : null);
       const leafName = depth ? name.slice(name.lastIndexOf('/') + 1) : name;
-      return el('tr', { 'data-tenant': name },
+      return el('tr', { 'data-tenant': name, 'data-usage': usage, 'data-own': own },
         el('td', { title: name }, el('span', { style: { paddingLeft: (depth * 14) + 'px' }, text: depth ? '\u2514 ' + leafName : name })),
-        el('td', null, bar, el('span', { class: 'bartext', text: fmt(usage) + ' / ' + fmt(guar) })),
+        el('td', null, bar, el('span', { class: 'bartext', text: fmt(usage) + ' / ' + fmt(guar) + (own === usage ? '' : ' (own ' + fmt(own) + ')') })),
         el('td', { class: 'num', text: fmt(t.guaranteed_gpus) }),
         el('td', { class: 'num', text: t.borrow_limit_gpus === -1 ? 'no limit' : fmt(t.borrow_limit_gpus) }),
         el('td', { class: 'num', text: t.max_job_gpus === 0 ? '\u2014' : fmt(t.max_job_gpus) }),

@@ -4,15 +4,20 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include "daemon/api/route.hpp"
 #include "daemon/net/server.hpp"
@@ -26,11 +31,98 @@ namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-bool AnsweredAsAuthenticated(const HttpResponse& answer) {
-  return answer.status != 401 && answer.status != 404 && answer.status < 500;
+namespace {
+
+CloseReason MetricOf(ConnectionTable::Eviction why) {
+  switch (why) {
+    case ConnectionTable::Eviction::kUnauthenticated:
+      return CloseReason::kEvictedUnauthenticated;
+    case ConnectionTable::Eviction::kHeaviestUser:
+      return CloseReason::kEvictedHeaviestUser;
+    case ConnectionTable::Eviction::kUserCap:
+      return CloseReason::kMaxConnectionsPerUser;
+  }
+  return CloseReason::kEvictedUnauthenticated;
 }
 
-namespace {
+// The error body of an answer the session gives itself (no route ran):
+// {"error": {"code", "message", "field"?}}, as StatusResponse writes them.
+std::string ErrorBody(int status, const std::string& message, const std::string& field) {
+  nlohmann::json error{{"code", status == 413   ? "too_large"
+                                : status == 431 ? "headers_too_large"
+                                                : "bad_request"},
+                       {"message", message}};
+  if (!field.empty()) error["field"] = field;
+  return nlohmann::json{{"error", std::move(error)}}.dump() + "\n";
+}
+
+// What part of a request Beast's parser refused, and how to say it.
+std::pair<std::string, std::string> MalformedPart(beast::error_code ec) {
+  if (ec == http::error::bad_method) return {"method", "the method is not an HTTP token"};
+  if (ec == http::error::bad_target) {
+    return {"target", "the request target is not a path (spaces and control bytes are escaped)"};
+  }
+  if (ec == http::error::bad_version)
+    return {"version", "the version must be HTTP/1.0 or HTTP/1.1"};
+  if (ec == http::error::bad_field) return {"headers", "a header line is not NAME: VALUE"};
+  if (ec == http::error::bad_value) {
+    return {"headers", "a header value holds a control byte (NUL, CR, LF, ...)"};
+  }
+  if (ec == http::error::bad_content_length) {
+    return {"Content-Length", "Content-Length must be one whole number of bytes, given once"};
+  }
+  if (ec == http::error::bad_transfer_encoding) {
+    return {"Transfer-Encoding", "Transfer-Encoding must be chunked"};
+  }
+  if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension) {
+    return {"body", "a chunk of the chunked body is malformed"};
+  }
+  if (ec == http::error::bad_line_ending) return {"headers", "lines must end in CRLF"};
+  return {"", ec.message()};
+}
+
+bool IEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// A header the request must not have, or have twice, as (field, message);
+// nullopt when its headers are fine (RFC 9112 3.2, 6.1; RFC 9110 5.3).
+template <typename Request>
+std::optional<std::pair<std::string, std::string>> BadHeader(const Request& req) {
+  const size_t hosts = req.count(http::field::host);
+  if ((req.version() >= 11 && hosts == 0) || hosts > 1) {
+    return std::pair<std::string, std::string>{
+        "Host", "an HTTP/1.1 request carries exactly one Host header (RFC 9112 3.2)"};
+  }
+  for (const auto& [field, name] : {std::pair{http::field::authorization, "Authorization"},
+                                    std::pair{http::field::content_type, "Content-Type"}}) {
+    if (req.count(field) > 1) {
+      return std::pair<std::string, std::string>{
+          name, std::string("the ") + name + " header is given twice; give it once"};
+    }
+  }
+  if (req.count(http::field::transfer_encoding) > 0) {
+    const auto te_field = req[http::field::transfer_encoding];
+    const std::string_view te(te_field.data(), te_field.size());
+    if (req.count(http::field::transfer_encoding) > 1 || !IEquals(te, "chunked")) {
+      return std::pair<std::string, std::string>{
+          "Transfer-Encoding",
+          "Transfer-Encoding must be chunked alone, or absent (with Content-Length)"};
+    }
+  }
+  return std::nullopt;
+}
+
+// Closes the evicted connections (outside the table's lock), counting each.
+void CloseEvicted(std::vector<ConnectionTable::Evicted>& evicted, Metrics& metrics) {
+  for (ConnectionTable::Evicted& e : evicted) {
+    metrics.ConnectionCutOff(MetricOf(e.why));
+    if (e.close) e.close();
+  }
+}
 
 // The peer as the per-peer cap counts it: an IPv4 client reaching an IPv6
 // socket (::ffff:a.b.c.d) is the IPv4 address it is.
@@ -57,10 +149,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     context_.metrics.ConnectionOpened();
     beast::get_lowest_layer(stream_).expires_after(
         std::chrono::seconds(context_.config.first_request_timeout_s));
-    stream_.async_handshake(ssl::stream_base::server,
-                            [self = shared_from_this()](beast::error_code ec) {
+    // A client speaking plain HTTP to this port gets told so, not a reset.
+    beast::async_detect_ssl(beast::get_lowest_layer(stream_), buffer_,
+                            [self = shared_from_this()](beast::error_code ec, bool tls) {
                               if (ec) return self->CountTimeout(ec);
-                              self->ReadHeader();
+                              if (!tls) return self->RefusePlainHttp();
+                              self->Handshake();
                             });
   }
 
@@ -73,6 +167,36 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  private:
   // What a timeout cuts short, for the metric.
   enum class Phase { kFirstRequest, kIdle, kRequest };
+
+  void Handshake() {
+    stream_.async_handshake(ssl::stream_base::server, buffer_.data(),
+                            [self = shared_from_this()](beast::error_code ec, size_t used) {
+                              if (ec) return self->CountTimeout(ec);
+                              self->buffer_.consume(used);
+                              self->ReadHeader();
+                            });
+  }
+
+  // The first bytes were not a TLS ClientHello: a plain-HTTP client (http://
+  // for https://). One answer in plain text, then the connection closes.
+  void RefusePlainHttp() {
+    context_.metrics.ApiRequest("invalid", "-", 400, 0);
+    const std::string body = ErrorBody(
+        400, "this port speaks HTTPS only: use https:// (the CA is the daemon's ca.pem)", "");
+    auto text = std::make_shared<std::string>(
+        "HTTP/1.1 400 Bad Request\r\nServer: topo-scheduler\r\nContent-Type: "
+        "application/json\r\nConnection: close\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body);
+    auto& socket = beast::get_lowest_layer(stream_);
+    socket.expires_after(std::chrono::seconds(2));
+    net::async_write(socket, net::buffer(*text),
+                     [self = shared_from_this(), text](beast::error_code, size_t) {
+                       beast::error_code ignored;
+                       beast::get_lowest_layer(self->stream_)
+                           .socket()
+                           .shutdown(tcp::socket::shutdown_send, ignored);
+                     });
+  }
 
   void CountTimeout(beast::error_code ec) {
     if (ec != beast::error::timeout) return;
@@ -104,6 +228,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void OnHeader(beast::error_code ec) {
     if (ec) return ReadFailed(ec);
     const auto& req = parser_->get();
+    if (std::optional<std::pair<std::string, std::string>> bad = BadHeader(req)) {
+      return Reply(400, bad->second, false, bad->first);
+    }
     const bool topology = req.target() == "/v1/topology" && req.method() == http::verb::put;
     const auto limit = static_cast<uint64_t>(topology ? context_.config.max_topology_bytes
                                                       : context_.config.max_body_bytes);
@@ -126,29 +253,26 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return Reply(413,
                    "the body is larger than this route allows (max_body_bytes; "
                    "max_topology_bytes for PUT /v1/topology)",
-                   false);
+                   false, "body");
     }
     if (ec == http::error::header_limit) {
-      return Reply(431, "the request headers are larger than max_header_bytes", false);
+      return Reply(431, "the request headers are larger than max_header_bytes", false, "headers");
     }
     if (ec.category() == http::make_error_code(http::error::bad_method).category() &&
         ec != http::error::end_of_stream) {
-      return Reply(400, "malformed HTTP request: " + ec.message(), false);
+      const auto [field, what] = MalformedPart(ec);
+      return Reply(400, "malformed HTTP request: " + what, false, field);
     }
     CountTimeout(ec);
     Close();  // timeout, reset, end of stream, evicted
   }
 
-  void Reply(int status, const std::string& message, bool keep_alive) {
+  void Reply(int status, const std::string& message, bool keep_alive, const std::string& field) {
     HttpResponse r;
     r.status = status;
-    r.body = std::string("{\"error\":{\"code\":\"") +
-             (status == 413   ? "too_large"
-              : status == 431 ? "headers_too_large"
-                              : "bad_request") +
-             "\",\"message\":\"" + message + "\"}}\n";
+    r.body = ErrorBody(status, message, field);
     linger_ = true;
-    Write(std::move(r), keep_alive, "invalid", "-", Clock::now(), false);
+    Write(std::move(r), keep_alive, "invalid", "-", Clock::now());
   }
 
   // After refusing a request the client may still be sending: read and
@@ -175,16 +299,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     const std::string method(req.method_string());
     std::string target(req.target());
     if (target.empty() || target[0] != '/' || target.size() > 4096) {
-      HttpResponse r =
-          StatusResponse(Invalid("the request target must be a path of at most 4096 bytes"));
-      return Write(std::move(r), false, "invalid", method, received, false);
+      HttpResponse r = StatusResponse(
+          Invalid("the request target must be a path of at most 4096 bytes", "target"));
+      return Write(std::move(r), false, "invalid", method, received);
     }
     const std::string path = target.substr(0, target.find('?'));
     if (path == "/favicon.ico") {
       HttpResponse r;
       r.status = 204;
       r.content_type = "image/x-icon";
-      return Write(std::move(r), keep_alive, "/favicon.ico", method, received, false);
+      return Write(std::move(r), keep_alive, "/favicon.ico", method, received);
     }
     if (path == "/healthz" || path == "/" || path == "/index.html") {
       HttpResponse r;
@@ -203,7 +327,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                                "frame-ancestors 'none'");
       }
       return Write(std::move(r), keep_alive, path == "/healthz" ? "/healthz" : "/", method,
-                   received, false);
+                   received);
     }
     HttpRequest request;
     request.method = method;
@@ -216,15 +340,26 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       net::post(self->stream_.get_executor(),
                 [self, r = std::move(r), keep_alive, method, received]() mutable {
                   const std::string route = r.route.empty() ? "unknown" : r.route;
-                  const bool authenticated = AnsweredAsAuthenticated(r);
-                  self->Write(std::move(r), keep_alive, route, method, received, authenticated);
+                  bool keep = keep_alive;
+                  if (!r.user.empty()) {
+                    // The connection is this user's now; past the user's
+                    // cap its idle ones make room, or this one goes.
+                    ConnectionTable::Authentication a =
+                        self->context_.connections.Authenticated(self->id_, r.user);
+                    CloseEvicted(a.evicted, self->context_.metrics);
+                    if (!a.keep_open) {
+                      keep = false;
+                      self->context_.metrics.ConnectionCutOff(CloseReason::kMaxConnectionsPerUser);
+                    }
+                  }
+                  self->Write(std::move(r), keep, route, method, received);
                 });
     };
     context_.enqueue(std::move(request), received, std::move(done));
   }
 
   void Write(HttpResponse r, bool keep_alive, const std::string& route, const std::string& method,
-             Clock::time_point received, bool authenticated) {
+             Clock::time_point received) {
     context_.metrics.ApiRequest(route, method, r.status,
                                 std::chrono::duration<double>(Clock::now() - received).count());
     auto res = std::make_shared<http::response<http::string_body>>();
@@ -242,9 +377,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     beast::get_lowest_layer(stream_).expires_after(
         std::chrono::seconds(context_.config.request_timeout_s));
     http::async_write(
-        stream_, *res,
-        [self = shared_from_this(), res, authenticated](beast::error_code ec, size_t) {
-          self->context_.connections.RequestDone(self->id_, authenticated);
+        stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+          self->context_.connections.RequestDone(self->id_);
           if (ec) return self->CountTimeout(ec);
           if (res->keep_alive()) {
             self->ReadHeader();
@@ -288,16 +422,13 @@ void AcceptHttpConnection(tcp::socket socket, HttpSessionContext& context) {
   ConnectionTable::Admission admission = context.connections.Open(PeerKey(peer.address()), [weak] {
     if (auto s = weak.lock()) s->Evict();
   });
-  for (auto& close : admission.evicted) {
-    context.metrics.ConnectionCutOff(CloseReason::kEvictedUnauthenticated);
-    close();
-  }
+  CloseEvicted(admission.evicted, context.metrics);
   switch (admission.verdict) {
     case ConnectionTable::Verdict::kAdmitted:
       session->Start(admission.id);
       return;
     case ConnectionTable::Verdict::kRefusedPeer:
-      context.metrics.ConnectionRefused(RefuseReason::kMaxConnectionsPerPeer);
+      context.metrics.ConnectionRefused(RefuseReason::kMaxUnauthenticatedPerPeer);
       return;  // the session's destructor closes the socket
     case ConnectionTable::Verdict::kRefusedFull:
       context.metrics.ConnectionRefused(RefuseReason::kMaxConnections);

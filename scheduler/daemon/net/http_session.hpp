@@ -11,8 +11,9 @@
 // - request_timeout_s: reading a later request once its header came, and
 //   writing any answer.
 // Admission goes through the ConnectionTable (connection_table.hpp): the
-// per-peer cap, max_connections, and the eviction of unauthenticated idle
-// connections near the limit.
+// per-address cap on unauthenticated connections, the per-user cap once a
+// request proved its token (HttpResponse::user), max_connections, and who
+// is evicted when slots run out.
 
 #include <chrono>
 #include <functional>
@@ -46,12 +47,5 @@ struct HttpSessionContext {
 // closes it at once when refused. The socket's executor should be a strand
 // of its own.
 void AcceptHttpConnection(boost::asio::ip::tcp::socket socket, HttpSessionContext& context);
-
-// Whether an answer from the service shows that the request's token was
-// valid: the service answers 401 to a bad token, and before authenticating
-// it answers only 404 (no such route) or 5xx. A 404 after authentication
-// (no such job) therefore does not count; the connection just stays
-// evictable a little longer.
-bool AnsweredAsAuthenticated(const HttpResponse& answer);
 
 }  // namespace topo::daemon

@@ -83,7 +83,8 @@ class Server::Impl {
       : config_(config),
         service_(service),
         metrics_(metrics),
-        connections_(config.max_connections, config.max_connections_per_peer),
+        connections_(config.max_connections, config.max_unauthenticated_per_peer,
+                     config.max_connections_per_user),
         // tls_ is bound here and used only once listening.
         http_{config_, tls_, metrics_, connections_,
               [this](HttpRequest request, Clock::time_point received,
@@ -305,7 +306,12 @@ void Server::Impl::Drain() {
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (answers[i].deferred != 0 && !stopping_) {
-      Defer(answers[i].deferred, std::move(batch[i].done));
+      // The answer that comes later is the same caller's.
+      Defer(answers[i].deferred,
+            [user = answers[i].user, done = std::move(batch[i].done)](HttpResponse r) {
+              r.user = user;
+              done(std::move(r));
+            });
     } else {
       batch[i].done(std::move(answers[i]));
     }

@@ -26,6 +26,7 @@
 #include <openssl/x509v3.h>
 
 #include "daemon/pki/revocation.hpp"
+#include "topo/common/node_name.hpp"
 
 namespace topo::daemon {
 namespace {
@@ -404,14 +405,25 @@ Status IssueCertificate(const PkiPaths& ca, const std::string& cn,
 // ---------------------------------------------------------------- index
 
 Status CheckNodeName(const std::string& node) {
+  // The one node-name rule (common/node_name.hpp): a certificate for a name
+  // no topology can hold would bring no node up.
+  if (common::ValidNodeName(node)) return Status::Ok();
+  return Status::Error("--node \"" + common::ShownName(node) + "\": a node name is " +
+                       std::string(common::NodeNameRule()) +
+                       " (it is the certificate's CN and its file name)");
+}
+
+namespace {
+
+// A node of pki/*.tsv: written by this daemon, maybe before the node-name
+// rule, so only what keeps a line and a file name whole is checked.
+Status CheckRecordedNode(const std::string& node) {
   bool ok = !node.empty() && node.size() <= 64 && node != "." && node != "..";
   for (unsigned char c : node) ok = ok && c > 0x20 && c != 0x7f && c != '/';
-  if (ok) return Status::Ok();
-  return Status::Error("--node \"" + node +
-                       "\": a node name for a certificate must be 1 to 64 characters without "
-                       "'/', spaces or control characters (it is the certificate's CN and its "
-                       "file name)");
+  return ok ? Status::Ok() : Status::Error("bad node name");
 }
+
+}  // namespace
 
 std::string IssuedText(const CertIndex& index) {
   std::string out =
@@ -442,7 +454,7 @@ Status ParseIssued(const std::string& text, const std::string& path, CertIndex& 
     c.serial = f[0];
     c.node = f[1];
     if (!IsSerialHex(c.serial)) return Status::Error("serial \"" + f[0] + "\" is not hex");
-    if (Status s = CheckNodeName(c.node); !s.ok()) return Status::Error("bad node name");
+    if (Status s = CheckRecordedNode(c.node); !s.ok()) return s;
     if (!ParseSeconds(f[2], c.not_before) || !ParseSeconds(f[3], c.not_after)) {
       return Status::Error("not_before and not_after must be Unix seconds");
     }
@@ -456,7 +468,7 @@ Status ParseIssued(const std::string& text, const std::string& path, CertIndex& 
 
 Status ParseRevokedNodes(const std::string& text, const std::string& path, CertIndex& index) {
   return ForEachRecord(text, path, 2, [&index](const std::vector<std::string>& f) {
-    if (Status s = CheckNodeName(f[0]); !s.ok()) return Status::Error("bad node name");
+    if (Status s = CheckRecordedNode(f[0]); !s.ok()) return s;
     int64_t at = 0;
     if (!ParseSeconds(f[1], at) || at == 0) {
       return Status::Error("revoked_at must be Unix seconds");

@@ -83,8 +83,8 @@ struct CertIndex {
   std::map<std::string, int64_t> node_revoked_at;  // node -> its latest revocation
 };
 
-// A node name fit for a certificate's CN and a file name: 1..64 bytes, no
-// '/', whitespace or control characters; the error names --node.
+// A node name for a new certificate (its CN and its file name): the one
+// node-name rule (common/node_name.hpp); the error names --node.
 core::Status CheckNodeName(const std::string& node);
 
 // Reads pki/issued.tsv and pki/revoked-nodes.tsv (missing files: empty).

@@ -98,8 +98,10 @@ TEST_CASE("a fresh file gets the whole schema, WAL mode and the default tenant")
   CHECK(versions.rfind("1:init,2:job_events_audit,3:unix_user,", 0) == 0);
   CHECK(versions.find(":job_runs") != std::string::npos);
   CHECK(versions.find(":snapshots") != std::string::npos);
-  for (const char* table : {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens",
-                            "meta", "job_events", "audit", "job_runs", "snapshots"}) {
+  CHECK(versions.find(":tenant_accounts") != std::string::npos);
+  for (const char* table :
+       {"events", "jobs", "tenants", "nodes", "gpu_health", "users", "tokens", "meta", "job_events",
+        "audit", "job_runs", "snapshots", "tenant_accounts"}) {
     CAPTURE(table);
     CHECK(raw.Text(std::string("SELECT count(*) FROM sqlite_master WHERE name = '") + table +
                    "'") == "1");
@@ -660,6 +662,7 @@ TEST_CASE("users and tokens as one value: exported, taken whole by another store
   IssuedToken ta = a.CreateToken("ada", 100).value();
   IssuedToken tb = a.CreateToken("bob", 200).value();
   CHECK(a.RevokeToken(tb.id).ok());
+  CHECK(a.SetTenantAccounts({"org/a", {"ada", "ada2"}, "lab-a"}).ok());
   const std::string value = a.ExportAuth().value();
   CHECK(value.find(ta.token) == std::string::npos);  // hashes only
   CHECK(value.find(Sha256Hex(ta.token)) != std::string::npos);
@@ -675,6 +678,16 @@ TEST_CASE("users and tokens as one value: exported, taken whole by another store
   CHECK_FALSE(b.Authenticate(te.token).value().has_value());  // b's own are gone
   CHECK(b.GetUser("bob").value()->unix_user == "robert");
   CHECK_FALSE(b.GetUser("eve").value().has_value());
+  // The tenants' granted accounts travel with them.
+  CHECK(b.GetTenantAccounts("org/a").value() == TenantAccounts{"org/a", {"ada", "ada2"}, "lab-a"});
+  // A value from before grants has none: taking it removes b's.
+  {
+    TempDir old_dir;
+    Store c = OpenOk(old_dir.File("c.db"));
+    CHECK(c.SetTenantAccounts({"org/c", {"cy"}, ""}).ok());
+    REQUIRE(c.ImportAuth(R"({"users":[],"tokens":[]})").ok());
+    CHECK(c.ListTenantAccounts().value().empty());
+  }
 
   // Hostile values: each refused with what is wrong, and b keeps a's.
   const std::string hash(64, 'a');
@@ -718,6 +731,19 @@ TEST_CASE("users and tokens as one value: exported, taken whole by another store
       {R"({"users":[)" + user + R"(],"tokens":[)" + token + "," + token + "]}", "appears twice"},
       {std::string(common::kMaxAuthBytes + 1, ' '), "more than"},
       {R"({"users":[],"users":[],"tokens":[]})", "duplicate field \"users\""},
+      {R"({"users":[],"tokens":[],"tenant_accounts":{}})", "\"tenant_accounts\" must be a list"},
+      {R"({"users":[],"tokens":[],"tenant_accounts":[{"tenant":"t","accounts":"a","unix_group":""}]})",
+       "tenant_accounts[0]: \"accounts\" must be a list"},
+      {R"({"users":[],"tokens":[],"tenant_accounts":[{"tenant":"t","accounts":[""],"unix_group":""}]})",
+       "every one of \"accounts\" must be 1 to 256 bytes"},
+      {R"({"users":[],"tokens":[],"tenant_accounts":[{"tenant":"t","accounts":[],"unix_group":1}]})",
+       "\"unix_group\" must be a string"},
+      {R"({"users":[],"tokens":[],"tenant_accounts":[{"tenant":"t","accounts":[]}]})",
+       "\"unix_group\" must be a string"},
+      {R"({"users":[],"tokens":[],"tenant_accounts":[{"tenant":"t","accounts":[],"unix_group":"","x":1}]})",
+       "tenant_accounts[0]: unknown field \"x\""},
+      {R"({"users":[],"tokens":[],"tenant_accounts":[{"tenant":"t","accounts":[],"unix_group":"g"},{"tenant":"t","accounts":[],"unix_group":"g"}]})",
+       "tenant \"t\" appears twice"},
   };
   for (const auto& b_case : bad) {
     CAPTURE(b_case.says);
@@ -729,6 +755,37 @@ TEST_CASE("users and tokens as one value: exported, taken whole by another store
   // An empty value is a valid one: no users, no tokens.
   CHECK(b.ImportAuth(R"({"users":[],"tokens":[]})").ok());
   CHECK(b.ListUsers().value().empty());
+}
+
+TEST_CASE("granted accounts: set, replaced, removed when empty, listed by tenant") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  Store store = OpenOk(path);
+  CHECK(store.GetTenantAccounts("org/a").value() == TenantAccounts{"org/a", {}, ""});
+  CHECK(store.SetTenantAccounts({"org/b", {"bo"}, ""}).ok());
+  CHECK(store.SetTenantAccounts({"org/a", {"ada", "al"}, "lab"}).ok());
+  CHECK(store.SetTenantAccounts({"org/a", {"ada"}, ""}).ok());  // replaces
+  CHECK(store.GetTenantAccounts("org/a").value() == TenantAccounts{"org/a", {"ada"}, ""});
+  std::vector<TenantAccounts> all = store.ListTenantAccounts().value();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].tenant == "org/a");
+  CHECK(all[1] == TenantAccounts{"org/b", {"bo"}, ""});
+  CHECK(store.SetTenantAccounts({"org/b", {}, ""}).ok());  // an empty grant is none
+  CHECK(store.ListTenantAccounts().value().size() == 1);
+  {
+    RawDb raw(path);
+    CHECK(raw.Text("SELECT count(*) FROM tenant_accounts") == "1");
+  }
+  CHECK_FALSE(store.SetTenantAccounts({"", {"x"}, ""}).ok());
+  // Users by account, for the one-tenant rule.
+  CHECK(store.CreateUser({"ada", "org/a", Role::kUser, 1, "shared"}).ok());
+  CHECK(store.CreateUser({"bob", "org/b", Role::kUser, 2, "shared"}).ok());
+  CHECK(store.CreateUser({"cy", "org/b", Role::kUser, 3, "cy"}).ok());
+  std::vector<User> on = store.UsersOfUnixUser("shared").value();
+  REQUIRE(on.size() == 2);
+  CHECK(on[0].name == "ada");
+  CHECK(on[1].tenant == "org/b");
+  CHECK(store.UsersOfUnixUser("none").value().empty());
 }
 
 TEST_CASE("SHA-256 matches the standard test vectors") {

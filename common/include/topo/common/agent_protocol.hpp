@@ -41,7 +41,8 @@ namespace topo::proto {
 
 // Bumped when a message changes incompatibly; `register` carries it and the
 // daemon refuses another version with a message naming both. 4: the daemon
-// requeues a run whose `start` no `started` acknowledges.
+// requeues a run whose `start` no `started` acknowledges, and a `logs` reply
+// carries its bytes as data_base64 (any byte survives), not data.
 inline constexpr int kProtocolVersion = 4;
 
 // Limits shared by both ends (and by the daemon's submission checks, so a job
@@ -143,7 +144,9 @@ struct Leaving {
   bool operator==(const Leaving&) const = default;
 };
 // The answer to a LogsRequest: bytes [offset, next_offset) of a log of
-// `size` bytes, or an error. Exactly one of the two forms.
+// `size` bytes, or an error. Exactly one of the two forms. `data` is the
+// bytes as the rank wrote them (NUL, escapes, invalid UTF-8), sent as
+// "data_base64".
 struct LogsReply {
   static constexpr std::string_view kType = "logs";
   int64_t req = 0;

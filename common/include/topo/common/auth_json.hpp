@@ -5,7 +5,11 @@
 // writes and reads it and for the fuzzer.
 //
 //   {"users": [{"name", "tenant", "role", "created_ms", "unix_user"}],
-//    "tokens": [{"hash", "user", "created_ms", "revoked"}]}
+//    "tokens": [{"hash", "user", "created_ms", "revoked"}],
+//    "tenant_accounts": [{"tenant", "accounts": [NAME, ...], "unix_group"}]}
+//
+// "tenant_accounts" (the Unix accounts granted to tenants, docs/api.md) may
+// be absent: a value written before grants existed has none.
 //
 // Thread safety: pure functions.
 
@@ -36,24 +40,35 @@ struct AuthToken {
   bool operator==(const AuthToken&) const = default;
 };
 
+struct AuthTenantAccounts {
+  std::string tenant;
+  std::vector<std::string> accounts;
+  std::string unix_group;  // "" for none
+  bool operator==(const AuthTenantAccounts&) const = default;
+};
+
 struct AuthRows {
   std::vector<AuthUser> users;
   std::vector<AuthToken> tokens;
+  std::vector<AuthTenantAccounts> tenant_accounts;
   bool operator==(const AuthRows&) const = default;
 };
 
 inline constexpr size_t kMaxAuthRows = 100000;
 inline constexpr size_t kMaxAuthBytes = 16u << 20;
+inline constexpr size_t kMaxGrantAccounts = 1000;
 
 // The value, in the rows' order.
 std::string WriteAuthRows(const AuthRows& rows);
 
 // Reads and checks a value: strict JSON (duplicate keys refused), an object
-// of exactly those two lists, each row an object of exactly its fields, each
+// of exactly those lists, each row an object of exactly its fields, each
 // of its type and size (names, tenants and unix users 1-256 bytes without
 // NUL, roles as above, created_ms an integer >= 0, hashes 64 lowercase hex
-// digits, revoked a boolean), no user or hash twice, every token's user
-// among the users, at most kMaxAuthRows rows and kMaxAuthBytes bytes.
+// digits, revoked a boolean, a grant's accounts at most kMaxGrantAccounts
+// names of 1-256 bytes without NUL and its unix_group at most 256 such
+// bytes), no user, hash or granted tenant twice, every token's user among
+// the users, at most kMaxAuthRows rows and kMaxAuthBytes bytes.
 // Errors name the row and field ("users[3]: \"role\" must be user,
 // tenant-admin or cluster-admin").
 core::Result<AuthRows> ParseAuthRows(std::string_view text);
