@@ -27,6 +27,17 @@ from schema_hostile import field_variants
 _SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "schema")
 
 
+def _absolute_refs(schema, base=None):
+    """A copy of schema whose local refs ("#/...") name its $id."""
+    base = base or schema["$id"]
+    if isinstance(schema, dict):
+        return {k: (base + v if k == "$ref" and isinstance(v, str) and v.startswith("#")
+                    else _absolute_refs(v, base)) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_absolute_refs(v, base) for v in schema]
+    return schema
+
+
 class Api:
     def __init__(self, schema_dir=_SCHEMA_DIR):
         with open(os.path.join(schema_dir, "api.schema.json")) as f:
@@ -45,7 +56,11 @@ class Api:
         if self.registry is not None:
             validator = jsonschema.Draft202012Validator(self.defs[name], registry=self.registry)
         else:
-            resolver = jsonschema.RefResolver("", self.defs[name], store={self.job["$id"]: self.job})
+            # Older jsonschema (Debian 12's 4.10) joins "#/$defs/..." inside
+            # the job schema against the root, not the job's "urn:" $id (urn
+            # is no relative scheme to urljoin): make those refs absolute.
+            resolver = jsonschema.RefResolver("", self.defs[name],
+                                              store={self.job["$id"]: _absolute_refs(self.job)})
             validator = jsonschema.Draft202012Validator(self.defs[name], resolver=resolver)
         validator.validate(value)
         return value
