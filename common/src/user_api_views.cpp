@@ -56,10 +56,10 @@ constexpr Int kDuration{0, int64_t{1} << 62};
 constexpr Int kExitCode{-1, 255 + 128};
 constexpr Num kFigure{0, 1e300};
 constexpr Num kSigned{-1e300, 1e300};
-constexpr Str kName{1024, Chars::kText};   // domain and tier names of the topology
+constexpr Str kName{1024, Chars::kText};  // domain and tier names of the topology
 constexpr Str kNode{common::kMaxNodeNameBytes, Chars::kNodeName, false};  // node_name.hpp
-constexpr Str kText{65536, Chars::kText};  // reasons, actors
-constexpr Str kWord{64, Chars::kName};     // event types, causes
+constexpr Str kText{65536, Chars::kText};                                 // reasons, actors
+constexpr Str kWord{64, Chars::kName};                                    // event types, causes
 
 }  // namespace
 

@@ -248,6 +248,8 @@ std::optional<std::string> AgentRegistry::Message(const std::string& node, std::
           return OnLogs(a, node, std::move(m));
         } else if constexpr (std::is_same_v<T, proto::Started>) {
           return OnStarted(a, node, n, m);
+        } else if constexpr (std::is_same_v<T, proto::StartWaiting>) {
+          return OnStartWaiting(a, node, n, m);
         } else if constexpr (std::is_same_v<T, proto::Leaving>) {
           if (!a.leaving) {
             log::Info("agent " + node + " is leaving; its ranks keep running for the next agent",
@@ -402,6 +404,39 @@ std::optional<std::string> AgentRegistry::OnStarted(Agent& a, const std::string&
   return std::nullopt;
 }
 
+std::optional<std::string> AgentRegistry::OnStartWaiting(Agent& a, const std::string& node,
+                                                         NodeId n, const proto::StartWaiting& m) {
+  const core::JobRecord* job = host_.core()->job(m.job);
+  const std::string id = std::to_string(m.job);
+  if (job == nullptr) {
+    if (host_.JobEnded(m.job)) return std::nullopt;
+    return Refuse(a, node, m.kType, "start_waiting.job",
+                  "start_waiting.job: job " + id + " is unknown", true);
+  }
+  if (m.restart_count != job->restarts || !Holds(job->state)) return std::nullopt;  // an earlier run
+  if (!JobOnNode(*job, n)) {
+    return Refuse(a, node, m.kType, "start_waiting.job",
+                  "start_waiting.job: job " + id + " has no ranks on node " + node, true);
+  }
+  auto it = pending_starts_.find(m.job);
+  if (it == pending_starts_.end() || it->second.restart_count != m.restart_count ||
+      std::find(it->second.nodes.begin(), it->second.nodes.end(), node) == it->second.nodes.end()) {
+    return std::nullopt;  // already acknowledged
+  }
+  // The agent bounds its own wait (it fails the launch when that runs out);
+  // the scheduler's timeout then covers an agent that went quiet after it.
+  const TimeMs deadline = now_ + m.wait_ms + settings_.start_ack_timeout_ms;
+  if (deadline > it->second.deadline) {
+    start_deadlines_.erase({it->second.deadline, m.job});
+    it->second.deadline = deadline;
+    start_deadlines_.insert({deadline, m.job});
+  }
+  log::Info("job " + id + ": the start waits on " + node + " (" + m.reason + ", up to " +
+                std::to_string(m.wait_ms / 1000) + " s)",
+            {{"job", m.job}, {"node", node}, {"wait_ms", m.wait_ms}});
+  return std::nullopt;
+}
+
 void AgentRegistry::ExpectAcks(JobId job, int restart_count, std::vector<std::string> nodes,
                                TimeMs deadline) {
   ForgetAcks(job);
@@ -469,6 +504,7 @@ void AgentRegistry::CheckStarts() {
       host_.StepCore(e, "scheduler");
     }
   }
+}
 
 void AgentRegistry::AnswerRefusedLogs(const std::string& node, std::string_view text,
                                       const std::string& why) {
