@@ -191,6 +191,15 @@ struct Table<Started> {
   }
 };
 template <>
+struct Table<StartWaiting> {
+  static constexpr auto Fields() {
+    return std::tuple{F("job", &StartWaiting::job, kJob),
+                      F("restart_count", &StartWaiting::restart_count, kRestarts),
+                      F("wait_ms", &StartWaiting::wait_ms, Int{1, kMaxStartWaitMs}),
+                      F("reason", &StartWaiting::reason, kReason)};
+  }
+};
+template <>
 struct Table<Registered> {
   static constexpr auto Fields() {
     return std::tuple{

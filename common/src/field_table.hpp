@@ -51,8 +51,8 @@
 #include <nlohmann/json.hpp>
 
 #include "json_util.hpp"
-#include "topo/common/base64.hpp"
 #include "topo/common/agent_protocol.hpp"
+#include "topo/common/base64.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_process.hpp"
 #include "topo/common/node_name.hpp"

@@ -75,6 +75,7 @@ TEST_CASE("every agent message reads back as written") {
       LaunchFailed{17, 0, "no Unix account 'ada' on n01", true},
       Leaving{},
       Started{17, 2},
+      StartWaiting{17, 2, 3'600'000, "copying checkpoint step 40 onto the node"},
   };
   for (const AgentMessage& m : messages) RoundTrip(m, ParseAgentMessage, WriteAgentMessage);
 }

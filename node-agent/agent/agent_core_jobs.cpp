@@ -145,7 +145,17 @@ void AgentCore::TryPendingLaunches() {
       return log_wait(why);
     };
     auto stage_wait = [&](const std::string& why) {
-      if (p.stage_deadline_ms == 0) p.stage_deadline_ms = now + options_.stage_wait_ms;
+      if (p.stage_deadline_ms == 0) {
+        p.stage_deadline_ms = now + options_.stage_wait_ms;
+        // The scheduler gives a start start_ack_timeout_s (10 min by
+        // default) before it requeues the run; a copy may take this long,
+        // and the launch launch_wait_ms after it: say so, once.
+        if (const auto id = JobNumber(job)) {
+          const int64_t wait = std::clamp<int64_t>(options_.stage_wait_ms + options_.launch_wait_ms,
+                                                   1, proto::kMaxStartWaitMs);
+          Report(proto::StartWaiting{*id, restart, wait, OneLine(why).substr(0, 1000)});
+        }
+      }
       if (now >= p.stage_deadline_ms) {
         FailLaunch(job, restart,
                    why + " took longer than " + std::to_string(options_.stage_wait_ms) + " ms",

@@ -96,9 +96,12 @@ def acknowledged_starts(d, binary, work):
         again = starts_of(agents["n1"], 1.0)
         check(again.get(placed["n1"], {}).get("restart_count") == 1,
               "the restart on n1: %s" % again)
+        # This restart waits on n1 (its checkpoint is copied first): n1 says
+        # so and for how long, and the run is not requeued at the 10-s timeout.
         refused = refused_total(d)
         t_again = time.time()
-        agents["n1"].send(P.agent("started", job=placed["n1"], restart_count=1))
+        agents["n1"].send(P.agent("start_waiting", job=placed["n1"], restart_count=1,
+                                  wait_ms=3000, reason="copying checkpoint step 2 onto the node"))
         agents["n1"].send(P.agent("started", job=placed["n1"], restart_count=0))
         try:
             reply = agents["n1"].recv(timeout=1.0)
@@ -107,6 +110,9 @@ def acknowledged_starts(d, binary, work):
             pass
         check(refused_total(d) == refused, "a late `started` is not a refusal")
         agents["n1"].refused(P.agent("started", job=placed["n0"], restart_count=0), "started.job",
+                             "another node's job")
+        agents["n1"].refused(P.agent("start_waiting", job=placed["n0"], restart_count=0,
+                                     wait_ms=1000, reason="x"), "start_waiting.job",
                              "another node's job")
 
         # A node no agent ever registered for, resumed by an admin, takes a
@@ -122,6 +128,11 @@ def acknowledged_starts(d, binary, work):
         g = job(d, ghost)
         check(g["state"] == "queued" and g["restarts"] == 1, "the ghost run is requeued: %s" % g)
         time.sleep(max(0.0, t_again + 11 - time.time()))
+        check(job(d, placed["n1"])["state"] == "running" and job(d, placed["n1"])["restarts"] == 1,
+              "a start that waits (start_waiting) outlives the 10-s timeout: %s" %
+              job(d, placed["n1"]))
+        agents["n1"].send(P.agent("started", job=placed["n1"], restart_count=1))
+        time.sleep(max(0.0, t_again + 14 - time.time()))
         check(job(d, placed["n1"])["state"] == "running" and job(d, placed["n1"])["restarts"] == 1,
               "the acknowledged restart runs on past its deadline: %s" % job(d, placed["n1"]))
         print("ok: an unacknowledged start requeued after %.1f s, agentless n2 down, a late "

@@ -300,6 +300,10 @@ TEST_CASE("a launch waiting for its checkpoint's copy waits stage_wait_ms, witho
   CHECK(h.core.pending_launches() == 1);
   CHECK(h.runner.launches.size() == 1);
   CHECK(h.log.Has("job 15 restart 0: launch waits: " + copying));
+  // The scheduler is told once how long this start may wait (the copy, then
+  // the launch), so it does not requeue the run at its own shorter timeout.
+  CHECK(h.link.Of<proto::StartWaiting>() ==
+        std::vector<proto::StartWaiting>{{15, 0, 10000 + 1000, copying}});
   // No heartbeat while it waits (a Tick beats only through Heartbeat()).
   CHECK(h.link.Of<proto::Heartbeat>().empty());
   // `topo logs` meanwhile: the rank has no log here yet, and the answer says why.

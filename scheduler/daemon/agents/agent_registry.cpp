@@ -413,7 +413,8 @@ std::optional<std::string> AgentRegistry::OnStartWaiting(Agent& a, const std::st
     return Refuse(a, node, m.kType, "start_waiting.job",
                   "start_waiting.job: job " + id + " is unknown", true);
   }
-  if (m.restart_count != job->restarts || !Holds(job->state)) return std::nullopt;  // an earlier run
+  if (m.restart_count != job->restarts || !Holds(job->state))
+    return std::nullopt;  // an earlier run
   if (!JobOnNode(*job, n)) {
     return Refuse(a, node, m.kType, "start_waiting.job",
                   "start_waiting.job: job " + id + " has no ranks on node " + node, true);

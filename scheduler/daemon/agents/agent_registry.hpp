@@ -196,6 +196,8 @@ class AgentRegistry {
   std::optional<std::string> OnLogs(Agent& a, const std::string& node, proto::LogsReply m);
   std::optional<std::string> OnStarted(Agent& a, const std::string& node, core::NodeId n,
                                        const proto::Started& m);
+  std::optional<std::string> OnStartWaiting(Agent& a, const std::string& node, core::NodeId n,
+                                            const proto::StartWaiting& m);
 
   // A `logs` message from node that did not parse: the request it answers
   // (if any was made of that node) gets the refusal now, not a timeout.

@@ -179,8 +179,23 @@ struct Started {
   int restart_count = 0;
   bool operator==(const Started&) const = default;
 };
+// A `start` received here that waits before its ranks launch, for at most
+// wait_ms more (a restart's checkpoint being copied onto this node can take
+// far longer than the scheduler's start_ack_timeout_s): the scheduler waits
+// that long, plus its timeout, for this node's `started`. Sent once per
+// start that waits so; the agent fails the launch itself (`launch_failed`)
+// when the wait runs out.
+inline constexpr int64_t kMaxStartWaitMs = 7 * 24 * 3'600'000LL;  // a week
+struct StartWaiting {
+  static constexpr std::string_view kType = "start_waiting";
+  int64_t job = 0;
+  int restart_count = 0;
+  int64_t wait_ms = 0;
+  std::string reason;  // what it waits for, in words
+  bool operator==(const StartWaiting&) const = default;
+};
 using AgentMessage = std::variant<Register, Heartbeat, GpuEventReport, RankExited, CheckpointReport,
-                                  Drained, LogsReply, LaunchFailed, Leaving, Started>;
+                                  Drained, LogsReply, LaunchFailed, Leaving, Started, StartWaiting>;
 
 // ------------------------------------------------------------ scheduler -> agent
 
