@@ -401,8 +401,9 @@ def scenario_bigbatch(binary, tmp):
                 r.kill9()
 
 
-def big_topology(nodes=4096, name_len=300):
-    """One spine of 64 leaves of 64 nodes whose names are long: about 1.3 MiB of JSON."""
+def big_topology(nodes=20480, name_len=64):
+    """One spine of 320 leaves of 64 nodes whose names are as long as a node name may be
+    (64 bytes): about 1.4 MiB of JSON."""
     leaves = []
     for leaf in range(nodes // 64):
         names = [f"n{leaf * 64 + i:05d}-" + "x" * (name_len - 7) for i in range(64)]

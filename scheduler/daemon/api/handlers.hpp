@@ -62,6 +62,9 @@ Answer DeleteUser(ServiceState& s, const Caller& caller, const Route& route);
 Answer ListTokens(const ServiceState& s, const Caller& caller, const Route& route);
 Answer CreateToken(ServiceState& s, const Caller& caller, const Route& route);
 Answer RevokeToken(ServiceState& s, const Caller& caller, const Route& route);
+// Whether the tenant exists ("default" always does); false when the store
+// cannot say.
+bool TenantExists(const ServiceState& s, const std::string& name);
 
 // ---- the cluster (topology.cpp, cluster.cpp, policy.cpp, metrics_page.cpp)
 Answer GetTopology(const ServiceState& s, const Caller& caller, const Route& route);

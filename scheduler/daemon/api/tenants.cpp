@@ -155,15 +155,6 @@ Json GuaranteeWarnings(const ServiceState& s, const core::TenantConfig& t,
   return warnings;
 }
 
-bool TenantExists(const ServiceState& s, const std::string& name) {
-  if (name == "default") return true;
-  if (s.driver.core() != nullptr) return s.driver.core()->tenant(name) != nullptr;
-  Result<std::vector<core::TenantConfig>> all = s.driver.store().ListTenants();
-  if (!all.ok()) return false;
-  return std::any_of(all.value().begin(), all.value().end(),
-                     [&](const core::TenantConfig& t) { return t.name == name; });
-}
-
 // The tenant the path names ({name*}: "org/team"), or the error.
 Result<std::string> TenantOfPath(const Route& route) {
   const std::string& name = route.param("name");
@@ -176,6 +167,15 @@ Result<std::string> TenantOfPath(const Route& route) {
 }
 
 }  // namespace
+
+bool TenantExists(const ServiceState& s, const std::string& name) {
+  if (name == "default") return true;
+  if (s.driver.core() != nullptr) return s.driver.core()->tenant(name) != nullptr;
+  Result<std::vector<core::TenantConfig>> all = s.driver.store().ListTenants();
+  if (!all.ok()) return false;
+  return std::any_of(all.value().begin(), all.value().end(),
+                     [&](const core::TenantConfig& t) { return t.name == name; });
+}
 
 Answer ListTenants(const ServiceState& s, const Caller& caller, const Route&) {
   Result<std::vector<core::TenantConfig>> all = AllTenants(s);

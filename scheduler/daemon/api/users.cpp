@@ -46,15 +46,6 @@ bool Manages(const Caller& caller, const store::User& u) {
   return u.name == caller.user.name;
 }
 
-bool TenantExists(const ServiceState& s, const std::string& name) {
-  if (name == "default") return true;
-  if (s.driver.core() != nullptr) return s.driver.core()->tenant(name) != nullptr;
-  Result<std::vector<core::TenantConfig>> all = s.driver.store().ListTenants();
-  if (!all.ok()) return false;
-  return std::any_of(all.value().begin(), all.value().end(),
-                     [&](const core::TenantConfig& t) { return t.name == name; });
-}
-
 std::optional<store::User> UserOf(const ServiceState& s, const std::string& name) {
   Result<std::optional<store::User>> u = s.driver.store().GetUser(name);
   return u.ok() ? u.value() : std::nullopt;
