@@ -323,6 +323,9 @@ def main():
             P.agent("logs", req=1, offset=0, next_offset=1, size=1, data_base64="eA=="),
             P.agent("launch_failed", job=jid, restart_count=0, reason="no account",
                     permanent=True),
+            P.agent("started", job=jid, restart_count=0),
+            P.agent("start_waiting", job=jid, restart_count=0, wait_ms=60000,
+                    reason="copying checkpoint step 5 onto the node"),
         ]
         a = agents[on_a]
         seq0 = last_seq(d)

@@ -50,6 +50,16 @@ def wait_for(what, pred, timeout=30):
     raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
+def text_of(path):
+    """The file's text; "" while the job has not created it yet (slurmd opens
+    a batch job's output when its step starts, after squeue says RUNNING)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
 def squeue(cluster):
     """Slurm's jobs by id, as `squeue --json` shows them (the AdminComment
     whole: scontrol's one-liner splits it at its tokens)."""
@@ -261,7 +271,7 @@ def preempted_plain_job_is_requeued(cluster, daemon, sock):
                           "--open-mode=append", "-o", out, script)
     check(v is not None, "sbatch failed: %s" % r.stderr)
     cluster.wait_job(v, {"RUNNING"})
-    wait_for("the victim's first run", lambda: "run 0" in open(out).read())
+    wait_for("the victim's first run", lambda: "run 0" in text_of(out))
     h, r = cluster.sbatch("-J", "guaranteed", "-A", "high", "-N", "12", "--comment", "topo: tp=8", "--wrap", "true")
     check(h is not None, "sbatch failed: %s" % r.stderr)
     info = cluster.wait_job(h, {"COMPLETED", "FAILED", "CANCELLED"}, timeout=60)
