@@ -192,7 +192,8 @@ TEST_CASE("a restarted agent keeps a running job's /tmp, the job's end removes i
   // The rank writes /tmp/kept, then reports what it reads there on USR1.
   auto script = WriteScript(s.sb.t / "keep.sh",
                             "echo mine > /tmp/kept\n"
-                            "trap 'cat /tmp/kept > \"$OUT_DIR/read\"' USR1\n"
+                            "trap 'cat /tmp/kept > \"$OUT_DIR/read.tmp\" && "
+                            "mv \"$OUT_DIR/read.tmp\" \"$OUT_DIR/read\"' USR1\n"
                             "touch \"$OUT_DIR/ready\"\nwhile :; do sleep 0.05; done");
   REQUIRE(first->Launch(s.sb.Job("kept", script, 1)).ok());
   REQUIRE(WaitForFile(s.sb.out + "/ready", 30000));

@@ -270,12 +270,10 @@ TEST_CASE("without cgroups, Stop kills the rank's whole process group and the lo
       WriteScript(t / "rank.sh", "sleep 1000 & echo $! > \"$OUT_DIR/child-$RANK.pid\"; wait");
   auto job = sb.Job("pgroup", script, 2);
   REQUIRE(sup.Launch(job).ok());
-  REQUIRE(WaitForFile(sb.out + "/child-0.pid"));
-  REQUIRE(WaitForFile(sb.out + "/child-1.pid"));
   std::vector<pid_t> children;
   for (int r = 0; r < 2; ++r) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    children.push_back(std::stoi(ReadFile(sb.out + ("/child-" + std::to_string(r) + ".pid"))));
+    children.push_back(ReadPidFile(sb.out + ("/child-" + std::to_string(r) + ".pid")));
+    REQUIRE(children.back() > 0);
   }
   auto ranks = sup.List();
   REQUIRE(ranks.size() == 2);
@@ -299,9 +297,8 @@ TEST_CASE("Stop escalates to SIGKILL after the grace when SIGTERM is ignored") {
                             "while :; do wait; done");
   auto job = sb.Job("stubborn", script, 1);
   REQUIRE(sup.Launch(job).ok());
-  REQUIRE(WaitForFile(sb.out + "/child.pid"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  pid_t child = std::stoi(ReadFile(sb.out + "/child.pid"));
+  const pid_t child = ReadPidFile(sb.out + "/child.pid");
+  REQUIRE(child > 0);
   auto start = std::chrono::steady_clock::now();
   REQUIRE(sup.Stop("stubborn", 300).ok());
   // Still there within the grace.
