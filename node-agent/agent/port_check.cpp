@@ -50,16 +50,21 @@ core::Status CheckTcpPortFree(int port) {
   if (port < 1 || port > 65535) {
     return core::Status::Error("port " + std::to_string(port) + " is not a TCP port (1-65535)");
   }
+  // Both sides, each named where it fails: another process may hold the
+  // port on either, or on both.
+  std::string in_use, other;
   for (int family : {AF_INET, AF_INET6}) {
     const int err = TryBind(family, port);
     if (err <= 0) continue;
-    const char* side = family == AF_INET ? "IPv4" : "IPv6";
-    if (err == EADDRINUSE) {
-      return core::Status::Error("port " + std::to_string(port) + " is in use (" + side +
-                                 " bind: " + std::strerror(err) + ")");
-    }
-    return core::Status::Error("port " + std::to_string(port) + " cannot be bound (" + side +
-                               " bind: " + std::strerror(err) + ")");
+    std::string& to = err == EADDRINUSE ? in_use : other;
+    to += std::string(to.empty() ? "" : ", ") + (family == AF_INET ? "IPv4" : "IPv6") +
+          " bind: " + std::strerror(err);
+  }
+  if (!in_use.empty()) {
+    return core::Status::Error("port " + std::to_string(port) + " is in use (" + in_use + ")");
+  }
+  if (!other.empty()) {
+    return core::Status::Error("port " + std::to_string(port) + " cannot be bound (" + other + ")");
   }
   return core::Status::Ok();
 }
