@@ -607,9 +607,7 @@ int main(int argc, char** argv) {
     daemon::Service& svc = *service.value();
     daemon::SlurmCalls calls{
         [&svc](const topo::api::SlurmSubmitLine& line, const std::string& user,
-               topo::core::TimeMs now) {
-          return svc.SlurmRequest(line, user, now);
-        },
+               topo::core::TimeMs now) { return svc.SlurmRequest(line, user, now); },
         [&svc](const daemon::SlurmSnapshot& snapshot, topo::core::TimeMs now) {
           return svc.SlurmSync(snapshot, now);
         }};

@@ -380,8 +380,8 @@ HttpResponse ServeOffStrand(ServiceState& s, const HttpRequest& request, TimeMs 
   }
   Status keys = CheckQueryKeys(spec, route);
   const ReadContext context{now, s.driver.default_time_limit()};
-  Answer answer =
-      keys.ok() ? spec.off_strand(lease.value().store(), who.value(), route, context) : Answer(keys);
+  Answer answer = keys.ok() ? spec.off_strand(lease.value().store(), who.value(), route, context)
+                            : Answer(keys);
   HttpResponse r = answer.ok() ? std::move(answer).value() : StatusResponse(answer.status());
   if (r.route.empty()) r.route = RouteName(spec);
   r.user = who.value().user.name;

@@ -299,8 +299,8 @@ std::string SlurmRequest(ServiceState& s, std::string_view text, const std::stri
   return SlurmRequest(s, line.value(), user, now);
 }
 
-std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& req,
-                         const std::string& user, TimeMs now) {
+std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& req, const std::string& user,
+                         TimeMs now) {
   s.driver.Advance(now);
   if (req.op == api::SlurmOp::kRefresh) return "PASS unknown op \"refresh\" here";
   if (s.driver.core() == nullptr) return "PASS topo-scheduler has no topology yet";

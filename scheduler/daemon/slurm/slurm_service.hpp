@@ -26,8 +26,8 @@ namespace topo::daemon {
 // does not read is answered "PASS" with why.
 std::string SlurmRequest(ServiceState& s, std::string_view line, const std::string& user,
                          core::TimeMs now);
-std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& line,
-                         const std::string& user, core::TimeMs now);
+std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& line, const std::string& user,
+                         core::TimeMs now);
 // Brings the core's view in line with what scontrol showed: jobs that ended
 // in Slurm free their capacity, nodes follow Slurm's state (nodes busy with
 // jobs toposched did not place are drained with a "slurm:" reason), and
