@@ -385,39 +385,46 @@ std::optional<std::string> AgentRegistry::OnLogs(Agent& a, const std::string& no
   return std::nullopt;
 }
 
+const core::JobRecord* AgentRegistry::ReportedRun(Agent& a, const std::string& node, NodeId n,
+                                                  std::string_view type, JobId id,
+                                                  int restart_count,
+                                                  std::optional<std::string>* refusal) {
+  const core::JobRecord* job = host_.core()->job(id);
+  const std::string field = std::string(type) + ".job";
+  if (job == nullptr) {
+    // Late news of an ended job is not a refusal.
+    if (!host_.JobEnded(id)) {
+      *refusal =
+          Refuse(a, node, type, field, field + ": job " + std::to_string(id) + " is unknown", true);
+    }
+    return nullptr;
+  }
+  // An earlier run's start reported late (the run was requeued or restarted
+  // meanwhile): not news, and not a refusal.
+  if (restart_count != job->restarts || !Holds(job->state)) return nullptr;
+  if (!JobOnNode(*job, n)) {
+    *refusal =
+        Refuse(a, node, type, field,
+               field + ": job " + std::to_string(id) + " has no ranks on node " + node, true);
+    return nullptr;
+  }
+  return job;
+}
+
 std::optional<std::string> AgentRegistry::OnStarted(Agent& a, const std::string& node, NodeId n,
                                                     const proto::Started& m) {
-  const core::JobRecord* job = host_.core()->job(m.job);
-  const std::string id = std::to_string(m.job);
-  if (job == nullptr) {
-    if (host_.JobEnded(m.job)) return std::nullopt;  // late news of an ended job
-    return Refuse(a, node, m.kType, "started.job", "started.job: job " + id + " is unknown", true);
+  std::optional<std::string> refusal;
+  if (ReportedRun(a, node, n, m.kType, m.job, m.restart_count, &refusal) != nullptr) {
+    Acknowledge(m.job, m.restart_count, node);
   }
-  // An earlier run's start acknowledged late (the run was requeued or
-  // restarted meanwhile): not news, and not a refusal.
-  if (m.restart_count != job->restarts || !Holds(job->state)) return std::nullopt;
-  if (!JobOnNode(*job, n)) {
-    return Refuse(a, node, m.kType, "started.job",
-                  "started.job: job " + id + " has no ranks on node " + node, true);
-  }
-  Acknowledge(m.job, m.restart_count, node);
-  return std::nullopt;
+  return refusal;
 }
 
 std::optional<std::string> AgentRegistry::OnStartWaiting(Agent& a, const std::string& node,
                                                          NodeId n, const proto::StartWaiting& m) {
-  const core::JobRecord* job = host_.core()->job(m.job);
-  const std::string id = std::to_string(m.job);
-  if (job == nullptr) {
-    if (host_.JobEnded(m.job)) return std::nullopt;
-    return Refuse(a, node, m.kType, "start_waiting.job",
-                  "start_waiting.job: job " + id + " is unknown", true);
-  }
-  if (m.restart_count != job->restarts || !Holds(job->state))
-    return std::nullopt;  // an earlier run
-  if (!JobOnNode(*job, n)) {
-    return Refuse(a, node, m.kType, "start_waiting.job",
-                  "start_waiting.job: job " + id + " has no ranks on node " + node, true);
+  std::optional<std::string> refusal;
+  if (ReportedRun(a, node, n, m.kType, m.job, m.restart_count, &refusal) == nullptr) {
+    return refusal;
   }
   auto it = pending_starts_.find(m.job);
   if (it == pending_starts_.end() || it->second.restart_count != m.restart_count ||
@@ -432,8 +439,8 @@ std::optional<std::string> AgentRegistry::OnStartWaiting(Agent& a, const std::st
     it->second.deadline = deadline;
     start_deadlines_.insert({deadline, m.job});
   }
-  log::Info("job " + id + ": the start waits on " + node + " (" + m.reason + ", up to " +
-                std::to_string(m.wait_ms / 1000) + " s)",
+  log::Info("job " + std::to_string(m.job) + ": the start waits on " + node + " (" + m.reason +
+                ", up to " + std::to_string(m.wait_ms / 1000) + " s)",
             {{"job", m.job}, {"node", node}, {"wait_ms", m.wait_ms}});
   return std::nullopt;
 }

@@ -194,6 +194,13 @@ class AgentRegistry {
   std::optional<std::string> OnCheckpoint(Agent& a, const std::string& node, core::NodeId n,
                                           const proto::CheckpointReport& m);
   std::optional<std::string> OnLogs(Agent& a, const std::string& node, proto::LogsReply m);
+  // The run a start report (`started`, `start_waiting`) speaks of: the job
+  // when the report is about its current run and it has ranks on the node;
+  // else nullptr, with *refusal set when the report oversteps (an unknown
+  // job, another node's). Late news of an ended or earlier run is neither.
+  const core::JobRecord* ReportedRun(Agent& a, const std::string& node, core::NodeId n,
+                                     std::string_view type, core::JobId id, int restart_count,
+                                     std::optional<std::string>* refusal);
   std::optional<std::string> OnStarted(Agent& a, const std::string& node, core::NodeId n,
                                        const proto::Started& m);
   std::optional<std::string> OnStartWaiting(Agent& a, const std::string& node, core::NodeId n,
