@@ -1,6 +1,8 @@
 #include "topo/core/topology.hpp"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -21,11 +23,12 @@ TierLink DefaultTierLink(int tier, int hbd_tier) {
 }
 
 Result<int> Topology::FindTier(std::string_view name) const {
+  if (name == "node") return 0;
+  if (name == "hbd") return hbd_tier_;
+  if (name == "cluster") return root_tier();
   for (int t = 0; t < tier_count(); ++t) {
     if (tiers_[t].name == name) return t;
   }
-  if (name == "node") return 0;
-  if (name == "hbd") return hbd_tier_;
   if (name == "leaf") return leaf_tier();
   if (name == "pod") return pod_tier();
   if (name == "cluster" || name == root_tier_.name) return root_tier();
@@ -33,6 +36,13 @@ Result<int> Topology::FindTier(std::string_view name) const {
   for (const Tier& t : tiers_) known += (known.empty() ? "" : ", ") + t.name;
   return Status::Error("unknown tier '" + std::string(name) + "'; this topology has tiers " +
                        known + " (aliases: node, hbd, leaf, pod, cluster)");
+}
+
+int Topology::FindFeature(std::string_view feature) const {
+  for (size_t i = 0; i < features_.size(); ++i) {
+    if (features_[i] == feature) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 DomainId Topology::FindDomain(std::string_view name) const {
@@ -67,6 +77,10 @@ void TopologyBuilder::SetTierCost(int tier, double cost) {
 int TopologyBuilder::AddDomain(std::string name, int tier, int parent) {
   domains_.push_back(PendingDomain{std::move(name), tier, parent});
   return static_cast<int>(domains_.size()) - 1;
+}
+
+void TopologyBuilder::MarkHbd(int domain, std::optional<TierLink> link) {
+  hbd_marks_.emplace_back(domain, link);
 }
 
 int TopologyBuilder::AddNode(std::string name, int parent, int gpus, std::string gpu_model,
@@ -307,7 +321,146 @@ Result<Topology> TopologyBuilder::Build() && {
       return Status::Error("domain name '" + nm + "' is used twice");
     }
   }
+
+  // Features and models.
+  topo.feature_masks_.assign(node_total, 0);
+  for (NodeId n = 0; n < node_total; ++n) {
+    const Node& node = topo.nodes_[n];
+    if (std::find(topo.gpu_models_.begin(), topo.gpu_models_.end(), node.gpu_model) ==
+        topo.gpu_models_.end()) {
+      topo.gpu_models_.push_back(node.gpu_model);
+    }
+    for (const std::string& f : node.features) {
+      int i = topo.FindFeature(f);
+      if (i < 0) {
+        if (static_cast<int>(topo.features_.size()) == kMaxTopologyFeatures) {
+          return Status::Error("node '" + node.name + "' has feature '" + f + "', one more than the " +
+                               std::to_string(kMaxTopologyFeatures) +
+                               " distinct features a topology may have");
+        }
+        topo.features_.push_back(f);
+        i = static_cast<int>(topo.features_.size()) - 1;
+      }
+      topo.feature_masks_[n] |= uint64_t{1} << i;
+    }
+  }
+
+  // Per-subtree HBDs: each node's HBD tier and scale-up link.
+  std::vector<int> node_hbd(node_total, hbd_tier_);
+  std::vector<std::optional<TierLink>> node_link(node_total);
+  std::vector<uint8_t> marked(domain_total, 0);
+  for (const auto& [handle, link] : hbd_marks_) {
+    if (handle < 0 || handle >= pending_domains) {
+      return Status::Error("an HBD mark names an unknown domain");
+    }
+    marked[id_of_handle[handle]] = 1;
+  }
+  for (const auto& [handle, link] : hbd_marks_) {
+    const DomainId id = id_of_handle[handle];
+    const Domain& d = topo.domains_[id];
+    for (DomainId up = d.parent; up != kNoDomain; up = topo.domains_[up].parent) {
+      if (marked[up]) {
+        return Status::Error("domain '" + d.name + "' is marked as an HBD inside HBD '" +
+                             topo.domains_[up].name + "'; mark one of them");
+      }
+    }
+    if (link && (!(link->bandwidth_gbs > 0 && link->bandwidth_gbs < 1e12) ||
+                 !(link->latency_us > 0 && link->latency_us < 1e12) ||
+                 !(link->oversubscription >= 1 && link->oversubscription < 1e6))) {
+      return Status::Error("HBD '" + d.name +
+                           "' has a link bandwidth or latency that is not a positive number, or "
+                           "an oversubscription below 1");
+    }
+    for (NodeId n = d.node_begin; n < d.node_end; ++n) {
+      node_hbd[n] = d.tier;
+      node_link[n] = link;
+    }
+  }
+  struct PartKey {
+    std::string model;
+    int hbd;
+    std::optional<TierLink> link;
+    bool operator==(const PartKey&) const = default;
+  };
+  std::vector<PartKey> keys;
+  std::vector<int32_t> part_of(node_total, 0);
+  for (NodeId n = 0; n < node_total; ++n) {
+    PartKey key{topo.nodes_[n].gpu_model, node_hbd[n], node_link[n]};
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      topo.parts_.push_back(TopologyPart{key.model, key.hbd, n, 0, 0});
+      it = keys.end() - 1;
+    }
+    const int p = static_cast<int>(it - keys.begin());
+    part_of[n] = p;
+    ++topo.parts_[p].nodes;
+    topo.parts_[p].gpus += topo.nodes_[n].gpus;
+  }
+  if (topo.parts_.size() == 1 && keys[0].hbd == hbd_tier_ && !keys[0].link) return topo;
+  topo.part_of_ = std::move(part_of);
+  if (topo.parts_.size() == 1) {
+    // Every node in one marked kind of HBD: the topology is that part.
+    Topology whole = topo.MakePartView(0, keys[0].link);
+    whole.part_of_.clear();
+    return whole;
+  }
+  std::vector<std::shared_ptr<const Topology>> views;
+  for (int p = 0; p < topo.part_count(); ++p) {
+    views.push_back(std::make_shared<const Topology>(topo.MakePartView(p, keys[p].link)));
+  }
+  topo.part_views_ = std::move(views);
   return topo;
+}
+
+Topology Topology::MakePartView(int p, const std::optional<TierLink>& hbd_link) const {
+  Topology v;
+  v.name_ = name_;
+  v.tiers_ = tiers_;
+  v.root_tier_ = root_tier_;
+  v.domains_ = domains_;
+  v.child_ids_ = child_ids_;
+  v.tier_first_ = tier_first_;
+  v.ancestors_ = ancestors_;
+  v.nodes_ = nodes_;
+  v.node_index_ = node_index_;
+  v.domain_index_ = domain_index_;
+  v.max_node_gpus_ = max_node_gpus_;
+  v.gpu_models_ = {parts_[p].gpu_model};
+  v.features_ = features_;
+  v.feature_masks_ = feature_masks_;
+  v.parts_ = {parts_[p]};
+  const int file_hbd = hbd_tier_;
+  const int hbd = parts_[p].hbd_tier;
+  v.hbd_tier_ = hbd;
+  // Costs and links the file left at their defaults follow the part's HBD;
+  // ones it gave stay, except that the part's own scale-up link covers every
+  // tier up to its HBD.
+  for (int t = 0; t <= tier_count(); ++t) {
+    Tier& tier = t < tier_count() ? v.tiers_[t] : v.root_tier_;
+    if (tier.cost == DefaultTierCost(t, file_hbd)) tier.cost = DefaultTierCost(t, hbd);
+    const bool given = !(tier.link == DefaultTierLink(t, file_hbd));
+    if (t <= hbd && hbd_link) {
+      tier.link = *hbd_link;
+    } else if (!given || (t <= hbd && t > file_hbd)) {
+      tier.link = DefaultTierLink(t, hbd);
+    }
+  }
+  v.part_of_.assign(nodes_.size(), -1);
+  for (NodeId n = 0; n < node_count(); ++n) {
+    if (part_of_[n] == p) v.part_of_[n] = 0;
+  }
+  // Domain GPU counts: the part's nodes only.
+  for (Domain& d : v.domains_) d.gpus = 0;
+  for (NodeId n = 0; n < node_count(); ++n) {
+    if (v.part_of_[n] != 0) continue;
+    for (int t = 0; t <= tier_count(); ++t) v.domains_[Ancestor(n, t)].gpus += nodes_[n].gpus;
+  }
+  v.max_domain_gpus_.assign(tier_count() + 1, 0);
+  for (const Domain& d : v.domains_) {
+    v.max_domain_gpus_[d.tier] = std::max(v.max_domain_gpus_[d.tier], d.gpus);
+  }
+  return v;
 }
 
 }  // namespace topo::core

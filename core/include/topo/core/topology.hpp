@@ -8,6 +8,17 @@
 // first tier above the HBD, the pod tier the one above the leaf. Above the
 // listed tiers there is always one implicit root domain ("cluster").
 //
+// Mixed clusters: the HBD is a property of a subtree. A domain marked as an
+// HBD (TopologyBuilder::MarkHbd; `"hbd": true` in the JSON format) is the HBD
+// of every node below it, so HGX nodes (HBD = node) and NVL72 racks (HBD =
+// rack) share one tree; nodes under no marked domain keep the topology's
+// hbd tier. The nodes that share an accelerator model and an HBD kind form a
+// part; each part has a view: a Topology with the same ids whose hbd tier,
+// role aliases, tier links and costs are the part's, and whose domain GPU
+// counts count the part's nodes only. Placers and the speed model work on a
+// view as on any topology (a placement never mixes parts: placement.hpp);
+// a topology of one part is its own view.
+//
 // Ids are dense: node ids and the ids of tier-0 domains coincide, the domains
 // of each tier have contiguous ids, and nodes are numbered in depth-first
 // order, so every domain covers the contiguous node range
@@ -15,6 +26,8 @@
 // between threads; mutable usage and health live in ClusterState.
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +56,7 @@ struct TierLink {
   double bandwidth_gbs = 0;     // GB/s per GPU, one direction
   double latency_us = 0;        // microseconds per message step
   double oversubscription = 1;  // >= 1
+  bool operator==(const TierLink&) const = default;
 };
 
 struct Tier {
@@ -67,9 +81,21 @@ struct Domain {
 struct Node {
   std::string name;
   int gpus = 0;
-  std::string gpu_model;
+  std::string gpu_model;  // the accelerator model ("H100", "GB200"; "" unknown)
   std::vector<std::string> features;
 };
+
+// Nodes that share an accelerator model and an HBD kind (see above).
+struct TopologyPart {
+  std::string gpu_model;
+  int hbd_tier = 0;
+  NodeId first_node = 0;  // the part's first node, by id
+  int nodes = 0;
+  int gpus = 0;
+};
+
+// At most this many distinct node features per topology (a 64-bit mask).
+inline constexpr int kMaxTopologyFeatures = 64;
 
 class Topology {
  public:
@@ -84,8 +110,11 @@ class Topology {
   // Tier above the leaf, capped at the root tier.
   int pod_tier() const { return leaf_tier() + 1 <= tier_count() ? leaf_tier() + 1 : tier_count(); }
   int root_tier() const { return tier_count(); }
-  // Resolves a tier by its name or by a role alias ("node", "hbd", "leaf",
-  // "pod", "cluster"). Error names the tiers that exist.
+  // Resolves a tier by its name or by a role alias. "node", "hbd" and
+  // "cluster" are always the roles (on a part's view, "hbd" is the part's
+  // HBD tier); other names match a tier's name first, then the aliases
+  // "leaf" (first tier above the HBD) and "pod" (the one above). Error names
+  // the tiers that exist.
   Result<int> FindTier(std::string_view name) const;
 
   // --- domains ---
@@ -116,8 +145,37 @@ class Topology {
 
   const std::string& name() const { return name_; }
 
+  // --- parts (mixed clusters) ---
+  // Parts in order of their first node. A view has one part, itself.
+  int part_count() const { return static_cast<int>(parts_.size()); }
+  const TopologyPart& part(int p) const { return parts_[p]; }
+  // The part of node n; on a view, -1 for a node outside it.
+  int part_of(NodeId n) const { return part_of_.empty() ? 0 : part_of_[n]; }
+  // REQUIRES: 0 <= p < part_count()
+  const Topology& PartView(int p) const {
+    return part_views_.empty() ? *this : *part_views_[static_cast<size_t>(p)];
+  }
+  // The view of node n's part (this topology for a single-part one).
+  const Topology& ViewOf(NodeId n) const {
+    const int p = part_of(n);
+    return PartView(p < 0 ? 0 : p);
+  }
+  // Distinct accelerator models of the nodes, in order of first appearance
+  // ("" included when some node names none).
+  const std::vector<std::string>& gpu_models() const { return gpu_models_; }
+  // Distinct node features, in order of first appearance, and node n's as
+  // a mask over that list.
+  const std::vector<std::string>& features() const { return features_; }
+  uint64_t feature_mask(NodeId n) const { return feature_masks_[n]; }
+  // Index of a feature in features(), -1 if no node has it.
+  int FindFeature(std::string_view feature) const;
+
  private:
   friend class TopologyBuilder;
+  // The view of part p (an own copy whose hbd tier, links, costs and domain
+  // GPU counts are the part's).
+  Topology MakePartView(int p, const std::optional<TierLink>& hbd_link) const;
+
   std::string name_;
   std::vector<Tier> tiers_;
   Tier root_tier_{"cluster", 64.0, {}};
@@ -131,6 +189,12 @@ class Topology {
   std::unordered_map<std::string, NodeId> node_index_;
   std::unordered_map<std::string, DomainId> domain_index_;
   int max_node_gpus_ = 0;
+  std::vector<TopologyPart> parts_;
+  std::vector<int32_t> part_of_;  // empty when there is one part
+  std::vector<std::shared_ptr<const Topology>> part_views_;  // empty when one part
+  std::vector<std::string> gpu_models_;
+  std::vector<std::string> features_;
+  std::vector<uint64_t> feature_masks_;
 };
 
 // Default tier cost by the tier's position relative to the HBD.
@@ -174,6 +238,12 @@ class TopologyBuilder {
   // the only tier). Returns its builder handle.
   int AddNode(std::string name, int parent, int gpus, std::string gpu_model = "",
               std::vector<std::string> features = {});
+  // Makes a domain (a handle from AddDomain) the HBD of every node below it,
+  // whatever the topology's hbd tier, and optionally gives the link of that
+  // scale-up fabric (every tier up to the domain's own, as one GPU sees it;
+  // left out: the HBD default, DefaultTierLink). Build() refuses a marked
+  // domain inside another marked one.
+  void MarkHbd(int domain, std::optional<TierLink> link = std::nullopt);
 
   Result<Topology> Build() &&;
 
@@ -193,6 +263,7 @@ class TopologyBuilder {
   int hbd_tier_;
   std::vector<PendingDomain> domains_;
   std::vector<PendingNode> nodes_;
+  std::vector<std::pair<int, std::optional<TierLink>>> hbd_marks_;
 };
 
 }  // namespace topo::core
