@@ -63,6 +63,19 @@ ClusterState::ClusterState(const Topology& topology)
     all_[n] = g >= 64 ? ~uint64_t{0} : ((uint64_t{1} << g) - 1);
     node_gpus_[n] = static_cast<uint8_t>(g);
   }
+  open_ = all_;
+}
+
+ClusterState ClusterState::Fenced(const Topology& view, std::span<const uint8_t> open) const {
+  ClusterState out = *this;
+  out.topology_ = &view;
+  for (NodeId n = 0; n < static_cast<NodeId>(open.size()); ++n) {
+    const uint64_t want = open[n] ? all_[n] : 0;
+    if (out.open_[n] == want) continue;
+    out.open_[n] = want;
+    out.Recount(n);
+  }
+  return out;
 }
 
 GpuHealth ClusterState::gpu_health(NodeId n, int gpu) const {

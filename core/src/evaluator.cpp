@@ -47,8 +47,11 @@ int MinDomainsForJob(const JobSpec& job, const Topology& topology, int tier) {
   return 0;  // the empty cluster cannot hold it
 }
 
-PlacementMetrics Evaluate(const JobSpec& job, const Topology& topology,
+PlacementMetrics Evaluate(const JobSpec& job, const Topology& whole,
                           std::span<const GpuSlot> ranks) {
+  // On a mixed cluster, the part the job runs on (its first rank's): its
+  // HBD, aliases and domains.
+  const Topology& topology = ranks.empty() ? whole : whole.ViewOf(ranks[0].node);
   PlacementMetrics m;
   const RankLayout layout(job.parallelism);
   const int root_tier = topology.root_tier();
@@ -57,10 +60,16 @@ PlacementMetrics Evaluate(const JobSpec& job, const Topology& topology,
   required.fill(-1);
   for (GroupKind k : kAllGroupKinds) {
     const TierConstraint& c = job.constraint(k);
-    if (c.strength != Strength::kRequired || !RankLayout::KindActive(k, job.parallelism)) continue;
+    if (c.strength == Strength::kNone || !RankLayout::KindActive(k, job.parallelism)) continue;
     Result<int> t = topology.FindTier(c.tier);
-    required[static_cast<int>(k)] = t.ok() ? t.value() : -1;
-    if (!t.ok()) m.required_met = false;
+    if (!t.ok()) {
+      if (c.strength != Strength::kPreferred) m.required_met = false;
+      continue;
+    }
+    if (EffectiveStrength(c.strength, layout.GroupSize(k), topology.max_domain_gpus(t.value())) ==
+        Strength::kRequired) {
+      required[static_cast<int>(k)] = t.value();
+    }
   }
 
   for (GroupKind k : kAllGroupKinds) {

@@ -1,5 +1,6 @@
 #include "topo/core/job.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace topo::core {
@@ -12,6 +13,50 @@ int Count(const std::vector<Dim>& order, Dim d) {
   int n = 0;
   for (Dim x : order) n += (x == d);
   return n;
+}
+
+Status ValidateNames(const std::vector<std::string>& names, const char* field) {
+  if (names.size() > kMaxSelectionNames) {
+    return Status::Error(std::string(field) + " lists " + std::to_string(names.size()) +
+                         " names; at most " + std::to_string(kMaxSelectionNames));
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    if (n.empty() || n.size() > kMaxSelectionNameBytes) {
+      return Status::Error(std::string(field) + "[" + std::to_string(i) + "] must be 1.." +
+                           std::to_string(kMaxSelectionNameBytes) + " bytes");
+    }
+    for (unsigned char c : n) {
+      if (c < 0x21 || c > 0x7e || c == ',') {
+        return Status::Error(std::string(field) + "[" + std::to_string(i) +
+                             "] holds a blank, a comma or a byte outside printable ASCII");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateSelection(const NodeSelection& s) {
+  struct List {
+    const std::vector<std::string>* names;
+    const char* field;
+  };
+  for (List l : {List{&s.gpu_types, "gpu_types"}, List{&s.features, "features"},
+                 List{&s.nodelist, "nodelist"}, List{&s.exclude, "exclude"},
+                 List{&s.avoid, "avoid"}}) {
+    if (Status st = ValidateNames(*l.names, l.field); !st.ok()) return st;
+  }
+  if (!s.nodelist.empty() && !s.exclude.empty()) {
+    std::vector<std::string> listed = s.nodelist;
+    std::sort(listed.begin(), listed.end());
+    for (const std::string& n : s.exclude) {
+      if (std::binary_search(listed.begin(), listed.end(), n)) {
+        return Status::Error("node '" + n +
+                             "' is in both nodelist and exclude; leave it out of one of them");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -105,7 +150,7 @@ std::string FormatRankOrder(const std::vector<Dim>& order) {
 std::array<TierConstraint, kGroupKindCount> JobSpec::DefaultConstraints() {
   std::array<TierConstraint, kGroupKindCount> c;
   c[static_cast<int>(GroupKind::kTp)] = {Strength::kRequired, "hbd"};
-  c[static_cast<int>(GroupKind::kEp)] = {Strength::kRequired, "hbd"};
+  c[static_cast<int>(GroupKind::kEp)] = {Strength::kAuto, "hbd"};
   c[static_cast<int>(GroupKind::kPp)] = {Strength::kPreferred, "leaf"};
   return c;
 }
@@ -164,7 +209,7 @@ Status ValidateJobSpec(const JobSpec& job) {
       return Status::Error("constraints." + std::string(GroupKindName(k)) + " names no tier");
     }
   }
-  return Status::Ok();
+  return ValidateSelection(job.selection);
 }
 
 RankLayout::RankLayout(const Parallelism& p) {

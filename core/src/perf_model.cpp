@@ -482,6 +482,8 @@ StepBreakdown PredictStep(const JobSpec& job, const ResolvedModel& model, const 
 }
 
 std::string DominantGpuModel(const Topology& topology) {
+  // A part's nodes share one model (a view, or a topology of one part).
+  if (topology.part_count() == 1) return topology.part(0).gpu_model;
   std::map<std::string, int> counts;
   std::string best;
   int best_count = 0;
@@ -495,8 +497,10 @@ std::string DominantGpuModel(const Topology& topology) {
   return best;
 }
 
-Result<StepPrediction> PredictPlacement(const JobSpec& job, const Topology& topology,
+Result<StepPrediction> PredictPlacement(const JobSpec& job, const Topology& whole,
                                         std::span<const GpuSlot> ranks) {
+  // On a mixed cluster, the part the job runs on (its first rank's).
+  const Topology& topology = ranks.empty() ? whole : whole.ViewOf(ranks[0].node);
   Result<ResolvedModel> model = ResolveModel(job);
   if (!model.ok()) return model.status();
   const double rate = SustainedFlops(ranks.empty() ? DominantGpuModel(topology)

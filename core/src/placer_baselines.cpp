@@ -192,11 +192,21 @@ class SlurmTreePlacer final : public Placer {
 }  // namespace
 
 std::unique_ptr<Placer> MakeTopoSchedPlacer(const PlacerOptions& options);
+// placer_select.cpp: node selection, and with per_part one part of a mixed
+// cluster per job (the baselines, as Slurm does, place over the whole tree).
+std::unique_ptr<Placer> MakeSelectingPlacer(std::unique_ptr<Placer> base, bool per_part,
+                                            bool explain_shortfall);
 
 std::unique_ptr<Placer> MakePlacer(std::string_view name, const PlacerOptions& options) {
-  if (name == "toposched") return MakeTopoSchedPlacer(options);
-  if (name == "slurm-tree") return std::make_unique<SlurmTreePlacer>(options);
-  if (name == "first-fit") return std::make_unique<FirstFitPlacer>(options);
+  if (name == "toposched") return MakeSelectingPlacer(MakeTopoSchedPlacer(options), true, options.explain_shortfall);
+  if (name == "slurm-tree") {
+    return MakeSelectingPlacer(std::make_unique<SlurmTreePlacer>(options), false,
+                               options.explain_shortfall);
+  }
+  if (name == "first-fit") {
+    return MakeSelectingPlacer(std::make_unique<FirstFitPlacer>(options), false,
+                               options.explain_shortfall);
+  }
   return nullptr;
 }
 

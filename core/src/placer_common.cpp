@@ -56,8 +56,16 @@ Result<JobShape> MakeJobShape(const JobSpec& job, const Topology& topology,
     if (!tier.ok()) {
       return Status::Error("constraints." + std::string(GroupKindName(k)) + ": " + tier.message());
     }
-    (c.strength == Strength::kRequired ? shape.required_tier : shape.preferred_tier)[i] =
-        tier.value();
+    const int group = shape.layout.GroupSize(k);
+    const Strength strength =
+        EffectiveStrength(c.strength, group, topology.max_domain_gpus(tier.value()));
+    if (strength == Strength::kRequired) {
+      shape.required_tier[i] = tier.value();
+    } else {
+      shape.preferred_tier[i] = c.strength == Strength::kAuto
+                                    ? AutoPreferredTier(topology, tier.value(), group)
+                                    : tier.value();
+    }
   }
   shape.unit.assign(root_tier + 1, 1);
   shape.unit_dims.assign(root_tier + 1, {});

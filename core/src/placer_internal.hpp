@@ -40,6 +40,14 @@ struct JobShape {
   explicit JobShape(const Parallelism& p) : layout(p) {}
 };
 
+// Where an auto constraint that a tier's domains cannot hold is preferred:
+// the innermost tier from `tier` up whose largest domain holds `group_gpus`
+// (the root when none does).
+inline int AutoPreferredTier(const Topology& topo, int tier, int group_gpus) {
+  while (tier < topo.root_tier() && topo.max_domain_gpus(tier) < group_gpus) ++tier;
+  return tier;
+}
+
 // Resolves tiers and builds the levels. Fails (the reason of an Infeasible
 // answer) on an unknown tier name.
 Result<JobShape> MakeJobShape(const JobSpec& job, const Topology& topology,

@@ -11,9 +11,9 @@ namespace topo::core {
 PlacementScorer::PlacementScorer(const Topology& topology)
     : topology_(&topology), stamp_(topology.domain_count(), 0) {}
 
-const PlacementScorer::Shape& PlacementScorer::ShapeOf(const JobSpec& job) {
+const PlacementScorer::Shape& PlacementScorer::ShapeOf(const JobSpec& job, int part) {
   const Parallelism& p = job.parallelism;
-  std::string key = std::to_string(job.gpus) + "/" + std::to_string(job.gpus_per_node) + "/" +
+  std::string key = std::to_string(part) + "@" + std::to_string(job.gpus) + "/" + std::to_string(job.gpus_per_node) + "/" +
                     std::to_string(p.tp) + "." + std::to_string(p.cp) + "." + std::to_string(p.ep) +
                     "." + std::to_string(p.pp) + "." + std::to_string(p.dp) + "/" +
                     FormatRankOrder(p.order);
@@ -23,7 +23,7 @@ const PlacementScorer::Shape& PlacementScorer::ShapeOf(const JobSpec& job) {
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
 
-  const Topology& topo = *topology_;
+  const Topology& topo = topology_->PartView(part);
   Shape shape;
   const int root = topo.root_tier();
   const int leaf = topo.leaf_tier();
@@ -35,15 +35,16 @@ const PlacementScorer::Shape& PlacementScorer::ShapeOf(const JobSpec& job) {
     shape.bound_tier[ki] = 0;
     if (!RankLayout::KindActive(k, p)) continue;
     const TierConstraint& c = job.constraint(k);
-    if (c.strength == Strength::kRequired) {
+    const int size = layout.GroupSize(k);
+    if (c.strength == Strength::kRequired || c.strength == Strength::kAuto) {
       Result<int> t = topo.FindTier(c.tier);
-      if (t.ok()) {
-        shape.required[ki] = t.value();
-      } else {
+      if (!t.ok()) {
         shape.unknown_required_tier = true;
+      } else if (EffectiveStrength(c.strength, size, topo.max_domain_gpus(t.value())) ==
+                 Strength::kRequired) {
+        shape.required[ki] = t.value();
       }
     }
-    const int size = layout.GroupSize(k);
     int bound = 0;
     while (bound < root && topo.max_domain_gpus(bound) < size) ++bound;
     shape.bound_tier[ki] = bound;
@@ -53,8 +54,9 @@ const PlacementScorer::Shape& PlacementScorer::ShapeOf(const JobSpec& job) {
 
 PlacementScorer::Score PlacementScorer::Evaluate(const JobSpec& job,
                                                  std::span<const GpuSlot> ranks) {
-  const Topology& topo = *topology_;
-  const Shape& shape = ShapeOf(job);
+  const int part = ranks.empty() ? 0 : std::max(0, topology_->part_of(ranks[0].node));
+  const Topology& topo = topology_->PartView(part);
+  const Shape& shape = ShapeOf(job, part);
   Score score;
   score.required_met = !shape.unknown_required_tier;
   const RankLayout layout(job.parallelism);

@@ -17,11 +17,14 @@ SpeedModel::SpeedModel(const Topology& topology, double cross_hbd_scale) : topo_
   rate_ = SustainedFlops(DominantGpuModel(topology));
 }
 
-double SpeedModel::IdealStep(const JobSpec& spec) {
+double SpeedModel::IdealStep(const JobSpec& spec) { return IdealStep(spec, topo_); }
+
+double SpeedModel::IdealStep(const JobSpec& spec, const Topology& view) {
   Result<ResolvedModel> model = ResolveModel(spec);
   if (!model.ok()) return 0;
-  const LinkView links{&topo_, base_scale_};
-  return PredictStep(spec, model.value(), links, IdealSpans(spec, topo_), rate_).total_s;
+  const LinkView links{&view, base_scale_};
+  const double rate = &view == &topo_ ? rate_ : SustainedFlops(DominantGpuModel(view));
+  return PredictStep(spec, model.value(), links, IdealSpans(spec, view), rate).total_s;
 }
 
 double SpeedModel::WorstSlowdown(const JobSpec& spec) {
@@ -68,7 +71,7 @@ void SpeedModel::Recompute(int32_t pos) {
   if (r.ideal_done && scale_ == r.scale) return;
   r.scale = scale_;
   r.ideal_done = true;
-  const LinkView links{&topo_, scale_};
+  const LinkView links{r.view, scale_};
   const double step = PredictStep(*r.spec, r.model, links, r.spans, r.rate).total_s;
   r.speed = step > 0 ? std::clamp(r.ideal / step, 1e-6, 1.0) : 1.0;
 }
@@ -81,9 +84,10 @@ void SpeedModel::Start(int32_t pos, const JobSpec& spec, std::span<const GpuSlot
   r.spec = &spec;
   if (!model.ok() || ranks.empty()) return;  // speed 1
   r.model = std::move(model).value();
-  r.spans = AnalyzePlacement(spec, topo_, ranks);
+  r.view = &topo_.ViewOf(ranks[0].node);
+  r.spans = AnalyzePlacement(spec, *r.view, ranks);
   r.rate = SustainedFlops(topo_.node(ranks[0].node).gpu_model);
-  r.ideal = IdealStep(spec);
+  r.ideal = IdealStep(spec, *r.view);
   // The widest tier any of its groups spans.
   int widest = 0;
   for (const KindSpan& k : r.spans.kind) {

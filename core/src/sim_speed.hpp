@@ -35,6 +35,7 @@ class SpeedModel {
   // The job's step time on the best placement of the empty cluster, in
   // seconds (0 when its model cannot be resolved: then it runs at speed 1).
   double IdealStep(const JobSpec& spec);
+  double IdealStep(const JobSpec& spec, const Topology& view);
   // Its step time with every group spanning the whole cluster, one member
   // per child, unloaded, over the ideal: the most any placement alone can
   // slow it down.
@@ -56,6 +57,7 @@ class SpeedModel {
   };
   struct Running {
     const JobSpec* spec = nullptr;
+    const Topology* view = nullptr;  // the part it runs on
     ResolvedModel model;
     CommSpans spans;
     double rate = 0;

@@ -82,7 +82,12 @@ void FitEpConstraint(JobSpec& job, const Topology& topology) {
   if (p.ep <= 1) return;
   const int block = p.tp * p.cp * p.ep;
   TierConstraint& c = job.constraints[static_cast<int>(GroupKind::kEp)];
-  if (topology.max_domain_gpus(topology.hbd_tier()) >= block) return;
+  // Where some part's HBD holds a block, the default (auto: required in the
+  // HBD where one holds it) stands.
+  for (int part = 0; part < topology.part_count(); ++part) {
+    const Topology& view = topology.PartView(part);
+    if (view.max_domain_gpus(view.hbd_tier()) >= block) return;
+  }
   const int t = InnermostHolding(topology, topology.leaf_tier(), block);
   c.strength = Strength::kPreferred;
   c.tier = t < topology.tier_count() ? topology.tier(t).name : "cluster";

@@ -21,7 +21,8 @@
 // with fairshare_max_wait 0, one before version 6 with pids_max 0 (the
 // node's limit), one before version 7 with attribution_window 0 and the
 // backfill_depth of its fixed config (64 for every daemon's), what its core
-// did.
+// did. Version 8 added a job spec's node selection (NodeSelection) and the
+// kAuto constraint strength; an older snapshot's jobs select no nodes.
 
 #include <algorithm>
 #include <bit>
@@ -274,7 +275,8 @@ void WriteSpec(Writer& w, const JobSpec& s) {
   for (int v : {p.tp, p.cp, p.ep, p.pp, p.dp}) w.I64(v);
   w.Each(p.order, [&](Dim d) { w.Enum(d); });
   for (const TierConstraint& c : s.constraints) {
-    w.Enum(c.strength);
+    // Before version 8 an auto constraint was a required one.
+    w.Enum(w.version < 8 && c.strength == Strength::kAuto ? Strength::kRequired : c.strength);
     w.Str(c.tier);
   }
   w.I64(s.spares);
@@ -291,6 +293,13 @@ void WriteSpec(Writer& w, const JobSpec& s) {
     }
   }
   if (w.version >= 6) w.I64(s.pids_max);
+  if (w.version >= 8) {
+    const NodeSelection& sel = s.selection;
+    for (const std::vector<std::string>* names :
+         {&sel.gpu_types, &sel.features, &sel.nodelist, &sel.exclude, &sel.avoid}) {
+      w.Each(*names, [&](const std::string& n) { w.Str(n); });
+    }
+  }
 }
 
 JobSpec ReadSpec(Reader& r, uint32_t version) {
@@ -303,7 +312,8 @@ JobSpec ReadSpec(Reader& r, uint32_t version) {
   p.order.resize(r.Count());
   for (Dim& d : p.order) d = r.Enum("rank order dimension", Dim::kPp);
   for (TierConstraint& c : s.constraints) {
-    c.strength = r.Enum("constraint strength", Strength::kRequired);
+    c.strength =
+        r.Enum("constraint strength", version >= 8 ? Strength::kAuto : Strength::kRequired);
     c.tier = r.Str();
   }
   s.spares = r.Int("spares");
@@ -319,6 +329,14 @@ JobSpec ReadSpec(Reader& r, uint32_t version) {
     }
   }
   if (version >= 6) s.pids_max = r.Int("pids_max");
+  if (version >= 8) {
+    NodeSelection& sel = s.selection;
+    for (std::vector<std::string>* names :
+         {&sel.gpu_types, &sel.features, &sel.nodelist, &sel.exclude, &sel.avoid}) {
+      names->resize(r.Count(8));
+      for (std::string& n : *names) n = r.Str();
+    }
+  }
   return s;
 }
 

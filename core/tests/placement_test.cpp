@@ -94,6 +94,11 @@ TEST_CASE(
   CHECK_FALSE(busy.reason.empty());
 
   JobSpec huge = MakeJob(64, 4, 1, 8);  // EP block 32 > rack of 16
+  // By default (auto) an EP block too big for any HBD is only preferred
+  // there; asked as required, it can never be placed.
+  CHECK(huge.constraint(GroupKind::kEp).strength == Strength::kAuto);
+  CHECK(placer->Place(huge, ClusterState(topo)).placed());
+  huge.constraints[static_cast<int>(GroupKind::kEp)] = {Strength::kRequired, "hbd"};
   Placement never = placer->Place(huge, st);
   CHECK(never.outcome == PlaceOutcome::kInfeasible);
   CHECK(never.reason.find("hbd") != std::string::npos);

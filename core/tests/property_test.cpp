@@ -81,6 +81,17 @@ void Disturb(Rng& rng, ClusterState& st) {
 }
 
 // Independent check of every hard rule on a placed job.
+// Whether a kind's constraint is required on this topology (kAuto decided
+// by whether the largest domain of its tier holds a group).
+bool RequiredHere(const JobSpec& job, GroupKind k, const Topology& topo) {
+  const TierConstraint& c = job.constraint(k);
+  if (!RankLayout::KindActive(k, job.parallelism)) return false;
+  if (c.strength == Strength::kRequired) return true;
+  if (c.strength != Strength::kAuto) return false;
+  const int tier = topo.FindTier(c.tier).value();
+  return RankLayout(job.parallelism).GroupSize(k) <= topo.max_domain_gpus(tier);
+}
+
 void CheckPlacement(const JobSpec& job, const ClusterState& st, const Placement& p,
                     bool toposched) {
   const Topology& topo = st.topology();
@@ -108,7 +119,7 @@ void CheckPlacement(const JobSpec& job, const ClusterState& st, const Placement&
   RankLayout layout(job.parallelism);
   for (GroupKind k : kAllGroupKinds) {
     const TierConstraint& c = job.constraint(k);
-    if (c.strength != Strength::kRequired || !RankLayout::KindActive(k, job.parallelism)) continue;
+    if (!RequiredHere(job, k, topo)) continue;
     const int tier = topo.FindTier(c.tier).value();
     std::map<int, DomainId> domain_of_group;
     for (int r = 0; r < job.gpus; ++r) {
@@ -142,7 +153,7 @@ int BruteForceMinLeaves(const JobSpec& job, const ClusterState& st) {
   std::array<bool, kDimCount> dims{};
   for (GroupKind k : kAllGroupKinds) {
     const TierConstraint& c = job.constraint(k);
-    if (c.strength != Strength::kRequired || !RankLayout::KindActive(k, job.parallelism)) continue;
+    if (!RequiredHere(job, k, topo)) continue;
     block_tier = std::max(block_tier, topo.FindTier(c.tier).value());
     for (int d = 0; d < kDimCount; ++d) dims[d] = dims[d] || RankLayout::InGroup(k, Dim(d));
   }

@@ -68,8 +68,9 @@ TEST_CASE("impossible jobs are rejected at submission, with the reason") {
   Topology topo = Tiny();
   SchedulerCore core(topo, SimConfig());
   JobRequest moe = Request(64, 8);
-  moe.spec.parallelism.ep = 8;  // EP blocks of 64 in 8-GPU HBDs
+  moe.spec.parallelism.ep = 8;  // EP blocks of 64 required in 8-GPU HBDs
   moe.spec.parallelism.dp = 8;
+  moe.spec.constraints[static_cast<int>(GroupKind::kEp)] = {Strength::kRequired, "hbd"};
   core.Step(JobSubmitted{1, moe}, 0);
   CHECK(core.job(1)->state == JobState::kRejected);
   CHECK(core.job(1)->reason.find("infeasible") != std::string::npos);

@@ -50,11 +50,22 @@ class ClusterState {
   uint64_t all_mask(NodeId n) const { return all_[n]; }
   // GPUs of node n (a dense copy of topology().node(n).gpus).
   int node_gpus(NodeId n) const { return node_gpus_[n]; }
-  // GPUs of node n that a new job may take: not busy, not failed, node up.
-  // Degraded GPUs are included; placers decide whether to use them.
+  // GPUs of node n that a new job may take: not busy, not failed, node up,
+  // not fenced. Degraded GPUs are included; placers decide whether to use
+  // them.
   uint64_t usable_free_mask(NodeId n) const {
-    return node_state_[n] == NodeState::kUp ? all_[n] & ~busy_[n] & ~failed_[n] : 0;
+    return node_state_[n] == NodeState::kUp ? open_[n] & ~busy_[n] & ~failed_[n] : 0;
   }
+  // Whether node n is fenced off in this copy (Fenced).
+  bool fenced(NodeId n) const { return open_[n] != all_[n]; }
+
+  // A copy of this state over `view` (a part view of this state's topology,
+  // or the topology itself: the same ids) in which only the nodes with
+  // open[n] != 0 take new work: one job's try on the nodes it may use.
+  // Busy and failed GPUs are unchanged, so a placement made on the copy
+  // applies to this state. Cost: one copy plus a recount of each fenced node.
+  // REQUIRES: open.size() == node count; view has this topology's ids.
+  ClusterState Fenced(const Topology& view, std::span<const uint8_t> open) const;
 
   // Marks the slots busy. Fails, changing nothing, if a slot is out of range,
   // already busy, or listed twice.
@@ -84,7 +95,8 @@ class ClusterState {
   // placer answers both alike.
   bool SameUsage(const ClusterState& other) const {
     return topology_ == other.topology_ && busy_ == other.busy_ && failed_ == other.failed_ &&
-           degraded_ == other.degraded_ && node_state_ == other.node_state_;
+           degraded_ == other.degraded_ && node_state_ == other.node_state_ &&
+           open_ == other.open_;
   }
 
  private:
@@ -92,7 +104,8 @@ class ClusterState {
 
   const Topology* topology_;
   std::vector<NodeState> node_state_;
-  std::vector<uint64_t> all_;  // every GPU of the node
+  std::vector<uint64_t> all_;   // every GPU of the node
+  std::vector<uint64_t> open_;  // all_, or 0 where the node is fenced
   std::vector<uint8_t> node_gpus_;
   std::vector<uint64_t> busy_;
   std::vector<uint64_t> failed_;

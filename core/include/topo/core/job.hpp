@@ -73,16 +73,45 @@ struct ModelSpec {
   bool operator==(const ModelSpec&) const = default;
 };
 
-enum class Strength : uint8_t { kNone, kPreferred, kRequired };
+// kAuto: required where a domain of the tier can hold a group of the kind,
+// preferred elsewhere, decided per part of a mixed cluster (the EP default:
+// an EP block stays in an NVL72 rack, and spans HGX nodes of a leaf).
+enum class Strength : uint8_t { kNone, kPreferred, kRequired, kAuto };
 
 // Every group of a kind must (required) or should (preferred) sit inside one
 // domain of the named tier. The tier is a name or role alias resolved against
-// the topology at placement time (Topology::FindTier).
+// the topology (or the part's view) at placement time (Topology::FindTier).
 struct TierConstraint {
   Strength strength = Strength::kNone;
   std::string tier;
   bool operator==(const TierConstraint&) const = default;
 };
+
+// Which nodes a job may run on: Slurm's --gres=gpu:TYPE, --constraint,
+// --nodelist and --exclude. Names are the topology's; a placer answers
+// Infeasible for a type, feature or node the topology does not have.
+struct NodeSelection {
+  // Accelerator models the job accepts, any of them (ASCII case-insensitive
+  // match of Node::gpu_model); empty: any. On a mixed cluster toposched
+  // runs a job on one part (one model, one HBD kind): naming several types
+  // lets it run on any one of them.
+  std::vector<std::string> gpu_types;
+  std::vector<std::string> features;  // every node has all of them
+  // The job runs on exactly these nodes (every one of them used), as
+  // Slurm's --nodelist when it names the whole allocation.
+  std::vector<std::string> nodelist;
+  std::vector<std::string> exclude;  // never these
+  // Used only when nothing else fits (the nodes that failed this job
+  // before; the scheduler fills it on a restart).
+  std::vector<std::string> avoid;
+  bool empty() const {
+    return gpu_types.empty() && features.empty() && nodelist.empty() && exclude.empty() &&
+           avoid.empty();
+  }
+  bool operator==(const NodeSelection&) const = default;
+};
+inline constexpr size_t kMaxSelectionNames = 100000;  // per list
+inline constexpr size_t kMaxSelectionNameBytes = 64;  // a type, feature or node name
 
 // Job names are for people: a line in a table, not a payload.
 inline constexpr size_t kMaxJobNameBytes = 256;
@@ -96,11 +125,12 @@ struct JobSpec {
   // least a node, one node otherwise.
   int gpus_per_node = 0;
   Parallelism parallelism;
-  // Indexed by GroupKind. Defaults: tp and ep required in the HBD, pp
-  // preferred in a leaf.
+  // Indexed by GroupKind. Defaults: tp required in the HBD, ep auto in the
+  // HBD (Strength::kAuto), pp preferred in a leaf.
   std::array<TierConstraint, kGroupKindCount> constraints = DefaultConstraints();
   // Extra whole nodes held next to the job's domains for fast recovery.
   int spares = 0;
+  NodeSelection selection;
   // What the job trains (optional): the step-time model's input.
   std::optional<ModelSpec> model;
   // The most tasks (processes and threads) the job may have on each node:
@@ -116,6 +146,14 @@ struct JobSpec {
 
 // Checks the layout arithmetic and ranges. Errors name the field and the fix.
 Status ValidateJobSpec(const JobSpec& job);
+
+// The strength a constraint has where the largest domain of its tier holds
+// max_domain_gpus GPUs: kAuto becomes kRequired when a group of group_gpus
+// fits there, else kPreferred; other strengths are themselves.
+inline Strength EffectiveStrength(Strength s, int group_gpus, int max_domain_gpus) {
+  if (s != Strength::kAuto) return s;
+  return group_gpus <= max_domain_gpus ? Strength::kRequired : Strength::kPreferred;
+}
 
 // Rank coordinates and group membership for a validated layout.
 class RankLayout {

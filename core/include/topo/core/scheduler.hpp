@@ -543,7 +543,7 @@ class SchedulerCore {
   // exits waiting for their verdict; backfill_depth is part of the live
   // policy (a version 6 or older snapshot keeps the depth it was written
   // with, 64).
-  static constexpr uint32_t kSnapshotVersion = 7;
+  static constexpr uint32_t kSnapshotVersion = 8;
 
  private:
   friend struct SnapshotAccess;

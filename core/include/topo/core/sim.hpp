@@ -326,7 +326,7 @@ class PlacementScorer {
     std::array<int, kGroupKindCount> bound_tier{};  // innermost tier that could hold a group
     bool unknown_required_tier = false;
   };
-  const Shape& ShapeOf(const JobSpec& job);
+  const Shape& ShapeOf(const JobSpec& job, int part);
 
   const Topology* topology_;
   std::map<std::string, Shape> shapes_;
