@@ -11,9 +11,11 @@
 
 #include "client/input.hpp"
 #include "topo/common/event_json.hpp"
+#include "topo/common/hostlist.hpp"
 #include "topo/common/job_chain.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/job_process.hpp"
+#include "topo/common/node_name.hpp"
 #include "topo/core/perf_model.hpp"
 
 namespace topo::cli {
@@ -166,6 +168,34 @@ Result<int64_t> ParseMemoryMiB(std::string_view text) {
   return n * scale;
 }
 
+namespace {
+
+// "H100,H200" -> {"H100", "H200"}: --gpu-type and --feature values.
+Result<std::vector<std::string>> SplitNameList(std::string_view value) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    const std::string_view n = value.substr(start, comma - start);
+    if (n.empty()) return Status::Error("'" + std::string(value) + "': an empty name in the list");
+    if (n.size() > core::kMaxSelectionNameBytes) {
+      return Status::Error("a name is longer than " +
+                           std::to_string(core::kMaxSelectionNameBytes) + " bytes");
+    }
+    for (unsigned char c : n) {
+      if (c < 0x21 || c > 0x7e) {
+        return Status::Error("'" + common::ShownName(n) +
+                             "': names are printable ASCII without blanks");
+      }
+    }
+    out.emplace_back(n);
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
   static const std::vector<SubmitFlagInfo> kTable = {
       {"gpus", "N", "GPUs of the job (required unless --spec gives them)"},
@@ -180,6 +210,13 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
       {"constraint", "KIND=SPEC",
        "Topology constraint of a group kind (tp, cp, ep, pp, dp): none, required:TIER or "
        "preferred:TIER; repeatable"},
+      {"gpu-type", "TYPE[,TYPE]",
+       "GPU models the job accepts, any one of them (e.g. H100 or H100,H200; topo nodes "
+       "--summary lists the cluster's); default: any, one model per job"},
+      {"feature", "F[,F]", "Node features the job needs, all of them (e.g. ib,nvme)"},
+      {"nodelist", "HOSTLIST",
+       "Run on exactly these nodes, every one of them (e.g. gpu[001-004])"},
+      {"exclude", "HOSTLIST", "Never run on these nodes (e.g. gpu[013,027])"},
       {"name", "NAME", "Job name (default: the script's file name)"},
       {"model", "NAME",
        "What the job trains, for its predicted step time: a model preset such as llama3-70b "
@@ -294,6 +331,19 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
     return err("'" + std::string(value) +
                "': SPEC is none, required:TIER or preferred:TIER (TIER: node, hbd, leaf, pod, "
                "cluster or a tier name)");
+  }
+  if (name == "gpu-type" || name == "feature") {
+    Result<std::vector<std::string>> names = SplitNameList(value);
+    return names.ok() ? Status::Ok() : err(names.message());
+  }
+  if (name == "nodelist" || name == "exclude") {
+    Result<std::vector<std::string>> names =
+        common::ExpandHostlist(value, core::kMaxSelectionNames);
+    if (!names.ok()) return err(names.message());
+    for (const std::string& n : names.value()) {
+      if (Status s = common::CheckNodeName(n); !s.ok()) return err(s.message());
+    }
+    return Status::Ok();
   }
   if (name == "launch") {
     if (common::ParseLaunchMode(value)) return Status::Ok();
@@ -488,6 +538,18 @@ std::optional<int64_t> GpuCount(std::string_view v, bool gres) {
   return n;
 }
 
+// The GPU type of a typed --gres or --gpus(-per-node) value: "h100:8" and
+// "gpu:h100:8" give "h100"; "8" and "gpu:8" none.
+std::optional<std::string> GpuType(std::string_view v, bool gres) {
+  if (gres) {
+    if (v.substr(0, 4) != "gpu:") return std::nullopt;
+    v.remove_prefix(4);
+  }
+  const size_t colon = v.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  return std::string(v.substr(0, colon));
+}
+
 Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch& sb) {
   Result<std::vector<std::string>> words = SplitWords(words_text);
   if (!words.ok()) return Status::Error(at + ": " + words.message());
@@ -495,7 +557,8 @@ Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch
       {"N", "nodes"},      {"n", "ntasks"},     {"G", "gpus"},         {"t", "time"},
       {"J", "job-name"},   {"o", "output"},     {"e", "error"},        {"D", "chdir"},
       {"d", "dependency"}, {"a", "array"},      {"A", "account"},      {"p", "partition"},
-      {"q", "qos"},        {"C", "constraint"}, {"c", "cpus-per-task"}};
+      {"q", "qos"},        {"C", "constraint"}, {"c", "cpus-per-task"}, {"w", "nodelist"},
+      {"x", "exclude"}};
   static const std::set<std::string, std::less<>> kNoValue = {
       "exclusive", "hold", "requeue", "no-requeue", "overcommit", "contiguous", "parsable"};
   const std::vector<std::string>& w = words.value();
@@ -543,23 +606,44 @@ Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch
       if (where != nullptr) *where = origin;
       return Status::Ok();
     };
+    // The GPU type of a typed count ("h100:8", "gpu:h100:8") as --gpu-type.
+    auto type = [&](bool gres) -> Status {
+      const std::optional<std::string> t = GpuType(v, gres);
+      return t ? flag("gpu-type", *t) : Status::Ok();
+    };
     Status st = Status::Ok();
     if (name == "nodes") {
       st = count(sb.nodes, &sb.nodes_at);
     } else if (name == "gpus-per-node") {
       st = count(sb.per_node, &sb.per_node_at, /*typed=*/true);
+      if (st.ok()) st = type(false);
     } else if (name == "gres") {
       if (GpuCount(v, true)) {
         st = count(sb.per_node, &sb.per_node_at, false, /*gres=*/true);
+        if (st.ok()) st = type(true);
       } else {
         sb.ignored.push_back("--gres=" + v + " (" + at + ")");
       }
+    } else if (name == "constraint") {
+      // Slurm's AND of features, a&b; OR, counts and brackets have no
+      // toposched meaning.
+      if (v.find_first_of("|[]*:()") != std::string::npos || v.empty()) {
+        return Status::Error(origin + ": toposched takes only features joined by & (all of "
+                                      "them), e.g. -C ib&nvme; write the OR as two jobs or ask "
+                                      "for the common feature");
+      }
+      std::string features = v;
+      std::replace(features.begin(), features.end(), '&', ',');
+      st = flag("feature", features);
+    } else if (name == "nodelist" || name == "exclude") {
+      st = flag(name.c_str(), v);
     } else if (name == "ntasks-per-node") {
       st = count(sb.tasks_per_node, nullptr);
     } else if (name == "gpus" || name == "ntasks") {
       if (name == "ntasks" && sb.total_is_gpus) continue;  // -G says GPUs; -n only ranks
       st = count(sb.total, &sb.total_at, /*typed=*/name == "gpus");
       sb.total_is_gpus = sb.total_is_gpus || name == "gpus";
+      if (st.ok() && name == "gpus") st = type(false);
     } else if (name == "time") {
       std::optional<int64_t> secs = SlurmTimeSeconds(v);
       if (!secs) {
@@ -622,6 +706,10 @@ std::string SubmitFieldLabel(const SubmitFlags& flags, std::string_view field) {
   static const std::map<std::string, std::string, std::less<>> kFlagOf = {
       {"spec.gpus", "gpus"},
       {"spec.gpus_per_node", "gpus-per-node"},
+      {"spec.gpu_types", "gpu-type"},
+      {"spec.features", "feature"},
+      {"spec.nodelist", "nodelist"},
+      {"spec.exclude", "exclude"},
       {"spec.spares", "spares"},
       {"spec.name", "name"},
       {"spec.model", "model"},
@@ -820,6 +908,10 @@ Result<api::SubmitRequest> BuildSubmitRequest(const SubmitFlags& flags,
   }
   if (given("order")) spec["parallelism"]["order"] = flags.at("order").value;
   if (given("gpus-per-node")) spec["gpus_per_node"] = integer("gpus-per-node");
+  if (given("gpu-type")) spec["gpu_types"] = SplitNameList(flags.at("gpu-type").value).value();
+  if (given("feature")) spec["features"] = SplitNameList(flags.at("feature").value).value();
+  if (given("nodelist")) spec["nodelist"] = flags.at("nodelist").value;
+  if (given("exclude")) spec["exclude"] = flags.at("exclude").value;
   if (given("spares")) spec["spares"] = integer("spares");
   for (const char* k : {"tp", "cp", "ep", "pp", "dp"}) {
     const std::string key = std::string("constraint:") + k;

@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "json_util.hpp"
+#include "topo/common/hostlist.hpp"
+#include "topo/common/node_name.hpp"
 #include "topo/common/user_api.hpp"
 #include "topo/core/perf_model.hpp"
 
@@ -31,7 +33,8 @@ constexpr int64_t kMaxSpares = 100'000;
 
 Result<TierConstraint> ReadConstraint(const Json& v, const std::string& path) {
   constexpr std::string_view kShape =
-      "a constraint is \"none\", {\"required\": \"<tier>\"} or {\"preferred\": \"<tier>\"}";
+      "a constraint is \"none\", {\"required\": \"<tier>\"}, {\"preferred\": \"<tier>\"} or "
+      "{\"auto\": \"<tier>\"}";
   if (v.is_string()) {
     if (v.get<std::string>() == "none") return TierConstraint{};
     return PathError(path, std::string(kShape) + " (got " + internal::Shown(v) + ")");
@@ -39,15 +42,19 @@ Result<TierConstraint> ReadConstraint(const Json& v, const std::string& path) {
   if (!v.is_object()) {
     return PathError(path, std::string(kShape) + " (got " + internal::Shown(v) + ")");
   }
-  if (Status s = internal::CheckFields(v, path, {"required", "preferred"}); !s.ok()) return s;
-  if (v.size() != 1) {
-    return PathError(path, "give exactly one of \"required\" or \"preferred\"");
+  if (Status s = internal::CheckFields(v, path, {"required", "preferred", "auto"}); !s.ok()) {
+    return s;
   }
-  bool required = v.contains("required");
-  Result<std::string> tier =
-      internal::GetString(v, path, required ? "required" : "preferred", /*allow_empty=*/false);
+  if (v.size() != 1) {
+    return PathError(path, "give exactly one of \"required\", \"preferred\" or \"auto\"");
+  }
+  const std::string key = v.begin().key();
+  Result<std::string> tier = internal::GetString(v, path, key, /*allow_empty=*/false);
   if (!tier.ok()) return tier.status();
-  return TierConstraint{required ? Strength::kRequired : Strength::kPreferred, tier.value()};
+  const Strength strength = key == "required"    ? Strength::kRequired
+                            : key == "preferred" ? Strength::kPreferred
+                                                 : Strength::kAuto;
+  return TierConstraint{strength, tier.value()};
 }
 
 Status ReadParallelism(const Json& p, const std::string& path, core::Parallelism& out,
@@ -185,10 +192,50 @@ Json ConstraintToJson(const TierConstraint& c) {
       return Json{{"required", c.tier}};
     case Strength::kPreferred:
       return Json{{"preferred", c.tier}};
+    case Strength::kAuto:
+      return Json{{"auto", c.tier}};
     case Strength::kNone:
       break;
   }
   return "none";
+}
+
+constexpr size_t kMaxTypeOrFeatureEntries = 64;
+
+// "gpu_types" and "features": arrays of short names.
+Status ReadNameArray(const Json& j, const char* key, std::vector<std::string>& out) {
+  if (!j.contains(key)) return Status::Ok();
+  const Json& v = j.at(key);
+  if (!v.is_array()) {
+    return PathError(key, std::string("must be an array of names, e.g. [\"") +
+                              (std::string_view(key) == "gpu_types" ? "H100" : "ib") + "\"]");
+  }
+  if (v.size() > kMaxTypeOrFeatureEntries) {
+    return PathError(key, "lists " + std::to_string(v.size()) + " names; at most " +
+                              std::to_string(kMaxTypeOrFeatureEntries));
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) return PathError(internal::Index(key, i), "must be a string");
+    out.push_back(v[i].get<std::string>());
+  }
+  return Status::Ok();
+}
+
+// "nodelist", "exclude", "avoid": Slurm hostlists of node names.
+Status ReadNodeList(const Json& j, const char* key, std::vector<std::string>& out) {
+  if (!j.contains(key)) return Status::Ok();
+  Result<std::string> text = internal::GetString(j, "", key, /*allow_empty=*/false);
+  if (!text.ok()) return text.status();
+  Result<std::vector<std::string>> names = ExpandHostlist(text.value(), core::kMaxSelectionNames);
+  if (!names.ok()) return PathError(key, names.message());
+  for (const std::string& n : names.value()) {
+    if (!ValidNodeName(n)) {
+      return PathError(key, "node \"" + ShownName(n) + "\" is not a node name: " +
+                                std::string(NodeNameRule()));
+    }
+  }
+  out = std::move(names).value();
+  return Status::Ok();
 }
 
 }  // namespace
@@ -197,7 +244,8 @@ Result<core::JobSpec> JobSpecFromJson(const Json& j) {
   if (!j.is_object()) return PathError("", "a job spec is a JSON object");
   if (Status s = internal::CheckFields(j, "",
                                        {"name", "gpus", "gpus_per_node", "parallelism",
-                                        "constraints", "spares", "model", "pids_max"});
+                                        "constraints", "spares", "model", "pids_max", "gpu_types",
+                                        "features", "nodelist", "exclude", "avoid"});
       !s.ok()) {
     return s;
   }
@@ -294,6 +342,15 @@ Result<core::JobSpec> JobSpecFromJson(const Json& j) {
     if (!m.ok()) return m.status();
     job.model = std::move(m).value();
   }
+  core::NodeSelection& sel = job.selection;
+  for (auto [key, names] : {std::pair{"gpu_types", &sel.gpu_types},
+                            std::pair{"features", &sel.features}}) {
+    if (Status s = ReadNameArray(j, key, *names); !s.ok()) return s;
+  }
+  for (auto [key, names] : {std::pair{"nodelist", &sel.nodelist},
+                            std::pair{"exclude", &sel.exclude}, std::pair{"avoid", &sel.avoid}}) {
+    if (Status s = ReadNodeList(j, key, *names); !s.ok()) return s;
+  }
   if (Status s = core::ValidateJobSpec(job); !s.ok()) return s;
   if (job.model) {
     // Presets, top_k <= experts and the like: errors name the model field.
@@ -329,6 +386,12 @@ Json JobSpecToJson(const core::JobSpec& job) {
            {"spares", job.spares}};
   if (job.model) out["model"] = ModelToJson(*job.model);
   if (job.pids_max > 0) out["pids_max"] = job.pids_max;
+  const core::NodeSelection& sel = job.selection;
+  if (!sel.gpu_types.empty()) out["gpu_types"] = sel.gpu_types;
+  if (!sel.features.empty()) out["features"] = sel.features;
+  if (!sel.nodelist.empty()) out["nodelist"] = CompressHostlist(sel.nodelist);
+  if (!sel.exclude.empty()) out["exclude"] = CompressHostlist(sel.exclude);
+  if (!sel.avoid.empty()) out["avoid"] = CompressHostlist(sel.avoid);
   return out;
 }
 

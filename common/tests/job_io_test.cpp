@@ -69,7 +69,7 @@ TEST_CASE("ParseJobSpec: defaults and derived dp") {
   // Overriding one kind leaves the others at their defaults.
   JobSpec one = Must(R"({"gpus": 8, "constraints": {"tp": {"preferred": "leaf"}}})");
   CHECK(one.constraint(GroupKind::kTp).strength == Strength::kPreferred);
-  CHECK(one.constraint(GroupKind::kEp).strength == Strength::kRequired);
+  CHECK(one.constraint(GroupKind::kEp).strength == Strength::kAuto);
   CHECK(one.constraint(GroupKind::kEp).tier == "hbd");
   JobSpec none = Must(R"({"gpus": 8, "constraints": {"tp": "none"}})");
   CHECK(none.constraint(GroupKind::kTp).strength == Strength::kNone);
@@ -136,15 +136,32 @@ TEST_CASE("ParseJobSpec: errors name the field and the fix") {
       {R"({"gpus": 8, "constraints": {"xp": "none"}})",
        "constraints: unknown field \"xp\"; allowed: tp, cp, ep, pp, dp"},
       {R"({"gpus": 8, "constraints": {"tp": "strict"}})",
-       "constraints.tp: a constraint is \"none\", {\"required\": \"<tier>\"} or "
-       "{\"preferred\": \"<tier>\"} (got \"strict\")"},
+       "constraints.tp: a constraint is \"none\", {\"required\": \"<tier>\"}, "
+       "{\"preferred\": \"<tier>\"} or {\"auto\": \"<tier>\"} (got \"strict\")"},
       {R"({"gpus": 8, "constraints": {"tp": 1}})", "constraints.tp: a constraint is"},
       {R"({"gpus": 8, "constraints": {"tp": {}}})",
-       "constraints.tp: give exactly one of \"required\" or \"preferred\""},
+       "constraints.tp: give exactly one of \"required\", \"preferred\" or \"auto\""},
+      {R"({"gpus": 8, "constraints": {"ep": {"auto": ""}}})",
+       "constraints.ep: \"auto\" must not be empty"},
+      // Node selection.
+      {R"({"gpus": 8, "gpu_types": "H100"})", "gpu_types: must be an array of names"},
+      {R"({"gpus": 8, "gpu_types": [1]})", "gpu_types[0]: must be a string"},
+      {R"({"gpus": 8, "gpu_types": ["H100 SXM"]})", "gpu_types[0] holds a blank"},
+      {R"({"gpus": 8, "gpu_types": [""]})", "gpu_types[0] must be 1..64 bytes"},
+      {R"({"gpus": 8, "features": ["ib,nvme"]})", "features[0] holds a blank, a comma"},
+      {R"({"gpus": 8, "features": ["a\u001b[2J"]})", "features[0] holds a blank"},
+      {R"({"gpus": 8, "nodelist": ["n1"]})", "\"nodelist\" must be a string"},
+      {R"({"gpus": 8, "nodelist": ""})", "\"nodelist\" must not be empty"},
+      {R"({"gpus": 8, "nodelist": "n[1-"})", "nodelist: "},
+      {R"({"gpus": 8, "exclude": "n[1-200000]"})", "exclude: "},
+      {R"({"gpus": 8, "exclude": "n\u001b"})", "exclude: node \"n\\x1b\" is not a node name"},
+      {R"({"gpus": 8, "nodelist": "n[1-2]", "exclude": "n2"})",
+       "node 'n2' is in both nodelist and exclude"},
+      {R"({"gpus": 8, "avoid": 3})", "\"avoid\" must be a string"},
       {R"({"gpus": 8, "constraints": {"pp": {"required": "hbd", "preferred": "leaf"}}})",
        "constraints.pp: give exactly one"},
       {R"({"gpus": 8, "constraints": {"ep": {"mandatory": "hbd"}}})",
-       "constraints.ep: unknown field \"mandatory\"; allowed: required, preferred"},
+       "constraints.ep: unknown field \"mandatory\"; allowed: required, preferred, auto"},
       {R"({"gpus": 8, "constraints": {"dp": {"required": ""}}})",
        "constraints.dp: \"required\" must not be empty"},
       {R"({"gpus": 8, "constraints": {"cp": {"preferred": 3}}})",
@@ -178,6 +195,9 @@ TEST_CASE("JobSpecToJson writes every field and round trips") {
           "constraints": {"tp": "none", "cp": {"required": "leaf"}, "ep": {"preferred": "pod"},
                           "pp": {"required": "cluster"}, "dp": {"preferred": "spine"}}})",
       R"({"gpus": 6, "parallelism": {"tp": 3, "order": "dp-tp"}})",
+      R"({"gpus": 16, "constraints": {"ep": {"auto": "leaf"}}, "gpu_types": ["H100", "h200"],
+          "features": ["ib", "nvme"], "nodelist": "gpu[001-002],x7", "avoid": "gpu009"})",
+      R"({"gpus": 16, "exclude": "gpu[010-012],gpu020"})",
   };
   for (const char* text : specs) {
     CAPTURE(text);
@@ -191,6 +211,7 @@ TEST_CASE("JobSpecToJson writes every field and round trips") {
     CHECK(b.value().gpus_per_node == a.gpus_per_node);
     CHECK(b.value().spares == a.spares);
     CHECK(b.value().pids_max == a.pids_max);
+    CHECK(b.value().selection == a.selection);
     CHECK(b.value().parallelism.dp == a.parallelism.dp);
     CHECK(b.value().parallelism.order == a.parallelism.order);
     for (GroupKind k : core::kAllGroupKinds) {

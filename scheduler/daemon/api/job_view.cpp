@@ -94,6 +94,9 @@ Result<api::JobView> RecordView(const ServiceState& s, const core::JobRecord& j,
   v.reason = j.reason;
   v.gpus = j.request.spec.gpus;
   v.nodes = CountNodes(j.ranks);
+  if (!j.ranks.empty() && s.driver.topology() != nullptr) {
+    v.gpu_model = s.driver.topology()->node(j.ranks.front().node).gpu_model;
+  }
   if (v.nodes == 0 && core::IsTerminal(j.state)) {
     // Its ranks are gone: the last run's, as the store keeps them.
     Result<std::optional<store::JobRow>> row = s.driver.store().GetJob(j.id);

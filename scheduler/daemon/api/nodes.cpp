@@ -46,9 +46,13 @@ api::NodeView NodeViewOf(const ServiceState& s, NodeId n, const std::vector<JobI
   }
   v.gpus = node.gpus;
   v.free = std::popcount(cluster.usable_free_mask(n));
-  v.hbd = topo.domain(topo.Ancestor(n, topo.hbd_tier())).name;
-  v.leaf = topo.domain(topo.Ancestor(n, topo.leaf_tier())).name;
-  v.pod = topo.domain(topo.Ancestor(n, topo.pod_tier())).name;
+  v.gpu_model = node.gpu_model;
+  v.features = node.features;
+  // The node's part: its own HBD, leaf and pod on a mixed cluster.
+  const core::Topology& view = topo.ViewOf(n);
+  v.hbd = topo.domain(topo.Ancestor(n, view.hbd_tier())).name;
+  v.leaf = topo.domain(topo.Ancestor(n, view.leaf_tier())).name;
+  v.pod = topo.domain(topo.Ancestor(n, view.pod_tier())).name;
   for (int g = 0; g < node.gpus; ++g) v.gpu_health.push_back(cluster.gpu_health(n, g));
   v.gpu_jobs = gpu_jobs;
   return v;

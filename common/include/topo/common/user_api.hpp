@@ -251,6 +251,9 @@ struct JobView {
   // Nodes the job holds, or for a job that ended those of its last run; 0
   // when it holds none (waiting). The names: node_names (accounting).
   int nodes = 0;
+  // The accelerator model of those nodes (the first one's); absent while it
+  // holds none.
+  std::optional<std::string> gpu_model;
   int priority = 0;
   int64_t submit_ms = 0;
   std::optional<int64_t> start_ms;  // its first start
@@ -300,7 +303,9 @@ struct NodeView {
   std::string reason;
   int gpus = 0;
   int free = 0;  // healthy GPUs without a job, when the node is up
-  std::string hbd;
+  std::string gpu_model;              // the accelerator model; "" when the topology names none
+  std::vector<std::string> features;  // the topology's node features
+  std::string hbd;                    // the node's own HBD (per part of a mixed cluster)
   std::string leaf;
   std::string pod;
   std::vector<core::GpuHealth> gpu_health;
