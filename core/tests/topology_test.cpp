@@ -31,6 +31,66 @@ TEST_CASE("generators build the reference topologies of BENCHMARKS.md") {
   CHECK(four.value().total_gpus() == 32);
 }
 
+TEST_CASE("HBD marks: the accessors, a mark given twice, views keep them") {
+  TopologyBuilder b("m", {"node", "rack", "leaf"}, 0);
+  const int leaf = b.AddDomain("l0", 2, TopologyBuilder::kTop);
+  const int r0 = b.AddDomain("r0", 1, leaf);
+  const int r1 = b.AddDomain("r1", 1, leaf);
+  const int r2 = b.AddDomain("r2", 1, leaf);
+  b.AddNode("a", r0, 4);
+  b.AddNode("b", r1, 4);
+  b.AddNode("c", r2, 4);
+  b.MarkHbd(r2);
+  b.MarkHbd(r1, TierLink{100, 1});
+  b.MarkHbd(r1, TierLink{900, 3});  // the last link wins
+  Result<Topology> t = std::move(b).Build();
+  REQUIRE_MESSAGE(t.ok(), t.message());
+  const Topology& topo = t.value();
+  const DomainId d0 = topo.FindDomain("r0"), d1 = topo.FindDomain("r1"), d2 = topo.FindDomain("r2");
+  CHECK_FALSE(topo.hbd_marked(d0));
+  CHECK_FALSE(topo.hbd_link(d0).has_value());
+  CHECK(topo.hbd_marked(d1));
+  CHECK(topo.hbd_link(d1) == TierLink{900, 3});
+  CHECK(topo.hbd_marked(d2));
+  CHECK_FALSE(topo.hbd_link(d2).has_value());
+  CHECK_FALSE(topo.hbd_marked(0));  // a node
+  CHECK_FALSE(topo.hbd_marked(topo.root()));
+  // Three parts: a (node HBD), b (rack, NVLink), c (rack, default link).
+  REQUIRE(topo.part_count() == 3);
+  CHECK(topo.part(1).hbd_tier == 1);
+  CHECK(topo.part(2).hbd_tier == 1);
+  for (int p = 0; p < 3; ++p) {
+    CHECK(topo.PartView(p).hbd_marked(d1));
+    CHECK(topo.PartView(p).hbd_link(d1) == TierLink{900, 3});
+  }
+  CHECK(topo.PartView(1).tier(1).link == TierLink{900, 3});
+  CHECK(topo.PartView(2).tier(1).link == DefaultTierLink(1, 1));
+
+  // One part, every node under a mark alike: the topology is that part and
+  // keeps its marks.
+  TopologyBuilder all("all", {"node", "rack", "leaf"}, 0);
+  const int l = all.AddDomain("l0", 2, TopologyBuilder::kTop);
+  const int r = all.AddDomain("r0", 1, l);
+  all.AddNode("a", r, 4);
+  all.MarkHbd(r, TierLink{900, 3});
+  Result<Topology> one = std::move(all).Build();
+  REQUIRE(one.ok());
+  CHECK(one.value().part_count() == 1);
+  CHECK(one.value().hbd_tier() == 1);
+  CHECK(one.value().hbd_marked(one.value().FindDomain("r0")));
+
+  // A mark inside a mark is refused.
+  TopologyBuilder nested("n", {"node", "rack", "leaf"}, 0);
+  const int nl = nested.AddDomain("l0", 2, TopologyBuilder::kTop);
+  const int nr = nested.AddDomain("r0", 1, nl);
+  nested.AddNode("a", nr, 4);
+  nested.MarkHbd(nl);
+  nested.MarkHbd(nr);
+  Result<Topology> refused = std::move(nested).Build();
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("'r0' is marked as an HBD inside HBD 'l0'") != std::string::npos);
+}
+
 TEST_CASE("domains cover contiguous node ranges and ancestors agree") {
   Topology topo = testing::MakeRegular({"node", "hbd", "leaf", "spine"}, 1, {3, 2, 2}, 2, 4);
   CHECK(topo.node_count() == 24);
