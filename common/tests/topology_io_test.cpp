@@ -569,6 +569,62 @@ SwitchName=e Switches=d
   CHECK(deep.tier(5).name == "level5");
 }
 
+// Blocks beside nodes in no block (Slurm 25.05: a block topology beside the
+// tree): leaf l1 holds two GB200 blocks and two HGX nodes.
+constexpr std::string_view kSlurmMixed = R"(SwitchName=l0 Nodes=h[1-4]
+SwitchName=l1 Nodes=h5,g[1-6],h6
+BlockName=nvl0 Nodes=g[1-3]
+BlockName=nvl1 Nodes=g[4-6]
+SwitchName=s0 Switches=l[0-1]
+)";
+
+TEST_CASE("ParseSlurmTopology: nodes in no block beside blocks keep the node HBD") {
+  Topology t = MustSlurm(kSlurmMixed, {.gpus_per_node = 4, .name = "mix"});
+  REQUIRE(t.tier_count() == 4);
+  CHECK(t.tier(1).name == "block");
+  CHECK(t.tier(2).name == "leaf");
+  CHECK(t.tier(3).name == "spine");
+  CHECK(t.hbd_tier() == 0);  // the file's HBD is the node; each block is one
+  // Tier-1 domains: the blocks of a leaf in file order, then its nodes in no
+  // block as <leaf>.nodes in the leaf's order.
+  REQUIRE(t.tier_size(1) == 4);
+  CHECK(t.domain(t.tier_first(1)).name == "l0.nodes");
+  CHECK(t.domain(t.tier_first(1) + 1).name == "nvl0");
+  CHECK(t.domain(t.tier_first(1) + 2).name == "nvl1");
+  CHECK(t.domain(t.tier_first(1) + 3).name == "l1.nodes");
+  CHECK(t.node(4).name == "g1");
+  CHECK(t.node(10).name == "h5");
+  CHECK(t.node(11).name == "h6");
+  CHECK(t.hbd_marked(t.FindDomain("nvl0")));
+  CHECK(t.hbd_marked(t.FindDomain("nvl1")));
+  CHECK_FALSE(t.hbd_marked(t.FindDomain("l1.nodes")));
+  CHECK_FALSE(t.hbd_link(t.FindDomain("nvl0")).has_value());
+  REQUIRE(t.part_count() == 2);
+  CHECK(t.part(0).hbd_tier == 0);
+  CHECK(t.part(0).nodes == 6);
+  CHECK(t.part(0).gpus == 24);
+  CHECK(t.part(1).hbd_tier == 1);
+  CHECK(t.part(1).first_node == 4);
+  CHECK(t.part(1).nodes == 6);
+  const core::DomainId l1 = t.FindDomain("l1");
+  CHECK(t.domain(l1).gpus == 32);
+  CHECK(t.PartView(0).domain(l1).gpus == 8);
+  CHECK(t.PartView(1).domain(l1).gpus == 24);
+  CHECK(t.PartView(0).FindTier("hbd").value() == 0);
+  CHECK(t.PartView(1).FindTier("hbd").value() == 1);
+  CHECK(t.PartView(1).max_domain_gpus(1) == 12);
+
+  // The header's blocklink= is the link inside every block.
+  Topology linked = MustSlurm("#toposched: blocklink=900:2\n" + std::string(kSlurmMixed));
+  CHECK(linked.hbd_link(linked.FindDomain("nvl1")) == core::TierLink{900, 2, 1});
+  CHECK(linked.PartView(1).tier(1).link == core::TierLink{900, 2, 1});
+  // And hbd= still names the HBD of the nodes in no block.
+  Topology leafy = MustSlurm("#toposched: hbd=leaf\n" + std::string(kSlurmMixed));
+  CHECK(leafy.hbd_tier() == 2);
+  CHECK(leafy.part(0).hbd_tier == 2);
+  CHECK(leafy.part(1).hbd_tier == 1);
+}
+
 TEST_CASE("ParseSlurmTopology: blocks order the nodes of their leaf") {
   Topology t = MustSlurm(R"(
 SwitchName=l0 Nodes=n[1-4]
@@ -620,8 +676,34 @@ TEST_CASE("ParseSlurmTopology: every error names the line") {
        "line 3: block \"b0\" spans switch \"s0\" (node \"a\") and switch \"s1\" (node \"b\")"},
       {"SwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\nBlockName=b1 Nodes=a,b\n",
        "line 3: node \"a\" is in block \"b0\" (line 2) and in block \"b1\""},
-      {"SwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
-       "line 1: node \"b\" under switch \"s0\" is in no block"},
+      // Nodes in no block beside blocks are grouped per leaf as <leaf>.nodes:
+      // a name that is taken already is refused, naming both.
+      {"SwitchName=l0 Nodes=a,b,c\nBlockName=l0.nodes Nodes=a\n",
+       "line 1: switch \"l0\" has nodes in no block, which toposched groups as \"l0.nodes\", but "
+       "that is the name of block \"l0.nodes\" (line 2); rename that one"},
+      {"SwitchName=l0 Nodes=a,l0.nodes\nBlockName=b0 Nodes=a\n",
+       "line 1: switch \"l0\" has nodes in no block, which toposched groups as \"l0.nodes\", but "
+       "that is the name of node \"l0.nodes\" (line 1)"},
+      {"SwitchName=l0 Nodes=a,b\nSwitchName=l0.nodes Nodes=c\nSwitchName=t Switches=l0,l0.nodes\n"
+       "BlockName=b0 Nodes=a,c\n",
+       "line 4: block \"b0\" spans switch \"l0\" (node \"a\") and switch \"l0.nodes\""},
+      {"SwitchName=l0 Nodes=a,b\nSwitchName=l0.nodes Nodes=c\nSwitchName=t Switches=l0,l0.nodes\n"
+       "BlockName=b0 Nodes=a\n",
+       "line 1: switch \"l0\" has nodes in no block, which toposched groups as \"l0.nodes\", but "
+       "that is the name of switch \"l0.nodes\" (line 2)"},
+      {"#toposched: blocklink=900:3\nSwitchName=s0 Nodes=a\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is the link inside blocks beside nodes in no block; this "
+       "file has every node in a block"},
+      {"#toposched: blocklink=900:3\nSwitchName=s0 Nodes=a\n",
+       "line 1: #toposched: blocklink is the link inside blocks beside nodes in no block; this "
+       "file has no blocks"},
+      {"#toposched: blocklink=0:3\nSwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is one GBPS:US[:OVERSUBSCRIPTION] of positive numbers (got "
+       "\"0:3\")"},
+      {"#toposched: blocklink=900:3,900:3\nSwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is one GBPS"},
+      {"#toposched: blocklink=900:3:0.5\nSwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is one GBPS"},
       {"SwitchName=s0 Nodes=a\nBlockName=b0 Nodes=a\nBlockName=b0 Nodes=a\n",
        "line 3: duplicate block \"b0\" (first on line 2)"},
       {"BlockName=b0\n", "line 1: block \"b0\" has no Nodes="},
@@ -719,6 +801,103 @@ TEST_CASE("TopologyToSlurm: format and exact round trip") {
       REQUIRE(t.ok());
       CheckSameTopology(t.value(), MustSlurm(TopologyToSlurm(t.value())));
     }
+  }
+}
+
+TEST_CASE("TopologyToSlurm: mixed files round trip, blocks for the marked domains") {
+  SUBCASE("conf -> topology -> conf") {
+    Topology t =
+        MustSlurm("#toposched: blocklink=900:2\n" + std::string(kSlurmMixed), {.name = "mix"});
+    std::string conf = TopologyToSlurm(t);
+    // The groups of nodes in no block are not blocks: their nodes are the
+    // leaf's in no BlockName= line.
+    CHECK(conf ==
+          "#toposched: name=mix tiers=node,block,leaf,spine hbd=node gpus=8 blocklink=900:2\n"
+          "BlockName=nvl0 Nodes=g[1-3]\n"
+          "BlockName=nvl1 Nodes=g[4-6]\n"
+          "SwitchName=l0 Nodes=h[1-4]\n"
+          "SwitchName=l1 Nodes=g[1-6],h[5-6]\n"
+          "SwitchName=s0 Switches=l[0-1]\n");
+    Topology back = MustSlurm(conf);
+    CheckSameTopology(t, back);
+    CHECK(TopologyToSlurm(back) == conf);
+  }
+  SUBCASE("JSON -> topology -> conf: the marked racks are the blocks") {
+    Topology t = MustJson(R"({"version": 1, "name": "mj", "tiers": ["node", "rack", "leaf"],
+        "gpus_per_node": 4, "gpu_model": "GB200",
+        "domains": [{"name": "l0", "children": [
+          {"name": "r0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": ["a", "b"]},
+          {"name": "l0.nodes", "nodes": ["c"]}]},
+          {"name": "l1", "children": [{"name": "l1.nodes", "nodes": ["d", "e"]}]}]})");
+    REQUIRE(t.part_count() == 2);
+    std::string conf = TopologyToSlurm(t);
+    CAPTURE(conf);
+    CHECK(conf.find("# warning") == std::string::npos);
+    CHECK(conf.find("BlockName=r0 Nodes=a,b\n") != std::string::npos);
+    CHECK(conf.find("BlockName=l") == std::string::npos);
+    CHECK(conf.find("blocklink=900:3") != std::string::npos);
+    CheckSameTopology(t, MustSlurm(conf));
+  }
+  SUBCASE("what a mixed conf cannot say is flagged") {
+    // Unmarked racks other than one <leaf>.nodes after the blocks: merged.
+    Topology t = MustJson(R"({"version": 1, "name": "mj", "tiers": ["node", "rack", "leaf"],
+        "domains": [{"name": "l0", "children": [
+          {"name": "x0", "nodes": ["a"]}, {"name": "x1", "nodes": ["b"]},
+          {"name": "r0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": ["c"]},
+          {"name": "r1", "hbd": true, "nodes": ["d"]}]}]})");
+    std::string conf = TopologyToSlurm(t);
+    CAPTURE(conf);
+    CHECK(conf.find("# warning: domains of tier \"rack\" that are not HBDs") != std::string::npos);
+    CHECK(conf.find("# warning: the blocks' HBD links differ") != std::string::npos);
+    Topology back = MustSlurm(conf);
+    CHECK(back.domain(back.tier_first(1) + 2).name == "l0.nodes");
+    CHECK(back.part_count() == 2);
+    CHECK(back.part(0).hbd_tier == 1);
+    CHECK(back.part(0).nodes == 2);
+    CHECK(back.node(0).name == "c");
+
+    // Marks on two tiers: left out, and said so.
+    Topology two =
+        MustJson(R"({"version": 1, "name": "two", "tiers": ["node", "rack", "leaf", "spine"],
+        "domains": [{"name": "s0", "children": [
+          {"name": "l0", "children": [{"name": "r0", "hbd": true, "nodes": ["a"]}]},
+          {"name": "l1", "hbd": true, "children": [{"name": "r1", "nodes": ["b"]}]}]}]})");
+    std::string two_conf = TopologyToSlurm(two);
+    CHECK(two_conf.find("# warning: the HBD marks of this topology") != std::string::npos);
+    CHECK(MustSlurm(two_conf).part_count() == 1);
+  }
+  SUBCASE("every rack marked, two models: the racks are every node's HBD") {
+    Topology t = MustJson(R"({"version": 1, "name": "nv", "tiers": ["node", "rack", "leaf"],
+        "gpus_per_node": 4, "domains": [{"name": "l0", "children": [
+          {"name": "r0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": [{"name": "a", "gpu_model": "GB200"}]},
+          {"name": "r1", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": [{"name": "b", "gpu_model": "GB300"}]}]}]})");
+    REQUIRE(t.part_count() == 2);
+    CHECK(t.hbd_tier() == 0);
+    std::string conf = TopologyToSlurm(t);
+    CAPTURE(conf);
+    CHECK(conf.find(" tiers=node,rack,leaf hbd=rack gpus=4 links=900:3,900:3,") !=
+          std::string::npos);
+    CHECK(conf.find("BlockName=r0 Nodes=a\n") != std::string::npos);
+    CHECK(conf.find("blocklink") == std::string::npos);
+    Topology back = MustSlurm(conf);
+    CHECK(back.hbd_tier() == 1);
+    CHECK(back.tier(1).link == core::TierLink{900, 3, 1});
+    CHECK(back.tier(1).cost == t.PartView(1).tier(1).cost);
+    CHECK(back.tier(2).link == t.PartView(1).tier(2).link);
+  }
+  SUBCASE("a written name that the reader would make is not risked") {
+    // Leaf l0's unmarked rack would read back as "l0.nodes", the name of a
+    // block: the marks are left out, with a warning, and the file reads.
+    Topology t = MustJson(R"({"version": 1, "name": "c", "tiers": ["node", "rack", "leaf"],
+        "domains": [{"name": "l0", "children": [
+          {"name": "l0.nodes", "hbd": true, "nodes": ["a"]}, {"name": "r1", "nodes": ["b"]}]}]})");
+    std::string conf = TopologyToSlurm(t);
+    CHECK(conf.find("# warning: the HBD marks of this topology") != std::string::npos);
+    CHECK(MustSlurm(conf).node_count() == 2);
   }
 }
 
