@@ -323,7 +323,7 @@ TEST_CASE("TopologyToJson round trips exactly") {
     CHECK_FALSE(r0.contains("link"));
     CheckSameTopology(bare, MustJson(text));
   }
-  for (const char* name : {"tiny", "nvl72-64k", "cm384-166k"}) {
+  for (const char* name : {"tiny", "nvl72-64k", "cm384-166k", "mixed-10k"}) {
     SUBCASE(name) {
       auto t = core::GenerateTopology(name);
       REQUIRE_MESSAGE(t.ok(), t.message());
@@ -898,6 +898,21 @@ TEST_CASE("TopologyToSlurm: mixed files round trip, blocks for the marked domain
     std::string conf = TopologyToSlurm(t);
     CHECK(conf.find("# warning: the HBD marks of this topology") != std::string::npos);
     CHECK(MustSlurm(conf).node_count() == 2);
+  }
+  SUBCASE("mixed-10k") {
+    auto t = core::GenerateTopology("mixed-10k");
+    REQUIRE_MESSAGE(t.ok(), t.message());
+    std::string conf = TopologyToSlurm(t.value());
+    CHECK(conf.find("blocklink=900:3") != std::string::npos);
+    CHECK(conf.find("BlockName=nvl72-r0 Nodes=gb200-[00-17]\n") != std::string::npos);
+    Topology back = MustSlurm(conf);
+    // Models and GPU counts are lost (flagged); the marks and the tree are kept.
+    CHECK(back.node_count() == t.value().node_count());
+    CHECK(back.tier_size(1) == 40 + 4 + 1);  // one group per HGX leaf, the racks
+    CHECK(back.hbd_marked(back.FindDomain("nvl72-r3")));
+    CHECK(back.part_count() == 2);
+    CHECK(back.part(1).nodes == 72);
+    CHECK(back.part(1).hbd_tier == 1);
   }
 }
 
