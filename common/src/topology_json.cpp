@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,7 +42,10 @@ class JsonTopologyReader {
  private:
   Status ReadTiers(const Json& tiers);
   Status ReadLink(const Json& object, const std::string& path, int tier);
-  Status ReadDomain(const Json& domain, const std::string& path, int tier, int parent);
+  // hbd_above: the domain marked as an HBD above this one, as '"name" (path)';
+  // empty when there is none.
+  Status ReadDomain(const Json& domain, const std::string& path, int tier, int parent,
+                    const std::string& hbd_above);
   Status ReadNodes(const Json& nodes, const std::string& path, int parent);
   Status ReadNode(const Json& node, const std::string& path, int parent);
   Status ClaimName(const std::string& name, const std::string& path);
@@ -65,12 +69,11 @@ Status JsonTopologyReader::ClaimName(const std::string& name, const std::string&
   return Status::Ok();
 }
 
-// "bandwidth_gbs" and "latency_us" of a tier object (or of "cluster_link"),
-// each optional; the other keeps its default.
-Status JsonTopologyReader::ReadLink(const Json& object, const std::string& path, int tier) {
-  const int tiers = static_cast<int>(tier_names_.size());
-  core::TierLink link = core::DefaultTierLink(tier, hbd_);
-  bool any = false;
+// The link fields of `object` that it gives ("bandwidth_gbs", "latency_us",
+// "oversubscription") into link; the others keep their value. *any says
+// whether one was given.
+Status ReadLinkFields(const Json& object, const std::string& path, core::TierLink& link,
+                      bool* any) {
   for (auto [key, field] : {std::pair<const char*, double*>{"bandwidth_gbs", &link.bandwidth_gbs},
                             {"latency_us", &link.latency_us},
                             {"oversubscription", &link.oversubscription}}) {
@@ -84,10 +87,43 @@ Status JsonTopologyReader::ReadLink(const Json& object, const std::string& path,
                                  ")");
     }
     *field = v.get<double>();
-    any = true;
+    *any = true;
   }
+  return Status::Ok();
+}
+
+// "bandwidth_gbs" and "latency_us" of a tier object (or of "cluster_link"),
+// each optional; the other keeps its default.
+Status JsonTopologyReader::ReadLink(const Json& object, const std::string& path, int tier) {
+  const int tiers = static_cast<int>(tier_names_.size());
+  core::TierLink link = core::DefaultTierLink(tier, hbd_);
+  bool any = false;
+  if (Status s = ReadLinkFields(object, path, link, &any); !s.ok()) return s;
   if (any) tier_links_.emplace_back(tier <= tiers ? tier : tiers, link);
   return Status::Ok();
+}
+
+// The "link" of a domain marked "hbd": true: the scale-up fabric inside that
+// HBD. Bandwidth and latency are required, the oversubscription defaults to 1.
+Result<core::TierLink> ReadHbdLink(const Json& object, const std::string& path) {
+  if (!object.is_object()) {
+    return PathError(path, "must be an object {\"bandwidth_gbs\": ..., \"latency_us\": ...} (got " +
+                               internal::Shown(object) + ")");
+  }
+  if (Status s =
+          internal::CheckFields(object, path, {"bandwidth_gbs", "latency_us", "oversubscription"});
+      !s.ok()) {
+    return s;
+  }
+  for (const char* key : {"bandwidth_gbs", "latency_us"}) {
+    if (!object.contains(key)) {
+      return PathError(path, "\"" + std::string(key) + "\" is required in the link of an HBD");
+    }
+  }
+  core::TierLink link;
+  bool any = false;
+  if (Status s = ReadLinkFields(object, path, link, &any); !s.ok()) return s;
+  return link;
 }
 
 Status JsonTopologyReader::ReadTiers(const Json& tiers) {
@@ -227,7 +263,7 @@ Result<core::Topology> JsonTopologyReader::Read(const Json& root) {
                        "must be a non-empty array of \"" + tier_names_[top] + "\" domains");
     }
     for (size_t i = 0; i < domains.size(); ++i) {
-      Status s = ReadDomain(domains[i], Index("domains", i), top, TopologyBuilder::kTop);
+      Status s = ReadDomain(domains[i], Index("domains", i), top, TopologyBuilder::kTop, "");
       if (!s.ok()) return s;
     }
   }
@@ -237,7 +273,7 @@ Result<core::Topology> JsonTopologyReader::Read(const Json& root) {
 }
 
 Status JsonTopologyReader::ReadDomain(const Json& domain, const std::string& path, int tier,
-                                      int parent) {
+                                      int parent, const std::string& hbd_above) {
   const std::string& tier_name = tier_names_[tier];
   std::string_view list_key = tier == 1 ? "nodes" : "children";
   std::string_view wrong_key = tier == 1 ? "children" : "nodes";
@@ -249,7 +285,8 @@ Status JsonTopologyReader::ReadDomain(const Json& domain, const std::string& pat
     return PathError(path, "a \"" + tier_name + "\" domain lists \"" + std::string(list_key) +
                                "\", not \"" + std::string(wrong_key) + "\"");
   }
-  if (Status s = internal::CheckFields(domain, path, {"name", "tier", list_key}); !s.ok()) {
+  if (Status s = internal::CheckFields(domain, path, {"name", "tier", list_key, "hbd", "link"});
+      !s.ok()) {
     return s;
   }
   if (!domain.contains("name")) return PathError(path, "\"name\" is required");
@@ -263,8 +300,34 @@ Status JsonTopologyReader::ReadDomain(const Json& domain, const std::string& pat
                                  "\" but sits at the depth of tier \"" + tier_name + "\"");
     }
   }
+  // "hbd": true makes this domain the HBD of every node below it; "link",
+  // only with it, is the scale-up fabric inside.
+  bool hbd = false;
+  if (domain.contains("hbd")) {
+    const Json& h = domain.at("hbd");
+    if (!h.is_boolean()) {
+      return PathError(path, "\"hbd\" must be true or false (got " + internal::Shown(h) + ")");
+    }
+    hbd = h.get<bool>();
+  }
+  std::optional<core::TierLink> link;
+  if (domain.contains("link")) {
+    if (!hbd) {
+      return PathError(path,
+                       "\"link\" is the scale-up link inside an HBD: give it with \"hbd\": true");
+    }
+    Result<core::TierLink> l = ReadHbdLink(domain.at("link"), Child(path, "link"));
+    if (!l.ok()) return l.status();
+    link = l.value();
+  }
+  if (hbd && !hbd_above.empty()) {
+    return PathError(path, "domain \"" + name.value() + "\" is marked as an HBD inside HBD " +
+                               hbd_above + "; an HBD holds no other, mark one of them");
+  }
   if (Status s = ClaimName(name.value(), path); !s.ok()) return s;
   int handle = builder_->AddDomain(name.value(), tier, parent);
+  if (hbd) builder_->MarkHbd(handle, link);
+  const std::string inner_above = hbd ? "\"" + name.value() + "\" (" + path + ")" : hbd_above;
 
   std::string list_path = Child(path, list_key);
   if (!domain.contains(list_key)) {
@@ -277,7 +340,10 @@ Status JsonTopologyReader::ReadDomain(const Json& domain, const std::string& pat
                      "must be a non-empty array of \"" + tier_names_[tier - 1] + "\" domains");
   }
   for (size_t i = 0; i < list.size(); ++i) {
-    if (Status s = ReadDomain(list[i], Index(list_path, i), tier - 1, handle); !s.ok()) return s;
+    if (Status s = ReadDomain(list[i], Index(list_path, i), tier - 1, handle, inner_above);
+        !s.ok()) {
+      return s;
+    }
   }
   return Status::Ok();
 }
@@ -377,6 +443,16 @@ OrderedJson DomainToJson(const core::Topology& topology, core::DomainId d,
   const core::Domain& domain = topology.domain(d);
   OrderedJson j;
   j["name"] = domain.name;
+  if (topology.hbd_marked(d)) {
+    j["hbd"] = true;
+    if (std::optional<core::TierLink> link = topology.hbd_link(d)) {
+      OrderedJson l;
+      l["bandwidth_gbs"] = link->bandwidth_gbs;
+      l["latency_us"] = link->latency_us;
+      if (link->oversubscription != 1) l["oversubscription"] = link->oversubscription;
+      j["link"] = std::move(l);
+    }
+  }
   OrderedJson list = OrderedJson::array();
   for (core::DomainId c : topology.children(d)) {
     if (domain.tier == 1) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -53,7 +54,42 @@ struct Header {
   std::optional<std::string> model;
   std::optional<std::vector<double>> costs;
   std::optional<std::vector<core::TierLink>> links;  // per tier, then the cluster's
+  std::optional<core::TierLink> block_link;          // of every block, in a mixed file
 };
+
+// The nodes of a leaf switch that are in no block, beside blocks, form one
+// tier-1 domain of this name (the dot keeps it apart from hostlist names).
+std::string GroupName(std::string_view leaf) { return std::string(leaf) + ".nodes"; }
+
+// "GBPS:US[:OVERSUBSCRIPTION]" of the header's links= and blocklink=.
+std::optional<core::TierLink> ParseHeaderLink(std::string_view item) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    size_t at = item.find(':', start);
+    parts.push_back(item.substr(start, at == std::string_view::npos ? at : at - start));
+    if (at == std::string_view::npos) break;
+    start = at + 1;
+  }
+  core::TierLink link;
+  bool ok = parts.size() == 2 || parts.size() == 3;
+  double* fields[] = {&link.bandwidth_gbs, &link.latency_us, &link.oversubscription};
+  for (size_t i = 0; ok && i < parts.size(); ++i) {
+    auto [end, ec] =
+        std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), *fields[i]);
+    ok = ec == std::errc() && end == parts[i].data() + parts[i].size() && *fields[i] > 0 &&
+         *fields[i] < 1e9;
+  }
+  if (!ok || link.oversubscription < 1) return std::nullopt;
+  return link;
+}
+
+std::string FormatHeaderLink(const core::TierLink& link) {
+  std::string out =
+      internal::FormatDouble(link.bandwidth_gbs) + ":" + internal::FormatDouble(link.latency_us);
+  if (link.oversubscription != 1) out += ":" + internal::FormatDouble(link.oversubscription);
+  return out;
+}
 
 std::string LineError(int line, std::string_view problem) {
   return "line " + std::to_string(line) + ": " + std::string(problem);
@@ -142,6 +178,11 @@ class SlurmReader {
   void AddSwitch(TopologyBuilder& builder, int s, int parent, int tier_offset, int gpus,
                  const std::string& model) const;
 
+  // Set by Finish: whether some node is in no block beside blocks (a mixed
+  // file), and each node's block.
+  bool mixed_ = false;
+  std::unordered_map<std::string, int> node_block_;
+
   Header header_;
   std::vector<SwitchDef> switches_;
   std::vector<BlockDef> blocks_;
@@ -218,31 +259,30 @@ Status SlurmReader::ReadHeader(std::string_view rest, int number) {
     } else if (key == "links") {
       std::vector<core::TierLink> links;
       for (std::string_view item : SplitOn(value, ',')) {
-        std::vector<std::string_view> parts = SplitOn(item, ':');
-        core::TierLink link;
-        bool ok = parts.size() == 2 || parts.size() == 3;
-        double* fields[] = {&link.bandwidth_gbs, &link.latency_us, &link.oversubscription};
-        for (size_t i = 0; ok && i < parts.size(); ++i) {
-          auto [end, ec] =
-              std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), *fields[i]);
-          ok = ec == std::errc() && end == parts[i].data() + parts[i].size() && *fields[i] > 0 &&
-               *fields[i] < 1e9;
-        }
-        ok = ok && link.oversubscription >= 1;
-        if (!ok) {
+        std::optional<core::TierLink> link = ParseHeaderLink(item);
+        if (!link) {
           return Status::Error(
               LineError(number,
                         "#toposched: links are GBPS:US pairs of positive numbers, one per tier "
                         "and one for the cluster (got " +
                             Q(item) + ")"));
         }
-        links.push_back(link);
+        links.push_back(*link);
       }
       header_.links = std::move(links);
+    } else if (key == "blocklink") {
+      std::optional<core::TierLink> link = ParseHeaderLink(value);
+      if (!link) {
+        return Status::Error(LineError(
+            number,
+            "#toposched: blocklink is one GBPS:US[:OVERSUBSCRIPTION] of positive numbers (got " +
+                Q(value) + ")"));
+      }
+      header_.block_link = link;
     } else {
       return Status::Error(LineError(number, "#toposched: unknown key " + Q(key) +
                                                  "; allowed: name, tiers, hbd, gpus, model, "
-                                                 "costs, links"));
+                                                 "costs, links, blocklink"));
     }
   }
   return Status::Ok();
@@ -428,7 +468,16 @@ void SlurmReader::AddSwitch(TopologyBuilder& builder, int s, int parent, int tie
   for (const BlockDef& block : blocks_) {
     if (block.leaf != s) continue;
     int block_handle = builder.AddDomain(block.name, 1, handle);
+    // Beside nodes in no block, each block is an HBD of its own.
+    if (mixed_) builder.MarkHbd(block_handle, header_.block_link);
     for (const std::string& n : block.nodes) builder.AddNode(n, block_handle, gpus, model);
+  }
+  // The leaf's nodes in no block, after its blocks, in the leaf's order.
+  int group = -1;
+  for (const std::string& n : sw.nodes) {
+    if (node_block_.count(n)) continue;
+    if (group < 0) group = builder.AddDomain(GroupName(sw.name), 1, handle);
+    builder.AddNode(n, group, gpus, model);
   }
 }
 
@@ -514,8 +563,9 @@ Result<core::Topology> SlurmReader::Finish(const SlurmTopologyOptions& options) 
     }
   }
 
-  // Blocks: each sits under one leaf; with blocks, every node is in one block.
-  std::unordered_map<std::string, int> node_block;
+  // Blocks: each sits under one leaf. Nodes in no block beside blocks make a
+  // mixed file: the blocks are HBDs, the other nodes keep the file's HBD.
+  std::unordered_map<std::string, int>& node_block = node_block_;
   for (size_t b = 0; b < blocks_.size(); ++b) {
     BlockDef& block = blocks_[b];
     std::string first_node;
@@ -546,25 +596,45 @@ Result<core::Topology> SlurmReader::Finish(const SlurmTopologyOptions& options) 
   }
   if (!blocks_.empty()) {
     for (const SwitchDef& sw : switches_) {
-      for (const std::string& n : sw.nodes) {
-        if (!node_block.count(n)) {
-          return Status::Error(LineError(
-              sw.line, "node " + Q(n) + " under switch " + Q(sw.name) +
-                           " is in no block; with BlockName= lines every node is in one block"));
-        }
+      bool in_no_block = false;
+      for (const std::string& n : sw.nodes) in_no_block = in_no_block || !node_block.count(n);
+      if (!in_no_block) continue;
+      mixed_ = true;
+      const std::string group = GroupName(sw.name);
+      std::string clash;
+      if (auto it = switch_index_.find(group); it != switch_index_.end()) {
+        clash = "switch " + Q(group) + " (line " + std::to_string(switches_[it->second].line) + ")";
+      } else if (auto bit = block_index_.find(group); bit != block_index_.end()) {
+        clash = "block " + Q(group) + " (line " + std::to_string(blocks_[bit->second].line) + ")";
+      } else if (auto nit = node_leaf.find(group); nit != node_leaf.end()) {
+        clash = "node " + Q(group) + " (line " + std::to_string(switches_[nit->second].line) + ")";
+      }
+      if (!clash.empty()) {
+        return Status::Error(LineError(
+            sw.line, "switch " + Q(sw.name) + " has nodes in no block, which toposched groups as " +
+                         Q(group) + ", but that is the name of " + clash + "; rename that one"));
       }
     }
   }
+  if (header_.block_link && !mixed_) {
+    return Status::Error(
+        LineError(header_.line,
+                  "#toposched: blocklink is the link inside blocks beside nodes in no block; "
+                  "this file has " +
+                      std::string(blocks_.empty() ? "no blocks"
+                                                  : "every node in a block (give the HBD "
+                                                    "tier's link in links=)")));
+  }
 
-  // Tiers: node, [hbd], then one per switch level.
+  // Tiers: node, [hbd, or block in a mixed file], then one per switch level.
   int tier_offset = blocks_.empty() ? 1 : 2;
   std::vector<std::string> tiers = {"node"};
-  if (!blocks_.empty()) tiers.push_back("hbd");
+  if (!blocks_.empty()) tiers.push_back(mixed_ ? "block" : "hbd");
   static const char* const kLevelNames[] = {"leaf", "spine", "core"};
   for (int level = 0; level <= top_level; ++level) {
     tiers.push_back(level < 3 ? kLevelNames[level] : "level" + std::to_string(level + 1));
   }
-  int hbd = blocks_.empty() ? 0 : 1;
+  int hbd = blocks_.empty() || mixed_ ? 0 : 1;
   int gpus = header_.gpus.value_or(options.gpus_per_node);
   std::string name = header_.name.value_or(options.name);
   if (header_.tiers) {
@@ -645,22 +715,64 @@ Result<core::Topology> ParseSlurmTopology(std::string_view text,
 
 std::string TopologyToSlurm(const core::Topology& topology) {
   const int tier_count = topology.tier_count();
-  const int hbd = topology.hbd_tier();
-  // An HBD between the node and the leaf switches becomes BlockName= lines;
-  // an HBD at the node tier, or at the top, needs none (the header's hbd=
-  // says which tier it is).
-  const bool blocks = hbd >= 1 && hbd < tier_count - 1;
-  const int first_switch = blocks ? hbd + 1 : 1;
+  // Domains marked as HBDs (a mixed cluster), and whether they share a tier.
+  std::vector<core::DomainId> marks;
+  bool one_mark_tier = true;
+  for (core::DomainId d = topology.node_count(); d < topology.root(); ++d) {
+    if (!topology.hbd_marked(d)) continue;
+    one_mark_tier = marks.empty() || topology.domain(d).tier == topology.domain(marks[0]).tier;
+    marks.push_back(d);
+    if (!one_mark_tier) break;
+  }
+  const int mark_tier = marks.empty() || !one_mark_tier ? -1 : topology.domain(marks[0]).tier;
+  bool same_mark_links = true;
+  for (core::DomainId d : marks) {
+    same_mark_links = same_mark_links && topology.hbd_link(d) == topology.hbd_link(marks[0]);
+  }
+  // Every domain of one tier marked (nodes of several models, or HBD links
+  // that differ, keep the topology from being that one part): that tier is
+  // every node's HBD, and the tiers of a part's view say the rest.
+  const bool all_marked =
+      mark_tier >= 1 && static_cast<int>(marks.size()) == topology.tier_size(mark_tier);
+  const core::Topology& tier_source =
+      all_marked && topology.part_count() > 1 ? topology.PartView(0) : topology;
+  const int hbd = all_marked ? mark_tier : topology.hbd_tier();
+  // Marks on one tier between the node tier and the leaf switches, other
+  // than the HBD tier, with some domain of that tier unmarked, are a mixed
+  // file: the marked domains become BlockName= lines (each an HBD), the
+  // nodes of the others are in no block (they keep the file's HBD), and the
+  // reader groups those of a leaf as <leaf>.nodes. The file's HBD may not sit
+  // between the node tier and the blocks (topology.conf leaves those tiers
+  // out), and no name written may be a <leaf>.nodes the reader makes.
+  bool mixed = mark_tier >= 1 && mark_tier < tier_count - 1 && !all_marked && mark_tier != hbd &&
+               (hbd == 0 || hbd > mark_tier);
+  for (int i = 0; mixed && i < topology.tier_size(mark_tier + 1); ++i) {
+    const core::DomainId leaf = topology.tier_first(mark_tier + 1) + i;
+    bool unmarked = false;
+    for (core::DomainId c : topology.children(leaf)) unmarked = unmarked || !topology.hbd_marked(c);
+    if (!unmarked) continue;
+    const std::string group = GroupName(topology.domain(leaf).name);
+    const core::DomainId named = topology.FindDomain(group);
+    mixed = topology.FindNode(group) < 0 &&
+            (named == core::kNoDomain || topology.domain(named).tier < mark_tier ||
+             (topology.domain(named).tier == mark_tier && !topology.hbd_marked(named)));
+  }
+  // Otherwise an HBD between the node and the leaf switches becomes
+  // BlockName= lines; an HBD at the node tier, or at the top, needs none
+  // (the header's hbd= says which tier it is).
+  const int block_tier = mixed ? mark_tier : hbd;
+  const bool blocks = mixed || (hbd >= 1 && hbd < tier_count - 1);
+  const int first_switch = blocks ? block_tier + 1 : 1;
   std::vector<int> kept = {0};
-  if (blocks) kept.push_back(hbd);
+  if (blocks) kept.push_back(block_tier);
   for (int t = first_switch; t < tier_count; ++t) kept.push_back(t);
-  const int kept_hbd = blocks ? 1 : hbd;
+  const int kept_hbd = !mixed ? (blocks ? 1 : hbd) : hbd == 0 ? 0 : hbd - block_tier + 1;
 
   std::string tiers, costs, links;
   bool default_costs = true, default_links = true;
   kept.push_back(topology.root_tier());
   for (size_t i = 0; i < kept.size(); ++i) {
-    const core::Tier& tier = topology.tier(kept[i]);
+    const core::Tier& tier = tier_source.tier(kept[i]);
     const core::TierLink def = core::DefaultTierLink(static_cast<int>(i), kept_hbd);
     links += (i ? "," : "") + internal::FormatDouble(tier.link.bandwidth_gbs) + ":" +
              internal::FormatDouble(tier.link.latency_us);
@@ -691,13 +803,55 @@ std::string TopologyToSlurm(const core::Topology& topology) {
   }
   if (!default_costs) out += " costs=" + costs;
   if (!default_links) out += " links=" + links;
+  // One link inside every block; the reader gives it to each.
+  if (mixed) {
+    if (std::optional<core::TierLink> link = topology.hbd_link(marks[0])) {
+      out += " blocklink=" + FormatHeaderLink(*link);
+    }
+  }
   out += "\n";
-  if (blocks && hbd > 1) {
-    out +=
-        "# warning: tiers between the node and the HBD tier are not expressible in "
-        "topology.conf and were left out:";
-    for (int t = 1; t < hbd; ++t) out += " " + topology.tier(t).name;
+  if (blocks && block_tier > 1) {
+    out += std::string("# warning: tiers between the node and the ") + (mixed ? "block" : "HBD") +
+           " tier are not expressible in topology.conf and were left out:";
+    for (int t = 1; t < block_tier; ++t) out += " " + topology.tier(t).name;
     out += "\n";
+  }
+  if (mixed) {
+    if (!same_mark_links) {
+      out +=
+          "# warning: the blocks' HBD links differ, and topology.conf gives one for all "
+          "(blocklink=, the first block's)\n";
+    }
+    // The reader groups a leaf's nodes in no block as one domain named
+    // <leaf>.nodes after the leaf's blocks: other unmarked domains are lost.
+    bool groups_kept = true;
+    for (int i = 0; groups_kept && i < topology.tier_size(first_switch); ++i) {
+      const core::DomainId leaf = topology.tier_first(first_switch) + i;
+      std::span<const core::DomainId> kids = topology.children(leaf);
+      for (size_t k = 0; groups_kept && k < kids.size(); ++k) {
+        if (topology.hbd_marked(kids[k])) continue;
+        groups_kept = k + 1 == kids.size() &&
+                      topology.domain(kids[k]).name == GroupName(topology.domain(leaf).name);
+      }
+    }
+    if (!groups_kept) {
+      out += "# warning: domains of tier " + Q(topology.tier(block_tier).name) +
+             " that are not HBDs are not expressible in topology.conf: their nodes are written in "
+             "no block, and the reader groups them as one <leaf>.nodes domain per leaf switch, "
+             "after its blocks\n";
+    }
+  } else if (all_marked) {
+    // Every node's HBD is the marked tier: only differing links are lost.
+    if (!same_mark_links) {
+      out +=
+          "# warning: the HBDs' links differ, and topology.conf gives one per tier (links=, "
+          "those of the first part)\n";
+    }
+  } else if (!marks.empty()) {
+    out +=
+        "# warning: the HBD marks of this topology (per-subtree HBDs) are not expressible "
+        "in topology.conf and were left out: every node has the HBD tier " +
+        Q(topology.tier(hbd).name) + "\n";
   }
   if (topology.node_count() > 0 && !uniform_gpus) {
     out +=
@@ -719,8 +873,10 @@ std::string TopologyToSlurm(const core::Topology& topology) {
         "switch\n";
   }
   if (blocks) {
-    for (int i = 0; i < topology.tier_size(hbd); ++i) {
-      const core::Domain& d = topology.domain(topology.tier_first(hbd) + i);
+    for (int i = 0; i < topology.tier_size(block_tier); ++i) {
+      const core::DomainId id = topology.tier_first(block_tier) + i;
+      if (mixed && !topology.hbd_marked(id)) continue;
+      const core::Domain& d = topology.domain(id);
       out += "BlockName=" + d.name + " Nodes=" + CompressHostlist(NodeNames(topology, d)) + "\n";
     }
   }

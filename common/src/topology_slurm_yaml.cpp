@@ -1,4 +1,7 @@
-// Slurm 25.05's topology.yaml -> topology.conf text (topology_io.hpp).
+// Slurm 25.05's topology.yaml -> topology.conf text (topology_io.hpp). The
+// block topology may cover some nodes only (a block topology beside the
+// tree): ParseSlurmTopology then marks each block as an HBD and groups the
+// other nodes of a leaf switch (docs/formats.md).
 
 #include <yaml-cpp/yaml.h>
 

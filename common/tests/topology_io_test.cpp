@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -30,8 +31,18 @@ Topology MustSlurm(std::string_view text, SlurmTopologyOptions options = {}) {
   return std::move(r).value();
 }
 
-// The first difference in names, tiers, costs, HBD, tree shape (ids and
-// parents) and nodes; empty when the topologies are the same.
+std::string LinkText(const core::TierLink& l) {
+  std::ostringstream out;
+  out << l.bandwidth_gbs << "/" << l.latency_us << "/" << l.oversubscription;
+  return out.str();
+}
+std::string LinkText(const std::optional<core::TierLink>& l) {
+  return l ? LinkText(*l) : std::string("none");
+}
+
+// The first difference in names, tiers, costs, links, HBD, HBD marks, tree
+// shape (ids and parents) and nodes, and (with node_details) in the parts and
+// their views; empty when the topologies are the same.
 std::string FirstDifference(const Topology& a, const Topology& b, bool node_details) {
   auto at = [](std::string what, auto x, auto y) {
     std::ostringstream out;
@@ -43,6 +54,12 @@ std::string FirstDifference(const Topology& a, const Topology& b, bool node_deta
   for (int t = 0; t < a.tier_count(); ++t) {
     if (a.tier(t).name != b.tier(t).name) return at("tier name", a.tier(t).name, b.tier(t).name);
     if (a.tier(t).cost != b.tier(t).cost) return at("tier cost", a.tier(t).cost, b.tier(t).cost);
+  }
+  for (int t = 0; t <= a.tier_count(); ++t) {
+    if (!(a.tier(t).link == b.tier(t).link)) {
+      return at("tier " + std::to_string(t) + " link", LinkText(a.tier(t).link),
+                LinkText(b.tier(t).link));
+    }
   }
   if (a.hbd_tier() != b.hbd_tier()) return at("hbd", a.hbd_tier(), b.hbd_tier());
   if (a.domain_count() != b.domain_count())
@@ -57,6 +74,12 @@ std::string FirstDifference(const Topology& a, const Topology& b, bool node_deta
           std::to_string(x.tier) + "/" + std::to_string(x.parent) + "/" + std::to_string(x.gpus),
           std::to_string(y.tier) + "/" + std::to_string(y.parent) + "/" + std::to_string(y.gpus));
     }
+    if (a.hbd_marked(d) != b.hbd_marked(d)) {
+      return at("domain " + x.name + " HBD mark", a.hbd_marked(d), b.hbd_marked(d));
+    }
+    if (a.hbd_link(d) != b.hbd_link(d)) {
+      return at("domain " + x.name + " HBD link", LinkText(a.hbd_link(d)), LinkText(b.hbd_link(d)));
+    }
   }
   for (core::NodeId n = 0; n < a.node_count(); ++n) {
     const core::Node& x = a.node(n);
@@ -66,6 +89,26 @@ std::string FirstDifference(const Topology& a, const Topology& b, bool node_deta
       return at("node " + x.name + " model", x.gpu_model, y.gpu_model);
     }
     if (node_details && x.features != y.features) return "node " + x.name + " features";
+  }
+  if (!node_details) return "";
+  // Parts follow from models and marks; each view's own HBD, links, costs
+  // and domain GPU counts.
+  if (a.part_count() != b.part_count()) return at("parts", a.part_count(), b.part_count());
+  for (int p = 0; p < a.part_count(); ++p) {
+    const core::TopologyPart& x = a.part(p);
+    const core::TopologyPart& y = b.part(p);
+    if (x.gpu_model != y.gpu_model || x.hbd_tier != y.hbd_tier || x.first_node != y.first_node ||
+        x.nodes != y.nodes || x.gpus != y.gpus) {
+      return "part " + std::to_string(p);
+    }
+    if (p > 0 || a.part_count() > 1) {
+      std::string view = FirstDifference(a.PartView(p), b.PartView(p), false);
+      if (!view.empty()) return "view of part " + std::to_string(p) + ": " + view;
+    }
+  }
+  for (core::NodeId n = 0; n < a.node_count(); ++n) {
+    if (a.part_of(n) != b.part_of(n))
+      return at("part of " + a.node(n).name, a.part_of(n), b.part_of(n));
   }
   return "";
 }
@@ -121,6 +164,99 @@ TEST_CASE("ParseTopologyJson: node tier only, HBD above the node, defaults") {
   CHECK(nvl.total_gpus() == 8);
 }
 
+// A mixed cluster: racks of two 8-GPU HGX H100 nodes (HBD = node, the
+// file's) and two GB200 racks of three 4-GPU nodes, each marked as its HBD
+// with its NVLink; each leaf holds one of each.
+constexpr std::string_view kMixedJson = R"({
+  "version": 1, "name": "mixed", "tiers": ["node", "rack", "leaf", "spine"], "hbd": "node",
+  "gpus_per_node": 8, "gpu_model": "H100",
+  "domains": [
+    {"name": "s0", "children": [
+      {"name": "l0", "children": [
+        {"name": "hgx0", "nodes": ["h0", "h1"]},
+        {"name": "nvl0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 2},
+         "nodes": [{"name": "g0", "gpus": 4, "gpu_model": "GB200"},
+                   {"name": "g1", "gpus": 4, "gpu_model": "GB200"},
+                   {"name": "g2", "gpus": 4, "gpu_model": "GB200"}]}]},
+      {"name": "l1", "children": [
+        {"name": "hgx1", "hbd": false, "nodes": ["h2", "h3"]},
+        {"name": "nvl1", "tier": "rack", "hbd": true,
+         "link": {"bandwidth_gbs": 900, "latency_us": 2, "oversubscription": 1},
+         "nodes": [{"name": "g3", "gpus": 4, "gpu_model": "GB200"},
+                   {"name": "g4", "gpus": 4, "gpu_model": "GB200"},
+                   {"name": "g5", "gpus": 4, "gpu_model": "GB200"}]}]}]}
+  ]
+})";
+
+TEST_CASE("ParseTopologyJson: marked racks beside HGX nodes make two parts") {
+  Topology t = MustJson(kMixedJson);
+  CHECK(t.hbd_tier() == 0);  // the file's, for nodes under no mark
+  CHECK(t.FindTier("hbd").value() == 0);
+  CHECK(t.node_count() == 10);
+  CHECK(t.total_gpus() == 4 * 8 + 6 * 4);
+  // Depth-first: h0 h1 | g0 g1 g2 | h2 h3 | g3 g4 g5.
+  CHECK(t.node(2).name == "g0");
+  CHECK(t.node(5).name == "h2");
+  const core::DomainId nvl0 = t.FindDomain("nvl0"), nvl1 = t.FindDomain("nvl1");
+  CHECK(t.hbd_marked(nvl0));
+  CHECK(t.hbd_marked(nvl1));
+  CHECK_FALSE(t.hbd_marked(t.FindDomain("hgx0")));
+  CHECK_FALSE(t.hbd_marked(t.FindDomain("hgx1")));  // "hbd": false means nothing
+  CHECK_FALSE(t.hbd_marked(t.FindDomain("l0")));
+  CHECK(t.hbd_link(nvl0) == core::TierLink{900, 2, 1});
+  CHECK(t.hbd_link(nvl1) == core::TierLink{900, 2, 1});
+  CHECK_FALSE(t.hbd_link(t.FindDomain("hgx0")).has_value());
+
+  REQUIRE(t.part_count() == 2);
+  const core::TopologyPart& hgx = t.part(0);
+  CHECK(hgx.gpu_model == "H100");
+  CHECK(hgx.hbd_tier == 0);
+  CHECK(hgx.first_node == 0);
+  CHECK(hgx.nodes == 4);
+  CHECK(hgx.gpus == 32);
+  const core::TopologyPart& nvl = t.part(1);
+  CHECK(nvl.gpu_model == "GB200");
+  CHECK(nvl.hbd_tier == 1);
+  CHECK(nvl.first_node == 2);
+  CHECK(nvl.nodes == 6);
+  CHECK(nvl.gpus == 24);
+  for (const char* n : {"h0", "h1", "h2", "h3"}) CHECK(t.part_of(t.FindNode(n)) == 0);
+  for (const char* n : {"g0", "g1", "g2", "g3", "g4", "g5"}) CHECK(t.part_of(t.FindNode(n)) == 1);
+
+  // Whole topology: every node counts.
+  const core::DomainId l0 = t.FindDomain("l0"), s0 = t.FindDomain("s0");
+  CHECK(t.domain(l0).gpus == 16 + 12);
+  CHECK(t.domain(s0).gpus == 56);
+  // Each view counts its part's nodes only, and has its own HBD.
+  const Topology& v0 = t.PartView(0);
+  const Topology& v1 = t.PartView(1);
+  CHECK(v0.FindTier("hbd").value() == 0);
+  CHECK(v1.FindTier("hbd").value() == 1);
+  CHECK(v0.domain(l0).gpus == 16);
+  CHECK(v0.domain(t.FindDomain("hgx0")).gpus == 16);
+  CHECK(v0.domain(nvl0).gpus == 0);
+  CHECK(v0.domain(s0).gpus == 32);
+  CHECK(v0.total_gpus() == 32);
+  CHECK(v1.domain(l0).gpus == 12);
+  CHECK(v1.domain(nvl0).gpus == 12);
+  CHECK(v1.domain(t.FindDomain("hgx0")).gpus == 0);
+  CHECK(v1.domain(s0).gpus == 24);
+  CHECK(v1.total_gpus() == 24);
+  CHECK(v0.max_domain_gpus(1) == 16);
+  CHECK(v1.max_domain_gpus(1) == 12);
+  // The racks' NVLink covers the GB200 view up to the rack; the HGX view
+  // keeps the defaults of a node HBD.
+  CHECK(v1.tier(0).link == core::TierLink{900, 2, 1});
+  CHECK(v1.tier(1).link == core::TierLink{900, 2, 1});
+  CHECK(v1.tier(1).cost == 1.0);
+  CHECK(v0.tier(1).link == core::DefaultTierLink(1, 0));
+  CHECK(v0.tier(1).cost == 4.0);
+  CHECK(&t.ViewOf(t.FindNode("g4")) == &v1);
+  CHECK(v1.part_of(t.FindNode("h0")) == -1);
+  // Views keep the marks.
+  CHECK(v0.hbd_marked(nvl0));
+}
+
 TEST_CASE("TopologyToJson round trips exactly") {
   SUBCASE("example") {
     Topology t = MustJson(kTinyJson);
@@ -139,7 +275,55 @@ TEST_CASE("TopologyToJson round trips exactly") {
                               "gpu_model": "x", "nodes": ["a", {"name": "b", "gpus": 2}]})");
     CheckSameTopology(t, MustJson(TopologyToJson(t)));
   }
-  for (const char* name : {"tiny", "nvl72-64k", "cm384-166k"}) {
+  SUBCASE("mixed: the marks and their links, so the parts too") {
+    Topology t = MustJson(kMixedJson);
+    std::string text = TopologyToJson(t);
+    CAPTURE(text);
+    Topology back = MustJson(text);
+    CheckSameTopology(t, back);
+    REQUIRE(back.part_count() == 2);
+    CHECK(back.PartView(1).domain(back.FindDomain("l1")).gpus == 12);
+    // The marks are written where they are, with the link (oversubscription
+    // 1 left out); unmarked domains say nothing ("hbd": false is not kept).
+    const nlohmann::json j = nlohmann::json::parse(text);
+    const nlohmann::json& l0 = j["domains"][0]["children"][0]["children"];
+    const nlohmann::json& l1 = j["domains"][0]["children"][1]["children"];
+    CHECK(l0[1]["name"] == "nvl0");
+    CHECK(l0[1]["hbd"] == true);
+    CHECK(l0[1]["link"] == nlohmann::json{{"bandwidth_gbs", 900.0}, {"latency_us", 2.0}});
+    CHECK(l1[1]["hbd"] == true);
+    CHECK_FALSE(l0[0].contains("hbd"));
+    CHECK_FALSE(l1[0].contains("hbd"));
+    CHECK(text.find("\"link\": {\"bandwidth_gbs\": 900.0, \"latency_us\": 2.0}") !=
+          std::string::npos);
+    CHECK(TopologyToJson(back) == text);
+  }
+  SUBCASE("a mark without a link, and a mark on every HBD-tier domain") {
+    // Every node under a mark: the topology is its one part, HBD = rack.
+    Topology all = MustJson(R"({"version": 1, "name": "racks", "tiers": ["node", "rack", "leaf"],
+        "domains": [{"name": "l0", "children": [
+          {"name": "r0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": ["a", "b"]},
+          {"name": "r1", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": ["c"]}]}]})");
+    CHECK(all.part_count() == 1);
+    CHECK(all.hbd_tier() == 1);
+    CHECK(all.tier(1).link == core::TierLink{900, 3, 1});
+    CheckSameTopology(all, MustJson(TopologyToJson(all)));
+    Topology bare = MustJson(R"({"version": 1, "name": "bare", "tiers": ["node", "rack", "leaf"],
+        "domains": [{"name": "l0", "children": [
+          {"name": "r0", "hbd": true, "nodes": ["a", "b"]},
+          {"name": "r1", "nodes": ["c"]}]}]})");
+    REQUIRE(bare.part_count() == 2);
+    CHECK_FALSE(bare.hbd_link(bare.FindDomain("r0")).has_value());
+    CHECK(bare.PartView(0).tier(1).link == core::DefaultTierLink(1, 1));
+    std::string text = TopologyToJson(bare);
+    const nlohmann::json r0 = nlohmann::json::parse(text)["domains"][0]["children"][0];
+    CHECK(r0["hbd"] == true);
+    CHECK_FALSE(r0.contains("link"));
+    CheckSameTopology(bare, MustJson(text));
+  }
+  for (const char* name : {"tiny", "nvl72-64k", "cm384-166k", "mixed-10k"}) {
     SUBCASE(name) {
       auto t = core::GenerateTopology(name);
       REQUIRE_MESSAGE(t.ok(), t.message());
@@ -266,6 +450,61 @@ TEST_CASE("ParseTopologyJson: every error names the path") {
       {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
            "domains": [{"name": "l0", "nodes": ["a"], "name": "l1"}]})",
        "domains[0]", "duplicate field \"name\""},
+      // HBD marks: "hbd" a boolean, "link" only with "hbd": true and checked
+      // as a tier link, no HBD inside another.
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": "yes", "nodes": ["a"]}]})",
+       "domains[0]", "\"hbd\" must be true or false (got \"yes\")"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": 1, "nodes": ["a"]}]})",
+       "domains[0]", "\"hbd\" must be true or false (got 1)"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "link": {"bandwidth_gbs": 900, "latency_us": 3},
+                        "nodes": ["a"]}]})",
+       "domains[0]", "\"link\" is the scale-up link inside an HBD: give it with \"hbd\": true"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": false,
+                        "link": {"bandwidth_gbs": 900, "latency_us": 3}, "nodes": ["a"]}]})",
+       "domains[0]", "give it with \"hbd\": true"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf", "spine"],
+           "domains": [{"name": "s0", "children": [{"name": "l0", "hbd": true,
+             "link": {"bandwidth_gbs": 0, "latency_us": 3}, "nodes": ["a"]}]}]})",
+       "domains[0].children[0].link", "\"bandwidth_gbs\" must be a number above 0 .. 1e9 (got 0)"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": true,
+                        "link": {"bandwidth_gbs": "900", "latency_us": 3}, "nodes": ["a"]}]})",
+       "domains[0].link", "\"bandwidth_gbs\" must be a number above 0 .. 1e9 (got \"900\")"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": true,
+                        "link": {"bandwidth_gbs": 900, "latency_us": -1}, "nodes": ["a"]}]})",
+       "domains[0].link", "\"latency_us\" must be a number above 0"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": true, "link": {"bandwidth_gbs": 900,
+                        "latency_us": 3, "oversubscription": 0.5}, "nodes": ["a"]}]})",
+       "domains[0].link", "\"oversubscription\" must be a number 1 .. 1e9 (got 0.5)"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": true, "link": {"bandwidth_gbs": 900},
+                        "nodes": ["a"]}]})",
+       "domains[0].link", "\"latency_us\" is required in the link of an HBD"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": true, "link": 900, "nodes": ["a"]}]})",
+       "domains[0].link", "must be an object"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "leaf"],
+           "domains": [{"name": "l0", "hbd": true,
+                        "link": {"bandwidth_gbs": 900, "latency_us": 3, "bw": 1}, "nodes": ["a"]}]})",
+       "domains[0].link",
+       "unknown field \"bw\"; allowed: bandwidth_gbs, latency_us, oversubscription"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "rack", "leaf", "spine"],
+           "domains": [{"name": "s0", "children": [{"name": "l0", "hbd": true, "children": [
+             {"name": "r0", "nodes": ["a"]}, {"name": "r1", "hbd": true, "nodes": ["b"]}]}]}]})",
+       "domains[0].children[0].children[1]",
+       "domain \"r1\" is marked as an HBD inside HBD \"l0\" (domains[0].children[0]); an HBD "
+       "holds no other"},
+      {R"({"version": 1, "name": "x", "tiers": ["node", "rack", "leaf"],
+           "domains": [{"name": "l0", "hbd": true, "children": [
+             {"name": "r0", "hbd": false, "nodes": ["a"]},
+             {"name": "r1", "nodes": ["b"]}, {"name": "r2", "hbd": true, "nodes": ["c"]}]}]})",
+       "domains[0].children[2]", "inside HBD \"l0\" (domains[0])"},
   };
   for (const BadJson& c : cases) {
     CAPTURE(c.text);
@@ -330,6 +569,62 @@ SwitchName=e Switches=d
   CHECK(deep.tier(5).name == "level5");
 }
 
+// Blocks beside nodes in no block (Slurm 25.05: a block topology beside the
+// tree): leaf l1 holds two GB200 blocks and two HGX nodes.
+constexpr std::string_view kSlurmMixed = R"(SwitchName=l0 Nodes=h[1-4]
+SwitchName=l1 Nodes=h5,g[1-6],h6
+BlockName=nvl0 Nodes=g[1-3]
+BlockName=nvl1 Nodes=g[4-6]
+SwitchName=s0 Switches=l[0-1]
+)";
+
+TEST_CASE("ParseSlurmTopology: nodes in no block beside blocks keep the node HBD") {
+  Topology t = MustSlurm(kSlurmMixed, {.gpus_per_node = 4, .name = "mix"});
+  REQUIRE(t.tier_count() == 4);
+  CHECK(t.tier(1).name == "block");
+  CHECK(t.tier(2).name == "leaf");
+  CHECK(t.tier(3).name == "spine");
+  CHECK(t.hbd_tier() == 0);  // the file's HBD is the node; each block is one
+  // Tier-1 domains: the blocks of a leaf in file order, then its nodes in no
+  // block as <leaf>.nodes in the leaf's order.
+  REQUIRE(t.tier_size(1) == 4);
+  CHECK(t.domain(t.tier_first(1)).name == "l0.nodes");
+  CHECK(t.domain(t.tier_first(1) + 1).name == "nvl0");
+  CHECK(t.domain(t.tier_first(1) + 2).name == "nvl1");
+  CHECK(t.domain(t.tier_first(1) + 3).name == "l1.nodes");
+  CHECK(t.node(4).name == "g1");
+  CHECK(t.node(10).name == "h5");
+  CHECK(t.node(11).name == "h6");
+  CHECK(t.hbd_marked(t.FindDomain("nvl0")));
+  CHECK(t.hbd_marked(t.FindDomain("nvl1")));
+  CHECK_FALSE(t.hbd_marked(t.FindDomain("l1.nodes")));
+  CHECK_FALSE(t.hbd_link(t.FindDomain("nvl0")).has_value());
+  REQUIRE(t.part_count() == 2);
+  CHECK(t.part(0).hbd_tier == 0);
+  CHECK(t.part(0).nodes == 6);
+  CHECK(t.part(0).gpus == 24);
+  CHECK(t.part(1).hbd_tier == 1);
+  CHECK(t.part(1).first_node == 4);
+  CHECK(t.part(1).nodes == 6);
+  const core::DomainId l1 = t.FindDomain("l1");
+  CHECK(t.domain(l1).gpus == 32);
+  CHECK(t.PartView(0).domain(l1).gpus == 8);
+  CHECK(t.PartView(1).domain(l1).gpus == 24);
+  CHECK(t.PartView(0).FindTier("hbd").value() == 0);
+  CHECK(t.PartView(1).FindTier("hbd").value() == 1);
+  CHECK(t.PartView(1).max_domain_gpus(1) == 12);
+
+  // The header's blocklink= is the link inside every block.
+  Topology linked = MustSlurm("#toposched: blocklink=900:2\n" + std::string(kSlurmMixed));
+  CHECK(linked.hbd_link(linked.FindDomain("nvl1")) == core::TierLink{900, 2, 1});
+  CHECK(linked.PartView(1).tier(1).link == core::TierLink{900, 2, 1});
+  // And hbd= still names the HBD of the nodes in no block.
+  Topology leafy = MustSlurm("#toposched: hbd=leaf\n" + std::string(kSlurmMixed));
+  CHECK(leafy.hbd_tier() == 2);
+  CHECK(leafy.part(0).hbd_tier == 2);
+  CHECK(leafy.part(1).hbd_tier == 1);
+}
+
 TEST_CASE("ParseSlurmTopology: blocks order the nodes of their leaf") {
   Topology t = MustSlurm(R"(
 SwitchName=l0 Nodes=n[1-4]
@@ -381,8 +676,34 @@ TEST_CASE("ParseSlurmTopology: every error names the line") {
        "line 3: block \"b0\" spans switch \"s0\" (node \"a\") and switch \"s1\" (node \"b\")"},
       {"SwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\nBlockName=b1 Nodes=a,b\n",
        "line 3: node \"a\" is in block \"b0\" (line 2) and in block \"b1\""},
-      {"SwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
-       "line 1: node \"b\" under switch \"s0\" is in no block"},
+      // Nodes in no block beside blocks are grouped per leaf as <leaf>.nodes:
+      // a name that is taken already is refused, naming both.
+      {"SwitchName=l0 Nodes=a,b,c\nBlockName=l0.nodes Nodes=a\n",
+       "line 1: switch \"l0\" has nodes in no block, which toposched groups as \"l0.nodes\", but "
+       "that is the name of block \"l0.nodes\" (line 2); rename that one"},
+      {"SwitchName=l0 Nodes=a,l0.nodes\nBlockName=b0 Nodes=a\n",
+       "line 1: switch \"l0\" has nodes in no block, which toposched groups as \"l0.nodes\", but "
+       "that is the name of node \"l0.nodes\" (line 1)"},
+      {"SwitchName=l0 Nodes=a,b\nSwitchName=l0.nodes Nodes=c\nSwitchName=t Switches=l0,l0.nodes\n"
+       "BlockName=b0 Nodes=a,c\n",
+       "line 4: block \"b0\" spans switch \"l0\" (node \"a\") and switch \"l0.nodes\""},
+      {"SwitchName=l0 Nodes=a,b\nSwitchName=l0.nodes Nodes=c\nSwitchName=t Switches=l0,l0.nodes\n"
+       "BlockName=b0 Nodes=a\n",
+       "line 1: switch \"l0\" has nodes in no block, which toposched groups as \"l0.nodes\", but "
+       "that is the name of switch \"l0.nodes\" (line 2)"},
+      {"#toposched: blocklink=900:3\nSwitchName=s0 Nodes=a\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is the link inside blocks beside nodes in no block; this "
+       "file has every node in a block"},
+      {"#toposched: blocklink=900:3\nSwitchName=s0 Nodes=a\n",
+       "line 1: #toposched: blocklink is the link inside blocks beside nodes in no block; this "
+       "file has no blocks"},
+      {"#toposched: blocklink=0:3\nSwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is one GBPS:US[:OVERSUBSCRIPTION] of positive numbers (got "
+       "\"0:3\")"},
+      {"#toposched: blocklink=900:3,900:3\nSwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is one GBPS"},
+      {"#toposched: blocklink=900:3:0.5\nSwitchName=s0 Nodes=a,b\nBlockName=b0 Nodes=a\n",
+       "line 1: #toposched: blocklink is one GBPS"},
       {"SwitchName=s0 Nodes=a\nBlockName=b0 Nodes=a\nBlockName=b0 Nodes=a\n",
        "line 3: duplicate block \"b0\" (first on line 2)"},
       {"BlockName=b0\n", "line 1: block \"b0\" has no Nodes="},
@@ -480,6 +801,118 @@ TEST_CASE("TopologyToSlurm: format and exact round trip") {
       REQUIRE(t.ok());
       CheckSameTopology(t.value(), MustSlurm(TopologyToSlurm(t.value())));
     }
+  }
+}
+
+TEST_CASE("TopologyToSlurm: mixed files round trip, blocks for the marked domains") {
+  SUBCASE("conf -> topology -> conf") {
+    Topology t =
+        MustSlurm("#toposched: blocklink=900:2\n" + std::string(kSlurmMixed), {.name = "mix"});
+    std::string conf = TopologyToSlurm(t);
+    // The groups of nodes in no block are not blocks: their nodes are the
+    // leaf's in no BlockName= line.
+    CHECK(conf ==
+          "#toposched: name=mix tiers=node,block,leaf,spine hbd=node gpus=8 blocklink=900:2\n"
+          "BlockName=nvl0 Nodes=g[1-3]\n"
+          "BlockName=nvl1 Nodes=g[4-6]\n"
+          "SwitchName=l0 Nodes=h[1-4]\n"
+          "SwitchName=l1 Nodes=g[1-6],h[5-6]\n"
+          "SwitchName=s0 Switches=l[0-1]\n");
+    Topology back = MustSlurm(conf);
+    CheckSameTopology(t, back);
+    CHECK(TopologyToSlurm(back) == conf);
+  }
+  SUBCASE("JSON -> topology -> conf: the marked racks are the blocks") {
+    Topology t = MustJson(R"({"version": 1, "name": "mj", "tiers": ["node", "rack", "leaf"],
+        "gpus_per_node": 4, "gpu_model": "GB200",
+        "domains": [{"name": "l0", "children": [
+          {"name": "r0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": ["a", "b"]},
+          {"name": "l0.nodes", "nodes": ["c"]}]},
+          {"name": "l1", "children": [{"name": "l1.nodes", "nodes": ["d", "e"]}]}]})");
+    REQUIRE(t.part_count() == 2);
+    std::string conf = TopologyToSlurm(t);
+    CAPTURE(conf);
+    CHECK(conf.find("# warning") == std::string::npos);
+    CHECK(conf.find("BlockName=r0 Nodes=a,b\n") != std::string::npos);
+    CHECK(conf.find("BlockName=l") == std::string::npos);
+    CHECK(conf.find("blocklink=900:3") != std::string::npos);
+    CheckSameTopology(t, MustSlurm(conf));
+  }
+  SUBCASE("what a mixed conf cannot say is flagged") {
+    // Unmarked racks other than one <leaf>.nodes after the blocks: merged.
+    Topology t = MustJson(R"({"version": 1, "name": "mj", "tiers": ["node", "rack", "leaf"],
+        "domains": [{"name": "l0", "children": [
+          {"name": "x0", "nodes": ["a"]}, {"name": "x1", "nodes": ["b"]},
+          {"name": "r0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": ["c"]},
+          {"name": "r1", "hbd": true, "nodes": ["d"]}]}]})");
+    std::string conf = TopologyToSlurm(t);
+    CAPTURE(conf);
+    CHECK(conf.find("# warning: domains of tier \"rack\" that are not HBDs") != std::string::npos);
+    CHECK(conf.find("# warning: the blocks' HBD links differ") != std::string::npos);
+    Topology back = MustSlurm(conf);
+    CHECK(back.domain(back.tier_first(1) + 2).name == "l0.nodes");
+    CHECK(back.part_count() == 2);
+    CHECK(back.part(0).hbd_tier == 1);
+    CHECK(back.part(0).nodes == 2);
+    CHECK(back.node(0).name == "c");
+
+    // Marks on two tiers: left out, and said so.
+    Topology two =
+        MustJson(R"({"version": 1, "name": "two", "tiers": ["node", "rack", "leaf", "spine"],
+        "domains": [{"name": "s0", "children": [
+          {"name": "l0", "children": [{"name": "r0", "hbd": true, "nodes": ["a"]}]},
+          {"name": "l1", "hbd": true, "children": [{"name": "r1", "nodes": ["b"]}]}]}]})");
+    std::string two_conf = TopologyToSlurm(two);
+    CHECK(two_conf.find("# warning: the HBD marks of this topology") != std::string::npos);
+    CHECK(MustSlurm(two_conf).part_count() == 1);
+  }
+  SUBCASE("every rack marked, two models: the racks are every node's HBD") {
+    Topology t = MustJson(R"({"version": 1, "name": "nv", "tiers": ["node", "rack", "leaf"],
+        "gpus_per_node": 4, "domains": [{"name": "l0", "children": [
+          {"name": "r0", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": [{"name": "a", "gpu_model": "GB200"}]},
+          {"name": "r1", "hbd": true, "link": {"bandwidth_gbs": 900, "latency_us": 3},
+           "nodes": [{"name": "b", "gpu_model": "GB300"}]}]}]})");
+    REQUIRE(t.part_count() == 2);
+    CHECK(t.hbd_tier() == 0);
+    std::string conf = TopologyToSlurm(t);
+    CAPTURE(conf);
+    CHECK(conf.find(" tiers=node,rack,leaf hbd=rack gpus=4 links=900:3,900:3,") !=
+          std::string::npos);
+    CHECK(conf.find("BlockName=r0 Nodes=a\n") != std::string::npos);
+    CHECK(conf.find("blocklink") == std::string::npos);
+    Topology back = MustSlurm(conf);
+    CHECK(back.hbd_tier() == 1);
+    CHECK(back.tier(1).link == core::TierLink{900, 3, 1});
+    CHECK(back.tier(1).cost == t.PartView(1).tier(1).cost);
+    CHECK(back.tier(2).link == t.PartView(1).tier(2).link);
+  }
+  SUBCASE("a written name that the reader would make is not risked") {
+    // Leaf l0's unmarked rack would read back as "l0.nodes", the name of a
+    // block: the marks are left out, with a warning, and the file reads.
+    Topology t = MustJson(R"({"version": 1, "name": "c", "tiers": ["node", "rack", "leaf"],
+        "domains": [{"name": "l0", "children": [
+          {"name": "l0.nodes", "hbd": true, "nodes": ["a"]}, {"name": "r1", "nodes": ["b"]}]}]})");
+    std::string conf = TopologyToSlurm(t);
+    CHECK(conf.find("# warning: the HBD marks of this topology") != std::string::npos);
+    CHECK(MustSlurm(conf).node_count() == 2);
+  }
+  SUBCASE("mixed-10k") {
+    auto t = core::GenerateTopology("mixed-10k");
+    REQUIRE_MESSAGE(t.ok(), t.message());
+    std::string conf = TopologyToSlurm(t.value());
+    CHECK(conf.find("blocklink=900:3") != std::string::npos);
+    CHECK(conf.find("BlockName=nvl72-r0 Nodes=gb200-[00-17]\n") != std::string::npos);
+    Topology back = MustSlurm(conf);
+    // Models and GPU counts are lost (flagged); the marks and the tree are kept.
+    CHECK(back.node_count() == t.value().node_count());
+    CHECK(back.tier_size(1) == 40 + 4 + 1);  // one group per HGX leaf, the racks
+    CHECK(back.hbd_marked(back.FindDomain("nvl72-r3")));
+    CHECK(back.part_count() == 2);
+    CHECK(back.part(1).nodes == 72);
+    CHECK(back.part(1).hbd_tier == 1);
   }
 }
 

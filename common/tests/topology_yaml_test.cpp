@@ -48,6 +48,43 @@ TEST_CASE("SlurmTopologyYamlToConf: tree and blocks become one topology") {
   CHECK(topo.value().total_gpus() == 64);
 }
 
+TEST_CASE("SlurmTopologyYamlToConf: blocks beside nodes in no block make a mixed cluster") {
+  // Slurm 25.05+: a block topology beside the tree; here the blocks cover
+  // leaf2's nodes only (two NVL racks), leaf1's HGX nodes are in none.
+  auto conf = SlurmTopologyYamlToConf(R"(---
+- topology: fabric
+  cluster_default: true
+  tree:
+    switches:
+      - switch: spine
+        children: leaf[1-2]
+      - switch: leaf1
+        nodes: h[1-4]
+      - switch: leaf2
+        nodes: g[1-4]
+- topology: nvl
+  block:
+    blocks:
+      - block: nvl1
+        nodes: g[1-2]
+      - block: nvl2
+        nodes: g[3-4]
+)");
+  REQUIRE_MESSAGE(conf.ok(), conf.message());
+  auto topo = ParseSlurmTopology(conf.value());
+  REQUIRE_MESSAGE(topo.ok(), topo.message());
+  const core::Topology& t = topo.value();
+  CHECK(t.hbd_tier() == 0);
+  CHECK(t.tier(1).name == "block");
+  CHECK(t.FindDomain("leaf1.nodes") != core::kNoDomain);
+  CHECK(t.hbd_marked(t.FindDomain("nvl2")));
+  REQUIRE(t.part_count() == 2);
+  CHECK(t.part(0).hbd_tier == 0);
+  CHECK(t.part(0).nodes == 4);
+  CHECK(t.part(1).hbd_tier == 1);
+  CHECK(t.PartView(1).max_domain_gpus(1) == 16);
+}
+
 TEST_CASE("SlurmTopologyYamlToConf: errors name the entry and the fix") {
   auto bad = [](const char* text) { return SlurmTopologyYamlToConf(text).message(); };
   CHECK(bad("topology: x").find("must be a list of topologies") != std::string::npos);

@@ -127,6 +127,58 @@ const std::vector<Regular>& Catalog() {
   return kCatalog;
 }
 
+// A mixed cluster (docs/perf-model.md, "mixed-10k"): 1,280 HGX H100 nodes of
+// 8 GPUs (HBD = node) in 40 scalable units of 32 nodes, one leaf each, five
+// spines of 8 leaves; a sixth spine above one leaf of four GB200 NVL72 racks
+// (18 nodes x 4 GPUs, each rack marked as its HBD with NVLink 5) and one
+// older A100 unit of 32 HGX nodes (HBD = node). Racks hold 4 HGX nodes; the
+// rack is the tier just above the node, so the leaf switch and the spine
+// sit one tier higher than the node HBD's defaults put them: their links
+// and costs are given. The A100 nodes share the node tier's NVLink 4 link
+// (a link per subtree comes only with an HBD mark).
+constexpr const char* kMixedName = "mixed-10k";
+
+Result<Topology> BuildMixed(int gpus_override) {
+  auto gpus = [&](int own) { return gpus_override > 0 ? gpus_override : own; };
+  TopologyBuilder b(kMixedName, {"node", "rack", "leaf", "spine"}, 0);
+  b.SetTierLink(0, kNvlink4);
+  b.SetTierLink(1, kNdrLeaf);  // HGX nodes of a rack meet at the leaf switch
+  b.SetTierLink(2, kNdrLeaf);
+  b.SetTierLink(3, kNdrSpine);
+  b.SetTierLink(4, kAboveSpine);
+  b.SetTierCost(2, 4.0);
+  b.SetTierCost(3, 16.0);
+  constexpr int kRackNodes = 4, kUnitRacks = 8, kSpineUnits = 8, kH100Spines = 5;
+  int h100 = 0, a100 = 0;
+  // One scalable unit: a leaf of 8 racks of 4 HGX nodes.
+  auto unit = [&](const std::string& leaf_name, int spine, const char* node_prefix, int* counter,
+                  int node_digits, const char* model) {
+    const int leaf = b.AddDomain(leaf_name, 2, spine);
+    for (int r = 0; r < kUnitRacks; ++r) {
+      const int rack = b.AddDomain(leaf_name + "-r" + std::to_string(r), 1, leaf);
+      for (int n = 0; n < kRackNodes; ++n) {
+        b.AddNode(Label(node_prefix, (*counter)++, node_digits), rack, gpus(8), model);
+      }
+    }
+  };
+  for (int s = 0; s < kH100Spines; ++s) {
+    const int spine = b.AddDomain("spine" + std::to_string(s), 3, TopologyBuilder::kTop);
+    for (int u = 0; u < kSpineUnits; ++u) {
+      unit(Label("su", s * kSpineUnits + u, 2), spine, "h100-", &h100, 4, "H100");
+    }
+  }
+  const int spine = b.AddDomain("spine" + std::to_string(kH100Spines), 3, TopologyBuilder::kTop);
+  const int nvl_leaf = b.AddDomain("nvl-leaf", 2, spine);
+  int gb200 = 0;
+  for (int r = 0; r < 4; ++r) {
+    const int rack = b.AddDomain("nvl72-r" + std::to_string(r), 1, nvl_leaf);
+    b.MarkHbd(rack, kNvlink5);
+    for (int n = 0; n < 18; ++n) b.AddNode(Label("gb200-", gb200++, 2), rack, gpus(4), "GB200");
+  }
+  unit("a100-su", spine, "a100-", &a100, 2, "A100");
+  return std::move(b).Build();
+}
+
 }  // namespace
 
 Result<Topology> GenerateTopology(std::string_view name, int gpus_per_node) {
@@ -137,6 +189,7 @@ Result<Topology> GenerateTopology(std::string_view name, int gpus_per_node) {
   for (const Regular& r : Catalog()) {
     if (r.name == name) return BuildRegular(r, gpus_per_node);
   }
+  if (name == kMixedName) return BuildMixed(gpus_per_node);
   std::string known;
   for (const std::string& n : GeneratorNames()) known += (known.empty() ? "" : ", ") + n;
   return Status::Error("no generator named '" + std::string(name) + "'; known: " + known +
@@ -146,6 +199,7 @@ Result<Topology> GenerateTopology(std::string_view name, int gpus_per_node) {
 std::vector<std::string> GeneratorNames() {
   std::vector<std::string> names;
   for (const Regular& r : Catalog()) names.push_back(r.name);
+  names.push_back(kMixedName);
   return names;
 }
 

@@ -45,6 +45,18 @@ int Topology::FindFeature(std::string_view feature) const {
   return -1;
 }
 
+bool Topology::hbd_marked(DomainId d) const {
+  auto it = std::lower_bound(hbd_marks_.begin(), hbd_marks_.end(), d,
+                             [](const auto& mark, DomainId id) { return mark.first < id; });
+  return it != hbd_marks_.end() && it->first == d;
+}
+
+std::optional<TierLink> Topology::hbd_link(DomainId d) const {
+  auto it = std::lower_bound(hbd_marks_.begin(), hbd_marks_.end(), d,
+                             [](const auto& mark, DomainId id) { return mark.first < id; });
+  return it != hbd_marks_.end() && it->first == d ? it->second : std::nullopt;
+}
+
 DomainId Topology::FindDomain(std::string_view name) const {
   auto it = domain_index_.find(std::string(name));
   return it == domain_index_.end() ? kNoDomain : it->second;
@@ -334,8 +346,8 @@ Result<Topology> TopologyBuilder::Build() && {
       int i = topo.FindFeature(f);
       if (i < 0) {
         if (static_cast<int>(topo.features_.size()) == kMaxTopologyFeatures) {
-          return Status::Error("node '" + node.name + "' has feature '" + f + "', one more than the " +
-                               std::to_string(kMaxTopologyFeatures) +
+          return Status::Error("node '" + node.name + "' has feature '" + f +
+                               "', one more than the " + std::to_string(kMaxTopologyFeatures) +
                                " distinct features a topology may have");
         }
         topo.features_.push_back(f);
@@ -374,6 +386,18 @@ Result<Topology> TopologyBuilder::Build() && {
     for (NodeId n = d.node_begin; n < d.node_end; ++n) {
       node_hbd[n] = d.tier;
       node_link[n] = link;
+    }
+  }
+  // The marks by domain id (a domain marked twice keeps its last link).
+  std::vector<std::pair<DomainId, std::optional<TierLink>>> marks;
+  for (const auto& [handle, link] : hbd_marks_) marks.emplace_back(id_of_handle[handle], link);
+  std::stable_sort(marks.begin(), marks.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& mark : marks) {
+    if (!topo.hbd_marks_.empty() && topo.hbd_marks_.back().first == mark.first) {
+      topo.hbd_marks_.back() = std::move(mark);
+    } else {
+      topo.hbd_marks_.push_back(std::move(mark));
     }
   }
   struct PartKey {
@@ -429,6 +453,7 @@ Topology Topology::MakePartView(int p, const std::optional<TierLink>& hbd_link) 
   v.gpu_models_ = {parts_[p].gpu_model};
   v.features_ = features_;
   v.feature_masks_ = feature_masks_;
+  v.hbd_marks_ = hbd_marks_;
   v.parts_ = {parts_[p]};
   const int file_hbd = hbd_tier_;
   const int hbd = parts_[p].hbd_tier;

@@ -31,6 +31,127 @@ TEST_CASE("generators build the reference topologies of BENCHMARKS.md") {
   CHECK(four.value().total_gpus() == 32);
 }
 
+TEST_CASE("mixed-10k: HGX H100 units, four NVL72 racks marked as HBDs and an A100 unit") {
+  Result<Topology> t = GenerateTopology("mixed-10k");
+  REQUIRE_MESSAGE(t.ok(), t.message());
+  const Topology& topo = t.value();
+  // 1,280 x 8 H100 + 4 x 18 x 4 GB200 + 32 x 8 A100.
+  CHECK(topo.node_count() == 1280 + 72 + 32);
+  CHECK(topo.total_gpus() == 10240 + 288 + 256);
+  CHECK(topo.hbd_tier() == 0);
+  CHECK(topo.tier_size(1) == 40 * 8 + 4 + 8);  // racks
+  CHECK(topo.tier_size(2) == 40 + 2);          // leaves: 40 units, the NVL72 leaf, the A100 unit
+  CHECK(topo.tier_size(3) == 6);               // spines
+  REQUIRE(topo.part_count() == 3);
+  struct Part {
+    const char* model;
+    int hbd, first, nodes, gpus;
+  };
+  const Part want[] = {
+      {"H100", 0, 0, 1280, 10240}, {"GB200", 1, 1280, 72, 288}, {"A100", 0, 1352, 32, 256}};
+  for (int p = 0; p < 3; ++p) {
+    CAPTURE(p);
+    CHECK(topo.part(p).gpu_model == want[p].model);
+    CHECK(topo.part(p).hbd_tier == want[p].hbd);
+    CHECK(topo.part(p).first_node == want[p].first);
+    CHECK(topo.part(p).nodes == want[p].nodes);
+    CHECK(topo.part(p).gpus == want[p].gpus);
+    const Topology& view = topo.PartView(p);
+    CHECK(view.total_gpus() == want[p].gpus);
+    CHECK(view.FindTier("hbd").value() == want[p].hbd);
+    CHECK(view.FindTier("leaf").value() == 2);  // the leaf switch, by name
+    // Every part's leaf and spine are the fabric's (given, not positional).
+    CHECK(view.tier(2).link == TierLink{50, 6});
+    CHECK(view.tier(3).link == TierLink{50, 8});
+    CHECK(view.tier(2).cost == 4);
+    CHECK(view.tier(3).cost == 16);
+  }
+  const Topology& nvl = topo.PartView(1);
+  CHECK(nvl.max_domain_gpus(nvl.hbd_tier()) == 72);
+  CHECK(nvl.max_domain_gpus(2) == 288);
+  CHECK(nvl.tier(0).link == TierLink{900, 3});
+  CHECK(nvl.tier(1).link == TierLink{900, 3});
+  CHECK(nvl.tier(1).cost == 1);
+  const Topology& hgx = topo.PartView(0);
+  CHECK(hgx.max_domain_gpus(0) == 8);
+  CHECK(hgx.max_domain_gpus(2) == 256);   // a scalable unit
+  CHECK(hgx.max_domain_gpus(3) == 2048);  // a spine of 8 units
+  CHECK(hgx.tier(0).link == TierLink{450, 3});
+  CHECK(hgx.tier(1).link == TierLink{50, 6});
+  CHECK(topo.PartView(2).max_domain_gpus(3) == 256);  // its spine also holds the NVL72 leaf
+  const DomainId rack = topo.FindDomain("nvl72-r2");
+  REQUIRE(rack != kNoDomain);
+  CHECK(topo.hbd_marked(rack));
+  CHECK(topo.hbd_link(rack) == TierLink{900, 3});
+  CHECK_FALSE(topo.hbd_marked(topo.FindDomain("su07-r3")));
+  CHECK(topo.part_of(topo.FindNode("gb200-71")) == 1);
+  CHECK(topo.part_of(topo.FindNode("a100-00")) == 2);
+  CHECK(topo.node(topo.FindNode("h100-1279")).gpus == 8);
+  Result<Topology> four = GenerateTopology("mixed-10k", 4);
+  REQUIRE(four.ok());
+  CHECK(four.value().total_gpus() == 1384 * 4);
+}
+
+TEST_CASE("HBD marks: the accessors, a mark given twice, views keep them") {
+  TopologyBuilder b("m", {"node", "rack", "leaf"}, 0);
+  const int leaf = b.AddDomain("l0", 2, TopologyBuilder::kTop);
+  const int r0 = b.AddDomain("r0", 1, leaf);
+  const int r1 = b.AddDomain("r1", 1, leaf);
+  const int r2 = b.AddDomain("r2", 1, leaf);
+  b.AddNode("a", r0, 4);
+  b.AddNode("b", r1, 4);
+  b.AddNode("c", r2, 4);
+  b.MarkHbd(r2);
+  b.MarkHbd(r1, TierLink{100, 1});
+  b.MarkHbd(r1, TierLink{900, 3});  // the last link wins
+  Result<Topology> t = std::move(b).Build();
+  REQUIRE_MESSAGE(t.ok(), t.message());
+  const Topology& topo = t.value();
+  const DomainId d0 = topo.FindDomain("r0"), d1 = topo.FindDomain("r1"), d2 = topo.FindDomain("r2");
+  CHECK_FALSE(topo.hbd_marked(d0));
+  CHECK_FALSE(topo.hbd_link(d0).has_value());
+  CHECK(topo.hbd_marked(d1));
+  CHECK(topo.hbd_link(d1) == TierLink{900, 3});
+  CHECK(topo.hbd_marked(d2));
+  CHECK_FALSE(topo.hbd_link(d2).has_value());
+  CHECK_FALSE(topo.hbd_marked(0));  // a node
+  CHECK_FALSE(topo.hbd_marked(topo.root()));
+  // Three parts: a (node HBD), b (rack, NVLink), c (rack, default link).
+  REQUIRE(topo.part_count() == 3);
+  CHECK(topo.part(1).hbd_tier == 1);
+  CHECK(topo.part(2).hbd_tier == 1);
+  for (int p = 0; p < 3; ++p) {
+    CHECK(topo.PartView(p).hbd_marked(d1));
+    CHECK(topo.PartView(p).hbd_link(d1) == TierLink{900, 3});
+  }
+  CHECK(topo.PartView(1).tier(1).link == TierLink{900, 3});
+  CHECK(topo.PartView(2).tier(1).link == DefaultTierLink(1, 1));
+
+  // One part, every node under a mark alike: the topology is that part and
+  // keeps its marks.
+  TopologyBuilder all("all", {"node", "rack", "leaf"}, 0);
+  const int l = all.AddDomain("l0", 2, TopologyBuilder::kTop);
+  const int r = all.AddDomain("r0", 1, l);
+  all.AddNode("a", r, 4);
+  all.MarkHbd(r, TierLink{900, 3});
+  Result<Topology> one = std::move(all).Build();
+  REQUIRE(one.ok());
+  CHECK(one.value().part_count() == 1);
+  CHECK(one.value().hbd_tier() == 1);
+  CHECK(one.value().hbd_marked(one.value().FindDomain("r0")));
+
+  // A mark inside a mark is refused.
+  TopologyBuilder nested("n", {"node", "rack", "leaf"}, 0);
+  const int nl = nested.AddDomain("l0", 2, TopologyBuilder::kTop);
+  const int nr = nested.AddDomain("r0", 1, nl);
+  nested.AddNode("a", nr, 4);
+  nested.MarkHbd(nl);
+  nested.MarkHbd(nr);
+  Result<Topology> refused = std::move(nested).Build();
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.message().find("'r0' is marked as an HBD inside HBD 'l0'") != std::string::npos);
+}
+
 TEST_CASE("domains cover contiguous node ranges and ancestors agree") {
   Topology topo = testing::MakeRegular({"node", "hbd", "leaf", "spine"}, 1, {3, 2, 2}, 2, 4);
   CHECK(topo.node_count() == 24);

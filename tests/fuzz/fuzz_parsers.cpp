@@ -123,7 +123,8 @@ void FuzzJobSpec(std::string_view text) {
 // ---------------------------------------------------------------- topologies
 
 // The first difference between two topologies (names, tiers, costs, HBD,
-// tree shape, nodes); empty when they are the same.
+// HBD marks and the parts they make, tree shape, nodes); empty when they are
+// the same.
 std::string Difference(const core::Topology& a, const core::Topology& b) {
   if (a.name() != b.name()) return "name";
   if (a.tier_count() != b.tier_count()) return "tier count";
@@ -145,6 +146,16 @@ std::string Difference(const core::Topology& a, const core::Topology& b) {
     auto cy = b.children(d);
     if (!std::equal(cx.begin(), cx.end(), cy.begin(), cy.end())) {
       return "children of domain " + std::to_string(d);
+    }
+    if (a.hbd_marked(d) != b.hbd_marked(d) || a.hbd_link(d) != b.hbd_link(d)) {
+      return "HBD mark of domain " + std::to_string(d);
+    }
+  }
+  if (a.part_count() != b.part_count()) return "part count";
+  for (int p = 0; p < a.part_count(); ++p) {
+    if (a.part(p).hbd_tier != b.part(p).hbd_tier || a.part(p).nodes != b.part(p).nodes ||
+        a.part(p).gpu_model != b.part(p).gpu_model) {
+      return "part " + std::to_string(p);
     }
   }
   if (a.node_count() != b.node_count()) return "node count";
@@ -177,8 +188,13 @@ bool SlurmNames(const core::Topology& t) {
 // topology_io.hpp: the Slurm round trip is exact when the tiers below the
 // leaf switches are the node tier and at most one HBD tier, and node GPU
 // counts and models are uniform (docs/formats.md: features are lost too).
+// HBD marks (mixed clusters) are exact only in some shapes (docs/formats.md,
+// which unit tests check): not promised here.
 bool SlurmExact(const core::Topology& t) {
   if (t.tier_count() < 2 || !SlurmNames(t)) return false;
+  for (core::DomainId d = t.node_count(); d < t.root(); ++d) {
+    if (t.hbd_marked(d)) return false;
+  }
   if (t.hbd_tier() > 1 && t.hbd_tier() != t.tier_count() - 1) return false;
   for (core::NodeId n = 0; n < t.node_count(); ++n) {
     const core::Node& x = t.node(n);

@@ -31,9 +31,14 @@ struct SlurmTopologyOptions {
 // SwitchName=S Nodes=HOSTLIST | SwitchName=S Switches=HOSTLIST, optional
 // LinkSpeed=..; BlockName=B Nodes=HOSTLIST (one HBD per block). '#' comments.
 // Tiers: node, [hbd when there are blocks], leaf, spine, core, level4, ...
+// Nodes in no block beside blocks make a mixed cluster: the tier above the
+// node is "block", each block is marked as an HBD (TopologyBuilder::MarkHbd),
+// the nodes of a leaf switch in no block form one domain "<leaf>.nodes" and
+// keep the file's HBD, the node tier.
 // A "#toposched: ..." comment written by TopologyToSlurm restores the name,
-// tier names, the HBD tier, tier costs, GPU count and model; it overrides
-// options. Errors name the line.
+// tier names, the HBD tier, tier costs and links, GPU count and model, and
+// the link inside blocks of a mixed file; it overrides options. Errors name
+// the line.
 core::Result<core::Topology> ParseSlurmTopology(std::string_view text,
                                                 const SlurmTopologyOptions& options = {});
 // Slurm 25.05's topology.yaml (a list of `- topology: NAME` entries with
@@ -41,12 +46,16 @@ core::Result<core::Topology> ParseSlurmTopology(std::string_view text,
 // nodes}], block_sizes} or flat: true) as topology.conf text for
 // ParseSlurmTopology: the cluster-default tree (else the first) and the
 // cluster-default block topology (else the first) together, blocks becoming
-// HBDs. Strict: unknown keys are errors that name the entry and the key.
+// HBDs (beside nodes in no block, too: a mixed cluster). Strict: unknown
+// keys are errors that name the entry and the key.
 core::Result<std::string> SlurmTopologyYamlToConf(std::string_view text);
 // Exact round trip through ParseSlurmTopology when the tiers below the leaf
 // switches are the node tier and at most one HBD tier, and node GPU counts
 // and models are uniform; otherwise the file says what was left out in a
-// "# warning:" comment (docs/formats.md).
+// "# warning:" comment (docs/formats.md). HBD marks on the tier just below
+// the leaf switches become blocks beside nodes in no block (a mixed file);
+// that round trip is exact when each leaf's unmarked domain is one named
+// "<leaf>.nodes" after its blocks and the marks share one link.
 std::string TopologyToSlurm(const core::Topology& topology);
 
 // Header ip,DSW,PSW,ASW; one 8-GPU host per row. Tiers node < leaf (the

@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "topo/core/status.hpp"
@@ -170,6 +171,12 @@ class Topology {
   // Index of a feature in features(), -1 if no node has it.
   int FindFeature(std::string_view feature) const;
 
+  // --- HBD marks (TopologyBuilder::MarkHbd), for writers ---
+  // Whether domain d was marked as an HBD, and the link given with its mark
+  // (nullopt when none was given or d is not marked). A view keeps the marks.
+  bool hbd_marked(DomainId d) const;
+  std::optional<TierLink> hbd_link(DomainId d) const;
+
  private:
   friend class TopologyBuilder;
   // The view of part p (an own copy whose hbd tier, links, costs and domain
@@ -190,11 +197,12 @@ class Topology {
   std::unordered_map<std::string, DomainId> domain_index_;
   int max_node_gpus_ = 0;
   std::vector<TopologyPart> parts_;
-  std::vector<int32_t> part_of_;  // empty when there is one part
+  std::vector<int32_t> part_of_;                             // empty when there is one part
   std::vector<std::shared_ptr<const Topology>> part_views_;  // empty when one part
   std::vector<std::string> gpu_models_;
   std::vector<std::string> features_;
   std::vector<uint64_t> feature_masks_;
+  std::vector<std::pair<DomainId, std::optional<TierLink>>> hbd_marks_;  // by id
 };
 
 // Default tier cost by the tier's position relative to the HBD.
