@@ -287,6 +287,18 @@ class SelectingPlacer final : public Placer {
 
 }  // namespace
 
+std::vector<uint8_t> AdmittedNodes(const JobSpec& job, const Topology& topology, int part,
+                                   bool with_avoided) {
+  Result<Admitted> a = Admit(job, topology);
+  if (!a.ok()) return std::vector<uint8_t>(topology.node_count(), 0);
+  std::vector<uint8_t> open = std::move(a.value().open);
+  for (NodeId n = 0; n < topology.node_count(); ++n) {
+    if (part >= 0 && topology.part_of(n) != part) open[n] = 0;
+    if (!with_avoided && a.value().avoid[n]) open[n] = 0;
+  }
+  return open;
+}
+
 std::unique_ptr<Placer> MakeSelectingPlacer(std::unique_ptr<Placer> base, bool per_part,
                                             bool explain_shortfall) {
   return std::make_unique<SelectingPlacer>(std::move(base), per_part, explain_shortfall);

@@ -421,6 +421,23 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
   }
 }
 
+void SchedulerCore::Impl::RememberFailedNodes(JobRecord& job, const std::set<NodeId>& left,
+                                              NodeId could_not_start) {
+  std::vector<std::string>& avoid = job.request.spec.selection.avoid;
+  for (NodeId n : left) {
+    // Down, suspect or with a failed GPU: the node failed the job. A node
+    // drained or draining is the admin's, not a fault.
+    const NodeState st = cluster().node_state(n);
+    const bool failed = n == could_not_start || st == NodeState::kDown ||
+                        st == NodeState::kSuspect || cluster().failed_mask(n) != 0;
+    if (!failed) continue;
+    const std::string& name = topo_.node(n).name;
+    if (std::find(avoid.begin(), avoid.end(), name) != avoid.end()) continue;
+    avoid.push_back(name);
+    if (avoid.size() > kMaxAvoidedNodes) avoid.erase(avoid.begin());
+  }
+}
+
 void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, NodeId avoid) {
   // A rank's exit held for its verdict is part of this incident.
   const std::string reason = cause + TakeHeldExit(job);
@@ -437,13 +454,20 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, Node
   for (const GpuSlot& s : job.ranks) {
     if (!Restartable(s.node) || s.node == avoid) bad.insert(s.node);
   }
+  RememberFailedNodes(job, bad, avoid);
   if (config_.replace_on_failure) {
     std::vector<NodeId> spares;  // a spare that is not up is dropped
     for (NodeId n : job.spares) {
       if (Restartable(n) && n != avoid) spares.push_back(n);
     }
+    // Replacements only where the job may run: its selection, its part of
+    // a mixed cluster, not a node that failed it before.
+    const int part = job.ranks.empty() ? -1 : topo_.part_of(job.ranks.front().node);
+    const std::vector<uint8_t> open = AdmittedNodes(job.request.spec, topo_, part, false);
+    const ClusterState admitted =
+        cluster().Fenced(part < 0 ? topo_ : topo_.PartView(part), open);
     Replacement found =
-        FindReplacements(topo_, cluster(), job.ranks, bad, spares, alloc_.spare_owners());
+        FindReplacements(topo_, admitted, job.ranks, bad, spares, alloc_.spare_owners());
     std::vector<GpuSlot> ranks = std::move(found.ranks);
     std::vector<NodeId> remaining_spares = std::move(found.spares_left);
     const bool complete = found.complete;

@@ -401,6 +401,12 @@ class SchedulerCore::Impl {
   // when that costs less than its wait: ReplaceByPreempting), else requeue it
   // to wait for capacity. Never fails the job.
   void Recover(JobRecord& job, const std::string& reason, NodeId avoid = -1);
+  // Adds the nodes of `left` that failed the job (down, suspect, a failed
+  // GPU, or the one that could not start it) to its spec's avoid list, the
+  // newest kMaxAvoidedNodes kept: its restarts use them only when nothing
+  // else fits (placer_select.cpp).
+  void RememberFailedNodes(JobRecord& job, const std::set<NodeId>& left, NodeId could_not_start);
+  static constexpr size_t kMaxAvoidedNodes = 64;
   // Recovery's last resort before the queue: replacements for the nodes in
   // `bad` on nodes freed by stopping small running jobs (see the definition
   // for which). found is false when no such set completes the job within its

@@ -763,3 +763,99 @@ TEST_CASE("attribution: a held exit survives a snapshot, and the window is live 
   core.Step(PolicyChanged{p, "attribution_window_ms", "5000", "30000"}, 16 * kSecond);
   CHECK(core.config().attribution_window == 30 * kSecond);
 }
+
+namespace {
+
+// Two leaves of four 8-GPU H100 nodes (HBD = node) and one leaf with a
+// marked GB200 rack of eight 4-GPU nodes (HBD = rack).
+Topology MixedSmall() {
+  TopologyBuilder b("mixed-small", {"node", "rack", "leaf"}, 0);
+  for (int l = 0; l < 2; ++l) {
+    const int leaf = b.AddDomain("leaf" + std::to_string(l), 2, TopologyBuilder::kTop);
+    const int rack = b.AddDomain("hr" + std::to_string(l), 1, leaf);
+    for (int i = 0; i < 4; ++i) b.AddNode("h" + std::to_string(l * 4 + i), rack, 8, "H100");
+  }
+  const int leaf = b.AddDomain("leaf2", 2, TopologyBuilder::kTop);
+  const int rack = b.AddDomain("nvl0", 1, leaf);
+  b.MarkHbd(rack, TierLink{900, 2, 1});
+  for (int i = 0; i < 8; ++i) b.AddNode("g" + std::to_string(i), rack, 4, "GB200");
+  return std::move(b).Build().value();
+}
+
+}  // namespace
+
+TEST_CASE("a restart stays on the job's GPU type and part, and remembers the node that failed") {
+  const Topology topo = MixedSmall();
+  SchedulerCore core(topo, SimConfig());
+  JobRequest r = Request(16, 8);
+  r.spec.selection.gpu_types = {"H100"};
+  core.Step(JobSubmitted{1, r}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  const std::set<NodeId> first = NodesOf(core.job(1)->ranks);
+  for (NodeId n : first) CHECK(topo.node(n).gpu_model == "H100");
+  // Fill every other free H100 node but one, and leave the GB200 rack free:
+  // the restart must take the one H100 node, not GB200 GPUs.
+  JobRequest filler = Request(40, 8);
+  filler.spec.selection.gpu_types = {"H100"};
+  core.Step(JobSubmitted{2, filler}, kMinute);
+  REQUIRE(core.job(2)->state == JobState::kRunning);
+  const NodeId lost = *first.begin();
+  auto cmds = core.Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 2 * kMinute);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  for (NodeId n : NodesOf(core.job(1)->ranks)) {
+    CHECK(topo.node(n).gpu_model == "H100");
+    CHECK(n != lost);
+  }
+  CHECK(core.job(1)->request.spec.selection.avoid == std::vector<std::string>{topo.node(lost).name});
+  // The avoided node survives a snapshot, with the rest of the spec.
+  SchedulerCore restored(topo, SimConfig());
+  REQUIRE(restored.Restore(core.Snapshot()).ok());
+  CHECK(restored.job(1)->request.spec.selection == core.job(1)->request.spec.selection);
+}
+
+TEST_CASE("a job with no GPU type never runs on two models, before or after a restart") {
+  const Topology topo = MixedSmall();
+  SchedulerCore core(topo, SimConfig());
+  core.Step(JobSubmitted{1, Request(32, 4)}, 0);  // fits the rack or four H100 nodes
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  auto models = [&] {
+    std::set<std::string> m;
+    for (const GpuSlot& s : core.job(1)->ranks) m.insert(topo.node(s.node).gpu_model);
+    return m;
+  };
+  CHECK(models().size() == 1);
+  const NodeId lost = core.job(1)->ranks.front().node;
+  core.Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, kMinute);
+  if (core.job(1)->state == JobState::kRunning) {
+    CHECK(models().size() == 1);
+    CHECK(NodesOf(core.job(1)->ranks).count(lost) == 0);
+  }
+}
+
+TEST_CASE("a restart waits for its GPU type rather than take a free node of another") {
+  const Topology topo = MixedSmall();
+  SchedulerCore core(topo, SimConfig());
+  JobRequest r = Request(8, 4);
+  r.spec.gpus_per_node = 4;  // 4-GPU pieces: a GB200 node would hold one
+  r.spec.selection.gpu_types = {"H100"};
+  core.Step(JobSubmitted{1, r}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  // What is left of the H100 part: six whole nodes and two halves.
+  JobRequest whole = Request(48, 8);
+  whole.spec.selection.gpu_types = {"h100"};
+  core.Step(JobSubmitted{2, whole}, kMinute);
+  JobRequest halves = r;
+  core.Step(JobSubmitted{3, halves}, kMinute);
+  int free_h100 = 0;
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    if (topo.node(n).gpu_model == "H100") free_h100 += core.cluster().free_gpus(n);
+  }
+  REQUIRE(free_h100 == 0);
+  const NodeId lost = core.job(1)->ranks.front().node;
+  core.Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, 2 * kMinute);
+  const JobRecord& job = *core.job(1);
+  for (const GpuSlot& s : job.ranks) CHECK(topo.node(s.node).gpu_model == "H100");
+  CHECK(job.state == JobState::kQueued);
+  CAPTURE(job.reason);
+  CHECK(Has(job.reason, "waiting for resources: H100 (HBD node): needs 8 GPUs"));
+}

@@ -14,6 +14,7 @@
 // the same job on the same state gives the same answer. Place() never
 // mutates the state; apply a placement with ClusterState::Allocate.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,6 +61,18 @@ class Placer {
   virtual Placement Place(const JobSpec& job, const ClusterState& state) const = 0;
 };
 
+// The nodes a job may run on, by node (open[n] != 0): its selection's hard
+// rules (gpu_types, features, nodelist, exclude), on a mixed cluster only
+// the part `part` (-1: any part), and without its avoided nodes unless
+// with_avoided. A selection the topology cannot meet (a type it does not
+// have) admits no node. What a restart may use beside the job's own nodes.
+std::vector<uint8_t> AdmittedNodes(const JobSpec& job, const Topology& topology, int part,
+                                   bool with_avoided);
+
+// Every placer honours the job's NodeSelection; "toposched" also runs a job
+// on one part of a mixed cluster (Topology parts), choosing the part whose
+// placement the step-time model predicts fastest, while the baselines place
+// over the whole tree as Slurm does.
 // Policies: "toposched" (default), "slurm-tree", "first-fit".
 // Returns nullptr for an unknown name.
 std::unique_ptr<Placer> MakePlacer(std::string_view name, const PlacerOptions& options = {});
