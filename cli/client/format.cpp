@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -217,25 +218,90 @@ std::string FormatSeconds(int64_t seconds) {
   return out;
 }
 
-std::string FormatNodeTable(const json& nodes) {
-  Table t({"NAME", "STATE", "GPUS", "FREE", "HBD", "LEAF", "POD", "REASON"});
-  t.AlignRight(2);
-  t.AlignRight(3);
+namespace {
+
+// FREE of a node view: healthy GPUs without a job on a node that is up.
+int64_t FreeGpus(const json& n) {
+  int64_t free = 0;
+  const json& jobs = Field(n, "gpu_jobs");
+  const json& health = Field(n, "gpu_health");
+  if (Str(n, "state") == "up" && jobs.is_array()) {
+    for (size_t g = 0; g < jobs.size(); ++g) {
+      const bool healthy = !health.is_array() || g >= health.size() ||
+                           (health[g].is_string() && health[g] == "healthy");
+      if (IsInt(jobs[g]) && jobs[g].get<int64_t>() == 0 && healthy) ++free;
+    }
+  }
+  return free;
+}
+
+}  // namespace
+
+json NodeSummary(const json& nodes) {
+  json out = {{"by_gpu_type", json::array()}, {"by_pod", json::array()}};
+  std::map<std::string, size_t> type_row, pod_row;
+  auto add = [](json& rows, std::map<std::string, size_t>& index, const std::string& name,
+                const json& n) {
+    auto [it, fresh] = index.emplace(name, rows.size());
+    if (fresh) {
+      rows.push_back({{"name", name},
+                      {"nodes", 0},
+                      {"up", 0},
+                      {"draining", 0},
+                      {"drained", 0},
+                      {"down", 0},
+                      {"suspect", 0},
+                      {"gpus", 0},
+                      {"free", 0}});
+    }
+    json& row = rows[it->second];
+    row["nodes"] = row["nodes"].get<int64_t>() + 1;
+    const std::string state = Str(n, "state");
+    if (row.contains(state)) row[state] = row[state].get<int64_t>() + 1;
+    const json& gpus = Field(n, "gpus");
+    row["gpus"] = row["gpus"].get<int64_t>() + (IsInt(gpus) ? gpus.get<int64_t>() : 0);
+    row["free"] = row["free"].get<int64_t>() + FreeGpus(n);
+  };
   if (nodes.is_array()) {
     for (const json& n : nodes) {
-      int64_t free = 0;
-      const json& jobs = Field(n, "gpu_jobs");
-      const json& health = Field(n, "gpu_health");
-      if (Str(n, "state") == "up" && jobs.is_array()) {
-        for (size_t g = 0; g < jobs.size(); ++g) {
-          const bool healthy = !health.is_array() || g >= health.size() ||
-                               (health[g].is_string() && health[g] == "healthy");
-          if (IsInt(jobs[g]) && jobs[g].get<int64_t>() == 0 && healthy) ++free;
-        }
+      const std::string model = Str(n, "gpu_model");
+      add(out["by_gpu_type"], type_row, model.empty() ? "(none)" : model, n);
+      add(out["by_pod"], pod_row, Str(n, "pod"), n);
+    }
+  }
+  return out;
+}
+
+std::string FormatNodeSummary(const json& summary) {
+  std::string out;
+  for (const char* part : {"by_gpu_type", "by_pod"}) {
+    Table t({std::string_view(part) == "by_gpu_type" ? "GPU TYPE" : "POD", "NODES", "UP",
+             "DRAINING", "DRAINED", "DOWN", "SUSPECT", "GPUS", "FREE"});
+    for (int c = 1; c <= 8; ++c) t.AlignRight(c);
+    const json& rows = Field(summary, part);
+    if (rows.is_array()) {
+      for (const json& r : rows) {
+        t.AddRow({Str(r, "name"), Str(r, "nodes"), Str(r, "up"), Str(r, "draining"),
+                  Str(r, "drained"), Str(r, "down"), Str(r, "suspect"), Str(r, "gpus"),
+                  Str(r, "free")});
       }
+    }
+    out += (out.empty() ? "" : "\n") + t.Render();
+  }
+  return out;
+}
+
+std::string FormatNodeTable(const json& nodes) {
+  Table t({"NAME", "STATE", "GPUS", "TYPE", "FREE", "HBD", "LEAF", "POD", "REASON"});
+  t.AlignRight(2);
+  t.AlignRight(4);
+  if (nodes.is_array()) {
+    for (const json& n : nodes) {
       std::string reason = Str(n, "reason");
       if (reason.empty()) reason = "-";
-      t.AddRow({Str(n, "name"), Str(n, "state"), Str(n, "gpus"), std::to_string(free),
+      std::string model = Str(n, "gpu_model");
+      if (model.empty()) model = "-";
+      t.AddRow({Str(n, "name"), Str(n, "state"), Str(n, "gpus"), model, std::to_string(FreeGpus(n)),
                 Str(n, "hbd"), Str(n, "leaf"), Str(n, "pod"), reason});
     }
   }
@@ -251,6 +317,14 @@ std::string FormatNodeDetails(const json& node) {
   }
   KeyValue(os, "State", state);
   KeyValue(os, "GPUs", Str(node, "gpus"));
+  if (!Str(node, "gpu_model").empty()) KeyValue(os, "GPU type", Str(node, "gpu_model"));
+  const json& features = Field(node, "features");
+  if (features.is_array() && !features.empty()) {
+    std::string list;
+    for (const json& f : features)
+      list += (list.empty() ? "" : ",") + (f.is_string() ? f.get<std::string>() : "");
+    KeyValue(os, "Features", list);
+  }
   KeyValue(os, "HBD", Str(node, "hbd"));
   KeyValue(os, "Leaf", Str(node, "leaf"));
   KeyValue(os, "Pod", Str(node, "pod"));

@@ -94,6 +94,11 @@ std::string FormatJobDetails(const api::JobView& job, int64_t now_ms, bool all_r
 // GET /v1/nodes: NAME STATE GPUS FREE HBD LEAF POD REASON; FREE counts the
 // healthy GPUs with no job on nodes that are up.
 std::string FormatNodeTable(const nlohmann::json& nodes);
+// topo nodes --summary: {"by_gpu_type": [ROW...], "by_pod": [ROW...]} from
+// a list of node views, ROW {"name", "nodes", "up", "draining", "drained",
+// "down", "suspect", "gpus", "free"}, rows in order of first appearance.
+nlohmann::json NodeSummary(const nlohmann::json& nodes);
+std::string FormatNodeSummary(const nlohmann::json& summary);
 // GET /v1/nodes/{name}: the node, its GPUs and their history.
 std::string FormatNodeDetails(const nlohmann::json& node);
 // {"nodes": [...]} of drain/resume: "16 nodes draining: n[0-15]" per state.

@@ -179,8 +179,8 @@ Result<std::vector<std::string>> SplitNameList(std::string_view value) {
     const std::string_view n = value.substr(start, comma - start);
     if (n.empty()) return Status::Error("'" + std::string(value) + "': an empty name in the list");
     if (n.size() > core::kMaxSelectionNameBytes) {
-      return Status::Error("a name is longer than " +
-                           std::to_string(core::kMaxSelectionNameBytes) + " bytes");
+      return Status::Error("a name is longer than " + std::to_string(core::kMaxSelectionNameBytes) +
+                           " bytes");
     }
     for (unsigned char c : n) {
       if (c < 0x21 || c > 0x7e) {
@@ -214,8 +214,7 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
        "GPU models the job accepts, any one of them (e.g. H100 or H100,H200; topo nodes "
        "--summary lists the cluster's); default: any, one model per job"},
       {"feature", "F[,F]", "Node features the job needs, all of them (e.g. ib,nvme)"},
-      {"nodelist", "HOSTLIST",
-       "Run on exactly these nodes, every one of them (e.g. gpu[001-004])"},
+      {"nodelist", "HOSTLIST", "Run on exactly these nodes, every one of them (e.g. gpu[001-004])"},
       {"exclude", "HOSTLIST", "Never run on these nodes (e.g. gpu[013,027])"},
       {"name", "NAME", "Job name (default: the script's file name)"},
       {"model", "NAME",
@@ -554,9 +553,9 @@ Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch
   Result<std::vector<std::string>> words = SplitWords(words_text);
   if (!words.ok()) return Status::Error(at + ": " + words.message());
   static const std::map<std::string, std::string, std::less<>> kShort = {
-      {"N", "nodes"},      {"n", "ntasks"},     {"G", "gpus"},         {"t", "time"},
-      {"J", "job-name"},   {"o", "output"},     {"e", "error"},        {"D", "chdir"},
-      {"d", "dependency"}, {"a", "array"},      {"A", "account"},      {"p", "partition"},
+      {"N", "nodes"},      {"n", "ntasks"},     {"G", "gpus"},          {"t", "time"},
+      {"J", "job-name"},   {"o", "output"},     {"e", "error"},         {"D", "chdir"},
+      {"d", "dependency"}, {"a", "array"},      {"A", "account"},       {"p", "partition"},
       {"q", "qos"},        {"C", "constraint"}, {"c", "cpus-per-task"}, {"w", "nodelist"},
       {"x", "exclude"}};
   static const std::set<std::string, std::less<>> kNoValue = {
@@ -628,9 +627,10 @@ Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch
       // Slurm's AND of features, a&b; OR, counts and brackets have no
       // toposched meaning.
       if (v.find_first_of("|[]*:()") != std::string::npos || v.empty()) {
-        return Status::Error(origin + ": toposched takes only features joined by & (all of "
-                                      "them), e.g. -C ib&nvme; write the OR as two jobs or ask "
-                                      "for the common feature");
+        return Status::Error(origin +
+                             ": toposched takes only features joined by & (all of "
+                             "them), e.g. -C ib&nvme; write the OR as two jobs or ask "
+                             "for the common feature");
       }
       std::string features = v;
       std::replace(features.begin(), features.end(), '&', ',');

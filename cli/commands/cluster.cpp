@@ -45,6 +45,9 @@ const json& NodesOf(const json& body) {
 struct NodesArgs {
   std::string name;
   std::string state;
+  std::string gpu_type;
+  std::string domain;
+  bool summary = false;
   bool json = false;
 };
 
@@ -69,7 +72,12 @@ int RunNodes(const NodesArgs& args) {
     }
     return kExitOk;
   }
-  Reply reply = session->Call("GET", "/v1/nodes");
+  std::string query;
+  if (!args.gpu_type.empty()) query += "gpu_type=" + PercentEncode(args.gpu_type);
+  if (!args.domain.empty()) {
+    query += std::string(query.empty() ? "" : "&") + "domain=" + PercentEncode(args.domain);
+  }
+  Reply reply = session->Call("GET", "/v1/nodes" + (query.empty() ? "" : "?" + query));
   if (!reply.ok()) return reply.exit_code;
   std::set<std::string> states;
   for (size_t start = 0; start < args.state.size();) {
@@ -85,6 +93,15 @@ int RunNodes(const NodesArgs& args) {
     if (!wanted.empty() && wanted.count(name) == 0) continue;
     if (!states.empty() && states.count(state) == 0) continue;
     nodes.push_back(n);
+  }
+  if (args.summary) {
+    const json summary = NodeSummary(nodes);
+    if (args.json) {
+      PrintJson(summary);
+    } else {
+      std::cout << FormatNodeSummary(summary);
+    }
+    return kExitOk;
   }
   if (args.json) {
     PrintJson({{"nodes", nodes}});
@@ -443,10 +460,16 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   auto nodes = std::make_shared<NodesArgs>();
   CLI::App* n =
       AddVerb(app, "nodes",
-              "List nodes (NAME STATE GPUS FREE HBD LEAF POD REASON), or show one node's GPUs.\n\n"
-              "FREE counts the healthy GPUs without a job on nodes that are up.\n\n"
+              "List nodes (NAME STATE GPUS TYPE FREE HBD LEAF POD REASON), or show one node's "
+              "GPUs.\n\n"
+              "FREE counts the healthy GPUs without a job on nodes that are up. HBD, LEAF and "
+              "POD are the node's own: on a mixed cluster an NVL72 node's HBD is its rack, an HGX "
+              "node's the node.\n\n"
               "Examples:\n"
               "  topo nodes\n"
+              "  topo nodes --summary            # per GPU type and pod: up, drained, down, free\n"
+              "  topo nodes --gpu-type H100 --state drained,down\n"
+              "  topo nodes --domain leaf07      # the nodes under one domain\n"
               "  topo nodes --state drained,down\n"
               "  topo nodes 'gpu[0001-0016]'     # a hostlist filters the list\n"
               "  topo nodes gpu0007              # one node, per GPU");
@@ -454,6 +477,13 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   n->add_option("--state", nodes->state,
                 "Only these states, comma-separated: up, draining, drained, down, suspect")
       ->check(OneOfList(NodeStateNames(), "a node state"));
+  n->add_option("--gpu-type", nodes->gpu_type,
+                "Only nodes of this GPU model (case-insensitive; --summary lists the models)");
+  n->add_option("--domain", nodes->domain,
+                "Only the nodes under this domain (a pod, leaf, HBD or rack name)");
+  n->add_flag("--summary", nodes->summary,
+              "Counts instead of nodes: per GPU type and per pod, nodes up, draining, drained, "
+              "down and suspect, GPUs and free GPUs");
   n->add_flag("--json", nodes->json, std::string(kJsonHelp));
   AddConnectionFlags(*n, SharedConnectionFlags());
   n->callback([nodes, exit_code] { *exit_code = RunNodes(*nodes); });

@@ -277,6 +277,37 @@ TEST_CASE("SubmitFlagTable: every flag checks its values") {
   CHECK(CheckSubmitFlag("constraint", "ep=required:hbd").ok());
   CHECK_FALSE(CheckSubmitFlag("constraint", "ep=required:").ok());
   CHECK_FALSE(CheckSubmitFlag("tenant", "").ok());
+  // Node selection.
+  CHECK(CheckSubmitFlag("gpu-type", "H100,H200").ok());
+  CHECK(CheckSubmitFlag("gpu-type", "H100,").message() ==
+        "--gpu-type: 'H100,': an empty name in the list");
+  CHECK_FALSE(CheckSubmitFlag("feature", "ib nvme").ok());
+  CHECK_FALSE(CheckSubmitFlag("feature", std::string(65, 'f')).ok());
+  CHECK(CheckSubmitFlag("nodelist", "gpu[001-004]").ok());
+  CHECK(CheckSubmitFlag("nodelist", "gpu[001-").message().find("--nodelist: ") == 0);
+  CHECK(CheckSubmitFlag("exclude", "n\x1b").message().find("--exclude: ") == 0);
+  CHECK_FALSE(CheckSubmitFlag("exclude", "n[1-200000]").ok());
+}
+
+TEST_CASE("--gpu-type, --feature, --nodelist and --exclude reach the job spec") {
+  SubmitFlags f;
+  REQUIRE(AddSubmitFlag(&f, "gpus", "16", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "gpu-type", "H100,h200", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "feature", "ib,nvme", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "nodelist", "gpu[001-002]", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "exclude", "gpu009", "").ok());
+  auto req = BuildSubmitRequest(f, std::nullopt, "job", kCommand);
+  REQUIRE_MESSAGE(req.ok(), req.message());
+  const core::NodeSelection& sel = req.value().spec.selection;
+  CHECK(sel.gpu_types == std::vector<std::string>{"H100", "h200"});
+  CHECK(sel.features == std::vector<std::string>{"ib", "nvme"});
+  CHECK(sel.nodelist == std::vector<std::string>{"gpu001", "gpu002"});
+  CHECK(sel.exclude == std::vector<std::string>{"gpu009"});
+  // A node in both lists: the daemon's own check, named by the flags.
+  REQUIRE(AddSubmitFlag(&f, "exclude", "gpu002", "").ok());
+  auto both = BuildSubmitRequest(f, std::nullopt, "job", kCommand);
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.message().find("node 'gpu002' is in both nodelist and exclude") != std::string::npos);
 }
 
 TEST_CASE("launch mode, variables, --export, chdir and output files, from flags and #TOPO") {
@@ -453,6 +484,32 @@ TEST_CASE("#SBATCH lines: the common directives become flags, #TOPO wins, the re
   REQUIRE(g.ok());
   CHECK(g.value().flags.at("gpus").value == "8");
   CHECK(g.value().flags.at("time").value == "600s");
+  // The GPU type of --gres, --gpus-per-node and -G; -C, -w and -x.
+  CHECK(g.value().flags.at("gpu-type").value == "a100");
+  auto sel = ParseScriptDirectives(
+      "#SBATCH -N 2 --gpus-per-node=h100:8\n#SBATCH -C ib&nvme -w gpu[01-02] -x gpu07\n", "s.sh");
+  REQUIRE_MESSAGE(sel.ok(), sel.message());
+  CHECK(sel.value().flags.at("gpu-type").value == "h100");
+  CHECK(sel.value().flags.at("feature").value == "ib,nvme");
+  CHECK(sel.value().flags.at("nodelist").value == "gpu[01-02]");
+  CHECK(sel.value().flags.at("exclude").value == "gpu07");
+  CHECK(sel.value().warnings.empty());
+  auto typed_g = ParseScriptDirectives("#SBATCH -G gb200:72\n", "t.sh");
+  REQUIRE(typed_g.ok());
+  CHECK(typed_g.value().flags.at("gpu-type").value == "gb200");
+  CHECK(typed_g.value().flags.at("gpus").value == "72");
+  auto untyped = ParseScriptDirectives("#SBATCH -N2 --gres=gpu:8\n", "u.sh");
+  REQUIRE(untyped.ok());
+  CHECK(untyped.value().flags.count("gpu-type") == 0);
+  // A -C richer than an AND is refused, naming the line.
+  for (const char* rich :
+       {"#SBATCH -C ib|nvme\n", "#SBATCH --constraint=[rack1|rack2]\n", "#SBATCH -C ib*2\n"}) {
+    CAPTURE(rich);
+    auto r = ParseScriptDirectives(rich, "c.sh");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().rfind("c.sh:1", 0) == 0);
+    CHECK(r.message().find("features joined by &") != std::string::npos);
+  }
   // -G gives the GPUs; a later -n (ranks) does not override it.
   auto gn = ParseScriptDirectives("#SBATCH -G 16 -n 8\n", "gn.sh");
   REQUIRE(gn.ok());

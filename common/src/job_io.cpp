@@ -230,8 +230,8 @@ Status ReadNodeList(const Json& j, const char* key, std::vector<std::string>& ou
   if (!names.ok()) return PathError(key, names.message());
   for (const std::string& n : names.value()) {
     if (!ValidNodeName(n)) {
-      return PathError(key, "node \"" + ShownName(n) + "\" is not a node name: " +
-                                std::string(NodeNameRule()));
+      return PathError(
+          key, "node \"" + ShownName(n) + "\" is not a node name: " + std::string(NodeNameRule()));
     }
   }
   out = std::move(names).value();
@@ -242,10 +242,10 @@ Status ReadNodeList(const Json& j, const char* key, std::vector<std::string>& ou
 
 Result<core::JobSpec> JobSpecFromJson(const Json& j) {
   if (!j.is_object()) return PathError("", "a job spec is a JSON object");
-  if (Status s = internal::CheckFields(j, "",
-                                       {"name", "gpus", "gpus_per_node", "parallelism",
-                                        "constraints", "spares", "model", "pids_max", "gpu_types",
-                                        "features", "nodelist", "exclude", "avoid"});
+  if (Status s = internal::CheckFields(
+          j, "",
+          {"name", "gpus", "gpus_per_node", "parallelism", "constraints", "spares", "model",
+           "pids_max", "gpu_types", "features", "nodelist", "exclude", "avoid"});
       !s.ok()) {
     return s;
   }
@@ -343,8 +343,8 @@ Result<core::JobSpec> JobSpecFromJson(const Json& j) {
     job.model = std::move(m).value();
   }
   core::NodeSelection& sel = job.selection;
-  for (auto [key, names] : {std::pair{"gpu_types", &sel.gpu_types},
-                            std::pair{"features", &sel.features}}) {
+  for (auto [key, names] :
+       {std::pair{"gpu_types", &sel.gpu_types}, std::pair{"features", &sel.features}}) {
     if (Status s = ReadNameArray(j, key, *names); !s.ok()) return s;
   }
   for (auto [key, names] : {std::pair{"nodelist", &sel.nodelist},

@@ -26,7 +26,9 @@ constexpr std::string_view kLlama = R"({
   "parallelism": {"tp": 8, "cp": 1, "ep": 8, "pp": 4, "dp": 128, "order": "tp-cp-ep-dp-pp"},
   "constraints": {"tp": {"required": "hbd"}, "ep": {"required": "hbd"},
                   "pp": {"preferred": "leaf"}, "dp": "none"},
-  "spares": 2
+  "spares": 2,
+  "gpu_types": ["H100", "H200"],
+  "exclude": "gpu[0013,0027]"
 })";
 
 TEST_CASE("ParseJobSpec: the documented example") {
@@ -46,6 +48,8 @@ TEST_CASE("ParseJobSpec: the documented example") {
   CHECK(job.constraint(GroupKind::kPp).tier == "leaf");
   CHECK(job.constraint(GroupKind::kDp).strength == Strength::kNone);
   CHECK(job.spares == 2);
+  CHECK(job.selection.gpu_types == std::vector<std::string>{"H100", "H200"});
+  CHECK(job.selection.exclude == std::vector<std::string>{"gpu0013", "gpu0027"});
 }
 
 TEST_CASE("ParseJobSpec: defaults and derived dp") {
@@ -185,7 +189,7 @@ TEST_CASE("JobSpecToJson writes every field and round trips") {
     "parallelism": {"tp": 8, "cp": 1, "ep": 8, "pp": 4, "dp": 128, "order": "tp-cp-ep-dp-pp"},
     "constraints": {"tp": {"required": "hbd"}, "cp": "none", "ep": {"required": "hbd"},
                     "pp": {"preferred": "leaf"}, "dp": "none"},
-    "spares": 2})"));
+    "spares": 2, "gpu_types": ["H100", "H200"], "exclude": "gpu[0013,0027]"})"));
 
   const char* specs[] = {
       R"({"gpus": 1})",

@@ -41,9 +41,9 @@ Status ValidateSelection(const NodeSelection& s) {
     const std::vector<std::string>* names;
     const char* field;
   };
-  for (List l : {List{&s.gpu_types, "gpu_types"}, List{&s.features, "features"},
-                 List{&s.nodelist, "nodelist"}, List{&s.exclude, "exclude"},
-                 List{&s.avoid, "avoid"}}) {
+  for (List l :
+       {List{&s.gpu_types, "gpu_types"}, List{&s.features, "features"},
+        List{&s.nodelist, "nodelist"}, List{&s.exclude, "exclude"}, List{&s.avoid, "avoid"}}) {
     if (Status st = ValidateNames(*l.names, l.field); !st.ok()) return st;
   }
   if (!s.nodelist.empty() && !s.exclude.empty()) {

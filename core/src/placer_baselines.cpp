@@ -198,7 +198,8 @@ std::unique_ptr<Placer> MakeSelectingPlacer(std::unique_ptr<Placer> base, bool p
                                             bool explain_shortfall);
 
 std::unique_ptr<Placer> MakePlacer(std::string_view name, const PlacerOptions& options) {
-  if (name == "toposched") return MakeSelectingPlacer(MakeTopoSchedPlacer(options), true, options.explain_shortfall);
+  if (name == "toposched")
+    return MakeSelectingPlacer(MakeTopoSchedPlacer(options), true, options.explain_shortfall);
   if (name == "slurm-tree") {
     return MakeSelectingPlacer(std::make_unique<SlurmTreePlacer>(options), false,
                                options.explain_shortfall);

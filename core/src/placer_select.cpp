@@ -9,7 +9,6 @@
 // own domains (EffectiveStrength).
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -22,13 +21,6 @@
 namespace topo::core {
 
 namespace {
-
-bool SameModel(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 std::string JoinNames(const std::vector<std::string>& names, size_t at_most = 12) {
   std::string out;
@@ -68,7 +60,7 @@ Result<Admitted> Admit(const JobSpec& job, const Topology& topo) {
     for (const std::string& want : sel.gpu_types) {
       bool known = false;
       for (size_t m = 0; m < topo.gpu_models().size(); ++m) {
-        if (SameModel(want, topo.gpu_models()[m])) model_ok[m] = known = true;
+        if (SameGpuModel(want, topo.gpu_models()[m])) model_ok[m] = known = true;
       }
       if (!known) {
         return Status::Error("gpu_types: this cluster has no '" + want +
@@ -274,7 +266,9 @@ class SelectingPlacer final : public Placer {
     for (NodeId n : listed) {
       if (static_cast<size_t>(n) >= used.size() || !used[n]) {
         return Placement{PlaceOutcome::kBusy,
-                         "a node of the nodelist cannot take its share of the job now", {}, {}};
+                         "a node of the nodelist cannot take its share of the job now",
+                         {},
+                         {}};
       }
     }
     return p;

@@ -603,6 +603,20 @@ void SchedulerCore::Impl::MaybeFinishDrain(NodeId n) {
 
 // ---------------------------------------------------------------- facade
 
+void JobRecord::SetFailedNodes(std::vector<std::string> nodes) {
+  failed_nodes = std::move(nodes);
+  if (failed_nodes.empty()) {
+    placing.reset();
+    return;
+  }
+  auto spec = std::make_shared<JobSpec>(request.spec);
+  std::vector<std::string>& avoid = spec->selection.avoid;
+  for (const std::string& n : failed_nodes) {
+    if (std::find(avoid.begin(), avoid.end(), n) == avoid.end()) avoid.push_back(n);
+  }
+  placing = std::move(spec);
+}
+
 SchedulerCore::SchedulerCore(const Topology& topology, SchedulerConfig config)
     : impl_(std::make_unique<Impl>(topology, std::move(config))) {}
 SchedulerCore::~SchedulerCore() = default;

@@ -423,7 +423,9 @@ void SchedulerCore::Impl::OnGpuEvent(const GpuEvent& e) {
 
 void SchedulerCore::Impl::RememberFailedNodes(JobRecord& job, const std::set<NodeId>& left,
                                               NodeId could_not_start) {
-  std::vector<std::string>& avoid = job.request.spec.selection.avoid;
+  std::vector<std::string> avoid = job.failed_nodes;
+  const size_t before = avoid.size();
+  bool dropped = false;
   for (NodeId n : left) {
     // Down, suspect or with a failed GPU: the node failed the job. A node
     // drained or draining is the admin's, not a fault.
@@ -434,8 +436,12 @@ void SchedulerCore::Impl::RememberFailedNodes(JobRecord& job, const std::set<Nod
     const std::string& name = topo_.node(n).name;
     if (std::find(avoid.begin(), avoid.end(), name) != avoid.end()) continue;
     avoid.push_back(name);
-    if (avoid.size() > kMaxAvoidedNodes) avoid.erase(avoid.begin());
+    if (avoid.size() > kMaxAvoidedNodes) {
+      avoid.erase(avoid.begin());
+      dropped = true;
+    }
   }
+  if (avoid.size() != before || dropped) job.SetFailedNodes(std::move(avoid));
 }
 
 void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, NodeId avoid) {
@@ -463,9 +469,8 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, Node
     // Replacements only where the job may run: its selection, its part of
     // a mixed cluster, not a node that failed it before.
     const int part = job.ranks.empty() ? -1 : topo_.part_of(job.ranks.front().node);
-    const std::vector<uint8_t> open = AdmittedNodes(job.request.spec, topo_, part, false);
-    const ClusterState admitted =
-        cluster().Fenced(part < 0 ? topo_ : topo_.PartView(part), open);
+    const std::vector<uint8_t> open = AdmittedNodes(job.SpecToPlace(), topo_, part, false);
+    const ClusterState admitted = cluster().Fenced(part < 0 ? topo_ : topo_.PartView(part), open);
     Replacement found =
         FindReplacements(topo_, admitted, job.ranks, bad, spares, alloc_.spare_owners());
     std::vector<GpuSlot> ranks = std::move(found.ranks);
@@ -485,7 +490,7 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, Node
         }
         (void)trial.Allocate(block);
       }
-      Placement p = placer_->Place(job.request.spec, trial);
+      Placement p = placer_->Place(job.SpecToPlace(), trial);
       if (p.placed()) {
         ranks = p.ranks;
         remaining_spares = p.spares;

@@ -52,7 +52,7 @@ std::vector<JobId> SchedulerCore::Impl::Ordered() const {
 }
 
 std::string SchedulerCore::Impl::QuotaBlock(const JobRecord& job) const {
-  const JobSpec& spec = job.request.spec;
+  const JobSpec& spec = job.SpecToPlace();
   return quotas_.Block(job.request.tenant, spec.gpus,
                        spec.gpus + spec.spares * topo_.max_node_gpus());
 }
@@ -340,14 +340,14 @@ bool SchedulerCore::Impl::FitsForReservation(const JobRecord& job,
                                              const ClusterState& future) const {
   const ReserveMemo& m = reserve_memo_;
   if (m.job == job.id && m.state && m.state->SameUsage(future)) return m.placement.placed();
-  return fitter_->Place(job.request.spec, future).placed();
+  return fitter_->Place(job.SpecToPlace(), future).placed();
 }
 
 Placement SchedulerCore::Impl::PlaceForReservation(const JobRecord& job,
                                                    const ClusterState& future) const {
   ReserveMemo& m = reserve_memo_;
   if (m.job == job.id && m.state && m.state->SameUsage(future)) return m.placement;
-  Placement p = placer_->Place(job.request.spec, future);
+  Placement p = placer_->Place(job.SpecToPlace(), future);
   // Only a placement is kept: a try that failed would push out the state
   // the next pass's reservation most likely lands on again.
   if (p.placed()) {
@@ -428,7 +428,7 @@ void SchedulerCore::Impl::PlaceQueued() {
     if (job.state != JobState::kQueued) continue;
     if (job.restart_at >= 0) continue;  // backing off; its reason says until when
     if (blocked && ++looked > config_.backfill_depth) break;
-    const JobSpec& spec = job.request.spec;
+    const JobSpec& spec = job.SpecToPlace();
     if (std::string d = DependencyBlock(job); !d.empty()) {
       SetState(job, JobState::kQueued, d);
       continue;
@@ -585,7 +585,7 @@ std::string SchedulerCore::Impl::WaitForFaster(const JobRecord& job, const Place
   }
   FasterTried& decided = faster_tried_[job.id];
   decided = FasterTried{generation_, ""};
-  const JobSpec& spec = job.request.spec;
+  const JobSpec& spec = job.SpecToPlace();
   const double ideal = steps_.IdealSeconds(spec, LinkLoad::kSaturated);
   if (ideal <= 0) return "";
   const double s_now = steps_.StepSeconds(spec, now.ranks, LinkLoad::kSaturated) / ideal;
@@ -629,7 +629,7 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
                                                   bool masked) {
   // A gang of whole nodes needs that many whole free nodes: a free check
   // that saves a placement try.
-  const JobSpec& spec = job.request.spec;
+  const JobSpec& spec = job.SpecToPlace();
   if (spec.gpus_per_node == 0 && spec.gpus >= topo_.max_node_gpus() &&
       static_cast<int64_t>(where.whole_free_nodes(topo_.root())) * topo_.max_node_gpus() <
           spec.gpus) {
@@ -647,7 +647,7 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
       it->second.masked == masked && it->second.reservation_job == res_job) {
     return Placement{PlaceOutcome::kBusy, it->second.reason, {}, {}};
   }
-  Placement p = placer_->Place(job.request.spec, where);
+  Placement p = placer_->Place(job.SpecToPlace(), where);
   if (p.outcome == PlaceOutcome::kBusy) {
     blocked_at_[job.id] = Blocked{generation_, masked, res_job, p.reason};
   }
@@ -688,7 +688,7 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
 // owed and taken whatever it costs.
 SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& waiting,
                                                                      TimeMs expected_start) {
-  const JobSpec& spec = waiting.request.spec;
+  const JobSpec& spec = waiting.SpecToPlace();
   const bool in_guarantee = quotas_.gpus(waiting.request.tenant) + spec.gpus <=
                             quotas_.guaranteed(waiting.request.tenant);
   // Waiting keeps the guarantee's promise, or breaks it narrowly (above).

@@ -13,10 +13,10 @@ PlacementScorer::PlacementScorer(const Topology& topology)
 
 const PlacementScorer::Shape& PlacementScorer::ShapeOf(const JobSpec& job, int part) {
   const Parallelism& p = job.parallelism;
-  std::string key = std::to_string(part) + "@" + std::to_string(job.gpus) + "/" + std::to_string(job.gpus_per_node) + "/" +
-                    std::to_string(p.tp) + "." + std::to_string(p.cp) + "." + std::to_string(p.ep) +
-                    "." + std::to_string(p.pp) + "." + std::to_string(p.dp) + "/" +
-                    FormatRankOrder(p.order);
+  std::string key = std::to_string(part) + "@" + std::to_string(job.gpus) + "/" +
+                    std::to_string(job.gpus_per_node) + "/" + std::to_string(p.tp) + "." +
+                    std::to_string(p.cp) + "." + std::to_string(p.ep) + "." + std::to_string(p.pp) +
+                    "." + std::to_string(p.dp) + "/" + FormatRankOrder(p.order);
   for (const TierConstraint& c : job.constraints) {
     key += "/" + std::to_string(static_cast<int>(c.strength)) + c.tier;
   }

@@ -21,8 +21,10 @@
 // with fairshare_max_wait 0, one before version 6 with pids_max 0 (the
 // node's limit), one before version 7 with attribution_window 0 and the
 // backfill_depth of its fixed config (64 for every daemon's), what its core
-// did. Version 8 added a job spec's node selection (NodeSelection) and the
-// kAuto constraint strength; an older snapshot's jobs select no nodes.
+// did. Version 8 added a job spec's node selection (NodeSelection), the
+// kAuto constraint strength and the nodes that failed a job
+// (JobRecord::failed_nodes); an older snapshot's jobs select no nodes and
+// remember none.
 
 #include <algorithm>
 #include <bit>
@@ -482,6 +484,7 @@ void WriteJob(Writer& w, const JobRecord& j) {
   w.I64(j.app_failures);
   w.I64(j.launch_failures);
   w.I64(j.restart_at);
+  if (w.version >= 8) w.Each(j.failed_nodes, [&](const std::string& n) { w.Str(n); });
 }
 
 JobRecord ReadJob(Reader& r, const Bounds& b) {
@@ -536,6 +539,11 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
   j.app_failures = r.Int("app_failures", 0);
   j.launch_failures = r.Int("launch_failures", 0);
   j.restart_at = r.I64();
+  if (b.version >= 8) {
+    std::vector<std::string> failed(r.Count(8));
+    for (std::string& n : failed) n = r.Str();
+    j.SetFailedNodes(std::move(failed));
+  }
   if (r.ok()) {
     if (Status s = ValidateJobSpec(q.spec); !s.ok()) {
       r.Fail("job " + std::to_string(j.id) + ": " + s.message());

@@ -806,7 +806,8 @@ TEST_CASE("a restart stays on the job's GPU type and part, and remembers the nod
     CHECK(topo.node(n).gpu_model == "H100");
     CHECK(n != lost);
   }
-  CHECK(core.job(1)->request.spec.selection.avoid == std::vector<std::string>{topo.node(lost).name});
+  CHECK(core.job(1)->request.spec.selection.avoid ==
+        std::vector<std::string>{topo.node(lost).name});
   // The avoided node survives a snapshot, with the rest of the spec.
   SchedulerCore restored(topo, SimConfig());
   REQUIRE(restored.Restore(core.Snapshot()).ok());

@@ -58,7 +58,7 @@ void Occupy(ClusterState& st, NodeId n) {
   REQUIRE(st.Allocate(slots).ok());
 }
 
-TEST_CASE("a marked rack is the HBD of its nodes; the rest keep the file's HBD") {
+TEST_CASE("a marked rack is the HBD of its nodes, the rest keep the file's HBD") {
   const Topology t = Mixed();
   REQUIRE(t.part_count() == 2);
   CHECK(t.part(0).gpu_model == "H100");
@@ -175,7 +175,7 @@ TEST_CASE("a job larger than every part does not span two models") {
   }
 }
 
-TEST_CASE("gpu_types: any of them, case-insensitive; an unknown one lists the cluster's") {
+TEST_CASE("gpu_types: any of them, case-insensitive, an unknown one lists the cluster's") {
   const Topology t = Mixed();
   for (const std::string& name : PlacerNames()) {
     CAPTURE(name);
@@ -196,7 +196,7 @@ TEST_CASE("gpu_types: any of them, case-insensitive; an unknown one lists the cl
   }
 }
 
-TEST_CASE("features: every one; an unknown one is refused with the list") {
+TEST_CASE("features: every one, an unknown one is refused with the list") {
   const Topology t = Mixed();
   auto placer = MakePlacer("toposched");
   JobSpec job = MakeJob(32);
@@ -214,7 +214,7 @@ TEST_CASE("features: every one; an unknown one is refused with the list") {
         std::string::npos);
 }
 
-TEST_CASE("exclude keeps a job off nodes; nodelist is the whole allocation") {
+TEST_CASE("exclude keeps a job off nodes, nodelist is the whole allocation") {
   const Topology t = Mixed();
   for (const std::string& name : PlacerNames()) {
     CAPTURE(name);

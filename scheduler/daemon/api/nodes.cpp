@@ -63,7 +63,28 @@ api::NodeView NodeViewOf(const ServiceState& s, NodeId n, const std::vector<JobI
 Answer ListNodes(const ServiceState& s, const Caller& caller, const Route& route) {
   if (s.driver.core() == nullptr) return NoTopology();
   const core::Topology& topo = *s.driver.topology();
-  if (Status e = UnknownParameter(route, {"domain"}); !e.ok()) return e;
+  if (Status e = UnknownParameter(route, {"domain", "gpu_type"}); !e.ok()) return e;
+  // ?gpu_type=MODEL: only the nodes of that accelerator model (as gpu_types
+  // matches: ASCII case-insensitive).
+  std::optional<std::string> gpu_type;
+  if (auto it = route.query.find("gpu_type"); it != route.query.end()) {
+    const std::string& want = it->second;
+    if (want.empty() || want.size() > core::kMaxSelectionNameBytes) {
+      return Invalid("gpu_type must be a GPU model of the cluster (1-64 bytes)", "gpu_type");
+    }
+    for (const std::string& m : topo.gpu_models()) {
+      if (core::SameGpuModel(m, want)) gpu_type = m;
+    }
+    if (!gpu_type) {
+      std::string known;
+      for (const std::string& m : topo.gpu_models()) {
+        known += (known.empty() ? "" : ", ") + (m.empty() ? std::string("(none)") : m);
+      }
+      return NotFound(
+          "no node has GPU type \"" + want.substr(0, 64) + "\"; the cluster's: " + known,
+          "gpu_type");
+    }
+  }
   // ?domain=NAME: only the nodes under that domain (a pod, leaf, HBD or one
   // node), so a page that drills into one part of a large cluster reads
   // only that part.
@@ -89,7 +110,10 @@ Answer ListNodes(const ServiceState& s, const Caller& caller, const Route& route
   }
   std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
   api::NodeList list;
-  for (NodeId n = begin; n < end; ++n) list.nodes.push_back(NodeViewOf(s, n, jobs[n]));
+  for (NodeId n = begin; n < end; ++n) {
+    if (gpu_type && topo.node(n).gpu_model != *gpu_type) continue;
+    list.nodes.push_back(NodeViewOf(s, n, jobs[n]));
+  }
   return TextAnswer(200, api::WriteNodeList(list));
 }
 

@@ -95,8 +95,7 @@ class ClusterState {
   // placer answers both alike.
   bool SameUsage(const ClusterState& other) const {
     return topology_ == other.topology_ && busy_ == other.busy_ && failed_ == other.failed_ &&
-           degraded_ == other.degraded_ && node_state_ == other.node_state_ &&
-           open_ == other.open_;
+           degraded_ == other.degraded_ && node_state_ == other.node_state_ && open_ == other.open_;
   }
 
  private:

@@ -288,6 +288,17 @@ struct JobRecord {
   TimeMs restart_at = -1;
   // The dependencies not met yet (a subset of request.dependencies).
   std::vector<Dependency> waiting_on;
+  // Nodes that failed this job (down, suspect, a failed GPU, or one that
+  // could not start it), the newest 64: its placements use them only when
+  // nothing else fits (NodeSelection::avoid).
+  std::vector<std::string> failed_nodes;
+  // request.spec with failed_nodes added to its avoid list, when there are
+  // any; what the placers get (SpecToPlace).
+  std::shared_ptr<const JobSpec> placing;
+
+  const JobSpec& SpecToPlace() const { return placing ? *placing : request.spec; }
+  // Sets failed_nodes and rebuilds `placing` from them.
+  void SetFailedNodes(std::vector<std::string> nodes);
 };
 
 // ---------------------------------------------------------------- events

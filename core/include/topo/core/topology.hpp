@@ -95,6 +95,18 @@ struct TopologyPart {
   int gpus = 0;
 };
 
+// Whether two accelerator model names are the same model: ASCII
+// case-insensitive ("h100" is "H100"), the one rule for gpu_types and the
+// API's filters.
+inline bool SameGpuModel(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+
 // At most this many distinct node features per topology (a 64-bit mask).
 inline constexpr int kMaxTopologyFeatures = 64;
 
