@@ -264,8 +264,9 @@ json NodeSummary(const json& nodes) {
   };
   if (nodes.is_array()) {
     for (const json& n : nodes) {
-      const std::string model = Str(n, "gpu_model");
-      add(out["by_gpu_type"], type_row, model.empty() ? "(none)" : model, n);
+      const json& model = Field(n, "gpu_model");
+      const bool named = model.is_string() && !model.get<std::string>().empty();
+      add(out["by_gpu_type"], type_row, named ? model.get<std::string>() : "(none)", n);
       add(out["by_pod"], pod_row, Str(n, "pod"), n);
     }
   }
@@ -299,8 +300,9 @@ std::string FormatNodeTable(const json& nodes) {
     for (const json& n : nodes) {
       std::string reason = Str(n, "reason");
       if (reason.empty()) reason = "-";
-      std::string model = Str(n, "gpu_model");
-      if (model.empty()) model = "-";
+      const json& m = Field(n, "gpu_model");
+      const std::string model =
+          m.is_string() && !m.get<std::string>().empty() ? m.get<std::string>() : "-";
       t.AddRow({Str(n, "name"), Str(n, "state"), Str(n, "gpus"), model, std::to_string(FreeGpus(n)),
                 Str(n, "hbd"), Str(n, "leaf"), Str(n, "pod"), reason});
     }

@@ -511,17 +511,29 @@ TEST_CASE("FormatJobDetails: placement per level, metrics, ranks and history") {
 
 TEST_CASE("FormatNodeTable, node details and the drain summary") {
   const json nodes = json::parse(R"([
-    {"name": "n0", "state": "up", "reason": "", "gpus": 4, "hbd": "n0", "leaf": "l0",
-     "pod": "p0", "gpu_health": ["healthy", "failed", "healthy", "healthy"],
+    {"name": "n0", "state": "up", "reason": "", "gpus": 4, "gpu_model": "GB200", "hbd": "n0",
+     "leaf": "l0", "pod": "p0", "gpu_health": ["healthy", "failed", "healthy", "healthy"],
      "gpu_jobs": [17, 0, 0, 0]},
     {"name": "n1", "state": "drained", "reason": "bad cable", "gpus": 4, "hbd": "n1",
      "leaf": "l0", "pod": "p0", "gpu_health": ["healthy", "healthy", "healthy", "healthy"],
      "gpu_jobs": [0, 0, 0, 0]}
   ])");
   CHECK(FormatNodeTable(nodes) ==
-        "NAME  STATE    GPUS  FREE  HBD  LEAF  POD  REASON\n"
-        "n0    up          4     2  n0   l0    p0   -\n"
-        "n1    drained     4     0  n1   l0    p0   bad cable\n");
+        "NAME  STATE    GPUS  TYPE   FREE  HBD  LEAF  POD  REASON\n"
+        "n0    up          4  GB200     2  n0   l0    p0   -\n"
+        "n1    drained     4  -         0  n1   l0    p0   bad cable\n");
+  // --summary: per GPU type and per pod, in order of first appearance.
+  const json summary = NodeSummary(nodes);
+  CHECK(summary["by_gpu_type"] ==
+        json::parse(R"j([{"name": "GB200", "nodes": 1, "up": 1, "draining": 0, "drained": 0,
+                         "down": 0, "suspect": 0, "gpus": 4, "free": 2},
+                        {"name": "(none)", "nodes": 1, "up": 0, "draining": 0, "drained": 1,
+                         "down": 0, "suspect": 0, "gpus": 4, "free": 0}])j"));
+  CHECK(summary["by_pod"][0]["nodes"] == 2);
+  CHECK(summary["by_pod"][0]["free"] == 2);
+  CHECK(FormatNodeSummary(summary).find("GPU TYPE  NODES  UP  DRAINING  DRAINED  DOWN  SUSPECT  "
+                                        "GPUS  FREE\nGB200         1   1         0        0     0"
+                                        "        0     4     2\n") == 0);
   const std::string d = FormatNodeDetails(nodes[0]);
   CHECK(d.find("    0  healthy   17\n") != std::string::npos);
   CHECK(d.find("    1  failed     -\n") != std::string::npos);

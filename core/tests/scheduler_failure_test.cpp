@@ -806,12 +806,15 @@ TEST_CASE("a restart stays on the job's GPU type and part, and remembers the nod
     CHECK(topo.node(n).gpu_model == "H100");
     CHECK(n != lost);
   }
-  CHECK(core.job(1)->request.spec.selection.avoid ==
-        std::vector<std::string>{topo.node(lost).name});
-  // The avoided node survives a snapshot, with the rest of the spec.
+  // Remembered beside the spec, which stays as submitted.
+  CHECK(core.job(1)->failed_nodes == std::vector<std::string>{topo.node(lost).name});
+  CHECK(core.job(1)->request.spec.selection.avoid.empty());
+  CHECK(core.job(1)->SpecToPlace().selection.avoid == core.job(1)->failed_nodes);
+  // It survives a snapshot.
   SchedulerCore restored(topo, SimConfig());
   REQUIRE(restored.Restore(core.Snapshot()).ok());
-  CHECK(restored.job(1)->request.spec.selection == core.job(1)->request.spec.selection);
+  CHECK(restored.job(1)->failed_nodes == core.job(1)->failed_nodes);
+  CHECK(restored.job(1)->SpecToPlace() == core.job(1)->SpecToPlace());
 }
 
 TEST_CASE("a job with no GPU type never runs on two models, before or after a restart") {
