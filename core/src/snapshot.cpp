@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "scheduler_impl.hpp"
+#include "topo/core/topology_diff.hpp"
 
 namespace topo::core {
 namespace {
@@ -69,6 +70,11 @@ class Writer {
   uint32_t version = SchedulerCore::kSnapshotVersion;  // of the format written
   // Where WriteConfig put backfill_depth in a version 6 or older config.
   size_t backfill_depth_at = std::string::npos;
+  // Set when the snapshot is written onto another topology (SnapshotOnto):
+  // this core's node id -> the other's.
+  const std::vector<NodeId>* to_new = nullptr;
+
+  int64_t Node(NodeId n) const { return to_new == nullptr ? n : (*to_new)[n]; }
 
   void U8(uint8_t v) { out.push_back(static_cast<char>(v)); }
   void U32(uint32_t v) {
@@ -387,7 +393,7 @@ struct Bounds {
 
 void WriteSlots(Writer& w, const std::vector<GpuSlot>& slots) {
   w.Each(slots, [&](const GpuSlot& s) {
-    w.I64(s.node);
+    w.I64(w.Node(s.node));
     w.I64(s.gpu);
   });
 }
@@ -399,7 +405,7 @@ std::vector<GpuSlot> ReadSlots(Reader& r, const Bounds& b) {
 }
 
 void WriteNodes(Writer& w, const std::vector<NodeId>& nodes) {
-  w.Each(nodes, [&](NodeId n) { w.I64(n); });
+  w.Each(nodes, [&](NodeId n) { w.I64(w.Node(n)); });
 }
 
 std::vector<NodeId> ReadNodes(Reader& r, const Bounds& b) {
@@ -563,19 +569,40 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
 
 }  // namespace
 
+// A snapshot written onto another topology: the nodes of `next` in its own
+// order, each with the state of the node of the same name here (old_of),
+// or a new node's (down, healthy, free, never heard from).
+struct Onto {
+  const Topology* next = nullptr;
+  std::vector<NodeId> to_new;  // by this core's node id; -1: removed
+  std::vector<NodeId> old_of;  // by next's node id; -1: added
+};
+
 struct SnapshotAccess {
-  static std::string Write(const SchedulerCore::Impl& c, uint32_t version);
+  static std::string Write(const SchedulerCore::Impl& c, uint32_t version,
+                           const Onto* onto = nullptr);
   static Status Read(SchedulerCore::Impl& c, std::string_view bytes);
 };
 
-std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version) {
+std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version,
+                                  const Onto* onto) {
   Writer w;
   w.version = version;
   w.out.append(kMagic);
   w.U32(version);
   const Topology& topo = c.topo_;
-  w.I64(topo.node_count());
-  w.U64(TopologyFingerprint(topo));
+  if (onto != nullptr) w.to_new = &onto->to_new;
+  // The nodes written, in order: this core's, or next's (each its old id,
+  // -1 for a node added).
+  std::vector<NodeId> order;
+  if (onto != nullptr) {
+    order = onto->old_of;
+  } else {
+    for (NodeId n = 0; n < topo.node_count(); ++n) order.push_back(n);
+  }
+  const Topology& written = onto != nullptr ? *onto->next : topo;
+  w.I64(written.node_count());
+  w.U64(TopologyFingerprint(written));
   WriteConfig(w, c.config_);
   w.I64(c.now_);
 
@@ -592,7 +619,12 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
 
   // Node and GPU health, and what is busy.
   const ClusterState& cs = c.alloc_.cluster();
-  for (NodeId n = 0; n < topo.node_count(); ++n) {
+  for (NodeId n : order) {
+    if (n < 0) {  // added: down until its agent registers
+      w.Enum(NodeState::kDown);
+      for (int i = 0; i < 3; ++i) w.U64(0);
+      continue;
+    }
     w.Enum(cs.node_state(n));
     w.U64(cs.failed_mask(n));
     w.U64(cs.degraded_mask(n));
@@ -600,7 +632,12 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   }
   // Allocations.
   const Allocations& a = c.alloc_;
-  for (NodeId n = 0; n < topo.node_count(); ++n) {
+  for (NodeId n : order) {
+    if (n < 0) {
+      w.U64(0);
+      w.I64(0);
+      continue;
+    }
     w.Each(a.node_jobs_[n], [&](JobId j) { w.I64(j); });
     w.I64(a.spare_owner_[n]);
   }
@@ -632,12 +669,13 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   }
 
   // Node health timers and drains.
-  w.U64(static_cast<uint64_t>(c.topo_.node_count()));
-  for (NodeId n = 0; n < c.topo_.node_count(); ++n) w.I64(c.liveness_.last_heard(n));
-  w.Each(c.drain_reason_, str);
+  w.U64(static_cast<uint64_t>(order.size()));
+  for (NodeId n : order) w.I64(n < 0 ? -1 : c.liveness_.last_heard(n));
+  w.U64(static_cast<uint64_t>(order.size()));
+  for (NodeId n : order) w.Str(n < 0 ? std::string() : c.drain_reason_[n]);
 
-  // The pass's memos.
-  w.U64(c.generation_);
+  // The pass's memos: onto another topology, every memo is stale.
+  w.U64(c.generation_ + (onto != nullptr ? 1 : 0));
   WriteMap(w, c.blocked_at_, i64, [&](const SchedulerCore::Impl::Blocked& b) {
     w.U64(b.generation);
     w.Bool(b.masked);
@@ -661,13 +699,17 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   w.U64(c.reservation_generation_);
   w.I64(c.estimate_job_);
   w.I64(c.estimate_start_);
-  w.I64(c.cached_reservation_.job);
-  w.I64(c.cached_reservation_.start);
-  WriteSlots(w, c.cached_reservation_.gpus);
+  // A cached reservation and a kept plan are of this topology's nodes: not
+  // carried onto another one.
+  const SchedulerCore::Impl::Reservation none;
+  const SchedulerCore::Impl::Reservation& cached = onto != nullptr ? none : c.cached_reservation_;
+  w.I64(cached.job);
+  w.I64(cached.start);
+  WriteSlots(w, cached.gpus);
   if (w.version >= 4) {
     // The kept plan, when a pass could still keep it (health unchanged).
     const SchedulerCore::Impl::KeptPlan& k = c.kept_plan_;
-    const bool live = k.job != 0 && k.health == c.cluster().health_changes();
+    const bool live = onto == nullptr && k.job != 0 && k.health == c.cluster().health_changes();
     w.Bool(live);
     if (live) {
       auto holding = [&](const SchedulerCore::Impl::Holding& h) {
@@ -690,8 +732,11 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   w.I64(c.next_timer_);
   w.Bool(c.timers_dirty_);
   w.I64(c.ports_.cursor_);
-  w.Each(c.ports_.held_by_port_,
-         [&](const std::map<int, int64_t>& held) { WriteMap(w, held, i64, i64); });
+  w.U64(static_cast<uint64_t>(order.size()));
+  for (NodeId n : order) {
+    static const std::map<int, int64_t> kNone;
+    WriteMap(w, n < 0 ? kNone : c.ports_.held_by_port_[n], i64, i64);
+  }
 
   w.U64(Fnv1a(w.out));
   return std::move(w.out);
@@ -967,6 +1012,36 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
 
 std::string SchedulerCore::Snapshot() const {
   return SnapshotAccess::Write(*impl_, kSnapshotVersion);
+}
+
+Result<std::string> SchedulerCore::SnapshotOnto(const Topology& next) const {
+  const Impl& c = *impl_;
+  TopologyDiff d = DiffTopologies(c.topo_, next);
+  std::string held;
+  int jobs = 0;
+  for (const auto& [id, job] : c.jobs_) {
+    std::vector<std::string> gone;
+    for (const GpuSlot& s : c.alloc_.Held(job.ranks, job.spares)) {
+      const std::string& name = c.topo_.node(s.node).name;
+      if (d.to_new[s.node] < 0 && (gone.empty() || gone.back() != name)) gone.push_back(name);
+    }
+    if (gone.empty()) continue;
+    if (++jobs <= 20) {
+      std::string nodes;
+      for (size_t i = 0; i < gone.size() && i < 8; ++i) nodes += (i ? "," : "") + gone[i];
+      if (gone.size() > 8) nodes += ",...";
+      held += (held.empty() ? "" : "; ") + ("job " + std::to_string(id) + " on " + nodes);
+    }
+  }
+  if (jobs > 0) {
+    return Status::Error(std::to_string(jobs) + " job(s) hold nodes the new topology removes or " +
+                             "gives another GPU count (" + held +
+                             "): drain those nodes first (topo drain HOSTLIST --reason ...), "
+                             "and import once their jobs have moved",
+                         ErrorCode::kConflict);
+  }
+  const Onto onto{&next, std::move(d.to_new), std::move(d.old_of)};
+  return SnapshotAccess::Write(c, kSnapshotVersion, &onto);
 }
 
 std::string SchedulerCore::Snapshot(uint32_t version) const {

@@ -534,6 +534,16 @@ class SchedulerCore {
   // older release wrote it: what a newer field holds is left out. For the
   // tests that every older version still restores.
   std::string Snapshot(uint32_t version) const;
+  // This core's state as a snapshot of a core over `next`, a new version of
+  // this topology (nodes matched by name, DiffTopologies): a topology change
+  // applied while jobs run. Every job, queue, quota, fairshare usage and
+  // node state is carried; a node only in `next` comes up down (until its
+  // agent registers), healthy and free; the pass's memos and the kept
+  // reservation plan are dropped (computed again). Refused (kConflict), naming
+  // the jobs and the nodes, when a node that is removed or whose GPU count
+  // changes is held by a job (its ranks or spares): drain it first. Restore()
+  // it into a fresh core over `next`.
+  Result<std::string> SnapshotOnto(const Topology& next) const;
   // Puts the state of a Snapshot() into this core, which then makes the same
   // decisions for the same further events as the core that wrote it.
   // Refused, leaving the core unchanged, with an error that says why, when:
