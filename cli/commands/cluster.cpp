@@ -353,8 +353,38 @@ struct ImportArgs {
   std::string file;
   std::string format;
   int gpus_per_node = 0;
+  bool dry_run = false;
   bool json = false;
 };
+
+// "3 added (n8, n9, n10), 1 removed (n6)" from a diff's lists and counts.
+std::string DiffLine(const json& diff) {
+  if (!diff.is_object()) return "";
+  std::string out;
+  for (const char* k : {"added", "removed", "moved", "resized", "changed"}) {
+    const json& counts = diff.value("counts", json::object());
+    const int64_t n = counts.value(k, int64_t{0});
+    if (n == 0) continue;
+    std::vector<std::string> names;
+    for (const json& x : diff.value(k, json::array())) {
+      if (x.is_string()) names.push_back(x.get<std::string>());
+    }
+    out += (out.empty() ? "" : ", ") + std::to_string(n) + " " + k + " (" +
+           common::CompressHostlist(names) +
+           (static_cast<int64_t>(names.size()) < n ? ",..." : "") + ")";
+  }
+  const json& counts = diff.value("counts", json::object());
+  for (const char* k : {"domains_added", "domains_removed"}) {
+    const int64_t n = counts.value(k, int64_t{0});
+    if (n > 0) {
+      out += (out.empty() ? "" : ", ") + std::to_string(n) + " domain(s) " +
+             (std::string_view(k) == "domains_added" ? "added" : "removed");
+    }
+  }
+  if (diff.value("tiers_changed", false))
+    out += (out.empty() ? "" : ", ") + std::string("tiers, HBDs or links changed");
+  return out.empty() ? "no change" : out;
+}
 
 int RunImport(const ImportArgs& args) {
   constexpr InputLimit kTopologyLimit = {
@@ -389,20 +419,36 @@ int RunImport(const ImportArgs& args) {
   if (!session) return exit_code;
   json body = {{"format", format}, {"content", text.value()}};
   if (args.gpus_per_node > 0) body["gpus_per_node"] = args.gpus_per_node;
+  if (args.dry_run) body["dry_run"] = true;
   Reply reply = session->Call("PUT", "/v1/topology", body);
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {
     PrintJson(reply.body);
     return kExitOk;
   }
+  const json diff = reply.body.is_object() ? reply.body.value("diff", json()) : json();
+  if (args.dry_run) {
+    const bool applies = reply.body.value("applies", false);
+    std::cout << "Dry run: " << (diff.is_object() ? DiffLine(diff) : "a first import") << "\n"
+              << (applies
+                      ? "It would apply now; nothing changed.\n"
+                      : "It would be refused: " + reply.body.value("reason", std::string()) + "\n");
+    return applies ? kExitOk : kExitConflict;
+  }
   auto field = [&](const char* k) {
     return reply.body.is_object() && reply.body.contains(k) ? Cell(reply.body[k]) : "-";
   };
   std::cout << "Imported topology " << field("name") << ": " << field("nodes") << " nodes, "
             << field("gpus") << " GPUs, " << field("hbds") << " HBDs, " << field("leaves")
-            << " leaves, " << field("pods") << " pods\n"
-            << "Every node starts down: the node agents bring them up, or `topo resume "
-               "HOSTLIST`.\n";
+            << " leaves, " << field("pods") << " pods\n";
+  if (diff.is_object()) {
+    std::cout << "Changed under the running jobs: " << DiffLine(diff)
+              << ". Jobs, queue, fairshare and node states carried over; added nodes start "
+                 "down until their agents register.\n";
+  } else {
+    std::cout << "Every node starts down: the node agents bring them up, or `topo resume "
+                 "HOSTLIST`.\n";
+  }
   return kExitOk;
 }
 
@@ -436,12 +482,18 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
   auto args = std::make_shared<ImportArgs>();
   CLI::App* cmd = AddVerb(
       topology, "import",
-      "Load a topology into topo-scheduler (cluster-admin, while no job is active).\n\n"
-      "Only while no job is queued, held or running. Every node starts down until its agent\n"
-      "or `topo resume` brings it up. The file is checked here first, so errors name the\n"
-      "line before the upload.\n\n"
+      "Load a topology into topo-scheduler (cluster-admin), or a new version of it under\n"
+      "running jobs.\n\n"
+      "The first import: every node starts down until its agent or `topo resume` brings it\n"
+      "up. A new version applies as a change, by node name: jobs, the queue, fairshare and\n"
+      "node states carry over, added nodes start down until their agents register, moved\n"
+      "and renamed-domain nodes keep their jobs. A change that removes a node a job holds\n"
+      "(or changes its GPU count) is refused naming the jobs: drain the nodes first.\n"
+      "--dry-run prints the change and whether it would apply. The file is checked here\n"
+      "first, so errors name the line before the upload.\n\n"
       "Examples:\n"
       "  topo topology import topology.json\n"
+      "  topo topology import topology-v2.json --dry-run\n"
       "  topo topology import topology.conf --format slurm --gpus-per-node 4\n"
       "  topo topology export --generate nvl72-64k | topo topology import -");
   cmd->add_option("FILE", args->file, "Topology file (- for standard input)")->required();
@@ -451,6 +503,9 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
   cmd->add_option("--gpus-per-node", args->gpus_per_node,
                   "GPUs per node (Slurm and Crux files do not say; default 8)")
       ->check(CLI::Range(1, 64));
+  cmd->add_flag("--dry-run", args->dry_run,
+                "Print what would change (nodes added, removed, moved) and whether it would "
+                "apply; change nothing (exit 0 if it would apply, else the conflict's status)");
   cmd->add_flag("--json", args->json, std::string(kJsonHelp));
   AddConnectionFlags(*cmd, SharedConnectionFlags());
   cmd->callback([args, exit_code] { *exit_code = RunImport(*args); });

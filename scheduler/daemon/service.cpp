@@ -15,6 +15,7 @@
 #include "daemon/log.hpp"
 #include "daemon/service_state.hpp"
 #include "daemon/slurm/slurm_service.hpp"
+#include "topo/common/base64.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/strict_json.hpp"
@@ -258,24 +259,31 @@ Status StoreError(const Status& s) {
 
 Status ServiceState::ImportTopology(std::unique_ptr<core::Topology> topology,
                                     const std::string& actor) {
+  // With a core, the new topology is a change under running jobs: the
+  // core's state (jobs, queue, quotas, fairshare, node states) is carried
+  // onto it, unless a job holds a node the change removes.
+  std::unique_ptr<core::SchedulerCore> carried;
+  std::string base;
   if (driver.core() != nullptr) {
-    for (const auto& [id, j] : driver.core()->jobs()) {
-      if (!core::IsTerminal(j.state)) {
-        return Status::Error("job " + std::to_string(id) + " is " +
-                                 std::string(core::JobStateName(j.state)) +
-                                 "; a topology is imported only while no job is queued, held or "
-                                 "running (cancel them first)",
-                             core::ErrorCode::kConflict);
-      }
-    }
     // Write what the old topology's core staged, then start the new epoch.
     if (Status c = Commit(); !c.ok()) return StoreError(c);
+    Result<std::string> onto = driver.core()->SnapshotOnto(*topology);
+    if (!onto.ok()) return onto.status();
+    carried = std::make_unique<core::SchedulerCore>(*topology, driver.scheduler_config());
+    if (Status r = carried->Restore(onto.value()); !r.ok()) {
+      return Status::Error("the scheduler's state does not carry over to the new topology (" +
+                               r.message() + "); nothing changed",
+                           core::ErrorCode::kInternal);
+    }
+    base = common::Base64Encode(onto.value());
   }
   store::Store& st = driver.store();
   auto next = std::move(topology);
   const std::pair<std::string, std::string> meta[] = {
       {"topology", common::TopologyToJson(*next)},
       {"topology_from_seq", std::to_string(st.LastSeq() + 1)},
+      // The state the epoch starts from: empty for a first import.
+      {"topology_base", base},
       // The policy as of this epoch's first event: a restart replays only
       // this epoch, with live changes made before it already in effect.
       {"policy", PolicyJson(config)}};
@@ -292,7 +300,9 @@ Status ServiceState::ImportTopology(std::unique_ptr<core::Topology> topology,
     }
     return StoreError(w);
   }
-  driver.StartEpoch(std::move(next));
+  const bool first = carried == nullptr;
+  driver.StartEpoch(std::move(next), std::move(carried));
+  if (!first) return Status::Ok();  // tenants came with the state
   Result<std::vector<core::TenantConfig>> tenants = st.ListTenants();
   if (!tenants.ok()) return StoreError(tenants.status());
   for (const core::TenantConfig& t : tenants.value()) {

@@ -3,6 +3,7 @@
 #include "daemon/api/handlers.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/topology_io.hpp"
+#include "topo/core/topology_diff.hpp"
 
 namespace topo::daemon {
 
@@ -21,16 +22,52 @@ Answer GetTopology(const ServiceState& s, const Caller&, const Route& route) {
                                                            : common::TopologyToSlurm(topo)}});
 }
 
-// PUT /v1/topology {"content", "format", "gpus_per_node", "name"}: a new
-// epoch of the log on the new topology, while no job is queued, held or
-// running.
+namespace {
+
+// A TopologyDiff as the API shows it: node names (the first 1,000 of each
+// list; the counts are whole).
+Json DiffJson(const core::TopologyDiff& d) {
+  auto names = [](const std::vector<std::string>& v) {
+    Json out = Json::array();
+    for (size_t i = 0; i < v.size() && i < 1000; ++i) out.push_back(v[i]);
+    return out;
+  };
+  return Json{{"added", names(d.added)},
+              {"removed", names(d.removed)},
+              {"moved", names(d.moved)},
+              {"resized", names(d.resized)},
+              {"changed", names(d.changed)},
+              {"counts",
+               {{"added", d.added.size()},
+                {"removed", d.removed.size()},
+                {"moved", d.moved.size()},
+                {"resized", d.resized.size()},
+                {"changed", d.changed.size()},
+                {"domains_added", d.domains_added},
+                {"domains_removed", d.domains_removed}}},
+              {"tiers_changed", d.tiers_changed}};
+}
+
+}  // namespace
+
+// PUT /v1/topology {"content", "format", "gpus_per_node", "dry_run"}: a new
+// epoch of the log on the new topology. With jobs, a change under them: the
+// scheduler's state is carried over by node name (SnapshotOnto), refused
+// (409) when a job holds a node the change removes. dry_run: the diff and
+// whether it would apply, changing nothing.
 Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route) {
   if (!caller.cluster_admin()) return AdminOnly("importing a topology");
   Result<Json> parsed = ParseBody(*route.request, false);
   if (!parsed.ok()) return parsed.status();
   const Json& body = parsed.value();
-  if (Status e = UnknownField(body, {"format", "content", "gpus_per_node", "name"}); !e.ok()) {
+  if (Status e = UnknownField(body, {"format", "content", "gpus_per_node", "name", "dry_run"});
+      !e.ok()) {
     return e;
+  }
+  bool dry_run = false;
+  if (auto it = body.find("dry_run"); it != body.end()) {
+    if (!it->is_boolean()) return Invalid("dry_run must be true or false", "dry_run");
+    dry_run = it->get<bool>();
   }
   if (!body.contains("content") || !body["content"].is_string()) {
     return Invalid("content is required: the topology file's text", "content");
@@ -62,6 +99,21 @@ Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route)
       break;
   }
   if (!topology.ok()) return Invalid("content: " + topology.message(), "content");
+  std::optional<Json> diff;
+  if (s.driver.topology() != nullptr) {
+    diff = DiffJson(core::DiffTopologies(*s.driver.topology(), topology.value()));
+  }
+  if (dry_run) {
+    Json out = {{"dry_run", true}, {"diff", diff ? *diff : Json(nullptr)}, {"applies", true}};
+    if (s.driver.core() != nullptr) {
+      Result<std::string> onto = s.driver.core()->SnapshotOnto(topology.value());
+      if (!onto.ok()) {
+        out["applies"] = false;
+        out["reason"] = onto.message();
+      }
+    }
+    return JsonAnswer(200, out);
+  }
   if (Status st = s.ImportTopology(std::make_unique<core::Topology>(std::move(topology).value()),
                                    s.Actor(caller));
       !st.ok()) {
@@ -74,8 +126,12 @@ Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route)
       {"gpus", topo.total_gpus()},
       {"hbds", topo.tier_size(topo.hbd_tier())},
       {"leaves", topo.tier_size(topo.leaf_tier())},
-      {"pods", topo.pod_tier() < topo.tier_count() ? topo.tier_size(topo.pod_tier()) : 1}};
-  s.Audit(caller, "topology.import", summary);
+      {"pods", topo.pod_tier() < topo.tier_count() ? topo.tier_size(topo.pod_tier()) : 1},
+      {"gpu_types", topo.gpu_models()},
+      {"diff", diff ? *diff : Json(nullptr)}};
+  Json audit = summary;
+  if (diff) audit["diff"] = (*diff)["counts"];  // the names are in the answer, not the audit log
+  s.Audit(caller, "topology.import", audit);
   return JsonAnswer(200, summary);
 }
 

@@ -9,6 +9,7 @@
 
 #include "daemon/config.hpp"
 #include "daemon/log.hpp"
+#include "topo/common/base64.hpp"
 #include "topo/common/topology_io.hpp"
 
 namespace topo::daemon {
@@ -169,16 +170,29 @@ void CoreDriver::BuildCore() {
   core_ = std::make_unique<core::SchedulerCore>(*topology_, scheduler_config_);
 }
 
-void CoreDriver::StartEpoch(std::unique_ptr<core::Topology> topology) {
+void CoreDriver::StartEpoch(std::unique_ptr<core::Topology> topology,
+                            std::unique_ptr<core::SchedulerCore> core) {
+  const bool carried = core != nullptr;
   core_.reset();
   topology_ = std::move(topology);
-  BuildCore();
+  if (carried) {
+    core_ = std::move(core);
+  } else {
+    BuildCore();
+  }
   // Its snapshots start after the import.
   epoch_from_seq_ = store_->LastSeq() + 1;
   snapshot_seq_ = store_->LastSeq();
   snapshot_time_ = now_;
-  node_reason_.clear();
-  waiting_.Clear();
+  if (!carried) {
+    node_reason_.clear();
+    waiting_.Clear();
+    return;
+  }
+  // The jobs go on: the reasons of the nodes that remain stay.
+  for (auto it = node_reason_.begin(); it != node_reason_.end();) {
+    it = topology_->FindNode(it->first) < 0 ? node_reason_.erase(it) : std::next(it);
+  }
 }
 
 void CoreDriver::SampleUtilization(core::TimeMs now) {
@@ -249,6 +263,35 @@ Status CoreDriver::Rebuild(std::unique_ptr<core::Topology> topology, int64_t fro
                   "; trying an older snapshot, else a full replay",
               {{"snapshot_seq", row.seq}});
     why_not = s.message();
+  }
+  // An epoch that began with the state carried over from the one before it
+  // (a topology change while jobs ran) starts from that state.
+  Result<std::optional<std::string>> base = store_->GetMeta("topology_base");
+  if (!base.ok()) return base.status();
+  if (base.value() && !base.value()->empty()) {
+    Result<std::string> bytes = common::Base64Decode(*base.value());
+    if (!bytes.ok()) {
+      return Status::Error("store " + store_->path() +
+                           ": meta \"topology_base\": " + bytes.message());
+    }
+    BuildCore();
+    if (Status s = core_->Restore(bytes.value()); !s.ok()) {
+      return Status::Error("store " + store_->path() +
+                           ": the state the topology change carried over (meta "
+                           "\"topology_base\") does not restore: " +
+                           s.message() + (why_not.empty() ? "" : "; newer snapshots: " + why_not));
+    }
+    Result<store::ReplayReport> r = store_->ReplayAfter(*core_, from_seq - 1);
+    if (!r.ok()) return r.status();
+    replay_ = r.value();
+    restored_seq_ = from_seq - 1;
+    rebuild_ms_ = elapsed_ms();
+    core_->TakeFinishedJobs();
+    log::Info("restored the state carried over by the topology change, replayed " +
+                  std::to_string(replay_.events) + " events in " +
+                  std::to_string(static_cast<int64_t>(rebuild_ms_)) + " ms",
+              {{"events", replay_.events}, {"ms", rebuild_ms_}});
+    return Status::Ok();
   }
   Result<int64_t> first = store_->FirstSeq();
   if (!first.ok()) return first.status();

@@ -93,8 +93,12 @@ class CoreDriver {
   // REQUIRES: a store is attached; nothing stepped yet.
   core::Status LoadFromStore(DaemonConfig& config);
   // A new epoch on `topology` from the next seq on: the old core's staged
-  // entries must have been committed. REQUIRES: staged() == 0.
-  void StartEpoch(std::unique_ptr<core::Topology> topology);
+  // entries must have been committed. `core` (over *topology), when given,
+  // is the epoch's first state (the old core's carried onto the new
+  // topology, SchedulerCore::SnapshotOnto; meta "topology_base"); else a
+  // fresh core. REQUIRES: staged() == 0.
+  void StartEpoch(std::unique_ptr<core::Topology> topology,
+                  std::unique_ptr<core::SchedulerCore> core = nullptr);
   // HA hooks (docs/ha.md); unset: the single daemon.
   //   replicate: called by Commit with the batch and its first seq, on a
   //     thread of its own while the strand writes the batch into the local
