@@ -1,8 +1,10 @@
-// Workload M (mixed clusters) and mixed-10k's homogeneous twin h100-10k.
+// Workload M (mixed clusters), mixed-10k's homogeneous twin h100-10k, and
+// the replay of jobs that name GPU types.
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <set>
 #include <string>
@@ -25,6 +27,17 @@ int64_t ModelGpus(const Topology& t, const std::string& model) {
     if (t.node(n).gpu_model == model) gpus += t.node(n).gpus;
   }
   return gpus;
+}
+
+// The bits of SimJobResult::gpu_models for a list of model names.
+uint64_t ModelBits(const Topology& t, const std::vector<std::string>& models) {
+  uint64_t bits = 0;
+  for (const std::string& m : models) {
+    for (size_t i = 0; i < t.gpu_models().size(); ++i) {
+      if (t.gpu_models()[i] == m) bits |= uint64_t{1} << i;
+    }
+  }
+  return bits;
 }
 
 }  // namespace
@@ -175,4 +188,67 @@ TEST_CASE("h100-10k: mixed-10k's tree and GPUs per domain, one model, one HBD ki
     CHECK(twin.tier(t).link == mixed.PartView(0).tier(t).link);
   }
   for (NodeId n = 0; n < twin.node_count(); ++n) CHECK(twin.node(n).gpus == 8);
+}
+
+TEST_CASE("replay: typed jobs run only on the models they name, toposched on one of them") {
+  // Tiers node < rack < leaf: two 8-GPU H100 nodes, an NVL rack of four
+  // 4-GPU GB200 nodes (marked as its HBD), two 8-GPU A100 nodes. H100 nodes
+  // come first, so a first fit that ignored the types would put the A100
+  // jobs there while they wait.
+  TopologyBuilder b("mixed-48", {"node", "rack", "leaf"}, 0);
+  const int l0 = b.AddDomain("l0", 2, TopologyBuilder::kTop);
+  const int l1 = b.AddDomain("l1", 2, TopologyBuilder::kTop);
+  const int l2 = b.AddDomain("l2", 2, TopologyBuilder::kTop);
+  const int h = b.AddDomain("h", 1, l0);
+  const int g = b.AddDomain("g", 1, l1);
+  const int a = b.AddDomain("a", 1, l2);
+  b.MarkHbd(g, TierLink{900, 3});
+  for (int i = 0; i < 2; ++i) b.AddNode("h" + std::to_string(i), h, 8, "H100");
+  for (int i = 0; i < 4; ++i) b.AddNode("g" + std::to_string(i), g, 4, "GB200");
+  for (int i = 0; i < 2; ++i) b.AddNode("a" + std::to_string(i), a, 8, "A100");
+  const Topology topo = std::move(b).Build().value();
+  REQUIRE(topo.part_count() == 3);
+
+  SimWorkload w;
+  auto add = [&](TimeMs submit, int gpus, int tp, std::vector<std::string> types) {
+    SimJob j;
+    j.index = static_cast<int64_t>(w.jobs.size());
+    j.submit = submit;
+    j.duration = kHour;
+    j.request.spec = MakeJob(gpus, tp);
+    j.request.spec.selection.gpu_types = std::move(types);
+    j.request.time_limit = DefaultTimeLimit(j.duration);
+    w.jobs.push_back(std::move(j));
+  };
+  for (int i = 0; i < 3; ++i) add(0, 8, 8, {"A100"});         // the third waits
+  for (int i = 0; i < 2; ++i) add(kSecond, 8, 8, {"gb200"});  // any case
+  for (int i = 0; i < 3; ++i) add(2 * kSecond, 8, 8, {"H100", "A100"});
+  for (int i = 0; i < 2; ++i) add(3 * kSecond, 16, 8, {"GB200", "H100"});
+  add(4 * kSecond, 8, 8, {});
+  add(5 * kSecond, 2, 1, {"GB200", "A100"});
+
+  for (bool speed : {false, true}) {
+    SimOptions options;
+    options.speed_model = speed;
+    for (const std::string& stack : SchedulerConfig::StackNames()) {
+      CAPTURE(stack);
+      CAPTURE(speed);
+      Result<SimReport> r = RunSimulation(topo, stack, w, options);
+      REQUIRE(r.ok());
+      CHECK(r.value().completed == static_cast<int64_t>(w.jobs.size()));
+      for (const SimJob& j : w.jobs) {
+        CAPTURE(j.index);
+        const SimJobResult& res = r.value().job_results[j.index];
+        REQUIRE(res.gpu_models != 0);
+        std::vector<std::string> named;
+        for (const std::string& m : j.request.spec.selection.gpu_types) {
+          named.push_back(m == "gb200" ? "GB200" : m);
+        }
+        if (!named.empty()) CHECK((res.gpu_models & ~ModelBits(topo, named)) == 0);
+        // toposched runs every job on one part: one model.
+        if (stack == "toposched") CHECK(std::popcount(res.gpu_models) == 1);
+      }
+      if (stack == "toposched") CHECK(r.value().cross_part_placements == 0);
+    }
+  }
 }
