@@ -1,4 +1,4 @@
-// bench_replay: workloads K, S and F of ../shared/BENCHMARKS.md.
+// bench_replay: workloads K, S, F and M of ../shared/BENCHMARKS.md.
 //
 // Replays each workload through SchedulerCore (core::RunSimulation) for the
 // policy stacks fifo-firstfit, slurm-tree and toposched side by side on the
@@ -11,12 +11,17 @@
 //   S/TOPO   core::GenerateSynthetic, 100,000 jobs at an offered load of 0.9,
 //            on meta-24k and nvl72-64k
 //   ...+F    the same with failures from the llama3 model
+//   M        core::GenerateMixed, 2,000 jobs naming GPU types at an offered
+//            load of 0.9, on mixed-10k; not in the default list
+//   M/h100-10k  the same jobs without their types on h100-10k, mixed-10k's
+//            homogeneous twin of equal capacity (M's utilization goal)
 //
 //   bench_replay                          # everything, S at 100,000 jobs
 //   bench_replay --quick                  # S at 10,000 jobs
 //   bench_replay --workloads K,K+F --policies toposched,slurm-tree
 //   bench_replay --threads 6              # cells in parallel (timings noisier)
 //   bench_replay --quick --seeds 1-8      # goals also as met-on-k-of-8 and means
+//   bench_replay --workloads M,M/h100-10k --seeds 1-8   # the mixed cluster
 
 #include <sched.h>
 #include <sys/resource.h>

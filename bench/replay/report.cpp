@@ -517,7 +517,7 @@ std::string RenderText(const Report& report) {
   const MachineInfo& m = report.machine;
   std::snprintf(
       buf, sizeof buf,
-      "replay benchmark (../shared/BENCHMARKS.md: K, S, F), seed %llu%s\n"
+      "replay benchmark (../shared/BENCHMARKS.md: K, S, F, M), seed %llu%s\n"
       "commit %s%s; machine %s, %d CPUs, %s%s; started %s\n",
       static_cast<unsigned long long>(report.params.seed),
       report.params.seeds.size() > 1
