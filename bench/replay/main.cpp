@@ -1,4 +1,4 @@
-// bench_replay: workloads K, S and F of ../shared/BENCHMARKS.md.
+// bench_replay: workloads K, S, F and M of ../shared/BENCHMARKS.md.
 //
 // Replays each workload through SchedulerCore (core::RunSimulation) for the
 // policy stacks fifo-firstfit, slurm-tree and toposched side by side on the
@@ -11,12 +11,17 @@
 //   S/TOPO   core::GenerateSynthetic, 100,000 jobs at an offered load of 0.9,
 //            on meta-24k and nvl72-64k
 //   ...+F    the same with failures from the llama3 model
+//   M        core::GenerateMixed, 2,000 jobs naming GPU types at an offered
+//            load of 0.9, on mixed-10k; not in the default list
+//   M/h100-10k  the same jobs without their types on h100-10k, mixed-10k's
+//            homogeneous twin of equal capacity (M's utilization goal)
 //
 //   bench_replay                          # everything, S at 100,000 jobs
 //   bench_replay --quick                  # S at 10,000 jobs
 //   bench_replay --workloads K,K+F --policies toposched,slurm-tree
 //   bench_replay --threads 6              # cells in parallel (timings noisier)
 //   bench_replay --quick --seeds 1-8      # goals also as met-on-k-of-8 and means
+//   bench_replay --workloads M,M/h100-10k --seeds 1-8   # the mixed cluster
 
 #include <sched.h>
 #include <sys/resource.h>
@@ -125,9 +130,31 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p, uint64_
     s.jobs = p.jobs;
     s.load = p.load;
     out.workload = core::GenerateSynthetic(*out.topology, s);
+  } else if (base == "M" || base == "M/" + std::string(kMixedTwin)) {
+    // The mixed workload on mixed-10k, or the same jobs without their GPU
+    // types on its homogeneous twin of equal capacity.
+    r.family = "M";
+    core::Result<core::Topology> mixed = core::GenerateTopology("mixed-10k");
+    if (!mixed.ok()) return mixed.status();
+    core::MixedOptions m = p.mixed;
+    m.seed = seed;
+    m.load = p.load;
+    out.workload = core::GenerateMixed(mixed.value(), m);
+    if (base == "M") {
+      out.topology = std::make_unique<core::Topology>(std::move(mixed).value());
+    } else {
+      core::Result<core::Topology> twin = core::GenerateTopology(kMixedTwin);
+      if (!twin.ok()) return twin.status();
+      out.topology = std::make_unique<core::Topology>(std::move(twin).value());
+      out.workload = core::WithoutGpuTypes(out.workload, *out.topology, base);
+    }
+    // Per job: which stacks refused it (the "no job refused that a baseline
+    // runs" goal).
+    out.options.keep_job_results = true;
   } else {
     return core::Status::Error("unknown workload '" + name +
-                               "'; known: K, S/meta-24k, S/nvl72-64k, each optionally +F");
+                               "'; known: K, S/meta-24k, S/nvl72-64k, each optionally +F; M, M/" +
+                               kMixedTwin);
   }
   r.topology = out.topology->name();
   r.capacity_gpus = out.topology->total_gpus();
@@ -146,7 +173,8 @@ int Run(int argc, char** argv) {
   std::string out_path;
 
   CLI::App app{"Workloads K, S and F: trace replay through SchedulerCore, every policy stack"};
-  app.add_option("--workloads", p.workloads, "K, K+F, S/meta-24k, S/meta-24k+F, S/nvl72-64k, ...")
+  app.add_option("--workloads", p.workloads,
+                 "K, K+F, S/meta-24k, S/meta-24k+F, S/nvl72-64k, ..., M, M/h100-10k")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--policies", p.policies, "policy stacks")
@@ -156,6 +184,9 @@ int Run(int argc, char** argv) {
   app.add_option("--jobs", p.jobs, "jobs of workload S")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000000));
+  app.add_option("--mixed-jobs", p.mixed.jobs, "jobs of workload M")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   std::string speed_model = "on";
   bool sensitivity = true;
   app.add_option("--speed-model", speed_model,

@@ -28,6 +28,45 @@ std::string Fixed(const std::optional<double>& v, int decimals, double scale = 1
 
 std::string Count(int64_t n) { return std::to_string(n); }
 
+bool IsMixedTwin(const std::string& name) {
+  return name.rfind("M/" + std::string(kMixedTwin), 0) == 0;
+}
+
+// Jobs `stack` refused (rejected) that another stack of the same run
+// started; 0 without per-job results.
+int64_t RefusedButRunElsewhere(const WorkloadResult& w, const core::SimReport& stack) {
+  int64_t n = 0;
+  for (size_t i = 0; i < stack.job_results.size(); ++i) {
+    if (stack.job_results[i].state != core::JobState::kRejected) continue;
+    for (const core::SimReport& other : w.reports) {
+      if (&other != &stack && i < other.job_results.size() &&
+          other.job_results[i].first_start >= 0) {
+        ++n;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+// `twin`'s utilization without the jobs `stack` refused on the mixed
+// cluster (the same workload positions): what the homogeneous run would
+// have measured had it refused them too. nullopt without per-job results.
+std::optional<double> TwinUtilizationWithoutRefused(const core::SimReport& stack,
+                                                    const core::SimReport& twin) {
+  if (!twin.utilization || twin.allocated_gpu_hours <= 0 || stack.job_results.empty() ||
+      twin.job_results.size() != stack.job_results.size()) {
+    return std::nullopt;
+  }
+  double refused_gpu_ms = 0;
+  for (size_t i = 0; i < stack.job_results.size(); ++i) {
+    if (stack.job_results[i].state != core::JobState::kRejected) continue;
+    refused_gpu_ms += twin.job_results[i].run_ms * twin.job_results[i].gpus;
+  }
+  const double refused_gpu_h = refused_gpu_ms / 3.6e6;
+  return *twin.utilization * (1 - refused_gpu_h / twin.allocated_gpu_hours);
+}
+
 nlohmann::ordered_json Opt(const std::optional<double>& v) {
   if (!v || !std::isfinite(*v)) return nullptr;
   return std::round(*v * 1e6) / 1e6;
@@ -100,6 +139,90 @@ std::string SensitivityTable(const Report& report) {
   return out;
 }
 
+// Workload M against its homogeneous twin, every seed and stack: one
+// Markdown row each, then the mean over the seeds per stack; empty without
+// both workloads in the run.
+std::string MixedTable(const Report& report) {
+  struct Pair {
+    const WorkloadResult* mixed = nullptr;
+    const WorkloadResult* twin = nullptr;
+  };
+  std::vector<Pair> pairs;
+  for (uint64_t seed : report.params.seeds) {
+    Pair p;
+    for (const WorkloadResult& w : report.workloads) {
+      if (w.seed != seed) continue;
+      if (w.name == "M") p.mixed = &w;
+      if (w.name == "M/" + std::string(kMixedTwin)) p.twin = &w;
+    }
+    if (p.mixed != nullptr && p.twin != nullptr) pairs.push_back(p);
+  }
+  if (pairs.empty()) return "";
+  std::string out = "| seed | stack | utilization %, mixed / " + std::string(kMixedTwin) +
+                    " (points) | " + kMixedTwin +
+                    " without the jobs refused on mixed (points) | goodput %, mixed / " +
+                    kMixedTwin + " | rejected, mixed / " + kMixedTwin +
+                    " | refused on mixed, run by another stack | cross-part placements |\n"
+                    "|---|---|---|---|---|---|---:|---:|\n";
+  struct Sum {
+    double util = 0, util_twin = 0, util_without = 0, goodput = 0, goodput_twin = 0;
+    int64_t rejected = 0, rejected_twin = 0, refused = 0, cross = 0;
+    int n = 0;
+  };
+  std::vector<std::pair<std::string, Sum>> sums;
+  char buf[512];
+  for (const Pair& p : pairs) {
+    for (const core::SimReport& r : p.mixed->reports) {
+      const core::SimReport* t = Find(*p.twin, r.stack);
+      if (t == nullptr) continue;
+      const int64_t refused = RefusedButRunElsewhere(*p.mixed, r);
+      const double delta = (r.utilization.value_or(0) - t->utilization.value_or(0)) * 100;
+      const double without = TwinUtilizationWithoutRefused(r, *t).value_or(0);
+      std::snprintf(buf, sizeof buf,
+                    "| %llu | %s | %s / %s (%+.1f) | %.1f (%+.1f) | %s / %s | %lld / %lld | %lld | "
+                    "%lld |\n",
+                    static_cast<unsigned long long>(p.mixed->seed), r.stack.c_str(),
+                    Fixed(r.utilization, 1, 100).c_str(), Fixed(t->utilization, 1, 100).c_str(),
+                    delta, without * 100, (r.utilization.value_or(0) - without) * 100,
+                    Fixed(r.goodput, 1, 100).c_str(), Fixed(t->goodput, 1, 100).c_str(),
+                    static_cast<long long>(r.rejected), static_cast<long long>(t->rejected),
+                    static_cast<long long>(refused),
+                    static_cast<long long>(r.cross_part_placements));
+      out += buf;
+      auto it =
+          std::find_if(sums.begin(), sums.end(), [&](const auto& s) { return s.first == r.stack; });
+      if (it == sums.end()) it = sums.insert(sums.end(), {r.stack, Sum{}});
+      Sum& s = it->second;
+      s.util += r.utilization.value_or(0);
+      s.util_twin += t->utilization.value_or(0);
+      s.util_without += without;
+      s.goodput += r.goodput.value_or(0);
+      s.goodput_twin += t->goodput.value_or(0);
+      s.rejected += r.rejected;
+      s.rejected_twin += t->rejected;
+      s.refused += refused;
+      s.cross += r.cross_part_placements;
+      ++s.n;
+    }
+  }
+  if (pairs.size() > 1) {
+    for (const auto& [stack, s] : sums) {
+      const double n = s.n;
+      std::snprintf(buf, sizeof buf,
+                    "| mean | %s | %.1f / %.1f (%+.1f) | %.1f (%+.1f) | %.1f / %.1f | %lld / %lld "
+                    "(sum) | %lld (sum) | %lld (sum) |\n",
+                    stack.c_str(), s.util / n * 100, s.util_twin / n * 100,
+                    (s.util - s.util_twin) / n * 100, s.util_without / n * 100,
+                    (s.util - s.util_without) / n * 100, s.goodput / n * 100,
+                    s.goodput_twin / n * 100, static_cast<long long>(s.rejected),
+                    static_cast<long long>(s.rejected_twin), static_cast<long long>(s.refused),
+                    static_cast<long long>(s.cross));
+      out += buf;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -122,13 +245,83 @@ Goal PointsAhead(const std::string& what, const std::string& workload,
   return g;
 }
 
+// The goals of workload M (BENCHMARKS.md, "M: utilization on the mixed
+// cluster"), on the mixed cluster against its homogeneous twin of the same
+// seed and bandwidth (nullptr when the run left it out).
+void MixedGoals(const WorkloadResult& w, const WorkloadResult* twin, std::vector<Goal>& goals) {
+  const core::SimReport* ours = Find(w, "toposched");
+  const core::SimReport* ours_twin = twin != nullptr ? Find(*twin, "toposched") : nullptr;
+  Goal u{"utilization within 2 points of the same jobs on " + std::string(kMixedTwin), w.name, "",
+         "|difference| <= 2.0 points", std::nullopt};
+  u.unit = " points";
+  u.decimals = 1;
+  if (ours_twin != nullptr && ours->utilization && ours_twin->utilization) {
+    const double delta = (*ours->utilization - *ours_twin->utilization) * 100;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.1f %% vs %.1f %% (%+.1f points)", *ours->utilization * 100,
+                  *ours_twin->utilization * 100, delta);
+    u.measured = buf;
+    if (std::optional<double> without = TwinUtilizationWithoutRefused(*ours, *ours_twin);
+        without && ours->rejected > 0) {
+      std::snprintf(buf, sizeof buf, "; %s without the %lld jobs refused here: %.1f %% (%+.1f)",
+                    kMixedTwin, static_cast<long long>(ours->rejected), *without * 100,
+                    (*ours->utilization - *without) * 100);
+      u.measured += buf;
+    }
+    u.met = std::abs(delta) <= 2.0;
+    u.value = delta;
+  }
+  goals.push_back(u);
+  Goal n{"no job refused that a baseline runs", w.name, "", "0 jobs", std::nullopt};
+  n.unit = " jobs";
+  n.decimals = 0;
+  if (!ours->job_results.empty()) {
+    const int64_t refused = RefusedButRunElsewhere(w, *ours);
+    n.measured = std::to_string(refused) + " of " + std::to_string(ours->rejected) + " refused (" +
+                 std::to_string(w.jobs) + " jobs)";
+    n.met = refused == 0;
+    n.value = static_cast<double>(refused);
+  }
+  goals.push_back(n);
+  Goal g{"goodput >= every baseline's", w.name, "", ">= +0.0 points", std::nullopt};
+  g.unit = " points";
+  g.decimals = 1;
+  std::optional<double> worst;
+  std::string measured = ours->goodput ? Fixed(ours->goodput, 1, 100) + " % vs" : "";
+  for (const core::SimReport& r : w.reports) {
+    if (&r == ours || !ours->goodput || !r.goodput) continue;
+    const double delta = (*ours->goodput - *r.goodput) * 100;
+    worst = worst ? std::min(*worst, delta) : delta;
+    measured += " " + r.stack + " " + Fixed(r.goodput, 1, 100) + " %";
+  }
+  if (worst) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, " (%+.1f points)", *worst);
+    g.measured = measured + buf;
+    g.met = *worst >= 0;
+    g.value = worst;
+  }
+  goals.push_back(g);
+}
+
 // The goals one workload's run measures (../shared/BENCHMARKS.md, issue 13).
-std::vector<Goal> GoalsOf(const WorkloadResult& w, const Params& params) {
+std::vector<Goal> GoalsOf(const WorkloadResult& w, const Report& report) {
+  const Params& params = report.params;
   std::vector<Goal> goals;
   const core::SimReport* ours = Find(w, "toposched");
   const core::SimReport* slurm = Find(w, "slurm-tree");
   if (ours == nullptr) return goals;
-  if (!w.failures && slurm != nullptr) {
+  if (w.family == "M" && !IsMixedTwin(w.name)) {
+    const std::string twin_name =
+        "M/" + std::string(kMixedTwin) +
+        (w.name.find('@') == std::string::npos ? "" : w.name.substr(w.name.find('@')));
+    const WorkloadResult* twin = nullptr;
+    for (const WorkloadResult& t : report.workloads) {
+      if (t.name == twin_name && t.seed == w.seed) twin = &t;
+    }
+    MixedGoals(w, twin, goals);
+  }
+  if (!w.failures && slurm != nullptr && w.family != "M") {
     goals.push_back(PointsAhead("utilization", w.name, ours->utilization, slurm->utilization));
     goals.push_back(PointsAhead("goodput", w.name, ours->goodput, slurm->goodput));
     Goal jl{"mean JCT, >= " + std::to_string(params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
@@ -242,7 +435,7 @@ std::vector<Goal> EvaluateGoals(const Report& report) {
   std::vector<Goal> goals;
   for (const WorkloadResult& w : report.workloads) {
     if (w.seed != report.params.seed) continue;
-    for (Goal& g : GoalsOf(w, report.params)) goals.push_back(std::move(g));
+    for (Goal& g : GoalsOf(w, report)) goals.push_back(std::move(g));
   }
   return goals;
 }
@@ -254,7 +447,7 @@ std::vector<GoalAcrossSeeds> EvaluateAcrossSeeds(const Report& report) {
     if (first.seed != report.params.seed) continue;
     std::vector<std::vector<Goal>> runs;
     for (const WorkloadResult& w : report.workloads) {
-      if (w.name == first.name) runs.push_back(GoalsOf(w, report.params));
+      if (w.name == first.name) runs.push_back(GoalsOf(w, report));
     }
     if (runs.size() < 2) continue;  // a sensitivity variant: the first seed only
     for (size_t i = 0; i < runs.front().size(); ++i) {
@@ -324,7 +517,7 @@ std::string RenderText(const Report& report) {
   const MachineInfo& m = report.machine;
   std::snprintf(
       buf, sizeof buf,
-      "replay benchmark (../shared/BENCHMARKS.md: K, S, F), seed %llu%s\n"
+      "replay benchmark (../shared/BENCHMARKS.md: K, S, F, M), seed %llu%s\n"
       "commit %s%s; machine %s, %d CPUs, %s%s; started %s\n",
       static_cast<unsigned long long>(report.params.seed),
       report.params.seeds.size() > 1
@@ -386,6 +579,7 @@ std::string RenderText(const Report& report) {
          return Count(r.completed) + "/" + Count(r.rejected) + "/" + Count(r.failed);
        }},
       {"unfinished", [](auto& r) { return Count(r.unfinished); }},
+      {"cross-part placements", [](auto& r) { return Count(r.cross_part_placements); }},
       {"restarts (failures + preemptions)", [](auto& r) { return Count(r.restarts); }},
       {"preemptions (of borrowed jobs) / restarts",
        [](auto& r) {
@@ -440,6 +634,10 @@ std::string RenderText(const Report& report) {
     }
   }
   if (std::string table = SensitivityTable(report); !table.empty()) out += "\n" + table;
+  if (std::string table = MixedTable(report); !table.empty()) {
+    out += "\nM on mixed-10k against the same jobs without GPU types on " +
+           std::string(kMixedTwin) + "\n" + table;
+  }
   out += "\ngoals (toposched)\n";
   for (const Goal& g : report.goals) {
     const char* verdict = !g.met ? "n/a " : *g.met ? "MET " : "MISS";
@@ -519,6 +717,19 @@ nlohmann::ordered_json ToJson(const Report& report) {
         {"moe_share", s.moe_share},
         {"moe_from_gpus", s.moe_from_gpus},
         {"tenant_shares", {0.25, 0.20, 0.15, 0.10, 0.10, 0.08, 0.07, 0.05}}}},
+      {"M",
+       {{"jobs", p.mixed.jobs},
+        {"topologies", {"mixed-10k", kMixedTwin}},
+        {"one_type_share", p.mixed.one_type_share},
+        {"several_types_share", p.mixed.several_types_share},
+        {"tenants", p.mixed.tenants},
+        {"pp_from_gpus", p.mixed.pp_from_gpus},
+        {"pp", p.mixed.pp},
+        {"moe_share", p.mixed.moe_share},
+        {"ep", p.mixed.ep},
+        {"median_duration_small_s", static_cast<double>(p.mixed.median_duration_small) / 1000},
+        {"duration_size_exponent", p.mixed.duration_size_exponent},
+        {"duration_sigma", p.mixed.duration_sigma}}},
       {"F",
        {{"model", "llama3"},
         {"gpu_hours_per_interruption", f.gpu_hours_per_interruption},
@@ -588,7 +799,11 @@ nlohmann::ordered_json ToJson(const Report& report) {
                       {"preempted_gpus", r.preempted_gpus},
                       {"preemption_restarts", r.preemption_restarts},
                       {"rank_exit_fallbacks", r.rank_exit_fallbacks},
+                      {"cross_part_placements", r.cross_part_placements},
                       {"events", r.events}};
+      if (!r.job_results.empty()) {
+        pj["counts"]["refused_run_by_another_stack"] = RefusedButRunElsewhere(w, r);
+      }
       J anomalies = J::object();
       for (const auto& [what, n] : r.anomalies) anomalies[what] = n;
       pj["anomalies"] = std::move(anomalies);

@@ -18,6 +18,10 @@
 
 namespace topo::bench {
 
+// Workload M's homogeneous twin topology (core generators): "M/h100-10k" is
+// M's jobs without their GPU types on it.
+inline constexpr const char* kMixedTwin = "h100-10k";
+
 struct Params {
   std::vector<std::string> workloads;  // K, K+F, S/meta-24k, S/meta-24k+F, ...
   std::vector<std::string> policies;
@@ -32,13 +36,14 @@ struct Params {
   std::string out;
   core::SyntheticOptions synthetic;
   core::KalosOptions kalos;
+  core::MixedOptions mixed;     // workload M (its load is `load`)
   core::FailureModel failures;  // the model of the +F workloads
   core::SimOptions sim;         // base options (seed, ticks, checkpoints)
 };
 
 struct WorkloadResult {
   std::string name;    // "K", "K+F", "S/meta-24k", ...
-  std::string family;  // "K" or "S"
+  std::string family;  // "K", "S" or "M" (M and M/h100-10k)
   bool failures = false;
   std::string topology;
   int capacity_gpus = 0;

@@ -26,7 +26,9 @@ struct SimArgs {
   std::string trace;
   std::string kalos;
   bool synthetic = false;
-  int jobs = 100000;
+  bool mixed = false;
+  bool no_gpu_types = false;
+  int jobs = 0;  // 0: the workload's default (S 100,000, M 2,000)
   double target_load = 0;
   int large_gpus = 512;
   std::string failures = "none";
@@ -60,16 +62,23 @@ std::string Basename(const std::string& path) {
 
 // The workload named by the flags, or why not.
 core::Result<core::SimWorkload> LoadWorkload(const SimArgs& args, const core::Topology& topo) {
-  const int sources = !args.trace.empty() + !args.kalos.empty() + args.synthetic;
+  const int sources = !args.trace.empty() + !args.kalos.empty() + args.synthetic + args.mixed;
   if (sources != 1) {
     return core::Status::Error(
         "give exactly one workload: --trace CSV (generic), --kalos CSV (the Kalos trace, "
-        "layouts by the K rule) or --synthetic (workload S)");
+        "layouts by the K rule), --synthetic (workload S) or --mixed (workload M)");
+  }
+  if (args.mixed) {
+    core::MixedOptions m;
+    m.seed = args.seed;
+    if (args.jobs > 0) m.jobs = args.jobs;
+    m.load = args.target_load > 0 ? args.target_load : 0.9;
+    return core::GenerateMixed(topo, m);
   }
   if (args.synthetic) {
     core::SyntheticOptions s;
     s.seed = args.seed;
-    s.jobs = args.jobs;
+    if (args.jobs > 0) s.jobs = args.jobs;
     s.load = args.target_load > 0 ? args.target_load : 0.9;
     if (topo.total_gpus() < s.min_gpus) {
       return core::Status::Error("workload S needs a cluster of at least " +
@@ -237,7 +246,10 @@ int RunSim(const SimArgs& args) {
   notes << "topology " << topo.name() << ": " << topo.total_gpus() << " GPUs, " << topo.node_count()
         << " nodes\n";
   char buf[256];
-  if (args.target_load > 0 && !args.synthetic) {
+  if (args.no_gpu_types) {
+    workload = core::WithoutGpuTypes(workload, topo, workload.name + " without GPU types");
+  }
+  if (args.target_load > 0 && !args.synthetic && !args.mixed) {
     core::LoadScaling s = core::ScaleToLoad(workload.jobs, topo.total_gpus(), args.target_load);
     if (s.offered_before > 0) {
       std::snprintf(buf, sizeof buf,
@@ -335,20 +347,28 @@ void RegisterSim(CLI::App& app, int* exit_code) {
       "                  checkpoint_interval_s (docs/sim.md)\n"
       "  --kalos CSV     the Kalos trace (jobs.csv), layouts and tenants by the K rule\n"
       "  --synthetic     workload S, --jobs N jobs (default 100000), offered load 0.9 or\n"
-      "                  --target-load\n\n"
+      "                  --target-load\n"
+      "  --mixed         workload M for mixed clusters (jobs naming GPU types), --jobs N\n"
+      "                  (default 2000), offered load 0.9 or --target-load\n\n"
       "Examples:\n"
       "  topo sim --generate tiny --trace jobs.csv --policies toposched,slurm-tree\n"
       "  topo sim --generate crux-847 --kalos ../shared/data/traces/kalos-llm/jobs.csv "
       "--target-load 0.9 --failures llama3\n"
-      "  topo sim --generate meta-24k --synthetic --jobs 10000 --json");
+      "  topo sim --generate meta-24k --synthetic --jobs 10000 --json\n"
+      "  topo sim --generate mixed-10k --mixed\n"
+      "  topo sim --generate h100-10k --mixed --no-gpu-types   # the same jobs, homogeneous");
   AddTopologyFlags(*cmd, &args->source);
   auto* trace = cmd->add_option("--trace", args->trace, "Generic job trace CSV");
   auto* kalos = cmd->add_option("--kalos", args->kalos, "Kalos trace CSV (workload K)");
   auto* synthetic = cmd->add_flag("--synthetic", args->synthetic, "Synthetic workload S");
-  trace->excludes(kalos)->excludes(synthetic);
-  kalos->excludes(synthetic);
-  cmd->add_option("--jobs", args->jobs, "Jobs of workload S (default 100000)")
+  auto* mixed = cmd->add_flag("--mixed", args->mixed, "Mixed-cluster workload M");
+  trace->excludes(kalos)->excludes(synthetic)->excludes(mixed);
+  kalos->excludes(synthetic)->excludes(mixed);
+  synthetic->excludes(mixed);
+  cmd->add_option("--jobs", args->jobs, "Jobs of workload S (default 100000) or M (default 2000)")
       ->check(CLI::Range(1, 10000000));
+  cmd->add_flag("--no-gpu-types", args->no_gpu_types,
+                "Drop every job's GPU types (the same jobs on a homogeneous cluster)");
   cmd->add_option("--target-load", args->target_load,
                   "Rescale arrival times so the offered load is L (prints the factor)")
       ->check(CLI::Range(0.001, 100.0));

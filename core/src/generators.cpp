@@ -136,11 +136,19 @@ const std::vector<Regular>& Catalog() {
 // sit one tier higher than the node HBD's defaults put them: their links
 // and costs are given. The A100 nodes share the node tier's NVLink 4 link
 // (a link per subtree comes only with an HBD mark).
+//
+// Its homogeneous twin, "h100-10k" (the mixed-cluster benchmark's baseline
+// of equal capacity, docs/sim.md): the same tree with every node an 8-GPU
+// HGX H100 node (HBD = node), each NVL72 rack becoming a rack of 9 such
+// nodes, so every rack, leaf and spine holds as many GPUs as in mixed-10k
+// (10,784 in all), with one model and one HBD kind.
 constexpr const char* kMixedName = "mixed-10k";
+constexpr const char* kMixedTwinName = "h100-10k";
 
-Result<Topology> BuildMixed(int gpus_override) {
+Result<Topology> BuildMixed(int gpus_override, bool homogeneous) {
   auto gpus = [&](int own) { return gpus_override > 0 ? gpus_override : own; };
-  TopologyBuilder b(kMixedName, {"node", "rack", "leaf", "spine"}, 0);
+  TopologyBuilder b(homogeneous ? kMixedTwinName : kMixedName, {"node", "rack", "leaf", "spine"},
+                    0);
   b.SetTierLink(0, kNvlink4);
   b.SetTierLink(1, kNdrLeaf);  // HGX nodes of a rack meet at the leaf switch
   b.SetTierLink(2, kNdrLeaf);
@@ -168,14 +176,26 @@ Result<Topology> BuildMixed(int gpus_override) {
     }
   }
   const int spine = b.AddDomain("spine" + std::to_string(kH100Spines), 3, TopologyBuilder::kTop);
-  const int nvl_leaf = b.AddDomain("nvl-leaf", 2, spine);
+  // In the twin the NVL72 leaf and the A100 unit are units su40 and su41.
+  const std::string nvl_leaf_name = homogeneous ? "su40" : "nvl-leaf";
+  const int nvl_leaf = b.AddDomain(nvl_leaf_name, 2, spine);
   int gb200 = 0;
   for (int r = 0; r < 4; ++r) {
-    const int rack = b.AddDomain("nvl72-r" + std::to_string(r), 1, nvl_leaf);
+    const int rack = b.AddDomain(
+        (homogeneous ? nvl_leaf_name + "-r" : std::string("nvl72-r")) + std::to_string(r), 1,
+        nvl_leaf);
+    if (homogeneous) {
+      for (int n = 0; n < 9; ++n) b.AddNode(Label("h100-", h100++, 4), rack, gpus(8), "H100");
+      continue;
+    }
     b.MarkHbd(rack, kNvlink5);
     for (int n = 0; n < 18; ++n) b.AddNode(Label("gb200-", gb200++, 2), rack, gpus(4), "GB200");
   }
-  unit("a100-su", spine, "a100-", &a100, 2, "A100");
+  if (homogeneous) {
+    unit("su41", spine, "h100-", &h100, 4, "H100");
+  } else {
+    unit("a100-su", spine, "a100-", &a100, 2, "A100");
+  }
   return std::move(b).Build();
 }
 
@@ -189,7 +209,8 @@ Result<Topology> GenerateTopology(std::string_view name, int gpus_per_node) {
   for (const Regular& r : Catalog()) {
     if (r.name == name) return BuildRegular(r, gpus_per_node);
   }
-  if (name == kMixedName) return BuildMixed(gpus_per_node);
+  if (name == kMixedName) return BuildMixed(gpus_per_node, false);
+  if (name == kMixedTwinName) return BuildMixed(gpus_per_node, true);
   std::string known;
   for (const std::string& n : GeneratorNames()) known += (known.empty() ? "" : ", ") + n;
   return Status::Error("no generator named '" + std::string(name) + "'; known: " + known +
@@ -200,6 +221,7 @@ std::vector<std::string> GeneratorNames() {
   std::vector<std::string> names;
   for (const Regular& r : Catalog()) names.push_back(r.name);
   names.push_back(kMixedName);
+  names.push_back(kMixedTwinName);
   return names;
 }
 

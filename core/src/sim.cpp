@@ -114,6 +114,12 @@ class Simulator {
       base += topology.node(n).gpus;
     }
     gpu_base_.push_back(base);
+    const std::vector<std::string>& models = topology.gpu_models();
+    node_model_.reserve(topology.node_count());
+    for (NodeId n = 0; n < topology.node_count(); ++n) {
+      node_model_.push_back(static_cast<int>(
+          std::find(models.begin(), models.end(), topology.node(n).gpu_model) - models.begin()));
+    }
     owner_.assign(base, -1);
     gpu_failed_.assign(base, 0);
     node_down_.assign(topology.node_count(), 0);
@@ -185,6 +191,7 @@ class Simulator {
   SimOptions options_;
   SchedulerCore core_;
   PlacementScorer scorer_;
+  std::vector<int> node_model_;  // index into topology.gpu_models(), by node
   std::optional<internal::SpeedModel> speed_;
   std::vector<int32_t> changed_;  // scratch: jobs whose speed moved
   Rng failure_rng_;
@@ -407,6 +414,13 @@ void Simulator::BeginRun(int32_t pos, const std::vector<GpuSlot>& ranks, TimeMs 
   } else {
     PlacementScorer::Score s = scorer_.Evaluate(spec, ranks);
     if (s.required_met) ++placements_met_;
+    bool cross_part = false;
+    for (const GpuSlot& slot : ranks) {
+      const int m = node_model_[slot.node];
+      if (m < 64) res.gpu_models |= uint64_t{1} << m;
+      cross_part = cross_part || topo_.part_of(slot.node) != topo_.part_of(ranks[0].node);
+    }
+    if (cross_part) ++report_.cross_part_placements;
     res.required_met = res.required_met && s.required_met;
     if (s.leaf_span_ratio) {
       leaf_sum_ += *s.leaf_span_ratio;

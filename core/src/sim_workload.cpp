@@ -3,7 +3,9 @@
 #include "topo/core/sim_workload.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <iterator>
 #include <numbers>
 #include <numeric>
 #include <unordered_set>
@@ -251,6 +253,147 @@ SimWorkload GenerateSynthetic(const Topology& topology, const SyntheticOptions& 
     w.jobs.push_back(std::move(job));
   }
   if (options.load > 0) ScaleToLoad(w.jobs, topology.total_gpus(), options.load);
+  return w;
+}
+
+namespace {
+
+// The named GPU models of a topology with their GPUs, in gpu_models() order.
+struct ModelCapacity {
+  std::string model;
+  int64_t gpus = 0;
+};
+std::vector<ModelCapacity> ModelCapacities(const Topology& topology) {
+  std::vector<ModelCapacity> out;
+  for (const std::string& m : topology.gpu_models()) {
+    if (!m.empty()) out.push_back({m, 0});
+  }
+  for (NodeId n = 0; n < topology.node_count(); ++n) {
+    for (ModelCapacity& c : out) {
+      if (c.model == topology.node(n).gpu_model) c.gpus += topology.node(n).gpus;
+    }
+  }
+  return out;
+}
+
+// Subsets of up to this many models are enumerated for jobs naming several.
+constexpr size_t kMaxEnumeratedModels = 12;
+
+}  // namespace
+
+SimWorkload GenerateMixed(const Topology& topology, const MixedOptions& options) {
+  SimWorkload w;
+  w.name = "M";
+  const int tenants = std::max(1, options.tenants);
+  std::vector<double> shares(tenants, 1.0 / tenants);
+  w.tenants = QuotaTenants("team", shares, topology.total_gpus());
+
+  std::vector<double> size_cumulative;
+  double size_total = 0;
+  for (const MixedSize& s : kMixedSizes) size_cumulative.push_back(size_total += s.weight);
+  const std::vector<ModelCapacity> models = ModelCapacities(topology);
+  const size_t enumerated = std::min(models.size(), kMaxEnumeratedModels);
+  size_t largest = 0;
+  for (size_t m = 0; m < models.size(); ++m) {
+    if (models[m].gpus > models[largest].gpus) largest = m;
+  }
+
+  Rng rng(options.seed * 0xD1342543DE82EF95ULL + 0x313D);
+  w.jobs.reserve(std::max(0, options.jobs));
+  TimeMs t = 0;
+  std::vector<size_t> one;        // candidate models for one type
+  std::vector<uint32_t> several;  // candidate sets (bit masks over models)
+  for (int i = 0; i < options.jobs; ++i) {
+    const double u_gap = rng.Uniform();
+    const double u_size = rng.Uniform();
+    const double z_duration = StandardNormal(rng);
+    const double u_tenant = rng.Uniform();
+    const double u_moe = rng.Uniform();
+    const double u_selection = rng.Uniform();
+    const double u_types = rng.Uniform();
+
+    t += std::llround(-std::log(1.0 - u_gap) * static_cast<double>(kMinute));
+    const size_t k = static_cast<size_t>(
+        std::upper_bound(size_cumulative.begin(), size_cumulative.end(), u_size * size_total) -
+        size_cumulative.begin());
+    const int gpus = kMixedSizes[std::min(k, std::size(kMixedSizes) - 1)].gpus;
+    const double median = static_cast<double>(options.median_duration_small) *
+                          std::pow(static_cast<double>(gpus) / 8.0, options.duration_size_exponent);
+    TimeMs duration = std::llround(median * std::exp(options.duration_sigma * z_duration));
+    duration = std::clamp(duration, options.min_duration, options.max_duration);
+
+    const int tp = gpus >= 8 ? std::gcd(gpus, 8) : 1;
+    const int pp = gpus >= options.pp_from_gpus && gpus % (tp * options.pp) == 0 ? options.pp : 1;
+    int ep = 1;
+    if (pp > 1 && u_moe < options.moe_share && (gpus / (tp * pp)) % options.ep == 0) {
+      ep = options.ep;
+    }
+    SimJob job;
+    job.index = i;
+    job.submit = t;
+    job.duration = std::max<TimeMs>(1, duration);
+    job.request.spec = LlmLayout(gpus, tp, pp, ep);
+    job.request.spec.name = "m-" + std::to_string(i);
+    FitEpConstraint(job.request.spec, topology);
+    job.request.tenant =
+        w.tenants[std::min<size_t>(static_cast<size_t>(u_tenant * static_cast<double>(tenants)),
+                                   w.tenants.size() - 1)]
+            .name;
+    job.request.time_limit = DefaultTimeLimit(job.duration);
+
+    std::vector<std::string>& types = job.request.spec.selection.gpu_types;
+    if (!models.empty() && u_selection < options.one_type_share) {
+      one.clear();
+      double weight = 0;
+      for (size_t m = 0; m < models.size(); ++m) {
+        if (models[m].gpus >= gpus) {
+          one.push_back(m);
+          weight += static_cast<double>(models[m].gpus);
+        }
+      }
+      size_t pick = largest;
+      double at = u_types * weight;
+      for (size_t m : one) {
+        pick = m;
+        at -= static_cast<double>(models[m].gpus);
+        if (at < 0) break;
+      }
+      types.push_back(models[pick].model);
+    } else if (!models.empty() &&
+               u_selection < options.one_type_share + options.several_types_share) {
+      several.clear();
+      for (uint32_t set = 1; set < (1u << enumerated); ++set) {
+        if (std::popcount(set) < 2) continue;
+        int64_t held = 0;
+        for (size_t m = 0; m < enumerated; ++m) held += (set >> m & 1) ? models[m].gpus : 0;
+        if (held >= gpus) several.push_back(set);
+      }
+      if (several.empty()) {
+        for (const ModelCapacity& m : models) types.push_back(m.model);
+      } else {
+        const size_t pick = std::min(
+            static_cast<size_t>(u_types * static_cast<double>(several.size())), several.size() - 1);
+        for (size_t m = 0; m < enumerated; ++m) {
+          if (several[pick] >> m & 1) types.push_back(models[m].model);
+        }
+      }
+    }
+    w.jobs.push_back(std::move(job));
+  }
+  if (options.load > 0) ScaleToLoad(w.jobs, topology.total_gpus(), options.load);
+  return w;
+}
+
+SimWorkload WithoutGpuTypes(const SimWorkload& workload, const Topology& topology,
+                            const std::string& name) {
+  SimWorkload w = workload;
+  w.name = name;
+  for (SimJob& j : w.jobs) {
+    j.request.spec.selection.gpu_types.clear();
+    TierConstraint& ep = j.request.spec.constraints[static_cast<int>(GroupKind::kEp)];
+    ep = JobSpec::DefaultConstraints()[static_cast<int>(GroupKind::kEp)];
+    FitEpConstraint(j.request.spec, topology);
+  }
   return w;
 }
 

@@ -182,6 +182,9 @@ struct SimJobResult {
   double leaf_span_ratio = 0;
   double comm_cost_ratio = 0;
   bool required_met = true;  // every placement met every required constraint
+  // Bit m set: some placement of the job used a GPU of the topology's
+  // gpu_models()[m] (the first 64 models).
+  uint64_t gpu_models = 0;
 };
 
 struct SimReport {
@@ -269,6 +272,9 @@ struct SimReport {
   int64_t preemption_restarts = 0;
   double preempted_wait_gpu_ms = 0;
   int64_t rank_exit_fallbacks = 0;
+  // Placements whose ranks sit in more than one part of a mixed cluster
+  // (several GPU models or HBD kinds); toposched never makes one.
+  int64_t cross_part_placements = 0;
   int64_t large_jobs = 0;          // jobs >= large_gpus
   int64_t ettr_jobs = 0;           // jobs >= ettr_gpus that ran and ended
   double core_busy_gpu_hours = 0;  // the core's own busy GPUs (spares too), integrated

@@ -124,4 +124,62 @@ struct SyntheticOptions {
 // REQUIRES: options.jobs >= 0; the topology has at least min_gpus GPUs.
 SimWorkload GenerateSynthetic(const Topology& topology, const SyntheticOptions& options);
 
+// ---------------------------------------------------------------- M
+
+// Workload M, for mixed clusters (mixed-10k), seeded; docs/sim.md:
+//   - sizes drawn with the Kalos trace's histogram rounded to powers of two
+//     (kMixedSizes: 1, 2, 8 .. 1,024 GPUs; a quarter are 512-GPU jobs);
+//   - durations as workload S's (lognormal, median 45 min x (size / 8)^0.3,
+//     log-sd 1.0, clamped to [1 min, 7 days]); arrivals Poisson, rescaled so
+//     the offered load over the whole cluster is `load`;
+//   - layouts as K's: TP 8 from 8 GPUs (TP 1 below); PP 4 from 256 GPUs;
+//     one in three of those (drawn) MoE with EP 8 (an EP block of 64 GPUs:
+//     required in an NVL72 rack, preferred in a leaf of HGX nodes, the
+//     default kAuto; FitEpConstraint applies);
+//   - node selection: with probability one_type_share the job names one GPU
+//     model, drawn among the models with at least its GPUs, with
+//     probability proportional to their GPUs; with several_types_share it
+//     names two or more, a set drawn uniformly among the sets of two or more
+//     models whose GPUs together hold it; the rest name none. A job no model
+//     (or no set) can hold names the largest model (one type) or every
+//     model (several);
+//   - tenants "team0".. (`tenants`) with equal guaranteed quotas, drawn
+//     uniformly per job; time limit DefaultTimeLimit(duration).
+// A fixed number of draws per job keeps job i the same whatever the rest.
+struct MixedOptions {
+  uint64_t seed = 1;
+  int jobs = 2000;
+  double load = 0.9;
+  double one_type_share = 0.4;
+  double several_types_share = 0.2;  // the rest (0.4) name no type
+  int tenants = 4;
+  int pp_from_gpus = 256;
+  int pp = 4;
+  double moe_share = 1.0 / 3;  // of the jobs with PP
+  int ep = 8;
+  TimeMs median_duration_small = 45 * kMinute;  // at 8 GPUs
+  double duration_size_exponent = 0.3;
+  double duration_sigma = 1.0;
+  TimeMs min_duration = kMinute;
+  TimeMs max_duration = 7 * 24 * kHour;
+};
+// Job sizes and their weights: the Kalos trace's jobs by size, each rounded
+// to the nearest power of two (96 -> 128, 296 and 320 -> 256, 496 and 504 ->
+// 512, 1,016 -> 1,024).
+struct MixedSize {
+  int gpus;
+  int weight;
+};
+inline constexpr MixedSize kMixedSizes[] = {{1, 29},  {2, 41},  {8, 19},   {16, 11},  {32, 14},
+                                            {64, 22}, {128, 6}, {256, 54}, {512, 84}, {1024, 39}};
+// REQUIRES: options.jobs >= 0; one_type_share + several_types_share <= 1.
+SimWorkload GenerateMixed(const Topology& topology, const MixedOptions& options);
+
+// The same jobs for a homogeneous cluster: every job's gpu_types dropped and
+// its EP constraint reset to the default and fitted to `topology`
+// (FitEpConstraint); tenants, arrivals and durations kept (the cluster is
+// meant to have the same capacity). Names the workload `name`.
+SimWorkload WithoutGpuTypes(const SimWorkload& workload, const Topology& topology,
+                            const std::string& name);
+
 }  // namespace topo::core
