@@ -296,20 +296,20 @@ struct Table<NodeView> {
   static constexpr auto Fields() {
     using N = NodeView;
     constexpr size_t kGpus = core::kMaxGpusPerNode;
-    return std::tuple{F("name", &N::name, kNode),
-                      F("state", &N::state, Enum<core::NodeState>{}),
-                      F("reason", &N::reason, kText),
-                      F("gpus", &N::gpus, Int{0, core::kMaxGpusPerNode}),
-                      F("free", &N::free, Int{0, core::kMaxGpusPerNode}),
-                      F("gpu_model", &N::gpu_model, kName),
-                      F("features", &N::features,
-                        List<Str>{size_t{core::kMaxTopologyFeatures}, kName}),
-                      F("hbd", &N::hbd, kName),
-                      F("leaf", &N::leaf, kName),
-                      F("pod", &N::pod, kName),
-                      F("gpu_health", &N::gpu_health, List<Enum<core::GpuHealth>>{kGpus, {}}),
-                      F("gpu_jobs", &N::gpu_jobs, List<Int>{kGpus, {-1, proto::kMaxJobId}}),
-                      F("gpu_history", &N::gpu_history, List<Obj>{1000000, {}})};
+    return std::tuple{
+        F("name", &N::name, kNode),
+        F("state", &N::state, Enum<core::NodeState>{}),
+        F("reason", &N::reason, kText),
+        F("gpus", &N::gpus, Int{0, core::kMaxGpusPerNode}),
+        F("free", &N::free, Int{0, core::kMaxGpusPerNode}),
+        F("gpu_model", &N::gpu_model, kName),
+        F("features", &N::features, List<Str>{size_t{core::kMaxTopologyFeatures}, kName}),
+        F("hbd", &N::hbd, kName),
+        F("leaf", &N::leaf, kName),
+        F("pod", &N::pod, kName),
+        F("gpu_health", &N::gpu_health, List<Enum<core::GpuHealth>>{kGpus, {}}),
+        F("gpu_jobs", &N::gpu_jobs, List<Int>{kGpus, {-1, proto::kMaxJobId}}),
+        F("gpu_history", &N::gpu_history, List<Obj>{1000000, {}})};
   }
   static Status Check(const NodeView& n, const std::string& path, Failure& f) {
     if (n.gpu_health.size() != static_cast<size_t>(n.gpus) && !f.lenient) {

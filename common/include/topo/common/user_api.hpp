@@ -302,7 +302,7 @@ struct NodeView {
   core::NodeState state = core::NodeState::kUp;
   std::string reason;
   int gpus = 0;
-  int free = 0;  // healthy GPUs without a job, when the node is up
+  int free = 0;                       // healthy GPUs without a job, when the node is up
   std::string gpu_model;              // the accelerator model; "" when the topology names none
   std::vector<std::string> features;  // the topology's node features
   std::string hbd;                    // the node's own HBD (per part of a mixed cluster)
