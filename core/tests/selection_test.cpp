@@ -97,18 +97,6 @@ TEST_CASE("a marked rack is the HBD of its nodes, the rest keep the file's HBD")
   CHECK(t.features() == std::vector<std::string>{"ib", "nvme"});
 }
 
-TEST_CASE("an HBD marked inside another one is refused") {
-  TopologyBuilder b("nested", {"node", "rack", "leaf"}, 0);
-  const int leaf = b.AddDomain("leaf0", 2, TopologyBuilder::kTop);
-  const int rack = b.AddDomain("rack0", 1, leaf);
-  b.AddNode("n0", rack, 4);
-  b.MarkHbd(leaf);
-  b.MarkHbd(rack);
-  Result<Topology> t = std::move(b).Build();
-  REQUIRE_FALSE(t.ok());
-  CHECK(t.message().find("inside HBD 'leaf0'") != std::string::npos);
-}
-
 TEST_CASE("a topology whose every node is under a marked domain is that one part") {
   TopologyBuilder b("all-nvl", {"node", "rack", "leaf"}, 0);
   const int leaf = b.AddDomain("leaf0", 2, TopologyBuilder::kTop);
