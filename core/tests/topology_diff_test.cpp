@@ -82,7 +82,7 @@ TEST_CASE("DiffTopologies: added, removed, moved, resized and changed nodes, by 
   CHECK(back.domains_removed == 1);
 }
 
-TEST_CASE("SnapshotOnto: jobs, queue and usage carried; a new node comes up down") {
+TEST_CASE("SnapshotOnto: jobs, queue and usage carried, a new node comes up down") {
   const Topology before = Leaves({{"n0", "n1", "n2", "n3"}, {"n4", "n5", "n6", "n7"}});
   // A rack added (leaf2), n7 moved to it, n6 removed.
   const Topology after = Leaves({{"n0", "n1", "n2", "n3"}, {"n4", "n5"}, {"n7", "n8", "n9"}});

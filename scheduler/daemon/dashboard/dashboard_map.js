@@ -198,7 +198,7 @@
       if (ne.nkey !== nkey) {
         ne.el.className = 'node ns-' + nodeStateClass(state);
         ne.el.setAttribute('data-state', state);
-        ne.el.title = 'node ' + str(n.name) + ': ' + state + (reason ? ' (' + reason + ')' : '');
+        ne.el.title = 'node ' + str(n.name) + (n.gpu_model ? ' \u00b7 ' + str(n.gpu_model) : '') + ': ' + state + (reason ? ' (' + reason + ')' : '');
         ne.nkey = nkey;
       }
       const gj = Array.isArray(n.gpu_jobs) ? n.gpu_jobs : [], gh = Array.isArray(n.gpu_health) ? n.gpu_health : [];
@@ -216,7 +216,7 @@
         if (other) c.setAttribute('data-other', '1'); else c.removeAttribute('data-other');
         c.setAttribute('data-health', h);
         c.setAttribute('data-node-state', state);
-        c.title = 'node ' + str(n.name) + ' \u00b7 GPU ' + k + '\n' + label + '\nhealth: ' + h +
+        c.title = 'node ' + str(n.name) + ' \u00b7 GPU ' + k + (n.gpu_model ? ' (' + str(n.gpu_model) + ')' : '') + '\n' + label + '\nhealth: ' + h +
           '\nnode: ' + state + (reason ? ' (' + reason + ')' : '') + '\n' + view.tierNames.hbd + ' ' + str(n.hbd) + ' \u00b7 ' + view.tierNames.leaf + ' ' + str(n.leaf) + (n.pod ? ' \u00b7 ' + view.tierNames.pod + ' ' + str(n.pod) : '');
       }
     }
