@@ -497,14 +497,29 @@ std::string DominantGpuModel(const Topology& topology) {
   return best;
 }
 
+double SlowestRankRate(const Topology& topology, std::span<const GpuSlot> ranks) {
+  if (ranks.empty()) return SustainedFlops(DominantGpuModel(topology));
+  const std::string* model = &topology.node(ranks[0].node).gpu_model;
+  double rate = SustainedFlops(*model);
+  for (const GpuSlot& s : ranks) {
+    const std::string& m = topology.node(s.node).gpu_model;
+    if (m == *model) continue;  // the common case: one model throughout
+    model = &m;
+    rate = std::min(rate, SustainedFlops(m));
+  }
+  return rate;
+}
+
 Result<StepPrediction> PredictPlacement(const JobSpec& job, const Topology& whole,
                                         std::span<const GpuSlot> ranks) {
-  // On a mixed cluster, the part the job runs on (its first rank's).
+  // On a mixed cluster, the links are those of the part of the first rank
+  // (every group but DP lies in one part, also for a job split by DP
+  // replica over parts: placement.hpp), and the compute rate is the
+  // slowest model's among the ranks: a synchronous step waits for it.
   const Topology& topology = ranks.empty() ? whole : whole.ViewOf(ranks[0].node);
   Result<ResolvedModel> model = ResolveModel(job);
   if (!model.ok()) return model.status();
-  const double rate = SustainedFlops(ranks.empty() ? DominantGpuModel(topology)
-                                                   : topology.node(ranks[0].node).gpu_model);
+  const double rate = SlowestRankRate(whole, ranks);
   const LinkView links{&topology, {}};
   StepPrediction out;
   out.step = PredictStep(job, model.value(), links, AnalyzePlacement(job, topology, ranks), rate);

@@ -6,15 +6,20 @@
 // it may use take work) over the part's view, so every policy honours a
 // selection and sees the part's HBD, links and aliases without knowing
 // about either. Per part, kAuto constraints are resolved against the part's
-// own domains (EffectiveStrength).
+// own domains (EffectiveStrength). A job naming several GPU types that no
+// one part holds is split by DP replica over the parts (PlaceSplit); its
+// metrics (Evaluate, PredictPlacement) use the first rank's part's view,
+// and PredictPlacement the slowest GPU model's rate among its ranks.
 
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
 
 #include "placer_internal.hpp"
+#include "topo/core/job.hpp"
 #include "topo/core/perf_model.hpp"
 #include "topo/core/placement.hpp"
 
@@ -238,7 +243,243 @@ class SelectingPlacer final : public Placer {
     }
     if (best.placed()) return best;
     if (reasons.empty()) return Refuse("no node has every GPU type and feature the job asks for");
+    if (Splittable(job, listed) && !AnyPartHolds(job, state, open)) {
+      return PlaceSplit(job, state, open, reasons);
+    }
     return Placement{busy ? PlaceOutcome::kBusy : PlaceOutcome::kInfeasible, reasons, {}, {}};
+  }
+
+  // A job that names several GPU types may run over several parts when no
+  // one of them can hold it (below); a nodelist names its nodes, and a
+  // required DP constraint keeps the DP groups, the only ones that would
+  // cross parts, inside one domain: those stay on one part.
+  static bool Splittable(const JobSpec& job, const std::vector<NodeId>& listed) {
+    if (job.selection.gpu_types.size() < 2 || !listed.empty()) return false;
+    const Parallelism& pl = job.parallelism;
+    if (pl.dp / pl.ep < 2) return false;  // one replica: nothing to split
+    return !(RankLayout::KindActive(GroupKind::kDp, pl) &&
+             job.constraint(GroupKind::kDp).strength == Strength::kRequired);
+  }
+
+  // The part `p`'s admitted nodes.
+  static std::vector<uint8_t> PartNodes(const Topology& topo, const std::vector<uint8_t>& open,
+                                        int p, bool* any = nullptr) {
+    std::vector<uint8_t> mine(open.size(), 0);
+    bool some = false;
+    for (NodeId n = 0; n < topo.node_count(); ++n) {
+      mine[n] = open[n] && topo.part_of(n) == p;
+      some = some || mine[n];
+    }
+    if (any) *any = some;
+    return mine;
+  }
+
+  // Whether some admitted part, empty, holds the whole job.
+  bool AnyPartHolds(const JobSpec& job, const ClusterState& state,
+                    const std::vector<uint8_t>& open) const {
+    const Topology& topo = state.topology();
+    for (int p = 0; p < topo.part_count(); ++p) {
+      bool any = false;
+      const std::vector<uint8_t> mine = PartNodes(topo, open, p, &any);
+      if (!any) continue;
+      const Topology& view = topo.PartView(p);
+      const ClusterState empty = ClusterState(view).Fenced(view, mine);
+      if (base_->Place(ResolveAuto(job, view), empty).placed()) return true;
+    }
+    return false;
+  }
+
+  // The job cut down to `replicas` of its outer-DP replicas (tp x cp x ep x
+  // pp ranks each: every TP, CP, EP and PP group of the job lies inside
+  // one), with `spares` spare nodes. A global batch given is cut in
+  // proportion, so each replica keeps its microbatches.
+  static JobSpec SubJob(const JobSpec& job, int replicas, int spares) {
+    JobSpec sub = job;
+    const Parallelism& pl = job.parallelism;
+    const int total = pl.dp / pl.ep;
+    sub.parallelism.dp = replicas * pl.ep;
+    sub.gpus = pl.tp * pl.cp * pl.pp * sub.parallelism.dp;
+    sub.spares = spares;
+    if (sub.model && sub.model->global_batch > 0) {
+      const long long gb = static_cast<long long>(sub.model->global_batch) * replicas / total;
+      sub.model->global_batch = static_cast<int>(std::max<long long>(1, gb));
+    }
+    return sub;
+  }
+
+  // One share of a split: `replicas` replicas from `first` on, on part `part`.
+  struct Share {
+    int part = 0;
+    int first = 0;
+    int replicas = 0;
+    Placement placed;
+  };
+
+  // Parts that admit nodes, fastest first: the predicted ideal step of one
+  // replica on the part's view (ties: the part listed first).
+  std::vector<int> PartsBySpeed(const JobSpec& job, const Topology& topo,
+                                const std::vector<uint8_t>& open) const {
+    std::vector<std::pair<double, int>> order;
+    const JobSpec one = SubJob(job, 1, 0);
+    Result<ResolvedModel> model = ResolveModel(one);
+    for (int p = 0; p < topo.part_count(); ++p) {
+      bool any = false;
+      PartNodes(topo, open, p, &any);
+      if (!any) continue;
+      const Topology& view = topo.PartView(p);
+      double step = 0;
+      if (model.ok()) {
+        const JobSpec resolved = ResolveAuto(one, view);
+        step = PredictStep(resolved, model.value(), LinkView{&view, {}}, IdealSpans(resolved, view),
+                           SustainedFlops(topo.part(p).gpu_model))
+                   .total_s;
+      }
+      order.emplace_back(step, p);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<int> out;
+    for (const auto& [step, p] : order) out.push_back(p);
+    return out;
+  }
+
+  // The split on `state`: on each part in turn, fastest first, the most
+  // replicas that place there (a binary search over the count, each try a
+  // placement of the sub-job on the part's view, its constraints resolved
+  // there), the rest on the next. Parts hold disjoint nodes, so the shares
+  // never compete for a GPU. Empty when the replicas do not all place.
+  std::vector<Share> SplitOn(const JobSpec& job, const ClusterState& state,
+                             const std::vector<uint8_t>& open, const std::vector<int>& parts,
+                             std::string* why) const {
+    const Topology& topo = state.topology();
+    const Parallelism& pl = job.parallelism;
+    const int unit = pl.tp * pl.cp * pl.ep * pl.pp;
+    const int total = pl.dp / pl.ep;
+    std::vector<Share> shares;
+    int left = total;
+    for (int p : parts) {
+      if (left == 0) break;
+      const std::vector<uint8_t> mine = PartNodes(topo, open, p);
+      const Topology& view = topo.PartView(p);
+      const ClusterState fenced = state.Fenced(view, mine);
+      long long free = 0;
+      for (NodeId n = 0; n < topo.node_count(); ++n) {
+        if (mine[n]) free += std::popcount(fenced.usable_free_mask(n));
+      }
+      auto place = [&](int k) {
+        const JobSpec sub = ResolveAuto(SubJob(job, k, 0), view);
+        if (!ValidateJobSpec(sub).ok()) return Placement{};
+        return base_->Place(sub, fenced);
+      };
+      int hi = static_cast<int>(std::min<long long>(left, free / unit));
+      Placement got;
+      int lo = 0;
+      if (hi > 0) {
+        got = place(hi);
+        if (got.placed()) {
+          lo = hi;
+        } else {
+          // lo places (or is 0), hi does not.
+          Placement best;
+          while (hi - lo > 1) {
+            const int mid = lo + (hi - lo) / 2;
+            Placement m = place(mid);
+            if (m.placed()) {
+              lo = mid;
+              best = std::move(m);
+            } else {
+              hi = mid;
+            }
+          }
+          got = std::move(best);
+        }
+      }
+      if (lo == 0) continue;
+      shares.push_back(Share{p, total - left, lo, std::move(got)});
+      left -= lo;
+    }
+    if (left > 0) {
+      *why = std::to_string(total - left) + " of its " + std::to_string(total) +
+             " replicas place on the parts it names (" + ShareText(topo, shares) + ")";
+      return {};
+    }
+    return shares;
+  }
+
+  static std::string ShareText(const Topology& topo, const std::vector<Share>& shares) {
+    if (shares.empty()) return "none anywhere";
+    std::string out;
+    for (const Share& s : shares) {
+      out += (out.empty() ? "" : ", ") + PartLabel(topo, s.part) + " " +
+             std::to_string(s.replicas) + (s.replicas == 1 ? " replica" : " replicas");
+    }
+    return out;
+  }
+
+  // A job naming several GPU types that no one admitted part can hold:
+  // whole outer-DP replicas per part, only the DP groups across parts.
+  // Infeasible when even the empty admitted parts cannot hold the
+  // replicas, Busy when they can but not now.
+  Placement PlaceSplit(const JobSpec& job, const ClusterState& state,
+                       const std::vector<uint8_t>& open, const std::string& part_reasons) const {
+    const Topology& topo = state.topology();
+    const std::vector<int> parts = PartsBySpeed(job, topo, open);
+    std::string why;
+    std::vector<Share> shares = SplitOn(job, state, open, parts, &why);
+    if (shares.empty()) {
+      const ClusterState empty(topo);
+      std::string never;
+      const bool ever = !SplitOn(job, empty, open, parts, &never).empty();
+      return Placement{ever ? PlaceOutcome::kBusy : PlaceOutcome::kInfeasible,
+                       "no part it names holds it (" + part_reasons +
+                           "); split by DP replica over them: " + (ever ? why : never) +
+                           (ever ? ", on the empty cluster all would" : ""),
+                       {},
+                       {}};
+    }
+    // The spares go with the largest share (the first of equal ones).
+    if (job.spares > 0) {
+      size_t big = 0;
+      for (size_t i = 1; i < shares.size(); ++i) {
+        if (shares[i].replicas > shares[big].replicas) big = i;
+      }
+      Share& s = shares[big];
+      const Topology& view = topo.PartView(s.part);
+      Placement with = base_->Place(ResolveAuto(SubJob(job, s.replicas, job.spares), view),
+                                    state.Fenced(view, PartNodes(topo, open, s.part)));
+      if (!with.placed()) {
+        return Placement{PlaceOutcome::kBusy,
+                         "split by DP replica (" + ShareText(topo, shares) +
+                             "): " + PartLabel(topo, s.part) + " cannot hold its " +
+                             std::to_string(job.spares) + " spare node(s) now",
+                         {},
+                         {}};
+      }
+      s.placed = std::move(with);
+    }
+    // Sub-job rank -> the job's rank, through the coordinates: the same
+    // tp, cp, ep and pp coordinates, the outer DP one shifted by the
+    // share's first replica.
+    const RankLayout whole(job.parallelism);
+    Placement out{PlaceOutcome::kPlaced,
+                  "split by DP replica over " + std::to_string(shares.size()) +
+                      " parts, no one of which holds it: " + ShareText(topo, shares),
+                  std::vector<GpuSlot>(static_cast<size_t>(job.gpus)),
+                  {}};
+    for (const Share& s : shares) {
+      const RankLayout sub(SubJob(job, s.replicas, 0).parallelism);
+      for (int r = 0; r < sub.world_size(); ++r) {
+        int to = 0;
+        for (int d = 0; d < kDimCount; ++d) {
+          const Dim dim = static_cast<Dim>(d);
+          const int c = sub.Coord(r, dim) + (dim == Dim::kDp ? s.first : 0);
+          to += c * whole.dim_stride(dim);
+        }
+        out.ranks[static_cast<size_t>(to)] = s.placed.ranks[static_cast<size_t>(r)];
+      }
+      out.spares.insert(out.spares.end(), s.placed.spares.begin(), s.placed.spares.end());
+    }
+    return out;
   }
 
   // The policy on the nodes `open` admits. The policy tells Busy from

@@ -86,8 +86,14 @@ void SpeedModel::Start(int32_t pos, const JobSpec& spec, std::span<const GpuSlot
   r.model = std::move(model).value();
   r.view = &topo_.ViewOf(ranks[0].node);
   r.spans = AnalyzePlacement(spec, *r.view, ranks);
-  r.rate = SustainedFlops(topo_.node(ranks[0].node).gpu_model);
-  r.ideal = IdealStep(spec, *r.view);
+  // A placement over several models runs at the slowest one's rate.
+  r.rate = SlowestRankRate(topo_, ranks);
+  // Its ideal at the same rate: a job's duration is its time at the ideal
+  // on the GPUs it got (as for a job on one part's slower model), so the
+  // speed below counts the placement's communication only.
+  r.ideal =
+      PredictStep(spec, r.model, LinkView{r.view, base_scale_}, IdealSpans(spec, *r.view), r.rate)
+          .total_s;
   // The widest tier any of its groups spans.
   int widest = 0;
   for (const KindSpan& k : r.spans.kind) {

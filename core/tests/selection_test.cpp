@@ -3,11 +3,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
 #include "test_util.hpp"
 #include "topo/core/evaluator.hpp"
+#include "topo/core/perf_model.hpp"
 #include "topo/core/placement.hpp"
 #include "topo/core/rng.hpp"
 
@@ -163,6 +165,153 @@ TEST_CASE("a job larger than every part does not span two models") {
   }
 }
 
+// The ranks of outer-DP replica `j` of a placed job, in the order of the
+// one-replica job (dp = ep) that SubJobOf gives.
+JobSpec SubJobOf(const JobSpec& job) {
+  JobSpec sub = job;
+  sub.parallelism.dp = job.parallelism.ep;
+  sub.gpus = job.gpus / (job.parallelism.dp / job.parallelism.ep);
+  sub.spares = 0;
+  return sub;
+}
+std::vector<GpuSlot> ReplicaRanks(const JobSpec& job, const Placement& p, int j) {
+  const RankLayout whole(job.parallelism);
+  const RankLayout sub(SubJobOf(job).parallelism);
+  std::vector<GpuSlot> out(static_cast<size_t>(sub.world_size()));
+  for (int r = 0; r < whole.world_size(); ++r) {
+    if (whole.Coord(r, Dim::kDp) != j) continue;
+    int to = 0;
+    for (int d = 0; d < kDimCount; ++d) {
+      if (static_cast<Dim>(d) == Dim::kDp) continue;
+      to += whole.Coord(r, static_cast<Dim>(d)) * sub.dim_stride(static_cast<Dim>(d));
+    }
+    out[static_cast<size_t>(to)] = p.ranks[static_cast<size_t>(r)];
+  }
+  return out;
+}
+
+bool DistinctGpus(const Placement& p) {
+  std::set<std::pair<NodeId, int>> seen;
+  for (const GpuSlot& s : p.ranks) seen.insert({s.node, s.gpu});
+  return seen.size() == p.ranks.size();
+}
+
+TEST_CASE("a job naming two types that no one part holds is split by whole DP replica") {
+  const Topology t = Mixed();  // H100: 128 GPUs, HBD node; GB200: 144, HBD rack of 72
+  auto placer = MakePlacer("toposched");
+  // tp 8 x pp 16: replicas of 128 GPUs, 2 of them. The HGX part holds one
+  // (16 nodes), the NVL72 part one (16 TP groups of 8 in 18 per two racks),
+  // neither both.
+  JobSpec job = MakeJob(256, 8, 16);
+  job.selection.gpu_types = {"H100", "GB200"};
+  for (const char* one : {"H100", "GB200"}) {
+    JobSpec single = job;
+    single.selection.gpu_types = {one};
+    CHECK(placer->Place(single, ClusterState(t)).outcome == PlaceOutcome::kInfeasible);
+  }
+  Placement p = placer->Place(job, ClusterState(t));
+  REQUIRE(p.placed());
+  CHECK(p.reason.find("GB200 (HBD rack) 1 replica") != std::string::npos);
+  CHECK(p.reason.find("H100 (HBD node) 1 replica") != std::string::npos);
+  REQUIRE(p.ranks.size() == 256);
+  CHECK(DistinctGpus(p));
+  const RankLayout layout(job.parallelism);
+  // Order tp-cp-ep-dp-pp: rank = tp + 8 x dp + 16 x pp. The NVL72 part is
+  // predicted faster, so it holds replica 0 (ranks 0-7, 16-23, ...), HGX
+  // replica 1 (ranks 8-15, 24-31, ...).
+  CHECK(layout.dim_stride(Dim::kDp) == 8);
+  CHECK(layout.dim_stride(Dim::kPp) == 16);
+  for (int r = 0; r < 256; ++r) {
+    CAPTURE(r);
+    const std::string& model = t.node(p.ranks[r].node).gpu_model;
+    CHECK(model == ((r / 8) % 2 == 0 ? "GB200" : "H100"));
+    CHECK(layout.Coord(r, Dim::kDp) == (r / 8) % 2);
+  }
+  // Every TP group inside its part's HBD: one H100 node, or one NVL72 rack.
+  for (int g = 0; g < layout.GroupCount(GroupKind::kTp); ++g) {
+    const std::vector<int> m = layout.GroupMembers(GroupKind::kTp, g);
+    const NodeId first = p.ranks[m[0]].node;
+    const int hbd = t.PartView(t.part_of(first)).hbd_tier();
+    for (int r : m) {
+      CHECK(t.part_of(p.ranks[r].node) == t.part_of(first));
+      CHECK(t.Ancestor(p.ranks[r].node, hbd) == t.Ancestor(first, hbd));
+    }
+  }
+  // Every PP group in one part; every DP group (2 ranks) across both.
+  for (int g = 0; g < layout.GroupCount(GroupKind::kPp); ++g) {
+    std::set<int> parts;
+    for (int r : layout.GroupMembers(GroupKind::kPp, g)) parts.insert(t.part_of(p.ranks[r].node));
+    CHECK(parts.size() == 1);
+  }
+  for (int g = 0; g < layout.GroupCount(GroupKind::kDp); ++g) {
+    std::set<int> parts;
+    for (int r : layout.GroupMembers(GroupKind::kDp, g)) parts.insert(t.part_of(p.ranks[r].node));
+    CHECK(parts.size() == 2);
+  }
+  // Each replica, alone, is a placement that keeps its part's constraints.
+  const JobSpec sub = SubJobOf(job);
+  for (int j = 0; j < 2; ++j) {
+    const std::vector<GpuSlot> rr = ReplicaRanks(job, p, j);
+    CHECK(Evaluate(sub, t.PartView(t.part_of(rr[0].node)), rr).required_met);
+  }
+  // The step runs at the slower model's rate.
+  CHECK(SlowestRankRate(t, p.ranks) == SustainedFlops("H100"));
+  CHECK(SlowestRankRate(t, p.ranks) < SustainedFlops("GB200"));
+
+  // Busy: one H100 node taken, the HGX part cannot hold its replica now.
+  ClusterState st(t);
+  Occupy(st, t.FindNode("h0"));
+  Placement busy = placer->Place(job, st);
+  CHECK(busy.outcome == PlaceOutcome::kBusy);
+  CHECK(busy.reason.find("1 of its 2 replicas") != std::string::npos);
+  CHECK(busy.reason.find("GB200 (HBD rack) 1 replica") != std::string::npos);
+
+  // Infeasible: 136-GPU replicas (tp 8 x pp 17) fit the NVL72 part only.
+  JobSpec wide = MakeJob(272, 8, 17);
+  wide.selection.gpu_types = {"H100", "GB200"};
+  Placement never = placer->Place(wide, ClusterState(t));
+  CHECK(never.outcome == PlaceOutcome::kInfeasible);
+  CHECK(never.reason.find("1 of its 2 replicas") != std::string::npos);
+  // And more replicas than both parts' GPUs.
+  JobSpec more = MakeJob(384, 8, 16);
+  more.selection.gpu_types = {"GB200", "H100"};
+  CHECK(placer->Place(more, ClusterState(t)).outcome == PlaceOutcome::kInfeasible);
+
+  // Spares go with the larger share (equal shares: the first, GB200).
+  job.spares = 1;
+  Placement sp = placer->Place(job, ClusterState(t));
+  REQUIRE(sp.placed());
+  REQUIRE(sp.spares.size() == 1);
+  CHECK(t.node(sp.spares[0]).gpu_model == "GB200");
+  for (const GpuSlot& s : sp.ranks) CHECK(s.node != sp.spares[0]);
+}
+
+TEST_CASE("a split needs several types named and no part holding the job") {
+  const Topology t = Mixed();
+  auto placer = MakePlacer("toposched");
+  // Fits one part: stays there, though it names both types.
+  JobSpec fits = MakeJob(128, 8, 8);
+  fits.selection.gpu_types = {"H100", "GB200"};
+  Placement p = placer->Place(fits, ClusterState(t));
+  REQUIRE(p.placed());
+  CHECK(Models(t, p).size() == 1);
+  // Fits one part but that part is busy: Busy, not split over both.
+  ClusterState st(t);
+  for (NodeId n = 0; n < t.node_count(); ++n) {
+    if (t.node(n).gpu_model == "GB200" && n % 2 == 0) Occupy(st, n);
+  }
+  Occupy(st, t.FindNode("h0"));
+  JobSpec mid = MakeJob(128, 8, 8);  // 2 replicas of 64
+  mid.selection.gpu_types = {"H100", "GB200"};
+  CHECK(placer->Place(mid, st).outcome == PlaceOutcome::kBusy);
+  // One type named, or none: never split (the untyped job as before).
+  JobSpec big = MakeJob(256, 8, 16);
+  big.selection.gpu_types = {"GB200"};
+  CHECK(placer->Place(big, ClusterState(t)).outcome == PlaceOutcome::kInfeasible);
+  big.selection.gpu_types = {};
+  CHECK(placer->Place(big, ClusterState(t)).outcome == PlaceOutcome::kInfeasible);
+}
+
 TEST_CASE("gpu_types: any of them, case-insensitive, an unknown one lists the cluster's") {
   const Topology t = Mixed();
   for (const std::string& name : PlacerNames()) {
@@ -275,8 +424,8 @@ TEST_CASE("a selection is checked: both lists, bad bytes, long names") {
   CHECK_FALSE(ValidateJobSpec(job).ok());
 }
 
-TEST_CASE("property: on random mixed clusters toposched never mixes parts") {
-  int placed = 0;
+TEST_CASE("property: on random mixed clusters toposched mixes parts only by DP replica") {
+  int placed = 0, split = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     CAPTURE(seed);
     Rng rng(seed);
@@ -309,6 +458,14 @@ TEST_CASE("property: on random mixed clusters toposched never mixes parts") {
     const int dp = ep * (1 + static_cast<int>(rng.Below(4)));
     JobSpec job = MakeJob(tp * dp, tp, 1, ep);
     if (rng.Below(3) == 0) job.selection.gpu_types = {rng.Below(2) ? "H100" : "gb200"};
+    // Some name two types, some of them larger: a split when no part holds them.
+    const bool two = job.selection.gpu_types.empty() && rng.Below(3) == 0;
+    if (two) {
+      const int k = static_cast<int>(rng.Below(3));
+      const char* models[] = {"H100", "A100", "GB200"};
+      job = MakeJob(tp * dp * (1 + static_cast<int>(rng.Below(4))), tp, 1, ep);
+      job.selection.gpu_types = {models[k], models[(k + 1) % 3]};
+    }
     Placement p = MakePlacer("toposched")->Place(job, st);
     if (!p.placed()) {
       CHECK_FALSE(p.reason.empty());
@@ -320,17 +477,45 @@ TEST_CASE("property: on random mixed clusters toposched never mixes parts") {
       parts.insert(t.part_of(s.node));
       CHECK(st.busy_mask(s.node) == 0);
     }
-    CHECK(parts.size() == 1);
+    CHECK(DistinctGpus(p));
+    for (const std::string& m : Models(t, p)) {
+      if (job.selection.gpu_types.empty()) break;
+      CHECK(std::any_of(job.selection.gpu_types.begin(), job.selection.gpu_types.end(),
+                        [&](const std::string& w) { return SameGpuModel(w, m); }));
+    }
+    if (parts.size() > 1) {
+      // Split: only a job naming two types that no one part, empty, holds;
+      // each replica whole on one part, keeping that part's constraints.
+      ++split;
+      REQUIRE(two);
+      for (const std::string& m : job.selection.gpu_types) {
+        JobSpec single = job;
+        single.selection.gpu_types = {m};
+        CHECK_FALSE(MakePlacer("toposched")->Place(single, ClusterState(t)).placed());
+      }
+      const JobSpec sub = SubJobOf(job);
+      for (int j = 0; j < job.parallelism.dp / job.parallelism.ep; ++j) {
+        const std::vector<GpuSlot> rr = ReplicaRanks(job, p, j);
+        std::set<int> in;
+        for (const GpuSlot& s : rr) in.insert(t.part_of(s.node));
+        CHECK(in.size() == 1);
+        CHECK(Evaluate(sub, t.PartView(*in.begin()), rr).required_met);
+      }
+      ClusterState copy = st;
+      CHECK(copy.Allocate(p.ranks).ok());
+      continue;
+    }
     CHECK(Evaluate(job, t, p.ranks).required_met);
-    if (!job.selection.gpu_types.empty()) {
+    if (job.selection.gpu_types.size() == 1) {
       CHECK(Models(t, p).size() == 1);
       CHECK((job.selection.gpu_types[0] == "H100") == (*Models(t, p).begin() == "H100"));
     }
     ClusterState copy = st;
     CHECK(copy.Allocate(p.ranks).ok());
   }
-  MESSAGE("placed ", placed, " of 300");
+  MESSAGE("placed ", placed, " of 300, ", split, " split over parts");
   CHECK(placed > 50);
+  CHECK(split > 0);
 }
 
 }  // namespace

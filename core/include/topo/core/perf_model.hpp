@@ -138,6 +138,14 @@ struct StepPrediction {
   StepBreakdown ideal;
   double slowdown = 1;
 };
+// The compute rate of a placement (SustainedFlops): the slowest GPU model
+// among the ranks' nodes, since every rank waits for the slowest at each
+// synchronous step; the topology's dominant model for no ranks.
+double SlowestRankRate(const Topology& topology, std::span<const GpuSlot> ranks);
+
+// On a mixed cluster the links are the first rank's part's (its view), the
+// rate SlowestRankRate's: for a job split by DP replica over parts the DP
+// all-reduce is costed on that part's view of the tree, an approximation.
 // REQUIRES: ValidateJobSpec(job).ok(); ranks.size() == job.gpus.
 Result<StepPrediction> PredictPlacement(const JobSpec& job, const Topology& topology,
                                         std::span<const GpuSlot> ranks);

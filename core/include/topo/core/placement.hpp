@@ -72,7 +72,15 @@ std::vector<uint8_t> AdmittedNodes(const JobSpec& job, const Topology& topology,
 // Every placer honours the job's NodeSelection; "toposched" also runs a job
 // on one part of a mixed cluster (Topology parts), choosing the part whose
 // placement the step-time model predicts fastest, while the baselines place
-// over the whole tree as Slurm does.
+// over the whole tree as Slurm does. A job that names several GPU types
+// (and no nodelist, and no required DP constraint) that no one admitted
+// part can hold even empty is split by whole outer-DP replicas (tp x cp x
+// ep x pp ranks each) over the parts it names: fastest part first, as many
+// replicas as place there, the rest on the next; each replica keeps its
+// part's constraints, only the DP groups cross parts, the spares go with
+// the largest share. Busy when the empty parts would hold the replicas,
+// else Infeasible. PredictPlacement and Evaluate judge such a placement on
+// the first rank's part's view (perf_model.hpp says what that assumes).
 // Policies: "toposched" (default), "slurm-tree", "first-fit".
 // Returns nullptr for an unknown name.
 std::unique_ptr<Placer> MakePlacer(std::string_view name, const PlacerOptions& options = {});
