@@ -139,6 +139,8 @@ struct Table<SlurmSubmitLine> {
                       F("exc_nodes", &L::exc_nodes, kText),
                       F("tres_per_job", &L::tres_per_job, kText),
                       F("tres_per_node", &L::tres_per_node, kText),
+                      F("tres_per_socket", &L::tres_per_socket, kText),
+                      F("tres_per_task", &L::tres_per_task, kText),
                       F("min_nodes", &L::min_nodes, kNumber),
                       F("max_nodes", &L::max_nodes, kNumber),
                       F("time_limit_min", &L::time_limit_min, kNumber),

@@ -204,7 +204,7 @@ SlurmSubmitLine RandomSlurm(Gen& g) {
   l.uid = g.Maybe(g.Int(-1, kMaxSlurmNumber));
   for (std::optional<std::string>* s :
        {&l.name, &l.account, &l.partition, &l.comment, &l.features, &l.req_nodes, &l.exc_nodes,
-        &l.tres_per_job, &l.tres_per_node}) {
+        &l.tres_per_job, &l.tres_per_node, &l.tres_per_socket, &l.tres_per_task}) {
     *s = g.Maybe(g.Text(40));
   }
   for (std::optional<int64_t>* n :
@@ -349,6 +349,16 @@ TEST_CASE("the Slurm line: what the plugin and the tests send reads, the rest is
   CHECK(!line.value().partition);
   CHECK(line.value().env->at("TOPO_LAYOUT") == "tp=8");
   CHECK(!line.value().segment);
+  CHECK(!line.value().tres_per_task);
+  // Node selection as Slurm 22.05's sbatch fills it (-w, -x, -C,
+  // --gpus-per-task): text here; service_slurm.cpp reads what it means.
+  auto selecting = ParseSlurmSubmitLine(
+      R"({"op":"test","features":"ib&nvme","req_nodes":"gpu[0001,0003]","exc_nodes":"gpu0002",)"
+      R"("tres_per_socket":"gres:gpu:h100:1","tres_per_task":"gres:gpu:h100:1"})");
+  REQUIRE_MESSAGE(selecting.ok(), selecting.message());
+  CHECK(selecting.value().req_nodes == "gpu[0001,0003]");
+  CHECK(selecting.value().tres_per_task == "gres:gpu:h100:1");
+  CHECK(selecting.value().tres_per_socket == "gres:gpu:h100:1");
   CHECK(ParseSlurmSubmitLine(R"({"op":"refresh"})").ok());
   const std::vector<Hostile> cases = {
       {R"({"op":"nuke"})", "op", "must be one of submit, test, refresh"},
@@ -357,6 +367,7 @@ TEST_CASE("the Slurm line: what the plugin and the tests send reads, the rest is
       {R"({"op":"test","min_nodes":"4"})", "min_nodes", "integer"},
       {R"({"op":"test","min_nodes":4294967295})", "min_nodes", "-1..4294967294"},
       {R"({"op":"test","comment":5})", "comment", "string"},
+      {R"({"op":"test","tres_per_task":8})", "tres_per_task", "string"},
       {R"({"op":"test","batch":"yes"})", "batch", "true or false"},
       {R"({"op":"test","env":{"HOME":"/root"}})", "env.HOME", "TOPO_"},
       {R"({"op":"test","colour":1})", "colour", "unknown field"},

@@ -351,6 +351,11 @@ static char* build_request(const job_desc_msg_t* d, uint32_t uid) {
   buf_strfield(&b, "exc_nodes", d->exc_nodes);
   buf_strfield(&b, "tres_per_job", d->tres_per_job);
   buf_strfield(&b, "tres_per_node", d->tres_per_node);
+  // --gpus-per-socket and --gpus-per-task (GPU types only). Sent only when
+  // set: a topo-scheduler older than these fields refuses a line that has
+  // them (it PASSes the job), and reads every line that leaves them out.
+  if (d->tres_per_socket != NULL) buf_strfield(&b, "tres_per_socket", d->tres_per_socket);
+  if (d->tres_per_task != NULL) buf_strfield(&b, "tres_per_task", d->tres_per_task);
   buf_u32(&b, "min_nodes", d->min_nodes);
   buf_u32(&b, "max_nodes", d->max_nodes);
   buf_u32(&b, "time_limit_min", d->time_limit);

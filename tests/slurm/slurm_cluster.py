@@ -98,7 +98,8 @@ def topology_conf():
 
 
 class SlurmCluster:
-    def __init__(self, plugin_dir=None, job_submit_plugins=None, extra_env=None, extra_conf=None):
+    def __init__(self, plugin_dir=None, job_submit_plugins=None, extra_env=None, extra_conf=None,
+                 gpu_gres=None, topology_header=None):
         missing = missing_tools()
         if missing:
             raise RuntimeError("slurmctld is installed but %s are not on PATH (apt-get install slurm-wlm munge)"
@@ -108,6 +109,13 @@ class SlurmCluster:
         self.plugin_dir = plugin_dir
         self.job_submit_plugins = job_submit_plugins
         self.extra_conf = list(extra_conf or [])  # more slurm.conf lines (TaskProlog=..., ...)
+        # "h100:8": every node has 8 GPUs of type h100 as Slurm GRES (GresTypes=gpu, Gres=gpu:h100:8,
+        # gres.conf File= empty files standing in for /dev/nvidia*), so --gres=gpu:h100:8 is a
+        # request Slurm accepts and allocates.
+        self.gpu_gres = gpu_gres
+        # A first line of topology.conf for toposched only, e.g. "#toposched: model=H100" (Slurm
+        # reads it as a comment).
+        self.topology_header = topology_header
         self.host = socket.gethostname().split(".")[0]
         self.pids = []  # (name, pid) of every daemon we started
         self.conf = os.path.join(self.dir, "slurm.conf")
@@ -206,17 +214,28 @@ class SlurmCluster:
         if self.job_submit_plugins:
             lines.append("JobSubmitPlugins=%s" % self.job_submit_plugins)
         lines.extend(self.extra_conf)
+        gres = ""
+        if self.gpu_gres:
+            gpu_type, count = self.gpu_gres.split(":")
+            lines.append("GresTypes=gpu")
+            gres = " Gres=gpu:%s:%s" % (gpu_type, count)
+            dev = self.path("dev")
+            os.makedirs(dev, exist_ok=True)
+            for i in range(int(count)):
+                open(os.path.join(dev, "nvidia%d" % i), "w").close()
+            with open(self.path("gres.conf"), "w") as f:
+                f.write("Name=gpu Type=%s File=%s/nvidia[0-%d]\n" % (gpu_type, dev, int(count) - 1))
         lines.append(
-            "NodeName=gpu[0001-%04d] NodeHostname=%s NodeAddr=127.0.0.1 Port=%d-%d CPUs=1 State=UNKNOWN"
-            % (REAL_NODES, self.host, ports + 2, ports + 1 + REAL_NODES))
+            "NodeName=gpu[0001-%04d] NodeHostname=%s NodeAddr=127.0.0.1 Port=%d-%d CPUs=1%s State=UNKNOWN"
+            % (REAL_NODES, self.host, ports + 2, ports + 1 + REAL_NODES, gres))
         lines.append(
-            "NodeName=gpu[%04d-%04d] NodeAddr=127.0.0.1 Port=%d CPUs=1 State=DOWN"
-            % (REAL_NODES + 1, TOTAL_NODES, ports + 1))
+            "NodeName=gpu[%04d-%04d] NodeAddr=127.0.0.1 Port=%d CPUs=1%s State=DOWN"
+            % (REAL_NODES + 1, TOTAL_NODES, ports + 1, gres))
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE")
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
         with open(self.path("topology.conf"), "w") as f:
-            f.write(topology_conf())
+            f.write((self.topology_header + "\n" if self.topology_header else "") + topology_conf())
 
     # ---- lifecycle
     def start(self, timeout=60):

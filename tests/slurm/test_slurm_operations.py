@@ -178,16 +178,17 @@ def rank_map_once_and_drain_lets_plain_job_finish(cluster, daemon, sock):
 
 
 def comment_cannot_claim_a_job(cluster, daemon, sock, user):
-    # 4. A job of the user names its node (-w: not toposched's) and claims,
-    #    in its own comment and name, to carry a running toposched job.
+    # 4. A job of the user that is not toposched's (a job array, on the node
+    #    it names) claims, in its own comment and name, to carry a running
+    #    toposched job.
     v, r = cluster.sbatch("-J", "victim", "-N", "2", "--comment", "topo: tp=8", "--wrap", "sleep 300")
     check(v is not None, "sbatch failed: %s" % r.stderr)
     cluster.wait_job(v, {"RUNNING"})
     tid = topo_id(squeue(cluster)[v])
     taken = set(rank_nodes(daemon, tid))
     free = [slurm_cluster.node_name(i) for i in range(1, 17) if slurm_cluster.node_name(i) not in taken][0]
-    x, r = user.sbatch("-J", "y JobState=COMPLETED", "-w", free, "--comment", "x AdminComment=toposched:%d" % tid,
-                       "--wrap", "sleep 300")
+    x, r = user.sbatch("-J", "y JobState=COMPLETED", "--array=0", "-w", free, "--comment",
+                       "x AdminComment=toposched:%d" % tid, "--wrap", "sleep 300")
     check(x is not None, "the user's sbatch failed: %s" % r.stderr)
     cluster.wait_job(x, {"RUNNING"})
     synced(sock)

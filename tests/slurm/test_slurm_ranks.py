@@ -98,9 +98,10 @@ def main():
         daemon.start()
         slurm_cluster.wait_socket(sock)
         check(ask(sock, {"op": "refresh"}, timeout=30).startswith("OK"), "the first sync did not finish")
-        # gpu0001, gpu0002 (leaf001) and gpu0009 busy with a job toposched did
-        # not place: a 6-node tp=8,pp=2 job (dp=3) gets leaf001's two free
-        # nodes and leaf002, its pipeline stages paired across neighbours.
+        # gpu0001, gpu0002 (leaf001) and gpu0009 busy with a job that names
+        # them (-w: toposched places it there): a 6-node tp=8,pp=2 job (dp=3)
+        # gets leaf001's two free nodes and leaf002, its pipeline stages
+        # paired across neighbours.
         busy, r = cluster.sbatch("-J", "busy", "-w", "gpu0001,gpu0002,gpu0009", "--wrap", "sleep 300")
         check(busy is not None, "sbatch failed: %s" % r.stderr)
         cluster.wait_job(busy, {"RUNNING"})
@@ -114,7 +115,7 @@ def main():
                     "echo \"batch nodefile=$TOPO_NODEFILE\"\n"
                     "srun -O sh -c '%s'\n"
                     "SLURM_HOSTFILE=$TOPO_NODEFILE srun -O -n $SLURM_JOB_NUM_NODES sh -c '%s'\n"
-                    "sbatch -w gpu0016 -o %s --wrap 'echo nested hostfile=$SLURM_HOSTFILE "
+                    "sbatch --array=0 -w gpu0016 -o %s --wrap 'echo nested hostfile=$SLURM_HOSTFILE "
                     "map=$TOPO_SLURM_MAP; srun true && echo nested srun ok'\n"
                     % (TASK_REPORT, NODE_REPORT, cluster.path("nested.out")))
         job, r = cluster.sbatch("-J", "ranks", "-N", "6", "--comment", "topo: tp=8,pp=2", "-o", out, script)
@@ -177,8 +178,8 @@ def main():
                   "rank-order: node task %d ran on %s with GPUs %s (TOPO_NODE_RANK %s); toposched's node %d "
                   "is %s with GPUs %s" % (i, node, kv["gpus"], kv["nr"], i, order[i], want_gpus))
         print("rank-order: the per-node step (torchrun's shape) follows toposched's node order")
-        # A job submitted from inside the batch script (not toposched's: -w)
-        # inherits its variables; the TaskProlog unsets the layout ones.
+        # A job submitted from inside the batch script (not toposched's: a job
+        # array) inherits its variables; the TaskProlog unsets the layout ones.
         nested = wait_for_text(cluster.path("nested.out"), "nested srun ok")
         check("nested hostfile= map=\n" in nested,
               "a job submitted inside a placed job kept its rank layout: %r" % nested)

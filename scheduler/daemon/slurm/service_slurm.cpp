@@ -8,7 +8,9 @@
 #include <unordered_set>
 
 #include "daemon/log.hpp"
+#include "daemon/slurm/slurm_selection.hpp"
 #include "daemon/slurm/slurm_service.hpp"
+#include "topo/common/hostlist.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/slurm_rank_map.hpp"
 #include "topo/common/topology_io.hpp"
@@ -34,21 +36,6 @@ std::string OneLine(std::string s) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   return s;
-}
-
-// The GPU count of a TRES string ("gres:gpu:8", "gres/gpu:a100:8"); -1 if none.
-int64_t TresGpus(std::string_view tres) {
-  size_t at = tres.find("gpu");
-  if (at == std::string_view::npos) return -1;
-  std::string_view item = tres.substr(at);
-  item = item.substr(0, item.find_first_of(",;"));
-  const size_t colon = item.rfind(':');
-  if (colon == std::string_view::npos) return 1;
-  int64_t n = 0;
-  std::string_view num = item.substr(colon + 1);
-  auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), n);
-  if (ec != std::errc() || p != num.data() + num.size() || n < 1) return -1;
-  return n;
 }
 
 // A layout ("tp=8,pp=2 order=tp-dp-pp") merged into `out`; errors name the
@@ -231,6 +218,43 @@ std::string Join(const std::vector<std::string>& v) {
   return out;
 }
 
+// GPUs per node of the nodes a selection admits: the first listed node
+// (-w), else the first node of the GPU type and features asked for, else
+// the first node. What "whole nodes" means for a job of -N nodes.
+int SelectedNodeGpus(const core::Topology& topo, const core::NodeSelection& sel) {
+  for (const std::string& n : sel.nodelist) {
+    if (const NodeId id = topo.FindNode(n); id >= 0) return topo.node(id).gpus;
+  }
+  uint64_t features = 0;
+  for (const std::string& f : sel.features) {
+    const int i = topo.FindFeature(f);
+    if (i < 0) return topo.node(0).gpus;  // refused as infeasible later
+    features |= uint64_t{1} << i;
+  }
+  for (NodeId n = 0; n < topo.node_count(); ++n) {
+    const bool typed =
+        sel.gpu_types.empty() ||
+        std::any_of(sel.gpu_types.begin(), sel.gpu_types.end(), [&](const std::string& t) {
+          return core::SameGpuModel(t, topo.node(n).gpu_model);
+        });
+    if (typed && (topo.feature_mask(n) & features) == features) return topo.node(n).gpus;
+  }
+  return topo.node(0).gpus;
+}
+
+// The selection in Slurm's words, for the answer to a job that can never
+// be placed ("... with GPU type a100 (--gres): ...").
+void AppendSelectionOptions(const core::NodeSelection& sel, std::string& what) {
+  auto add = [&](const std::string& part) { what += (what.empty() ? "" : " and ") + part; };
+  if (!sel.gpu_types.empty()) {
+    add(std::string(sel.gpu_types.size() == 1 ? "GPU type " : "GPU types ") + Join(sel.gpu_types) +
+        " (--gres/--gpus)");
+  }
+  if (!sel.features.empty()) add("features " + Join(sel.features) + " (-C)");
+  if (!sel.nodelist.empty()) add("nodes " + common::CompressHostlist(sel.nodelist) + " (-w)");
+  if (!sel.exclude.empty()) add("without " + common::CompressHostlist(sel.exclude) + " (-x)");
+}
+
 bool Running(core::JobState s) {
   return s == core::JobState::kRunning || s == core::JobState::kPreempting;
 }
@@ -337,25 +361,64 @@ std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& req, const
     has_layout = true;
   }
 
-  // The shape: nodes and GPUs.
-  const int node_gpus = s.driver.topology()->node(0).gpus;
-  int64_t nodes = req.min_nodes.value_or(api::kSlurmNoValue);
-  const int64_t per_node = TresGpus(req.tres_per_node.value_or(""));
-  const int64_t per_job = TresGpus(req.tres_per_job.value_or(""));
+  if (req.array.value_or(false)) return "PASS job arrays are Slurm's to place";
+
+  // Node selection (slurm_selection.hpp): read now, refused below only once
+  // the job is toposched's.
+  const core::Topology& topo = *s.driver.topology();
+  Result<SlurmSelection> selected = ReadSlurmSelection(req);
+  static const SlurmSelection kNone;
+  const SlurmSelection& sel = selected.ok() ? selected.value() : kNone;
+  const core::NodeSelection& want = sel.selection;
+
+  // The shape: nodes and GPUs. -w names the whole allocation.
+  const int node_gpus = SelectedNodeGpus(topo, want);
+  const int64_t min_nodes = req.min_nodes.value_or(api::kSlurmNoValue);
+  const auto listed = static_cast<int64_t>(want.nodelist.size());
+  int64_t nodes = listed > 0 ? listed : min_nodes;
+  const int64_t per_node = sel.gpus_per_node;
+  const int64_t per_job = sel.gpus_per_job;
   int64_t gpus = 0;
   if (per_job > 0) {
     gpus = per_job;
     if (nodes < 1) nodes = (per_job + node_gpus - 1) / node_gpus;
+  } else if (listed > 0 && per_node <= 0) {
+    for (const std::string& n : want.nodelist) {
+      const NodeId id = topo.FindNode(n);
+      gpus += id >= 0 ? topo.node(id).gpus : node_gpus;
+    }
   } else {
     if (nodes < 1) nodes = 1;
     gpus = nodes * (per_node > 0 ? per_node : node_gpus);
   }
-  if (req.array.value_or(false)) return "PASS job arrays are Slurm's to place";
-  if (!req.req_nodes.value_or("").empty()) return "PASS the job names its nodes (-w)";
-  if (!req.exc_nodes.value_or("").empty()) return "PASS the job excludes nodes (-x)";
   if (!has_layout && nodes < s.config.slurm_min_nodes) {
     return "PASS " + std::to_string(nodes) +
            " node(s) without a TOPO layout is below slurm_min_nodes";
+  }
+  if (!selected.ok()) return "REJECT " + OneLine(selected.message());
+  if (listed > 0 && min_nodes > listed) {
+    return "REJECT req_nodes (-w) names " + std::to_string(listed) +
+           " node(s) and the job asks for " + std::to_string(min_nodes) +
+           " (-N): toposched runs a job on exactly the nodes -w names; name all " +
+           std::to_string(min_nodes) + " in -w, or drop -w (and keep the job off nodes with -x)";
+  }
+  // What toposched's topology cannot tell (topology.conf names no GPU
+  // models or features unless its #toposched: header or a JSON topology
+  // does): Slurm, which knows its nodes' GRES and features, places the job.
+  if (!want.gpu_types.empty() && std::all_of(topo.gpu_models().begin(), topo.gpu_models().end(),
+                                             [](const std::string& m) { return m.empty(); })) {
+    return "PASS the job asks for GPU type " + Join(want.gpu_types) +
+           " and toposched's topology names no GPU models (#toposched: model= in "
+           "slurm_topology, or a JSON topology)";
+  }
+  if (!want.features.empty() && topo.features().empty()) {
+    return "PASS the job asks for features (-C " + Join(want.features) +
+           ") and toposched's topology has none (a JSON topology names them)";
+  }
+  for (const std::string& n : want.nodelist) {
+    if (topo.FindNode(n) < 0) {
+      return "PASS the job names node " + n + " (-w), which is not in toposched's topology";
+    }
   }
   spec["gpus"] = gpus;
   if (per_node > 0) spec["gpus_per_node"] = per_node;
@@ -374,6 +437,15 @@ std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& req, const
       !st.ok()) {
     return "REJECT " + OneLine(st.message());
   }
+  request.spec.selection = want;
+  // Excluding a node toposched does not know changes nothing (Slurm checks
+  // the names itself).
+  std::erase_if(request.spec.selection.exclude,
+                [&](const std::string& n) { return topo.FindNode(n) < 0; });
+  if (Status st = core::ValidateJobSpec(request.spec); !st.ok()) {
+    return "REJECT " + OneLine(st.message());
+  }
+  AppendSelectionOptions(request.spec.selection, options);
   request.user =
       user.empty() ? "uid:" + std::to_string(req.uid.value_or(api::kSlurmNoValue)) : user;
   const std::string account = req.account.value_or("");

@@ -15,6 +15,7 @@
 #include "daemon/config.hpp"
 #include "daemon/service.hpp"
 #include "daemon/slurm/slurm_bridge.hpp"
+#include "daemon/slurm/slurm_selection.hpp"
 
 using namespace topo::daemon;
 
@@ -65,6 +66,28 @@ struct Fixture {
     const int status = service->Handle(r, now).status;
     REQUIRE(service->Commit().ok());
     return status;
+  }
+  // A request as the first admin: the HTTP status.
+  int Call(const std::string& method, const std::string& target, const std::string& body = "") {
+    HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.authorization = "Bearer " + *service->first_admin_token();
+    r.content_type = "application/json";
+    r.body = body;
+    const int status = service->Handle(r, now).status;
+    REQUIRE(service->Commit().ok());
+    return status;
+  }
+  // GET as the first admin: the body's JSON.
+  nlohmann::json Get(const std::string& target) {
+    HttpRequest r;
+    r.method = "GET";
+    r.target = target;
+    r.authorization = "Bearer " + *service->first_admin_token();
+    HttpResponse answer = service->Handle(r, now);
+    REQUIRE(service->Commit().ok());
+    return nlohmann::json::parse(answer.body, nullptr, false);
   }
   // GET one thing as the first admin: its "state".
   std::string State(const std::string& target) {
@@ -200,7 +223,6 @@ TEST_CASE("slurm: place, hold, reject, pass") {
   CHECK(f.Ask(Submit(2, "topo: tp=16")).find("REJECT") == 0);
   CHECK(f.Ask(Submit(2, "topo: tpp=8")).find("unknown layout key \"tpp\"") != std::string::npos);
   CHECK(f.Ask(Submit(9)).find("more than the cluster has") != std::string::npos);
-  CHECK(f.Ask(Submit(2, "", R"(,"req_nodes":"n1,n2")")).rfind("PASS", 0) == 0);
   CHECK(f.Ask(R"({"op":"submit","min_nodes":2,"env":{"TOPO_LAYOUT":"tp=3"}})").find("REJECT") == 0);
   CHECK(f.Ask("not json").rfind("PASS", 0) == 0);
   // test op: what would be placed, without submitting (2 nodes are free).
@@ -433,4 +455,308 @@ TEST_CASE("slurm: a job held for capacity stays held when its user releases it")
   CHECK(actions[0].admin_comment.rfind("toposched:2 signal=10 ranks=", 0) == 0);
   CHECK(actions[0].admin_comment.find("ranks=") == actions[0].admin_comment.rfind("ranks="));
   CHECK(actions[0].admin_comment.find("waits") == std::string::npos);
+}
+
+// ------------------------------------------------------------ node selection
+
+namespace {
+
+// n1, n2: H100 x8 with ib; n3, n4: A100 x4 with ib and nvme; two leaves.
+constexpr const char* kMixedTopology = R"({"version": 1, "name": "mixed",
+  "tiers": ["node", "leaf", "spine"], "hbd": "node", "gpus_per_node": 8, "gpu_model": "H100",
+  "domains": [{"name": "s", "children": [
+    {"name": "l1", "nodes": [{"name": "n1", "features": ["ib"]},
+                             {"name": "n2", "features": ["ib"]}]},
+    {"name": "l2", "nodes": [{"name": "n3", "gpus": 4, "gpu_model": "A100",
+                              "features": ["ib", "nvme"]},
+                             {"name": "n4", "gpus": 4, "gpu_model": "A100",
+                              "features": ["ib", "nvme"]}]}]}]})";
+
+void UseMixedTopology(Fixture& f) {
+  const nlohmann::json body = {{"format", "json"}, {"content", kMixedTopology}};
+  REQUIRE(f.Call("PUT", "/v1/topology", body.dump()) == 200);
+  f.Sync(Fixture::AllIdle());
+}
+
+// An op:test line with these fields.
+std::string Test(const nlohmann::json& fields) {
+  nlohmann::json line = {{"v", 1}, {"op", "test"}, {"uid", 1000}, {"name", "sel"}, {"env", {}}};
+  line.update(fields);
+  return line.dump();
+}
+
+bool Printable(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+}  // namespace
+
+TEST_CASE("slurm: the GPUs of a TRES string, in every form Slurm writes") {
+  struct Row {
+    const char* tres;
+    int64_t count;
+    std::vector<std::string> types;
+  };
+  const std::vector<Row> rows = {
+      {"gres:gpu:h100:8", 8, {"h100"}},  // 22.05: --gres=gpu:h100:8, --gpus-per-node=h100:8
+      {"gres/gpu:h100:8", 8, {"h100"}},  // 23.02 on
+      {"gres/gpu:h100=8", 8, {"h100"}},  // the TRES form
+      {"gres/gpu=8", 8, {}},
+      {"gres:gpu:8", 8, {}},           // untyped: no type
+      {"gres:gpu:h100", 1, {"h100"}},  // a type without a count: one
+      {"gres:gpu", 1, {}},
+      {"gpu:4", 4, {}},
+      {"gres:gpu:a100_80gb:4", 4, {"a100_80gb"}},
+      {"gres:nvme:1,gres:gpu:h100-sxm:2", 2, {"h100-sxm"}},  // other GRES are skipped
+      {"gres:gpu:h100:8,gres:gpu:H200:8", 8, {"h100", "H200"}},
+      {"gres:gpu:h100:8;gres:gpu:H100:8", 8, {"h100"}},  // one type, any spelling
+      {"gres:gpu:0", -1, {}},
+      {"cpu=4", -1, {}},
+      {"", -1, {}},
+      {"gres:gpus:8", -1, {}},  // not "gpu"
+  };
+  for (const Row& r : rows) {
+    CAPTURE(r.tres);
+    auto g = ParseSlurmTresGpus(r.tres, "tres_per_node");
+    REQUIRE_MESSAGE(g.ok(), g.message());
+    CHECK(g.value().count == r.count);
+    CHECK(g.value().types == r.types);
+  }
+
+  struct Hostile {
+    std::string tres;
+    const char* message;
+  };
+  const std::vector<Hostile> hostile = {
+      {"gres:gpu:h100:8,gres:gpu:a100:4", "give every type the same count"},
+      {"gres:gpu:" + std::string(65, 'h') + ":8", "is 65 bytes; at most 64"},
+      {"gres:gpu:h1\x01"
+       "00:8",
+       "is not a type name"},
+      {"gres:gpu:h100:x", "is not a whole number"},
+      {"gres:gpu:h100:99999999999999999999", "is not a whole number"},
+      {"gres:gpu:h100:-1", "is not a whole number"},
+      {"gres:gpu::8", "empty GPU type"},
+      {"gres:gpu:h100?:8", "is not a type name"},  // the plugin's '?' for a byte above 0x7e
+  };
+  for (const Hostile& h : hostile) {
+    CAPTURE(h.tres);
+    auto g = ParseSlurmTresGpus(h.tres, "tres_per_node");
+    REQUIRE_FALSE(g.ok());
+    CHECK_MESSAGE(g.message().rfind("tres_per_node (--gres, --gpus-per-node): ", 0) == 0,
+                  g.message());
+    CHECK_MESSAGE(g.message().find(h.message) != std::string::npos, g.message());
+    CHECK(Printable(g.message()));
+    CHECK(g.message().size() < 600);
+  }
+  CHECK(ParseSlurmTresGpus("gres:gpu:x y:1", "tres_per_task")
+            .message()
+            .rfind("tres_per_task (--gpus-per-task): ", 0) == 0);
+}
+
+TEST_CASE("slurm: -C is an AND of features, anything richer is refused by name") {
+  CHECK(ParseSlurmFeatures("ib").value() == std::vector<std::string>{"ib"});
+  CHECK(ParseSlurmFeatures("ib&nvme").value() == std::vector<std::string>{"ib", "nvme"});
+  // 22.05 reads a comma as AND too (sbatch --test-only -C a,b: only nodes with both).
+  CHECK(ParseSlurmFeatures("ib,nvme").value() == std::vector<std::string>{"ib", "nvme"});
+  CHECK(ParseSlurmFeatures("ib&ib").value() == std::vector<std::string>{"ib"});
+  CHECK(ParseSlurmFeatures("gpu80g&cpu.v4-x").ok());
+
+  std::string many;
+  for (int i = 0; many.size() < 10000; ++i) many += (i ? "&f" : "f") + std::to_string(i);
+  struct Hostile {
+    std::string features;
+    const char* message;
+  };
+  const std::vector<Hostile> hostile = {
+      {"a|b", "is more than an AND of features"},
+      {"[rack1|rack2]", "brackets"},
+      {"[rack1*2&rack2*4]", "counts (*N, :N)"},
+      {"ib:2", "is more than an AND"},
+      {"(a&b)|c", "parentheses"},
+      {"!a", "NOT (!)"},
+      {std::string(10000, 'a'), "is 10000 bytes; at most 64"},
+      {std::string(10000, '|'), "is more than an AND"},
+      {many, "more than 64 features"},
+      {"a&&b", "an empty feature"},
+      {"ib&", "an empty feature"},
+      {"ib nvme", "is not a feature name"},
+      {"ib\x1b", "is not a feature name"},
+      {"ib\n", "is not a feature name"},
+      {"caf\xc3\xa9", "is not a feature name"},
+  };
+  for (const Hostile& h : hostile) {
+    CAPTURE(h.features.substr(0, 40));
+    auto r = ParseSlurmFeatures(h.features);
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.message().rfind("features (-C/--constraint): ", 0) == 0, r.message());
+    CHECK_MESSAGE(r.message().find(h.message) != std::string::npos, r.message());
+    CHECK(Printable(r.message()));
+    CHECK(r.message().size() < 1000);  // the plugin shows up to 2 KiB
+  }
+  CHECK(ParseSlurmFeatures("a|b").message().find("-C ib&nvme") != std::string::npos);
+}
+
+TEST_CASE("slurm: -w and -x are hostlists of node names, errors name the field") {
+  CHECK(ParseSlurmNodeList("n[1-2],x", "req_nodes").value() ==
+        std::vector<std::string>{"n1", "n2", "x"});
+  struct Hostile {
+    std::string list;
+    const char* field;
+    const char* message;
+  };
+  const std::vector<Hostile> hostile = {
+      {"n1\x07", "req_nodes (-w/--nodelist): ", "is not a node name"},
+      {"n[1-", "req_nodes (-w/--nodelist): ", "is not a hostlist"},
+      {"n[2-1]", "exc_nodes (-x/--exclude): ", "is not a hostlist"},
+      {"-n1", "exc_nodes (-x/--exclude): ", "is not a node name"},
+      {std::string(65, 'n'), "req_nodes (-w/--nodelist): ", "1-64 bytes"},
+      {"n[1-200000]", "req_nodes (-w/--nodelist): ", "is not a hostlist"},
+  };
+  for (const Hostile& h : hostile) {
+    CAPTURE(h.list.substr(0, 40));
+    const std::string field(h.field, std::string_view(h.field).find(' '));
+    auto r = ParseSlurmNodeList(h.list, field);
+    REQUIRE_FALSE(r.ok());
+    CHECK_MESSAGE(r.message().rfind(h.field, 0) == 0, r.message());
+    CHECK_MESSAGE(r.message().find(h.message) != std::string::npos, r.message());
+    CHECK(Printable(r.message()));
+  }
+
+  // One line: duplicates go, and a node both listed and excluded is refused.
+  topo::api::SlurmSubmitLine line;
+  line.req_nodes = "n[1-2],n1";
+  line.exc_nodes = "n3";
+  line.tres_per_node = "gres:gpu:h100:8";
+  line.tres_per_task = "gres:gpu:H100:1";
+  line.tres_per_socket = "gres:gpu:h200:1";
+  auto sel = ReadSlurmSelection(line);
+  REQUIRE_MESSAGE(sel.ok(), sel.message());
+  CHECK(sel.value().selection.nodelist == std::vector<std::string>{"n1", "n2"});
+  CHECK(sel.value().selection.exclude == std::vector<std::string>{"n3"});
+  CHECK(sel.value().selection.gpu_types == std::vector<std::string>{"h100", "h200"});
+  CHECK(sel.value().gpus_per_node == 8);
+  CHECK(sel.value().gpus_per_job == -1);
+  line.exc_nodes = "n2";
+  CHECK(ReadSlurmSelection(line).message() ==
+        "req_nodes (-w) and exc_nodes (-x) both name node \"n2\"; leave it out of one of them");
+}
+
+TEST_CASE("slurm: GPU type, features, -w and -x reach the job spec and its placement") {
+  Fixture f;
+  UseMixedTopology(f);
+  auto placed = [](const std::string& a) {
+    return a.rfind("PLACE 0 ", 0) == 0 ? a.substr(8) : "(" + a + ")";
+  };
+  // GPU types pick the part; whole nodes of that type.
+  CHECK(placed(f.Ask(Test({{"min_nodes", 2}, {"tres_per_node", "gres:gpu:h100:8"}}))) == "n1,n2");
+  CHECK(placed(f.Ask(Test({{"min_nodes", 2}, {"tres_per_node", "gres:gpu:a100:4"}}))) == "n3,n4");
+  // --gpus=a100:8 and no -N: two of the A100 nodes' 4 GPUs.
+  CHECK(placed(f.Ask(Test({{"tres_per_job", "gres:gpu:a100:8"}}))) == "n3,n4");
+  CHECK(placed(f.Ask(Test({{"tres_per_job", "gres/gpu:H100=16"}}))) == "n1,n2");
+  const std::string task =
+      placed(f.Ask(Test({{"min_nodes", 1}, {"tres_per_task", "gres:gpu:a100:1"}})));
+  CHECK((task == "n3" || task == "n4"));
+  // A type the cluster lacks: refused with the cluster's types.
+  const std::string b200 = f.Ask(Test({{"min_nodes", 1}, {"tres_per_node", "gres:gpu:b200:8"}}));
+  CHECK_MESSAGE(b200.rfind("REJECT the job can never be placed on this cluster with GPU type b200 "
+                           "(--gres/--gpus): ",
+                           0) == 0,
+                b200);
+  CHECK_MESSAGE(b200.find("this cluster has no 'b200' GPUs; its GPU types are H100, A100") !=
+                    std::string::npos,
+                b200);
+
+  // Features: all of them; nodes of 4 GPUs for nvme.
+  CHECK(placed(f.Ask(Test({{"min_nodes", 2}, {"features", "nvme"}}))) == "n3,n4");
+  CHECK(placed(f.Ask(Test({{"min_nodes", 2}, {"features", "ib&nvme"}}))) == "n3,n4");
+  CHECK(placed(f.Ask(Test({{"min_nodes", 2}, {"features", "ib,nvme"}}))) == "n3,n4");
+  const std::string unknown = f.Ask(Test({{"min_nodes", 1}, {"features", "gpu80g"}}));
+  CHECK_MESSAGE(unknown.find("no node has feature 'gpu80g'; the features here are ib, nvme") !=
+                    std::string::npos,
+                unknown);
+  const std::string either = f.Ask(Test({{"min_nodes", 1}, {"features", "ib|nvme"}}));
+  CHECK_MESSAGE(either.rfind("REJECT features (-C/--constraint): \"ib|nvme\" is more than", 0) == 0,
+                either);
+  const std::string huge = f.Ask(Test({{"min_nodes", 1}, {"features", std::string(10000, 'f')}}));
+  CHECK(huge.rfind("REJECT features (-C/--constraint): ", 0) == 0);
+  CHECK(huge.size() < 1000);
+
+  // -w: exactly those nodes (their GPUs, whole); -x: never those.
+  CHECK(placed(f.Ask(Test({{"req_nodes", "n[3-4]"}, {"min_nodes", 2}}))) == "n3,n4");
+  CHECK(placed(f.Ask(Test({{"req_nodes", "n2"}}))) == "n2");
+  const std::string more = f.Ask(Test({{"req_nodes", "n1"}, {"min_nodes", 2}}));
+  CHECK_MESSAGE(
+      more.rfind("REJECT req_nodes (-w) names 1 node(s) and the job asks for 2 (-N)", 0) == 0,
+      more);
+  const std::string mixed = f.Ask(Test({{"req_nodes", "n[2-3]"}}));
+  CHECK_MESSAGE(mixed.rfind("REJECT the job can never be placed", 0) == 0, mixed);
+  CHECK(placed(f.Ask(
+            Test({{"min_nodes", 1}, {"exc_nodes", "n3"}, {"tres_per_node", "gres:gpu:a100:4"}}))) ==
+        "n4");
+  // Excluding a node toposched does not know changes nothing.
+  CHECK(placed(f.Ask(Test(
+            {{"min_nodes", 2}, {"exc_nodes", "n99"}, {"tres_per_node", "gres:gpu:a100:4"}}))) ==
+        "n3,n4");
+  CHECK(f.Ask(Test({{"req_nodes", "n9"}})).rfind("PASS the job names node n9 (-w)", 0) == 0);
+  const std::string bell = f.Ask(Test({{"req_nodes", "n1\x07"}}));
+  CHECK_MESSAGE(
+      bell.rfind("REJECT req_nodes (-w/--nodelist): node \"n1\\x07\" is not a node name", 0) == 0,
+      bell);
+  CHECK(Printable(bell));
+  CHECK(f.Ask(Test({{"exc_nodes", "n[1-"}, {"min_nodes", 1}}))
+            .rfind("REJECT exc_nodes (-x/--exclude): \"n[1-\" is not a hostlist", 0) == 0);
+  CHECK(f.Ask(Test({{"req_nodes", "n1"}, {"exc_nodes", "n1"}}))
+            .rfind("REJECT req_nodes (-w) and exc_nodes (-x) both name node", 0) == 0);
+  const std::string long_type =
+      f.Ask(Test({{"min_nodes", 1}, {"tres_per_node", "gres:gpu:" + std::string(65, 'h') + ":8"}}));
+  CHECK_MESSAGE(
+      long_type.rfind("REJECT tres_per_node (--gres, --gpus-per-node): the GPU type ", 0) == 0,
+      long_type);
+
+  // Submitted: the toposched job's spec carries the selection.
+  const std::string a = f.Ask(R"({"v":1,"op":"submit","uid":1000,"name":"typed","min_nodes":2,)"
+                              R"("tres_per_node":"gres:gpu:h100:8","features":"ib",)"
+                              R"("exc_nodes":"n3","env":{}})");
+  REQUIRE_MESSAGE(a.rfind("PLACE 1 ", 0) == 0, a);
+  const nlohmann::json job = f.Get("/v1/jobs/1");
+  REQUIRE_MESSAGE(job.contains("spec"), job.dump());
+  CHECK(job["spec"]["gpu_types"] == nlohmann::json::array({"h100"}));
+  CHECK(job["spec"]["features"] == nlohmann::json::array({"ib"}));
+  CHECK(job["spec"]["exclude"] == "n3");
+  CHECK(job["spec"]["gpus_per_node"] == 8);
+}
+
+TEST_CASE("slurm: what toposched's topology cannot tell, Slurm places") {
+  Fixture f;  // topology.conf: no GPU models, no features
+  f.Sync(Fixture::AllIdle());
+  CHECK(f.Ask(Test({{"min_nodes", 2}, {"tres_per_node", "gres:gpu:h100:8"}}))
+            .rfind("PASS the job asks for GPU type h100 and toposched's topology names no GPU "
+                   "models",
+                   0) == 0);
+  CHECK(f.Ask(Test({{"min_nodes", 2}, {"features", "ib"}}))
+            .rfind("PASS the job asks for features (-C ib)", 0) == 0);
+  // Untyped GPUs and plain jobs are toposched's as before.
+  CHECK(f.Ask(Test({{"min_nodes", 2}, {"tres_per_node", "gres:gpu:8"}})).rfind("PLACE 0 ", 0) == 0);
+  // #toposched: model=H100 in the topology.conf: types are read.
+  REQUIRE(
+      f.service->SlurmImportTopology(std::string("#toposched: model=H100\n") + kTopology, 8, f.now)
+          .ok());
+  f.Sync(Fixture::AllIdle());
+  CHECK(
+      f.Ask(Test({{"min_nodes", 2}, {"tres_per_node", "gres:gpu:h100:8"}})).rfind("PLACE 0 ", 0) ==
+      0);
+  CHECK(f.Ask(Test({{"min_nodes", 2}, {"tres_per_node", "gres:gpu:a100:8"}}))
+            .find("its GPU types are H100") != std::string::npos);
+}
+
+TEST_CASE("slurm: a job that is not toposched's passes before its selection is read") {
+  Fixture f("slurm_min_nodes = 2\n");
+  UseMixedTopology(f);
+  CHECK(f.Ask(Test({{"min_nodes", 1}, {"features", "a|b"}})).rfind("PASS", 0) == 0);
+  CHECK(f.Ask(Test({{"min_nodes", 1}, {"array", true}, {"req_nodes", "n["}})).rfind("PASS", 0) ==
+        0);
+  CHECK(f.Ask(Test({{"min_nodes", 2}, {"features", "a|b"}})).rfind("REJECT features", 0) == 0);
+  // -w of two nodes is two nodes, whatever -N said (sbatch sets it from -w).
+  CHECK(f.Ask(Test({{"req_nodes", "n[1-2]"}})).rfind("PLACE 0 n1,n2", 0) == 0);
 }

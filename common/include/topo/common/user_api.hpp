@@ -337,6 +337,8 @@ struct SlurmSubmitLine {
   std::optional<std::string> exc_nodes;
   std::optional<std::string> tres_per_job;
   std::optional<std::string> tres_per_node;
+  std::optional<std::string> tres_per_socket;  // sent only when set
+  std::optional<std::string> tres_per_task;    // sent only when set
   std::optional<int64_t> min_nodes;
   std::optional<int64_t> max_nodes;
   std::optional<int64_t> time_limit_min;
