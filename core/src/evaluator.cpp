@@ -56,21 +56,31 @@ PlacementMetrics Evaluate(const JobSpec& job, const Topology& whole,
   const RankLayout layout(job.parallelism);
   const int root_tier = topology.root_tier();
   const int hbd = topology.hbd_tier();
-  std::array<int, kGroupKindCount> required{};
-  required.fill(-1);
-  for (GroupKind k : kAllGroupKinds) {
-    const TierConstraint& c = job.constraint(k);
-    if (c.strength == Strength::kNone || !RankLayout::KindActive(k, job.parallelism)) continue;
-    Result<int> t = topology.FindTier(c.tier);
-    if (!t.ok()) {
-      if (c.strength != Strength::kPreferred) m.required_met = false;
-      continue;
-    }
-    if (EffectiveStrength(c.strength, layout.GroupSize(k), topology.max_domain_gpus(t.value())) ==
-        Strength::kRequired) {
-      required[static_cast<int>(k)] = t.value();
+  // Each group is held to its own part's constraints: a job split over
+  // parts by replica (placer_select.cpp) has groups on several.
+  std::vector<std::array<int, kGroupKindCount>> required(
+      static_cast<size_t>(std::max(1, whole.part_count())));
+  for (int p = 0; p < static_cast<int>(required.size()); ++p) {
+    const Topology& view = whole.PartView(p);
+    required[p].fill(-1);
+    for (GroupKind k : kAllGroupKinds) {
+      const TierConstraint& c = job.constraint(k);
+      if (c.strength == Strength::kNone || !RankLayout::KindActive(k, job.parallelism)) continue;
+      Result<int> t = view.FindTier(c.tier);
+      if (!t.ok()) {
+        if (c.strength != Strength::kPreferred) m.required_met = false;
+        continue;
+      }
+      if (EffectiveStrength(c.strength, layout.GroupSize(k), view.max_domain_gpus(t.value())) ==
+          Strength::kRequired) {
+        required[p][static_cast<int>(k)] = t.value();
+      }
     }
   }
+  auto required_for = [&](NodeId n, int ki) {
+    const int p = whole.part_of(n);
+    return required[p < 0 || p >= static_cast<int>(required.size()) ? 0 : p][ki];
+  };
 
   for (GroupKind k : kAllGroupKinds) {
     const int ki = static_cast<int>(k);
@@ -92,7 +102,8 @@ PlacementMetrics Evaluate(const JobSpec& job, const Topology& whole,
       m.comm_cost += GroupKindWeight(k) * topology.tier(tier).cost;
       m.comm_cost_bound += GroupKindWeight(k) * topology.tier(bound_tier).cost;
       if (tier <= hbd) ++in_hbd;
-      if (required[ki] >= 0 && tier > required[ki]) m.required_met = false;
+      const int need = required_for(g.front(), ki);
+      if (need >= 0 && tier > need) m.required_met = false;
     }
     if (k == GroupKind::kTp) m.tp_in_hbd = static_cast<double>(in_hbd) / count;
     if (k == GroupKind::kEp) m.ep_in_hbd = static_cast<double>(in_hbd) / count;

@@ -85,7 +85,11 @@ PlacementScorer::Score PlacementScorer::Evaluate(const JobSpec& job,
       const int tier = group_tier_[g];
       cost += weight * topo.tier(tier).cost;
       bound += weight * bound_cost;
-      if (shape.required[ki] >= 0 && tier > shape.required[ki]) score.required_met = false;
+      // Each group is held to its own part's constraints (a job split over
+      // parts by replica has groups on several).
+      const int own = std::max(0, topology_->part_of(group_first_[g]));
+      const int need = own == part ? shape.required[ki] : ShapeOf(job, own).required[ki];
+      if (need >= 0 && tier > need) score.required_met = false;
     }
   }
   if (bound > 0) score.comm_cost_ratio = cost / bound;

@@ -254,6 +254,8 @@ TEST_CASE("a job naming two types that no one part holds is split by whole DP re
     const std::vector<GpuSlot> rr = ReplicaRanks(job, p, j);
     CHECK(Evaluate(sub, t.PartView(t.part_of(rr[0].node)), rr).required_met);
   }
+  // The whole placement, judged group by group on each group's own part.
+  CHECK(Evaluate(job, t, p.ranks).required_met);
   // The step runs at the slower model's rate.
   CHECK(SlowestRankRate(t, p.ranks) == SustainedFlops("H100"));
   CHECK(SlowestRankRate(t, p.ranks) < SustainedFlops("GB200"));
@@ -501,6 +503,7 @@ TEST_CASE("property: on random mixed clusters toposched mixes parts only by DP r
         CHECK(in.size() == 1);
         CHECK(Evaluate(sub, t.PartView(*in.begin()), rr).required_met);
       }
+      CHECK(Evaluate(job, t, p.ranks).required_met);
       ClusterState copy = st;
       CHECK(copy.Allocate(p.ranks).ok());
       continue;

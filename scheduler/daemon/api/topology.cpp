@@ -130,6 +130,7 @@ Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route)
       {"gpu_types", topo.gpu_models()},
       {"diff", diff ? *diff : Json(nullptr)}};
   Json audit = summary;
+  audit.erase("diff");
   if (diff) audit["diff"] = (*diff)["counts"];  // the names are in the answer, not the audit log
   s.Audit(caller, "topology.import", audit);
   return JsonAnswer(200, summary);

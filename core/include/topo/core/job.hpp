@@ -94,7 +94,8 @@ struct NodeSelection {
   // Accelerator models the job accepts, any of them (ASCII case-insensitive
   // match of Node::gpu_model); empty: any. On a mixed cluster toposched
   // runs a job on one part (one model, one HBD kind): naming several types
-  // lets it run on any one of them.
+  // lets it run on any one of them, or, when no one of them can hold it,
+  // split by whole data-parallel replicas over them (placer_select.cpp).
   std::vector<std::string> gpu_types;
   std::vector<std::string> features;  // every node has all of them
   // The job runs on exactly these nodes (every one of them used), as
