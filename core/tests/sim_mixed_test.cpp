@@ -106,7 +106,8 @@ TEST_CASE("workload M: deterministic per seed, the documented shares, sizes and 
   // Several: every set of two or more models holds a small job.
   CHECK(sets_small.size() == 4);
   // Sizes: the Kalos histogram (512 GPUs: 84 of 319 jobs).
-  for (const auto& [gpus, n] : sizes) {
+  for (const auto& size : sizes) {
+    const int gpus = size.first;  // a plain name: a lambda may not capture a structured binding
     CAPTURE(gpus);
     CHECK(std::any_of(std::begin(kMixedSizes), std::end(kMixedSizes),
                       [&](const MixedSize& m) { return m.gpus == gpus; }));
