@@ -219,15 +219,18 @@ class SelectingPlacer final : public Placer {
     double best_step = 0;
     std::string reasons;
     bool busy = false;
-    std::vector<uint8_t> mine(open.size(), 0);
     for (int p = 0; p < topo.part_count(); ++p) {
       bool any = false;
-      for (NodeId n = 0; n < topo.node_count(); ++n) {
-        mine[n] = open[n] && topo.part_of(n) == p;
-        any = any || mine[n];
-      }
+      const std::vector<uint8_t> mine = PartNodes(topo, open, p, &any);
       if (!any) continue;
       const Topology& view = topo.PartView(p);
+      if (view.total_gpus() < job.gpus) {
+        // Never holds it: said without copying the state for a try.
+        reasons += (reasons.empty() ? "" : "; ") + PartLabel(topo, p) + ": its " +
+                   std::to_string(view.total_gpus()) + " GPUs are fewer than the job's " +
+                   std::to_string(job.gpus);
+        continue;
+      }
       Placement got = PlaceFenced(ResolveAuto(job, view), state, view, mine, listed);
       if (!got.placed()) {
         busy = busy || got.outcome == PlaceOutcome::kBusy;

@@ -138,13 +138,22 @@ std::vector<TenantConfig> EqualTenantsFromJobs(std::span<const SimJob> jobs, int
   return tenants;
 }
 
+namespace {
+
+// `count` (at least 1) tenants "team0".. with equal shares of the cluster.
+std::vector<TenantConfig> EqualTenants(int count, const Topology& topology) {
+  const int tenants = std::max(1, count);
+  const std::vector<double> shares(tenants, 1.0 / tenants);
+  return QuotaTenants("team", shares, topology.total_gpus());
+}
+
+}  // namespace
+
 SimWorkload BuildKalosWorkload(std::span<const KalosRow> rows, const Topology& topology,
                                const KalosOptions& options) {
   SimWorkload w;
   w.name = "K";
-  const int tenants = std::max(1, options.tenants);
-  std::vector<double> shares(tenants, 1.0 / tenants);
-  w.tenants = QuotaTenants("team", shares, topology.total_gpus());
+  w.tenants = EqualTenants(options.tenants, topology);
 
   // Layout first, then the seeded picks over positions.
   std::vector<size_t> moe_candidates;
@@ -284,9 +293,7 @@ constexpr size_t kMaxEnumeratedModels = 12;
 SimWorkload GenerateMixed(const Topology& topology, const MixedOptions& options) {
   SimWorkload w;
   w.name = "M";
-  const int tenants = std::max(1, options.tenants);
-  std::vector<double> shares(tenants, 1.0 / tenants);
-  w.tenants = QuotaTenants("team", shares, topology.total_gpus());
+  w.tenants = EqualTenants(options.tenants, topology);
 
   std::vector<double> size_cumulative;
   double size_total = 0;
@@ -336,8 +343,9 @@ SimWorkload GenerateMixed(const Topology& topology, const MixedOptions& options)
     job.request.spec.name = "m-" + std::to_string(i);
     FitEpConstraint(job.request.spec, topology);
     job.request.tenant =
-        w.tenants[std::min<size_t>(static_cast<size_t>(u_tenant * static_cast<double>(tenants)),
-                                   w.tenants.size() - 1)]
+        w.tenants[std::min<size_t>(
+                      static_cast<size_t>(u_tenant * static_cast<double>(w.tenants.size())),
+                      w.tenants.size() - 1)]
             .name;
     job.request.time_limit = DefaultTimeLimit(job.duration);
 
