@@ -102,6 +102,18 @@ def main():
               "n7 gone, n8 and n9 down: %s" % {k: v["state"] for k, v in n.items()})
         check(all(n["n%d" % i]["state"] == "up" for i in range(7)), "the others stay up")
         check(n["n8"]["leaf"] == "leaf4", "n8 under its new leaf: %s" % n["n8"])
+        # topo nodes: by GPU type (case-insensitive), by domain, and summed up.
+        typed = cli.json(["nodes", "--gpu-type", "h100"])["nodes"]
+        check(len(typed) == 9 and all(x["gpu_model"] == "H100" for x in typed),
+              "topo nodes --gpu-type h100: %s" % [x["name"] for x in typed])
+        under = cli.json(["nodes", "--domain", "leaf4"])["nodes"]
+        check(sorted(x["name"] for x in under) == ["n8", "n9"], "--domain leaf4: %s" % under)
+        summary = cli.json(["nodes", "--summary"])
+        check(summary["by_gpu_type"] == [{"name": "H100", "nodes": 9, "up": 7, "draining": 0,
+                                          "drained": 0, "down": 2, "suspect": 0, "gpus": 72,
+                                          "free": 7 * 8 - 40}],
+              "topo nodes --summary: %s" % summary["by_gpu_type"])
+        cli.run(["nodes", "--gpu-type", "B300"], expect=4)
 
         # The added nodes take work once up: the queued job starts.
         d.api("POST", "/v1/nodes/resume", {"nodes": "n[8-9]"}, expect=200)

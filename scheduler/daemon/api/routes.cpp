@@ -61,7 +61,7 @@ constexpr RouteSpec kRoutes[] = {
     W("POST", "/jobs/{id}/checkpoint", CheckpointJob),
     // A read, though it asks the node's agent (not logged, no storage).
     W("GET", "/jobs/{id}/logs", JobLogs, kRead, "rank offset max"),
-    R("GET", "/nodes", ListNodes, "domain"),
+    R("GET", "/nodes", ListNodes, "domain gpu_type"),
     W("POST", "/nodes/drain", DrainNodes),
     W("POST", "/nodes/resume", ResumeNodes),
     R("GET", "/nodes/{name}", ShowNode),
