@@ -274,6 +274,13 @@ Json EventBody(const T& e, const core::Topology& topo) {
             {"key", e.key},
             {"old", e.old_value},
             {"new", e.new_value}};
+  } else if constexpr (std::is_same_v<T, core::PartitionConfigured>) {
+    return {{"partition", PartitionConfigToJson(e.partition)}};
+  } else if constexpr (std::is_same_v<T, core::ReservationConfigured>) {
+    return {{"reservation", ReservationConfigToJson(e.reservation)}};
+  } else if constexpr (std::is_same_v<T, core::PartitionDeleted> ||
+                       std::is_same_v<T, core::ReservationDeleted>) {
+    return {{"name", e.name}};
   } else {
     static_assert(std::is_same_v<T, core::Tick>);
     return Json::object();
@@ -367,6 +374,32 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
       e.tenant = std::move(tenant).value();
     }
     return done(r, std::move(e));
+  }
+  if (type == "partition_configured" || type == "reservation_configured") {
+    const bool partition = type == "partition_configured";
+    const char* key = partition ? "partition" : "reservation";
+    Reader r = fields({"type", key});
+    const Json* body = r.Field(key);
+    if (!r.ok()) return r.status();
+    if (partition) {
+      Result<core::PartitionConfig> p = PartitionConfigFromJson(*body);
+      if (!p.ok()) return Nest(key, p.status());
+      return core::Event{core::PartitionConfigured{std::move(p).value()}};
+    }
+    Result<core::ReservationConfig> v = ReservationConfigFromJson(*body);
+    if (!v.ok()) return Nest(key, v.status());
+    return core::Event{core::ReservationConfigured{std::move(v).value()}};
+  }
+  if (type == "partition_deleted" || type == "reservation_deleted") {
+    Reader r = fields({"type", "name"});
+    std::string name = r.String("name", /*allow_empty=*/false);
+    if (!r.ok()) return r.status();
+    if (name.size() > core::kMaxNodeSetNameBytes) {
+      return PathError("name",
+                       "must be at most " + std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
+    }
+    if (type == "partition_deleted") return core::Event{core::PartitionDeleted{std::move(name)}};
+    return core::Event{core::ReservationDeleted{std::move(name)}};
   }
   if (type == "node_evacuated") {
     Reader r = fields({"type", "node", "reason"});
@@ -613,7 +646,11 @@ constexpr std::string_view kEventTypeNames[] = {"job_submitted",
                                                 "job_launch_failed",
                                                 "node_states_requested",
                                                 "policy_changed",
-                                                "start_unacknowledged"};
+                                                "start_unacknowledged",
+                                                "partition_configured",
+                                                "partition_deleted",
+                                                "reservation_configured",
+                                                "reservation_deleted"};
 static_assert(std::size(kEventTypeNames) == std::variant_size_v<core::Event>, "name every event");
 
 }  // namespace
@@ -714,6 +751,98 @@ Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
   return t;
 }
 
+namespace {
+
+// A list of names: an array of at most `most` strings of 1..bytes bytes.
+Status ReadNames(const Json& j, const std::string& key, size_t most, size_t bytes,
+                 std::vector<std::string>& out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::Ok();
+  if (!it->is_array() || it->size() > most) {
+    return PathError(key, "must be an array of at most " + std::to_string(most) + " names");
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& v = (*it)[i];
+    if (!v.is_string() || v.get_ref<const std::string&>().empty() ||
+        v.get_ref<const std::string&>().size() > bytes) {
+      return PathError(Index(key, i), "must be a name of 1 to " + std::to_string(bytes) + " bytes");
+    }
+    out.push_back(v.get<std::string>());
+  }
+  return Status::Ok();
+}
+
+constexpr size_t kMaxSetTenants = 1000;
+constexpr size_t kMaxSetTenantBytes = 256;
+
+}  // namespace
+
+Json PartitionConfigToJson(const core::PartitionConfig& p) {
+  return {{"name", p.name},
+          {"nodes", p.nodes},
+          {"default_time_ms", p.default_time},
+          {"max_time_ms", p.max_time},
+          {"max_gpus", p.max_gpus},
+          {"tenants", p.tenants},
+          {"priority_tier", p.priority_tier},
+          {"preemptible", p.preemptible},
+          {"default", p.is_default}};
+}
+
+Result<core::PartitionConfig> PartitionConfigFromJson(const Json& j) {
+  Reader r(j, "",
+           {"name", "nodes", "default_time_ms", "max_time_ms", "max_gpus", "tenants",
+            "priority_tier", "preemptible", "default"});
+  core::PartitionConfig p;
+  p.name = r.String("name", /*allow_empty=*/false);
+  r.Field("nodes");
+  p.default_time = r.Int64("default_time_ms", 0);
+  p.max_time = r.Int64("max_time_ms", 0);
+  p.max_gpus = r.Int("max_gpus", 0);
+  p.priority_tier = r.Int("priority_tier", -1000, 1000);
+  p.preemptible = r.Bool("preemptible");
+  p.is_default = r.Bool("default");
+  if (!r.ok()) return r.status();
+  if (p.name.size() > core::kMaxNodeSetNameBytes) {
+    return PathError("name",
+                     "must be at most " + std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
+  }
+  if (Status s =
+          ReadNames(j, "nodes", core::kMaxSelectionNames, core::kMaxSelectionNameBytes, p.nodes);
+      !s.ok())
+    return s;
+  if (Status s = ReadNames(j, "tenants", kMaxSetTenants, kMaxSetTenantBytes, p.tenants); !s.ok())
+    return s;
+  return p;
+}
+
+Json ReservationConfigToJson(const core::ReservationConfig& v) {
+  return {{"name", v.name},  {"nodes", v.nodes},     {"start_ms", v.start},
+          {"end_ms", v.end}, {"tenants", v.tenants}, {"maintenance", v.maintenance}};
+}
+
+Result<core::ReservationConfig> ReservationConfigFromJson(const Json& j) {
+  Reader r(j, "", {"name", "nodes", "start_ms", "end_ms", "tenants", "maintenance"});
+  core::ReservationConfig v;
+  v.name = r.String("name", /*allow_empty=*/false);
+  r.Field("nodes");
+  v.start = r.Int64("start_ms", 0);
+  v.end = r.Int64("end_ms", 0);
+  v.maintenance = r.Bool("maintenance");
+  if (!r.ok()) return r.status();
+  if (v.name.size() > core::kMaxNodeSetNameBytes) {
+    return PathError("name",
+                     "must be at most " + std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
+  }
+  if (Status s =
+          ReadNames(j, "nodes", core::kMaxSelectionNames, core::kMaxSelectionNameBytes, v.nodes);
+      !s.ok())
+    return s;
+  if (Status s = ReadNames(j, "tenants", kMaxSetTenants, kMaxSetTenantBytes, v.tenants); !s.ok())
+    return s;
+  return v;
+}
+
 core::Status CheckClientRequestId(std::string_view id) {
   if (id.empty() || id.size() > kMaxClientRequestId) {
     return core::Status::Error("must be 1 to " + std::to_string(kMaxClientRequestId) +
@@ -758,15 +887,34 @@ Json JobRequestToJson(const core::JobRequest& request) {
                     {"throttle", request.array_throttle}};
   }
   if (!request.client_request_id.empty()) out["client_request_id"] = request.client_request_id;
+  if (!request.partition.empty()) out["partition"] = request.partition;
+  if (!request.reservation.empty()) out["reservation"] = request.reservation;
   return out;
 }
 
 Result<core::JobRequest> JobRequestFromJson(const Json& j) {
-  Reader r(
-      j, "",
-      {"spec", "tenant", "user", "priority", "time_limit_ms", "checkpoint_interval_ms", "command",
-       "unix_user", "memory_mb_per_node", "cpu_millis_per_node", "placement_wait_ms", "launch",
-       "env", "chdir", "output", "error", "dependencies", "array", "client_request_id"});
+  Reader r(j, "",
+           {"spec",
+            "tenant",
+            "user",
+            "priority",
+            "time_limit_ms",
+            "checkpoint_interval_ms",
+            "command",
+            "unix_user",
+            "memory_mb_per_node",
+            "cpu_millis_per_node",
+            "placement_wait_ms",
+            "launch",
+            "env",
+            "chdir",
+            "output",
+            "error",
+            "dependencies",
+            "array",
+            "client_request_id",
+            "partition",
+            "reservation"});
   core::JobRequest request;
   if (const Json* spec = r.Field("spec")) {
     Result<core::JobSpec> s = JobSpecFromJson(*spec);
@@ -848,6 +996,17 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
                                                 std::to_string(kMaxClientRequestId) + " bytes");
     }
     request.client_request_id = it->get<std::string>();
+  }
+  // Optional: a partition and a reservation by name (checked when submitted).
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"partition", &request.partition},
+                          {"reservation", &request.reservation}}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_string() || it->get_ref<const std::string&>().size() > core::kMaxNodeSetNameBytes) {
+      return PathError(key, "must be a name of at most " +
+                                std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
+    }
+    *out = it->get<std::string>();
   }
   return request;
 }

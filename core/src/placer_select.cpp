@@ -138,6 +138,9 @@ Result<Admitted> Admit(const JobSpec& job, const Topology& topo) {
           "(or use exclude to keep it off nodes)");
     }
   }
+  if (sel.fence && sel.fence->size() == a.open.size()) {
+    for (NodeId n = 0; n < topo.node_count(); ++n) a.open[n] = a.open[n] && (*sel.fence)[n];
+  }
   for (const std::string& name : sel.avoid) {
     const NodeId n = topo.FindNode(name);  // a node since removed is simply gone
     if (n >= 0 && a.open[n]) {

@@ -23,6 +23,7 @@ class FifoOrder final : public QueueOrder {
 
   std::optional<bool> Before(const QueuedJob& a, const QueuedJob& b) const override {
     if (a.preemptor != b.preemptor) return a.preemptor;
+    if (a.tier != b.tier) return a.tier > b.tier;
     if (a.requeued_at_head != b.requeued_at_head) return a.requeued_at_head;
     return ByAge(a, b);
   }
@@ -60,9 +61,10 @@ class MultifactorOrder final : public QueueOrder {
   }
 
  private:
-  // Preemptor, priority, head, overdue: nullopt when fairshare decides.
+  // Preemptor, tier, priority, head, overdue: nullopt when fairshare decides.
   static std::optional<bool> Ranked(const QueuedJob& a, const QueuedJob& b) {
     if (a.preemptor != b.preemptor) return a.preemptor;
+    if (a.tier != b.tier) return a.tier > b.tier;
     if (a.priority != b.priority) return a.priority > b.priority;
     if (a.requeued_at_head != b.requeued_at_head) return a.requeued_at_head;
     if (a.overdue != b.overdue) return a.overdue;

@@ -165,6 +165,7 @@ SchedulerCore::Impl::Impl(const Topology& topology, SchedulerConfig config)
                 config_.restart_backoff_max),
       alloc_(topology),
       steps_(topology),
+      sets_(topology),
       empty_(topology),
       drain_reason_(topology.node_count()),
       ports_(topology.node_count(), config_.master_ports) {
@@ -205,6 +206,10 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
         if constexpr (std::is_same_v<T, JobLaunchFailed>) OnLaunchFailed(e);
         if constexpr (std::is_same_v<T, PolicyChanged>) OnPolicy(e);
         if constexpr (std::is_same_v<T, StartUnacknowledged>) OnStartUnacknowledged(e);
+        if constexpr (std::is_same_v<T, PartitionConfigured>) OnPartition(e);
+        if constexpr (std::is_same_v<T, PartitionDeleted>) OnPartitionDeleted(e);
+        if constexpr (std::is_same_v<T, ReservationConfigured>) OnReservation(e);
+        if constexpr (std::is_same_v<T, ReservationDeleted>) OnReservationDeleted(e);
       },
       event);
   if (config_.heartbeats_required) CheckHeartbeats();
@@ -221,6 +226,7 @@ std::vector<Command> SchedulerCore::Impl::Step(const Event& event, TimeMs now) {
     ++queue_epoch_;
   }
   RunJobTimers();
+  if (sets_wake_ <= now_) RunNodeSetTimers();
   StopExpiredPreemptions();
   if (just_submitted_ != 0 && generation_ == last_pass_generation_ &&
       queue_epoch_ == last_pass_epoch_ + 1 && AdmitBehindHead(just_submitted_)) {
@@ -336,7 +342,19 @@ std::string SchedulerCore::Impl::ArrayBlock(const JobRecord& job) const {
 }
 
 TimeMs SchedulerCore::Impl::TimeLimit(const JobRecord& job) const {
-  return job.request.time_limit > 0 ? job.request.time_limit : config_.default_time_limit;
+  if (sets_.empty()) {
+    return job.request.time_limit > 0 ? job.request.time_limit : config_.default_time_limit;
+  }
+  TimeMs limit = sets_.BaseTimeLimit(job.request, config_.default_time_limit);
+  // A job of a reservation ends with it.
+  if (!job.request.reservation.empty()) {
+    if (const ReservationConfig* r = sets_.reservation(job.request.reservation)) {
+      const bool runs = job.state == JobState::kRunning || job.state == JobState::kPreempting;
+      const TimeMs from = runs ? job.last_start : std::max(now_, r->start);
+      limit = std::clamp<TimeMs>(r->end - from, 1, limit);
+    }
+  }
+  return limit;
 }
 
 void SchedulerCore::Impl::OnSubmit(const JobSubmitted& e) {
@@ -350,6 +368,10 @@ void SchedulerCore::Impl::OnSubmit(const JobSubmitted& e) {
   Status valid = ValidateJobSpec(job.request.spec);
   if (!valid.ok()) {
     SetState(job, JobState::kRejected, valid.message());
+    return;
+  }
+  if (Status admitted = sets_.Admit(job.request, now_); !admitted.ok()) {
+    SetState(job, JobState::kRejected, admitted.message());
     return;
   }
   // Dependencies on jobs that ended already are met or not now; the rest
@@ -605,7 +627,17 @@ void SchedulerCore::Impl::MaybeFinishDrain(NodeId n) {
 
 void JobRecord::SetFailedNodes(std::vector<std::string> nodes) {
   failed_nodes = std::move(nodes);
-  if (failed_nodes.empty()) {
+  RebuildPlacing();
+}
+
+void JobRecord::SetFence(NodeFence f) {
+  if (f == fence) return;
+  fence = std::move(f);
+  RebuildPlacing();
+}
+
+void JobRecord::RebuildPlacing() {
+  if (failed_nodes.empty() && !fence) {
     placing.reset();
     return;
   }
@@ -614,6 +646,7 @@ void JobRecord::SetFailedNodes(std::vector<std::string> nodes) {
   for (const std::string& n : failed_nodes) {
     if (std::find(avoid.begin(), avoid.end(), n) == avoid.end()) avoid.push_back(n);
   }
+  spec->selection.fence = fence;
   placing = std::move(spec);
 }
 
@@ -670,6 +703,7 @@ const TenantConfig* SchedulerCore::tenant(const std::string& name) const {
   return impl_->quotas_.tenant(name);
 }
 const SchedulerConfig& SchedulerCore::config() const { return impl_->config_; }
+const NodeSets& SchedulerCore::node_sets() const { return impl_->sets_; }
 TimeMs SchedulerCore::NextWakeup() const { return impl_->NextWakeup(); }
 
 std::vector<JobRecord> SchedulerCore::TakeFinishedJobs() {

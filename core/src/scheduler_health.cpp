@@ -453,6 +453,7 @@ void SchedulerCore::Impl::Recover(JobRecord& job, const std::string& cause, Node
     return;
   }
   if (job.state != JobState::kRunning) return;
+  RefreshFence(job);  // a reservation may hold nodes since it started
   // Nodes the restart must leave: down, suspect (it may be gone), draining
   // or drained, with a failed GPU, or the one that could not start it. Only
   // nodes that are up and whole take its ranks.
@@ -632,7 +633,7 @@ TimeMs SchedulerCore::Impl::NextWakeup() const {
   if (!backoff_.empty()) next = std::min(next, backoff_.begin()->first);
   for (const auto& [id, h] : held_exits_) next = std::min(next, h.until);
   if (config_.heartbeats_required) next = std::min(next, liveness_.NextDeadline());
-  return next;
+  return std::min(next, sets_wake_);
 }
 
 }  // namespace topo::core

@@ -18,6 +18,7 @@
 #include "topo/core/allocations.hpp"
 #include "topo/core/failure_policy.hpp"
 #include "topo/core/liveness.hpp"
+#include "topo/core/node_sets.hpp"
 #include "topo/core/queue_order.hpp"
 #include "topo/core/quota.hpp"
 #include "topo/core/scheduler.hpp"
@@ -48,6 +49,7 @@ class SchedulerCore::Impl {
   FailurePolicy failures_;
   Allocations alloc_;    // GPUs held by running jobs (and their spares)
   StepTimeModel steps_;  // predicted step times, beside the placers
+  NodeSets sets_;        // partitions and reservations
   ClusterState& cluster() { return alloc_.cluster(); }
   const ClusterState& cluster() const { return alloc_.cluster(); }
 
@@ -209,6 +211,32 @@ class SchedulerCore::Impl {
   void OnRankExited(const RankExited& e);
   void OnCheckpoint(const CheckpointCompleted& e);
   void OnTenant(const TenantConfigured& e);
+  // ---- partitions and reservations (scheduler_sets.cpp)
+  void OnPartition(const PartitionConfigured& e);
+  void OnPartitionDeleted(const PartitionDeleted& e);
+  void OnReservation(const ReservationConfigured& e);
+  void OnReservationDeleted(const ReservationDeleted& e);
+  // After a change of the sets: the memos that depend on them are dropped,
+  // and waiting jobs of `name` (a partition or reservation) that may no
+  // longer run as asked are rejected, with the reason.
+  void NodeSetsChanged(const std::string& name, bool deleted, bool reservation);
+  // Reservations' moments due by now_: a maintenance one's checkpoint
+  // lead (running jobs on its nodes that would overrun it are asked to
+  // checkpoint), its start (they are requeued off its nodes), any one's
+  // start and end (the pass looks again; waiting jobs of an ended one are
+  // rejected and it is removed).
+  void RunNodeSetTimers();
+  TimeMs sets_wake_ = kNever;  // the next such moment (NodeSets::NextChange)
+  // Maintenance reservations whose checkpoint requests went out, by name.
+  std::set<std::string> maintenance_asked_;
+  // Refreshes the job's fence for a run from now (its partition's and
+  // reservations' nodes) before it is placed.
+  void RefreshFence(JobRecord& job);
+  // The spec the judge places on the empty cluster: where the job could
+  // ever run (its partition's and own reservation's nodes).
+  JobSpec HomeSpec(const JobRecord& job) const;
+  // The job's partition's priority tier (0 without one).
+  int PriorityTier(const JobRecord& job) const;
   void OnPolicy(const PolicyChanged& e);
   TimeMs TimeLimit(const JobRecord& job) const;
   // GPU allocation of a job that starts or restarts, and its release: the

@@ -26,7 +26,8 @@ QueuedJob SchedulerCore::Impl::QueueEntry(const JobRecord& j) const {
                    j.requeued_at_head,
                    &j.request.tenant,
                    queue_time_.at(j.id),
-                   now_ >= OverdueAt(j)};
+                   now_ >= OverdueAt(j),
+                   PriorityTier(j)};
 }
 
 TimeMs SchedulerCore::Impl::OverdueAt(const JobRecord& j) const {
@@ -391,6 +392,18 @@ std::string SchedulerCore::Impl::WaitReason(const JobRecord& job, const std::str
   if (std::string unavailable = UnavailableNodes(); !unavailable.empty()) {
     out += "; " + unavailable;
   }
+  if (job.fence) {
+    const PartitionConfig* p = sets_.PartitionOf(job.request);
+    if (p != nullptr) out += "; in partition '" + p->name + "'";
+    std::vector<std::string> held = sets_.Meeting(job.request, now_, TimeLimit(job));
+    if (!held.empty()) {
+      std::string names;
+      for (size_t i = 0; i < held.size() && i < 4; ++i) names += (i ? ", '" : "'") + held[i] + "'";
+      if (held.size() > 4) names += ", ...";
+      out += "; keeps off the nodes of reservation " + names + ", which its time limit (" +
+             DurationText(TimeLimit(job)) + ") would run into";
+    }
+  }
   if (job.first_start >= 0) {
     out += job.checkpoint_step >= 0
                ? "; restarts from checkpoint step " + std::to_string(job.checkpoint_step)
@@ -428,6 +441,7 @@ void SchedulerCore::Impl::PlaceQueued() {
     if (job.state != JobState::kQueued) continue;
     if (job.restart_at >= 0) continue;  // backing off; its reason says until when
     if (blocked && ++looked > config_.backfill_depth) break;
+    RefreshFence(job);
     const JobSpec& spec = job.SpecToPlace();
     if (std::string d = DependencyBlock(job); !d.empty()) {
       SetState(job, JobState::kQueued, d);
@@ -441,8 +455,13 @@ void SchedulerCore::Impl::PlaceQueued() {
       SetState(job, JobState::kQueued, q);
       continue;
     }
+    if (std::string w = sets_.WindowBlock(job.request, now_); !w.empty()) {
+      SetState(job, JobState::kQueued, w);
+      continue;
+    }
     if (!feasible_.count(id)) {
-      Placement on_empty = judge_->Place(spec, empty_);
+      Placement on_empty =
+          sets_.empty() ? judge_->Place(spec, empty_) : judge_->Place(HomeSpec(job), empty_);
       if (!on_empty.placed()) {
         SetState(job, JobState::kRejected, "infeasible: " + on_empty.reason);
         continue;
@@ -648,6 +667,12 @@ Placement SchedulerCore::Impl::PlaceUnlessBlocked(const JobRecord& job, const Cl
     return Placement{PlaceOutcome::kBusy, it->second.reason, {}, {}};
   }
   Placement p = placer_->Place(job.SpecToPlace(), where);
+  if (p.outcome == PlaceOutcome::kInfeasible && job.fence && feasible_.count(job.id)) {
+    // It fits where it may ever run (the judge said so): what keeps it out
+    // now is a reservation's hold on nodes.
+    p.outcome = PlaceOutcome::kBusy;
+    p.reason = "keeping off reserved nodes: " + p.reason;
+  }
   if (p.outcome == PlaceOutcome::kBusy) {
     blocked_at_[job.id] = Blocked{generation_, masked, res_job, p.reason};
   }
@@ -716,7 +741,13 @@ SchedulerCore::Impl::PreemptDecision SchedulerCore::Impl::TryPreempt(JobRecord& 
   for (JobId id : alloc_.holders()) {
     const JobRecord& j = jobs_.at(id);
     if (j.state != JobState::kRunning) continue;
-    const bool lower = j.request.priority < waiting.request.priority;
+    // A job of a partition that is not preemptible is never a victim; one
+    // of a preemptible partition is one for jobs of a higher tier too.
+    const PartitionConfig* part =
+        sets_.partitions().empty() ? nullptr : sets_.PartitionOf(j.request);
+    if (part != nullptr && !part->preemptible) continue;
+    const bool lower = j.request.priority < waiting.request.priority ||
+                       (part != nullptr && PriorityTier(waiting) > part->priority_tier);
     // Reclaiming borrowed capacity never stops a gang larger than the job it
     // makes room for (restarting a big gang costs far more than the wait),
     // nor a job of a tenant within its guarantee now.
@@ -922,8 +953,12 @@ void SchedulerCore::Impl::RunJobTimers() {
     KeepProgress(job, now_);
     Emit(StopJob{id, "time limit reached"});
     Release(job);
+    const ReservationConfig* r =
+        job.request.reservation.empty() ? nullptr : sets_.reservation(job.request.reservation);
     SetState(job, JobState::kFailed,
-             "time limit of " + std::to_string(TimeLimit(job) / kSecond) + " s reached");
+             r != nullptr && now_ >= r->end
+                 ? "reservation '" + r->name + "' ended (its jobs end with it)"
+                 : "time limit of " + std::to_string(TimeLimit(job) / kSecond) + " s reached");
   }
   RecomputeTimers();
 }

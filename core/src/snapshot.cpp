@@ -491,6 +491,56 @@ void WriteJob(Writer& w, const JobRecord& j) {
   w.I64(j.launch_failures);
   w.I64(j.restart_at);
   if (w.version >= 8) w.Each(j.failed_nodes, [&](const std::string& n) { w.Str(n); });
+  if (w.version >= 9) {
+    w.Str(q.partition);
+    w.Str(q.reservation);
+  }
+}
+
+// Partitions and reservations (version 9), by node name: onto another
+// topology, names it lacks are left out (and a set left with none).
+void WriteNodeSets(Writer& w, const NodeSets& sets, const std::set<std::string>& asked,
+                   const Topology* onto) {
+  auto names = [&](const std::vector<std::string>& nodes) {
+    std::vector<std::string> kept;
+    for (const std::string& n : nodes) {
+      if (onto == nullptr || onto->FindNode(n) >= 0) kept.push_back(n);
+    }
+    return kept;
+  };
+  auto str = [&](const std::string& v) { w.Str(v); };
+  std::vector<PartitionConfig> parts;
+  for (const auto& [name, p] : sets.partitions()) {
+    PartitionConfig q = p;
+    q.nodes = names(p.nodes);
+    if (!q.nodes.empty()) parts.push_back(std::move(q));
+  }
+  w.Each(parts, [&](const PartitionConfig& p) {
+    w.Str(p.name);
+    w.Each(p.nodes, str);
+    w.I64(p.default_time);
+    w.I64(p.max_time);
+    w.I64(p.max_gpus);
+    w.Each(p.tenants, str);
+    w.I64(p.priority_tier);
+    w.Bool(p.preemptible);
+    w.Bool(p.is_default);
+  });
+  std::vector<ReservationConfig> res;
+  for (const auto& [name, r] : sets.reservations()) {
+    ReservationConfig q = r;
+    q.nodes = names(r.nodes);
+    if (!q.nodes.empty()) res.push_back(std::move(q));
+  }
+  w.Each(res, [&](const ReservationConfig& r) {
+    w.Str(r.name);
+    w.Each(r.nodes, str);
+    w.I64(r.start);
+    w.I64(r.end);
+    w.Each(r.tenants, str);
+    w.Bool(r.maintenance);
+  });
+  w.Each(std::vector<std::string>(asked.begin(), asked.end()), str);
 }
 
 JobRecord ReadJob(Reader& r, const Bounds& b) {
@@ -549,6 +599,10 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
     std::vector<std::string> failed(r.Count(8));
     for (std::string& n : failed) n = r.Str();
     j.SetFailedNodes(std::move(failed));
+  }
+  if (b.version >= 9) {
+    q.partition = r.Str();
+    q.reservation = r.Str();
   }
   if (r.ok()) {
     if (Status s = ValidateJobSpec(q.spec); !s.ok()) {
@@ -736,6 +790,9 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   for (NodeId n : order) {
     static const std::map<int, int64_t> kNone;
     WriteMap(w, n < 0 ? kNone : c.ports_.held_by_port_[n], i64, i64);
+  }
+  if (w.version >= 9) {
+    WriteNodeSets(w, c.sets_, c.maintenance_asked_, onto != nullptr ? onto->next : nullptr);
   }
 
   w.U64(Fnv1a(w.out));
@@ -966,6 +1023,47 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   for (auto& held : c.ports_.held_by_port_) {
     ReadMap(
         r, held, [&] { return r.Int("master port", 0, 65535); }, job);
+  }
+  if (b.version >= 9) {
+    auto strs = [&](std::vector<std::string>& out) {
+      out.resize(r.Count(8));
+      for (std::string& v : out) v = r.Str();
+    };
+    const size_t parts = r.Count(8);
+    for (size_t i = 0; i < parts && r.ok(); ++i) {
+      PartitionConfig p;
+      p.name = r.Str();
+      strs(p.nodes);
+      p.default_time = r.I64();
+      p.max_time = r.I64();
+      p.max_gpus = r.Int("partition max_gpus", 0);
+      strs(p.tenants);
+      p.priority_tier = r.Int("partition priority_tier", -1000, 1000);
+      p.preemptible = r.Bool();
+      p.is_default = r.Bool();
+      if (!r.ok()) break;
+      if (Status s = c.sets_.ConfigurePartition(std::move(p)); !s.ok()) {
+        r.Fail("partition: " + s.message());
+      }
+    }
+    const size_t res = r.Count(8);
+    for (size_t i = 0; i < res && r.ok(); ++i) {
+      ReservationConfig q;
+      q.name = r.Str();
+      strs(q.nodes);
+      q.start = r.I64();
+      q.end = r.I64();
+      strs(q.tenants);
+      q.maintenance = r.Bool();
+      if (!r.ok()) break;
+      if (Status s = c.sets_.ConfigureReservation(std::move(q)); !s.ok()) {
+        r.Fail("reservation: " + s.message());
+      }
+    }
+    std::vector<std::string> asked;
+    strs(asked);
+    c.maintenance_asked_ = std::set<std::string>(asked.begin(), asked.end());
+    c.sets_wake_ = c.sets_.NextChange(c.now_, c.config_.preempt_grace);
   }
   if (r.ok() && !r.done()) r.Fail("bytes after the end");
   if (!r.ok()) return Status::Error("corrupt snapshot: " + r.error());

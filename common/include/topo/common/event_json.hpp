@@ -79,6 +79,12 @@ std::string_view CommandTypeName(const core::Command& command);
 // Pieces shared with the store's materialized tables.
 nlohmann::json TenantConfigToJson(const core::TenantConfig& tenant);
 core::Result<core::TenantConfig> TenantConfigFromJson(const nlohmann::json& j);
+// Partitions and reservations as the log and the API carry them: names and
+// sizes checked here, the rest by core::ValidatePartition/ValidateReservation.
+nlohmann::json PartitionConfigToJson(const core::PartitionConfig& partition);
+core::Result<core::PartitionConfig> PartitionConfigFromJson(const nlohmann::json& j);
+nlohmann::json ReservationConfigToJson(const core::ReservationConfig& reservation);
+core::Result<core::ReservationConfig> ReservationConfigFromJson(const nlohmann::json& j);
 // At most this many dependencies per job (each an afterok/afterany/afternotok
 // on one job id): the API, the CLI and the log reader all refuse more.
 inline constexpr size_t kMaxJobDependencies = 64;

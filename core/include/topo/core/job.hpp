@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -105,9 +106,13 @@ struct NodeSelection {
   // Used only when nothing else fits (the nodes that failed this job
   // before; the scheduler fills it on a restart).
   std::vector<std::string> avoid;
+  // The nodes the scheduler lets the job take work on, by node id (its
+  // partition's and reservations' rules: node_sets.hpp); null: every node.
+  // Set by the scheduler only, never read from the wire.
+  std::shared_ptr<const std::vector<uint8_t>> fence;
   bool empty() const {
     return gpu_types.empty() && features.empty() && nodelist.empty() && exclude.empty() &&
-           avoid.empty();
+           avoid.empty() && !fence;
   }
   bool operator==(const NodeSelection&) const = default;
 };

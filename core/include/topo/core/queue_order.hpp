@@ -4,14 +4,16 @@
 // algorithms never switch on a name).
 //
 //   "multifactor"  a job that preempted others first (it claims what they
-//                  free), then higher priority, then jobs requeued at the
+//                  free), then its partition's higher priority tier, then
+//                  higher priority, then jobs requeued at the
 //                  head (a failed job keeps its place), then overdue jobs
 //                  (eligible for longer than the config's
 //                  fairshare_max_wait) by age, then fairshare (the tenant
 //                  further below its share first, QuotaLedger), then age
 //                  (queued time), then id.
-//   "fifo"         preemptors, then jobs requeued at the head, then age, then
-//                  id: priority, fairshare and overdue are ignored.
+//   "fifo"         preemptors, then the higher partition tier, then jobs
+//                  requeued at the head, then age, then id: priority,
+//                  fairshare and overdue are ignored.
 //
 // Both are total orders (ids are unique), so the result does not depend on
 // the sort algorithm.
@@ -38,6 +40,7 @@ struct QueuedJob {
   const std::string* tenant = nullptr;  // REQUIRES: non-null, outlives the call
   TimeMs queued = 0;                    // ordering time (submission, or requeue)
   bool overdue = false;                 // eligible for longer than fairshare's bound (multifactor)
+  int tier = 0;                         // its partition's priority tier (higher first)
 };
 
 class QueueOrder {

@@ -58,6 +58,7 @@
 #include "topo/core/cluster_state.hpp"
 #include "topo/core/job.hpp"
 #include "topo/core/launch.hpp"
+#include "topo/core/node_sets.hpp"
 #include "topo/core/placement.hpp"
 #include "topo/core/quota.hpp"
 #include "topo/core/time.hpp"
@@ -241,6 +242,10 @@ struct JobRequest {
   // same key from the same user is answered with the job it made the first
   // time. Carried, never interpreted by the core.
   std::string client_request_id;
+  // The partition it runs in ("": the default partition, or every node when
+  // there is none) and the reservation it runs in ("": none): node_sets.hpp.
+  std::string partition;
+  std::string reservation;
 };
 
 enum class JobState : uint8_t {
@@ -292,13 +297,22 @@ struct JobRecord {
   // could not start it), the newest 64: its placements use them only when
   // nothing else fits (NodeSelection::avoid).
   std::vector<std::string> failed_nodes;
-  // request.spec with failed_nodes added to its avoid list, when there are
-  // any; what the placers get (SpecToPlace).
+  // The nodes its partition and reservations let it take work on now
+  // (NodeSets::FenceFor; null: every node), refreshed by the scheduler
+  // before each placement.
+  NodeFence fence;
+  // request.spec with failed_nodes added to its avoid list and the fence,
+  // when there are any; what the placers get (SpecToPlace).
   std::shared_ptr<const JobSpec> placing;
 
   const JobSpec& SpecToPlace() const { return placing ? *placing : request.spec; }
   // Sets failed_nodes and rebuilds `placing` from them.
   void SetFailedNodes(std::vector<std::string> nodes);
+  // Sets the fence (a no-op for the same one) and rebuilds `placing`.
+  void SetFence(NodeFence f);
+
+ private:
+  void RebuildPlacing();
 };
 
 // ---------------------------------------------------------------- events
@@ -407,10 +421,29 @@ struct StartUnacknowledged {
   TimeMs waited = 0;
 };
 
-using Event = std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
-                           CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent,
-                           TenantConfigured, Tick, NodeEvacuated, JobLaunchFailed,
-                           NodeStatesRequested, PolicyChanged, StartUnacknowledged>;
+// Admin: a partition or reservation is added or replaced, or deleted
+// (node_sets.hpp). Deleting one rejects the waiting jobs that name it
+// (running ones keep running); the daemon refuses a change that
+// CheckNodeSetChange refuses before it logs one.
+struct PartitionConfigured {
+  PartitionConfig partition;
+};
+struct PartitionDeleted {
+  std::string name;
+};
+struct ReservationConfigured {
+  ReservationConfig reservation;
+};
+struct ReservationDeleted {
+  std::string name;
+};
+
+using Event =
+    std::variant<JobSubmitted, JobCancelled, JobHoldChanged, JobFinished, RankExited,
+                 CheckpointCompleted, NodeStateRequested, Heartbeat, GpuEvent, TenantConfigured,
+                 Tick, NodeEvacuated, JobLaunchFailed, NodeStatesRequested, PolicyChanged,
+                 StartUnacknowledged, PartitionConfigured, PartitionDeleted, ReservationConfigured,
+                 ReservationDeleted>;
 
 // ---------------------------------------------------------------- commands
 
@@ -514,6 +547,20 @@ class SchedulerCore {
   int TenantUsage(const std::string& tenant) const;
   const TenantConfig* tenant(const std::string& name) const;
   const SchedulerConfig& config() const;
+  // Partitions and reservations as configured now (reservations that ended
+  // are gone).
+  const NodeSets& node_sets() const;
+  // Whether a node-set event would be taken: a configure that validates and
+  // conflicts with nothing (ValidatePartition, one default, no overlapping
+  // reservation); a delete of one that exists and that no waiting or running
+  // job names (kConflict naming them). Ok or the error, nothing changed.
+  Status CheckNodeSetChange(const Event& e) const;
+  // The nodes a reservation of `gpus` GPUs over [start, end) would take:
+  // whole up nodes of `partition` ("" every node) in the fewest, most
+  // compact domains (the toposched placer on the empty cluster), keeping off
+  // nodes of reservations overlapping the window. kInfeasible when too few.
+  Result<std::vector<std::string>> ChooseReservationNodes(int gpus, TimeMs start, TimeMs end,
+                                                          const std::string& partition) const;
   // Removes terminal jobs from jobs() and returns them, so a long replay
   // keeps memory flat.
   std::vector<JobRecord> TakeFinishedJobs();
@@ -564,7 +611,9 @@ class SchedulerCore {
   // exits waiting for their verdict; backfill_depth is part of the live
   // policy (a version 6 or older snapshot keeps the depth it was written
   // with, 64).
-  static constexpr uint32_t kSnapshotVersion = 8;
+  // 8: a job's node selection, EP auto and failed nodes. 9: partitions,
+  // reservations and a request's partition and reservation.
+  static constexpr uint32_t kSnapshotVersion = 9;
 
  private:
   friend struct SnapshotAccess;

@@ -1,0 +1,407 @@
+// Partitions and reservations (node_sets.hpp) alone and in the scheduler,
+// hand-computed on a 64-GPU tree.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+#include "topo/core/scheduler.hpp"
+
+namespace topo::core {
+namespace {
+
+using testing::MakeJob;
+using testing::MakeRegular;
+
+// 4 leaves of 2 nodes x 8 GPUs: n0 n1 | n2 n3 | n4 n5 | n6 n7.
+Topology Tiny() { return MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8); }
+
+SchedulerConfig Config() {
+  SchedulerConfig c = SchedulerConfig::ForStack("toposched").value();
+  c.heartbeats_required = false;
+  c.default_checkpoint_interval = -1;
+  return c;
+}
+
+JobRequest Request(int gpus, TimeMs limit, std::string partition = "", std::string reservation = "",
+                   std::string tenant = "default") {
+  JobRequest r;
+  r.spec = MakeJob(gpus, gpus >= 8 ? 8 : gpus);
+  r.time_limit = limit;
+  r.tenant = std::move(tenant);
+  r.checkpoint_interval = -1;
+  r.partition = std::move(partition);
+  r.reservation = std::move(reservation);
+  return r;
+}
+
+std::set<std::string> NodesOf(const Topology& t, const JobRecord& j) {
+  std::set<std::string> out;
+  for (const GpuSlot& g : j.ranks) out.insert(t.node(g.node).name);
+  return out;
+}
+
+template <typename T>
+std::vector<T> Only(const std::vector<Command>& cmds) {
+  std::vector<T> out;
+  for (const Command& c : cmds) {
+    if (const T* t = std::get_if<T>(&c)) out.push_back(*t);
+  }
+  return out;
+}
+
+PartitionConfig Part(std::string name, std::vector<std::string> nodes) {
+  PartitionConfig p;
+  p.name = std::move(name);
+  p.nodes = std::move(nodes);
+  return p;
+}
+
+ReservationConfig Res(std::string name, std::vector<std::string> nodes, TimeMs start, TimeMs end,
+                      bool maintenance = false) {
+  ReservationConfig r;
+  r.name = std::move(name);
+  r.nodes = std::move(nodes);
+  r.start = start;
+  r.end = end;
+  r.maintenance = maintenance;
+  return r;
+}
+
+TEST_CASE("node sets: every field is checked at the boundary, naming it") {
+  const Topology t = Tiny();
+  struct Row {
+    const char* what;
+    PartitionConfig p;
+    const char* field;
+  };
+  auto with = [](auto f) {
+    PartitionConfig p = Part("gpu", {"n0"});
+    f(p);
+    return p;
+  };
+  const std::vector<Row> rows = {
+      {"empty name", with([](auto& p) { p.name = ""; }), "name"},
+      {"a name of 65 bytes", with([](auto& p) { p.name = std::string(65, 'a'); }), "name"},
+      {"a name with a slash", with([](auto& p) { p.name = "a/b"; }), "name"},
+      {"a name starting with -", with([](auto& p) { p.name = "-x"; }), "name"},
+      {"a NUL in the name", with([](auto& p) { p.name = std::string("a\0b", 3); }), "name"},
+      {"no nodes", with([](auto& p) { p.nodes.clear(); }), "nodes"},
+      {"an unknown node", with([](auto& p) { p.nodes = {"n99"}; }), "nodes"},
+      {"an empty node name", with([](auto& p) { p.nodes = {""}; }), "nodes"},
+      {"100,001 nodes", with([](auto& p) { p.nodes.assign(kMaxSelectionNames + 1, "n0"); }),
+       "nodes"},
+      {"a negative max_time", with([](auto& p) { p.max_time = -1; }), "max_time"},
+      {"a negative default_time", with([](auto& p) { p.default_time = -5; }), "default_time"},
+      {"default past max", with([](auto& p) {
+         p.max_time = kHour;
+         p.default_time = 2 * kHour;
+       }),
+       "default_time"},
+      {"negative max_gpus", with([](auto& p) { p.max_gpus = -8; }), "max_gpus"},
+      {"tier 1001", with([](auto& p) { p.priority_tier = 1001; }), "priority_tier"},
+      {"tier -1001", with([](auto& p) { p.priority_tier = -1001; }), "priority_tier"},
+      {"an empty tenant", with([](auto& p) { p.tenants = {""}; }), "tenants"},
+      {"a tenant ending in /", with([](auto& p) { p.tenants = {"org/"}; }), "tenants"},
+  };
+  for (const Row& row : rows) {
+    INFO(row.what);
+    Status s = ValidatePartition(row.p, t);
+    CHECK_FALSE(s.ok());
+    CHECK(s.field() == row.field);
+  }
+  CHECK(ValidatePartition(Part("gpu.a-1_x", {"n0", "n1"}), t).ok());
+
+  ReservationConfig r = Res("r", {"n0"}, kHour, 2 * kHour);
+  CHECK(ValidateReservation(r, t).ok());
+  r.end = r.start;
+  CHECK(ValidateReservation(r, t).field() == "end");
+  r.end = 2 * kHour;
+  r.start = -1;
+  CHECK(ValidateReservation(r, t).field() == "start");
+  r.start = kHour;
+  r.nodes = {"nX"};
+  CHECK(ValidateReservation(r, t).field() == "nodes");
+}
+
+TEST_CASE("node sets: a tenant is admitted by its own name or one above it") {
+  CHECK(TenantAllowed({}, "anyone"));
+  CHECK(TenantAllowed({"org"}, "org"));
+  CHECK(TenantAllowed({"org"}, "org/team/user"));
+  CHECK_FALSE(TenantAllowed({"org"}, "organic"));
+  CHECK_FALSE(TenantAllowed({"org/team"}, "org"));
+  CHECK(TenantAllowed({"a", "org/team"}, "org/team/x"));
+}
+
+TEST_CASE("node sets: one default partition, no overlapping reservations") {
+  const Topology t = Tiny();
+  NodeSets sets(t);
+  PartitionConfig a = Part("a", {"n0", "n1"});
+  a.is_default = true;
+  REQUIRE(sets.ConfigurePartition(a).ok());
+  PartitionConfig b = Part("b", {"n1", "n2"});  // a node may be in several
+  REQUIRE(sets.ConfigurePartition(b).ok());
+  b.is_default = true;
+  Status second = sets.ConfigurePartition(b);
+  CHECK(second.code() == ErrorCode::kConflict);
+  CHECK(second.message().find("'a'") != std::string::npos);
+  CHECK(sets.PartitionsOf(t.FindNode("n1")) == std::vector<std::string>{"a", "b"});
+
+  REQUIRE(sets.ConfigureReservation(Res("r1", {"n3", "n4"}, kHour, 3 * kHour)).ok());
+  Status overlap = sets.ConfigureReservation(Res("r2", {"n4"}, 2 * kHour, 4 * kHour));
+  CHECK(overlap.code() == ErrorCode::kConflict);
+  CHECK(overlap.message().find("n4") != std::string::npos);
+  // Back to back on the same node is no overlap.
+  CHECK(sets.ConfigureReservation(Res("r2", {"n4"}, 3 * kHour, 4 * kHour)).ok());
+  CHECK(sets.NextChange(0, kMinute) == kHour);
+  CHECK(sets.NextChange(kHour, kMinute) == 3 * kHour);
+  CHECK(sets.RemoveEnded(3 * kHour) == std::vector<std::string>{"r1"});
+  CHECK(sets.reservation("r1") == nullptr);
+  CHECK(sets.DeletePartition("zz").code() == ErrorCode::kNotFound);
+}
+
+TEST_CASE("node sets: a submission is admitted only within its partition's rules") {
+  const Topology t = Tiny();
+  NodeSets sets(t);
+  CHECK(sets.Admit(Request(8, kHour), 0).ok());  // no partitions: every node
+  PartitionConfig p = Part("short", {"n0", "n1"});
+  p.max_time = 2 * kHour;
+  p.max_gpus = 8;
+  p.tenants = {"org"};
+  REQUIRE(sets.ConfigurePartition(p).ok());
+
+  Status no_default = sets.Admit(Request(8, kHour, "", "", "org/x"), 0);
+  CHECK(no_default.field() == "partition");
+  CHECK(no_default.message().find("short") != std::string::npos);
+  Status unknown = sets.Admit(Request(8, kHour, "long", "", "org/x"), 0);
+  CHECK(unknown.code() == ErrorCode::kNotFound);
+  CHECK(unknown.message().find("short") != std::string::npos);  // the ones there are
+  Status tenant = sets.Admit(Request(8, kHour, "short", "", "other"), 0);
+  CHECK(tenant.code() == ErrorCode::kForbidden);
+  CHECK(sets.Admit(Request(16, kHour, "short", "", "org/x"), 0).field() == "spec.gpus");
+  CHECK(sets.Admit(Request(8, 3 * kHour, "short", "", "org/x"), 0).field() == "time_limit");
+  CHECK(sets.Admit(Request(8, 2 * kHour, "short", "", "org/x"), 0).ok());
+
+  // A job with no limit gets the partition's bound when it has no default.
+  CHECK(sets.BaseTimeLimit(Request(8, 0, "short"), 24 * kHour) == 2 * kHour);
+  p.default_time = 30 * kMinute;
+  REQUIRE(sets.ConfigurePartition(p).ok());
+  CHECK(sets.BaseTimeLimit(Request(8, 0, "short"), 24 * kHour) == 30 * kMinute);
+  CHECK(sets.BaseTimeLimit(Request(8, kHour, "short"), 24 * kHour) == kHour);
+
+  ReservationConfig r = Res("win", {"n0"}, kHour, 2 * kHour);
+  r.tenants = {"org/a"};
+  REQUIRE(sets.ConfigureReservation(r).ok());
+  CHECK(sets.Admit(Request(8, kHour, "short", "nope", "org/a"), 0).code() == ErrorCode::kNotFound);
+  CHECK(sets.Admit(Request(8, kHour, "short", "win", "org/b"), 0).code() == ErrorCode::kForbidden);
+  CHECK(sets.Admit(Request(8, kHour, "short", "win", "org/a"), 0).ok());
+  CHECK(sets.Admit(Request(8, kHour, "short", "win", "org/a"), 2 * kHour).field() == "reservation");
+  // The reservation holds 8 GPUs: a 16-GPU job never fits in it.
+  p.max_gpus = 0;
+  REQUIRE(sets.ConfigurePartition(p).ok());
+  CHECK(sets.Admit(Request(16, kHour, "short", "win", "org/a"), 0).code() ==
+        ErrorCode::kInfeasible);
+}
+
+TEST_CASE("scheduler: a job of a partition runs only on its nodes, and waits when they are busy") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  PartitionConfig p = Part("left", {"n0", "n1", "n2", "n3"});
+  p.is_default = true;
+  core.Step(PartitionConfigured{p}, 0);
+  core.Step(PartitionConfigured{Part("right", {"n4", "n5", "n6", "n7"})}, 0);
+  core.Step(JobSubmitted{1, Request(16, kHour, "right")}, 0);
+  core.Step(JobSubmitted{2, Request(16, kHour)}, 0);  // the default: left
+  core.Step(JobSubmitted{3, Request(32, kHour, "right")}, 0);
+  CHECK(NodesOf(t, *core.job(1)) == std::set<std::string>{"n4", "n5"});
+  CHECK(NodesOf(t, *core.job(2)) == std::set<std::string>{"n0", "n1"});
+  // 16 GPUs of the cluster's 32 free are left's: job 3 waits for its own.
+  CHECK(core.job(3)->state == JobState::kQueued);
+  CHECK(core.cluster().total_busy_gpus() == 32);
+  // A job larger than its partition is rejected, naming the partition.
+  core.Step(JobSubmitted{4, Request(48, kHour, "right")}, 0);
+  CHECK(core.job(4)->state == JobState::kRejected);
+  CHECK(core.job(4)->reason.find("'right'") != std::string::npos);
+  core.Step(JobFinished{1, 0}, kMinute);
+  CHECK(core.job(3)->state == JobState::kRunning);
+  CHECK(NodesOf(t, *core.job(3)) == std::set<std::string>{"n4", "n5", "n6", "n7"});
+}
+
+TEST_CASE("scheduler: backfill never runs a job into a reservation it may not use") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  // n0..n3 reserved from 1 h to 3 h.
+  core.Step(ReservationConfigured{Res("train", {"n0", "n1", "n2", "n3"}, kHour, 3 * kHour)}, 0);
+  // A 2-h job of 32 GPUs would run into it: it takes the other half.
+  core.Step(JobSubmitted{1, Request(32, 2 * kHour)}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  CHECK(NodesOf(t, *core.job(1)) == std::set<std::string>{"n4", "n5", "n6", "n7"});
+  // Another long job has nowhere to go: it waits (never rejected) and says why.
+  core.Step(JobSubmitted{2, Request(16, 2 * kHour)}, 0);
+  CHECK(core.job(2)->state == JobState::kQueued);
+  CHECK(core.job(2)->reason.find("reservation 'train', which its time limit") != std::string::npos);
+  // A 30-min job ends before the window: it may use the reserved nodes.
+  core.Step(JobSubmitted{3, Request(16, 30 * kMinute)}, 0);
+  CHECK(core.job(3)->state == JobState::kRunning);
+  // Once the window ends, the long job starts there.
+  core.Step(JobFinished{3, 0}, 20 * kMinute);
+  CHECK(core.job(2)->state == JobState::kQueued);
+  core.Step(Tick{}, 3 * kHour);
+  CHECK(core.job(2)->state == JobState::kRunning);
+  CHECK(core.node_sets().reservation("train") == nullptr);  // ended: gone
+}
+
+TEST_CASE(
+    "scheduler: a job of a reservation starts in its window, on its nodes, and ends with it") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  ReservationConfig r = Res("demo", {"n6", "n7"}, kHour, 2 * kHour);
+  r.tenants = {"org"};
+  core.Step(ReservationConfigured{r}, 0);
+  core.Step(JobSubmitted{1, Request(16, 10 * kHour, "", "demo", "org/a")}, 0);
+  CHECK(core.job(1)->state == JobState::kQueued);
+  CHECK(core.job(1)->reason.find("reservation 'demo'") != std::string::npos);
+  CHECK(core.NextWakeup() <= kHour);
+  core.Step(JobSubmitted{2, Request(16, kHour, "", "demo", "other")}, 0);
+  CHECK(core.job(2)->state == JobState::kRejected);  // not its tenant
+  core.Step(Tick{}, kHour);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  CHECK(NodesOf(t, *core.job(1)) == std::set<std::string>{"n6", "n7"});
+  // Its 10-h limit ends with the window.
+  CHECK(core.NextWakeup() <= 2 * kHour);
+  auto cmds = core.Step(Tick{}, 2 * kHour);
+  CHECK(Only<StopJob>(cmds).size() == 1);
+  CHECK(core.job(1)->state == JobState::kFailed);
+  CHECK(core.job(1)->reason.find("reservation 'demo' ended") != std::string::npos);
+}
+
+TEST_CASE(
+    "scheduler: a maintenance reservation checkpoints a job that would overrun it and moves it") {
+  const Topology t = Tiny();
+  SchedulerConfig c = Config();
+  c.preempt_grace = 5 * kMinute;  // the checkpoint lead
+  SchedulerCore core(t, c);
+  // A 10-h job on n0, n1 (the compact choice).
+  core.Step(JobSubmitted{1, Request(16, 10 * kHour)}, 0);
+  REQUIRE(NodesOf(t, *core.job(1)) == std::set<std::string>{"n0", "n1"});
+  core.Step(ReservationConfigured{Res("fw", {"n0", "n1"}, kHour, 2 * kHour, true)}, 0);
+  CHECK(core.NextWakeup() <= kHour - 5 * kMinute);
+  auto cmds = core.Step(Tick{}, kHour - 5 * kMinute);
+  auto asks = Only<RequestCheckpoint>(cmds);
+  REQUIRE(asks.size() == 1);
+  CHECK(asks[0].id == 1);
+  CHECK(asks[0].reason.find("maintenance reservation 'fw'") != std::string::npos);
+  core.Step(CheckpointCompleted{1, 42}, kHour - 2 * kMinute);
+  cmds = core.Step(Tick{}, kHour);
+  // Requeued at the start, and restarted at once off the reserved nodes,
+  // from its checkpoint: an infrastructure stop, never a failure.
+  CHECK(Only<StopJob>(cmds).size() == 1);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  const std::set<std::string> now = NodesOf(t, *core.job(1));
+  CHECK(now.count("n0") == 0);
+  CHECK(now.count("n1") == 0);
+  CHECK(core.job(1)->checkpoint_step == 42);
+  auto starts = Only<StartJob>(cmds);
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].launch.checkpoint_step == 42);
+  // A job that ends before the window is left alone.
+  SchedulerCore other(t, c);
+  other.Step(JobSubmitted{1, Request(16, 30 * kMinute)}, 0);
+  other.Step(ReservationConfigured{Res("fw", {"n0", "n1"}, kHour, 2 * kHour, true)}, 0);
+  CHECK(Only<RequestCheckpoint>(other.Step(Tick{}, kHour - 5 * kMinute)).empty());
+}
+
+TEST_CASE("scheduler: a higher tier goes first and preempts only preemptible partitions") {
+  const Topology t = Tiny();
+  const std::vector<std::string> all = {"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"};
+  for (bool preemptible : {true, false}) {
+    INFO("preemptible " << preemptible);
+    SchedulerCore core(t, Config());
+    PartitionConfig lo = Part("lo", all);
+    lo.preemptible = preemptible;
+    PartitionConfig hi = Part("hi", all);
+    hi.priority_tier = 10;
+    core.Step(PartitionConfigured{lo}, 0);
+    core.Step(PartitionConfigured{hi}, 0);
+    core.Step(JobSubmitted{1, Request(64, 10 * kHour, "lo")}, 0);
+    REQUIRE(core.job(1)->state == JobState::kRunning);
+    core.Step(JobSubmitted{2, Request(64, kHour, "lo")}, kMinute);
+    core.Step(JobSubmitted{3, Request(64, kHour, "hi")}, 2 * kMinute);
+    // The higher tier is ahead of the older job of the lower one.
+    const std::vector<JobId> order = core.WaitingJobs();
+    REQUIRE(order.size() == 2);
+    CHECK(order[0] == 3);
+    CHECK(core.job(1)->state == (preemptible ? JobState::kPreempting : JobState::kRunning));
+  }
+}
+
+TEST_CASE("scheduler: deleting a set rejects its waiting jobs, a check names the jobs first") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  core.Step(PartitionConfigured{Part("p", {"n0"})}, 0);
+  core.Step(JobSubmitted{1, Request(8, kHour, "p")}, 0);
+  core.Step(JobSubmitted{2, Request(8, kHour, "p")}, 0);
+  REQUIRE(core.job(2)->state == JobState::kQueued);
+  Status busy = core.CheckNodeSetChange(PartitionDeleted{"p"});
+  CHECK(busy.code() == ErrorCode::kConflict);
+  CHECK(busy.message().find("1, 2") != std::string::npos);
+  CHECK(core.CheckNodeSetChange(PartitionDeleted{"q"}).code() == ErrorCode::kNotFound);
+  core.Step(PartitionDeleted{"p"}, kMinute);
+  CHECK(core.job(2)->state == JobState::kRejected);
+  CHECK(core.job(2)->reason.find("deleted") != std::string::npos);
+  CHECK(core.job(1)->state == JobState::kRunning);  // running ones keep running
+}
+
+TEST_CASE("scheduler: reservation nodes are chosen whole, compact and apart from others") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  Result<std::vector<std::string>> a = core.ChooseReservationNodes(16, kHour, 2 * kHour, "");
+  REQUIRE(a.ok());
+  REQUIRE(a.value().size() == 2);
+  // Both in one leaf.
+  CHECK(t.Ancestor(t.FindNode(a.value()[0]), 1) == t.Ancestor(t.FindNode(a.value()[1]), 1));
+  core.Step(ReservationConfigured{Res("a", a.value(), kHour, 2 * kHour)}, 0);
+  Result<std::vector<std::string>> b = core.ChooseReservationNodes(16, 90 * kMinute, 3 * kHour, "");
+  REQUIRE(b.ok());
+  for (const std::string& n : b.value()) {
+    CHECK(std::find(a.value().begin(), a.value().end(), n) == a.value().end());
+  }
+  CHECK(core.ChooseReservationNodes(65, kHour, 2 * kHour, "").status().field() == "gpus");
+  CHECK(core.ChooseReservationNodes(8, kHour, 2 * kHour, "none").status().code() ==
+        ErrorCode::kNotFound);
+}
+
+TEST_CASE("snapshot: partitions, reservations and a request's sets round-trip (version 9)") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  PartitionConfig p = Part("p", {"n0", "n1", "n2"});
+  p.max_time = 5 * kHour;
+  p.tenants = {"org"};
+  p.priority_tier = 3;
+  p.preemptible = true;
+  p.is_default = true;
+  core.Step(PartitionConfigured{p}, 0);
+  core.Step(ReservationConfigured{Res("m", {"n2"}, kHour, 2 * kHour, true)}, 0);
+  core.Step(JobSubmitted{1, Request(8, kHour, "p", "", "org/a")}, 0);
+  core.Step(Tick{}, kHour - 30 * kSecond);
+  const std::string bytes = core.Snapshot();
+  SchedulerCore again(t, Config());
+  REQUIRE(again.Restore(bytes).ok());
+  CHECK(again.Snapshot() == bytes);
+  REQUIRE(again.node_sets().partition("p") != nullptr);
+  CHECK(*again.node_sets().partition("p") == p);
+  CHECK(again.node_sets().reservation("m")->maintenance);
+  CHECK(again.job(1)->request.partition == "p");
+  CHECK(again.NextWakeup() == core.NextWakeup());
+  // Version 8 knew no sets: they are left out.
+  SchedulerCore old(t, Config());
+  REQUIRE(old.Restore(core.Snapshot(8)).ok());
+  CHECK(old.node_sets().empty());
+}
+
+}  // namespace
+}  // namespace topo::core
