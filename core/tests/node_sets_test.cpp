@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "topo/core/rng.hpp"
 #include "topo/core/scheduler.hpp"
 
 namespace topo::core {
@@ -401,6 +402,79 @@ TEST_CASE("snapshot: partitions, reservations and a request's sets round-trip (v
   SchedulerCore old(t, Config());
   REQUIRE(old.Restore(core.Snapshot(8)).ok());
   CHECK(old.node_sets().empty());
+}
+
+TEST_CASE(
+    "property: no job ever takes work outside its partition or inside another's reservation") {
+  const Topology t = Tiny();
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    SchedulerCore core(t, Config());
+    // Two overlapping partitions and up to three reservations at random.
+    core.Step(PartitionConfigured{Part("a", {"n0", "n1", "n2", "n3", "n4", "n5"})}, 0);
+    core.Step(PartitionConfigured{Part("b", {"n2", "n3", "n4", "n5", "n6", "n7"})}, 0);
+    std::vector<ReservationConfig> made;
+    for (int i = 0; i < 3; ++i) {
+      const int first = static_cast<int>(rng.Range(0, 6));
+      const TimeMs start = rng.Range(0, 8) * kHour;
+      ReservationConfig r = Res("r" + std::to_string(i),
+                                {"n" + std::to_string(first), "n" + std::to_string(first + 1)},
+                                start, start + rng.Range(1, 4) * kHour, rng.Below(2) == 0);
+      if (core.CheckNodeSetChange(ReservationConfigured{r}).ok()) {
+        core.Step(ReservationConfigured{r}, 0);
+        made.push_back(r);
+      }
+    }
+    TimeMs now = 0;
+    JobId next = 1;
+    for (int step = 0; step < 200; ++step) {
+      now += rng.Range(1, 40) * kMinute;
+      const uint64_t what = rng.Below(4);
+      if (what <= 1) {
+        const int gpus = std::vector<int>{4, 8, 16}[rng.Below(3)];
+        const std::string part = rng.Below(2) == 0 ? "a" : "b";
+        std::string res;
+        if (!made.empty() && rng.Below(4) == 0) res = made[rng.Below(made.size())].name;
+        core.Step(JobSubmitted{next++, Request(gpus, rng.Range(1, 6) * kHour, part, res)}, now);
+      } else if (what == 2 && next > 1) {
+        const JobId id = static_cast<JobId>(rng.Range(1, static_cast<int64_t>(next - 1)));
+        const JobRecord* j = core.job(id);
+        if (j && j->state == JobState::kRunning) {
+          core.Step(JobFinished{id, 0}, now);
+        } else {
+          core.Step(Tick{}, now);
+        }
+      } else {
+        core.Step(Tick{}, now);
+      }
+      // Every running job: on nodes of its partition; inside a reservation's
+      // window only on that reservation's nodes if it is its own.
+      for (const auto& [id, j] : core.jobs()) {
+        if (j.state != JobState::kRunning) continue;
+        const PartitionConfig* p = core.node_sets().partition(j.request.partition);
+        for (const GpuSlot& g : j.ranks) {
+          if (p != nullptr) CHECK(core.node_sets().InPartition(*p, g.node));
+          for (const auto& [name, r] : core.node_sets().reservations()) {
+            if (!(r.start <= now && now < r.end) || !core.node_sets().InReservation(r, g.node)) {
+              continue;
+            }
+            // Another job on its nodes in the window started before it and
+            // ends by its start, unless the reservation is its own.
+            if (j.request.reservation == name) continue;
+            CHECK(j.last_start < r.start);
+            CHECK_FALSE(r.maintenance);  // a maintenance window moved it off
+          }
+        }
+        if (!j.request.reservation.empty()) {
+          if (const ReservationConfig* r = core.node_sets().reservation(j.request.reservation)) {
+            CHECK(j.last_start >= r->start);
+            for (const GpuSlot& g : j.ranks) CHECK(core.node_sets().InReservation(*r, g.node));
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
