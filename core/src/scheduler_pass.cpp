@@ -588,9 +588,11 @@ std::string SchedulerCore::Impl::WaitForFaster(const JobRecord& job, const Place
   const TimeMs bound = PlacementWaitBound(job);
   if (bound <= 0) return "";
   // On one node every group is in the innermost tier, as in the ideal: no
-  // faster placement exists (most jobs; spares the model on every start).
+  // faster placement exists (most jobs; spares the model on every start),
+  // unless another part of a mixed cluster has faster GPUs.
   const NodeId first = now.ranks.empty() ? -1 : now.ranks.front().node;
-  if (std::all_of(now.ranks.begin(), now.ranks.end(),
+  if (topo_.part_count() <= 1 &&
+      std::all_of(now.ranks.begin(), now.ranks.end(),
                   [first](const GpuSlot& g) { return g.node == first; })) {
     return "";
   }

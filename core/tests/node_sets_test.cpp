@@ -405,6 +405,36 @@ TEST_CASE("snapshot: partitions, reservations and a request's sets round-trip (v
 }
 
 TEST_CASE(
+    "mixed cluster: a job that accepts two GPU types waits for the faster part when that finishes "
+    "sooner") {
+  // Two H100 nodes and two A100 nodes, each its own leaf.
+  TopologyBuilder b("two-types", {"node", "leaf"}, 0);
+  for (int i = 0; i < 4; ++i) {
+    const int leaf = b.AddDomain("l" + std::to_string(i), 1, TopologyBuilder::kTop);
+    b.AddNode("n" + std::to_string(i), leaf, 8, i < 2 ? "H100" : "A100");
+  }
+  const Topology t = std::move(b).Build().value();
+  REQUIRE(t.part_count() == 2);
+  SchedulerCore core(t, Config());
+  // The H100 nodes are busy for 10 more minutes.
+  JobRequest filler = Request(16, 10 * kMinute);
+  filler.spec.selection.gpu_types = {"H100"};
+  core.Step(JobSubmitted{1, filler}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  JobRequest r = Request(8, 10 * kHour);
+  r.spec.model = ModelSpec{};
+  r.spec.model->preset = "llama3-8b";
+  r.spec.selection.gpu_types = {"H100", "A100"};
+  core.Step(JobSubmitted{2, r}, kMinute);
+  // On A100 now it would finish hours later than on H100 in 9 minutes.
+  CHECK(core.job(2)->state == JobState::kQueued);
+  CHECK(core.job(2)->reason.find("faster placement") != std::string::npos);
+  core.Step(JobFinished{1, 0}, 10 * kMinute);
+  REQUIRE(core.job(2)->state == JobState::kRunning);
+  CHECK(t.node(core.job(2)->ranks[0].node).gpu_model == "H100");
+}
+
+TEST_CASE(
     "property: no job ever takes work outside its partition or inside another's reservation") {
   const Topology t = Tiny();
   for (uint64_t seed = 1; seed <= 20; ++seed) {
