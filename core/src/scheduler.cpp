@@ -260,6 +260,7 @@ void SchedulerCore::Impl::SetState(JobRecord& job, JobState state, std::string r
   if (IsTerminal(state)) {
     finished_.push_back(job.id);
     job.end_time = now_;
+    RememberFailedOf(job);
     waiting_.erase(job.id);
     if (job.restart_at >= 0) backoff_.erase({job.restart_at, job.id});
     job.restart_at = -1;
@@ -341,6 +342,25 @@ std::string SchedulerCore::Impl::ArrayBlock(const JobRecord& job) const {
          " at once)";
 }
 
+std::string SchedulerCore::Impl::ResubmissionKey(const JobRequest& r) {
+  if (r.spec.name.empty()) return "";
+  return r.tenant + '\0' + r.user + '\0' + r.spec.name;
+}
+
+void SchedulerCore::Impl::RememberFailedOf(const JobRecord& job) {
+  if (job.failed_nodes.empty()) return;
+  std::string key = ResubmissionKey(job.request);
+  if (key.empty()) return;
+  auto [it, fresh] = failed_by_name_.try_emplace(key);
+  it->second = job.failed_nodes;
+  if (!fresh) std::erase(failed_name_order_, key);
+  failed_name_order_.push_back(std::move(key));
+  if (failed_name_order_.size() > kMaxRememberedNames) {
+    failed_by_name_.erase(failed_name_order_.front());
+    failed_name_order_.erase(failed_name_order_.begin());
+  }
+}
+
 TimeMs SchedulerCore::Impl::TimeLimit(const JobRecord& job) const {
   if (sets_.empty()) {
     return job.request.time_limit > 0 ? job.request.time_limit : config_.default_time_limit;
@@ -373,6 +393,10 @@ void SchedulerCore::Impl::OnSubmit(const JobSubmitted& e) {
   if (Status admitted = sets_.Admit(job.request, now_); !admitted.ok()) {
     SetState(job, JobState::kRejected, admitted.message());
     return;
+  }
+  if (!failed_by_name_.empty()) {
+    auto it = failed_by_name_.find(ResubmissionKey(job.request));
+    if (it != failed_by_name_.end()) job.SetFailedNodes(it->second);
   }
   // Dependencies on jobs that ended already are met or not now; the rest
   // wait for the job's end (ResolveDependents).

@@ -188,6 +188,16 @@ class SchedulerCore::Impl {
   TimeMs JobTimer(const JobRecord& job) const;
   MasterPorts ports_;  // MASTER_PORT held by running jobs, per master node
 
+  // ---- failed nodes of ended jobs, by the job's name (scheduler.cpp)
+  // A resubmission (the same tenant, user and job name) inherits the nodes
+  // that failed the last such job, so it avoids them as its restarts do. At
+  // most kMaxRememberedNames names, the oldest forgotten first.
+  std::map<std::string, std::vector<std::string>> failed_by_name_;
+  std::vector<std::string> failed_name_order_;  // oldest first
+  static constexpr size_t kMaxRememberedNames = 4096;
+  static std::string ResubmissionKey(const JobRequest& r);
+  void RememberFailedOf(const JobRecord& job);
+
   // ---- dependencies and arrays (scheduler.cpp)
   // Jobs waiting on each job's end (the inverse of JobRecord::waiting_on).
   std::map<JobId, std::vector<JobId>> dependents_;

@@ -793,6 +793,11 @@ std::string SnapshotAccess::Write(const SchedulerCore::Impl& c, uint32_t version
   }
   if (w.version >= 9) {
     WriteNodeSets(w, c.sets_, c.maintenance_asked_, onto != nullptr ? onto->next : nullptr);
+    // Failed nodes of ended jobs by name, oldest first.
+    w.Each(c.failed_name_order_, [&](const std::string& key) {
+      w.Str(key);
+      w.Each(c.failed_by_name_.at(key), [&](const std::string& n) { w.Str(n); });
+    });
   }
 
   w.U64(Fnv1a(w.out));
@@ -1063,6 +1068,16 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
     std::vector<std::string> asked;
     strs(asked);
     c.maintenance_asked_ = std::set<std::string>(asked.begin(), asked.end());
+    const size_t names = r.Count(16);
+    if (names > SchedulerCore::Impl::kMaxRememberedNames) r.Fail("remembered job names");
+    for (size_t i = 0; i < names && r.ok(); ++i) {
+      std::string key = r.Str();
+      std::vector<std::string> nodes;
+      strs(nodes);
+      if (!r.ok()) break;
+      if (!c.failed_by_name_.emplace(key, std::move(nodes)).second) r.Fail("a job name twice");
+      c.failed_name_order_.push_back(std::move(key));
+    }
     c.sets_wake_ = c.sets_.NextChange(c.now_, c.config_.preempt_grace);
   }
   if (r.ok() && !r.done()) r.Fail("bytes after the end");

@@ -817,6 +817,38 @@ TEST_CASE("a restart stays on the job's GPU type and part, and remembers the nod
   CHECK(restored.job(1)->SpecToPlace() == core.job(1)->SpecToPlace());
 }
 
+TEST_CASE("a resubmission of the same name avoids the nodes that failed the job before") {
+  const Topology topo = MixedSmall();
+  SchedulerCore core(topo, SimConfig());
+  JobRequest r = Request(16, 8);
+  r.spec.name = "train-7b";
+  r.user = "ada";
+  r.spec.selection.gpu_types = {"H100"};
+  core.Step(JobSubmitted{1, r}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  const NodeId lost = *NodesOf(core.job(1)->ranks).begin();
+  core.Step(NodeStateRequested{lost, NodeState::kDown, "lost"}, kMinute);
+  REQUIRE(core.job(1)->failed_nodes == std::vector<std::string>{topo.node(lost).name});
+  core.Step(JobCancelled{1, "the user gave up"}, 2 * kMinute);
+  core.Step(NodeStateRequested{lost, NodeState::kUp, "repaired"}, 3 * kMinute);
+  // The same name from the same user: the repaired node is free, but avoided.
+  core.Step(JobSubmitted{2, r}, 4 * kMinute);
+  REQUIRE(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(2)->failed_nodes == std::vector<std::string>{topo.node(lost).name});
+  CHECK(NodesOf(core.job(2)->ranks).count(lost) == 0);
+  // Another user's job of that name inherits nothing; so does a snapshot's
+  // restore keep what was remembered.
+  JobRequest other = r;
+  other.user = "bob";
+  core.Step(JobSubmitted{3, other}, 5 * kMinute);
+  CHECK(core.job(3)->failed_nodes.empty());
+  SchedulerCore restored(topo, SimConfig());
+  REQUIRE(restored.Restore(core.Snapshot()).ok());
+  CHECK(restored.Snapshot() == core.Snapshot());
+  restored.Step(JobSubmitted{4, r}, 6 * kMinute);
+  CHECK(restored.job(4)->failed_nodes == std::vector<std::string>{topo.node(lost).name});
+}
+
 TEST_CASE("a job with no GPU type never runs on two models, before or after a restart") {
   const Topology topo = MixedSmall();
   SchedulerCore core(topo, SimConfig());

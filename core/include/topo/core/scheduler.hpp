@@ -295,7 +295,8 @@ struct JobRecord {
   std::vector<Dependency> waiting_on;
   // Nodes that failed this job (down, suspect, a failed GPU, or one that
   // could not start it), the newest 64: its placements use them only when
-  // nothing else fits (NodeSelection::avoid).
+  // nothing else fits (NodeSelection::avoid). A resubmission (the same
+  // tenant, user and job name) starts with those of the last such job.
   std::vector<std::string> failed_nodes;
   // The nodes its partition and reservations let it take work on now
   // (NodeSets::FenceFor; null: every node), refreshed by the scheduler
@@ -612,7 +613,8 @@ class SchedulerCore {
   // policy (a version 6 or older snapshot keeps the depth it was written
   // with, 64).
   // 8: a job's node selection, EP auto and failed nodes. 9: partitions,
-  // reservations and a request's partition and reservation.
+  // reservations, a request's partition and reservation, and the failed
+  // nodes remembered by job name.
   static constexpr uint32_t kSnapshotVersion = 9;
 
  private:
