@@ -48,6 +48,9 @@ inline OJson SchemaOf(Str limit) {
     case Chars::kRequestId:
       s["pattern"] = "^[A-Za-z0-9._:-]*$";
       break;
+    case Chars::kSetName:
+      s["pattern"] = "^[A-Za-z0-9_][A-Za-z0-9._-]*$";
+      break;
   }
   return s;
 }

@@ -57,6 +57,7 @@
 #include "topo/common/job_process.hpp"
 #include "topo/common/node_name.hpp"
 #include "topo/common/user_api.hpp"
+#include "topo/core/node_sets.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::common::fields {
@@ -87,6 +88,7 @@ enum class Chars : uint8_t {
   kEnvName,    // proto::ValidEnvName
   kTenant,     // api::ValidTenantName
   kRequestId,  // common::CheckClientRequestId
+  kSetName,    // core::ValidateNodeSetName: a partition's or a reservation's name
 };
 struct Str {
   size_t max_bytes;
@@ -215,6 +217,8 @@ inline bool CharsOk(std::string_view s, Chars chars) {
       return api::ValidTenantName(s);
     case Chars::kRequestId:
       return CheckClientRequestId(s).ok();
+    case Chars::kSetName:
+      return core::ValidateNodeSetName(std::string(s), "name").ok();
   }
   return false;
 }
@@ -242,6 +246,9 @@ inline std::string_view CharsRule(Chars chars) {
     case Chars::kRequestId:
       return "must hold only letters, digits and . _ : - (a random hex string from `topo "
              "submit`, or a name of your own such as nightly-2026-11-26)";
+    case Chars::kSetName:
+      return "must be a partition or reservation name (1-64 bytes of A-Z a-z 0-9 . _ -, not "
+             "starting with - or .)";
   }
   return "";
 }

@@ -7,18 +7,22 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 #include <tuple>
 
 #include "field_schema.hpp"
 #include "field_table.hpp"
 #include "json_util.hpp"
 #include "topo/common/event_json.hpp"
+#include "topo/common/hostlist.hpp"
 #include "topo/common/job_chain.hpp"
 #include "topo/common/job_process.hpp"
 #include "user_api_internal.hpp"
 
 namespace topo::common::fields {
 
+using api::PartitionRequest;
+using api::ReservationRequest;
 using api::SlurmOp;
 using api::SlurmSubmitLine;
 using api::SubmitRequest;
@@ -28,6 +32,136 @@ struct EnumTable<SlurmOp> {
   static constexpr std::array kValues = {SlurmOp::kSubmit, SlurmOp::kTest, SlurmOp::kRefresh};
   static std::string_view Name(SlurmOp op) {
     return op == SlurmOp::kSubmit ? "submit" : op == SlurmOp::kTest ? "test" : "refresh";
+  }
+};
+
+// A partition's or a reservation's name.
+constexpr Str kSetNameStr{core::kMaxNodeSetNameBytes, Chars::kSetName, false};
+
+// The nodes of a partition or a reservation: a Slurm hostlist
+// ("gpu[001-064],x7") or an array of node names, at least one, each once, at
+// most kMaxNodeSetNodes; written as a hostlist.
+struct NodeNamesCodec {
+  static Status Read(const Json& v, const std::string& path, std::vector<std::string>& out,
+                     Failure& f) {
+    std::vector<std::string> names;
+    if (v.is_string()) {
+      const auto& text = v.get_ref<const std::string&>();
+      if (text.empty()) return Fail(f, path, "must name at least one node, e.g. \"gpu[001-064]\"");
+      Result<std::vector<std::string>> expanded = ExpandHostlist(text, api::kMaxNodeSetNodes);
+      if (!expanded.ok()) return Fail(f, path, expanded.message());
+      names = std::move(expanded).value();
+    } else if (v.is_array()) {
+      if (v.size() > api::kMaxNodeSetNodes) {
+        return Fail(f, path,
+                    "has " + std::to_string(v.size()) + " nodes; at most " +
+                        std::to_string(api::kMaxNodeSetNodes));
+      }
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string()) {
+          return Fail(f, Index(path, i), "must be a node name (got " + Shown(v[i]) + ")");
+        }
+        names.push_back(v[i].get<std::string>());
+      }
+    } else {
+      return Fail(f, path,
+                  "must be a hostlist such as \"gpu[001-064]\" or an array of node names (got " +
+                      std::string(TypeName(v)) + ")");
+    }
+    if (names.empty()) return Fail(f, path, "must name at least one node");
+    std::set<std::string_view> seen;
+    for (const std::string& n : names) {
+      if (Status s = CheckNodeName(n); !s.ok()) return Fail(f, path, s.message());
+      if (!seen.insert(n).second) {
+        return Fail(f, path, "names node " + n + " twice; name each node once");
+      }
+    }
+    out = std::move(names);
+    return Status::Ok();
+  }
+  static OJson Write(const std::vector<std::string>& names) { return CompressHostlist(names); }
+  static OJson Schema() {
+    return {{"oneOf",
+             OJson::array(
+                 {OJson{{"type", "string"}, {"minLength", 1}},
+                  OJson{{"type", "array"},
+                        {"minItems", 1},
+                        {"maxItems", api::kMaxNodeSetNodes},
+                        {"items", SchemaOf(Str{kMaxNodeNameBytes, Chars::kNodeName, false})}}})},
+            {"x-maxItems", api::kMaxNodeSetNodes}};
+  }
+};
+
+constexpr List<Str> kTenantList{api::kMaxNodeSetTenants,
+                                {api::kMaxTenantBytes, Chars::kTenant, false}};
+
+template <>
+struct Table<PartitionRequest> {
+  static constexpr auto Fields() {
+    using P = PartitionRequest;
+    constexpr Int kLimit{0, api::kMaxTimeLimitS};
+    return std::tuple{
+        F("name", &P::name, kSetNameStr, "name the partition, e.g. {\"name\": \"gpu\"}"),
+        F("nodes", &P::nodes, Custom<NodeNamesCodec>{},
+          "give its nodes, e.g. {\"nodes\": \"gpu[001-064]\"}"),
+        F("default_time_s", &P::default_time_s, kLimit),
+        F("max_time_s", &P::max_time_s, kLimit),
+        F("max_gpus", &P::max_gpus, Int{0, api::kMaxReservationGpus}),
+        F("tenants", &P::tenants, kTenantList),
+        F("priority_tier", &P::priority_tier, Int{-1000, 1000}),
+        F("preemptible", &P::preemptible, Bool{}),
+        F("default", &P::is_default, Bool{})};
+  }
+  static Status Check(const PartitionRequest& p, const std::string& path, Failure& f) {
+    if (p.default_time_s && p.max_time_s && *p.max_time_s > 0 &&
+        *p.default_time_s > *p.max_time_s) {
+      return Fail(f, Child(path, "default_time_s"),
+                  "is " + std::to_string(*p.default_time_s) + " s, more than max_time_s (" +
+                      std::to_string(*p.max_time_s) + " s): lower it or raise max_time_s");
+    }
+    return Status::Ok();
+  }
+};
+
+template <>
+struct Table<ReservationRequest> {
+  static constexpr auto Fields() {
+    using R = ReservationRequest;
+    return std::tuple{
+        F("name", &R::name, kSetNameStr, "name the reservation, e.g. {\"name\": \"maint\"}"),
+        F("nodes", &R::nodes, Custom<NodeNamesCodec>{}),
+        F("gpus", &R::gpus, Int{1, api::kMaxReservationGpus}),
+        F("start_ms", &R::start_ms, Int{0, api::kMaxTimeMs}),
+        F("duration_s", &R::duration_s, Int{1, api::kMaxReservationS}),
+        F("end_ms", &R::end_ms, Int{1, api::kMaxTimeMs}),
+        F("tenants", &R::tenants, kTenantList),
+        F("maintenance", &R::maintenance, Bool{}),
+        F("partition", &R::partition, kSetNameStr)};
+  }
+  static Status Check(const ReservationRequest& r, const std::string& path, Failure& f) {
+    if (r.nodes.has_value() == r.gpus.has_value()) {
+      return Fail(f, Child(path, r.nodes ? "gpus" : "nodes"),
+                  r.nodes ? "give nodes or gpus, not both"
+                          : "missing; give the nodes (\"nodes\": \"gpu[001-008]\") or how many "
+                            "GPUs the scheduler should choose whole nodes for (\"gpus\": 64)");
+    }
+    if (r.duration_s.has_value() == r.end_ms.has_value()) {
+      return Fail(f, Child(path, r.duration_s ? "end_ms" : "duration_s"),
+                  r.duration_s ? "give duration_s or end_ms, not both"
+                               : "missing; give the window's length (\"duration_s\": 3600) or "
+                                 "its end (\"end_ms\")");
+    }
+    if (r.end_ms && r.start_ms && *r.end_ms <= *r.start_ms) {
+      return Fail(f, Child(path, "end_ms"),
+                  "is not after start_ms (" + std::to_string(*r.start_ms) +
+                      "): the window must end after it starts");
+    }
+    if (r.partition && !r.gpus) {
+      return Fail(f, Child(path, "partition"),
+                  "only chooses where the nodes of \"gpus\" come from; with \"nodes\" leave it "
+                  "out");
+    }
+    return Status::Ok();
   }
 };
 
@@ -59,7 +193,8 @@ struct Table<SubmitRequest> {
         F("dependency", &R::dependency, Str{kMaxChainText, Chars::kLine}),
         F("array", &R::array, Str{kMaxChainText, Chars::kLine}),
         F("client_request_id", &R::client_request_id,
-          Str{kMaxClientRequestId, Chars::kRequestId, false})};
+          Str{kMaxClientRequestId, Chars::kRequestId, false}),
+        F("partition", &R::partition, kSetNameStr), F("reservation", &R::reservation, kSetNameStr)};
   }
 
   // What the types do not say: the rules of job_process.hpp and
@@ -221,11 +356,28 @@ core::Result<SlurmSubmitLine> ParseSlurmSubmitLine(std::string_view text, std::s
 }
 std::string WriteSlurmSubmitLine(const SlurmSubmitLine& line) { return fields::WriteText(line); }
 
+core::Result<PartitionRequest> ReadPartitionRequest(const nlohmann::json& body,
+                                                    std::string* field) {
+  return fields::ReadObjectJson<PartitionRequest>(body, false, field);
+}
+core::Result<ReservationRequest> ReadReservationRequest(const nlohmann::json& body,
+                                                        std::string* field) {
+  return fields::ReadObjectJson<ReservationRequest>(body, false, field);
+}
+std::string WritePartitionRequest(const PartitionRequest& request) {
+  return fields::WriteText(request);
+}
+std::string WriteReservationRequest(const ReservationRequest& request) {
+  return fields::WriteText(request);
+}
+
 nlohmann::ordered_json ApiSchema() {
   fields::OJson defs = fields::OJson::object();
   defs["submit_request"] = fields::ObjectSchema<SubmitRequest, false>();
   fields::AddViewSchemas(defs);
   defs["slurm_submit_line"] = fields::ObjectSchema<SlurmSubmitLine, false>();
+  defs["partition_request"] = fields::ObjectSchema<PartitionRequest, false>();
+  defs["reservation_request"] = fields::ObjectSchema<ReservationRequest, false>();
   return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
           {"title", "toposched user API"},
           {"description",

@@ -43,6 +43,12 @@ struct EnumTable<core::GpuHealth> {
   static std::string_view Name(core::GpuHealth h) { return core::GpuHealthName(h); }
 };
 
+template <>
+struct EnumTable<ReservationState> {
+  static constexpr std::array kValues = {ReservationState::kPlanned, ReservationState::kActive};
+  static std::string_view Name(ReservationState s) { return ReservationStateName(s); }
+};
+
 namespace {
 
 // Views are the daemon's words: bounds that document them, loose where the
@@ -57,9 +63,13 @@ constexpr Int kExitCode{-1, 255 + 128};
 constexpr Num kFigure{0, 1e300};
 constexpr Num kSigned{-1e300, 1e300};
 constexpr Str kName{1024, Chars::kText};  // domain and tier names of the topology
-constexpr Str kNode{common::kMaxNodeNameBytes, Chars::kNodeName, false};  // node_name.hpp
-constexpr Str kText{65536, Chars::kText};                                 // reasons, actors
-constexpr Str kWord{64, Chars::kName};                                    // event types, causes
+constexpr Str kNode{common::kMaxNodeNameBytes, Chars::kNodeName, false};     // node_name.hpp
+constexpr Str kText{65536, Chars::kText};                                    // reasons, actors
+constexpr Str kWord{64, Chars::kName};                                       // event types, causes
+constexpr Str kSetName{core::kMaxNodeSetNameBytes, Chars::kSetName, false};  // node_sets.hpp
+// A hostlist of a node set's nodes (at most kMaxNodeSetNodes names).
+constexpr Str kHostlist{size_t{8} << 20, Chars::kName, false};
+constexpr List<Str> kTenants{kMaxNodeSetTenants, {kMaxTenantBytes, Chars::kTenant, false}};
 
 }  // namespace
 
@@ -256,6 +266,8 @@ struct Table<JobView> {
                       F("predicted_slowdown", &J::predicted_slowdown, Nullable<Num>{kFigure}),
                       F("dependency", &J::dependency, Nullable<Str>{{kMaxChainText, Chars::kLine}}),
                       F("array", &J::array, Nullable<Obj>{}),
+                      F("partition", &J::partition, Nullable<Str>{kSetName}),
+                      F("reservation", &J::reservation, Nullable<Str>{kSetName}),
                       F("accounting", &J::accounting, Flat{}),
                       F("detail", &J::detail, Flat{})};
   }
@@ -309,6 +321,8 @@ struct Table<NodeView> {
         F("pod", &N::pod, kName),
         F("gpu_health", &N::gpu_health, List<Enum<core::GpuHealth>>{kGpus, {}}),
         F("gpu_jobs", &N::gpu_jobs, List<Int>{kGpus, {-1, proto::kMaxJobId}}),
+        F("partitions", &N::partitions, List<Str>{core::kMaxNodeSets, kSetName}),
+        F("reservation", &N::reservation, Nullable<Str>{kSetName}),
         F("gpu_history", &N::gpu_history, List<Obj>{1000000, {}})};
   }
   static Status Check(const NodeView& n, const std::string& path, Failure& f) {
@@ -333,12 +347,66 @@ struct Table<NodeList> {
   }
 };
 
+template <>
+struct Table<PartitionView> {
+  static constexpr auto Fields() {
+    using P = PartitionView;
+    constexpr Int kSeconds{0, kMaxTimeLimitS};
+    return std::tuple{F("name", &P::name, kSetName),
+                      F("nodes", &P::nodes, kHostlist),
+                      F("node_count", &P::node_count, Int{1, int64_t{kMaxNodeSetNodes}}),
+                      F("gpus", &P::gpus, kCount),
+                      F("up_nodes", &P::up_nodes, Int{0, int64_t{kMaxNodeSetNodes}}),
+                      F("free_gpus", &P::free_gpus, kCount),
+                      F("default_time_s", &P::default_time_s, kSeconds),
+                      F("max_time_s", &P::max_time_s, kSeconds),
+                      F("max_gpus", &P::max_gpus, kCount),
+                      F("tenants", &P::tenants, kTenants),
+                      F("priority_tier", &P::priority_tier, Int{-1000, 1000}),
+                      F("preemptible", &P::preemptible, Bool{}),
+                      F("default", &P::is_default, Bool{})};
+  }
+};
+template <>
+struct Table<PartitionList> {
+  static constexpr auto Fields() {
+    return std::tuple{
+        F("partitions", &PartitionList::partitions, List<Obj>{size_t{core::kMaxNodeSets}, {}})};
+  }
+};
+template <>
+struct Table<ReservationView> {
+  static constexpr auto Fields() {
+    using R = ReservationView;
+    return std::tuple{F("name", &R::name, kSetName),
+                      F("nodes", &R::nodes, kHostlist),
+                      F("node_count", &R::node_count, Int{1, int64_t{kMaxNodeSetNodes}}),
+                      F("gpus", &R::gpus, kCount),
+                      F("start_ms", &R::start_ms, kTime),
+                      F("end_ms", &R::end_ms, kTime),
+                      F("tenants", &R::tenants, kTenants),
+                      F("maintenance", &R::maintenance, Bool{}),
+                      F("state", &R::state, Enum<ReservationState>{})};
+  }
+};
+template <>
+struct Table<ReservationList> {
+  static constexpr auto Fields() {
+    return std::tuple{F("reservations", &ReservationList::reservations,
+                        List<Obj>{size_t{core::kMaxNodeSets}, {}})};
+  }
+};
+
 void AddViewSchemas(OJson& defs) {
   defs["submit_answer"] = ObjectSchema<SubmitAnswer, false>();
   defs["job_view"] = ObjectSchema<JobView, false>();
   defs["job_list"] = ObjectSchema<JobList, false>();
   defs["node_view"] = ObjectSchema<NodeView, false>();
   defs["node_list"] = ObjectSchema<NodeList, false>();
+  defs["partition_view"] = ObjectSchema<PartitionView, false>();
+  defs["partition_list"] = ObjectSchema<PartitionList, false>();
+  defs["reservation_view"] = ObjectSchema<ReservationView, false>();
+  defs["reservation_list"] = ObjectSchema<ReservationList, false>();
 }
 
 }  // namespace topo::common::fields
@@ -395,6 +463,36 @@ Result<NodeList> ParseNodeList(std::string_view text, std::string* field, Readin
 }
 Result<NodeList> ReadNodeList(const nlohmann::json& object, std::string* field, Reading reading) {
   return ReadView<NodeList>(object, field, reading);
+}
+
+Result<PartitionView> ParsePartitionView(std::string_view text, std::string* field,
+                                         Reading reading) {
+  return ParseView<PartitionView>(text, field, reading);
+}
+Result<PartitionList> ParsePartitionList(std::string_view text, std::string* field,
+                                         Reading reading) {
+  return ParseView<PartitionList>(text, field, reading);
+}
+Result<ReservationView> ParseReservationView(std::string_view text, std::string* field,
+                                             Reading reading) {
+  return ParseView<ReservationView>(text, field, reading);
+}
+Result<ReservationList> ParseReservationList(std::string_view text, std::string* field,
+                                             Reading reading) {
+  return ParseView<ReservationList>(text, field, reading);
+}
+std::string WritePartitionView(const PartitionView& view) { return fields::WriteText(view); }
+std::string WritePartitionList(const PartitionList& list) { return fields::WriteText(list); }
+std::string WriteReservationView(const ReservationView& view) { return fields::WriteText(view); }
+std::string WriteReservationList(const ReservationList& list) { return fields::WriteText(list); }
+nlohmann::ordered_json PartitionViewJson(const PartitionView& view) {
+  return fields::WriteObject(view);
+}
+nlohmann::ordered_json ReservationViewJson(const ReservationView& view) {
+  return fields::WriteObject(view);
+}
+std::string_view ReservationStateName(ReservationState state) {
+  return state == ReservationState::kActive ? "active" : "planned";
 }
 
 std::string WriteSubmitAnswer(const SubmitAnswer& answer) { return fields::WriteText(answer); }

@@ -98,7 +98,85 @@ SubmitRequest RandomSubmit(Gen& g) {
   r.dependency = g.Maybe("afterok:" + std::to_string(g.Int(1, 99999)));
   r.array = g.Maybe("0-" + std::to_string(g.Int(0, 99)) + "%" + std::to_string(g.Int(1, 8)));
   r.client_request_id = g.Maybe(g.Word(16) + ":" + g.Word(8));
+  r.partition = g.Maybe("p_" + g.Word(10));
+  r.reservation = g.Maybe(g.Word(20) + ".r-1");
   return r;
+}
+
+// Distinct node names, as the readers of node sets insist.
+std::vector<std::string> RandomNodeNames(Gen& g) {
+  std::vector<std::string> names;
+  const int first = static_cast<int>(g.Int(0, 50));
+  for (int i = first + static_cast<int>(g.Int(0, 20)); i >= first; --i) {
+    names.push_back((g.Coin() ? "gb" : "x") + std::to_string(i));
+  }
+  return names;
+}
+
+PartitionRequest RandomPartitionRequest(Gen& g) {
+  PartitionRequest p;
+  p.name = g.Word(64);
+  p.nodes = RandomNodeNames(g);
+  p.max_time_s = g.Maybe(g.Int(0, kMaxTimeLimitS));
+  if (p.max_time_s && *p.max_time_s > 0) p.default_time_s = g.Maybe(g.Int(0, *p.max_time_s));
+  p.max_gpus = g.Maybe(static_cast<int>(g.Int(0, kMaxReservationGpus)));
+  if (g.Coin()) p.tenants = std::vector<std::string>{g.Word(8), g.Word(4) + "/" + g.Word(4)};
+  p.priority_tier = g.Maybe(static_cast<int>(g.Int(-1000, 1000)));
+  p.preemptible = g.Maybe(g.Coin());
+  p.is_default = g.Maybe(g.Coin());
+  return p;
+}
+
+ReservationRequest RandomReservationRequest(Gen& g) {
+  ReservationRequest r;
+  r.name = g.Word(30);
+  if (g.Coin()) {
+    r.nodes = RandomNodeNames(g);
+  } else {
+    r.gpus = static_cast<int>(g.Int(1, kMaxReservationGpus));
+    r.partition = g.Maybe(g.Word(10));
+  }
+  r.start_ms = g.Maybe(g.Int(0, kMaxTimeMs / 2));
+  if (g.Coin()) {
+    r.duration_s = g.Int(1, kMaxReservationS);
+  } else {
+    r.end_ms = r.start_ms.value_or(0) + g.Int(1, 1000000);
+  }
+  if (g.Coin()) r.tenants = std::vector<std::string>{g.Word(8)};
+  r.maintenance = g.Maybe(g.Coin());
+  return r;
+}
+
+PartitionView RandomPartitionView(Gen& g) {
+  PartitionView v;
+  v.name = g.Word(20);
+  v.nodes = "gb[000-" + std::to_string(g.Int(100, 999)) + "]";
+  v.node_count = static_cast<int>(g.Int(1, 1000));
+  v.gpus = v.node_count * 8;
+  v.up_nodes = static_cast<int>(g.Int(0, v.node_count));
+  v.free_gpus = static_cast<int>(g.Int(0, v.gpus));
+  v.default_time_s = g.Int(0, kMaxTimeLimitS);
+  v.max_time_s = g.Int(0, kMaxTimeLimitS);
+  v.max_gpus = static_cast<int>(g.Int(0, 4096));
+  if (g.Coin()) v.tenants = {g.Word(8)};
+  v.priority_tier = static_cast<int>(g.Int(-1000, 1000));
+  v.preemptible = g.Coin();
+  v.is_default = g.Coin();
+  return v;
+}
+
+ReservationView RandomReservationView(Gen& g) {
+  ReservationView v;
+  v.name = g.Word(20);
+  v.nodes = "n" + g.Word(3) + ",x1";
+  v.node_count = 2;
+  v.gpus = static_cast<int>(g.Int(0, 16));
+  v.start_ms = g.Int(0, kMaxTimeMs / 2);
+  v.end_ms = v.start_ms + g.Int(1, 1000000);
+  if (g.Coin()) v.tenants = {g.Word(8)};
+  v.maintenance = g.Coin();
+  v.state = g.Coin() ? ReservationState::kActive : ReservationState::kPlanned;
+  return v;
 }
 
 JobView RandomJob(Gen& g, bool parts) {
@@ -124,6 +202,8 @@ JobView RandomJob(Gen& g, bool parts) {
   j.dependency = g.Maybe("afterany:" + std::to_string(g.Int(1, 100)));
   j.array = g.Maybe(
       ArrayTask{g.Int(1, 1000), static_cast<int>(g.Int(0, 999)), static_cast<int>(g.Int(0, 8))});
+  j.partition = g.Maybe(g.Word(12));
+  j.reservation = g.Maybe(g.Word(12));
   if (!parts) return j;
   if (g.Coin()) {
     JobAccounting a;
@@ -190,6 +270,8 @@ NodeView RandomNode(Gen& g, bool history) {
     n.gpu_health.push_back(static_cast<core::GpuHealth>(g.Int(0, 2)));
     n.gpu_jobs.push_back(g.Int(-1, 1000));
   }
+  for (int i = static_cast<int>(g.Int(0, 3)); i > 0; --i) n.partitions.push_back(g.Word(6));
+  n.reservation = g.Maybe(g.Word(6));
   if (history) {
     n.gpu_history = std::vector<GpuHealthEventView>{
         {g.Int(1, 100), 0, core::GpuHealth::kFailed, "xid 79", g.Int(0, kMaxTimeMs)}};
@@ -216,6 +298,13 @@ SlurmSubmitLine RandomSlurm(Gen& g) {
   l.array = g.Maybe(g.Coin());
   if (g.Coin()) l.env = std::map<std::string, std::string>{{"TOPO_LAYOUT", "tp=8,pp=2"}};
   return l;
+}
+
+// A Read* of a parsed object as a Parse* of text.
+template <class Read>
+auto ParseJsonWith(Read read) {
+  return
+      [read](std::string_view text, std::string* field) { return read(json::parse(text), field); };
 }
 
 template <class T, class Parse, class Write>
@@ -246,7 +335,19 @@ TEST_CASE("every user API struct reads back as written, over many values") {
       a.tasks = std::vector<int>{0, 1};
     }
     RoundTrip(a, strict(ParseSubmitAnswer), WriteSubmitAnswer);
+    RoundTrip(RandomPartitionRequest(g), ParseJsonWith(ReadPartitionRequest),
+              WritePartitionRequest);
+    RoundTrip(RandomReservationRequest(g), ParseJsonWith(ReadReservationRequest),
+              WriteReservationRequest);
+    RoundTrip(RandomPartitionView(g), strict(ParsePartitionView), WritePartitionView);
+    RoundTrip(RandomReservationView(g), strict(ParseReservationView), WriteReservationView);
   }
+  PartitionList partitions;
+  ReservationList reservations;
+  for (int i = 0; i < 5; ++i) partitions.partitions.push_back(RandomPartitionView(g));
+  for (int i = 0; i < 5; ++i) reservations.reservations.push_back(RandomReservationView(g));
+  RoundTrip(partitions, strict(ParsePartitionList), WritePartitionList);
+  RoundTrip(reservations, strict(ParseReservationList), WriteReservationList);
   JobList list;
   NodeList nodes;
   for (int i = 0; i < 20; ++i) list.jobs.push_back(RandomJob(g, i % 2 == 0));
@@ -333,6 +434,99 @@ TEST_CASE("hostile submissions are refused, naming the field") {
   auto r = ReadSubmitRequest(json::parse(Body(R"("priority":-101)")), &field);
   REQUIRE_FALSE(r.ok());
   CHECK(field == "priority");
+}
+
+TEST_CASE("hostile partition and reservation requests are refused, naming the field") {
+  const std::string many = std::to_string(100001);
+  const std::vector<Hostile> partitions = {
+      {R"({"nodes":"n1"})", "name", "name: missing; name the partition"},
+      {R"({"name":"gpu"})", "nodes", "nodes: missing; give its nodes"},
+      {R"({"name":"-gpu","nodes":"n1"})", "name", "must be a partition or reservation name"},
+      {R"({"name":".gpu","nodes":"n1"})", "name", "not starting with - or ."},
+      {R"({"name":"a/b","nodes":"n1"})", "name", "must be a partition or reservation name"},
+      {R"({"name":")" + std::string(65, 'p') + R"(","nodes":"n1"})", "name", "at most 64"},
+      {R"({"name":"","nodes":"n1"})", "name", "must not be empty"},
+      {R"({"name":7,"nodes":"n1"})", "name", "must be a string"},
+      {R"({"name":"gpu","nodes":""})", "nodes", "must name at least one node"},
+      {R"({"name":"gpu","nodes":[]})", "nodes", "must name at least one node"},
+      {R"({"name":"gpu","nodes":5})", "nodes", "must be a hostlist such as"},
+      {R"({"name":"gpu","nodes":{"n1":1}})", "nodes", "must be a hostlist such as"},
+      {R"({"name":"gpu","nodes":[5]})", "nodes[0]", "must be a node name"},
+      {R"({"name":"gpu","nodes":"n[1-"})", "nodes", "nodes: "},
+      {R"({"name":"gpu","nodes":"n[0-)" + many + R"(]"})", "nodes", "nodes: "},
+      {R"({"name":"gpu","nodes":"n1,n1"})", "nodes", "names node n1 twice"},
+      {R"({"name":"gpu","nodes":["n1","n\u001b"]})", "nodes", "is not a node name"},
+      {R"({"name":"gpu","nodes":[")" + std::string(65, 'n') + R"("]})", "nodes",
+       "is not a node name"},
+      {R"({"name":"gpu","nodes":"n1","max_time_s":-1})", "max_time_s", "0..2592000"},
+      {R"({"name":"gpu","nodes":"n1","max_time_s":"2h"})", "max_time_s", "integer"},
+      {R"({"name":"gpu","nodes":"n1","default_time_s":2592001})", "default_time_s", "0..2592000"},
+      {R"({"name":"gpu","nodes":"n1","default_time_s":7200,"max_time_s":3600})", "default_time_s",
+       "more than max_time_s"},
+      {R"({"name":"gpu","nodes":"n1","max_gpus":-8})", "max_gpus", "integer 0.."},
+      {R"({"name":"gpu","nodes":"n1","priority_tier":1001})", "priority_tier", "-1000..1000"},
+      {R"({"name":"gpu","nodes":"n1","tenants":"org"})", "tenants", "must be an array"},
+      {R"({"name":"gpu","nodes":"n1","tenants":["../etc"]})", "tenants[0]", "tenant name"},
+      {R"({"name":"gpu","nodes":"n1","preemptible":"yes"})", "preemptible", "true or false"},
+      {R"({"name":"gpu","nodes":"n1","default":1})", "default", "true or false"},
+      {R"({"name":"gpu","nodes":"n1","is_default":true})", "is_default", "unknown field"},
+  };
+  for (const Hostile& h : partitions) {
+    CAPTURE(h.text);
+    std::string field = "unset";
+    auto r = ReadPartitionRequest(json::parse(h.text), &field);
+    REQUIRE_FALSE(r.ok());
+    CHECK(field == h.field);
+    CHECK_MESSAGE(r.message().find(h.message) != std::string::npos, r.message());
+  }
+  const std::vector<Hostile> reservations = {
+      {R"({"name":"r","duration_s":60})", "nodes", "give the nodes"},
+      {R"({"name":"r","nodes":"n1","gpus":8,"duration_s":60})", "gpus", "not both"},
+      {R"({"name":"r","nodes":"n1"})", "duration_s", "give the window's length"},
+      {R"({"name":"r","nodes":"n1","duration_s":60,"end_ms":5})", "end_ms", "not both"},
+      {R"({"name":"r","nodes":"n1","start_ms":10,"end_ms":5})", "end_ms", "is not after start_ms"},
+      {R"({"name":"r","nodes":"n1","start_ms":10,"end_ms":10})", "end_ms", "is not after"},
+      {R"({"name":"r","nodes":"n1","start_ms":-1,"duration_s":60})", "start_ms", "integer 0.."},
+      {R"({"name":"r","nodes":"n1","duration_s":0})", "duration_s", "integer 1.."},
+      {R"({"name":"r","nodes":"n1","duration_s":-60})", "duration_s", "integer 1.."},
+      {R"({"name":"r","nodes":"n1","duration_s":"1h"})", "duration_s", "integer"},
+      {R"({"name":"r","nodes":"n1","end_ms":253402300800000})", "end_ms", "integer 1.."},
+      {R"({"name":"r","gpus":0,"duration_s":60})", "gpus", "integer 1.."},
+      {R"({"name":"r","gpus":"8","duration_s":60})", "gpus", "integer"},
+      {R"({"name":"r","nodes":"n1","partition":"gpu","duration_s":60})", "partition",
+       "only chooses where the nodes"},
+      {R"({"name":"r","gpus":8,"partition":"-gpu","duration_s":60})", "partition",
+       "partition or reservation name"},
+      {R"({"name":"r","nodes":"n1","duration_s":60,"maintenance":"yes"})", "maintenance",
+       "true or false"},
+      {R"({"name":"r","nodes":"n[0-)" + many + R"(]","duration_s":60})", "nodes", "nodes: "},
+      {R"({"name":"r b","nodes":"n1","duration_s":60})", "name", "partition or reservation name"},
+  };
+  for (const Hostile& h : reservations) {
+    CAPTURE(h.text);
+    std::string field = "unset";
+    auto r = ReadReservationRequest(json::parse(h.text), &field);
+    REQUIRE_FALSE(r.ok());
+    CHECK(field == h.field);
+    CHECK_MESSAGE(r.message().find(h.message) != std::string::npos, r.message());
+  }
+  // An array of 100,001 nodes is refused by its size, before any name is read.
+  json body = {{"name", "big"}, {"nodes", std::vector<std::string>(100001, "n1")}};
+  std::string field;
+  auto r = ReadPartitionRequest(body, &field);
+  REQUIRE_FALSE(r.ok());
+  CHECK(field == "nodes");
+  CHECK(r.message().find("has 100001 nodes; at most 100000") != std::string::npos);
+  // A submission's partition and reservation are names by the same rule.
+  for (const char* key : {"partition", "reservation"}) {
+    for (const char* bad : {R"(5)", R"("")", R"("-x")", R"("a b")"}) {
+      CAPTURE(bad);
+      std::string f;
+      auto s = ParseSubmitRequest(Body("\"" + std::string(key) + "\":" + bad), &f);
+      REQUIRE_FALSE(s.ok());
+      CHECK(f == key);
+    }
+  }
 }
 
 TEST_CASE("the Slurm line: what the plugin and the tests send reads, the rest is refused") {
@@ -454,6 +648,8 @@ TEST_CASE("no two fields of one object share a name") {
   r.dependency = "afterok:1";
   r.array = "0-1";
   r.client_request_id = "k";
+  r.partition = "p";
+  r.reservation = "r";
   CHECK(json::parse(WriteSubmitRequest(r)).size() == schema["submit_request"]["properties"].size());
 }
 
@@ -462,9 +658,10 @@ TEST_CASE("no two fields of one object share a name") {
 // from messages that go deep.
 TEST_CASE("the fuzz corpus's user API seeds read") {
   const std::vector<std::pair<std::string, int>> seeds = {
-      {"api-submit.json", 0},    {"api-submit-answer.json", 1}, {"api-job-view.json", 2},
-      {"api-job-list.json", 3},  {"api-node-view.json", 4},     {"api-node-list.json", 5},
-      {"api-slurm-line.json", 6}};
+      {"api-submit.json", 0},         {"api-submit-answer.json", 1},    {"api-job-view.json", 2},
+      {"api-job-list.json", 3},       {"api-node-view.json", 4},        {"api-node-list.json", 5},
+      {"api-slurm-line.json", 6},     {"api-partition.json", 7},        {"api-reservation.json", 8},
+      {"api-partition-list.json", 9}, {"api-reservation-list.json", 10}};
   for (const auto& seed : seeds) {
     // Not a structured binding: clang 14 cannot capture those (CAPTURE).
     const std::string& name = seed.first;
@@ -477,7 +674,7 @@ TEST_CASE("the fuzz corpus's user API seeds read") {
     const std::string t = text.str();
     REQUIRE(t.size() > 2);
     CHECK(t[0] == '>');
-    CHECK(t[1] - '0' == reader);
+    CHECK(t[1] - '0' == reader);  // ':' for 10
     const std::string body = t.substr(2);
     std::string field;
     core::Status st = core::Status::Ok();
@@ -500,8 +697,20 @@ TEST_CASE("the fuzz corpus's user API seeds read") {
       case 5:
         st = ParseNodeList(body, &field).status();
         break;
-      default:
+      case 6:
         st = ParseSlurmSubmitLine(body, &field).status();
+        break;
+      case 7:
+        st = ReadPartitionRequest(nlohmann::json::parse(body), &field).status();
+        break;
+      case 8:
+        st = ReadReservationRequest(nlohmann::json::parse(body), &field).status();
+        break;
+      case 9:
+        st = ParsePartitionList(body, &field).status();
+        break;
+      default:
+        st = ParseReservationList(body, &field).status();
         break;
     }
     CHECK_MESSAGE(st.ok(), st.message());

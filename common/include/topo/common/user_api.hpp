@@ -97,6 +97,10 @@ struct SubmitRequest {
   std::optional<std::string> dependency;  // "afterok:12:13" (common/job_chain.hpp)
   std::optional<std::string> array;       // "0-99%8"
   std::optional<std::string> client_request_id;
+  // The partition it runs in (absent: the default one) and the reservation
+  // it runs in (absent: none); core/node_sets.hpp.
+  std::optional<std::string> partition;
+  std::optional<std::string> reservation;
   bool operator==(const SubmitRequest&) const = default;
 };
 
@@ -266,6 +270,11 @@ struct JobView {
   std::optional<double> predicted_slowdown;
   std::optional<std::string> dependency;  // what it waits for
   std::optional<ArrayTask> array;
+  // The partition it runs in (the one it named, or the default one it got;
+  // a job the scheduler no longer holds shows the one it named) and the
+  // reservation it named; empty (null): none.
+  std::optional<std::string> partition;
+  std::optional<std::string> reservation;
   std::optional<JobAccounting> accounting;
   std::optional<JobDetail> detail;
   bool operator==(const JobView&) const = default;
@@ -309,7 +318,11 @@ struct NodeView {
   std::string leaf;
   std::string pod;
   std::vector<core::GpuHealth> gpu_health;
-  std::vector<int64_t> gpu_jobs;  // the job on each GPU; 0 free, -1 another tenant's
+  std::vector<int64_t> gpu_jobs;        // the job on each GPU; 0 free, -1 another tenant's
+  std::vector<std::string> partitions;  // the partitions holding it, by name
+  // The reservation on it that is active now, else the next one to start;
+  // empty (null): none.
+  std::optional<std::string> reservation;
   std::optional<std::vector<GpuHealthEventView>> gpu_history;  // GET /v1/nodes/{name}
   bool operator==(const NodeView&) const = default;
 };
@@ -317,6 +330,90 @@ struct NodeList {
   std::vector<NodeView> nodes;
   bool operator==(const NodeList&) const = default;
 };
+
+// ------------------------------------------------------------ partitions and reservations
+
+// POST /v1/partitions (cluster-admin): adds a partition or replaces the one
+// of that name (core::PartitionConfig; docs/api.md). `nodes` is a Slurm
+// hostlist ("gpu[001-064]") or an array of node names; written back as a
+// hostlist. Times are seconds (0: none); absent fields take the defaults
+// core/node_sets.hpp names.
+struct PartitionRequest {
+  std::string name;
+  std::vector<std::string> nodes;
+  std::optional<int64_t> default_time_s;  // 0..kMaxTimeLimitS
+  std::optional<int64_t> max_time_s;      // 0..kMaxTimeLimitS
+  std::optional<int> max_gpus;            // per job; 0: no bound
+  std::optional<std::vector<std::string>> tenants;
+  std::optional<int> priority_tier;  // -1000..1000
+  std::optional<bool> preemptible;
+  std::optional<bool> is_default;  // "default"
+  bool operator==(const PartitionRequest&) const = default;
+};
+// A partition as GET /v1/partitions shows it: its configuration, its size
+// and what of it is up and free now.
+struct PartitionView {
+  std::string name;
+  std::string nodes;  // a hostlist
+  int node_count = 0;
+  int gpus = 0;
+  int up_nodes = 0;
+  int free_gpus = 0;  // healthy GPUs without a job on its up nodes
+  int64_t default_time_s = 0;
+  int64_t max_time_s = 0;
+  int max_gpus = 0;
+  std::vector<std::string> tenants;  // empty: every tenant
+  int priority_tier = 0;
+  bool preemptible = false;
+  bool is_default = false;  // "default"
+  bool operator==(const PartitionView&) const = default;
+};
+struct PartitionList {
+  std::vector<PartitionView> partitions;
+  bool operator==(const PartitionList&) const = default;
+};
+
+// POST /v1/reservations (cluster-admin): nodes held for a window. Either
+// `nodes` (a hostlist or an array, as for partitions) or `gpus` (the
+// scheduler chooses whole nodes, of `partition` when given); the window
+// from `start_ms` (absent: now) for `duration_s` or up to `end_ms`, one of
+// the two.
+struct ReservationRequest {
+  std::string name;
+  std::optional<std::vector<std::string>> nodes;
+  std::optional<int> gpus;
+  std::optional<int64_t> start_ms;
+  std::optional<int64_t> duration_s;
+  std::optional<int64_t> end_ms;
+  std::optional<std::vector<std::string>> tenants;
+  std::optional<bool> maintenance;
+  std::optional<std::string> partition;  // only with gpus: where to choose them
+  bool operator==(const ReservationRequest&) const = default;
+};
+enum class ReservationState : uint8_t { kPlanned, kActive };
+struct ReservationView {
+  std::string name;
+  std::string nodes;  // a hostlist
+  int node_count = 0;
+  int gpus = 0;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  std::vector<std::string> tenants;  // empty: any job that names it
+  bool maintenance = false;
+  ReservationState state = ReservationState::kPlanned;
+  bool operator==(const ReservationView&) const = default;
+};
+struct ReservationList {
+  std::vector<ReservationView> reservations;
+  bool operator==(const ReservationList&) const = default;
+};
+// The most nodes one partition or reservation names (the API's and the
+// log's readers refuse more), the most tenants it lists, the most GPUs a
+// reservation asks for by count, and the longest window.
+inline constexpr size_t kMaxNodeSetNodes = core::kMaxSelectionNames;
+inline constexpr size_t kMaxNodeSetTenants = 1000;
+inline constexpr int kMaxReservationGpus = 10'000'000;
+inline constexpr int64_t kMaxReservationS = int64_t{10} * 366 * 86400;
 
 // ------------------------------------------------------------ the Slurm plugin's line
 
@@ -386,6 +483,20 @@ core::Result<NodeList> ReadNodeList(const nlohmann::json& object, std::string* f
                                     Reading reading = Reading::kStrict);
 core::Result<SlurmSubmitLine> ParseSlurmSubmitLine(std::string_view text,
                                                    std::string* field = nullptr);
+core::Result<PartitionRequest> ReadPartitionRequest(const nlohmann::json& body,
+                                                    std::string* field = nullptr);
+core::Result<ReservationRequest> ReadReservationRequest(const nlohmann::json& body,
+                                                        std::string* field = nullptr);
+core::Result<PartitionView> ParsePartitionView(std::string_view text, std::string* field = nullptr,
+                                               Reading reading = Reading::kStrict);
+core::Result<PartitionList> ParsePartitionList(std::string_view text, std::string* field = nullptr,
+                                               Reading reading = Reading::kStrict);
+core::Result<ReservationView> ParseReservationView(std::string_view text,
+                                                   std::string* field = nullptr,
+                                                   Reading reading = Reading::kStrict);
+core::Result<ReservationList> ParseReservationList(std::string_view text,
+                                                   std::string* field = nullptr,
+                                                   Reading reading = Reading::kStrict);
 
 // Compact JSON text in the tables' field order; strings that are not UTF-8
 // are written with U+FFFD in place of bad bytes. The *Json forms give the
@@ -397,6 +508,16 @@ std::string WriteJobList(const JobList& list);
 std::string WriteNodeView(const NodeView& node);
 std::string WriteNodeList(const NodeList& list);
 std::string WriteSlurmSubmitLine(const SlurmSubmitLine& line);
+std::string WritePartitionRequest(const PartitionRequest& request);
+std::string WriteReservationRequest(const ReservationRequest& request);
+std::string WritePartitionView(const PartitionView& view);
+std::string WritePartitionList(const PartitionList& list);
+std::string WriteReservationView(const ReservationView& view);
+std::string WriteReservationList(const ReservationList& list);
+nlohmann::ordered_json PartitionViewJson(const PartitionView& view);
+nlohmann::ordered_json ReservationViewJson(const ReservationView& view);
+// "planned", "active".
+std::string_view ReservationStateName(ReservationState state);
 nlohmann::ordered_json SubmitRequestJson(const SubmitRequest& request);
 nlohmann::ordered_json JobViewJson(const JobView& job);
 nlohmann::ordered_json NodeViewJson(const NodeView& node);
