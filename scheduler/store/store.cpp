@@ -311,6 +311,10 @@ Status Store::Impl::DetectJobRuns() {
       "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'client_request_id'");
   if (!c.ok()) return Error("reading the schema", c.status());
   has_client_request_id = c.value() == 1;
+  Result<int64_t> sets =
+      db.QueryInt("SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'partition'");
+  if (!sets.ok()) return Error("reading the schema", sets.status());
+  has_node_sets = sets.value() == 1;
   return Status::Ok();
 }
 

@@ -128,6 +128,9 @@ struct JobRow {
   int runs = 0;              // runs so far (starts and restarts)
   int last_run_nodes = 0;    // distinct nodes of the newest run; 0 if none
   int64_t ended_gpu_ms = 0;  // GPU-ms of the runs that ended
+  // What the job's request named (0008_job_node_sets.sql); "": none.
+  std::string partition;
+  std::string reservation;
 };
 
 // One run of a job: from a start or restart to the next restart, stop or

@@ -88,7 +88,7 @@ Result<std::vector<JobRow>> Store::ListHistory(const HistoryQuery& query) {
   if (!impl_->has_job_runs) return impl_->Error("listing history", "the schema has no job_runs");
   // ?1 after, ?2 limit, ?3 tenant, ?4 user, ?5 states (JSON array),
   // ?6 since, ?7 until, ?8.. the scope.
-  std::string sql = "SELECT " + std::string(JobColumns(true)) + " FROM jobs WHERE id > ?1";
+  std::string sql = "SELECT " + JobColumns(true, impl_->has_node_sets) + " FROM jobs WHERE id > ?1";
   if (query.tenant) sql += " AND tenant = ?3";
   if (query.user) sql += " AND user = ?4";
   if (!query.states.empty()) sql += " AND state IN (SELECT value FROM json_each(?5))";

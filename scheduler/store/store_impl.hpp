@@ -33,7 +33,7 @@ core::Result<std::vector<Row>> Collect(internal::Statement& q, ReadRow read) {
 
 // The jobs columns that JobRow is read from, and the reader
 // (store_tables.cpp): "SELECT " + JobColumns() + " FROM jobs ...".
-std::string_view JobColumns(bool has_job_runs);
+std::string JobColumns(bool has_job_runs, bool has_node_sets);
 JobRow ReadJobRowAt(const internal::Statement& q);
 
 // Statements of the write path, prepared once per connection.
@@ -41,6 +41,7 @@ struct WriteStatements {
   internal::Statement insert_event;
   internal::Statement insert_job;
   internal::Statement job_request_id;
+  internal::Statement job_node_sets;  // a job's partition and reservation
   // Not a write: the strand's idempotency check of every submission that
   // carries a client_request_id (Store::JobsByClientRequest).
   internal::Statement jobs_by_request;
@@ -76,6 +77,8 @@ class Store::Impl {
   bool has_job_runs = false;
   // jobs.client_request_id (0006_client_request_id.sql), likewise.
   bool has_client_request_id = false;
+  // jobs.partition and jobs.reservation (0008_job_node_sets.sql), likewise.
+  bool has_node_sets = false;
   int64_t last_seq = 0;
   TimeMs last_time = 0;
   WriteStatements write;
@@ -101,7 +104,8 @@ class Store::Impl {
     return Error(what, cause.message());
   }
 
-  // Sets has_job_runs and has_client_request_id from the file's schema
+  // Sets has_job_runs, has_client_request_id and has_node_sets from the
+  // file's schema
   // (store.cpp).
   core::Status DetectJobRuns();
   // store.cpp: feeds the events from from_seq through core; fresh: the core

@@ -34,13 +34,14 @@ constexpr std::string_view kJobColumns =
     "ranks, spares, submit_seq, updated_seq, "
     "(SELECT COUNT(*) FROM job_runs r WHERE r.job = jobs.id), "
     "(SELECT r.nodes FROM job_runs r WHERE r.job = jobs.id ORDER BY r.run DESC LIMIT 1), "
-    "(SELECT COALESCE(SUM(r.gpu_ms), 0) FROM job_runs r WHERE r.job = jobs.id)";
+    "(SELECT COALESCE(SUM(r.gpu_ms), 0) FROM job_runs r WHERE r.job = jobs.id), "
+    "partition, reservation";
 // The same on a schema without job_runs (tests that migrate to an older
-// version): no runs.
+// version): no runs, and no partition or reservation.
 constexpr std::string_view kJobColumnsWithoutRuns =
     "id, tenant, user, state, reason, spec, priority, time_limit_ms, checkpoint_interval_ms, "
     "submit_ms, start_ms, last_start_ms, end_ms, restarts, checkpoint_step, checkpoint_ms, "
-    "ranks, spares, submit_seq, updated_seq, 0, NULL, 0";
+    "ranks, spares, submit_seq, updated_seq, 0, NULL, 0, NULL, NULL";
 
 JobRow ReadJobRow(const Statement& q) {
   JobRow r;
@@ -67,6 +68,8 @@ JobRow ReadJobRow(const Statement& q) {
   r.runs = static_cast<int>(q.Int64(20));
   r.last_run_nodes = q.IsNull(21) ? 0 : static_cast<int>(q.Int64(21));
   r.ended_gpu_ms = q.Int64(22);
+  if (!q.IsNull(23)) r.partition = q.Text(23);
+  if (!q.IsNull(24)) r.reservation = q.Text(24);
   return r;
 }
 
@@ -117,8 +120,13 @@ int DistinctNodes(const Json& ranks) {
 
 }  // namespace
 
-std::string_view JobColumns(bool has_job_runs) {
-  return has_job_runs ? kJobColumns : kJobColumnsWithoutRuns;
+std::string JobColumns(bool has_job_runs, bool has_node_sets) {
+  if (!has_job_runs) return std::string(kJobColumnsWithoutRuns);
+  std::string columns(kJobColumns);
+  // A schema before 0008_job_node_sets.sql (tests that migrate to an older
+  // version): no partition or reservation.
+  if (!has_node_sets) columns.replace(columns.rfind("partition"), std::string::npos, "NULL, NULL");
+  return columns;
 }
 JobRow ReadJobRowAt(const Statement& q) { return ReadJobRow(q); }
 
@@ -136,6 +144,7 @@ Status Store::Impl::PrepareWriteStatements() {
        "time_limit_ms, checkpoint_interval_ms, submit_ms, submit_seq, updated_seq) "
        "VALUES (?1, ?2, ?3, 'queued', 'submitted', ?4, ?5, ?6, ?7, ?8, ?9, ?9)"},
       {&write.job_request_id, "UPDATE jobs SET client_request_id = ?2 WHERE id = ?1"},
+      {&write.job_node_sets, "UPDATE jobs SET partition = ?2, reservation = ?3 WHERE id = ?1"},
       {&write.jobs_by_request,
        "SELECT id FROM jobs WHERE user = ?1 AND client_request_id = ?2 ORDER BY id LIMIT 100001"},
       // As the core: only a newer step counts, whatever the job's state.
@@ -184,6 +193,7 @@ Status Store::Impl::PrepareWriteStatements() {
         !has_client_request_id) {
       continue;
     }
+    if (s.target == &write.job_node_sets && !has_node_sets) continue;
     Result<Statement> st = db.Prepare(s.text);
     if (!st.ok()) return Error("preparing statements", st.status());
     *s.target = std::move(st).value();
@@ -204,6 +214,21 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
           q.Bind(3, r.user).Bind(4, encoded.event.at("request").at("spec").dump());
           q.Bind(5, r.priority).Bind(6, r.time_limit).Bind(7, r.checkpoint_interval);
           if (Status s = q.Bind(8, time).Bind(9, seq).Run(); !s.ok()) return s;
+          if ((!r.partition.empty() || !r.reservation.empty()) && has_node_sets) {
+            Statement& n = write.job_node_sets;
+            n.Bind(1, e.id);
+            if (r.partition.empty()) {
+              n.BindNull(2);
+            } else {
+              n.Bind(2, r.partition);
+            }
+            if (r.reservation.empty()) {
+              n.BindNull(3);
+            } else {
+              n.Bind(3, r.reservation);
+            }
+            if (Status s = n.Run(); !s.ok()) return s;
+          }
           if (r.client_request_id.empty() || !has_client_request_id) return Status::Ok();
           return write.job_request_id.Bind(1, e.id).Bind(2, r.client_request_id).Run();
         } else if constexpr (std::is_same_v<T, core::CheckpointCompleted>) {
@@ -335,8 +360,9 @@ Status Store::Impl::Materialize(const core::Topology& topo, const LogEntry& entr
 // ---------------------------------------------------------------- queries
 
 Result<std::optional<JobRow>> Store::GetJob(JobId id) {
-  Result<Statement> q = impl_->db.Prepare("SELECT " + std::string(JobColumns(impl_->has_job_runs)) +
-                                          " FROM jobs WHERE id = ?1");
+  Result<Statement> q =
+      impl_->db.Prepare("SELECT " + JobColumns(impl_->has_job_runs, impl_->has_node_sets) +
+                        " FROM jobs WHERE id = ?1");
   if (!q.ok()) return impl_->Error("reading job", q.status());
   q.value().Bind(1, id);
   Result<bool> row = q.value().Step();
@@ -346,8 +372,8 @@ Result<std::optional<JobRow>> Store::GetJob(JobId id) {
 }
 
 Result<std::vector<JobRow>> Store::ListJobs(const JobQuery& query) {
-  std::string sql =
-      "SELECT " + std::string(JobColumns(impl_->has_job_runs)) + " FROM jobs WHERE id > ?1";
+  std::string sql = "SELECT " + JobColumns(impl_->has_job_runs, impl_->has_node_sets) +
+                    " FROM jobs WHERE id > ?1";
   if (query.tenant) sql += " AND tenant = ?2";
   if (!query.include_terminal) {
     sql += " AND state NOT IN ('completed', 'failed', 'cancelled', 'rejected')";

@@ -322,6 +322,82 @@ TEST_CASE("jobs are found by their submitter's client_request_id, again and agai
   }
 }
 
+TEST_CASE("a job's partition and reservation are kept with its row, the sets' events logged") {
+  TempDir dir;
+  const core::Topology topo = MakeTestTopology();
+  const std::string node = topo.node(0).name;
+  {
+    Store store = OpenOk(dir.File("state.db"));
+    core::JobRequest in = SmallRequest();
+    in.partition = "gpu";
+    in.reservation = "maint";
+    core::JobRequest only = SmallRequest();
+    only.reservation = "maint";
+    core::PartitionConfig p;
+    p.name = "gpu";
+    p.nodes = {node};
+    core::ReservationConfig r;
+    r.name = "maint";
+    r.nodes = {node};
+    r.start = 1000;
+    r.end = 2000;
+    std::vector<LogEntry> batch = {
+        {1, "user:admin", core::PartitionConfigured{p}, {}},
+        {1, "user:admin", core::ReservationConfigured{r}, {}},
+        {2, "user:ada", core::JobSubmitted{1, in}, {}},
+        {2, "user:ada", core::JobSubmitted{2, SmallRequest()}, {}},
+        {2, "user:ada", core::JobSubmitted{3, only}, {}},
+        {3, "user:admin", core::PartitionDeleted{"gpu"}, {}},
+        {3, "user:admin", core::ReservationDeleted{"maint"}, {}},
+    };
+    REQUIRE(store.Append(topo, batch).ok());
+    const JobRow one = store.GetJob(1).value().value();
+    CHECK(one.partition == "gpu");
+    CHECK(one.reservation == "maint");
+    CHECK(store.GetJob(2).value()->partition.empty());
+    CHECK(store.GetJob(3).value()->partition.empty());
+    CHECK(store.GetJob(3).value()->reservation == "maint");
+    JobQuery q;
+    q.include_terminal = true;
+    std::vector<JobRow> rows = store.ListJobs(q).value();
+    REQUIRE(rows.size() == 3);
+    CHECK(rows[0].partition == "gpu");
+    HistoryQuery h;
+    std::vector<JobRow> history = store.ListHistory(h).value();
+    REQUIRE(history.size() == 3);
+    CHECK(history[0].reservation == "maint");
+    // The sets live in the log (and the core's snapshots), not in tables.
+    std::vector<std::string> kinds;
+    REQUIRE(store
+                .ReadEvents(1, topo,
+                            [&](const StoredEvent& e) {
+                              kinds.emplace_back(common::EventTypeName(e.entry.event));
+                              return core::Status::Ok();
+                            })
+                .ok());
+    CHECK(kinds == std::vector<std::string>{"partition_configured", "reservation_configured",
+                                            "job_submitted", "job_submitted", "job_submitted",
+                                            "partition_deleted", "reservation_deleted"});
+  }
+  // A store migrated only up to version 7 reads jobs without the columns.
+  std::vector<Migration> old;
+  for (const Migration& m : EmbeddedMigrations()) {
+    if (m.version <= 7) old.push_back(m);
+  }
+  OpenOptions o;
+  o.migrations = old;
+  Store before = OpenOk(dir.File("v7.db"), o);
+  CHECK(before.SchemaVersion() == 7);
+  std::vector<LogEntry> batch = {{1, "user:ada", core::JobSubmitted{1, SmallRequest()}, {}}};
+  core::JobRequest named = SmallRequest();
+  named.partition = "gpu";
+  batch.push_back({1, "user:ada", core::JobSubmitted{2, named}, {}});
+  REQUIRE(before.Append(topo, batch).ok());
+  CHECK(before.GetJob(2).value()->partition.empty());
+  JobQuery q;
+  CHECK(before.ListJobs(q).value().size() == 2);
+}
+
 TEST_CASE("a batch with an entry that would not read back writes nothing") {
   TempDir dir;
   const core::Topology topo = MakeTestTopology();
