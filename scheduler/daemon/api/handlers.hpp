@@ -66,6 +66,16 @@ Answer RevokeToken(ServiceState& s, const Caller& caller, const Route& route);
 // cannot say.
 bool TenantExists(const ServiceState& s, const std::string& name);
 
+// ---- partitions and reservations (node_sets.cpp)
+Answer ListPartitions(const ServiceState& s, const Caller& caller, const Route& route);
+Answer ShowPartition(const ServiceState& s, const Caller& caller, const Route& route);
+Answer CreatePartition(ServiceState& s, const Caller& caller, const Route& route);
+Answer DeletePartition(ServiceState& s, const Caller& caller, const Route& route);
+Answer ListReservations(const ServiceState& s, const Caller& caller, const Route& route);
+Answer ShowReservation(const ServiceState& s, const Caller& caller, const Route& route);
+Answer CreateReservation(ServiceState& s, const Caller& caller, const Route& route);
+Answer DeleteReservation(ServiceState& s, const Caller& caller, const Route& route);
+
 // ---- the cluster (topology.cpp, cluster.cpp, policy.cpp, metrics_page.cpp)
 Answer GetTopology(const ServiceState& s, const Caller& caller, const Route& route);
 Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route);

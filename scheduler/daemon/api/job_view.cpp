@@ -107,8 +107,12 @@ Result<api::JobView> RecordView(const ServiceState& s, const core::JobRecord& j,
   v.submit_ms = j.submit_time;
   v.start_ms = TimeOrEmpty(j.first_start);
   v.end_ms = TimeOrEmpty(j.end_time);
-  const TimeMs limit = j.request.time_limit > 0 ? j.request.time_limit
-                                                : s.driver.scheduler_config().default_time_limit;
+  // The job's own limit, else its partition's default, else the scheduler's.
+  const TimeMs fallback = s.driver.scheduler_config().default_time_limit;
+  const TimeMs limit = s.driver.core() != nullptr
+                           ? s.driver.core()->node_sets().BaseTimeLimit(j.request, fallback)
+                       : j.request.time_limit > 0 ? j.request.time_limit
+                                                  : fallback;
   v.time_limit_s = limit / core::kSecond;
   v.restarts = j.restarts;
   v.checkpoint_step = j.checkpoint_step;
@@ -123,6 +127,14 @@ Result<api::JobView> RecordView(const ServiceState& s, const core::JobRecord& j,
   if (j.request.array_job != 0) {
     v.array = api::ArrayTask{j.request.array_job, j.request.array_task, j.request.array_throttle};
   }
+  // The partition it runs in: the one it named, or the default one it got.
+  if (s.driver.core() != nullptr) {
+    if (const core::PartitionConfig* p = s.driver.core()->node_sets().PartitionOf(j.request)) {
+      v.partition = p->name;
+    }
+  }
+  if (!v.partition && !j.request.partition.empty()) v.partition = j.request.partition;
+  if (!j.request.reservation.empty()) v.reservation = j.request.reservation;
   return v;
 }
 
@@ -150,6 +162,8 @@ api::JobView RowView(const store::JobRow& r, TimeMs default_time_limit) {
   v.time_limit_s = (r.time_limit_ms > 0 ? r.time_limit_ms : default_time_limit) / core::kSecond;
   v.restarts = r.restarts;
   v.checkpoint_step = r.checkpoint_step;
+  if (!r.partition.empty()) v.partition = r.partition;
+  if (!r.reservation.empty()) v.reservation = r.reservation;
   return v;
 }
 

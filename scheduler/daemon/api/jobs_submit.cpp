@@ -62,6 +62,23 @@ Answer AlreadySubmitted(const ServiceState& s, const std::vector<JobId>& ids) {
   return TextAnswer(200, api::WriteSubmitAnswer(answer.value()));
 }
 
+// NodeSets::Admit's error as the API answers it: the field in the request's
+// words ("time_limit" is "time_limit_s").
+Status SubmissionError(const Status& st) {
+  std::string field = st.field();
+  if (field.empty()) {
+    for (std::string_view f : {"partition", "reservation", "time_limit", "spec.gpus"}) {
+      if (st.message().rfind(std::string(f) + ":", 0) == 0 ||
+          st.message().rfind(std::string(f) + " ", 0) == 0) {
+        field = std::string(f);
+        break;
+      }
+    }
+  }
+  if (field == "time_limit") field = "time_limit_s";
+  return Status::Error(st.message(), st.code()).WithField(field);
+}
+
 }  // namespace
 
 Answer SubmitJob(ServiceState& s, const Caller& caller, const Route& route) {
@@ -203,6 +220,13 @@ Answer SubmitJob(ServiceState& s, const Caller& caller, const Route& route) {
                        "dependency");
       }
     }
+  }
+  // Its partition and reservation (core/node_sets.hpp): they exist, admit
+  // its tenant, and its GPUs and time limit are within their bounds.
+  request.partition = body.partition.value_or("");
+  request.reservation = body.reservation.value_or("");
+  if (Status admit = s.driver.core()->node_sets().Admit(request, s.driver.now()); !admit.ok()) {
+    return SubmissionError(admit);
   }
   // Refuse what can never run here, before it is logged (the core's own
   // verdict on the empty cluster).

@@ -55,6 +55,11 @@ api::NodeView NodeViewOf(const ServiceState& s, NodeId n, const std::vector<JobI
   v.pod = topo.domain(topo.Ancestor(n, view.pod_tier())).name;
   for (int g = 0; g < node.gpus; ++g) v.gpu_health.push_back(cluster.gpu_health(n, g));
   v.gpu_jobs = gpu_jobs;
+  const core::NodeSets& sets = s.driver.core()->node_sets();
+  v.partitions = sets.PartitionsOf(n);
+  if (const core::ReservationConfig* r = sets.ReservationOn(n, s.driver.now())) {
+    v.reservation = r->name;
+  }
   return v;
 }
 
@@ -63,7 +68,20 @@ api::NodeView NodeViewOf(const ServiceState& s, NodeId n, const std::vector<JobI
 Answer ListNodes(const ServiceState& s, const Caller& caller, const Route& route) {
   if (s.driver.core() == nullptr) return NoTopology();
   const core::Topology& topo = *s.driver.topology();
-  if (Status e = UnknownParameter(route, {"domain", "gpu_type"}); !e.ok()) return e;
+  if (Status e = UnknownParameter(route, {"domain", "gpu_type", "partition"}); !e.ok()) return e;
+  // ?partition=NAME: only that partition's nodes.
+  const core::PartitionConfig* partition = nullptr;
+  if (auto it = route.query.find("partition"); it != route.query.end()) {
+    if (Status v = core::ValidateNodeSetName(it->second, "partition"); !v.ok()) {
+      return Invalid("partition must be a partition's name (1-64 bytes of A-Z a-z 0-9 . _ -)",
+                     "partition");
+    }
+    partition = s.driver.core()->node_sets().partition(it->second);
+    if (partition == nullptr) {
+      return NotFound("no partition " + it->second + "; `topo partition list` lists them",
+                      "partition");
+    }
+  }
   // ?gpu_type=MODEL: only the nodes of that accelerator model (as gpu_types
   // matches: ASCII case-insensitive).
   std::optional<std::string> gpu_type;
@@ -112,6 +130,7 @@ Answer ListNodes(const ServiceState& s, const Caller& caller, const Route& route
   api::NodeList list;
   for (NodeId n = begin; n < end; ++n) {
     if (gpu_type && topo.node(n).gpu_model != *gpu_type) continue;
+    if (partition != nullptr && !s.driver.core()->node_sets().InPartition(*partition, n)) continue;
     list.nodes.push_back(NodeViewOf(s, n, jobs[n]));
   }
   return TextAnswer(200, api::WriteNodeList(list));

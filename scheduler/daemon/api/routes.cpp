@@ -61,7 +61,7 @@ constexpr RouteSpec kRoutes[] = {
     W("POST", "/jobs/{id}/checkpoint", CheckpointJob),
     // A read, though it asks the node's agent (not logged, no storage).
     W("GET", "/jobs/{id}/logs", JobLogs, kRead, "rank offset max"),
-    R("GET", "/nodes", ListNodes, "domain gpu_type"),
+    R("GET", "/nodes", ListNodes, "domain gpu_type partition"),
     W("POST", "/nodes/drain", DrainNodes),
     W("POST", "/nodes/resume", ResumeNodes),
     R("GET", "/nodes/{name}", ShowNode),
@@ -70,6 +70,14 @@ constexpr RouteSpec kRoutes[] = {
     R("GET", "/tenants/{name*}", ShowTenant),
     // Also the tenant's granted Unix accounts, replicated with the users.
     W("PUT", "/tenants/{name*}", PutTenant, kWrite | kAuthChange),
+    R("GET", "/partitions", ListPartitions),
+    W("POST", "/partitions", CreatePartition),
+    R("GET", "/partitions/{name}", ShowPartition),
+    W("DELETE", "/partitions/{name}", DeletePartition),
+    R("GET", "/reservations", ListReservations),
+    W("POST", "/reservations", CreateReservation),
+    R("GET", "/reservations/{name}", ShowReservation),
+    W("DELETE", "/reservations/{name}", DeleteReservation),
     R("GET", "/users", ListUsers),
     W("POST", "/users", CreateUser, kWrite | kAuthChange),
     W("PATCH", "/users/{name}", UpdateUser, kWrite | kAuthChange),
