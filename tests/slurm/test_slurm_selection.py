@@ -13,6 +13,10 @@ model=H100`, a comment to Slurm).
      them); with a JSON topology that names the features, -C nvme and
      -C ib&nvme run on toposched's nodes that have them, and an unknown
      feature is refused with the cluster's features.
+  5. -p: with a toposched partition named as Slurm's (gpu, on gpu[0009-0016]),
+     sbatch -p gpu runs on its nodes and toposched's job shows it; a -t past
+     its max_time is refused naming it; a job naming no toposched partition
+     (no default one) passes to Slurm.
 
 Usage: test_slurm_selection.py TOPO_SCHEDULER PLUGIN_SO
 Exit 77 (skip) only when Slurm is not installed.
@@ -183,6 +187,28 @@ def main():
             print("-C %s: job %d on %s, features %s" % (constraint, f, ",".join(nodes), tjob["spec"]["features"]))
         err = refused(cluster, "-C gpu80g", "-N", "1", "-C", "gpu80g")
         check("no node has feature 'gpu80g'" in err and "ib, nvme" in err, "the refusal: %r" % err)
+        cluster.cancel_all()
+        synced(sock)
+
+        # 5. -p: the toposched partition of Slurm's name.
+        daemon.api("POST", "/v1/partitions", {"name": "gpu", "nodes": "gpu[0009-0016]",
+                                              "max_time_s": 3600}, expect=201)
+        g, r = cluster.sbatch("-J", "parted", "-p", "gpu", "-N", "2", "-t", "30", "--wrap",
+                              "sleep 300")
+        check(g is not None, "sbatch -p gpu failed: %s" % r.stderr)
+        tjob, nodes = toposched_job(cluster, daemon, g)
+        check(set(nodes) <= set(NVME) and tjob["partition"] == "gpu",
+              "-p gpu: on %s, partition %s" % (nodes, tjob.get("partition")))
+        print("-p gpu: job %d on %s, toposched partition %s" % (g, ",".join(nodes), tjob["partition"]))
+        err = refused(cluster, "-p gpu -t 120", "-p", "gpu", "-N", "1", "-t", "120")
+        check("partition 'gpu'" in err and "max_time" in err, "the refusal: %r" % err)
+        h, r = cluster.sbatch("-J", "unparted", "-N", "2", "--wrap", "sleep 300")
+        check(h is not None, "sbatch without -p failed: %s" % r.stderr)
+        info = cluster.wait_job(h, {"RUNNING"})
+        check(not info.get("AdminComment", "").startswith("toposched:"),
+              "toposched placed a job of no partition of its own: %s" % info)
+        print("no -p, no default toposched partition: Slurm placed job %d on %s" %
+              (h, info["NodeList"]))
         cluster.cancel_all()
         print("ok in %.1f s" % (time.time() - t0))
 

@@ -454,6 +454,19 @@ std::string SlurmRequest(ServiceState& s, const api::SlurmSubmitLine& req, const
   const int64_t minutes = req.time_limit_min.value_or(api::kSlurmNoValue);
   if (minutes > 0) request.time_limit = std::min<int64_t>(minutes, 365ll * 24 * 60) * core::kMinute;
   request.checkpoint_interval = -1;  // Slurm jobs checkpoint on their own
+  // -p: placed in the toposched partition of that name, if there is one
+  // (docs/slurm.md, Partitions), within its bounds.
+  const core::NodeSets& sets = s.driver.core()->node_sets();
+  request.partition = SlurmPartition(req.partition, sets);
+  if (request.partition.empty() && !sets.partitions().empty() &&
+      sets.default_partition() == nullptr) {
+    // No partition of toposched's holds it: Slurm's partitions place it.
+    return "PASS the job's partition (" + OneLine(req.partition.value_or("none")) +
+           ") is none of toposched's and toposched has no default partition";
+  }
+  if (Status admit = sets.Admit(request, s.driver.now()); !admit.ok()) {
+    return "REJECT " + OneLine(admit.message());
+  }
 
   if (request.spec.gpus > s.driver.topology()->total_gpus()) {
     return "REJECT " + std::to_string(request.spec.gpus) + " GPUs is more than the cluster has (" +

@@ -242,4 +242,17 @@ Result<SlurmSelection> ReadSlurmSelection(const api::SlurmSubmitLine& line) {
   return out;
 }
 
+std::string SlurmPartition(const std::optional<std::string>& partition,
+                           const core::NodeSets& sets) {
+  const std::string_view list = partition ? std::string_view(*partition) : std::string_view();
+  size_t start = 0;
+  while (start < list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string name(list.substr(start, comma - start));
+    if (!name.empty() && sets.partition(name) != nullptr) return name;
+    start = comma + 1;
+  }
+  return "";
+}
+
 }  // namespace topo::daemon

@@ -10,12 +10,14 @@
 // Thread safety: pure functions.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "topo/common/user_api.hpp"
 #include "topo/core/job.hpp"
+#include "topo/core/node_sets.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::daemon {
@@ -58,6 +60,13 @@ struct SlurmSelection {
   core::NodeSelection selection;
 };
 core::Result<SlurmSelection> ReadSlurmSelection(const api::SlurmSubmitLine& line);
+
+// The toposched partition (core/node_sets.hpp) a Slurm job runs in: the
+// first partition of its -p/--partition ("gpu", or Slurm's list
+// "debug,gpu") that toposched has one of the same name; "" when it names
+// none that toposched has (the Slurm partition is then ignored, and the job
+// runs in toposched's default partition, or on any node without one).
+std::string SlurmPartition(const std::optional<std::string>& partition, const core::NodeSets& sets);
 
 // How an error shows the line's field: "tres_per_node (--gres,
 // --gpus-per-node)", "req_nodes (-w)", ...

@@ -760,3 +760,60 @@ TEST_CASE("slurm: a job that is not toposched's passes before its selection is r
   // -w of two nodes is two nodes, whatever -N said (sbatch sets it from -w).
   CHECK(f.Ask(Test({{"req_nodes", "n[1-2]"}})).rfind("PLACE 0 n1,n2", 0) == 0);
 }
+
+TEST_CASE("slurm: -p places the job in toposched's partition of that name, others are ignored") {
+  Fixture f;
+  f.Sync(Fixture::AllIdle());
+  REQUIRE(f.Call("POST", "/v1/partitions",
+                 R"({"name":"gpu","nodes":"n[3-4]","max_time_s":3600,"tenants":["default"]})") ==
+          201);
+  // The partition of that name: its nodes.
+  const std::string a = f.Ask(Submit(2, "", R"(,"partition":"gpu","time_limit_min":30)"));
+  REQUIRE_MESSAGE(a.rfind("PLACE 1 ", 0) == 0, a);
+  CHECK(PlacedNodes(a) == std::vector<std::string>{"n3", "n4"});
+  CHECK(f.Get("/v1/jobs/1")["partition"] == "gpu");
+  // Slurm's list: the first partition toposched has. Its nodes are taken,
+  // so the job waits for them rather than run on n1, n2.
+  const std::string b = f.Ask(Submit(2, "", R"(,"partition":"debug,gpu","time_limit_min":30)"));
+  CHECK_MESSAGE(b.rfind("HOLD 2 ", 0) == 0, b);
+  // A Slurm partition toposched has none of, and no default partition:
+  // Slurm's own partitions place it.
+  const std::string pass = f.Ask(Submit(2, "", R"(,"partition":"normal","time_limit_min":10)"));
+  CHECK_MESSAGE(pass.rfind("PASS the job's partition (normal) is none of toposched's", 0) == 0,
+                pass);
+  // With a default partition it runs there instead, the Slurm one ignored.
+  REQUIRE(f.Call("POST", "/v1/partitions", R"({"name":"rest","nodes":"n[1-2]","default":true})") ==
+          201);
+  const std::string c = f.Ask(Submit(2, "", R"(,"partition":"normal","time_limit_min":10)"));
+  CHECK_MESSAGE(c.rfind("PLACE 3 ", 0) == 0, c);
+  CHECK(PlacedNodes(c) == std::vector<std::string>{"n1", "n2"});
+  CHECK(f.Get("/v1/jobs/3")["partition"] == "rest");
+  // The partition's bounds hold for Slurm jobs too: refused naming it.
+  const std::string d = f.Ask(Submit(1, "", R"(,"partition":"gpu","time_limit_min":120)"));
+  CHECK_MESSAGE(d.rfind("REJECT ", 0) == 0, d);
+  CHECK_MESSAGE(d.find("gpu") != std::string::npos, d);
+  CHECK(d.find('\n') == std::string::npos);
+}
+
+TEST_CASE("slurm: SlurmPartition reads Slurm's -p list against toposched's partitions") {
+  topo::core::TopologyBuilder b("t", {"node", "leaf"}, 0);
+  const int leaf = b.AddDomain("l0", 1, topo::core::TopologyBuilder::kTop);
+  for (const char* n : {"n1", "n2"}) b.AddNode(n, leaf, 8);
+  const topo::core::Topology topo = std::move(b).Build().value();
+  topo::core::NodeSets sets(topo);
+  topo::core::PartitionConfig gpu;
+  gpu.name = "gpu";
+  gpu.nodes = {"n1"};
+  REQUIRE(sets.ConfigurePartition(gpu).ok());
+  topo::core::PartitionConfig big = gpu;
+  big.name = "big";
+  big.nodes = {"n1", "n2"};
+  REQUIRE(sets.ConfigurePartition(big).ok());
+  CHECK(SlurmPartition(std::nullopt, sets).empty());
+  CHECK(SlurmPartition(std::string(), sets).empty());
+  CHECK(SlurmPartition(std::string("gpu"), sets) == "gpu");
+  CHECK(SlurmPartition(std::string("normal"), sets).empty());
+  CHECK(SlurmPartition(std::string("normal,big,gpu"), sets) == "big");
+  CHECK(SlurmPartition(std::string(",,gpu,"), sets) == "gpu");
+  CHECK(SlurmPartition(std::string("GPU"), sets).empty());  // names are exact, as Slurm's
+}
