@@ -40,6 +40,7 @@ const VerbGroup kGroups[] = {
     {topo::cli::RegisterHistoryCommands, {"history", "report"}},
     {topo::cli::RegisterClusterCommands, {"nodes", "drain", "resume", "gpu", "events", "whoami"}},
     {topo::cli::RegisterAdminCommands, {"tenants", "quota", "config", "users", "audit", "token"}},
+    {topo::cli::RegisterNodeSetCommands, {"partition", "reservation"}},
 };
 
 // Help that lists verbs shows each one's first line, its summary; the rest

@@ -238,8 +238,9 @@ int64_t FreeGpus(const json& n) {
 }  // namespace
 
 json NodeSummary(const json& nodes) {
-  json out = {{"by_gpu_type", json::array()}, {"by_pod", json::array()}};
-  std::map<std::string, size_t> type_row, pod_row;
+  json out = {
+      {"by_gpu_type", json::array()}, {"by_pod", json::array()}, {"by_partition", json::array()}};
+  std::map<std::string, size_t> type_row, pod_row, partition_row;
   auto add = [](json& rows, std::map<std::string, size_t>& index, const std::string& name,
                 const json& n) {
     auto [it, fresh] = index.emplace(name, rows.size());
@@ -268,6 +269,11 @@ json NodeSummary(const json& nodes) {
       const bool named = model.is_string() && !model.get<std::string>().empty();
       add(out["by_gpu_type"], type_row, named ? model.get<std::string>() : "(none)", n);
       add(out["by_pod"], pod_row, Str(n, "pod"), n);
+      const json& partitions = Field(n, "partitions");
+      if (!partitions.is_array()) continue;
+      for (const json& p : partitions) {
+        if (p.is_string()) add(out["by_partition"], partition_row, p.get<std::string>(), n);
+      }
     }
   }
   return out;
@@ -275,11 +281,15 @@ json NodeSummary(const json& nodes) {
 
 std::string FormatNodeSummary(const json& summary) {
   std::string out;
-  for (const char* part : {"by_gpu_type", "by_pod"}) {
-    Table t({std::string_view(part) == "by_gpu_type" ? "GPU TYPE" : "POD", "NODES", "UP",
-             "DRAINING", "DRAINED", "DOWN", "SUSPECT", "GPUS", "FREE"});
-    for (int c = 1; c <= 8; ++c) t.AlignRight(c);
+  for (const char* part : {"by_gpu_type", "by_pod", "by_partition"}) {
+    const std::string_view name(part);
     const json& rows = Field(summary, part);
+    if (name == "by_partition" && (!rows.is_array() || rows.empty())) continue;
+    Table t({name == "by_gpu_type" ? "GPU TYPE"
+             : name == "by_pod"    ? "POD"
+                                   : "PARTITION",
+             "NODES", "UP", "DRAINING", "DRAINED", "DOWN", "SUSPECT", "GPUS", "FREE"});
+    for (int c = 1; c <= 8; ++c) t.AlignRight(c);
     if (rows.is_array()) {
       for (const json& r : rows) {
         t.AddRow({Str(r, "name"), Str(r, "nodes"), Str(r, "up"), Str(r, "draining"),
@@ -330,6 +340,13 @@ std::string FormatNodeDetails(const json& node) {
   KeyValue(os, "HBD", Str(node, "hbd"));
   KeyValue(os, "Leaf", Str(node, "leaf"));
   KeyValue(os, "Pod", Str(node, "pod"));
+  const json& partitions = Field(node, "partitions");
+  if (partitions.is_array() && !partitions.empty()) {
+    std::string list;
+    for (const json& p : partitions) list += (list.empty() ? "" : ",") + Cell(p);
+    KeyValue(os, "Partitions", list);
+  }
+  if (Field(node, "reservation").is_string()) KeyValue(os, "Reservation", Str(node, "reservation"));
   const json& jobs = Field(node, "gpu_jobs");
   const json& health = Field(node, "gpu_health");
   const size_t gpus =

@@ -94,15 +94,29 @@ std::string FormatJobDetails(const api::JobView& job, int64_t now_ms, bool all_r
 // GET /v1/nodes: NAME STATE GPUS FREE HBD LEAF POD REASON; FREE counts the
 // healthy GPUs with no job on nodes that are up.
 std::string FormatNodeTable(const nlohmann::json& nodes);
-// topo nodes --summary: {"by_gpu_type": [ROW...], "by_pod": [ROW...]} from
-// a list of node views, ROW {"name", "nodes", "up", "draining", "drained",
-// "down", "suspect", "gpus", "free"}, rows in order of first appearance.
+// topo nodes --summary: {"by_gpu_type": [ROW...], "by_pod": [ROW...],
+// "by_partition": [ROW...]} from a list of node views, ROW {"name",
+// "nodes", "up", "draining", "drained", "down", "suspect", "gpus", "free"},
+// rows in order of first appearance; a node counts in each partition that
+// holds it (by_partition is empty when no node is in one), and the text
+// shows the partitions' table only when there is one.
 nlohmann::json NodeSummary(const nlohmann::json& nodes);
 std::string FormatNodeSummary(const nlohmann::json& summary);
 // GET /v1/nodes/{name}: the node, its GPUs and their history.
 std::string FormatNodeDetails(const nlohmann::json& node);
 // {"nodes": [...]} of drain/resume: "16 nodes draining: n[0-15]" per state.
 std::string SummarizeNodesByState(const nlohmann::json& nodes);
+
+// GET /v1/partitions: NAME NODES GPUS UP FREE DEFAULT-TIME MAX-TIME
+// MAX-GPUS TIER PREEMPT TENANTS, the default partition's name marked "*"
+// (as sinfo marks it); times and bounds of 0 shown as "-". The details:
+// one partition's fields. (format_sets.cpp)
+std::string FormatPartitionTable(const std::vector<api::PartitionView>& partitions);
+std::string FormatPartitionDetails(const api::PartitionView& partition);
+// GET /v1/reservations: NAME STATE START END NODES GPUS TENANTS
+// MAINTENANCE, in local time; and one reservation's fields.
+std::string FormatReservationTable(const std::vector<api::ReservationView>& reservations);
+std::string FormatReservationDetails(const api::ReservationView& reservation);
 
 std::string FormatTenantTable(const nlohmann::json& tenants);
 std::string FormatQuota(const nlohmann::json& tenant);

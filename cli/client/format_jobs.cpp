@@ -303,6 +303,8 @@ std::string FormatJobDetails(const api::JobView& job, int64_t now_ms, bool all_r
   KeyValue(
       os, "Tenant",
       Safe(job.tenant) + ", user " + Safe(job.user) + ", priority " + std::to_string(job.priority));
+  if (job.partition) KeyValue(os, "Partition", Safe(*job.partition));
+  if (job.reservation) KeyValue(os, "Reservation", Safe(*job.reservation));
   // A job not placed (queued, never started) has no nodes to count.
   KeyValue(os, "GPUs",
            job.nodes > 0 ? std::to_string(job.gpus) + " on " + Plural(job.nodes, "node", "nodes")

@@ -162,7 +162,7 @@ std::string AuditTarget(const std::string& action, const json& detail,
     used->push_back("id");
     return "token " + Str(detail, "id");
   }
-  for (const char* k : {"user", "tenant"}) {
+  for (const char* k : {"user", "tenant", "partition", "reservation"}) {
     if (has(k)) {
       used->push_back(k);
       return std::string(k) + " " + Str(detail, k);

@@ -11,6 +11,10 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <optional>
+#include <string>
+
+#include "client/submit.hpp"
 
 namespace topo::cli {
 
@@ -155,6 +159,55 @@ core::Result<int64_t> ParseWhen(std::string_view text, int64_t now_ms, std::stri
   const std::time_t t = std::mktime(&tm);
   if (t == static_cast<std::time_t>(-1) || tm.tm_mday != day) return bad();  // 2026-02-30
   return static_cast<int64_t>(t) * 1000;
+}
+
+core::Result<int64_t> ParseTimePoint(std::string_view text, int64_t now_ms, std::string_view flag) {
+  auto bad = [&](std::string_view why) {
+    return core::Status::Error(std::string(flag) + ": \"" + std::string(text.substr(0, 40)) +
+                               "\" " + std::string(why) +
+                               "; use now, now+2h, an ISO-8601 time (2026-11-01T14:30, local; "
+                               "2026-11-01T14:30Z, UTC) or Unix milliseconds");
+  };
+  if (text == "now") return now_ms;
+  if (text.rfind("now+", 0) == 0) {
+    core::Result<int64_t> d = ParseDuration(text.substr(4));
+    if (!d.ok()) return bad("is not now+DURATION (" + d.message() + ")");
+    return now_ms + d.value() * 1000;
+  }
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) {
+    if (text.size() > 15) return bad("is past the year 9999 as Unix milliseconds");
+    const int64_t ms = std::stoll(std::string(text));
+    if (ms < 100000000000) {
+      return bad("reads as seconds, not milliseconds (Unix milliseconds have 12 or more digits: " +
+                 std::string(text) + "000)");
+    }
+    return ms;
+  }
+  // ISO-8601: the date and time ParseWhen reads, then an optional zone.
+  std::string_view local = text;
+  std::optional<int64_t> offset_s;
+  if (text.size() > 10 && text.back() == 'Z') {
+    local = text.substr(0, text.size() - 1);
+    offset_s = 0;
+  } else if (text.size() > 16 && (text[text.size() - 6] == '+' || text[text.size() - 6] == '-') &&
+             text[text.size() - 3] == ':') {
+    const std::string_view zone = text.substr(text.size() - 6);
+    if (zone.find_first_not_of("0123456789", 1) != 3) return bad("has a bad UTC offset");
+    const int hours = (zone[1] - '0') * 10 + (zone[2] - '0');
+    const int minutes = (zone[4] - '0') * 10 + (zone[5] - '0');
+    if (hours > 14 || minutes > 59) return bad("has a bad UTC offset");
+    offset_s = (zone[0] == '-' ? -1 : 1) * (hours * 3600 + minutes * 60);
+    local = text.substr(0, text.size() - 6);
+  }
+  if (local.size() < 10 || local[4] != '-') return bad("is not a time");
+  core::Result<int64_t> at = ParseWhen(local, now_ms, flag);
+  if (!at.ok()) return bad("is not a time");
+  if (!offset_s) return at.value();
+  // ParseWhen read the fields as local time; read them again as UTC.
+  const std::time_t t = static_cast<std::time_t>(at.value() / 1000);
+  std::tm fields{};
+  localtime_r(&t, &fields);
+  return (static_cast<int64_t>(timegm(&fields)) - *offset_s) * 1000;
 }
 
 }  // namespace topo::cli

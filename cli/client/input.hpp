@@ -45,4 +45,11 @@ std::string FormatBytes(size_t bytes);
 // name `flag`, what was given and the accepted forms.
 core::Result<int64_t> ParseWhen(std::string_view text, int64_t now_ms, std::string_view flag);
 
+// A point in time for --start/--end, as Unix milliseconds: "now",
+// "now+2h" (a duration as --time takes it, submit.hpp), an ISO-8601 time
+// "2026-11-01T14:30[:05]" (local time; with "Z" or "+01:00": that offset),
+// "2026-11-01" (local midnight), or Unix milliseconds "1798790400000".
+// Errors name `flag`, what was given and the accepted forms.
+core::Result<int64_t> ParseTimePoint(std::string_view text, int64_t now_ms, std::string_view flag);
+
 }  // namespace topo::cli

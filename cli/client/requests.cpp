@@ -5,7 +5,9 @@
 #include <optional>
 
 #include "client/api_client.hpp"
+#include "client/input.hpp"
 #include "client/submit.hpp"
+#include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
 
 namespace topo::cli {
@@ -155,6 +157,172 @@ std::string DescribeJobFilter(const JobFilter& filter) {
   add("user", filter.user);
   add("state", filter.states);
   return out;
+}
+
+namespace {
+
+// "a,b" -> {"a", "b"}; "" -> {}.
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> FlagNodes(const std::string& hostlist) {
+  Result<std::vector<std::string>> names = common::ExpandHostlist(hostlist, api::kMaxNodeSetNodes);
+  if (!names.ok())
+    return Status::Error("--nodes " + hostlist.substr(0, 80) + ": " + names.message());
+  return names;
+}
+
+Result<int64_t> FlagSeconds(const char* flag, const std::string& text) {
+  Result<int64_t> d = ParseDuration(text);
+  if (!d.ok()) return Status::Error(std::string(flag) + ": " + d.message());
+  return d;
+}
+
+// A request read back by the API's reader, as the daemon reads it: an error
+// names the flag that set the field.
+template <class T>
+Result<T> Checked(const T& request, Result<T> (*read)(const nlohmann::json&, std::string*),
+                  std::string (*write)(const T&)) {
+  std::string field;
+  Result<T> back = read(json::parse(write(request)), &field);
+  if (back.ok()) return back;
+  const std::string flag = NodeSetFieldFlag(field);
+  return Status::Error((flag.empty() ? std::string() : flag + ": ") + back.message());
+}
+
+}  // namespace
+
+std::string NodeSetFieldFlag(std::string_view field) {
+  static constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+      {"name", "NAME"},
+      {"nodes", "--nodes"},
+      {"default_time_s", "--default-time"},
+      {"max_time_s", "--max-time"},
+      {"max_gpus", "--max-gpus"},
+      {"tenants", "--tenants"},
+      {"priority_tier", "--priority-tier"},
+      {"preemptible", "--preemptible"},
+      {"default", "--default"},
+      {"gpus", "--gpus"},
+      {"start_ms", "--start"},
+      {"duration_s", "--duration"},
+      {"end_ms", "--end"},
+      {"maintenance", "--maintenance"},
+      {"partition", "--partition"}};
+  const std::string_view top = field.substr(0, field.find_first_of(".["));
+  for (const auto& [f, flag] : kFlags) {
+    if (top == f) return std::string(flag);
+  }
+  return "";
+}
+
+Result<api::PartitionRequest> PartitionCreateRequest(const PartitionFlags& flags) {
+  api::PartitionRequest r;
+  r.name = flags.name;
+  if (flags.nodes.empty()) {
+    return Status::Error("--nodes is required: the partition's nodes, e.g. --nodes 'gpu[001-064]'");
+  }
+  Result<std::vector<std::string>> nodes = FlagNodes(flags.nodes);
+  if (!nodes.ok()) return nodes.status();
+  r.nodes = std::move(nodes).value();
+  if (!flags.default_time.empty()) {
+    Result<int64_t> d = FlagSeconds("--default-time", flags.default_time);
+    if (!d.ok()) return d.status();
+    r.default_time_s = d.value();
+  }
+  if (!flags.max_time.empty()) {
+    Result<int64_t> d = FlagSeconds("--max-time", flags.max_time);
+    if (!d.ok()) return d.status();
+    r.max_time_s = d.value();
+  }
+  if (!flags.max_gpus.empty()) {
+    Result<int64_t> n = ParseCount("--max-gpus", flags.max_gpus, std::nullopt);
+    if (!n.ok()) return n.status();
+    if (n.value() > api::kMaxReservationGpus) {
+      return Status::Error("--max-gpus: at most " + std::to_string(api::kMaxReservationGpus));
+    }
+    r.max_gpus = static_cast<int>(n.value());
+  }
+  if (!flags.tenants.empty()) r.tenants = SplitCommas(flags.tenants);
+  if (!flags.priority_tier.empty()) {
+    const std::string& t = flags.priority_tier;
+    const bool negative = t[0] == '-';
+    Result<int64_t> n = ParseCount("--priority-tier", negative ? t.substr(1) : t, std::nullopt);
+    if (!n.ok() || n.value() > 1000) {
+      return Status::Error("--priority-tier: '" + t + "' is not a whole number -1000..1000");
+    }
+    r.priority_tier = static_cast<int>(negative ? -n.value() : n.value());
+  }
+  if (flags.preemptible) r.preemptible = true;
+  if (flags.is_default) r.is_default = true;
+  return Checked<api::PartitionRequest>(r, &api::ReadPartitionRequest, &api::WritePartitionRequest);
+}
+
+Result<api::ReservationRequest> ReservationCreateRequest(const ReservationFlags& flags,
+                                                         int64_t now_ms) {
+  api::ReservationRequest r;
+  r.name = flags.name;
+  if (flags.nodes.empty() == flags.gpus.empty()) {
+    return Status::Error(flags.nodes.empty()
+                             ? "give the nodes to hold (--nodes 'gpu[001-008]') or how many GPUs "
+                               "the scheduler should choose whole nodes for (--gpus 64)"
+                             : "--nodes and --gpus: give one of them, not both");
+  }
+  if (!flags.nodes.empty()) {
+    Result<std::vector<std::string>> nodes = FlagNodes(flags.nodes);
+    if (!nodes.ok()) return nodes.status();
+    r.nodes = std::move(nodes).value();
+  } else {
+    Result<int64_t> n = ParseCount("--gpus", flags.gpus, std::nullopt);
+    if (!n.ok()) return n.status();
+    if (n.value() < 1 || n.value() > api::kMaxReservationGpus) {
+      return Status::Error("--gpus: give 1.." + std::to_string(api::kMaxReservationGpus));
+    }
+    r.gpus = static_cast<int>(n.value());
+  }
+  Result<int64_t> start = ParseTimePoint(
+      flags.start.empty() ? std::string_view("now") : flags.start, now_ms, "--start");
+  if (!start.ok()) return start.status();
+  r.start_ms = start.value();
+  if (flags.duration.empty() == flags.end.empty()) {
+    return Status::Error(flags.duration.empty()
+                             ? "how long? give --duration D (4h, 90m, 1d) or --end T"
+                             : "--duration and --end: give one of them, not both");
+  }
+  if (!flags.duration.empty()) {
+    Result<int64_t> d = FlagSeconds("--duration", flags.duration);
+    if (!d.ok()) return d.status();
+    r.duration_s = d.value();
+  } else {
+    Result<int64_t> end = ParseTimePoint(flags.end, now_ms, "--end");
+    if (!end.ok()) return end.status();
+    if (end.value() <= r.start_ms) {
+      return Status::Error("--end " + flags.end + " is not after --start " +
+                           (flags.start.empty() ? std::string("now") : flags.start) +
+                           ": the window must end after it starts");
+    }
+    r.end_ms = end.value();
+  }
+  if (!flags.tenants.empty()) r.tenants = SplitCommas(flags.tenants);
+  if (flags.maintenance) r.maintenance = true;
+  if (!flags.partition.empty()) r.partition = flags.partition;
+  return Checked<api::ReservationRequest>(r, &api::ReadReservationRequest,
+                                          &api::WriteReservationRequest);
+}
+
+std::string PartitionTarget(const std::string& name) {
+  return "/v1/partitions/" + PercentEncode(name);
+}
+std::string ReservationTarget(const std::string& name) {
+  return "/v1/reservations/" + PercentEncode(name);
 }
 
 }  // namespace topo::cli

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "topo/common/user_api.hpp"
 #include "topo/core/status.hpp"
 
 namespace topo::cli {
@@ -32,6 +33,44 @@ struct QuotaFlags {
 };
 // PUT /v1/tenants/{name}: only the fields given.
 core::Result<nlohmann::json> QuotaSetBody(const QuotaFlags& flags);
+
+// The flags of `topo partition create`, as given ("" when not given).
+struct PartitionFlags {
+  std::string name;
+  std::string nodes;          // HOSTLIST
+  std::string default_time;   // DURATION (submit.hpp's forms)
+  std::string max_time;       // DURATION
+  std::string max_gpus;       // N
+  std::string tenants;        // T,T,...
+  std::string priority_tier;  // -1000..1000
+  bool preemptible = false;
+  bool is_default = false;
+};
+// POST /v1/partitions, checked by the API's own reader; errors name the
+// flag ("--max-time 40x: ...").
+core::Result<api::PartitionRequest> PartitionCreateRequest(const PartitionFlags& flags);
+
+// The flags of `topo reservation create`.
+struct ReservationFlags {
+  std::string name;
+  std::string nodes;      // HOSTLIST, or
+  std::string gpus;       // N: the scheduler chooses whole nodes
+  std::string start;      // a time point (input.hpp ParseTimePoint); "": now
+  std::string duration;   // DURATION, or
+  std::string end;        // a time point
+  std::string tenants;    // T,T,...
+  std::string partition;  // with --gpus: where to choose
+  bool maintenance = false;
+};
+core::Result<api::ReservationRequest> ReservationCreateRequest(const ReservationFlags& flags,
+                                                               int64_t now_ms);
+// The flag that sets a field of those requests ("max_time_s" -> "--max-time"),
+// for the daemon's errors; "" for none.
+std::string NodeSetFieldFlag(std::string_view field);
+
+// /v1/partitions/NAME and /v1/reservations/NAME.
+std::string PartitionTarget(const std::string& name);
+std::string ReservationTarget(const std::string& name);
 
 // /v1/tenants/org/team (each segment percent-encoded, slashes kept).
 std::string TenantTarget(const std::string& tenant);

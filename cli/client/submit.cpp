@@ -221,8 +221,16 @@ const std::vector<SubmitFlagInfo>& SubmitFlagTable() {
        "What the job trains, for its predicted step time: a model preset such as llama3-70b "
        "(docs/perf-model.md lists them)"},
       {"tenant", "TENANT", "Tenant to charge (default: your own)"},
+      {"partition", "NAME",
+       "The partition to run in (-p; default: the cluster's default partition; topo partition "
+       "list shows them)"},
+      {"reservation", "NAME",
+       "Run in this reservation: on its nodes, inside its window (topo reservation list shows "
+       "them)"},
       {"priority", "N", "-100..100; above 0 needs tenant-admin or cluster-admin"},
-      {"time", "DURATION", "Time limit: 2h, 90m, 3600s, 1d, 1h30m or H:MM:SS (default 24 h)"},
+      {"time", "DURATION",
+       "Time limit: 2h, 90m, 3600s, 1d, 1h30m or H:MM:SS (default: the partition's default "
+       "time, else 24 h)"},
       {"checkpoint-interval", "DURATION",
        "How often the job checkpoints, or 'never' (default 30 min)"},
       {"placement-wait", "DURATION",
@@ -380,6 +388,20 @@ Status CheckSubmitFlag(std::string_view name, std::string_view value) {
   if (name == "request-id") {
     Status s = common::CheckClientRequestId(value);
     return s.ok() ? s : err(s.message());
+  }
+  if (name == "partition" || name == "reservation") {
+    if (value.find(',') != std::string_view::npos && name == "partition") {
+      return err("'" + common::ShownName(value) +
+                 "': a job runs in one partition; give one name (topo partition list shows "
+                 "them)");
+    }
+    if (!core::ValidateNodeSetName(std::string(value),
+                                   name == "partition" ? "partition" : "reservation")
+             .ok()) {
+      return err("'" + common::ShownName(value) + "' is not a " + std::string(name) +
+                 " name: 1-64 bytes of A-Z a-z 0-9 . _ -, not starting with - or .");
+    }
+    return Status::Ok();
   }
   if (name == "dependency") {
     Result<std::vector<core::Dependency>> d = common::ParseDependencies(value);
@@ -659,6 +681,8 @@ Status ReadSbatchLine(std::string_view words_text, const std::string& at, Sbatch
       st = flag(name.c_str(), v);
     } else if (name == "account") {
       st = flag("tenant", v);
+    } else if (name == "partition" || name == "reservation") {
+      st = flag(name.c_str(), v);
     } else if (name == "mem") {
       st = flag("mem-per-node", v);
     } else if (name == "exclusive") {
@@ -732,7 +756,9 @@ std::string SubmitFieldLabel(const SubmitFlags& flags, std::string_view field) {
       {"error", "error"},
       {"dependency", "dependency"},
       {"array", "array"},
-      {"client_request_id", "request-id"}};
+      {"client_request_id", "request-id"},
+      {"partition", "partition"},
+      {"reservation", "reservation"}};
   auto it = kFlagOf.find(field);
   if (it == kFlagOf.end()) {
     if (field == "env" || field.substr(0, 4) == "env.") return "--env";
@@ -962,6 +988,8 @@ Result<api::SubmitRequest> BuildSubmitRequest(const SubmitFlags& flags,
   if (given("dependency")) req.dependency = flags.at("dependency").value;
   if (given("array")) req.array = flags.at("array").value;
   if (given("request-id")) req.client_request_id = flags.at("request-id").value;
+  if (given("partition")) req.partition = flags.at("partition").value;
+  if (given("reservation")) req.reservation = flags.at("reservation").value;
   // A duration in seconds, or 'never' as -1.
   auto never_or_duration = [&](const char* flag, std::optional<int64_t>& field_s) -> Status {
     if (!given(flag)) return Status::Ok();

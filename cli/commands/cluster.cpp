@@ -47,6 +47,7 @@ struct NodesArgs {
   std::string state;
   std::string gpu_type;
   std::string domain;
+  std::string partition;
   bool summary = false;
   bool json = false;
 };
@@ -76,6 +77,9 @@ int RunNodes(const NodesArgs& args) {
   if (!args.gpu_type.empty()) query += "gpu_type=" + PercentEncode(args.gpu_type);
   if (!args.domain.empty()) {
     query += std::string(query.empty() ? "" : "&") + "domain=" + PercentEncode(args.domain);
+  }
+  if (!args.partition.empty()) {
+    query += std::string(query.empty() ? "" : "&") + "partition=" + PercentEncode(args.partition);
   }
   Reply reply = session->Call("GET", "/v1/nodes" + (query.empty() ? "" : "?" + query));
   if (!reply.ok()) return reply.exit_code;
@@ -513,21 +517,22 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
 
 void RegisterClusterCommands(CLI::App& app, int* exit_code) {
   auto nodes = std::make_shared<NodesArgs>();
-  CLI::App* n =
-      AddVerb(app, "nodes",
-              "List nodes (NAME STATE GPUS TYPE FREE HBD LEAF POD REASON), or show one node's "
-              "GPUs.\n\n"
-              "FREE counts the healthy GPUs without a job on nodes that are up. HBD, LEAF and "
-              "POD are the node's own: on a mixed cluster an NVL72 node's HBD is its rack, an HGX "
-              "node's the node.\n\n"
-              "Examples:\n"
-              "  topo nodes\n"
-              "  topo nodes --summary            # per GPU type and pod: up, drained, down, free\n"
-              "  topo nodes --gpu-type H100 --state drained,down\n"
-              "  topo nodes --domain leaf07      # the nodes under one domain\n"
-              "  topo nodes --state drained,down\n"
-              "  topo nodes 'gpu[0001-0016]'     # a hostlist filters the list\n"
-              "  topo nodes gpu0007              # one node, per GPU");
+  CLI::App* n = AddVerb(
+      app, "nodes",
+      "List nodes (NAME STATE GPUS TYPE FREE HBD LEAF POD REASON), or show one node's "
+      "GPUs.\n\n"
+      "FREE counts the healthy GPUs without a job on nodes that are up. HBD, LEAF and "
+      "POD are the node's own: on a mixed cluster an NVL72 node's HBD is its rack, an HGX "
+      "node's the node.\n\n"
+      "Examples:\n"
+      "  topo nodes\n"
+      "  topo nodes --summary            # per GPU type, pod and partition: up, down, free\n"
+      "  topo nodes --partition debug    # the nodes of one partition\n"
+      "  topo nodes --gpu-type H100 --state drained,down\n"
+      "  topo nodes --domain leaf07      # the nodes under one domain\n"
+      "  topo nodes --state drained,down\n"
+      "  topo nodes 'gpu[0001-0016]'     # a hostlist filters the list\n"
+      "  topo nodes gpu0007              # one node, per GPU");
   n->add_option("NAME", nodes->name, "A node name, or a hostlist to filter by");
   n->add_option("--state", nodes->state,
                 "Only these states, comma-separated: up, draining, drained, down, suspect")
@@ -536,9 +541,12 @@ void RegisterClusterCommands(CLI::App& app, int* exit_code) {
                 "Only nodes of this GPU model (case-insensitive; --summary lists the models)");
   n->add_option("--domain", nodes->domain,
                 "Only the nodes under this domain (a pod, leaf, HBD or rack name)");
+  n->add_option("--partition", nodes->partition,
+                "Only the nodes of this partition (topo partition list shows them)")
+      ->type_name("NAME");
   n->add_flag("--summary", nodes->summary,
-              "Counts instead of nodes: per GPU type and per pod, nodes up, draining, drained, "
-              "down and suspect, GPUs and free GPUs");
+              "Counts instead of nodes: per GPU type, per pod and per partition (when there "
+              "are any), nodes up, draining, drained, down and suspect, GPUs and free GPUs");
   n->add_flag("--json", nodes->json, std::string(kJsonHelp));
   AddConnectionFlags(*n, SharedConnectionFlags());
   n->callback([nodes, exit_code] { *exit_code = RunNodes(*nodes); });

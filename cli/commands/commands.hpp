@@ -72,5 +72,7 @@ void RegisterHistoryCommands(CLI::App& app, int* exit_code);
 void SetSubmitCommand(std::vector<std::string> command);
 void RegisterClusterCommands(CLI::App& app, int* exit_code);
 void RegisterAdminCommands(CLI::App& app, int* exit_code);
+// `topo partition`, `topo reservation` (node_sets.cpp).
+void RegisterNodeSetCommands(CLI::App& app, int* exit_code);
 
 }  // namespace topo::cli

@@ -542,6 +542,9 @@ void RegisterSubmit(CLI::App& app, int* exit_code) {
       "  topo submit --gpus 8 --env NCCL_DEBUG=INFO --export HF_HOME --chdir /data/run \\\n"
       "      --output out-%j-%r.log -- python train.py\n"
       "  topo submit --spec job.json --tenant org/team --priority 10\n"
+      "  topo submit -p gpu --gpus 16 --time 4h -- python train.py   # in partition gpu\n"
+      "  topo submit --reservation demo --gpus 8 -- ./eval.sh        # on demo's nodes, in its "
+      "window\n"
       "  topo submit train.sh              # with lines like: #TOPO --gpus 4096 --tp 8 --ep 8\n"
       "  topo submit train.sh --time 90m   # overrides the script's #TOPO --time\n"
       "  id=$(topo submit --gpus 8 --json -- ./run.sh | jq .id)\n"
@@ -554,9 +557,11 @@ void RegisterSubmit(CLI::App& app, int* exit_code) {
                 "job");
   for (const SubmitFlagInfo& f : SubmitFlagTable()) {
     const std::string name(f.name);
+    // -p for --partition, as sbatch has it.
+    const std::string names = name == "partition" ? "-p,--partition" : "--" + name;
     CLI::Option* opt = IsRepeatableSubmitFlag(name)
-                           ? s->add_option("--" + name, submit->lists[name], std::string(f.help))
-                           : s->add_option("--" + name, submit->values[name], std::string(f.help));
+                           ? s->add_option(names, submit->lists[name], std::string(f.help))
+                           : s->add_option(names, submit->values[name], std::string(f.help));
     opt->type_name(std::string(f.value_name));
     submit->options[name] = opt;
   }

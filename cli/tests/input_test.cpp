@@ -129,3 +129,34 @@ TEST_CASE("ParseWhen: relative, dated and refused forms of --since/--until") {
     CHECK(r.message().find("7d") != std::string::npos);
   }
 }
+
+TEST_CASE("ParseTimePoint: now, now+DURATION, ISO-8601 with or without a zone, Unix ms") {
+  using topo::cli::ParseTimePoint;
+  const int64_t now = 1800000000000;  // 2027-01-15
+  CHECK(ParseTimePoint("now", now, "--start").value() == now);
+  CHECK(ParseTimePoint("now+2h", now, "--start").value() == now + 2 * 3600000LL);
+  CHECK(ParseTimePoint("now+1h30m", now, "--start").value() == now + 90 * 60000LL);
+  CHECK(ParseTimePoint("1800000123456", now, "--start").value() == 1800000123456);
+  // UTC and offsets: 2026-11-01T14:30Z is 1793543400 s.
+  CHECK(ParseTimePoint("2026-11-01T14:30Z", now, "--start").value() == 1793543400000);
+  CHECK(ParseTimePoint("2026-11-01T14:30:05Z", now, "--start").value() == 1793543405000);
+  CHECK(ParseTimePoint("2026-11-01T16:30+02:00", now, "--start").value() == 1793543400000);
+  CHECK(ParseTimePoint("2026-11-01T09:00-05:30", now, "--start").value() == 1793543400000);
+  // Local time without a zone, as ParseWhen reads it.
+  CHECK(ParseTimePoint("2026-11-01T14:30", now, "--start").value() ==
+        topo::cli::ParseWhen("2026-11-01T14:30", now, "--start").value());
+  CHECK(ParseTimePoint("2026-11-01", now, "--end").value() ==
+        topo::cli::ParseWhen("2026-11-01", now, "--end").value());
+  for (const char* bad :
+       {"", "soon", "7d", "now+", "now+5", "now-1h", "2026-13-01T00:00Z", "2026-11-01T14:30+25:00",
+        "2026-11-01T14:30+0x:00", "1800000000", "99999999999999999"}) {
+    CAPTURE(bad);
+    topo::core::Result<int64_t> r = ParseTimePoint(bad, now, "--start");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.message().rfind("--start: ", 0) == 0);
+    CHECK(r.message().find("now+2h") != std::string::npos);
+  }
+  // Seconds given for milliseconds: the error says how to write them.
+  CHECK(ParseTimePoint("1800000000", now, "--start").message().find("1800000000000") !=
+        std::string::npos);
+}

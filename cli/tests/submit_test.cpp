@@ -464,9 +464,11 @@ TEST_CASE("#SBATCH lines: the common directives become flags, #TOPO wins, the re
   CHECK(f.at("mem-per-node").value == "64G");
   CHECK(f.at("tp").value == "8");
   CHECK(f.at("time").origin.find("job.sh:4 (#SBATCH -t 1-02:30:00)") == 0);
+  CHECK(f.at("partition").value == "gpu");  // -p is the partition now
+  CHECK(f.at("partition").origin == "job.sh:6 (#SBATCH -p gpu)");
   REQUIRE(d.value().warnings.size() == 1);
   const std::string& w = d.value().warnings[0];
-  CHECK(w.find("-p gpu (job.sh:6)") != std::string::npos);
+  CHECK(w.find("-p gpu") == std::string::npos);
   CHECK(w.find("--qos=high (job.sh:6)") != std::string::npos);
   CHECK(w.find("--exclusive") != std::string::npos);  // with --gpus-per-node: not honoured
   auto req = BuildSubmitRequest(f, std::nullopt, "job.sh", kCommand);
@@ -533,6 +535,69 @@ TEST_CASE("#SBATCH lines: the common directives become flags, #TOPO wins, the re
   auto late = ParseScriptDirectives("echo hi\n#SBATCH -N 2\n", "l.sh");
   REQUIRE(late.ok());
   CHECK(late.value().warnings.at(0).find("#SBATCH after the first command") != std::string::npos);
+}
+
+TEST_CASE("--partition, --reservation and #SBATCH -p, --partition, --reservation") {
+  SubmitFlags f;
+  REQUIRE(AddSubmitFlag(&f, "gpus", "8", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "partition", "debug", "").ok());
+  REQUIRE(AddSubmitFlag(&f, "reservation", "maint_2026-12.a", "").ok());
+  auto req = BuildSubmitRequest(f, std::nullopt, "", kCommand);
+  REQUIRE_MESSAGE(req.ok(), req.message());
+  CHECK(req.value().partition == "debug");
+  CHECK(req.value().reservation == "maint_2026-12.a");
+  const json body = json::parse(api::WriteSubmitRequest(req.value()));
+  CHECK(body["partition"] == "debug");
+  CHECK(body["reservation"] == "maint_2026-12.a");
+  // Without the flags the request names neither: the default partition.
+  SubmitFlags plain;
+  REQUIRE(AddSubmitFlag(&plain, "gpus", "8", "").ok());
+  const json none = json::parse(
+      api::WriteSubmitRequest(BuildSubmitRequest(plain, std::nullopt, "", kCommand).value()));
+  CHECK_FALSE(none.contains("partition"));
+  CHECK_FALSE(none.contains("reservation"));
+
+  // Names the daemon would refuse are refused here, naming the flag and the rule.
+  struct Bad {
+    const char* flag;
+    std::string value;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"partition", "-gpu", "--partition: '-gpu' is not a partition name"},
+                       Bad{"partition", ".hidden", "not starting with - or ."},
+                       Bad{"partition", "gpu,debug", "a job runs in one partition"},
+                       Bad{"partition", std::string(65, 'p'), "1-64 bytes"},
+                       Bad{"partition", "", "is not a partition name"},
+                       Bad{"reservation", "a b", "--reservation: 'a b' is not a reservation name"},
+                       Bad{"reservation", "x\x1b[2J", "x\\x1b[2J"}}) {
+    CAPTURE(b.value);
+    SubmitFlags g;
+    core::Status st = AddSubmitFlag(&g, b.flag, b.value, "s.sh:2");
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.message().rfind("s.sh:2: --", 0) == 0);
+    CHECK(st.message().find(b.says) != std::string::npos);
+  }
+
+  // #SBATCH -p NAME, -pNAME, --partition=NAME and --reservation NAME; #TOPO wins.
+  auto d = ParseScriptDirectives(
+      "#!/bin/sh\n#SBATCH -N 1 --gpus-per-node=8 -pdebug\n#SBATCH --reservation maint\n", "r.sh");
+  REQUIRE_MESSAGE(d.ok(), d.message());
+  CHECK(d.value().flags.at("partition").value == "debug");
+  CHECK(d.value().flags.at("reservation").value == "maint");
+  CHECK(d.value().flags.at("reservation").origin == "r.sh:3 (#SBATCH --reservation maint)");
+  CHECK(d.value().warnings.empty());
+  auto over = ParseScriptDirectives("#SBATCH --partition=gpu\n#TOPO --partition debug\n", "o.sh");
+  REQUIRE(over.ok());
+  CHECK(over.value().flags.at("partition").value == "debug");
+  // A Slurm list of partitions is refused: a toposched job runs in one.
+  auto list = ParseScriptDirectives("#SBATCH -p gpu,debug\n", "l.sh");
+  REQUIRE_FALSE(list.ok());
+  CHECK(list.message().rfind("l.sh:1 (#SBATCH -p gpu,debug): --partition:", 0) == 0);
+  CHECK(list.message().find("give one name") != std::string::npos);
+  // A field error of the daemon names the flag that set it.
+  SubmitFlags labelled;
+  REQUIRE(AddSubmitFlag(&labelled, "partition", "debug", "job.sh:4").ok());
+  CHECK(SubmitFieldLabel(labelled, "partition") == "--partition debug (job.sh:4)");
 }
 
 TEST_CASE("--dependency and --array: checked like the daemon, sent as given") {

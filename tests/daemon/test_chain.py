@@ -109,14 +109,21 @@ def main():
             script = os.path.join(work, "job.sh")
             with open(script, "w") as f:
                 f.write("#!/bin/sh\n#SBATCH -N 2 --gpus-per-node=8 -t 30 -J sb\n"
-                        "#SBATCH -p gpu\n#TOPO --dependency afterok:%d\ntrue\n" % first)
+                        "#SBATCH --qos=high\n#TOPO --dependency afterok:%d\ntrue\n" % first)
             p = topo(["submit", "--json", script], alice)
             sub = json.loads(p.stdout)
             shown = job(sub["id"])
             check(shown["gpus"] == 16 and shown["name"] == "sb" and shown["time_limit_s"] == 1800,
                   "#SBATCH -N 2 --gpus-per-node=8 -t 30 -J sb: %s" % shown)
-            check("-p gpu (" in p.stderr and "not honoured" in p.stderr, p.stderr)
+            check("--qos=high (" in p.stderr and "not honoured" in p.stderr, p.stderr)
             topo(["cancel", str(sub["id"])], alice)
+            # #SBATCH -p is the job's partition: one the cluster lacks is refused
+            # (exit 4), naming the line that gave it.
+            with open(script, "w") as f:
+                f.write("#!/bin/sh\n#SBATCH -N 2 --gpus-per-node=8\n#SBATCH -p gpu\ntrue\n")
+            p = topo(["submit", script], alice, expect=4)
+            check("job.sh:3 (#SBATCH -p gpu)" in p.stderr and "no partition 'gpu'" in p.stderr,
+                  p.stderr)
 
             # ---- an array with a throttle
             out = submit(alice, 8, array="0-5%2")
