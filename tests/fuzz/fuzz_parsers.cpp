@@ -30,13 +30,15 @@
 //  13 ParseAuthRows         the users and tokens an HA replica takes from
 //                           etcd (common/auth_json.hpp): WriteAuthRows reads
 //                           back to the same rows
-//  14 the user API          common/user_api.hpp; the second byte (% 7, a
-//                           digit in the corpus) picks the reader: 0 submit
-//                           request, 1 submit answer, 2 job view, 3 job
-//                           list, 4 node view, 5 node list, 6 Slurm line;
-//                           each written reads back equal, a fixed point,
-//                           and a client's lenient reading of the text
-//                           never crashes
+//  14 the user API          common/user_api.hpp; the second byte (less
+//                           '0', % 11: a digit or ':' in the corpus, as the
+//                           first) picks the reader: 0 submit request,
+//                           1 submit answer, 2 job view, 3 job list, 4 node
+//                           view, 5 node list, 6 Slurm line, 7 partition
+//                           request, 8 reservation request, 9 partition
+//                           list, 10 reservation list; each written reads
+//                           back equal, a fixed point, and a client's
+//                           lenient reading of the text never crashes
 //
 // Parsers return core::Result and must never throw: nothing is caught here,
 // so an exception, a sanitizer report or a broken round trip (Fail below,
@@ -370,9 +372,22 @@ auto Strictly(Parse parse) {
   return [parse](std::string_view t) { return parse(t, nullptr, api::Reading::kStrict); };
 }
 
+// A reader of a parsed body (the daemon parses it first) on text: text that
+// is not a JSON object is no request.
+template <typename Read>
+auto FromJson(Read read) {
+  return [read](std::string_view t) -> decltype(read(json(), nullptr)) {
+    json j = json::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return core::Status::Error("not JSON");
+    return read(j, nullptr);
+  };
+}
+
 void FuzzUserApi(std::string_view text) {
   if (text.empty()) return;
-  const unsigned which = static_cast<unsigned char>(text[0]) % 7;
+  // Less '0': the corpus's digit is the reader ('0' % 7 was the Slurm
+  // line, so every seed fuzzed that one reader).
+  const unsigned which = static_cast<unsigned char>(text[0] - '0') % 11;
   text.remove_prefix(1);
   switch (which) {
     case 0:
@@ -403,6 +418,24 @@ void FuzzUserApi(std::string_view text) {
       FuzzProtocol(
           text, [](std::string_view t) { return api::ParseSlurmSubmitLine(t); },
           api::WriteSlurmSubmitLine, "Slurm line");
+      break;
+    case 7:
+      FuzzProtocol(text, FromJson(api::ReadPartitionRequest), api::WritePartitionRequest,
+                   "partition request");
+      break;
+    case 8:
+      FuzzProtocol(text, FromJson(api::ReadReservationRequest), api::WriteReservationRequest,
+                   "reservation request");
+      break;
+    case 9:
+      FuzzProtocol(text, Strictly(api::ParsePartitionList), api::WritePartitionList,
+                   "partition list");
+      (void)api::ParsePartitionList(text, nullptr, api::Reading::kClient);
+      break;
+    case 10:
+      FuzzProtocol(text, Strictly(api::ParseReservationList), api::WriteReservationList,
+                   "reservation list");
+      (void)api::ParseReservationList(text, nullptr, api::Reading::kClient);
       break;
   }
 }
