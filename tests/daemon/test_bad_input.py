@@ -28,6 +28,9 @@ def snapshot(d):
         "nodes": API.check("node_list", d.api("GET", "/v1/nodes", expect=200)),
         "seq": d.api("GET", "/v1/cluster", expect=200)["last_seq"],
         "audit": d.api("GET", "/v1/audit", expect=200),
+        "partitions": API.check("partition_list", d.api("GET", "/v1/partitions", expect=200)),
+        "reservations": API.check("reservation_list",
+                                  d.api("GET", "/v1/reservations", expect=200)),
     }
 
 
@@ -52,8 +55,13 @@ def main():
         done_job = d.api("POST", "/v1/jobs", {"spec": {"gpus": 8}, "command": ["true"]}, expect=201)["id"]
         d.api("POST", "/v1/jobs/%d/cancel" % done_job, expect=200)
         admin = d.admin_token
+        far = 4102444800000  # 2100-01-01: the node-set rows' reservation
 
         job = lambda **kw: {"spec": dict({"gpus": 8}, **kw), "command": ["true"]}
+        part = lambda **kw: dict({"name": "p2", "nodes": "n[0-1]"}, **kw)
+        resv = lambda **kw: dict({"name": "r2", "nodes": "n[0-1]", "start_ms": far + 10**9,
+                                  "duration_s": 60}, **kw)
+        many = "n[0-100000]"  # 100,001 names
         deep = "[" * 100 + "]" * 100
         # (name, method, path, token, body (dict/str/bytes), extra headers, status, text in message)
         cases = [
@@ -565,30 +573,170 @@ def main():
             ("huge header", "GET", "/v1/jobs", admin, None, {"X-Filler": "y" * 40000}, 431, "headers"),
         ]
         check(len(cases) >= 40, "the table must hold at least 40 cases")
-        before = snapshot(d)
         failures = []
-        for name, method, path, token, body, headers, status, text in cases:
-            raw = None
-            kw = {}
-            if isinstance(body, bytes):
-                raw = body
-                headers = dict({"Content-Type": "application/json"}, **(headers or {}))
-            elif body is not None:
-                kw["body"] = body
-            try:
-                got, out = d.request(method, path, token=token, headers=headers, raw=raw, **kw)
-            except Exception as e:  # noqa: BLE001
-                failures.append("%s: %s %s -> no answer (%s)" % (name, method, path[:60], e))
-                continue
-            message = out["error"]["message"] if isinstance(out, dict) and "error" in out else str(out)
-            if got != status or text.lower() not in message.lower():
-                failures.append("%s: %s %s -> %s %r (wanted %s with %r)" % (name, method, path[:60], got,
-                                                                            message[:200], status, text))
-            after = snapshot(d)
-            if after != before:
-                changed = [k for k in before if before[k] != after[k]]
-                failures.append("%s changed %s" % (name, ", ".join(changed)))
-                before = after
+
+        def run_cases(cases):
+            """Each row's answer, and the state unchanged after it; the state after."""
+            before = snapshot(d)
+            for name, method, path, token, body, headers, status, text in cases:
+                raw = None
+                kw = {}
+                if isinstance(body, bytes):
+                    raw = body
+                    headers = dict({"Content-Type": "application/json"}, **(headers or {}))
+                elif body is not None:
+                    kw["body"] = body
+                try:
+                    got, out = d.request(method, path, token=token, headers=headers, raw=raw, **kw)
+                except Exception as e:  # noqa: BLE001
+                    failures.append("%s: %s %s -> no answer (%s)" % (name, method, path[:60], e))
+                    continue
+                message = (out["error"]["message"] if isinstance(out, dict) and "error" in out
+                           else str(out))
+                if got != status or text.lower() not in message.lower():
+                    failures.append("%s: %s %s -> %s %r (wanted %s with %r)" %
+                                    (name, method, path[:60], got, message[:200], status, text))
+                after = snapshot(d)
+                if after != before:
+                    changed = [k for k in before if before[k] != after[k]]
+                    failures.append("%s changed %s" % (name, ", ".join(changed)))
+                    before = after
+            return before
+
+        run_cases(cases)
+        # Partitions and reservations (docs/api.md): a default partition of
+        # every node (so submissions naming none go on as before), a bounded
+        # one and a far reservation the rows are measured against.
+        d.api("POST", "/v1/partitions", {"name": "all", "nodes": "n[0-7]", "default": True},
+              expect=201)
+        d.api("POST", "/v1/partitions", {"name": "debug", "nodes": "n[6-7]", "max_gpus": 8,
+                                         "max_time_s": 600, "tenants": ["org/b"]}, expect=201)
+        d.api("POST", "/v1/reservations", {"name": "far", "nodes": "n[4-5]", "start_ms": far,
+                                           "duration_s": 3600}, expect=201)
+        set_cases = [
+            # Partitions and reservations (docs/api.md): every field by type and size, and what
+            # the scheduler refuses before anything is logged.
+            ("partition: not an admin", "POST", "/v1/partitions", alice, part(), None, 403,
+             "cluster-admin"),
+            ("partition: no name", "POST", "/v1/partitions", admin, {"nodes": "n1"}, None, 400,
+             "name: missing"),
+            ("partition: a name of 65 bytes", "POST", "/v1/partitions", admin, part(name="p" * 65),
+             None, 400, "at most 64"),
+            ("partition: a name with a slash", "POST", "/v1/partitions", admin, part(name="a/b"),
+             None, 400, "partition or reservation name"),
+            ("partition: a name with an ESC", "POST", "/v1/partitions", admin,
+             part(name="p\x1b[2J"), None, 400, "partition or reservation name"),
+            ("partition: nodes a number", "POST", "/v1/partitions", admin, part(nodes=5), None, 400,
+             "must be a hostlist"),
+            ("partition: nodes an object", "POST", "/v1/partitions", admin, part(nodes={"n1": 1}),
+             None, 400, "must be a hostlist"),
+            ("partition: nodes empty", "POST", "/v1/partitions", admin, part(nodes=""), None, 400,
+             "at least one node"),
+            ("partition: nodes an empty array", "POST", "/v1/partitions", admin, part(nodes=[]),
+             None, 400, "at least one node"),
+            ("partition: 100001 nodes", "POST", "/v1/partitions", admin, part(nodes=many), None,
+             400, "nodes: "),
+            ("partition: 100001 nodes in an array", "POST", "/v1/partitions", admin,
+             part(nodes=["n1"] * 100001), None, 400, "at most 100000"),
+            ("partition: a node name of 65 bytes", "POST", "/v1/partitions", admin,
+             part(nodes=["n" * 65]), None, 400, "not a node name"),
+            ("partition: a node twice", "POST", "/v1/partitions", admin, part(nodes="n1,n1"), None,
+             400, "twice"),
+            ("partition: an unknown node", "POST", "/v1/partitions", admin, part(nodes="n[0-9]"),
+             None, 400, "n8"),
+            ("partition: a negative max time", "POST", "/v1/partitions", admin,
+             part(max_time_s=-1), None, 400, "max_time_s"),
+            ("partition: a max time as text", "POST", "/v1/partitions", admin,
+             part(max_time_s="2h"), None, 400, "max_time_s"),
+            ("partition: a default past the max", "POST", "/v1/partitions", admin,
+             part(default_time_s=7200, max_time_s=3600), None, 400, "more than max_time_s"),
+            ("partition: a tier of 1001", "POST", "/v1/partitions", admin, part(priority_tier=1001),
+             None, 400, "priority_tier"),
+            ("partition: tenants a string", "POST", "/v1/partitions", admin, part(tenants="org"),
+             None, 400, "tenants"),
+            ("partition: a tenant not a name", "POST", "/v1/partitions", admin,
+             part(tenants=["../etc"]), None, 400, "tenants[0]"),
+            ("partition: 1001 tenants", "POST", "/v1/partitions", admin,
+             part(tenants=["org"] * 1001), None, 400, "at most 1000"),
+            ("partition: preemptible as text", "POST", "/v1/partitions", admin,
+             part(preemptible="yes"), None, 400, "true or false"),
+            ("partition: an unknown field", "POST", "/v1/partitions", admin, part(color="red"),
+             None, 400, "unknown field"),
+            ("partition: show an unknown one", "GET", "/v1/partitions/nope", alice, None, None,
+             404, "no partition nope"),
+            ("partition: show a bad name", "GET", "/v1/partitions/-x", alice, None, None, 400,
+             "not a partition name"),
+            ("partition: delete an unknown one", "DELETE", "/v1/partitions/nope", admin, None,
+             None, 404, "no partition nope"),
+            ("partition: delete as a user", "DELETE", "/v1/partitions/debug", alice, None, None,
+             403, "cluster-admin"),
+            ("partition: a query parameter", "GET", "/v1/partitions?all=1", alice, None, None,
+             400, 'unknown parameter "all"'),
+            ("reservation: neither nodes nor gpus", "POST", "/v1/reservations", admin,
+             {"name": "r2", "duration_s": 60}, None, 400, "give the nodes"),
+            ("reservation: nodes and gpus", "POST", "/v1/reservations", admin, resv(gpus=8), None,
+             400, "not both"),
+            ("reservation: no duration or end", "POST", "/v1/reservations", admin,
+             {"name": "r2", "nodes": "n1"}, None, 400, "duration_s"),
+            ("reservation: a negative start", "POST", "/v1/reservations", admin,
+             resv(start_ms=-1), None, 400, "start_ms"),
+            ("reservation: a negative duration", "POST", "/v1/reservations", admin,
+             resv(duration_s=-60), None, 400, "duration_s"),
+            ("reservation: an end before the start", "POST", "/v1/reservations", admin,
+             {"name": "r2", "nodes": "n1", "start_ms": far, "end_ms": far - 1}, None, 400,
+             "is not after start_ms"),
+            ("reservation: an end as text", "POST", "/v1/reservations", admin,
+             {"name": "r2", "nodes": "n1", "end_ms": "later"}, None, 400, "end_ms"),
+            ("reservation: in the past", "POST", "/v1/reservations", admin,
+             {"name": "r2", "nodes": "n1", "start_ms": 1000, "duration_s": 60}, None, 400,
+             "ends in the past"),
+            ("reservation: a duration past the year 9999", "POST", "/v1/reservations", admin,
+             resv(start_ms=253402300799000, duration_s=3600), None, 400, "9999"),
+            ("reservation: 100001 nodes", "POST", "/v1/reservations", admin, resv(nodes=many),
+             None, 400, "nodes: "),
+            ("reservation: an unknown node", "POST", "/v1/reservations", admin,
+             resv(nodes="n[6-9]"), None, 400, "n8"),
+            ("reservation: overlapping another", "POST", "/v1/reservations", admin,
+             {"name": "r2", "nodes": "n5", "start_ms": far + 60000, "duration_s": 60}, None, 409,
+             "far"),
+            ("reservation: gpus 0", "POST", "/v1/reservations", admin,
+             {"name": "r2", "gpus": 0, "duration_s": 60}, None, 400, "gpus"),
+            ("reservation: more GPUs than free nodes", "POST", "/v1/reservations", admin,
+             {"name": "r2", "gpus": 100000, "duration_s": 60}, None, 400, "1 to 64 GPUs"),
+            ("reservation: a partition without gpus", "POST", "/v1/reservations", admin,
+             resv(partition="debug"), None, 400, "only chooses"),
+            ("reservation: an unknown partition", "POST", "/v1/reservations", admin,
+             {"name": "r2", "gpus": 8, "partition": "nope", "duration_s": 60}, None, 404,
+             "no partition nope"),
+            ("reservation: maintenance as a number", "POST", "/v1/reservations", admin,
+             resv(maintenance=1), None, 400, "true or false"),
+            ("reservation: not an admin", "POST", "/v1/reservations", bob, resv(), None, 403,
+             "cluster-admin"),
+            ("reservation: show an unknown one", "GET", "/v1/reservations/nope", bob, None, None,
+             404, "no reservation nope"),
+            ("reservation: delete an unknown one", "DELETE", "/v1/reservations/nope", admin, None,
+             None, 404, "no reservation nope"),
+            ("submit: an unknown partition", "POST", "/v1/jobs", admin, dict(job(), partition="nope"),
+             None, 404, "nope"),
+            ("submit: an unknown reservation", "POST", "/v1/jobs", admin,
+             dict(job(), reservation="nope"), None, 404, "nope"),
+            ("submit: a partition name too long", "POST", "/v1/jobs", admin,
+             dict(job(), partition="p" * 65), None, 400, "partition: is 65 bytes"),
+            ("submit: a partition as a number", "POST", "/v1/jobs", admin, dict(job(), partition=5),
+             None, 400, "partition: must be a string"),
+            ("submit: a partition that does not admit the tenant", "POST", "/v1/jobs", alice,
+             dict(job(), partition="debug"), None, 403, "may not run in partition 'debug'"),
+            ("submit: past the partition's max_gpus", "POST", "/v1/jobs", bob,
+             dict(job(gpus=16), partition="debug"), None, 400, "debug"),
+            ("submit: past the partition's max_time", "POST", "/v1/jobs", bob,
+             dict(job(), partition="debug", time_limit_s=3600), None, 400, "debug"),
+            ("nodes: an unknown partition", "GET", "/v1/nodes?partition=nope", alice, None, None,
+             404, "no partition nope"),
+            ("nodes: a bad partition name", "GET", "/v1/nodes?partition=-x", alice, None, None,
+             400, "partition must be"),
+        ]
+        check(len(set_cases) >= 50, "the node-set table must hold at least 50 cases")
+        before = run_cases(set_cases)
         # Generated from the API's schema: every field of a submission with a
         # wrong type, just out of range, too long, outside its character
         # class, missing, unknown or given twice; each refused naming it.
@@ -611,6 +759,28 @@ def main():
                                 (what, got, str(out)[:200], field))
         if snapshot(d) != before:
             failures.append("a generated hostile submission changed state")
+        # The same for the bodies of POST /v1/partitions and /v1/reservations.
+        valid_bodies = [
+            ("partition_request", "/v1/partitions",
+             part(max_time_s=3600, default_time_s=600, max_gpus=8, tenants=["org/a"],
+                  priority_tier=1, preemptible=False, default=False)),
+            ("reservation_request", "/v1/reservations",
+             resv(tenants=["org/a"], maintenance=False)),
+        ]
+        for name, path, valid in valid_bodies:
+            rows = API.hostile(name, valid)
+            check(len(rows) >= 30, "the schema gives %d hostile %s bodies" % (len(rows), name))
+            generated += rows
+            for what, body, field in rows:
+                raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                got, out = d.request("POST", path, token=admin, raw=raw,
+                                     headers={"Content-Type": "application/json"})
+                error = out.get("error", {}) if isinstance(out, dict) else {}
+                if got != 400 or error.get("field") != field:
+                    failures.append("generated %s %s: %s %r (wanted 400 naming %s)" %
+                                    (name, what, got, str(out)[:200], field))
+        if snapshot(d) != before:
+            failures.append("a generated hostile node-set body changed state")
         # Malformed HTTP on the wire: 400 naming the part at fault (the
         # field of the error body), and the daemon keeps serving.
         host = b"Host: 127.0.0.1\r\n"
