@@ -13,6 +13,8 @@
 #include "json_util.hpp"
 #include "topo/common/job_io.hpp"
 #include "topo/common/job_process.hpp"
+#include "topo/common/node_name.hpp"
+#include "topo/common/user_api.hpp"
 
 namespace topo::common {
 
@@ -394,10 +396,7 @@ Result<core::Event> ReadEvent(std::string_view type, const Json& j, const core::
     Reader r = fields({"type", "name"});
     std::string name = r.String("name", /*allow_empty=*/false);
     if (!r.ok()) return r.status();
-    if (name.size() > core::kMaxNodeSetNameBytes) {
-      return PathError("name",
-                       "must be at most " + std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
-    }
+    if (Status v = core::ValidateNodeSetName(name, "name"); !v.ok()) return v;
     if (type == "partition_deleted") return core::Event{core::PartitionDeleted{std::move(name)}};
     return core::Event{core::ReservationDeleted{std::move(name)}};
   }
@@ -772,8 +771,34 @@ Status ReadNames(const Json& j, const std::string& key, size_t most, size_t byte
   return Status::Ok();
 }
 
-constexpr size_t kMaxSetTenants = 1000;
-constexpr size_t kMaxSetTenantBytes = 256;
+constexpr size_t kMaxSetTenants = api::kMaxNodeSetTenants;
+constexpr size_t kMaxSetTenantBytes = api::kMaxTenantBytes;
+// A node set's times: milliseconds up to the end of the year 9999, so no sum
+// of them overflows.
+constexpr int64_t kMaxSetTimeMs = api::kMaxTimeMs;
+
+// The rest of a node set's fields by their rules: its name
+// (core::ValidateNodeSetName), its nodes' names (node_name.hpp) and its
+// tenants' (api::ValidTenantName). What the topology decides (the nodes
+// exist) is core::ValidatePartition's.
+Status CheckSet(const std::string& name, const std::vector<std::string>& nodes,
+                const std::vector<std::string>& tenants) {
+  if (Status s = core::ValidateNodeSetName(name, "name"); !s.ok()) return s;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!ValidNodeName(nodes[i])) {
+      return PathError(Index("nodes", i), "\"" + ShownName(nodes[i]) + "\" is not a node name: " +
+                                              std::string(NodeNameRule()));
+    }
+  }
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    if (!api::ValidTenantName(tenants[i])) {
+      return PathError(Index("tenants", i),
+                       "\"" + ShownName(tenants[i]) +
+                           "\" is not a tenant name: segments of a-z 0-9 _ . - joined by /");
+    }
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -796,23 +821,20 @@ Result<core::PartitionConfig> PartitionConfigFromJson(const Json& j) {
   core::PartitionConfig p;
   p.name = r.String("name", /*allow_empty=*/false);
   r.Field("nodes");
-  p.default_time = r.Int64("default_time_ms", 0);
-  p.max_time = r.Int64("max_time_ms", 0);
+  p.default_time = r.Int64("default_time_ms", 0, kMaxSetTimeMs);
+  p.max_time = r.Int64("max_time_ms", 0, kMaxSetTimeMs);
   p.max_gpus = r.Int("max_gpus", 0);
   p.priority_tier = r.Int("priority_tier", -1000, 1000);
   p.preemptible = r.Bool("preemptible");
   p.is_default = r.Bool("default");
   if (!r.ok()) return r.status();
-  if (p.name.size() > core::kMaxNodeSetNameBytes) {
-    return PathError("name",
-                     "must be at most " + std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
-  }
   if (Status s =
           ReadNames(j, "nodes", core::kMaxSelectionNames, core::kMaxSelectionNameBytes, p.nodes);
       !s.ok())
     return s;
   if (Status s = ReadNames(j, "tenants", kMaxSetTenants, kMaxSetTenantBytes, p.tenants); !s.ok())
     return s;
+  if (Status s = CheckSet(p.name, p.nodes, p.tenants); !s.ok()) return s;
   return p;
 }
 
@@ -826,20 +848,17 @@ Result<core::ReservationConfig> ReservationConfigFromJson(const Json& j) {
   core::ReservationConfig v;
   v.name = r.String("name", /*allow_empty=*/false);
   r.Field("nodes");
-  v.start = r.Int64("start_ms", 0);
-  v.end = r.Int64("end_ms", 0);
+  v.start = r.Int64("start_ms", 0, kMaxSetTimeMs);
+  v.end = r.Int64("end_ms", 0, kMaxSetTimeMs);
   v.maintenance = r.Bool("maintenance");
   if (!r.ok()) return r.status();
-  if (v.name.size() > core::kMaxNodeSetNameBytes) {
-    return PathError("name",
-                     "must be at most " + std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
-  }
   if (Status s =
           ReadNames(j, "nodes", core::kMaxSelectionNames, core::kMaxSelectionNameBytes, v.nodes);
       !s.ok())
     return s;
   if (Status s = ReadNames(j, "tenants", kMaxSetTenants, kMaxSetTenantBytes, v.tenants); !s.ok())
     return s;
+  if (Status s = CheckSet(v.name, v.nodes, v.tenants); !s.ok()) return s;
   return v;
 }
 
@@ -997,7 +1016,8 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
     }
     request.client_request_id = it->get<std::string>();
   }
-  // Optional: a partition and a reservation by name (checked when submitted).
+  // Optional: a partition and a reservation by name (whether they exist is
+  // checked when submitted; the name rule never changes, so it holds here).
   for (auto [key, out] : {std::pair<const char*, std::string*>{"partition", &request.partition},
                           {"reservation", &request.reservation}}) {
     auto it = j.find(key);
@@ -1007,6 +1027,7 @@ Result<core::JobRequest> JobRequestFromJson(const Json& j) {
                                 std::to_string(core::kMaxNodeSetNameBytes) + " bytes");
     }
     *out = it->get<std::string>();
+    if (Status v = core::ValidateNodeSetName(*out, key); !v.ok()) return v;
   }
   return request;
 }

@@ -52,6 +52,24 @@ core::JobRequest MakeRequest() {
   return r;
 }
 
+core::PartitionConfig PartitionOf() {
+  return {
+      "gpu", {"a0", "a1", "b0"}, 4 * core::kHour, 48 * core::kHour, 16, {"org", "lab/x"}, -10, true,
+      true};
+}
+
+core::ReservationConfig ReservationOf() {
+  return {"maint-1", {"b1", "a0"}, 1795000000000, 1795003600000, {"org/team"}, true};
+}
+
+// A request naming a partition and a reservation.
+core::JobRequest InSets() {
+  core::JobRequest r = MakeRequest();
+  r.partition = "gpu";
+  r.reservation = "maint-1";
+  return r;
+}
+
 std::vector<Event> SampleEvents(const core::Topology& t) {
   const core::NodeId b1 = t.FindNode("b1");
   return {
@@ -80,6 +98,7 @@ std::vector<Event> SampleEvents(const core::Topology& t) {
       core::ReservationConfigured{
           core::ReservationConfig{"maint", {"b1"}, 1795000000000, 1795003600000, {}, true}},
       core::ReservationDeleted{"maint"},
+      core::JobSubmitted{8, InSets()},
   };
 }
 
@@ -134,6 +153,102 @@ TEST_CASE("every event round-trips, as JSON and as text") {
     REQUIRE(back.ok());
     CHECK(back.value().index() == e.index());
     CHECK(common::EventToJson(back.value(), t) == j);
+  }
+}
+
+TEST_CASE("partitions, reservations and a request's partition keep every field") {
+  const core::Topology t = MakeTopology();
+  core::Result<Event> p = common::EventFromJson(
+      json::parse(common::EventToJson(core::PartitionConfigured{PartitionOf()}, t).dump()), t);
+  REQUIRE_MESSAGE(p.ok(), p.message());
+  CHECK(std::get<core::PartitionConfigured>(p.value()).partition == PartitionOf());
+  core::Result<Event> r = common::EventFromJson(
+      json::parse(common::EventToJson(core::ReservationConfigured{ReservationOf()}, t).dump()), t);
+  REQUIRE_MESSAGE(r.ok(), r.message());
+  CHECK(std::get<core::ReservationConfigured>(r.value()).reservation == ReservationOf());
+  const json named = common::JobRequestToJson(InSets());
+  CHECK(named.at("partition") == "gpu");
+  CHECK(named.at("reservation") == "maint-1");
+  core::Result<core::JobRequest> back = common::JobRequestFromJson(named);
+  REQUIRE_MESSAGE(back.ok(), back.message());
+  CHECK(back.value().partition == "gpu");
+  CHECK(back.value().reservation == "maint-1");
+  // A request naming neither writes neither, so logs written before read
+  // as they did.
+  const json plain = common::JobRequestToJson(MakeRequest());
+  CHECK_FALSE(plain.contains("partition"));
+  CHECK_FALSE(plain.contains("reservation"));
+  CHECK(common::JobRequestFromJson(plain).value().partition.empty());
+}
+
+TEST_CASE("the node-set readers hold names, nodes, tenants and times to their rules") {
+  const core::Topology t = MakeTopology();
+  const json partition = common::EventToJson(core::PartitionConfigured{PartitionOf()}, t);
+  const json reservation = common::EventToJson(core::ReservationConfigured{ReservationOf()}, t);
+  struct Case {
+    const char* what;
+    json event;
+    std::string message;
+  };
+  auto with = [](json j, const char* part, const char* key, json value) {
+    j[part][key] = std::move(value);
+    return j;
+  };
+  const Case cases[] = {
+      {"a node name with an ESC",
+       with(partition, "partition", "nodes", json::array({"a0", "a\x1b[2J"})),
+       "partition.nodes[1]: \"a\\x1b[2J\" is not a node name"},
+      {"a node name starting with -", with(partition, "partition", "nodes", json::array({"-a0"})),
+       "partition.nodes[0]: \"-a0\" is not a node name"},
+      {"100001 nodes",
+       with(partition, "partition", "nodes", json(std::vector<std::string>(100001, "a0"))),
+       "partition.nodes: must be an array of at most 100000 names"},
+      {"a tenant not a tenant name", with(partition, "partition", "tenants", json::array({"Org"})),
+       "partition.tenants[0]: \"Org\" is not a tenant name"},
+      {"a tenant path escaping", with(partition, "partition", "tenants", json::array({"../etc"})),
+       "is not a tenant name"},
+      {"a tenant of 129 bytes",
+       with(partition, "partition", "tenants", json::array({std::string(129, 't')})),
+       "partition.tenants[0]: must be a name of 1 to 128 bytes"},
+      {"1001 tenants",
+       with(partition, "partition", "tenants", json(std::vector<std::string>(1001, "org"))),
+       "partition.tenants: must be an array of at most 1000 names"},
+      {"a time past the year 9999", with(partition, "partition", "max_time_ms", 253402300800000),
+       "\"max_time_ms\" must be an integer 0..253402300799999"},
+      {"a negative end", with(reservation, "reservation", "end_ms", -5), "\"end_ms\""},
+      {"a start past the year 9999", with(reservation, "reservation", "start_ms", int64_t{1} << 62),
+       "\"start_ms\""},
+      {"a name starting with -", with(partition, "partition", "name", "-gpu"),
+       "partition.name: '-gpu' may not start with '-' or '.'"},
+      {"a name with a slash", with(reservation, "reservation", "name", "a/b"),
+       "reservation.name: 'a/b' has a character outside"},
+      {"a name of 65 bytes", with(partition, "partition", "name", std::string(65, 'p')),
+       "partition.name: a name is 1 to 64"},
+      {"a deleted name with a blank", json{{"type", "partition_deleted"}, {"name", "a b"}},
+       "name: 'a b' has a character outside"},
+      {"a deleted name starting with .", json{{"type", "reservation_deleted"}, {"name", ".r"}},
+       "name: '.r' may not start"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    core::Result<Event> e = common::EventFromJson(c.event, t);
+    REQUIRE_FALSE(e.ok());
+    CHECK_MESSAGE(e.message().find(c.message) != std::string::npos, e.message());
+  }
+  // A request's partition and reservation: names by the same rule.
+  const json request = common::JobRequestToJson(InSets());
+  for (const auto& [key, value] :
+       {std::pair<const char*, json>{"partition", 5},
+        std::pair<const char*, json>{"partition", "-x"},
+        std::pair<const char*, json>{"reservation", json::array()},
+        std::pair<const char*, json>{"reservation", "a b"},
+        std::pair<const char*, json>{"reservation", std::string(65, 'r')}}) {
+    json bad = request;
+    bad[key] = value;
+    CAPTURE(bad.dump());
+    core::Result<core::JobRequest> got = common::JobRequestFromJson(bad);
+    REQUIRE_FALSE(got.ok());
+    CHECK(got.message().rfind(std::string(key) + ": ", 0) == 0);
   }
 }
 

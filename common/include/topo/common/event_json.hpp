@@ -25,6 +25,9 @@
 //             node_states_requested {requests: [{node, state, reason}, ...]}
 //               (one batch, applied in order; at least one request)
 //             start_unacknowledged {id, nodes: [node, ...], waited_ms}
+//             partition_configured {partition}   partition_deleted {name}
+//             reservation_configured {reservation}
+//             reservation_deleted {name}
 //   commands: start_job {id, ranks, spares}
 //             restart_job {id, ranks, spares, checkpoint_step, restart_count}
 //             stop_job {id, reason}              request_checkpoint {id, reason}
@@ -34,9 +37,15 @@
 //   request:  {spec (job_io.hpp), tenant, user, priority, time_limit_ms,
 //              checkpoint_interval_ms, command ([argv...]; optional on read),
 //              launch, env, chdir, output, error (job_process.hpp; each
-//              written only when not the default)}
+//              written only when not the default), partition, reservation
+//              (each written only when named)}
 //   tenant:   {name, guaranteed_gpus, borrow_limit_gpus, max_job_gpus,
 //              max_running_jobs, shares}
+//   partition: {name, nodes: [node, ...], default_time_ms, max_time_ms,
+//              max_gpus, tenants: [tenant, ...], priority_tier, preemptible,
+//              default}
+//   reservation: {name, nodes: [node, ...], start_ms, end_ms, tenants,
+//              maintenance}
 //   ranks:    [[node, gpu], ...] in rank order; spares: [node, ...]
 //   gpu_event kinds: xid, ecc_single_bit, ecc_double_bit, thermal, off_bus,
 //              cleared
@@ -79,8 +88,10 @@ std::string_view CommandTypeName(const core::Command& command);
 // Pieces shared with the store's materialized tables.
 nlohmann::json TenantConfigToJson(const core::TenantConfig& tenant);
 core::Result<core::TenantConfig> TenantConfigFromJson(const nlohmann::json& j);
-// Partitions and reservations as the log and the API carry them: names and
-// sizes checked here, the rest by core::ValidatePartition/ValidateReservation.
+// Partitions and reservations as the log carries them: the set's name by
+// core::ValidateNodeSetName, node names by the node-name rule, tenants by
+// the tenant rule, sizes and times (up to the year 9999) checked here; what
+// needs the topology by core::ValidatePartition/ValidateReservation.
 nlohmann::json PartitionConfigToJson(const core::PartitionConfig& partition);
 core::Result<core::PartitionConfig> PartitionConfigFromJson(const nlohmann::json& j);
 nlohmann::json ReservationConfigToJson(const core::ReservationConfig& reservation);
