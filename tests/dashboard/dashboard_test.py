@@ -364,6 +364,10 @@ return {
   hbds: q('#map .hbd').map((h) => [h.getAttribute('data-hbd'), h.querySelector('.hbd-h').textContent]),
   colours: q('#map .gpu[data-job]:not([data-job=""])').map((c) => [c.getAttribute('data-job'), getComputedStyle(c).backgroundColor]),
   text: document.body.innerText,
+  partitions: q('#partitions-table tbody tr[data-partition]').map((tr) => [tr.getAttribute('data-partition'),
+      tr.getAttribute('data-gpus'), tr.getAttribute('data-free-gpus'), tr.cells[4].textContent]),
+  reservations: q('#reservations .resv[data-reservation]').map((r) => [r.getAttribute('data-reservation'),
+      r.getAttribute('data-state'), r.getAttribute('data-maintenance'), parseFloat(r.style.left)]),
 };
 """
 
@@ -456,6 +460,16 @@ def run(tmp, daemon_bin, failures):
                            % (n, g, nodes[n]["gpu_jobs"][g], jid))
         cluster = d.request("GET", "/v1/cluster")
         log("placed: " + ", ".join("%s=%s" % (k, v) for k, v in sorted(expected.items())) + "; drained " + drain)
+
+        # A partition and a maintenance window two hours ahead, made after the jobs (they name
+        # no partition, and there is no default one).
+        d.request("POST", "/v1/partitions", {"name": "big", "nodes": "n[0-5]", "priority_tier": 2,
+                                             "preemptible": True}, expect=(201,))
+        maint_start = int(time.time() * 1000) + 2 * 3600 * 1000
+        d.request("POST", "/v1/reservations", {"name": "fw-update", "nodes": "n[10-11]",
+                                               "start_ms": maint_start, "duration_s": 3600,
+                                               "maintenance": True}, expect=(201,))
+        api_parts = {p["name"]: p for p in d.request("GET", "/v1/partitions")["partitions"]}
 
         wd.start()
         url = d.base + "/#token=" + d.token
@@ -554,6 +568,16 @@ def run(tmp, daemon_bin, failures):
               "the tenants table shows team-a as %s, want 12 GPUs with its sub-tenant, 8 its own"
               % tenants.get("team-a"), failures)
         check(tenants.get("team-a/sub", [None])[:2] == ["4", "4"], "team-a/sub row: %s" % tenants.get("team-a/sub"),
+              failures)
+
+        # --- partitions and reservations
+        want_big = api_parts.get("big", {})
+        check(dom["partitions"] == [["big", str(want_big.get("gpus")), str(want_big.get("free_gpus")), "2"]]
+              and want_big.get("gpus") == 24,
+              "partitions table %s, GET /v1/partitions says %s" % (dom["partitions"], want_big), failures)
+        check(len(dom["reservations"]) == 1 and dom["reservations"][0][:3] == ["fw-update", "planned", "1"]
+              and dom["reservations"][0][3] > 0,
+              "reservation timeline %s, want fw-update planned (maintenance) right of now" % dom["reservations"],
               failures)
 
         # --- summary counts

@@ -204,6 +204,8 @@
         ['jobs', '/v1/jobs?limit=10000'],
         ['tenants', '/v1/tenants'],
         ['utilization', '/v1/utilization'],
+        ['partitions', '/v1/partitions'],
+        ['reservations', '/v1/reservations'],
       ];
       if (!whoami) eps.push(['whoami', '/v1/whoami']);
       const res = await Promise.allSettled(eps.map((e) => api(e[1])));
@@ -262,6 +264,8 @@
       section('nodes', renderMap);
       section('tenants', renderTenants);
       section('utilization', renderUtil);
+      section('partitions', renderPartitions);
+      section('reservations', renderReservations);
 
       body.dataset.renderMs = (performance.now() - t0).toFixed(1);
       const now = Date.now();
