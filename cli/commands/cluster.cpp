@@ -358,6 +358,7 @@ struct ImportArgs {
   std::string format;
   int gpus_per_node = 0;
   bool dry_run = false;
+  bool drain = false;
   bool json = false;
 };
 
@@ -424,6 +425,7 @@ int RunImport(const ImportArgs& args) {
   json body = {{"format", format}, {"content", text.value()}};
   if (args.gpus_per_node > 0) body["gpus_per_node"] = args.gpus_per_node;
   if (args.dry_run) body["dry_run"] = true;
+  if (args.drain) body["drain"] = true;
   Reply reply = session->Call("PUT", "/v1/topology", body);
   if (!reply.ok()) return reply.exit_code;
   if (args.json) {
@@ -492,12 +494,15 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
       "up. A new version applies as a change, by node name: jobs, the queue, fairshare and\n"
       "node states carry over, added nodes start down until their agents register, moved\n"
       "and renamed-domain nodes keep their jobs. A change that removes a node a job holds\n"
-      "(or changes its GPU count) is refused naming the jobs: drain the nodes first.\n"
+      "(or changes its GPU count) is refused naming the jobs: drain the nodes first, or\n"
+      "add --drain to have the refused import drain them (graceful: their jobs checkpoint\n"
+      "and restart elsewhere), then import again once they are drained.\n"
       "--dry-run prints the change and whether it would apply. The file is checked here\n"
       "first, so errors name the line before the upload.\n\n"
       "Examples:\n"
       "  topo topology import topology.json\n"
       "  topo topology import topology-v2.json --dry-run\n"
+      "  topo topology import topology-v2.json --drain   # refused now, nodes draining\n"
       "  topo topology import topology.conf --format slurm --gpus-per-node 4\n"
       "  topo topology export --generate nvl72-64k | topo topology import -");
   cmd->add_option("FILE", args->file, "Topology file (- for standard input)")->required();
@@ -510,6 +515,10 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
   cmd->add_flag("--dry-run", args->dry_run,
                 "Print what would change (nodes added, removed, moved) and whether it would "
                 "apply; change nothing (exit 0 if it would apply, else the conflict's status)");
+  cmd->add_flag("--drain", args->drain,
+                "When jobs hold nodes the change removes or resizes: drain those nodes "
+                "(graceful) and exit with the conflict; import again once they are drained")
+      ->excludes("--dry-run");
   cmd->add_flag("--json", args->json, std::string(kJsonHelp));
   AddConnectionFlags(*cmd, SharedConnectionFlags());
   cmd->callback([args, exit_code] { *exit_code = RunImport(*args); });

@@ -2,8 +2,8 @@
 """A topology change under running jobs, on a real daemon: `topo topology
 import` of a new version applies by node name. Jobs keep running on their
 nodes, the queue and fairshare carry over, added nodes start down, a change
-that removes a node a job holds is refused naming the job, --dry-run changes
-nothing, and after a kill -9 the restarted daemon has the same state (the
+that removes a node a job holds is refused naming the job (with --drain, its
+nodes drain for a later import), --dry-run changes nothing, and after a kill -9 the restarted daemon has the same state (the
 epoch's base snapshot and the events after it).
 
     test_topology_change.py TOPO_SCHEDULER TOPO
@@ -88,6 +88,18 @@ def main():
                                              "dry_run": True}, expect=200)
         check(dry["applies"] is False and victim in dry["reason"], str(dry))
         check(set(nodes(d)) == set("n%d" % i for i in range(8)), "the refusal changed nothing")
+        # --drain: still refused, and the node the change removes is draining now, so an
+        # import once its job has moved goes through; resumed here to go on.
+        v3_file = os.path.join(work, "v3.json")
+        with open(v3_file, "w") as f:
+            json.dump(v3, f)
+        p = cli.run(["topology", "import", v3_file, "--drain"], expect=CONFLICT)
+        check("draining 1 node(s)" in p.stderr + p.stdout, p.stderr + p.stdout)
+        check(nodes(d)[victim]["state"] in ("draining", "drained"),
+              "%s after --drain: %s" % (victim, nodes(d)[victim]["state"]))
+        check(set(nodes(d)) == set("n%d" % i for i in range(8)), "--drain changed no topology")
+        cli.run(["topology", "import", v3_file, "--drain", "--dry-run"], expect=1)
+        d.api("POST", "/v1/nodes/resume", {"nodes": victim}, expect=200)
 
         # The change itself.
         p = cli.run(["topology", "import", v2_file])

@@ -48,6 +48,11 @@ Answer JobLogs(ServiceState& s, const Caller& caller, const Route& route);
 Answer ListNodes(const ServiceState& s, const Caller& caller, const Route& route);
 Answer ShowNode(const ServiceState& s, const Caller& caller, const Route& route);
 Answer DrainNodes(ServiceState& s, const Caller& caller, const Route& route);
+// Drains (in `mode`: graceful, immediate or wait) or resumes nodes, as
+// POST /v1/nodes/drain and /resume do (nodes.cpp); the topology import's
+// `drain` uses it too.
+void RequestNodeStates(ServiceState& s, const Caller& caller, const std::vector<core::NodeId>& ids,
+                       bool drain, const std::string& mode, const std::string& reason);
 Answer ResumeNodes(ServiceState& s, const Caller& caller, const Route& route);
 Answer ClearGpu(ServiceState& s, const Caller& caller, const Route& route);
 

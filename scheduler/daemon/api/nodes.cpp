@@ -152,6 +152,42 @@ Answer ShowNode(const ServiceState& s, const Caller& caller, const Route& route)
   return TextAnswer(200, api::WriteNodeView(out));
 }
 
+// Drains (in `mode`) or resumes the nodes, each a NodeStateRequested logged
+// with the caller as its actor and a "[user@time]" stamp on the reason.
+void RequestNodeStates(ServiceState& s, const Caller& caller, const std::vector<NodeId>& ids,
+                       bool drain, const std::string& mode, const std::string& reason) {
+  const core::Topology& topo = *s.driver.topology();
+  // Who and when travel with the reason, as Slurm's "Reason=... [user@time]"
+  // does: the core keeps a drain's reason until the node is resumed.
+  const std::string stamp =
+      " [" + caller.user.name + "@" + FormatUtc(s.driver.now() / core::kSecond) + "]";
+  for (NodeId n : ids) {
+    s.agents->SetDrainMode(topo.node(n).name, drain ? mode : "");
+    s.driver.Step(
+        core::NodeStateRequested{
+            n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
+            (drain && mode != "graceful" ? reason + " (" + mode + ")" : reason) + stamp},
+        s.Actor(caller));
+    if (!s.config.slurm_socket.empty()) {
+      // Slurm mode, graceful: the Slurm bridge signals the jobs to
+      // checkpoint and moves them when preempt_grace_s has passed
+      // (SlurmSync). A resume or another mode ends it.
+      if (drain && mode == "graceful") {
+        s.slurm_drains[topo.node(n).name] = ServiceState::SlurmDrain{
+            s.driver.now() + s.config.preempt_grace_s * core::kSecond, reason, {}};
+      } else {
+        s.slurm_drains.erase(topo.node(n).name);
+      }
+    }
+    if (drain && mode == "immediate" && !s.config.slurm_socket.empty()) {
+      // Slurm mode: no agent stops the ranks and reports the node evacuated;
+      // the jobs leave at once and the Slurm bridge requeues them onto their
+      // new nodes (docs/slurm.md).
+      s.driver.Step(core::NodeEvacuated{n, reason + " (immediate)"}, s.Actor(caller));
+    }
+  }
+}
+
 namespace {
 
 // POST /v1/nodes/drain and /v1/nodes/resume {"nodes": HOSTLIST, "reason",
@@ -195,36 +231,8 @@ Answer DrainOrResume(ServiceState& s, const Caller& caller, const Route& route, 
     }
     if (seen.insert(n).second) ids.push_back(n);
   }
-  // Who and when travel with the reason, as Slurm's "Reason=... [user@time]"
-  // does: the core keeps a drain's reason until the node is resumed.
-  const std::string stamp =
-      " [" + caller.user.name + "@" + FormatUtc(s.driver.now() / core::kSecond) + "]";
   if (reason.empty()) reason = drain ? "drained" : "resumed";
-  for (NodeId n : ids) {
-    s.agents->SetDrainMode(topo.node(n).name, drain ? mode : "");
-    s.driver.Step(
-        core::NodeStateRequested{
-            n, drain ? core::NodeState::kDrained : core::NodeState::kUp,
-            (drain && mode != "graceful" ? reason + " (" + mode + ")" : reason) + stamp},
-        s.Actor(caller));
-    if (!s.config.slurm_socket.empty()) {
-      // Slurm mode, graceful: the Slurm bridge signals the jobs to
-      // checkpoint and moves them when preempt_grace_s has passed
-      // (SlurmSync). A resume or another mode ends it.
-      if (drain && mode == "graceful") {
-        s.slurm_drains[topo.node(n).name] = ServiceState::SlurmDrain{
-            s.driver.now() + s.config.preempt_grace_s * core::kSecond, reason, {}};
-      } else {
-        s.slurm_drains.erase(topo.node(n).name);
-      }
-    }
-    if (drain && mode == "immediate" && !s.config.slurm_socket.empty()) {
-      // Slurm mode: no agent stops the ranks and reports the node evacuated;
-      // the jobs leave at once and the Slurm bridge requeues them onto their
-      // new nodes (docs/slurm.md).
-      s.driver.Step(core::NodeEvacuated{n, reason + " (immediate)"}, s.Actor(caller));
-    }
-  }
+  RequestNodeStates(s, caller, ids, drain, mode, reason);
   std::vector<std::vector<JobId>> jobs = GpuJobs(s, caller);
   api::NodeList list;
   for (NodeId n : ids) list.nodes.push_back(NodeViewOf(s, n, jobs[n]));

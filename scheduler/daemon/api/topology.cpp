@@ -50,25 +50,31 @@ Json DiffJson(const core::TopologyDiff& d) {
 
 }  // namespace
 
-// PUT /v1/topology {"content", "format", "gpus_per_node", "dry_run"}: a new
-// epoch of the log on the new topology. With jobs, a change under them: the
-// scheduler's state is carried over by node name (SnapshotOnto), refused
+// PUT /v1/topology {"content", "format", "gpus_per_node", "dry_run", "drain"}:
+// a new epoch of the log on the new topology. With jobs, a change under them:
+// the scheduler's state is carried over by node name (SnapshotOnto), refused
 // (409) when a job holds a node the change removes. dry_run: the diff and
-// whether it would apply, changing nothing.
+// whether it would apply, changing nothing. drain: when refused so, the nodes
+// the change removes or resizes are drained (graceful: their jobs checkpoint
+// and restart elsewhere) for an import once they are empty.
 Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route) {
   if (!caller.cluster_admin()) return AdminOnly("importing a topology");
   Result<Json> parsed = ParseBody(*route.request, false);
   if (!parsed.ok()) return parsed.status();
   const Json& body = parsed.value();
-  if (Status e = UnknownField(body, {"format", "content", "gpus_per_node", "name", "dry_run"});
+  if (Status e =
+          UnknownField(body, {"format", "content", "gpus_per_node", "name", "dry_run", "drain"});
       !e.ok()) {
     return e;
   }
-  bool dry_run = false;
-  if (auto it = body.find("dry_run"); it != body.end()) {
-    if (!it->is_boolean()) return Invalid("dry_run must be true or false", "dry_run");
-    dry_run = it->get<bool>();
+  bool dry_run = false, drain = false;
+  for (auto [key, out] : {std::pair<const char*, bool*>{"dry_run", &dry_run}, {"drain", &drain}}) {
+    if (auto it = body.find(key); it != body.end()) {
+      if (!it->is_boolean()) return Invalid(std::string(key) + " must be true or false", key);
+      *out = it->get<bool>();
+    }
   }
+  if (dry_run && drain) return Invalid("drain and dry_run: choose one", "drain");
   if (!body.contains("content") || !body["content"].is_string()) {
     return Invalid("content is required: the topology file's text", "content");
   }
@@ -113,6 +119,36 @@ Answer ImportTopology(ServiceState& s, const Caller& caller, const Route& route)
       }
     }
     return JsonAnswer(200, out);
+  }
+  if (drain && s.driver.core() != nullptr) {
+    Result<std::string> onto = s.driver.core()->SnapshotOnto(topology.value());
+    if (!onto.ok() && onto.status().code() == core::ErrorCode::kConflict) {
+      const core::Topology& now = *s.driver.topology();
+      const core::TopologyDiff d = core::DiffTopologies(now, topology.value());
+      std::vector<core::NodeId> ids;
+      std::vector<std::string> names;
+      for (const auto* list : {&d.removed, &d.resized}) {
+        for (const std::string& name : *list) {
+          const core::NodeId n = now.FindNode(name);
+          if (n < 0) continue;
+          const core::NodeState st = s.driver.core()->cluster().node_state(n);
+          if (st == core::NodeState::kDrained || st == core::NodeState::kDraining) continue;
+          ids.push_back(n);
+          names.push_back(name);
+        }
+      }
+      RequestNodeStates(s, caller, ids, true, "graceful",
+                        "leaves the topology (import of " + topology.value().name() + ")");
+      s.Audit(caller, "topology.import_drain",
+              Json{{"name", topology.value().name()}, {"draining", names.size()}});
+      return core::Status::Error(
+                 onto.message() + "; draining " + std::to_string(names.size()) +
+                     " node(s) the change removes or resizes now (graceful: their jobs "
+                     "checkpoint and restart elsewhere): import again once `topo nodes` shows "
+                     "them drained",
+                 core::ErrorCode::kConflict)
+          .WithField("drain");
+    }
   }
   if (Status st = s.ImportTopology(std::make_unique<core::Topology>(std::move(topology).value()),
                                    s.Actor(caller));
