@@ -15,16 +15,14 @@ Standard library only (/usr/bin/python3).
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
-from harness import Daemon, Failure, check  # noqa: E402
-from test_simulate import NODES, Simulator, topology, wait_for  # noqa: E402
+from harness import check  # noqa: E402
+from test_simulate import NODES, Simulator, run_simulated, topology, wait_for  # noqa: E402
 
 CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\npreempt_grace_s = 2\n"
 
@@ -91,24 +89,5 @@ def test(d, agent_bin, work):
         sim.kill()
 
 
-def main():
-    sched_bin, agent_bin = sys.argv[1], sys.argv[2]
-    d = Daemon(sched_bin, config=CONFIG).start()
-    work = tempfile.mkdtemp(prefix="topo-maintenance-test-")
-    ok = False
-    try:
-        test(d, agent_bin, work)
-        ok = True
-    finally:
-        if not ok:
-            print("---- daemon log\n" + d.log(), file=sys.stderr)
-        d.cleanup()
-        subprocess.run(["rm", "-rf", work])
-
-
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run_simulated(test, CONFIG, "topo-maintenance-test-")

@@ -23,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-from harness import Daemon, Failure, check  # noqa: E402
+from harness import Daemon, Failure, check, wait_for  # noqa: E402
 
 CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\n"
 NODES = 64
@@ -40,16 +40,6 @@ def topology():
         domains.append({"name": "spine%d" % s, "children": children})
     return {"version": 1, "name": "sim64", "tiers": ["node", "leaf", "spine"], "hbd": "node",
             "gpus_per_node": 8, "gpu_model": "H100", "domains": domains}
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise Failure("timed out after %ss waiting for %s" % (timeout, what))
 
 
 class Simulator:
@@ -192,24 +182,27 @@ def test(d, agent_bin, work):
         sim.kill()
 
 
-def main():
-    sched_bin, agent_bin = sys.argv[1], sys.argv[2]
-    d = Daemon(sched_bin, config=CONFIG).start()
-    work = tempfile.mkdtemp(prefix="topo-simulate-test-")
-    ok = False
+def run_simulated(test_fn, config, prefix):
+    """Runs test_fn(daemon, agent_bin, work) against a fresh daemon of `config`
+    (argv: TOPO_SCHEDULER TOPO_AGENT), printing the daemon's log on a failure;
+    exits 1 on a check that failed."""
     try:
-        test(d, agent_bin, work)
-        ok = True
-    finally:
-        if not ok:
-            print("---- daemon log\n" + d.log(), file=sys.stderr)
-        d.cleanup()
-        subprocess.run(["rm", "-rf", work])
-
-
-if __name__ == "__main__":
-    try:
-        main()
+        sched_bin, agent_bin = sys.argv[1], sys.argv[2]
+        d = Daemon(sched_bin, config=config).start()
+        work = tempfile.mkdtemp(prefix=prefix)
+        ok = False
+        try:
+            test_fn(d, agent_bin, work)
+            ok = True
+        finally:
+            if not ok:
+                print("---- daemon log\n" + d.log(), file=sys.stderr)
+            d.cleanup()
+            subprocess.run(["rm", "-rf", work])
     except Failure as e:
         print("FAIL: %s" % e, file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run_simulated(test, CONFIG, "topo-simulate-test-")

@@ -284,6 +284,18 @@ def check(cond, message):
         raise Failure(message)
 
 
+def wait_for(pred, timeout, what):
+    """pred()'s first true value within `timeout` seconds (polled every
+    50 ms), else a Failure naming `what`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise Failure("timed out after %s s waiting for %s" % (timeout, what))
+
+
 @contextlib.contextmanager
 def serving(daemon, *cleanup_dirs):
     """Prints the daemon's log when the block fails; stops the daemon and

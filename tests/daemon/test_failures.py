@@ -31,11 +31,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 from agent_client import AgentConnection
 from agent_protocol import Protocol
-from harness import Daemon, Failure, check, run, serving
+from harness import Daemon, check, run, serving, wait_for
 
 CONFIG = ("heartbeat_interval_ms = 500\nmissed_heartbeats_down = 3\n"
           "max_app_failures = 3\nrestart_backoff_initial_s = 1\nrestart_backoff_max_s = 4\n"
@@ -56,16 +55,6 @@ def topology():
         domains.append({"name": "spine%d" % s, "children": children})
     return {"version": 1, "name": "c288", "tiers": ["node", "leaf", "spine"], "hbd": "node",
             "gpus_per_node": 8, "gpu_model": "H100", "domains": domains}
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise Failure("timed out after %s s waiting for %s" % (timeout, what))
 
 
 class Fleet:

@@ -38,20 +38,10 @@ import tempfile
 import time
 
 from api_schema import Api
-from harness import Cli, Daemon, Failure, check, run, serving, setup_tiny
+from harness import Cli, Daemon, check, run, serving, setup_tiny, wait_for
 
 API = Api()
 INVALID, NOT_FOUND, CONFLICT = 8, 4, 6
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise Failure("timed out after %s s waiting for %s" % (timeout, what))
 
 
 def now_ms():
