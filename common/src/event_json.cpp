@@ -14,7 +14,7 @@
 #include "topo/common/job_io.hpp"
 #include "topo/common/job_process.hpp"
 #include "topo/common/node_name.hpp"
-#include "topo/common/user_api.hpp"
+#include "topo/common/tenant_name.hpp"
 
 namespace topo::common {
 
@@ -771,15 +771,15 @@ Status ReadNames(const Json& j, const std::string& key, size_t most, size_t byte
   return Status::Ok();
 }
 
-constexpr size_t kMaxSetTenants = api::kMaxNodeSetTenants;
-constexpr size_t kMaxSetTenantBytes = api::kMaxTenantBytes;
+constexpr size_t kMaxSetTenants = core::kMaxNodeSetTenants;
+constexpr size_t kMaxSetTenantBytes = kMaxTenantBytes;
 // A node set's times: milliseconds up to the end of the year 9999, so no sum
 // of them overflows.
-constexpr int64_t kMaxSetTimeMs = api::kMaxTimeMs;
+constexpr int64_t kMaxSetTimeMs = core::kMaxTimeMs;
 
 // The rest of a node set's fields by their rules: its name
 // (core::ValidateNodeSetName), its nodes' names (node_name.hpp) and its
-// tenants' (api::ValidTenantName). What the topology decides (the nodes
+// tenants' (tenant_name.hpp). What the topology decides (the nodes
 // exist) is core::ValidatePartition's.
 Status CheckSet(const std::string& name, const std::vector<std::string>& nodes,
                 const std::vector<std::string>& tenants) {
@@ -791,7 +791,7 @@ Status CheckSet(const std::string& name, const std::vector<std::string>& nodes,
     }
   }
   for (size_t i = 0; i < tenants.size(); ++i) {
-    if (!api::ValidTenantName(tenants[i])) {
+    if (!ValidTenantName(tenants[i])) {
       return PathError(Index("tenants", i),
                        "\"" + ShownName(tenants[i]) +
                            "\" is not a tenant name: segments of a-z 0-9 _ . - joined by /");

@@ -14,7 +14,6 @@ namespace topo::core {
 
 namespace {
 
-constexpr size_t kMaxTenantNames = 1000;
 constexpr size_t kMaxTenantBytes = 256;
 constexpr int kMaxPriorityTier = 1000;
 // A memo of fences past this many entries is cleared (distinct ones are few).
@@ -66,8 +65,8 @@ Status CheckNodes(const std::vector<std::string>& nodes, const Topology& topo) {
 }
 
 Status CheckTenants(const std::vector<std::string>& tenants) {
-  if (tenants.size() > kMaxTenantNames) {
-    return Status::Error("tenants: at most " + std::to_string(kMaxTenantNames) + " names",
+  if (tenants.size() > kMaxNodeSetTenants) {
+    return Status::Error("tenants: at most " + std::to_string(kMaxNodeSetTenants) + " names",
                          ErrorCode::kTooLarge)
         .WithField("tenants");
   }

@@ -36,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "topo/common/tenant_name.hpp"
 #include "topo/core/cluster_state.hpp"
 #include "topo/core/evaluator.hpp"
 #include "topo/core/job.hpp"
@@ -51,7 +52,7 @@ namespace topo::api {
 
 inline constexpr size_t kMaxRequestBytes = 4u << 20;        // a request text the readers take
 inline constexpr size_t kMaxAnswerBytes = size_t{1} << 30;  // an answer a client reads
-inline constexpr size_t kMaxTenantBytes = 128;
+inline constexpr size_t kMaxTenantBytes = common::kMaxTenantBytes;
 inline constexpr size_t kMaxUserNameBytes = 64;
 inline constexpr int kMinPriority = -100;
 inline constexpr int kMaxPriority = 100;
@@ -63,12 +64,12 @@ inline constexpr double kMinCpusPerNode = 0.001;
 inline constexpr double kMaxCpusPerNode = 100000;
 inline constexpr size_t kMaxJobsPerPage = 10000;
 // Unix milliseconds up to the end of year 9999.
-inline constexpr int64_t kMaxTimeMs = 253402300799999;
+inline constexpr int64_t kMaxTimeMs = core::kMaxTimeMs;
 
 // Tenant names: segments of [a-z0-9][a-z0-9_.-]* joined by '/', at most 8
 // deep and kMaxTenantBytes. User names: 1-64 of [a-z0-9_.-], '@' after the
 // first, not starting with '.' or '-'.
-bool ValidTenantName(std::string_view name);
+using common::ValidTenantName;  // tenant_name.hpp
 bool ValidUserName(std::string_view name);
 
 enum class Reading { kStrict, kClient };
@@ -411,7 +412,7 @@ struct ReservationList {
 // log's readers refuse more), the most tenants it lists, the most GPUs a
 // reservation asks for by count, and the longest window.
 inline constexpr size_t kMaxNodeSetNodes = core::kMaxSelectionNames;
-inline constexpr size_t kMaxNodeSetTenants = 1000;
+inline constexpr size_t kMaxNodeSetTenants = core::kMaxNodeSetTenants;
 inline constexpr int kMaxReservationGpus = 10'000'000;
 inline constexpr int64_t kMaxReservationS = int64_t{10} * 366 * 86400;
 

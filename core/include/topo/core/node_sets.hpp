@@ -48,7 +48,8 @@ struct JobRequest;
 // A name of a partition or reservation: 1..64 of [A-Za-z0-9._-], not
 // starting with '-' or '.'.
 inline constexpr size_t kMaxNodeSetNameBytes = 64;
-inline constexpr size_t kMaxNodeSets = 1000;  // partitions, and reservations, each
+inline constexpr size_t kMaxNodeSets = 1000;        // partitions, and reservations, each
+inline constexpr size_t kMaxNodeSetTenants = 1000;  // tenants one set lists
 Status ValidateNodeSetName(const std::string& name, const char* field);
 
 struct PartitionConfig {

@@ -12,5 +12,8 @@ inline constexpr TimeMs kSecond = 1000;
 inline constexpr TimeMs kMinute = 60 * kSecond;
 inline constexpr TimeMs kHour = 60 * kMinute;
 inline constexpr TimeMs kNever = INT64_MAX;
+// Unix milliseconds at the end of the year 9999: the latest time any reader
+// of the wire or the log takes, so no sum of two times overflows.
+inline constexpr TimeMs kMaxTimeMs = 253402300799999;
 
 }  // namespace topo::core
