@@ -474,29 +474,4 @@ TimeMs NodeSets::NextChange(TimeMs now, TimeMs lead) const {
   return next;
 }
 
-void NodeSets::Rebase(const Topology& next, const NodeSets& from) {
-  topo_ = &next;
-  partitions_.clear();
-  reservations_.clear();
-  partition_nodes_.clear();
-  reservation_nodes_.clear();
-  auto keep = [&](std::vector<std::string>& nodes) {
-    std::erase_if(nodes, [&](const std::string& n) { return next.FindNode(n) < 0; });
-  };
-  for (auto [name, p] : from.partitions_) {
-    keep(p.nodes);
-    if (p.nodes.empty()) continue;  // every node of it is gone
-    partition_nodes_[name] = Resolve(p.nodes);
-    partitions_[name] = std::move(p);
-  }
-  for (auto [name, r] : from.reservations_) {
-    keep(r.nodes);
-    if (r.nodes.empty()) continue;
-    reservation_nodes_[name] = Resolve(r.nodes);
-    reservations_[name] = std::move(r);
-  }
-  version_ = from.version_ + 1;
-  memo_.clear();
-}
-
 }  // namespace topo::core

@@ -404,6 +404,37 @@ TEST_CASE("snapshot: partitions, reservations and a request's sets round-trip (v
   CHECK(old.node_sets().empty());
 }
 
+TEST_CASE("a topology change carries partitions and reservations by node name") {
+  const Topology t = Tiny();
+  // The same tree without n7.
+  TopologyBuilder b("tiny-v2", {"node", "leaf", "spine"}, 0);
+  int n = 0;
+  for (int sp = 0; sp < 2; ++sp) {
+    const int spine = b.AddDomain("spine" + std::to_string(sp), 2, TopologyBuilder::kTop);
+    for (int l = 0; l < 2; ++l) {
+      const int leaf = b.AddDomain("leaf" + std::to_string(sp * 2 + l), 1, spine);
+      for (int i = 0; i < 2; ++i, ++n) {
+        if (n != 7) b.AddNode("n" + std::to_string(n), leaf, 8);
+      }
+    }
+  }
+  const Topology next = std::move(b).Build().value();
+  SchedulerCore core(t, Config());
+  core.Step(PartitionConfigured{Part("p", {"n6", "n7"})}, 0);
+  core.Step(ReservationConfigured{Res("only7", {"n7"}, kHour, 2 * kHour)}, 0);
+  core.Step(ReservationConfigured{Res("keep", {"n0", "n7"}, 3 * kHour, 4 * kHour)}, 0);
+  REQUIRE(core.node_sets().reservations().size() == 2);
+  Result<std::string> onto = core.SnapshotOnto(next);
+  REQUIRE(onto.ok());
+  SchedulerCore after(next, Config());
+  REQUIRE(after.Restore(onto.value()).ok());
+  REQUIRE(after.node_sets().partition("p") != nullptr);
+  CHECK(after.node_sets().partition("p")->nodes == std::vector<std::string>{"n6"});
+  CHECK(after.node_sets().reservation("only7") == nullptr);  // every node of it is gone
+  REQUIRE(after.node_sets().reservation("keep") != nullptr);
+  CHECK(after.node_sets().reservation("keep")->nodes == std::vector<std::string>{"n0"});
+}
+
 TEST_CASE(
     "mixed cluster: a job that accepts two GPU types waits for the faster part when that finishes "
     "sooner") {

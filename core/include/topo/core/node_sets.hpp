@@ -159,10 +159,6 @@ class NodeSets {
   // maintenance one's checkpoint lead begins (start - lead); kNever when none.
   TimeMs NextChange(TimeMs now, TimeMs lead) const;
 
-  // Carries every set onto a new version of the topology, matching nodes by
-  // name (a node gone leaves its sets).
-  void Rebase(const Topology& next, const NodeSets& from);
-
  private:
   friend struct SnapshotAccess;
   struct Resolved {
