@@ -100,6 +100,25 @@ TimeMs DefaultTimeLimit(TimeMs duration) {
   return static_cast<TimeMs>(std::ceil(limit / static_cast<double>(kMinute))) * kMinute;
 }
 
+namespace {
+
+// Trace row i of a generated LLM workload: its spec named prefix + i, EP
+// fitted to the topology, the time limit from its work; no tenant yet.
+SimJob LlmJob(const char* prefix, int64_t i, TimeMs submit, TimeMs duration, JobSpec spec,
+              const Topology& topology) {
+  SimJob job;
+  job.index = i;
+  job.submit = submit;
+  job.duration = std::max<TimeMs>(1, duration);
+  job.request.spec = std::move(spec);
+  job.request.spec.name = prefix + std::to_string(i);
+  FitEpConstraint(job.request.spec, topology);
+  job.request.time_limit = DefaultTimeLimit(job.duration);
+  return job;
+}
+
+}  // namespace
+
 std::vector<TenantConfig> QuotaTenants(const std::string& prefix, std::span<const double> shares,
                                        int capacity_gpus) {
   std::vector<TenantConfig> tenants;
@@ -250,15 +269,8 @@ SimWorkload GenerateSynthetic(const Topology& topology, const SyntheticOptions& 
     if (gpus >= options.moe_from_gpus && u_moe < options.moe_share && (gpus / (tp * pp)) % 8 == 0) {
       ep = 8;
     }
-    SimJob job;
-    job.index = i;
-    job.submit = t;
-    job.duration = std::max<TimeMs>(1, duration);
-    job.request.spec = LlmLayout(gpus, tp, pp, ep);
-    job.request.spec.name = "s-" + std::to_string(i);
-    FitEpConstraint(job.request.spec, topology);
+    SimJob job = LlmJob("s-", i, t, duration, LlmLayout(gpus, tp, pp, ep), topology);
     job.request.tenant = w.tenants[std::min(tenant, w.tenants.size() - 1)].name;
-    job.request.time_limit = DefaultTimeLimit(job.duration);
     w.jobs.push_back(std::move(job));
   }
   if (options.load > 0) ScaleToLoad(w.jobs, topology.total_gpus(), options.load);
@@ -335,19 +347,12 @@ SimWorkload GenerateMixed(const Topology& topology, const MixedOptions& options)
     if (pp > 1 && u_moe < options.moe_share && (gpus / (tp * pp)) % options.ep == 0) {
       ep = options.ep;
     }
-    SimJob job;
-    job.index = i;
-    job.submit = t;
-    job.duration = std::max<TimeMs>(1, duration);
-    job.request.spec = LlmLayout(gpus, tp, pp, ep);
-    job.request.spec.name = "m-" + std::to_string(i);
-    FitEpConstraint(job.request.spec, topology);
+    SimJob job = LlmJob("m-", i, t, duration, LlmLayout(gpus, tp, pp, ep), topology);
     job.request.tenant =
         w.tenants[std::min<size_t>(
                       static_cast<size_t>(u_tenant * static_cast<double>(w.tenants.size())),
                       w.tenants.size() - 1)]
             .name;
-    job.request.time_limit = DefaultTimeLimit(job.duration);
 
     std::vector<std::string>& types = job.request.spec.selection.gpu_types;
     if (!models.empty() && u_selection < options.one_type_share) {
