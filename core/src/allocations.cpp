@@ -62,4 +62,13 @@ std::vector<NodeId> Allocations::Release(JobId job, std::span<const GpuSlot> ran
   return left;
 }
 
+int Allocations::ReleaseSpare(JobId job, NodeId n) {
+  const std::vector<GpuSlot> slots = SpareSlots(std::span<const NodeId>(&n, 1));
+  Status s = cluster_.Release(slots);
+  (void)s;
+  spare_owner_[n] = 0;
+  stamps_[job] = ++next_stamp_;
+  return static_cast<int>(slots.size());
+}
+
 }  // namespace topo::core

@@ -566,6 +566,23 @@ void SchedulerCore::Impl::Release(JobRecord& job) {
   job.borrowed = false;
 }
 
+void SchedulerCore::Impl::ReleaseSpare(NodeId n) {
+  const JobId id = alloc_.spare_owner(n);
+  auto it = jobs_.find(id);
+  if (id == 0 || it == jobs_.end()) return;
+  JobRecord& job = it->second;
+  const int held =
+      static_cast<int>(job.ranks.size()) + static_cast<int>(alloc_.SpareSlots(job.spares).size());
+  const int freed = alloc_.ReleaseSpare(id, n);
+  // The ledger counts the job once, holding what is left.
+  quotas_.RemoveJob(job.request.tenant, held);
+  quotas_.AddJob(job.request.tenant, held - freed);
+  job.spares.erase(std::remove(job.spares.begin(), job.spares.end(), n), job.spares.end());
+  ++generation_;
+  TimerChanged(job.id);
+  MaybeFinishDrain(n);
+}
+
 Launch SchedulerCore::Impl::MakeLaunch(JobRecord& job) {
   Launch l;
   l.restart_count = job.restarts;
@@ -722,6 +739,9 @@ Placement SchedulerCore::TryPlace(const JobSpec& spec) const {
 
 int SchedulerCore::TenantUsage(const std::string& tenant) const {
   return impl_->quotas_.gpus(tenant);
+}
+double SchedulerCore::FairshareUsage(const std::string& tenant) const {
+  return impl_->quotas_.usage(tenant);
 }
 const TenantConfig* SchedulerCore::tenant(const std::string& name) const {
   return impl_->quotas_.tenant(name);

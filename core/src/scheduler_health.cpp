@@ -156,7 +156,9 @@ void SchedulerCore::Impl::ApplyNodeRequest(const NodeStateRequested& e,
     case NodeState::kDrained: {
       drain_reason_[n] = e.reason.empty() ? "drain requested" : e.reason;
       Emit(DrainNode{n, drain_reason_[n]});
-      const NodeState to = busy ? NodeState::kDraining : NodeState::kDrained;
+      ReleaseSpare(n);
+      const bool busy_now = alloc_.occupied(n);
+      const NodeState to = busy_now ? NodeState::kDraining : NodeState::kDrained;
       // Already drained (a failed GPU): the admin's reason is now the one
       // that keeps it so, until resume.
       if (cluster().node_state(n) == to) {

@@ -253,6 +253,9 @@ class SchedulerCore::Impl {
   // cluster, the node index, the tenant's usage and the job's record.
   void Allocate(JobRecord& job, std::vector<GpuSlot> ranks, std::vector<NodeId> spares);
   void Release(JobRecord& job);
+  // A drain of node n: the job holding it as a spare gives it back (its
+  // ranks run on; a spare on a drained node could never take one).
+  void ReleaseSpare(NodeId n);
   // Everything a start of the job needs on its nodes, with a fresh master
   // port (the one of its last run was freed by Release).
   // REQUIRES: the job holds its ranks (Allocate).

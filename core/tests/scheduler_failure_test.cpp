@@ -290,6 +290,32 @@ TEST_CASE("a restart never uses a suspect spare, and moves off a draining node")
   }
 }
 
+TEST_CASE("draining a job's spare node gives the spare back: the drain ends, the job runs on") {
+  // As above: a TP-8 job of 16 GPUs on 4 nodes of 4 GPUs, one spare node.
+  const Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {4, 2}, 2, 4);
+  SchedulerCore core(topo, SimConfig());
+  auto start = Only<StartJob>(core.Step(JobSubmitted{1, Request(16, 8, kHour, 1)}, 0));
+  REQUIRE(start.size() == 1);
+  REQUIRE(start[0].spares.size() == 1);
+  const NodeId spare = start[0].spares[0];
+  CHECK(core.TenantUsage("default") == 16 + 4);
+  auto cmds = core.Step(NodeStateRequested{spare, NodeState::kDraining, "rack removed"}, kMinute);
+  // No restart, no stop: the ranks never ran there.
+  CHECK(Only<RestartJob>(cmds).empty());
+  CHECK(Only<StopJob>(cmds).empty());
+  CHECK(core.cluster().node_state(spare) == NodeState::kDrained);
+  CHECK(core.cluster().busy_mask(spare) == 0);
+  CHECK(core.job(1)->state == JobState::kRunning);
+  CHECK(core.job(1)->spares.empty());
+  CHECK(core.job(1)->ranks == start[0].ranks);
+  CHECK(core.TenantUsage("default") == 16);
+  // The job still ends normally and gives back exactly what it holds.
+  core.Step(JobFinished{1, 0}, 2 * kMinute);
+  CHECK(core.job(1)->state == JobState::kCompleted);
+  CHECK(core.TenantUsage("default") == 0);
+  CHECK(core.cluster().total_busy_gpus() == 0);
+}
+
 TEST_CASE("a rank exiting 127 restarts after 10, 20, 40 ... s and fails at the limit") {
   const Topology topo = MakeRegular({"node", "leaf", "spine"}, 0, {2, 2}, 2, 8);
   SchedulerConfig config = SimConfig();

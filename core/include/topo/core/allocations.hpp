@@ -44,6 +44,9 @@ class Allocations {
   // in order (a node that finished draining is among them).
   std::vector<NodeId> Release(JobId job, std::span<const GpuSlot> ranks,
                               std::span<const NodeId> spares);
+  // The job gives back one spare node n (REQUIRES: spare_owner(n) == job);
+  // its allocation gets a new stamp. Returns the GPUs freed.
+  int ReleaseSpare(JobId job, NodeId n);
 
   // Running jobs with ranks on node n, in the order they started there.
   const std::vector<JobId>& jobs_on(NodeId n) const { return node_jobs_[n]; }
