@@ -15,6 +15,11 @@
 //            load of 0.9, on mixed-10k; not in the default list
 //   M/h100-10k  the same jobs without their types on h100-10k, mixed-10k's
 //            homogeneous twin of equal capacity (M's utilization goal)
+//   M+T      10,000 jobs of M (--change-jobs) on mixed-10k with two topology
+//            changes while they run: a fifth NVL72 rack added at a third of
+//            the arrival span, nvl72-r1 removed at two thirds (both built as
+//            an admin would, by editing the topology's JSON)
+//   M+T/static  the same jobs with no change (M+T's "no more failures" goal)
 //
 //   bench_replay                          # everything, S at 100,000 jobs
 //   bench_replay --quick                  # S at 10,000 jobs
@@ -22,6 +27,7 @@
 //   bench_replay --threads 6              # cells in parallel (timings noisier)
 //   bench_replay --quick --seeds 1-8      # goals also as met-on-k-of-8 and means
 //   bench_replay --workloads M,M/h100-10k --seeds 1-8   # the mixed cluster
+//   bench_replay --workloads M+T,M+T/static --seeds 1-4  # changes under jobs
 
 #include <sched.h>
 #include <sys/resource.h>
@@ -33,6 +39,7 @@
 #include <ctime>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <string>
@@ -43,6 +50,7 @@
 
 #include "machine.hpp"
 #include "report.hpp"
+#include "topo/common/topology_io.hpp"
 #include "topo/common/topology_source.hpp"
 #include "topo/common/trace_io.hpp"
 #include "topo/core/generators.hpp"
@@ -69,6 +77,54 @@ double PeakRssMb() {
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// `topology` as an admin edits its JSON: a copy of domain `clone` (its
+// domains and nodes renamed NAME + suffix) added beside it, and domain
+// `remove` left out (either may be empty).
+core::Result<std::shared_ptr<const core::Topology>> EditTopology(const core::Topology& topology,
+                                                                 const std::string& clone,
+                                                                 const std::string& suffix,
+                                                                 const std::string& remove,
+                                                                 const std::string& name) {
+  using nlohmann::json;
+  json doc = json::parse(common::TopologyToJson(topology));
+  doc["name"] = name;
+  bool cloned = clone.empty(), removed = remove.empty();
+  std::function<void(json&)> rename = [&](json& d) {
+    d["name"] = d["name"].get<std::string>() + suffix;
+    for (const char* key : {"children", "nodes"}) {
+      if (!d.contains(key)) continue;
+      for (json& c : d[key]) rename(c);
+    }
+  };
+  std::function<void(json&)> walk = [&](json& list) {
+    json out = json::array();
+    for (json& d : list) {
+      const std::string n = d.value("name", "");
+      if (n == remove) {
+        removed = true;
+        continue;
+      }
+      if (d.contains("children")) walk(d["children"]);
+      out.push_back(d);
+      if (n == clone) {
+        json copy = d;
+        rename(copy);
+        out.push_back(std::move(copy));
+        cloned = true;
+      }
+    }
+    list = std::move(out);
+  };
+  walk(doc["domains"]);
+  if (!cloned || !removed) {
+    return core::Status::Error("topology " + topology.name() + " has no domain '" +
+                               (cloned ? remove : clone) + "'");
+  }
+  core::Result<core::Topology> t = common::ParseTopologyJson(doc.dump());
+  if (!t.ok()) return t.status();
+  return std::make_shared<const core::Topology>(std::move(t).value());
 }
 
 // A workload with its topology, ready to replay.
@@ -151,10 +207,36 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p, uint64_
     // Per job: which stacks refused it (the "no job refused that a baseline
     // runs" goal).
     out.options.keep_job_results = true;
+  } else if (base == "M+T" || base == "M+T/static") {
+    // M's jobs, more of them, with a rack added and another removed while
+    // they run (or, /static, without).
+    r.family = "T";
+    core::Result<core::Topology> mixed = core::GenerateTopology("mixed-10k");
+    if (!mixed.ok()) return mixed.status();
+    core::MixedOptions m = p.mixed;
+    m.seed = seed;
+    m.load = p.load;
+    m.jobs = p.change_jobs;
+    out.workload = core::GenerateMixed(mixed.value(), m);
+    out.workload.name = base;
+    out.topology = std::make_unique<core::Topology>(std::move(mixed).value());
+    if (base == "M+T") {
+      auto added = EditTopology(*out.topology, "nvl72-r0", "-added", "", "mixed-10k-v2");
+      if (!added.ok()) return added.status();
+      auto removed = EditTopology(*added.value(), "", "", "nvl72-r1", "mixed-10k-v3");
+      if (!removed.ok()) return removed.status();
+      core::TimeMs first = core::kNever, last = 0;
+      for (const core::SimJob& j : out.workload.jobs) {
+        first = std::min(first, j.submit);
+        last = std::max(last, j.submit);
+      }
+      out.options.topology_changes = {{first + (last - first) / 3, added.value()},
+                                      {first + 2 * (last - first) / 3, removed.value()}};
+    }
   } else {
     return core::Status::Error("unknown workload '" + name +
                                "'; known: K, S/meta-24k, S/nvl72-64k, each optionally +F; M, M/" +
-                               kMixedTwin);
+                               kMixedTwin + "; M+T, M+T/static");
   }
   r.topology = out.topology->name();
   r.capacity_gpus = out.topology->total_gpus();
@@ -185,6 +267,9 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 10000000));
   app.add_option("--mixed-jobs", p.mixed.jobs, "jobs of workload M")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--change-jobs", p.change_jobs, "jobs of workload M+T (and M+T/static)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   std::string speed_model = "on";

@@ -223,6 +223,41 @@ std::string MixedTable(const Report& report) {
   return out;
 }
 
+// Per workload with topology changes (first seed), stack and change: when it
+// came and applied, what it changed, the jobs it moved and how they ended.
+std::string ChangesTable(const Report& report) {
+  std::string out;
+  char buf[512];
+  for (const WorkloadResult& w : report.workloads) {
+    if (w.seed != report.params.seed) continue;
+    for (const core::SimReport& r : w.reports) {
+      for (size_t i = 0; i < r.topology_changes.size(); ++i) {
+        const core::SimTopologyChangeResult& c = r.topology_changes[i];
+        if (out.empty()) {
+          out =
+              "| workload | stack | change | at, day | applied, day | nodes +/- | GPUs before -> "
+              "after | jobs moved | moved: completed / failed | fairshare kept |\n"
+              "|---|---|---:|---:|---:|---|---|---:|---|---|\n";
+        }
+        const double day = 24.0 * core::kHour;
+        std::snprintf(
+            buf, sizeof buf,
+            "| %s | %s | %zu | %.2f | %s | +%d / -%d | %d -> %d | %lld | %lld / %lld | "
+            "%s |\n",
+            w.name.c_str(), r.stack.c_str(), i + 1,
+            static_cast<double>(c.at - r.first_submit) / day,
+            c.applied < 0 ? "never"
+                          : Fixed(static_cast<double>(c.applied - r.first_submit) / day, 2).c_str(),
+            c.nodes_added, c.nodes_removed, c.capacity_before, c.capacity_after,
+            static_cast<long long>(c.jobs_moved), static_cast<long long>(c.moved_completed),
+            static_cast<long long>(c.moved_failed), c.fairshare_kept ? "yes" : "no");
+        out += buf;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -304,6 +339,53 @@ void MixedGoals(const WorkloadResult& w, const WorkloadResult* twin, std::vector
   goals.push_back(g);
 }
 
+// The goals of workload M+T (issue 36: a rack added and one removed during
+// a 10,000-job replay; no job fails, no fairshare reset), against the same
+// jobs with no change (nullptr when the run left it out).
+void ChangeGoals(const WorkloadResult& w, const WorkloadResult* still, std::vector<Goal>& goals) {
+  const core::SimReport* ours = Find(w, "toposched");
+  const core::SimReport* ours_still = still != nullptr ? Find(*still, "toposched") : nullptr;
+  int64_t applied = 0, moved = 0, moved_failed = 0, kept = 0;
+  const int64_t changes = static_cast<int64_t>(ours->topology_changes.size());
+  for (const core::SimTopologyChangeResult& c : ours->topology_changes) {
+    applied += c.applied >= 0;
+    moved += c.jobs_moved;
+    moved_failed += c.moved_failed;
+    kept += c.fairshare_kept;
+  }
+  Goal a{"every topology change applied", w.name,
+         std::to_string(applied) + " of " + std::to_string(changes), "all", changes > 0};
+  a.met = changes > 0 && applied == changes;
+  a.value = static_cast<double>(applied);
+  a.unit = " applied";
+  a.decimals = 0;
+  goals.push_back(a);
+  Goal m{"no job moved by a topology change fails", w.name,
+         std::to_string(moved_failed) + " of " + std::to_string(moved) + " moved jobs failed",
+         "0 jobs", applied > 0};
+  m.met = applied > 0 && moved_failed == 0;
+  m.value = static_cast<double>(moved_failed);
+  m.unit = " jobs";
+  m.decimals = 0;
+  goals.push_back(m);
+  Goal f{"fairshare usage kept across every change", w.name,
+         std::to_string(kept) + " of " + std::to_string(applied) + " changes", "all", applied > 0};
+  f.met = applied > 0 && kept == applied;
+  f.value = static_cast<double>(kept);
+  f.unit = " changes";
+  f.decimals = 0;
+  goals.push_back(f);
+  Goal n{"no more failed jobs than without the changes", w.name, "", "<= +0 jobs", std::nullopt};
+  n.unit = " jobs";
+  n.decimals = 0;
+  if (ours_still != nullptr) {
+    n.measured = std::to_string(ours->failed) + " vs " + std::to_string(ours_still->failed);
+    n.met = ours->failed <= ours_still->failed;
+    n.value = static_cast<double>(ours->failed - ours_still->failed);
+  }
+  goals.push_back(n);
+}
+
 // The goals one workload's run measures (../shared/BENCHMARKS.md, issue 13).
 std::vector<Goal> GoalsOf(const WorkloadResult& w, const Report& report) {
   const Params& params = report.params;
@@ -321,7 +403,14 @@ std::vector<Goal> GoalsOf(const WorkloadResult& w, const Report& report) {
     }
     MixedGoals(w, twin, goals);
   }
-  if (!w.failures && slurm != nullptr && w.family != "M") {
+  if (w.family == "T" && w.name.rfind("M+T/static", 0) != 0) {
+    const WorkloadResult* still = nullptr;
+    for (const WorkloadResult& t : report.workloads) {
+      if (t.name == "M+T/static" + w.name.substr(3) && t.seed == w.seed) still = &t;
+    }
+    ChangeGoals(w, still, goals);
+  }
+  if (!w.failures && slurm != nullptr && w.family != "M" && w.family != "T") {
     goals.push_back(PointsAhead("utilization", w.name, ours->utilization, slurm->utilization));
     goals.push_back(PointsAhead("goodput", w.name, ours->goodput, slurm->goodput));
     Goal jl{"mean JCT, >= " + std::to_string(params.large_gpus) + " GPUs <= 0.7 x slurm-tree",
@@ -633,6 +722,9 @@ std::string RenderText(const Report& report) {
       }
     }
   }
+  if (std::string table = ChangesTable(report); !table.empty()) {
+    out += "\ntopology changes during the replay (first seed)\n" + table;
+  }
   if (std::string table = SensitivityTable(report); !table.empty()) out += "\n" + table;
   if (std::string table = MixedTable(report); !table.empty()) {
     out += "\nM on mixed-10k against the same jobs without GPU types on " +
@@ -803,6 +895,24 @@ nlohmann::ordered_json ToJson(const Report& report) {
                       {"events", r.events}};
       if (!r.job_results.empty()) {
         pj["counts"]["refused_run_by_another_stack"] = RefusedButRunElsewhere(w, r);
+      }
+      if (!r.topology_changes.empty()) {
+        J changes = J::array();
+        for (const core::SimTopologyChangeResult& c : r.topology_changes) {
+          changes.push_back(
+              {{"at_s", static_cast<double>(c.at) / core::kSecond},
+               {"applied_s",
+                c.applied < 0 ? J(nullptr) : J(static_cast<double>(c.applied) / core::kSecond)},
+               {"nodes_added", c.nodes_added},
+               {"nodes_removed", c.nodes_removed},
+               {"capacity_before", c.capacity_before},
+               {"capacity_after", c.capacity_after},
+               {"jobs_moved", c.jobs_moved},
+               {"moved_completed", c.moved_completed},
+               {"moved_failed", c.moved_failed},
+               {"fairshare_kept", c.fairshare_kept}});
+        }
+        pj["topology_changes"] = std::move(changes);
       }
       J anomalies = J::object();
       for (const auto& [what, n] : r.anomalies) anomalies[what] = n;

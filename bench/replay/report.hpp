@@ -37,13 +37,14 @@ struct Params {
   core::SyntheticOptions synthetic;
   core::KalosOptions kalos;
   core::MixedOptions mixed;     // workload M (its load is `load`)
+  int change_jobs = 10000;      // workload M+T
   core::FailureModel failures;  // the model of the +F workloads
   core::SimOptions sim;         // base options (seed, ticks, checkpoints)
 };
 
 struct WorkloadResult {
   std::string name;    // "K", "K+F", "S/meta-24k", ...
-  std::string family;  // "K", "S" or "M" (M and M/h100-10k)
+  std::string family;  // "K", "S", "M" (M and M/h100-10k) or "T" (M+T, M+T/static)
   bool failures = false;
   std::string topology;
   int capacity_gpus = 0;

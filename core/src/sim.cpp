@@ -12,6 +12,7 @@
 #include "sim_speed.hpp"
 #include "topo/core/rng.hpp"
 #include "topo/core/sim_workload.hpp"
+#include "topo/core/topology_diff.hpp"
 
 namespace topo::core {
 
@@ -38,7 +39,9 @@ enum EventClass : uint8_t {
   kSubmit = 4,
   kWakeup = 5,
   kTick = 6,
+  kTopology = 7,
 };
+enum TopologyWhat : uint8_t { kChangeBegin, kChangeEvacuate, kChangeApply };
 enum RepairWhat : uint8_t { kRepairGpu, kRepairNode };
 enum FailureWhat : uint8_t { kFailureModel, kFailureFirst, kFailureScripted };
 
@@ -79,6 +82,7 @@ struct JobRun {
   bool terminal = false;
   bool preempted = false;  // told to stop for another job (kPreempting); cleared at its restart
   TimeMs stopped_at = -1;  // when the last run ended
+  int32_t moved_by = -1;   // the last topology change that evacuated it
 };
 
 // Standard normal from two uniforms (Box-Muller), platform independent.
@@ -97,33 +101,24 @@ class Simulator {
  public:
   Simulator(const Topology& topology, SchedulerConfig config, const SimWorkload& workload,
             const SimOptions& options)
-      : topo_(topology),
+      : topo_(&topology),
         config_(std::move(config)),
         workload_(workload),
         options_(options),
-        core_(topology, config_),
-        scorer_(topology),
+        core_(std::make_unique<SchedulerCore>(topology, config_)),
+        models_(topology.gpu_models()),
+        scripted_(options.scripted_failures),
         failure_rng_(options.seed * 0x9E3779B97F4A7C15ULL + 0xF417),
         runs_(workload.jobs.size()),
         results_(workload.jobs.size()) {
+    scorer_.emplace(topology);
     if (options.speed_model) speed_.emplace(topology, options.cross_hbd_scale);
-    gpu_base_.reserve(topology.node_count() + 1);
-    int base = 0;
-    for (NodeId n = 0; n < topology.node_count(); ++n) {
-      gpu_base_.push_back(base);
-      base += topology.node(n).gpus;
-    }
-    gpu_base_.push_back(base);
-    const std::vector<std::string>& models = topology.gpu_models();
-    node_model_.reserve(topology.node_count());
-    for (NodeId n = 0; n < topology.node_count(); ++n) {
-      node_model_.push_back(static_cast<int>(
-          std::find(models.begin(), models.end(), topology.node(n).gpu_model) - models.begin()));
-    }
-    owner_.assign(base, -1);
-    gpu_failed_.assign(base, 0);
+    IndexTopology();
+    owner_.assign(gpu_base_.back(), -1);
+    gpu_failed_.assign(gpu_base_.back(), 0);
     node_down_.assign(topology.node_count(), 0);
     node_broken_.assign(topology.node_count(), 0);
+    changes_.resize(options.topology_changes.size());
   }
 
   SimReport Run();
@@ -161,7 +156,7 @@ class Simulator {
   // gpu >= 0: that GPU fails; -1: the node goes down (network or host).
   void Inject(NodeId node, int gpu, bool network, TimeMs repair);
   double MeanFailureGapMs() const {
-    return options_.failures.gpu_hours_per_interruption / static_cast<double>(topo_.total_gpus()) *
+    return options_.failures.gpu_hours_per_interruption / static_cast<double>(topo_->total_gpus()) *
            kMsPerHour;
   }
   void OnRepair(const SimEvent& ev);
@@ -173,11 +168,19 @@ class Simulator {
     return i == 0 ? config_.default_checkpoint_interval : i;
   }
   void Finish();
+  // gpu_base_ and node_model_ of *topo_.
+  void IndexTopology();
+  // Topology changes (sim.hpp): drain the removed nodes, evacuate one, move
+  // onto the new version once they are empty.
+  void OnTopology(const SimEvent& ev);
+  void BeginChange(int32_t i);
+  void Evacuate(NodeId node, int32_t i);
+  void ApplyChange(int32_t i);
   // True once jobs have waited stall_limit with nothing running, submitted
   // or pending (the core will never start them).
   bool Stalled() {
     if (next_submit_ < workload_.jobs.size() || running_jobs_ > 0 || pending_repairs_ > 0 ||
-        !wakeups_.empty()) {
+        !wakeups_.empty() || changes_pending_ > 0) {
       stall_since_ = -1;
       return false;
     }
@@ -185,13 +188,15 @@ class Simulator {
     return now_ - stall_since_ >= options_.stall_limit;
   }
 
-  const Topology& topo_;
+  const Topology* topo_;  // the version in use
   SchedulerConfig config_;
   const SimWorkload& workload_;
   SimOptions options_;
-  SchedulerCore core_;
-  PlacementScorer scorer_;
-  std::vector<int> node_model_;  // index into topology.gpu_models(), by node
+  std::unique_ptr<SchedulerCore> core_;
+  std::optional<PlacementScorer> scorer_;
+  std::vector<std::string> models_;        // the first version's gpu_models(), then new ones
+  std::vector<int> node_model_;            // index into models_, by node
+  std::vector<ScriptedFailure> scripted_;  // node ids of the version in use (-1: removed)
   std::optional<internal::SpeedModel> speed_;
   std::vector<int32_t> changed_;  // scratch: jobs whose speed moved
   Rng failure_rng_;
@@ -222,6 +227,17 @@ class Simulator {
   double backlog_ms_ = 0;      // time with a job waiting
   double backlog_gpu_ms_ = 0;  // GPU-ms allocated meanwhile
   double core_busy_gpu_ms_ = 0;
+  double backlog_capacity_gpu_ms_ = 0;  // capacity while a job waits, integrated
+  // (from, GPUs): the capacity over time, one entry per topology version.
+  std::vector<std::pair<TimeMs, int>> capacity_;
+
+  // Topology changes, by SimOptions::topology_changes position.
+  struct ChangeRun {
+    std::vector<NodeId> drain;  // nodes it removes or resizes (ids of the version before)
+  };
+  std::vector<ChangeRun> changes_;
+  int32_t changes_begun_ = 0;  // changes begin in order
+  int64_t changes_pending_ = 0;
 
   // Placement aggregates.
   int64_t placements_met_ = 0;
@@ -231,6 +247,26 @@ class Simulator {
   int64_t comm_n_ = 0;
 };
 
+void Simulator::IndexTopology() {
+  const Topology& t = *topo_;
+  gpu_base_.clear();
+  gpu_base_.reserve(t.node_count() + 1);
+  int base = 0;
+  for (NodeId n = 0; n < t.node_count(); ++n) {
+    gpu_base_.push_back(base);
+    base += t.node(n).gpus;
+  }
+  gpu_base_.push_back(base);
+  node_model_.clear();
+  node_model_.reserve(t.node_count());
+  for (NodeId n = 0; n < t.node_count(); ++n) {
+    const std::string& model = t.node(n).gpu_model;
+    auto it = std::find(models_.begin(), models_.end(), model);
+    if (it == models_.end()) it = models_.insert(models_.end(), model);
+    node_model_.push_back(static_cast<int>(it - models_.begin()));
+  }
+}
+
 void Simulator::Advance(TimeMs t) {
   if (t > now_) {
     const double dt = static_cast<double>(t - now_);
@@ -238,17 +274,18 @@ void Simulator::Advance(TimeMs t) {
     if (submitted_ - running_jobs_ - done_ > 0) {
       backlog_ms_ += dt;
       backlog_gpu_ms_ += static_cast<double>(busy_gpus_) * dt;
+      backlog_capacity_gpu_ms_ += static_cast<double>(topo_->total_gpus()) * dt;
     }
-    core_busy_gpu_ms_ += static_cast<double>(core_.cluster().total_busy_gpus()) * dt;
+    core_busy_gpu_ms_ += static_cast<double>(core_->cluster().total_busy_gpus()) * dt;
     now_ = t;
   }
 }
 
 void Simulator::StepCore(const Event& event) {
   ++report_.events;
-  std::vector<Command> commands = core_.Step(event, now_);
+  std::vector<Command> commands = core_->Step(event, now_);
   Handle(commands);
-  TimeMs wake = core_.NextWakeup();
+  TimeMs wake = core_->NextWakeup();
   if (wake != kNever) {
     if (wake <= now_) {
       Anomaly("NextWakeup() is not in the future after a Step");
@@ -349,7 +386,7 @@ void Simulator::OnStart(int32_t pos, const std::vector<GpuSlot>& ranks,
     int64_t from = -1;
     if (step) {
       from = *step;
-    } else if (const JobRecord* rec = core_.job(IdOf(pos)); rec != nullptr) {
+    } else if (const JobRecord* rec = core_->job(IdOf(pos)); rec != nullptr) {
       from = rec->checkpoint_step;
     }
     if (from > r.checkpoint) {
@@ -395,8 +432,8 @@ void Simulator::BeginRun(int32_t pos, const std::vector<GpuSlot>& ranks, TimeMs 
 
   bool valid = static_cast<int>(ranks.size()) == spec.gpus;
   for (const GpuSlot& s : ranks) {
-    if (s.node < 0 || s.node >= topo_.node_count() || s.gpu < 0 ||
-        s.gpu >= topo_.node(s.node).gpus) {
+    if (s.node < 0 || s.node >= topo_->node_count() || s.gpu < 0 ||
+        s.gpu >= topo_->node(s.node).gpus) {
       valid = false;
       continue;
     }
@@ -412,13 +449,13 @@ void Simulator::BeginRun(int32_t pos, const std::vector<GpuSlot>& ranks, TimeMs 
     Anomaly("StartJob/RestartJob with a rank map of the wrong size or a bad slot");
     res.required_met = false;
   } else {
-    PlacementScorer::Score s = scorer_.Evaluate(spec, ranks);
+    PlacementScorer::Score s = scorer_->Evaluate(spec, ranks);
     if (s.required_met) ++placements_met_;
     bool cross_part = false;
     for (const GpuSlot& slot : ranks) {
       const int m = node_model_[slot.node];
       if (m < 64) res.gpu_models |= uint64_t{1} << m;
-      cross_part = cross_part || topo_.part_of(slot.node) != topo_.part_of(ranks[0].node);
+      cross_part = cross_part || topo_->part_of(slot.node) != topo_->part_of(ranks[0].node);
     }
     if (cross_part) ++report_.cross_part_placements;
     res.required_met = res.required_met && s.required_met;
@@ -471,8 +508,8 @@ void Simulator::EndRun(int32_t pos, TimeMs progress) {
   auto it = ranks_.find(pos);
   if (it != ranks_.end()) {
     for (const GpuSlot& s : it->second) {
-      if (s.node < 0 || s.node >= topo_.node_count() || s.gpu < 0 ||
-          s.gpu >= topo_.node(s.node).gpus) {
+      if (s.node < 0 || s.node >= topo_->node_count() || s.gpu < 0 ||
+          s.gpu >= topo_->node(s.node).gpus) {
         continue;
       }
       int32_t& owner = owner_[gpu_base_[s.node] + s.gpu];
@@ -501,7 +538,7 @@ void Simulator::OnStateChanged(const JobStateChanged& c) {
     r.preempted = true;
     ++report_.preemptions;
     report_.preempted_gpus += Spec(pos).gpus;
-    if (const JobRecord* rec = core_.job(c.id); rec != nullptr && rec->borrowed) {
+    if (const JobRecord* rec = core_->job(c.id); rec != nullptr && rec->borrowed) {
       ++report_.preempted_borrowed;
     }
   }
@@ -554,7 +591,7 @@ void Simulator::OnModelFailure() {
   // Every draw happens whatever the state, so the sequence is the same for
   // every policy.
   const double gap = -std::log(1.0 - failure_rng_.Uniform()) * MeanFailureGapMs();
-  const int gpu_index = static_cast<int>(failure_rng_.Below(topo_.total_gpus()));
+  const int gpu_index = static_cast<int>(failure_rng_.Below(topo_->total_gpus()));
   const double category = failure_rng_.Uniform();
   const double repair = static_cast<double>(m.repair_median) *
                         std::exp(m.repair_sigma * StandardNormal(failure_rng_));
@@ -592,7 +629,7 @@ void Simulator::Inject(NodeId node, int gpu, bool network, TimeMs repair) {
   if (gpu_fault) {
     if (owner_[gpu_index] >= 0) note_hit(owner_[gpu_index], gpu);
   } else {
-    for (int g = 0; g < topo_.node(node).gpus; ++g) {
+    for (int g = 0; g < topo_->node(node).gpus; ++g) {
       if (owner_[gpu_base_[node] + g] >= 0) note_hit(owner_[gpu_base_[node] + g], g);
     }
   }
@@ -641,9 +678,194 @@ void Simulator::OnRepair(const SimEvent& ev) {
   }
 }
 
+void Simulator::OnTopology(const SimEvent& ev) {
+  switch (ev.what) {
+    case kChangeBegin:
+      if (ev.a != changes_begun_) {
+        // The change before still drains: try again in a minute.
+        Push(now_ + kMinute, kTopology, ev.a, 0, 0, 0, kChangeBegin);
+      } else {
+        BeginChange(ev.a);
+      }
+      break;
+    case kChangeEvacuate:
+      Evacuate(ev.b, ev.a);
+      break;
+    case kChangeApply:
+      ApplyChange(ev.a);
+      break;
+    default:
+      break;
+  }
+}
+
+void Simulator::BeginChange(int32_t i) {
+  ChangeRun& change = changes_[i];
+  ++changes_begun_;
+  const Topology& next = *options_.topology_changes[i].next;
+  const TopologyDiff diff = DiffTopologies(*topo_, next);
+  NodeStatesRequested drain;
+  for (NodeId n = 0; n < topo_->node_count(); ++n) {
+    if (diff.to_new[n] >= 0) continue;
+    change.drain.push_back(n);
+    drain.requests.push_back(
+        NodeStateRequested{n, NodeState::kDraining, "removed by a topology change (simulated)"});
+  }
+  if (!drain.requests.empty()) StepCore(drain);
+  // The agents of the drained nodes checkpoint their jobs and stop them.
+  for (NodeId n : change.drain) {
+    if (core_->cluster().busy_mask(n) != 0) {
+      Push(now_ + options_.checkpoint_latency, kTopology, i, n, 0, 0, kChangeEvacuate);
+    }
+  }
+  Push(now_ + options_.checkpoint_latency, kTopology, i, 0, 0, 0, kChangeApply);
+}
+
+void Simulator::Evacuate(NodeId node, int32_t i) {
+  if (core_->cluster().busy_mask(node) == 0) return;
+  // The jobs with ranks on it (a spare on it was given back at the drain).
+  std::vector<int32_t> jobs;
+  for (int g = 0; g < topo_->node(node).gpus; ++g) {
+    const int32_t pos = owner_[gpu_base_[node] + g];
+    if (pos >= 0) jobs.push_back(pos);
+  }
+  std::sort(jobs.begin(), jobs.end());
+  jobs.erase(std::unique(jobs.begin(), jobs.end()), jobs.end());
+  for (int32_t pos : jobs) {
+    JobRun& r = runs_[pos];
+    if (!r.running) continue;
+    r.moved_by = i;
+    ++results_[pos].topology_moves;
+    ++report_.topology_changes[i].jobs_moved;
+    const TimeMs progress = Progress(pos);
+    if (progress > r.checkpoint) {
+      r.checkpoint = progress;
+      ++report_.checkpoints;
+      StepCore(CheckpointCompleted{IdOf(pos), progress});
+    }
+  }
+  StepCore(NodeEvacuated{node, "topology change (simulated)"});
+}
+
+void Simulator::ApplyChange(int32_t i) {
+  ChangeRun& change = changes_[i];
+  for (NodeId n : change.drain) {
+    if (core_->cluster().busy_mask(n) != 0) {
+      // A job still holds it (evacuated jobs restart elsewhere as capacity
+      // allows; a job the core could not move keeps it): look again later.
+      Push(now_ + kMinute, kTopology, i, n, 0, 0, kChangeEvacuate);
+      Push(now_ + kMinute, kTopology, i, 0, 0, 0, kChangeApply);
+      return;
+    }
+  }
+  const Topology& next = *options_.topology_changes[i].next;
+  Result<std::string> snapshot = core_->SnapshotOnto(next);
+  if (!snapshot.ok()) {
+    Anomaly("topology change refused: " + snapshot.message());
+    Push(now_ + kMinute, kTopology, i, 0, 0, 0, kChangeApply);
+    return;
+  }
+  auto fresh = std::make_unique<SchedulerCore>(next, config_);
+  if (Status restored = fresh->Restore(snapshot.value()); !restored.ok()) {
+    Anomaly("topology change: the new core refused the snapshot: " + restored.message());
+    --changes_pending_;
+    return;
+  }
+  SimTopologyChangeResult& result = report_.topology_changes[i];
+  result.fairshare_kept = true;
+  for (const std::string& tenant : report_.tenants) {
+    if (fresh->FairshareUsage(tenant) != core_->FairshareUsage(tenant) ||
+        fresh->TenantUsage(tenant) != core_->TenantUsage(tenant)) {
+      result.fairshare_kept = false;
+    }
+  }
+  const TopologyDiff diff = DiffTopologies(*topo_, next);
+  result.applied = now_;
+  result.capacity_before = topo_->total_gpus();
+  result.capacity_after = next.total_gpus();
+  result.nodes_added = static_cast<int>(diff.added.size() + diff.resized.size());
+  result.nodes_removed = static_cast<int>(diff.removed.size() + diff.resized.size());
+
+  // The simulator's own state, onto the new node ids.
+  const std::vector<int> old_base = gpu_base_;
+  const std::vector<uint8_t> old_failed = gpu_failed_, old_down = node_down_;
+  const std::vector<int32_t> old_broken = node_broken_;
+  core_ = std::move(fresh);
+  topo_ = &next;
+  IndexTopology();
+  owner_.assign(gpu_base_.back(), -1);
+  gpu_failed_.assign(gpu_base_.back(), 0);
+  node_down_.assign(next.node_count(), 0);
+  node_broken_.assign(next.node_count(), 0);
+  for (NodeId n = 0; n < static_cast<NodeId>(diff.to_new.size()); ++n) {
+    const NodeId to = diff.to_new[n];
+    if (to < 0) continue;
+    node_down_[to] = old_down[n];
+    node_broken_[to] = old_broken[n];
+    for (int g = 0; g < next.node(to).gpus; ++g) {
+      gpu_failed_[gpu_base_[to] + g] = old_failed[old_base[n] + g];
+    }
+  }
+  std::vector<int32_t> running;
+  for (auto& [pos, ranks] : ranks_) {
+    running.push_back(pos);
+    for (GpuSlot& slot : ranks) {
+      const NodeId to = slot.node >= 0 && slot.node < static_cast<NodeId>(diff.to_new.size())
+                            ? diff.to_new[slot.node]
+                            : -1;
+      if (to < 0) {
+        Anomaly("topology change: a running job's rank on a removed node");
+        continue;
+      }
+      slot.node = to;
+      owner_[gpu_base_[to] + slot.gpu] = pos;
+    }
+  }
+  std::sort(running.begin(), running.end());
+  for (ScriptedFailure& f : scripted_) {
+    if (f.node >= 0) f.node = diff.to_new[f.node];
+  }
+  // Pending repairs name nodes: map them, drop those of removed nodes.
+  std::vector<SimEvent> events;
+  events.reserve(queue_.size());
+  while (!queue_.empty()) {
+    events.push_back(queue_.top());
+    queue_.pop();
+  }
+  for (SimEvent& e : events) {
+    if (e.cls == kRepair) {
+      e.a = diff.to_new[e.a];
+      if (e.a < 0) {
+        --pending_repairs_;
+        continue;
+      }
+    }
+    queue_.push(e);
+  }
+  scorer_.emplace(next);
+  if (speed_) {
+    speed_.emplace(next, options_.cross_hbd_scale);
+    for (int32_t pos : running) {
+      speed_->Start(pos, Spec(pos), ranks_[pos], &changed_);
+    }
+    changed_.clear();
+    for (int32_t pos : running) Respeed(pos);
+  }
+  capacity_.emplace_back(now_, next.total_gpus());
+  --changes_pending_;
+  // The added nodes' agents register.
+  NodeStatesRequested up;
+  for (NodeId n = 0; n < next.node_count(); ++n) {
+    if (diff.old_of[n] < 0) {
+      up.requests.push_back(NodeStateRequested{n, NodeState::kUp, "registered (simulated)"});
+    }
+  }
+  StepCore(up.requests.empty() ? Event{Tick{}} : Event{std::move(up)});
+}
+
 void Simulator::TakeFinished() {
   finished_since_take_ = 0;
-  for (const JobRecord& rec : core_.TakeFinishedJobs()) {
+  for (const JobRecord& rec : core_->TakeFinishedJobs()) {
     if (rec.id < 1 || rec.id > static_cast<JobId>(workload_.jobs.size())) continue;
     const SimJobResult& res = results_[rec.id - 1];
     // The core counts wall time; with the speed model the simulator counts work.
@@ -657,8 +879,12 @@ void Simulator::TakeFinished() {
 SimReport Simulator::Run() {
   const std::vector<SimJob>& jobs = workload_.jobs;
   report_.workload = workload_.name;
-  report_.topology = topo_.name();
-  report_.capacity_gpus = topo_.total_gpus();
+  report_.topology = topo_->name();
+  report_.capacity_gpus = topo_->total_gpus();
+  report_.topology_changes.resize(changes_.size());
+  for (size_t i = 0; i < changes_.size(); ++i) {
+    report_.topology_changes[i].at = options_.topology_changes[i].at;
+  }
   report_.jobs = static_cast<int64_t>(jobs.size());
 
   // Tenant indexes for the per-job results.
@@ -686,15 +912,21 @@ SimReport Simulator::Run() {
   if (!jobs.empty()) {
     now_ = jobs[order.front()].submit;
     report_.first_submit = now_;
+    capacity_.emplace_back(now_, topo_->total_gpus());
     for (const TenantConfig& t : workload_.tenants) StepCore(TenantConfigured{t});
     if (options_.tick_interval > 0) Push(now_ + options_.tick_interval, kTick, 0);
-    if (options_.failures.kind == FailureKind::kLlama3 && topo_.total_gpus() > 0) {
+    if (options_.failures.kind == FailureKind::kLlama3 && topo_->total_gpus() > 0) {
       // The first arrival is drawn like the others, from the first submit.
       Push(now_, kFailure, 0, 0, 0, 0, kFailureFirst);
     }
-    for (size_t i = 0; i < options_.scripted_failures.size(); ++i) {
-      const ScriptedFailure& f = options_.scripted_failures[i];
-      Push(std::max(now_, f.at), kFailure, static_cast<int32_t>(i), 0, 0, 0, kFailureScripted);
+    for (size_t i = 0; i < scripted_.size(); ++i) {
+      Push(std::max(now_, scripted_[i].at), kFailure, static_cast<int32_t>(i), 0, 0, 0,
+           kFailureScripted);
+    }
+    for (size_t i = 0; i < changes_.size(); ++i) {
+      ++changes_pending_;
+      Push(std::max(now_, options_.topology_changes[i].at), kTopology, static_cast<int32_t>(i), 0,
+           0, 0, kChangeBegin);
     }
   }
   const TimeMs last_submit = jobs.empty() ? 0 : jobs[order.back()].submit;
@@ -760,8 +992,8 @@ SimReport Simulator::Run() {
           const double gap = -std::log(1.0 - failure_rng_.Uniform()) * MeanFailureGapMs();
           Push(now_ + std::max<TimeMs>(1, static_cast<TimeMs>(gap)), kFailure, 0);
         } else if (ev.what == kFailureScripted) {
-          const ScriptedFailure& f = options_.scripted_failures[ev.a];
-          Inject(f.node, f.gpu, false, std::max<TimeMs>(1, f.repair));
+          const ScriptedFailure& f = scripted_[ev.a];
+          if (f.node >= 0) Inject(f.node, f.gpu, false, std::max<TimeMs>(1, f.repair));
         } else {
           OnModelFailure();
         }
@@ -770,12 +1002,15 @@ SimReport Simulator::Run() {
         wakeups_.erase(ev.time);
         // A wakeup the core no longer wants (a checkpoint came first, the
         // job ended) would only be an idle pass.
-        if (core_.NextWakeup() <= now_) StepCore(Tick{});
+        if (core_->NextWakeup() <= now_) StepCore(Tick{});
         break;
       case kTick:
         StepCore(Tick{});
         stop = Stalled();
         Push(now_ + options_.tick_interval, kTick, 0);
+        break;
+      case kTopology:
+        OnTopology(ev);
         break;
       default:
         break;
@@ -870,13 +1105,34 @@ void Simulator::Finish() {
   r.core_busy_gpu_hours = core_busy_gpu_ms_ / kMsPerHour;
   r.lost_gpu_hours = lost_failure / kMsPerHour;
   r.lost_other_gpu_hours = lost_other / kMsPerHour;
-  if (any_ran && span > 0 && r.capacity_gpus > 0) {
-    r.utilization = alloc_gpu_ms_ / (static_cast<double>(r.capacity_gpus) * span);
+  // The capacity integrated over [first submit, last end] (one version: the
+  // capacity x the span).
+  double capacity_gpu_ms = static_cast<double>(r.capacity_gpus) * static_cast<double>(span);
+  if (capacity_.size() > 1) {
+    capacity_gpu_ms = 0;
+    for (size_t i = 0; i < capacity_.size(); ++i) {
+      const TimeMs from = std::max(capacity_[i].first, r.first_submit);
+      const TimeMs to =
+          i + 1 < capacity_.size() ? std::min(capacity_[i + 1].first, last_end) : last_end;
+      if (to > from) capacity_gpu_ms += static_cast<double>(capacity_[i].second) * (to - from);
+    }
+  }
+  if (any_ran && span > 0 && capacity_gpu_ms > 0) {
+    r.utilization = alloc_gpu_ms_ / capacity_gpu_ms;
   }
   if (backlog_ms_ > 0 && r.capacity_gpus > 0) {
     r.utilization_backlogged =
-        backlog_gpu_ms_ / (static_cast<double>(r.capacity_gpus) * backlog_ms_);
+        capacity_.size() > 1
+            ? backlog_gpu_ms_ / backlog_capacity_gpu_ms_
+            : backlog_gpu_ms_ / (static_cast<double>(r.capacity_gpus) * backlog_ms_);
     r.backlog_days = backlog_ms_ / (24.0 * kMsPerHour);
+  }
+  // A job moved by several changes counts under the last.
+  for (size_t i = 0; i < results_.size(); ++i) {
+    if (runs_[i].moved_by < 0) continue;
+    SimTopologyChangeResult& c = r.topology_changes[runs_[i].moved_by];
+    if (results_[i].state == JobState::kFailed) ++c.moved_failed;
+    if (results_[i].state == JobState::kCompleted) ++c.moved_completed;
   }
   auto mean_p95 = [](std::vector<double>& v, std::optional<double>& mean,
                      std::optional<double>& p95) {
@@ -944,6 +1200,16 @@ Result<SimReport> RunSimulation(const Topology& topology, SchedulerConfig config
       return Status::Error("scripted failure at " + std::to_string(f.at) + " ms: node " +
                            std::to_string(f.node) + " GPU " + std::to_string(f.gpu) +
                            " is not in the topology");
+    }
+  }
+  for (size_t i = 0; i < options.topology_changes.size(); ++i) {
+    const SimTopologyChange& c = options.topology_changes[i];
+    const std::string which = "topology change " + std::to_string(i + 1);
+    if (c.next == nullptr) return Status::Error(which + ": no topology");
+    if (c.at < 0)
+      return Status::Error(which + ": time " + std::to_string(c.at) + " ms is negative");
+    if (i > 0 && c.at < options.topology_changes[i - 1].at) {
+      return Status::Error(which + ": changes must be given in order of time");
     }
   }
   config.heartbeats_required = false;

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
@@ -498,4 +499,172 @@ TEST_CASE("RunSimulation: errors for bad input, aggregates only on request") {
   REQUIRE(r.ok());
   CHECK_FALSE(r.value().utilization.has_value());
   CHECK_FALSE(r.value().mean_jct_s.has_value());
+}
+
+namespace {
+
+// One tier of leaves of 8-GPU nodes: `leaves` names each leaf and how many
+// nodes it holds (node names are the leaf's name and an index).
+Topology Leaves(const std::vector<std::pair<std::string, int>>& leaves) {
+  TopologyBuilder b("change", {"node", "leaf"}, 0);
+  for (const auto& [name, nodes] : leaves) {
+    const int leaf = b.AddDomain(name, 1, TopologyBuilder::kTop);
+    for (int i = 0; i < nodes; ++i) b.AddNode(name + "-n" + std::to_string(i), leaf, 8);
+  }
+  return std::move(b).Build().value();
+}
+
+SimJob TenantJob(int64_t index, TimeMs submit, TimeMs duration, int gpus, std::string tenant) {
+  SimJob j = Job(index, submit, duration, gpus, 8);
+  j.request.tenant = std::move(tenant);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("a topology change under running jobs: drained, moved from a checkpoint, none fails") {
+  const Topology before = Leaves({{"leaf0", 2}, {"leaf1", 2}});
+  // As an admin replaces a rack: leaf2 (three nodes) added first, then leaf1
+  // removed.
+  auto added = std::make_shared<const Topology>(Leaves({{"leaf0", 2}, {"leaf1", 2}, {"leaf2", 3}}));
+  auto after = std::make_shared<const Topology>(Leaves({{"leaf0", 2}, {"leaf2", 3}}));
+  SimWorkload w;
+  w.tenants = {TenantConfig{.name = "a"}, TenantConfig{.name = "b"}};
+  w.jobs = {TenantJob(0, 0, 10 * kHour, 16, "a"), TenantJob(1, 0, 10 * kHour, 16, "b"),
+            TenantJob(2, 3 * kHour, kHour, 8, "b")};
+  SimOptions options;
+  options.checkpoint_latency = 30 * kSecond;
+  options.checkpoints = CheckpointMode::kOnRequest;
+  options.topology_changes = {SimTopologyChange{kHour, added}, SimTopologyChange{2 * kHour, after}};
+  for (const std::string& stack : SchedulerConfig::StackNames()) {
+    CAPTURE(stack);
+    const SimReport r = Run(before, stack, w, options);
+    CheckNoAnomalies(r);
+    CHECK(r.completed == 3);
+    CHECK(r.failed == 0);
+    REQUIRE(r.topology_changes.size() == 2);
+    // Nothing to drain: applied after the checkpoint latency.
+    CHECK(r.topology_changes[0].applied == kHour + 30 * kSecond);
+    CHECK(r.topology_changes[0].nodes_added == 3);
+    CHECK(r.topology_changes[0].nodes_removed == 0);
+    CHECK(r.topology_changes[0].jobs_moved == 0);
+    CHECK(r.topology_changes[0].fairshare_kept);
+    const SimTopologyChangeResult& c = r.topology_changes[1];
+    // Applied once the evacuated job's checkpoint is written.
+    CHECK(c.applied == 2 * kHour + 30 * kSecond);
+    CHECK(c.nodes_added == 0);
+    CHECK(c.nodes_removed == 2);
+    CHECK(c.capacity_before == 56);
+    CHECK(c.capacity_after == 40);
+    // The job on leaf1, and with spares (toposched) the job holding a spare
+    // there.
+    CHECK(c.jobs_moved >= 1);
+    CHECK(c.moved_failed == 0);
+    CHECK(c.moved_completed == c.jobs_moved);
+    CHECK(c.fairshare_kept);
+    // The moved jobs restart from the checkpoint the drain took, so they
+    // lose nothing and end when they would have; the job submitted later
+    // runs on a new node.
+    int moved = 0;
+    for (const SimJobResult& j : r.job_results) {
+      CAPTURE(j.index);
+      CHECK(j.state == JobState::kCompleted);
+      CHECK(j.lost_other_gpu_ms == 0);
+      CHECK(j.lost_failure_gpu_ms == 0);
+      moved += j.topology_moves;
+      CHECK(j.restarts == j.topology_moves);
+    }
+    CHECK(moved == c.jobs_moved);
+    CHECK(r.job_results[1].topology_moves + r.job_results[0].topology_moves >= 1);
+    CHECK(r.job_results[2].topology_moves == 0);
+    CHECK(r.job_results[0].end == 10 * kHour);
+    CHECK(r.job_results[1].end == 10 * kHour);
+    CHECK(r.job_results[2].first_start == 3 * kHour);
+    CHECK(r.job_results[2].end == 4 * kHour);
+    // Utilization over the capacity integrated over both versions.
+    const double add_at = static_cast<double>(kHour + 30 * kSecond);
+    const double remove_at = static_cast<double>(2 * kHour + 30 * kSecond);
+    const double capacity =
+        32 * add_at + 56 * (remove_at - add_at) + 40 * (10.0 * kHour - remove_at);
+    CHECK(*r.utilization == doctest::Approx((16.0 * 2 * 10 + 8) * kHour / capacity));
+  }
+}
+
+TEST_CASE("a topology change that only removes nodes: the moved job waits or takes over") {
+  const Topology before = Leaves({{"leaf0", 2}, {"leaf1", 2}});
+  auto after = std::make_shared<const Topology>(Leaves({{"leaf0", 2}}));
+  SimWorkload w;
+  w.jobs = {Job(0, 0, 10 * kHour, 16, 8), Job(1, 0, 10 * kHour, 16, 8)};
+  SimOptions options;
+  options.checkpoints = CheckpointMode::kOnRequest;
+  options.topology_changes = {SimTopologyChange{2 * kHour, after}};
+  for (const std::string& stack : SchedulerConfig::StackNames()) {
+    CAPTURE(stack);
+    const SimReport r = Run(before, stack, w, options);
+    CheckNoAnomalies(r);
+    CHECK(r.completed == 2);
+    CHECK(r.failed == 0);
+    REQUIRE(r.topology_changes.size() == 1);
+    CHECK(r.topology_changes[0].applied == 2 * kHour + options.checkpoint_latency);
+    CHECK(r.topology_changes[0].capacity_after == 16);
+    // One job runs to 10 h; the other has 2 h + the checkpoint latency of
+    // work kept, less what it loses when, with preemption (toposched), the
+    // moved job takes over the other's nodes rather than wait 8 h.
+    std::vector<TimeMs> ends = {r.job_results[0].end, r.job_results[1].end};
+    std::sort(ends.begin(), ends.end());
+    const double lost_ms =
+        (r.job_results[0].lost_other_gpu_ms + r.job_results[1].lost_other_gpu_ms) / 16;
+    CHECK(ends[0] == 10 * kHour);
+    CHECK(static_cast<double>(ends[1]) ==
+          doctest::Approx(10.0 * kHour + (8.0 * kHour - options.checkpoint_latency) + lost_ms));
+    if (stack != "toposched") CHECK(lost_ms == 0);
+  }
+}
+
+TEST_CASE("topology changes with failures and the speed model: deterministic, no anomaly") {
+  // Eight leaves of 16 nodes; the new version drops leaf7 and adds leaf8.
+  std::vector<std::pair<std::string, int>> leaves;
+  for (int l = 0; l < 8; ++l) leaves.emplace_back("leaf" + std::to_string(l), 16);
+  const Topology before = Leaves(leaves);
+  leaves.back() = {"leaf8", 16};
+  auto after = std::make_shared<const Topology>(Leaves(leaves));
+  SyntheticOptions s;
+  s.jobs = 1500;
+  s.seed = 3;
+  const SimWorkload w = GenerateSynthetic(before, s);
+  SimOptions options;
+  options.speed_model = true;
+  options.failures = *FailureModel::ByName("llama3");
+  options.failures.gpu_hours_per_interruption = 5000;  // many failures
+  const TimeMs first = w.jobs.front().submit;
+  options.topology_changes = {SimTopologyChange{first + 2 * 24 * kHour, after}};
+  const SimReport r1 = Run(before, "toposched", w, options);
+  const SimReport r2 = Run(before, "toposched", w, options);
+  CheckNoAnomalies(r1);
+  REQUIRE(r1.topology_changes.size() == 1);
+  CHECK(r1.topology_changes[0].applied >= first + 2 * 24 * kHour);
+  CHECK(r1.topology_changes[0].fairshare_kept);
+  CHECK(r1.topology_changes[0].moved_failed == 0);
+  CHECK(r1.topology_changes[0].jobs_moved > 0);
+  CHECK(r1.unfinished == 0);
+  CHECK(r1.completed + r1.failed + r1.rejected == r1.jobs);
+  CHECK(r1.topology_changes[0].applied == r2.topology_changes[0].applied);
+  CHECK(r1.utilization == r2.utilization);
+  CHECK(r1.events == r2.events);
+}
+
+TEST_CASE("RunSimulation: a topology change without a topology or out of order is refused") {
+  const Topology topo = Tiny();
+  SimWorkload w;
+  w.jobs = {Job(0, 0, kHour, 8)};
+  SimOptions options;
+  options.topology_changes = {SimTopologyChange{kHour, nullptr}};
+  CHECK_FALSE(RunSimulation(topo, "toposched", w, options).ok());
+  auto next = std::make_shared<const Topology>(Tiny());
+  options.topology_changes = {SimTopologyChange{2 * kHour, next}, SimTopologyChange{kHour, next}};
+  Result<SimReport> r = RunSimulation(topo, "toposched", w, options);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.message().find("order") != std::string::npos);
+  options.topology_changes = {SimTopologyChange{-1, next}};
+  CHECK_FALSE(RunSimulation(topo, "toposched", w, options).ok());
 }

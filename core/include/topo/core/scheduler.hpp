@@ -546,6 +546,8 @@ class SchedulerCore {
   Placement TryPlace(const JobSpec& spec) const;
   // GPUs in use per tenant right now.
   int TenantUsage(const std::string& tenant) const;
+  // The tenant's own decayed fairshare usage, GPU-ms (QuotaLedger::usage).
+  double FairshareUsage(const std::string& tenant) const;
   const TenantConfig* tenant(const std::string& name) const;
   const SchedulerConfig& config() const;
   // Partitions and reservations as configured now (reservations that ended

@@ -65,6 +65,21 @@
 // and fails. With the
 // speed model off every job runs at speed 1, as before.
 //
+// Topology changes (SimOptions::topology_changes), as the daemon applies an
+// import with `--drain` and its agents drain: at the change's time the nodes
+// the new version removes (or resizes) are drained (NodeStatesRequested
+// draining). The jobs holding one checkpoint (CheckpointCompleted at their
+// progress after checkpoint_latency, as an agent's drain asks) and the node
+// is evacuated (NodeEvacuated), so the core restarts them elsewhere from that
+// checkpoint. Once no job holds a removed node the core's state moves onto the
+// new version (SnapshotOnto, Restore into a core over it: every job, queue,
+// quota and fairshare usage carried, node ids mapped by name), and so do the
+// simulator's (ranks, failed GPUs, pending repairs, the speed model); the
+// added nodes' agents register (NodeStateRequested up). Failure arrivals are
+// drawn over the version in use, so after a change the failure sequence
+// depends on when it applied. Utilization divides by the capacity integrated
+// over time.
+//
 // Memory: per job a fixed-size record (SimJobResult plus a few words of run
 // state); finished jobs are taken out of the core (TakeFinishedJobs) as the
 // replay goes; no per-event history is kept.
@@ -72,6 +87,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -127,6 +143,14 @@ struct ScriptedFailure {
   TimeMs repair = 2 * kHour;
 };
 
+// A new version of the cluster's topology applied during the replay, as an
+// admin's `topo topology import` applies one to the daemon (sim.hpp,
+// "Topology changes").
+struct SimTopologyChange {
+  TimeMs at = 0;                         // when the admin imports it
+  std::shared_ptr<const Topology> next;  // the new version (nodes matched by name)
+};
+
 enum class CheckpointMode : uint8_t {
   kOnRequest,  // jobs checkpoint only when the core asks (RequestCheckpoint)
   kPeriodic,   // and also on their own every checkpoint interval of run time
@@ -155,9 +179,26 @@ struct SimOptions {
   // Multiplies the bandwidth of every tier above the HBD (the sensitivity
   // runs: 0.5, 1, 2); with the speed model only.
   double cross_hbd_scale = 1.0;
+  // Applied in order of `at` (a change whose time comes while the one before
+  // still drains begins once that one is applied).
+  std::vector<SimTopologyChange> topology_changes;
 };
 
 // ---------------------------------------------------------------- output
+
+// What one SimTopologyChange did.
+struct SimTopologyChangeResult {
+  TimeMs at = 0;
+  TimeMs applied = -1;  // when the new version took over; -1 never (replay ended first)
+  int nodes_added = 0, nodes_removed = 0;       // removed counts resized nodes too
+  int capacity_before = 0, capacity_after = 0;  // GPUs
+  int64_t jobs_moved = 0;                       // jobs evacuated from the nodes it removed
+  int64_t moved_failed = 0;  // of them, jobs that ended failed (at any later time)
+  int64_t moved_completed = 0;
+  // Every tenant's fairshare usage and held GPUs the same in the core after
+  // the change as just before it.
+  bool fairshare_kept = false;
+};
 
 struct SimJobResult {
   int64_t index = 0;   // SimJob::index
@@ -183,15 +224,17 @@ struct SimJobResult {
   double comm_cost_ratio = 0;
   bool required_met = true;  // every placement met every required constraint
   // Bit m set: some placement of the job used a GPU of the topology's
-  // gpu_models()[m] (the first 64 models).
+  // gpu_models()[m] (the first 64 models; models that only a later topology
+  // version has come after the first version's).
   uint64_t gpu_models = 0;
+  int32_t topology_moves = 0;  // evacuations by topology changes
 };
 
 struct SimReport {
   std::string stack;
   std::string workload;
   std::string topology;
-  int capacity_gpus = 0;
+  int capacity_gpus = 0;  // of the first topology version (utilization integrates every version's)
 
   int64_t jobs = 0;
   int64_t completed = 0, failed = 0, cancelled = 0, rejected = 0, unfinished = 0;
@@ -281,6 +324,7 @@ struct SimReport {
   // Things the core did that the simulator did not expect, with counts: the
   // places to look for scheduler bugs.
   std::map<std::string, int64_t> anomalies;
+  std::vector<SimTopologyChangeResult> topology_changes;
 
   std::vector<std::string> tenants;
   std::vector<SimJobResult> job_results;  // by workload position (if kept)
