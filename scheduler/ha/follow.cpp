@@ -18,9 +18,12 @@ using nlohmann::json;
 
 namespace {
 
-// The meta keys a topology import sets (service_admin.cpp), and the only
-// ones an epoch key may carry.
+// The meta keys a topology import sets (ServiceState::ImportTopology), and
+// the only ones an epoch key may carry: every epoch has the first three;
+// "topology_base" (the state a change under running jobs carried over,
+// base64) is "" or absent for a first import.
 constexpr const char* kEpochMetaKeys[] = {"topology", "topology_from_seq", "policy"};
+constexpr const char* kEpochBaseKey = "topology_base";
 
 // Values read per range: each is at most 1 MiB (a batch, a header, a part),
 // so an answer stays below kMaxEtcdResponseBytes even in base64.
@@ -162,6 +165,13 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
         }
         meta.emplace_back(k, it->get<std::string>());
       }
+      if (auto it = j["meta"].find(kEpochBaseKey); it == j["meta"].end()) {
+        meta.emplace_back(kEpochBaseKey, "");  // a first import: no state before it
+      } else if (!it->is_string()) {
+        return Corrupt(kv.key, std::string("meta.") + kEpochBaseKey + " is not a string");
+      } else {
+        meta.emplace_back(kEpochBaseKey, it->get<std::string>());
+      }
       if (meta[1].second != std::to_string(next)) {
         return Corrupt(kv.key, "meta.topology_from_seq is " + meta[1].second.substr(0, 24) +
                                    ", not the key's seq " + std::to_string(next));
@@ -171,9 +181,12 @@ Result<int64_t> Leadership::CatchUp(store::Store& store) {
       }
       Result<std::optional<std::string>> have = store.GetMeta("topology");
       Result<std::optional<std::string>> have_from = store.GetMeta("topology_from_seq");
+      Result<std::optional<std::string>> have_base = store.GetMeta(kEpochBaseKey);
       if (!have.ok()) return have.status();
       if (!have_from.ok()) return have_from.status();
-      if (have.value() != meta[0].second || have_from.value() != meta[1].second) {
+      if (!have_base.ok()) return have_base.status();
+      if (have.value() != meta[0].second || have_from.value() != meta[1].second ||
+          have_base.value().value_or("") != meta[3].second) {
         if (Status s = store.SetMetas(meta); !s.ok()) return s;
       }
     }

@@ -9,6 +9,10 @@ ha_cluster, a's CA and admin token file given to b before its first start).
          kill -9 a: b takes over within TTL + 5 s and lists every acknowledged job exactly
          once; submissions continue on b. a restarts as a standby, catches up, and after
          kill -9 b leads with everything, b's jobs included.
+  topology  a leads with running and queued jobs and takes a live topology change (a leaf
+         added, a node removed); kill -9 a: b serves the new version with every job on its
+         GPUs, the queue and the tenants' usage (its replicated epoch carries the state the
+         change carried over).
   kills  KILLS (default 20) kill -9 cycles of whichever replica leads, while three
          submitters post jobs with a client_request_id (retrying each one with the same id
          on the other replica until it is acknowledged) and a fourth runs `topo submit
@@ -20,6 +24,7 @@ ha_cluster, a's CA and admin token file given to b before its first start).
 Skips (77) where /usr/bin/etcd is missing.
 """
 
+import copy
 import http.client
 import json
 import os
@@ -35,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
 from etcd_cluster import EtcdCluster, skip_without_etcd  # noqa: E402
-from harness import setup_tiny  # noqa: E402
+from harness import setup_tiny, tiny_topology  # noqa: E402
 from test_daemon_ha import (TTL, Replica, etcd_get, free_port, ha_config,  # noqa: E402
                             pair_with_agents, run_scenario, share_identity, sim_events,
                             wait_for)
@@ -422,7 +427,76 @@ def scenario_agents(binary, topo, tmp, kills, json_out):
               f"job {jid} kept running (adopted, restarts 0)")
 
 
-SCENARIOS = {"kill": scenario_kill, "kills": scenario_kills, "agents": scenario_agents}
+def scenario_topology(binary, topo, tmp, kills, json_out):
+    """A live topology change on the leader survives a failover: the standby that followed
+    the log takes over with the new version (added nodes down until they register, the
+    removed one gone), every job on the GPUs it held, the queue and the tenants' usage.
+    Nodes are not checked beyond that: without agents, b's liveness takes them down."""
+    with EtcdCluster(3) as etcd:
+        a, b = make_replicas(binary, tmp, etcd)
+        try:
+            a.start()
+            share_identity(a, b)
+            b.start_standby()
+            wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
+            setup_tiny(a)  # n0..n7: four leaves of two 8-GPU nodes
+            client = Client([a, b], os.path.join(a.state_dir, "ca.pem"), a.admin_token)
+            status, out = client.call(a.url, "POST", "/v1/nodes/drain",
+                                      {"nodes": "n7", "reason": "rack out"})
+            assert status == 200, (status, out)
+            ids = []
+            for gpus in (16, 24, 48):
+                status, out = client.call(a.url, "POST", "/v1/jobs", {
+                    "spec": {"gpus": gpus, "parallelism": {"tp": 8}},
+                    "command": ["sleep", "600"], "client_request_id": secrets.token_hex(16)})
+                assert status == 201, (status, out)
+                ids.append(out["id"])
+
+            def view(url):
+                status, out = client.call(url, "GET", "/v1/jobs?all=true")
+                assert status == 200, (status, out)
+                js = {j["id"]: j["state"] for j in out["jobs"]}
+                ranks = {}
+                for i in ids:
+                    status, d = client.call(url, "GET", "/v1/jobs/%d" % i)
+                    assert status == 200, (status, d)
+                    ranks[i] = sorted((r["node"], r["gpu"]) for r in d.get("ranks", []))
+                status, t = client.call(url, "GET", "/v1/tenants")
+                assert status == 200, (status, t)
+                usage = {x["name"]: x["usage_gpus"] for x in t["tenants"]}
+                status, n = client.call(url, "GET", "/v1/nodes")
+                assert status == 200, (status, n)
+                return js, ranks, usage, {x["name"]: x["state"] for x in n["nodes"]}
+
+            states, ranks, usage, _ = view(a.url)
+            assert [states[i] for i in ids] == ["running", "running", "queued"], states
+            # Version 2 on the leader: leaf4 with n8, n9 added, n7 removed.
+            v2 = copy.deepcopy(tiny_topology())
+            leaf3 = v2["domains"][1]["children"][1]
+            leaf3["nodes"] = [n for n in leaf3["nodes"] if n != "n7"]
+            v2["domains"][1]["children"].append({"name": "leaf4", "nodes": ["n8", "n9"]})
+            status, out = client.call(a.url, "PUT", "/v1/topology",
+                                      {"format": "json", "content": json.dumps(v2)})
+            assert status == 200, (status, out)
+            took, _, _ = failover([a, b], etcd, client)
+            url = endpoint(b)
+            states_b, ranks_b, usage_b, nodes_b = view(url)
+            assert states_b == states, (states, states_b)
+            assert ranks_b == ranks, (ranks, ranks_b)
+            assert usage_b == usage, (usage, usage_b)
+            assert "n7" not in nodes_b, nodes_b
+            assert nodes_b["n8"] == "down" and nodes_b["n9"] == "down", nodes_b
+            status, n = client.call(url, "GET", "/v1/nodes")
+            assert {x["name"]: x["leaf"] for x in n["nodes"]}["n8"] == "leaf4", n
+            print(f"kill -9 a after a topology change: b served the new version after "
+                  f"{took:.2f} s with {len(ids)} jobs, their GPUs and the usage kept")
+        finally:
+            for r in (a, b):
+                r.kill9()
+
+
+SCENARIOS = {"kill": scenario_kill, "kills": scenario_kills, "agents": scenario_agents,
+             "topology": scenario_topology}
 
 
 def main():
