@@ -315,7 +315,7 @@ Status NodeSets::Admit(const JobRequest& job, TimeMs now) const {
     if (p->max_time > 0 && job.time_limit > p->max_time) {
       return Status::Error("time_limit: " + Hours(job.time_limit) + " is longer than partition '" +
                            p->name + "' allows (max_time " + Hours(p->max_time) +
-                           "): ask for less (--time)")
+                           "): ask for less (topo submit --time, #SBATCH -t)")
           .WithField("time_limit");
     }
   }
