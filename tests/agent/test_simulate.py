@@ -43,7 +43,7 @@ def topology():
 
 
 class Simulator:
-    def __init__(self, binary, daemon, log_path, count=NODES):
+    def __init__(self, binary, daemon, log_path, count=NODES, prefix="n"):
         self.log_path = log_path
         self.events = []
         self.lock = threading.Lock()
@@ -52,7 +52,7 @@ class Simulator:
         with open(os.path.join(daemon.state_dir, "agent-endpoint")) as f:
             endpoint = f.read().strip()
         self.proc = subprocess.Popen(
-            [binary, "--simulate", str(count), "--node-prefix", "n", "--scheduler-state-dir",
+            [binary, "--simulate", str(count), "--node-prefix", prefix, "--scheduler-state-dir",
              daemon.state_dir, "--server", "wss://127.0.0.1:1/v1/agent," + endpoint,
              "--stats-every-s", "0", "--step-ms", "100"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "ab"))
