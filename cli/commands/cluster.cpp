@@ -12,6 +12,7 @@
 #include "client/format.hpp"
 #include "client/input.hpp"
 #include "client/requests.hpp"
+#include "client/submit.hpp"
 #include "commands/client_common.hpp"
 #include "commands/commands.hpp"
 #include "commands/options.hpp"
@@ -359,6 +360,7 @@ struct ImportArgs {
   int gpus_per_node = 0;
   bool dry_run = false;
   bool drain = false;
+  std::string wait;  // with --drain: how long to wait for the nodes to empty
   bool json = false;
 };
 
@@ -426,8 +428,36 @@ int RunImport(const ImportArgs& args) {
   if (args.gpus_per_node > 0) body["gpus_per_node"] = args.gpus_per_node;
   if (args.dry_run) body["dry_run"] = true;
   if (args.drain) body["drain"] = true;
-  Reply reply = session->Call("PUT", "/v1/topology", body);
-  if (!reply.ok()) return reply.exit_code;
+  int64_t wait_s = 0;
+  if (!args.wait.empty()) {
+    core::Result<int64_t> d = ParseDuration(args.wait);
+    if (!d.ok()) return Fail("--wait " + args.wait + ": " + d.message());
+    wait_s = d.value();
+  }
+  Reply reply = session->Call("PUT", "/v1/topology", body, /*quiet=*/wait_s > 0);
+  if (wait_s > 0 && reply.status == 409) {
+    // The refusal drained the nodes the change removes: the same import
+    // goes through once their jobs have moved (a checkpoint and a restart
+    // elsewhere each). Asked again every few seconds until then.
+    std::cerr << "topo: " << reply.error << "\ntopo: waiting up to " << args.wait
+              << " for those nodes to drain, then importing again\n";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+    while (reply.status == 409 && std::chrono::steady_clock::now() < deadline) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(2), left));
+      reply = session->Call("PUT", "/v1/topology", body, /*quiet=*/true);
+    }
+    if (reply.status == 409) {
+      std::cerr << "topo: still refused after " << args.wait << ": " << reply.error
+                << "\n(the nodes stay draining; run the import again later)\n";
+      return reply.exit_code;
+    }
+  }
+  if (!reply.ok()) {
+    if (wait_s > 0) std::cerr << "topo: " << reply.error << "\n";
+    return reply.exit_code;
+  }
   if (args.json) {
     PrintJson(reply.body);
     return kExitOk;
@@ -496,13 +526,15 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
       "and renamed-domain nodes keep their jobs. A change that removes a node a job holds\n"
       "(or changes its GPU count) is refused naming the jobs: drain the nodes first, or\n"
       "add --drain to have the refused import drain them (graceful: their jobs checkpoint\n"
-      "and restart elsewhere), then import again once they are drained.\n"
+      "and restart elsewhere), then import again once they are drained, or add --wait\n"
+      "to have topo import again by itself once they are.\n"
       "--dry-run prints the change and whether it would apply. The file is checked here\n"
       "first, so errors name the line before the upload.\n\n"
       "Examples:\n"
       "  topo topology import topology.json\n"
       "  topo topology import topology-v2.json --dry-run\n"
       "  topo topology import topology-v2.json --drain   # refused now, nodes draining\n"
+      "  topo topology import topology-v2.json --drain --wait 2h   # drain, then apply\n"
       "  topo topology import topology.conf --format slurm --gpus-per-node 4\n"
       "  topo topology export --generate nvl72-64k | topo topology import -");
   cmd->add_option("FILE", args->file, "Topology file (- for standard input)")->required();
@@ -519,6 +551,10 @@ void AddTopologyImport(CLI::App& topology, int* exit_code) {
                 "When jobs hold nodes the change removes or resizes: drain those nodes "
                 "(graceful) and exit with the conflict; import again once they are drained")
       ->excludes("--dry-run");
+  cmd->add_option("--wait", args->wait,
+                  "With --drain: wait up to this long (90m, 2h, 1d) for the drained nodes to "
+                  "empty, asking again every 2 s, and apply the import then")
+      ->needs("--drain");
   cmd->add_flag("--json", args->json, std::string(kJsonHelp));
   AddConnectionFlags(*cmd, SharedConnectionFlags());
   cmd->callback([args, exit_code] { *exit_code = RunImport(*args); });

@@ -5,15 +5,16 @@
 
 Two jobs run on the 64 simulated nodes of sim64. Version 2 of the topology
 leaves out the leaf that holds the first job's ranks and adds leaf8 (m0..m7).
-Importing it with "drain" is refused, naming the job, and drains that leaf:
-its agents checkpoint the job and stop it, and it restarts on other nodes
-from that checkpoint (restart_count 1, the stored step); the second job is
-untouched. Once the leaf is drained the same import applies: the leaf is gone,
+`topo topology import --drain --wait 1m` is refused, naming the job, and drains
+that leaf: its agents checkpoint the job and stop it, and it restarts on other
+nodes from that checkpoint (restart_count 1, the stored step); the second job
+is untouched. Once the leaf is drained topo imports again and the change
+applies: the leaf is gone,
 m0..m7 come up when their agents (a second simulator) register, and a job runs
 on them. No job fails; the tenant's held GPUs and its fairshare usage carry
 over the change.
 
-usage: test_topology_live.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN
+usage: test_topology_live.py TOPO_SCHEDULER_BIN TOPO_AGENT_BIN TOPO_BIN
 Standard library only (/usr/bin/python3).
 """
 
@@ -25,7 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
-from harness import check  # noqa: E402
+from harness import Cli, check  # noqa: E402
 from test_simulate import Simulator, run_simulated, topology, wait_for  # noqa: E402
 
 CONFIG = "heartbeat_interval_ms = 200\nmissed_heartbeats_down = 3\n"
@@ -50,6 +51,7 @@ def put(d, topo, drain=False):
 
 
 def test(d, agent_bin, work):
+    topo_bin = sys.argv[3]
     v1 = topology()
     status, out = put(d, v1)
     check(status == 200, "first import: %s %s" % (status, out))
@@ -84,25 +86,29 @@ def test(d, agent_bin, work):
             spine["children"] = [c for c in spine["children"] if c["name"] != leaf]
         v2["domains"][1]["children"].append({"name": "leaf8",
                                              "nodes": ["m%d" % i for i in range(8)]})
-        status, out = put(d, v2, drain=True)
-        check(status == 409 and ("job %d" % a) in json.dumps(out),
-              "refused naming job %d: %s %s" % (a, status, out))
-        # The leaf drains: job a checkpoints, stops and restarts elsewhere from that step.
-        ck = wait_for(lambda: sim.find(ev="ckpt", job=a), 20, "the drain's checkpoint")[-1]
-        restarted = wait_for(lambda: (lambda s: s if len(s) == 4 else None)(
-            sim.find(ev="start", job=a, restart_count=1)), 20, "job %d's restart" % a)
+        # `topo topology import --drain --wait`: refused naming the job, the leaf drains
+        # (job a checkpoints, stops and restarts elsewhere from that step), and topo imports
+        # again by itself once the leaf is empty.
+        v2_file = os.path.join(work, "v2.json")
+        with open(v2_file, "w") as f:
+            json.dump(v2, f)
+        home = os.path.join(work, "home")
+        os.makedirs(home)
+        p = Cli(d, topo_bin, home).run(["topology", "import", v2_file, "--drain", "--wait", "1m"])
+        check(("job %d" % a) in p.stderr and "waiting up to 1m" in p.stderr,
+              "refused naming job %d, then waiting: %s" % (a, p.stderr))
+        check("Changed under the running jobs" in p.stdout, "then applied: %s" % p.stdout)
+        ck = sim.find(ev="ckpt", job=a)
+        check(ck, "the drain's checkpoint of job %d" % a)
+        ck = ck[-1]
+        restarted = sim.find(ev="start", job=a, restart_count=1)
+        check(len(restarted) == 4, "job %d restarted on 4 nodes: %s" % (a, restarted))
         moved = sorted(e["node"] for e in restarted)
         check(not set(moved) & set(removed), "restarted off leaf %s: %s" % (leaf, moved))
         check(all(e["checkpoint_step"] == ck["step"] for e in restarted),
               "from the drain's checkpoint, step %d: %s" % (ck["step"], restarted))
-        wait_for(lambda: all(nodes(d)[n]["state"] == "drained" for n in removed), 20,
-                 "leaf %s drained" % leaf)
         check(nodes_of(d, b) == b_nodes and not sim.find(ev="start", job=b, restart_count=1),
               "job %d untouched" % b)
-
-        # The same import now applies under the running jobs.
-        status, out = put(d, v2, drain=True)
-        check(status == 200, "the import applies once the leaf is drained: %s %s" % (status, out))
         n = nodes(d)
         check(not set(removed) & set(n), "leaf %s gone: %s" % (leaf, sorted(n)))
         check(all(n["m%d" % i]["state"] == "down" for i in range(8)), "m0..m7 start down")

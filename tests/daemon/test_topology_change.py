@@ -99,6 +99,16 @@ def main():
               "%s after --drain: %s" % (victim, nodes(d)[victim]["state"]))
         check(set(nodes(d)) == set("n%d" % i for i in range(8)), "--drain changed no topology")
         cli.run(["topology", "import", v3_file, "--drain", "--dry-run"], expect=1)
+        # --wait: only with --drain, a duration with its unit; a job that never leaves
+        # (no agent here) keeps it refused until the wait ends, with exit 6.
+        for bad, says in ((["--wait", "1m"], "--drain"), (["--drain", "--wait", "5"], "--wait 5"),
+                          (["--drain", "--wait", "-1h"], "--wait -1h"),
+                          (["--drain", "--wait", "x" * 300], "--wait x")):
+            p = cli.run(["topology", "import", v3_file] + bad, expect=1)
+            check(says in p.stderr, "topology import %s: %s" % (bad[:3], p.stderr[-300:]))
+        p = cli.run(["topology", "import", v3_file, "--drain", "--wait", "1s"], expect=CONFLICT)
+        check("still refused after 1s" in p.stderr, p.stderr)
+        check(set(nodes(d)) == set("n%d" % i for i in range(8)), "--wait changed no topology")
         d.api("POST", "/v1/nodes/resume", {"nodes": victim}, expect=200)
 
         # The change itself.
