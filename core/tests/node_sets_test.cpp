@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -402,6 +403,88 @@ TEST_CASE("snapshot: partitions, reservations and a request's sets round-trip (v
   SchedulerCore old(t, Config());
   REQUIRE(old.Restore(core.Snapshot(8)).ok());
   CHECK(old.node_sets().empty());
+  // Version 9 has them; the running job counts in its default partition.
+  SchedulerCore v9(t, Config());
+  REQUIRE(v9.Restore(core.Snapshot(9)).ok());
+  REQUIRE(v9.node_sets().partition("p") != nullptr);
+  CHECK(v9.job(1)->quota_partition == core.job(1)->quota_partition);
+  CHECK(v9.Snapshot() == core.Snapshot());
+}
+
+TEST_CASE("scheduler: a tenant at its limit in one partition waits there, and runs elsewhere") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  PartitionConfig gb = Part("gb", {"n0", "n1", "n2", "n3"});  // 32 GPUs
+  gb.is_default = true;
+  core.Step(PartitionConfigured{gb}, 0);
+  core.Step(PartitionConfigured{Part("h", {"n4", "n5", "n6", "n7"})}, 0);
+  TenantConfig a{"org/a"};
+  a.partitions["gb"] = {.max_gpus = 16};
+  a.partitions["h"] = {.max_job_gpus = 16};
+  core.Step(TenantConfigured{a}, 0);
+
+  // Job 1 names no partition: it runs in the default one, gb, and counts there.
+  core.Step(JobSubmitted{1, Request(8, kHour, "", "", "org/a")}, 0);
+  core.Step(JobSubmitted{2, Request(8, kHour, "gb", "", "org/a")}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  REQUIRE(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(1)->quota_partition == "gb");
+  // 16 of its 16 GPUs there: the third waits, though gb has 16 GPUs free.
+  core.Step(JobSubmitted{3, Request(8, kHour, "gb", "", "org/a")}, 0);
+  CHECK(core.job(3)->state == JobState::kQueued);
+  CHECK(core.job(3)->reason ==
+        "quota: tenant 'org/a' holds 16 of its 16 GPUs in partition 'gb' (max_gpus); the job "
+        "would hold 8 more");
+  // Another partition runs its jobs, up to its own limits there.
+  core.Step(JobSubmitted{4, Request(16, kHour, "h", "", "org/a")}, 0);
+  CHECK(core.job(4)->state == JobState::kRunning);
+  core.Step(JobSubmitted{5, Request(24, kHour, "h", "", "org/a")}, 0);
+  CHECK(core.job(5)->reason ==
+        "quota: the job asks for 24 GPUs, over tenant 'org/a' max_job_gpus 16 in partition 'h'");
+  // Another tenant is not held by org/a's limits in gb.
+  core.Step(JobSubmitted{6, Request(8, kHour, "gb", "", "org/b")}, 0);
+  CHECK(core.job(6)->state == JobState::kRunning);
+  using Use = std::map<std::string, QuotaLedger::PartitionUse>;
+  CHECK(core.TenantPartitionUsage("org/a") == Use{{"gb", {16, 2}}, {"h", {16, 1}}});
+  CHECK(core.TenantPartitionUsage("org/b") == Use{{"gb", {8, 1}}});
+
+  // The default moves to h while job 1 runs: its stop still frees gb.
+  gb.is_default = false;
+  core.Step(PartitionConfigured{gb}, kMinute);
+  PartitionConfig h = Part("h", {"n4", "n5", "n6", "n7"});
+  h.is_default = true;
+  core.Step(PartitionConfigured{h}, kMinute);
+  CHECK(core.job(3)->state == JobState::kQueued);
+  core.Step(JobFinished{1, 0}, 2 * kMinute);
+  CHECK(core.job(3)->state == JobState::kRunning);  // 8 freed in gb: it fits its 16 again
+  CHECK(core.TenantPartitionUsage("org/a") == Use{{"gb", {16, 2}}, {"h", {16, 1}}});
+
+  // Snapshot version 10 carries the limits and where each job counts.
+  const std::string bytes = core.Snapshot();
+  SchedulerCore again(t, Config());
+  REQUIRE(again.Restore(bytes).ok());
+  CHECK(again.Snapshot() == bytes);
+  CHECK(again.tenant("org/a")->partitions == a.partitions);
+  CHECK(again.job(3)->quota_partition == "gb");
+  CHECK(again.TenantPartitionUsage("org/a") == core.TenantPartitionUsage("org/a"));
+  CHECK(again.TenantPartitionUsage("org/b") == core.TenantPartitionUsage("org/b"));
+  CHECK(again.job(5)->reason == core.job(5)->reason);
+  // Both hold org/a's next job in gb back alike.
+  core.Step(JobSubmitted{7, Request(16, kHour, "gb", "", "org/a")}, 3 * kMinute);
+  again.Step(JobSubmitted{7, Request(16, kHour, "gb", "", "org/a")}, 3 * kMinute);
+  CHECK(again.job(7)->reason == core.job(7)->reason);
+  CHECK(again.job(7)->reason.find("holds 16 of its 16 GPUs in partition 'gb'") !=
+        std::string::npos);
+
+  // Version 9 knew no per-partition limits: the tenant has none, and each
+  // running job counts in its partition as the sets give it (every one
+  // here names its own).
+  SchedulerCore v9(t, Config());
+  REQUIRE(v9.Restore(core.Snapshot(9)).ok());
+  CHECK(v9.tenant("org/a")->partitions.empty());
+  CHECK(v9.job(3)->quota_partition == "gb");
+  CHECK(v9.TenantPartitionUsage("org/a") == core.TenantPartitionUsage("org/a"));
+  CHECK(v9.Snapshot(9) == core.Snapshot(9));
 }
 
 TEST_CASE("a topology change carries partitions and reservations by node name") {
