@@ -621,5 +621,84 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("property: what a tenant holds per partition is exact and within its limits") {
+  const Topology t = Tiny();
+  int held_back = 0;  // jobs seen waiting on a per-partition limit
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    SchedulerCore core(t, Config());
+    PartitionConfig a = Part("a", {"n0", "n1", "n2", "n3", "n4", "n5"});
+    PartitionConfig b = Part("b", {"n2", "n3", "n4", "n5", "n6", "n7"});
+    a.is_default = true;
+    core.Step(PartitionConfigured{a}, 0);
+    core.Step(PartitionConfigured{b}, 0);
+    const std::vector<std::string> tenants = {"org/x", "org/y"};
+    for (const std::string& name : tenants) {
+      TenantConfig c{name};
+      for (const char* p : {"a", "b"}) {
+        c.partitions[p] = {.max_gpus = static_cast<int>(rng.Range(0, 4)) * 8,
+                           .max_job_gpus = rng.Below(3) == 0 ? 8 : 0,
+                           .max_running_jobs = static_cast<int>(rng.Range(0, 3))};
+      }
+      core.Step(TenantConfigured{c}, 0);
+    }
+    TimeMs now = 0;
+    JobId next = 1;
+    for (int step = 0; step < 200; ++step) {
+      now += rng.Range(1, 40) * kMinute;
+      const uint64_t what = rng.Below(6);
+      if (what <= 2) {
+        const int gpus = std::vector<int>{4, 8, 16}[rng.Below(3)];
+        const std::string part = std::vector<std::string>{"", "a", "b"}[rng.Below(3)];
+        core.Step(JobSubmitted{next++, Request(gpus, rng.Range(1, 6) * kHour, part, "",
+                                               tenants[rng.Below(2)])},
+                  now);
+      } else if (what == 3 && next > 1) {
+        const JobId id = static_cast<JobId>(rng.Range(1, static_cast<int64_t>(next - 1)));
+        const JobRecord* j = core.job(id);
+        core.Step(j && j->state == JobState::kRunning ? Event{JobFinished{id, 0}} : Event{Tick{}},
+                  now);
+      } else if (what == 4) {
+        // The default moves between a and b while jobs of neither run.
+        const bool to_b = core.node_sets().default_partition()->name == "a";
+        PartitionConfig off = to_b ? a : b, on = to_b ? b : a;
+        off.is_default = false;
+        on.is_default = true;
+        core.Step(PartitionConfigured{off}, now);
+        core.Step(PartitionConfigured{on}, now);
+      } else {
+        core.Step(Tick{}, now);
+      }
+      // The oracle: every job holding GPUs, by the partition it counts in.
+      std::map<std::string, std::map<std::string, QuotaLedger::PartitionUse>> want;
+      for (const auto& [id, j] : core.jobs()) {
+        if (j.ranks.empty()) {
+          CHECK(j.quota_partition.empty());
+          held_back += j.reason.rfind("quota: ", 0) == 0 &&
+                       j.reason.find(" in partition '") != std::string::npos;
+          continue;
+        }
+        // Started between the two events of a move, with no default: in none.
+        if (j.quota_partition.empty()) continue;
+        QuotaLedger::PartitionUse& u = want[j.request.tenant][j.quota_partition];
+        u.gpus += static_cast<int>(j.ranks.size());
+        u.running += 1;
+        const PartitionLimits& l = core.tenant(j.request.tenant)->partitions.at(j.quota_partition);
+        if (l.max_job_gpus > 0) CHECK(j.request.spec.gpus <= l.max_job_gpus);
+      }
+      for (const std::string& name : tenants) {
+        CHECK(core.TenantPartitionUsage(name) == want[name]);
+        for (const auto& [p, u] : want[name]) {
+          const PartitionLimits& l = core.tenant(name)->partitions.at(p);
+          if (l.max_gpus > 0) CHECK(u.gpus <= l.max_gpus);
+          if (l.max_running_jobs > 0) CHECK(u.running <= l.max_running_jobs);
+        }
+      }
+    }
+  }
+  CHECK(held_back > 0);
+}
+
 }  // namespace
 }  // namespace topo::core
