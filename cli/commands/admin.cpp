@@ -458,7 +458,7 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
   qset->add_option("--partition-limit", set->quota.partition_limits,
                    "Limits in one partition (repeatable): max_gpus held there at once, "
                    "max_job_gpus per job, max_running_jobs; each N or none; PART:none for none")
-      ->type_name("PART:max_gpus=N[,max_job_gpus=N][,max_running_jobs=N]|PART:none")
+      ->type_name("PART:max_gpus=N,...|PART:none")
       ->allow_extra_args(false);
   qset->add_flag("--json", set->json, std::string(kJsonHelp));
   AddConnectionFlags(*qset, conn);
