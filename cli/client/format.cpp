@@ -408,9 +408,59 @@ std::string WithOwn(const json& x, const char* total, const char* own) {
   return mine == all ? all : all + " (own " + mine + ")";
 }
 
+// A tenant's per-partition limits and what it uses there, by partition:
+// name -> {limit fields of "partitions", usage_gpus, running_jobs of
+// "partition_usage"}; partitions in either.
+std::map<std::string, json> PartitionRows(const json& x) {
+  std::map<std::string, json> rows;
+  for (const char* key : {"partitions", "partition_usage"}) {
+    if (!x.is_object() || !x.contains(key) || !x[key].is_object()) continue;
+    for (const auto& [name, v] : x[key].items()) {
+      if (!v.is_object()) continue;
+      json& row = rows[name];
+      if (!row.is_object()) row = json::object();
+      row.update(v);
+    }
+  }
+  return rows;
+}
+
+int64_t IntOr0(const json& row, const char* key) {
+  return row.contains(key) && IsInt(row[key]) ? row[key].get<int64_t>() : 0;
+}
+
+// "gb200: 56/64 GPUs 2/4 jobs <=32 per job; debug: 1/1 jobs": the
+// partitions with limits, what is used against each limit.
+std::string PartitionLimitsCell(const json& x) {
+  std::string out;
+  int shown = 0, more = 0;
+  for (const auto& [name, row] : PartitionRows(x)) {
+    std::string text;
+    auto add = [&](const std::string& piece) { text += (text.empty() ? "" : " ") + piece; };
+    if (const int64_t m = IntOr0(row, "max_gpus"); m > 0) {
+      add(std::to_string(IntOr0(row, "usage_gpus")) + "/" + std::to_string(m) + " GPUs");
+    }
+    if (const int64_t m = IntOr0(row, "max_running_jobs"); m > 0) {
+      add(std::to_string(IntOr0(row, "running_jobs")) + "/" + std::to_string(m) + " jobs");
+    }
+    if (const int64_t m = IntOr0(row, "max_job_gpus"); m > 0) {
+      add("<=" + std::to_string(m) + " per job");
+    }
+    if (text.empty()) continue;  // used there, no limit
+    if (shown == 3) {
+      ++more;
+      continue;
+    }
+    out += (out.empty() ? "" : "; ") + TerminalSafe(name) + ": " + text;
+    ++shown;
+  }
+  if (more > 0) out += "; +" + std::to_string(more) + " more";
+  return out.empty() ? "-" : out;
+}
+
 std::string FormatTenantTable(const json& tenants) {
   Table t({"NAME", "GUARANTEED", "BORROW LIMIT", "MAX JOB GPUS", "MAX RUNNING", "SHARES", "USAGE",
-           "RUNNING", "QUEUED"});
+           "RUNNING", "QUEUED", "PARTITION LIMITS"});
   for (size_t c = 1; c < 9; ++c) t.AlignRight(c);
   if (tenants.is_array()) {
     for (const json& x : tenants) {
@@ -418,7 +468,7 @@ std::string FormatTenantTable(const json& tenants) {
                 Limit(Field(x, "max_job_gpus"), 0), Limit(Field(x, "max_running_jobs"), 0),
                 Str(x, "shares"), WithOwn(x, "usage_gpus", "own_usage_gpus"),
                 WithOwn(x, "running_jobs", "own_running_jobs"),
-                WithOwn(x, "queued_jobs", "own_queued_jobs")});
+                WithOwn(x, "queued_jobs", "own_queued_jobs"), PartitionLimitsCell(x)});
     }
   }
   return t.Render();
@@ -447,6 +497,19 @@ std::string FormatQuota(const json& x) {
        Str(x, "own_queued_jobs") != Str(x, "queued_jobs"))) {
     kv("Its own", Str(x, "own_usage_gpus") + " GPUs, " + Str(x, "own_running_jobs") + " running, " +
                       Str(x, "own_queued_jobs") + " queued (the rest: sub-tenants)");
+  }
+  // Per partition: its limits there and what its own jobs use there.
+  for (const auto& [name, row] : PartitionRows(x)) {
+    const int64_t max_gpus = IntOr0(row, "max_gpus"), max_running = IntOr0(row, "max_running_jobs"),
+                  max_job = IntOr0(row, "max_job_gpus");
+    std::string v = std::to_string(IntOr0(row, "usage_gpus")) +
+                    (max_gpus > 0 ? " of max " + std::to_string(max_gpus) : std::string()) +
+                    " GPUs, " + std::to_string(IntOr0(row, "running_jobs")) +
+                    (max_running > 0 ? " of max " + std::to_string(max_running) : std::string()) +
+                    " running";
+    if (max_job > 0) v += ", max " + std::to_string(max_job) + " GPUs per job";
+    if (max_gpus == 0 && max_running == 0 && max_job == 0) v += " (no limits)";
+    kv("Partition " + TerminalSafe(name), v);
   }
   // The accounts granted to its tenant-admins, when there are any.
   std::string granted;

@@ -9,6 +9,7 @@
 #include "client/submit.hpp"
 #include "topo/common/event_json.hpp"
 #include "topo/common/hostlist.hpp"
+#include "topo/core/node_sets.hpp"
 
 namespace topo::cli {
 
@@ -29,6 +30,50 @@ Result<int64_t> ParseCount(const std::string& flag, const std::string& text,
                          (none_value ? " or none" : ""));
   }
   return std::stoll(text);
+}
+
+// One --partition-limit: PART:max_gpus=N,... or PART:none, into
+// body["partitions"][PART].
+Status AddPartitionLimit(const std::string& text, json& partitions) {
+  const std::string usage =
+      "--partition-limit '" + text +
+      "': give PART:max_gpus=N[,max_job_gpus=N][,max_running_jobs=N] (N or none), or PART:none";
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || colon + 1 == text.size()) return Status::Error(usage);
+  const std::string part = text.substr(0, colon);
+  if (Status s = core::ValidateNodeSetName(part, "--partition-limit"); !s.ok()) return s;
+  if (partitions.contains(part)) {
+    return Status::Error("--partition-limit: partition " + part +
+                         " is given twice; give all its limits in one flag (" + part +
+                         ":max_gpus=N,max_running_jobs=N)");
+  }
+  const std::string rest = text.substr(colon + 1);
+  if (rest == "none") {
+    partitions[part] = nullptr;
+    return Status::Ok();
+  }
+  json limits = json::object();
+  size_t at = 0;
+  while (at <= rest.size()) {
+    size_t end = rest.find(',', at);
+    if (end == std::string::npos) end = rest.size();
+    const std::string item = rest.substr(at, end - at);
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    if (eq == std::string::npos ||
+        (key != "max_gpus" && key != "max_job_gpus" && key != "max_running_jobs")) {
+      return Status::Error(usage);
+    }
+    if (limits.contains(key)) {
+      return Status::Error("--partition-limit '" + text + "': " + key + " is given twice");
+    }
+    Result<int64_t> v = ParseCount("--partition-limit " + part + ":" + key, item.substr(eq + 1), 0);
+    if (!v.ok()) return v.status();
+    limits[key] = v.value();
+    at = end + 1;
+  }
+  partitions[part] = std::move(limits);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -105,6 +150,13 @@ Result<json> QuotaSetBody(const QuotaFlags& flags) {
   }
   if (!flags.unix_group.empty()) {
     body["unix_group"] = flags.unix_group == "none" ? std::string() : flags.unix_group;
+  }
+  if (!flags.partition_limits.empty()) {
+    json partitions = json::object();
+    for (const std::string& text : flags.partition_limits) {
+      if (Status s = AddPartitionLimit(text, partitions); !s.ok()) return s;
+    }
+    body["partitions"] = std::move(partitions);
   }
   return body;
 }

@@ -3,6 +3,7 @@
 // anything is sent (docs/api.md). Pure functions.
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,10 @@ struct QuotaFlags {
   // "Unix accounts").
   std::string unix_accounts;  // A,B,... | none (-> [])
   std::string unix_group;     // GROUP | none (-> "")
+  // --partition-limit, repeatable: PART:max_gpus=N[,max_job_gpus=N]
+  // [,max_running_jobs=N] (each N or none -> 0), or PART:none (-> null:
+  // no limits there). Only the partitions and fields given change.
+  std::vector<std::string> partition_limits;
 };
 // PUT /v1/tenants/{name}: only the fields given.
 core::Result<nlohmann::json> QuotaSetBody(const QuotaFlags& flags);

@@ -414,10 +414,18 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
               "  topo quota set org/team --guaranteed 512 --borrow-limit 256 --shares 2\n"
               "  topo quota set org/team --borrow-limit none --max-job-gpus 4096\n"
               "  topo quota set org/new-team        # create it with the defaults\n"
-              "  topo quota set org/team --unix-accounts ada,bob --unix-group org-team\n\n"
+              "  topo quota set org/team --unix-accounts ada,bob --unix-group org-team\n"
+              "  topo quota set org/team --partition-limit gb200:max_gpus=64,max_running_jobs=4\n"
+              "  topo quota set org/team --partition-limit gb200:max_job_gpus=32 \\\n"
+              "      --partition-limit debug:max_gpus=8\n"
+              "  topo quota set org/team --partition-limit gb200:none   # no limits there\n\n"
               "--unix-accounts and --unix-group grant the tenant Unix accounts: its\n"
               "tenant-admins may map users (topo users create/set --unix-user) only to a\n"
-              "listed account or a member of the group; nothing is granted by default.");
+              "listed account or a member of the group; nothing is granted by default.\n\n"
+              "--partition-limit bounds the tenant in one partition besides the limits above:\n"
+              "max_gpus its jobs there hold at once, max_job_gpus per job, max_running_jobs\n"
+              "(each N, or none: no limit). A job past one waits, its reason naming the\n"
+              "partition and the limit. Only the fields given change.");
   qset->add_option("TENANT", set->tenant, "Tenant name: segments [a-z0-9][a-z0-9_.-]* joined by /")
       ->required();
   qset->add_option("--guaranteed", set->quota.guaranteed, "GPUs guaranteed to the tenant")
@@ -447,6 +455,11 @@ void RegisterAdminCommands(CLI::App& app, int* exit_code) {
                    "A Unix group whose members (on the scheduler host) its tenant-admins may "
                    "map users to, or none")
       ->type_name("GROUP|none");
+  qset->add_option("--partition-limit", set->quota.partition_limits,
+                   "Limits in one partition (repeatable): max_gpus held there at once, "
+                   "max_job_gpus per job, max_running_jobs; each N or none; PART:none for none")
+      ->type_name("PART:max_gpus=N,...|PART:none")
+      ->allow_extra_args(false);
   qset->add_flag("--json", set->json, std::string(kJsonHelp));
   AddConnectionFlags(*qset, conn);
   qset->callback([set, exit_code] { *exit_code = RunQuotaSet(*set); });

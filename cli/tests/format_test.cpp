@@ -550,9 +550,9 @@ TEST_CASE("Tenants, quotas, events and generic tables") {
                        {"usage_gpus", 72},   {"running_jobs", 2},     {"queued_jobs", 1}};
   CHECK(FormatTenantTable(json::array({tenant})) ==
         "NAME      GUARANTEED  BORROW LIMIT  MAX JOB GPUS  MAX RUNNING  SHARES  USAGE  RUNNING  "
-        "QUEUED\n"
+        "QUEUED  PARTITION LIMITS\n"
         "org/team          64          none          none            4     1.5     72        2  "
-        "     1\n");
+        "     1  -\n");
   // A parent's usage includes its sub-tenants'; its own is shown apart.
   json parent = tenant;
   parent["name"] = "org";

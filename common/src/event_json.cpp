@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -698,6 +699,16 @@ Result<core::Command> CommandFromJson(const Json& j, const core::Topology& topol
   }
 }
 
+Json PartitionLimitsToJson(const std::map<std::string, core::PartitionLimits>& partitions) {
+  Json out = Json::object();
+  for (const auto& [name, l] : partitions) {
+    out[name] = {{"max_gpus", l.max_gpus},
+                 {"max_job_gpus", l.max_job_gpus},
+                 {"max_running_jobs", l.max_running_jobs}};
+  }
+  return out;
+}
+
 Json TenantConfigToJson(const core::TenantConfig& t) {
   return {{"name", t.name},
           {"guaranteed_gpus", t.guaranteed_gpus},
@@ -706,7 +717,8 @@ Json TenantConfigToJson(const core::TenantConfig& t) {
           {"max_running_jobs", t.max_running_jobs},
           {"max_queued_jobs", t.max_queued_jobs},
           {"shares", t.shares},
-          {"placement_wait_ms", t.placement_wait}};
+          {"placement_wait_ms", t.placement_wait},
+          {"partitions", PartitionLimitsToJson(t.partitions)}};
 }
 
 namespace {
@@ -725,12 +737,42 @@ Status ReadPlacementWait(const Json& j, core::TimeMs& out) {
   return Status::Ok();
 }
 
+// A tenant's per-partition limits: an object of at most
+// core::kMaxTenantPartitions partition names, each {max_gpus, max_job_gpus,
+// max_running_jobs}, all three required. Absent (logs from before the
+// limits existed): none.
+Status ReadPartitionLimits(const Json& j, std::map<std::string, core::PartitionLimits>& out) {
+  auto it = j.find("partitions");
+  if (it == j.end()) return Status::Ok();
+  if (!it->is_object()) {
+    return PathError("partitions",
+                     "must be an object of partition name -> {max_gpus, "
+                     "max_job_gpus, max_running_jobs} (got " +
+                         std::string(internal::TypeName(*it)) + ")");
+  }
+  if (it->size() > core::kMaxTenantPartitions) {
+    return PathError("partitions", "at most " + std::to_string(core::kMaxTenantPartitions) +
+                                       " partitions (got " + std::to_string(it->size()) + ")");
+  }
+  for (const auto& [name, limits] : it->items()) {
+    if (Status s = core::ValidateNodeSetName(name, "partitions"); !s.ok()) return s;
+    Reader r(limits, Child("partitions", name), {"max_gpus", "max_job_gpus", "max_running_jobs"});
+    core::PartitionLimits l;
+    l.max_gpus = r.Int("max_gpus", 0, core::kMaxPartitionLimit);
+    l.max_job_gpus = r.Int("max_job_gpus", 0, core::kMaxPartitionLimit);
+    l.max_running_jobs = r.Int("max_running_jobs", 0, core::kMaxPartitionLimit);
+    if (!r.ok()) return r.status();
+    out.emplace(name, l);
+  }
+  return core::ValidatePartitionLimits(out);
+}
+
 }  // namespace
 
 Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
   Reader r(j, "",
            {"name", "guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
-            "max_queued_jobs", "shares", "placement_wait_ms"});
+            "max_queued_jobs", "shares", "placement_wait_ms", "partitions"});
   core::TenantConfig t;
   t.name = r.String("name");
   t.guaranteed_gpus = r.Int("guaranteed_gpus");
@@ -747,6 +789,7 @@ Result<core::TenantConfig> TenantConfigFromJson(const Json& j) {
     t.max_queued_jobs = it->get<int>();
   }
   if (Status s = ReadPlacementWait(j, t.placement_wait); !s.ok()) return s;
+  if (Status s = ReadPartitionLimits(j, t.partitions); !s.ok()) return s;
   return t;
 }
 

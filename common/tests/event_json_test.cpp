@@ -83,7 +83,8 @@ std::vector<Event> SampleEvents(const core::Topology& t) {
       core::Heartbeat{t.FindNode("a0")},
       core::GpuEvent{b1, 3, core::GpuEventKind::kXid, 79},
       core::GpuEvent{b1, 0, core::GpuEventKind::kEccSingleBit, 120},
-      core::TenantConfigured{core::TenantConfig{"org/team", 16, -1, 64, 3, 0.1}},
+      core::TenantConfigured{
+          core::TenantConfig{"org/team", 16, -1, 64, 3, 0.1, 0, 0, {{"gb200", {64, 0, 2}}}}},
       core::Tick{},
       core::NodeEvacuated{b1, "agent stopped its ranks"},
       core::JobLaunchFailed{7, b1, "no Unix account 'ada' on b1", true},
@@ -249,6 +250,83 @@ TEST_CASE("the node-set readers hold names, nodes, tenants and times to their ru
     core::Result<core::JobRequest> got = common::JobRequestFromJson(bad);
     REQUIRE_FALSE(got.ok());
     CHECK(got.message().rfind(std::string(key) + ": ", 0) == 0);
+  }
+}
+
+TEST_CASE("a tenant's per-partition limits round-trip, and their reader holds every rule") {
+  core::TenantConfig a{"org/a", 8, -1, 0, 0, 1.0};
+  a.partitions["gb200"] = {.max_gpus = 64, .max_job_gpus = 32, .max_running_jobs = 4};
+  a.partitions["debug"] = {.max_running_jobs = 1};
+  const json j = common::TenantConfigToJson(a);
+  CHECK(j.at("partitions") ==
+        json::parse(R"({"debug": {"max_gpus": 0, "max_job_gpus": 0, "max_running_jobs": 1},
+                        "gb200": {"max_gpus": 64, "max_job_gpus": 32, "max_running_jobs": 4}})"));
+  core::Result<core::TenantConfig> back = common::TenantConfigFromJson(json::parse(j.dump()));
+  REQUIRE_MESSAGE(back.ok(), back.message());
+  CHECK(back.value().partitions == a.partitions);
+  CHECK(common::TenantConfigToJson(back.value()) == j);
+  // None is written as {}; a log from before the limits has no key: none.
+  CHECK(common::TenantConfigToJson(core::TenantConfig{"b"}).at("partitions") == json::object());
+  json older = j;
+  older.erase("partitions");
+  REQUIRE(common::TenantConfigFromJson(older).ok());
+  CHECK(common::TenantConfigFromJson(older).value().partitions.empty());
+
+  // Hostile values, each alone.
+  auto with = [&](json partitions) {
+    json bad = j;
+    bad["partitions"] = std::move(partitions);
+    return bad;
+  };
+  const json ok_limits = {{"max_gpus", 1}, {"max_job_gpus", 0}, {"max_running_jobs", 0}};
+  auto limits = [&](const char* key, json value) {
+    json l = ok_limits;
+    l[key] = std::move(value);
+    return json{{"gb", l}};
+  };
+  json many = json::object();
+  for (int i = 0; i <= 1000; ++i) many["p" + std::to_string(i)] = ok_limits;
+  json unknown_key = ok_limits;
+  unknown_key["max_nodes"] = 1;
+  json missing = ok_limits;
+  missing.erase("max_job_gpus");
+  struct Case {
+    const char* what;
+    json tenant;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"an array", with(json::array({ok_limits})), "partitions: must be an object"},
+      {"a string", with("gb:64"), "partitions: must be an object"},
+      {"limits a number", with({{"gb", 64}}), "partitions.gb: must be a JSON object"},
+      {"a name starting with -", with({{"-gb", ok_limits}}), "partitions: '-gb' may not start"},
+      {"a name with a slash", with({{"a/b", ok_limits}}), "partitions: 'a/b' has a character"},
+      {"a name with an ESC", with({{"g\x1b[2J", ok_limits}}), "has a character outside"},
+      {"an empty name", with({{"", ok_limits}}), "partitions: a name is 1 to 64"},
+      {"a name of 65 bytes", with({{std::string(65, 'p'), ok_limits}}), "a name is 1 to 64"},
+      {"1001 partitions", with(many), "partitions: at most 1000 partitions"},
+      {"an unknown key", with({{"gb", unknown_key}}), "partitions.gb: unknown field \"max_nodes\""},
+      {"a field missing", with({{"gb", missing}}), "\"max_job_gpus\" is required"},
+      {"negative", with(limits("max_gpus", -1)), "\"max_gpus\" must be an integer 0..100000000"},
+      {"huge", with(limits("max_job_gpus", int64_t{1} << 40)),
+       "\"max_job_gpus\" must be an integer 0..100000000"},
+      {"a fraction", with(limits("max_running_jobs", 1.5)),
+       "\"max_running_jobs\" must be an integer"},
+      {"text", with(limits("max_gpus", "64")), "\"max_gpus\" must be an integer"},
+      {"a boolean", with(limits("max_gpus", true)), "\"max_gpus\" must be an integer"},
+      {"null", with(limits("max_gpus", nullptr)), "\"max_gpus\" must be an integer"},
+  };
+  const core::Topology t = MakeTopology();
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    core::Result<core::TenantConfig> got = common::TenantConfigFromJson(c.tenant);
+    REQUIRE_FALSE(got.ok());
+    CHECK_MESSAGE(got.message().find(c.message) != std::string::npos, got.message());
+    // The log's reader: the same, under "tenant".
+    core::Result<Event> e =
+        common::EventFromJson(json{{"type", "tenant_configured"}, {"tenant", c.tenant}}, t);
+    REQUIRE_FALSE(e.ok());
+    CHECK_MESSAGE(e.message().rfind("tenant", 0) == 0, e.message());
   }
 }
 

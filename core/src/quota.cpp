@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "topo/core/node_sets.hpp"
+
 namespace topo::core {
 
 namespace {
@@ -16,6 +18,33 @@ int Find(const std::map<std::string, int>& m, const std::string& key) {
 }
 
 }  // namespace
+
+static_assert(kMaxTenantPartitions == kMaxNodeSets, "a limit per partition there can be");
+
+Status ValidatePartitionLimits(const std::map<std::string, PartitionLimits>& partitions) {
+  if (partitions.size() > kMaxTenantPartitions) {
+    return Status::Error("partitions: at most " + std::to_string(kMaxTenantPartitions) +
+                             " partitions per tenant (got " + std::to_string(partitions.size()) +
+                             "); remove the limits of partitions that no longer exist",
+                         ErrorCode::kTooLarge)
+        .WithField("partitions");
+  }
+  for (const auto& [name, l] : partitions) {
+    if (Status s = ValidateNodeSetName(name, "partitions"); !s.ok()) return s;
+    for (const auto& [field, v] : {std::pair<const char*, int>{"max_gpus", l.max_gpus},
+                                   {"max_job_gpus", l.max_job_gpus},
+                                   {"max_running_jobs", l.max_running_jobs}}) {
+      if (v < 0 || v > kMaxPartitionLimit) {
+        const std::string path = "partitions." + name + "." + field;
+        return Status::Error(path + ": " + std::to_string(v) +
+                             " is out of range; use 0 (no limit)" + ".." +
+                             std::to_string(kMaxPartitionLimit))
+            .WithField(path);
+      }
+    }
+  }
+  return Status::Ok();
+}
 
 std::vector<std::string> TenantPathPrefixes(const std::string& path) {
   std::vector<std::string> out;
@@ -37,14 +66,35 @@ const TenantConfig* QuotaLedger::tenant(const std::string& name) const {
   return it == tenants_.end() ? nullptr : &it->second;
 }
 
-void QuotaLedger::AddJob(const std::string& tenant, int gpus) {
+void QuotaLedger::AddJob(const std::string& tenant, int gpus, const std::string& partition) {
   gpus_[tenant] += gpus;
   running_[tenant] += 1;
+  if (partition.empty()) return;
+  PartitionUse& u = partition_use_[tenant][partition];
+  u.gpus += gpus;
+  u.running += 1;
 }
 
-void QuotaLedger::RemoveJob(const std::string& tenant, int gpus) {
+void QuotaLedger::RemoveJob(const std::string& tenant, int gpus, const std::string& partition) {
   gpus_[tenant] -= gpus;
   running_[tenant] -= 1;
+  if (partition.empty()) return;
+  auto t = partition_use_.find(tenant);
+  if (t == partition_use_.end()) return;
+  auto p = t->second.find(partition);
+  if (p == t->second.end()) return;
+  p->second.gpus -= gpus;
+  p->second.running -= 1;
+  // Nothing held: no entry, so equal states are equal maps.
+  if (p->second == PartitionUse{}) t->second.erase(p);
+  if (t->second.empty()) partition_use_.erase(t);
+}
+
+const std::map<std::string, QuotaLedger::PartitionUse>& QuotaLedger::partition_use(
+    const std::string& tenant) const {
+  static const std::map<std::string, PartitionUse> kNone;
+  auto it = partition_use_.find(tenant);
+  return it == partition_use_.end() ? kNone : it->second;
 }
 
 int QuotaLedger::gpus(const std::string& tenant) const { return Find(gpus_, tenant); }
@@ -55,7 +105,8 @@ int QuotaLedger::guaranteed(const std::string& tenant) const {
   return t == nullptr ? 0 : t->guaranteed_gpus;
 }
 
-std::string QuotaLedger::Block(const std::string& tenant, int job_gpus, int held_gpus) const {
+std::string QuotaLedger::Block(const std::string& tenant, int job_gpus, int held_gpus,
+                               const std::string& partition) const {
   const TenantConfig* tp = this->tenant(tenant);
   if (tp == nullptr) return {};
   const TenantConfig& t = *tp;
@@ -78,6 +129,28 @@ std::string QuotaLedger::Block(const std::string& tenant, int job_gpus, int held
              std::to_string(t.guaranteed_gpus) + " + borrow_limit " +
              std::to_string(t.borrow_limit_gpus) + ")";
     }
+  }
+  if (partition.empty()) return {};
+  auto limits = t.partitions.find(partition);
+  if (limits == t.partitions.end()) return {};
+  const PartitionLimits& l = limits->second;
+  const std::string in = " in partition '" + partition + "'";
+  if (l.max_job_gpus > 0 && job_gpus > l.max_job_gpus) {
+    return "quota: the job asks for " + Gpus(job_gpus) + ", over tenant '" + t.name +
+           "' max_job_gpus " + std::to_string(l.max_job_gpus) + in;
+  }
+  PartitionUse used;
+  if (auto u = partition_use(t.name).find(partition); u != partition_use(t.name).end()) {
+    used = u->second;
+  }
+  if (l.max_running_jobs > 0 && used.running >= l.max_running_jobs) {
+    return "quota: tenant '" + t.name + "' already runs " + std::to_string(used.running) + " jobs" +
+           in + ", its max_running_jobs there";
+  }
+  if (l.max_gpus > 0 && used.gpus + held_gpus > l.max_gpus) {
+    return "quota: tenant '" + t.name + "' holds " + std::to_string(used.gpus) + " of its " +
+           Gpus(l.max_gpus) + in + " (max_gpus); the job would hold " + std::to_string(held_gpus) +
+           " more";
   }
   return {};
 }

@@ -542,7 +542,8 @@ void SchedulerCore::Impl::Allocate(JobRecord& job, std::vector<GpuSlot> ranks,
                                    std::vector<NodeId> spares) {
   if (job.request.array_job != 0) ++array_running_[job.request.array_job];
   const int held = alloc_.Allocate(job.id, ranks, spares);
-  quotas_.AddJob(job.request.tenant, held);
+  job.quota_partition = QuotaPartition(job);
+  quotas_.AddJob(job.request.tenant, held, job.quota_partition);
   ++generation_;
   TimerChanged(job.id);
   job.ranks = std::move(ranks);
@@ -558,7 +559,8 @@ void SchedulerCore::Impl::Release(JobRecord& job) {
   const int held =
       static_cast<int>(job.ranks.size()) + static_cast<int>(alloc_.SpareSlots(job.spares).size());
   for (NodeId n : alloc_.Release(job.id, job.ranks, job.spares)) MaybeFinishDrain(n);
-  quotas_.RemoveJob(job.request.tenant, held);
+  quotas_.RemoveJob(job.request.tenant, held, job.quota_partition);
+  job.quota_partition.clear();
   ++generation_;
   TimerChanged(job.id);
   job.ranks.clear();
@@ -575,8 +577,8 @@ void SchedulerCore::Impl::ReleaseSpare(NodeId n) {
       static_cast<int>(job.ranks.size()) + static_cast<int>(alloc_.SpareSlots(job.spares).size());
   const int freed = alloc_.ReleaseSpare(id, n);
   // The ledger counts the job once, holding what is left.
-  quotas_.RemoveJob(job.request.tenant, held);
-  quotas_.AddJob(job.request.tenant, held - freed);
+  quotas_.RemoveJob(job.request.tenant, held, job.quota_partition);
+  quotas_.AddJob(job.request.tenant, held - freed, job.quota_partition);
   job.spares.erase(std::remove(job.spares.begin(), job.spares.end(), n), job.spares.end());
   ++generation_;
   TimerChanged(job.id);
@@ -743,6 +745,11 @@ int SchedulerCore::TenantUsage(const std::string& tenant) const {
 double SchedulerCore::FairshareUsage(const std::string& tenant) const {
   return impl_->quotas_.usage(tenant);
 }
+const std::map<std::string, QuotaLedger::PartitionUse>& SchedulerCore::TenantPartitionUsage(
+    const std::string& tenant) const {
+  return impl_->quotas_.partition_use(tenant);
+}
+
 const TenantConfig* SchedulerCore::tenant(const std::string& name) const {
   return impl_->quotas_.tenant(name);
 }

@@ -293,8 +293,12 @@ class SchedulerCore::Impl {
   // A waiting job's reason for `what` it waits on, with the nodes that take
   // no work now and, for a job that ran before, where it restarts from.
   std::string WaitReason(const JobRecord& job, const std::string& what) const;
-  // Empty when the tenant's quotas let the job start now; else the reason.
+  // Empty when the tenant's quotas (cluster-wide and in the job's
+  // partition) let the job start now; else the reason.
   std::string QuotaBlock(const JobRecord& job) const;
+  // The partition a start of the job would count in for its tenant's
+  // per-partition limits: its partition now ("" none).
+  std::string QuotaPartition(const JobRecord& job) const;
   void Start(JobRecord& job, const Placement& p);
   // Chooses victims for a blocked job and asks them to checkpoint and stop
   // (true), or says why not (false; empty when no job may be preempted).

@@ -52,10 +52,15 @@ std::vector<JobId> SchedulerCore::Impl::Ordered() const {
   return ids;
 }
 
+std::string SchedulerCore::Impl::QuotaPartition(const JobRecord& job) const {
+  const PartitionConfig* p = sets_.PartitionOf(job.request);
+  return p == nullptr ? std::string() : p->name;
+}
+
 std::string SchedulerCore::Impl::QuotaBlock(const JobRecord& job) const {
   const JobSpec& spec = job.SpecToPlace();
   return quotas_.Block(job.request.tenant, spec.gpus,
-                       spec.gpus + spec.spares * topo_.max_node_gpus());
+                       spec.gpus + spec.spares * topo_.max_node_gpus(), QuotaPartition(job));
 }
 
 void SchedulerCore::Impl::Start(JobRecord& job, const Placement& p) {

@@ -24,7 +24,13 @@
 // did. Version 8 added a job spec's node selection (NodeSelection), the
 // kAuto constraint strength and the nodes that failed a job
 // (JobRecord::failed_nodes); an older snapshot's jobs select no nodes and
-// remember none.
+// remember none. Version 9 added partitions and reservations (NodeSets), a
+// request's partition and reservation, and the failed nodes remembered by
+// job name. Version 10 added a tenant's per-partition limits
+// (TenantConfig::partitions) and the partition each job holding GPUs counts
+// in (JobRecord::quota_partition); what tenants hold per partition is
+// rebuilt from those jobs. An older snapshot's tenants have no per-partition
+// limits and its running jobs count in their partition as its sets give it.
 
 #include <algorithm>
 #include <bit>
@@ -356,9 +362,17 @@ void WriteTenant(Writer& w, const TenantConfig& t) {
   }
   w.F64(t.shares);
   w.I64(t.placement_wait);
+  if (w.version >= 10) {
+    w.Each(t.partitions, [&](const auto& kv) {
+      w.Str(kv.first);
+      for (int v : {kv.second.max_gpus, kv.second.max_job_gpus, kv.second.max_running_jobs}) {
+        w.I64(v);
+      }
+    });
+  }
 }
 
-TenantConfig ReadTenant(Reader& r) {
+TenantConfig ReadTenant(Reader& r, uint32_t version) {
   TenantConfig t;
   t.name = r.Str();
   if (t.name.empty()) r.Fail("a tenant without a name");
@@ -368,6 +382,22 @@ TenantConfig ReadTenant(Reader& r) {
   }
   t.shares = r.F64("shares");
   t.placement_wait = r.I64();
+  if (version >= 10) {
+    // A name (8 bytes of length at least) and three limits.
+    const size_t n = r.Count(8 + 3 * 8);
+    if (n > kMaxTenantPartitions) r.Fail("tenant " + t.name + " limits too many partitions");
+    for (size_t i = 0; i < n && r.ok(); ++i) {
+      std::string name = r.Str();
+      PartitionLimits l;
+      for (int* v : {&l.max_gpus, &l.max_job_gpus, &l.max_running_jobs}) {
+        *v = r.Int("partition limit", 0, kMaxPartitionLimit);
+      }
+      if (!t.partitions.emplace(std::move(name), l).second) r.Fail("a partition limit twice");
+    }
+    if (Status s = ValidatePartitionLimits(t.partitions); r.ok() && !s.ok()) {
+      r.Fail("tenant " + t.name + ": " + s.message());
+    }
+  }
   return t;
 }
 
@@ -495,6 +525,7 @@ void WriteJob(Writer& w, const JobRecord& j) {
     w.Str(q.partition);
     w.Str(q.reservation);
   }
+  if (w.version >= 10) w.Str(j.quota_partition);
 }
 
 // Partitions and reservations (version 9), by node name: onto another
@@ -604,6 +635,7 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
     q.partition = r.Str();
     q.reservation = r.Str();
   }
+  if (b.version >= 10) j.quota_partition = r.Str();
   if (r.ok()) {
     if (Status s = ValidateJobSpec(q.spec); !s.ok()) {
       r.Fail("job " + std::to_string(j.id) + ": " + s.message());
@@ -616,6 +648,10 @@ JobRecord ReadJob(Reader& r, const Bounds& b) {
     if (!holds && (!j.ranks.empty() || !j.spares.empty())) {
       r.Fail("job " + std::to_string(j.id) + " holds GPUs while " +
              std::string(JobStateName(j.state)));
+    }
+    if (j.ranks.empty() && !j.quota_partition.empty()) {
+      r.Fail("job " + std::to_string(j.id) + " counts in partition '" + j.quota_partition +
+             "' but holds no GPUs");
     }
   }
   return j;
@@ -863,7 +899,7 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   {
     const size_t n = r.Count();
     for (size_t i = 0; i < n && r.ok(); ++i) {
-      TenantConfig t = ReadTenant(r);
+      TenantConfig t = ReadTenant(r, version);
       q.tenants_[t.name] = t;
     }
   }
@@ -1119,6 +1155,18 @@ Status SnapshotAccess::Read(SchedulerCore::Impl& c, std::string_view bytes) {
   for (const auto& [id, j] : c.jobs_) {
     for (const Dependency& d : j.waiting_on) c.dependents_[d.job].push_back(id);
     if (j.request.array_job != 0 && !j.ranks.empty()) ++c.array_running_[j.request.array_job];
+  }
+  // What each tenant holds per partition, from the jobs that hold GPUs and
+  // the partition each counts in; before version 10 that is its partition
+  // now (the sets as the snapshot has them).
+  q.partition_use_.clear();
+  for (JobId id : a.holders_) {
+    JobRecord& j = c.jobs_.at(id);
+    if (version < 10) j.quota_partition = c.QuotaPartition(j);
+    if (j.quota_partition.empty()) continue;
+    QuotaLedger::PartitionUse& u = q.partition_use_[j.request.tenant][j.quota_partition];
+    u.gpus += static_cast<int>(j.ranks.size() + a.SpareSlots(j.spares).size());
+    u.running += 1;
   }
   return Status::Ok();
 }

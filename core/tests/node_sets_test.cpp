@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -402,6 +403,88 @@ TEST_CASE("snapshot: partitions, reservations and a request's sets round-trip (v
   SchedulerCore old(t, Config());
   REQUIRE(old.Restore(core.Snapshot(8)).ok());
   CHECK(old.node_sets().empty());
+  // Version 9 has them; the running job counts in its default partition.
+  SchedulerCore v9(t, Config());
+  REQUIRE(v9.Restore(core.Snapshot(9)).ok());
+  REQUIRE(v9.node_sets().partition("p") != nullptr);
+  CHECK(v9.job(1)->quota_partition == core.job(1)->quota_partition);
+  CHECK(v9.Snapshot() == core.Snapshot());
+}
+
+TEST_CASE("scheduler: a tenant at its limit in one partition waits there, and runs elsewhere") {
+  const Topology t = Tiny();
+  SchedulerCore core(t, Config());
+  PartitionConfig gb = Part("gb", {"n0", "n1", "n2", "n3"});  // 32 GPUs
+  gb.is_default = true;
+  core.Step(PartitionConfigured{gb}, 0);
+  core.Step(PartitionConfigured{Part("h", {"n4", "n5", "n6", "n7"})}, 0);
+  TenantConfig a{"org/a"};
+  a.partitions["gb"] = {.max_gpus = 16};
+  a.partitions["h"] = {.max_job_gpus = 16};
+  core.Step(TenantConfigured{a}, 0);
+
+  // Job 1 names no partition: it runs in the default one, gb, and counts there.
+  core.Step(JobSubmitted{1, Request(8, kHour, "", "", "org/a")}, 0);
+  core.Step(JobSubmitted{2, Request(8, kHour, "gb", "", "org/a")}, 0);
+  REQUIRE(core.job(1)->state == JobState::kRunning);
+  REQUIRE(core.job(2)->state == JobState::kRunning);
+  CHECK(core.job(1)->quota_partition == "gb");
+  // 16 of its 16 GPUs there: the third waits, though gb has 16 GPUs free.
+  core.Step(JobSubmitted{3, Request(8, kHour, "gb", "", "org/a")}, 0);
+  CHECK(core.job(3)->state == JobState::kQueued);
+  CHECK(core.job(3)->reason ==
+        "quota: tenant 'org/a' holds 16 of its 16 GPUs in partition 'gb' (max_gpus); the job "
+        "would hold 8 more");
+  // Another partition runs its jobs, up to its own limits there.
+  core.Step(JobSubmitted{4, Request(16, kHour, "h", "", "org/a")}, 0);
+  CHECK(core.job(4)->state == JobState::kRunning);
+  core.Step(JobSubmitted{5, Request(24, kHour, "h", "", "org/a")}, 0);
+  CHECK(core.job(5)->reason ==
+        "quota: the job asks for 24 GPUs, over tenant 'org/a' max_job_gpus 16 in partition 'h'");
+  // Another tenant is not held by org/a's limits in gb.
+  core.Step(JobSubmitted{6, Request(8, kHour, "gb", "", "org/b")}, 0);
+  CHECK(core.job(6)->state == JobState::kRunning);
+  using Use = std::map<std::string, QuotaLedger::PartitionUse>;
+  CHECK(core.TenantPartitionUsage("org/a") == Use{{"gb", {16, 2}}, {"h", {16, 1}}});
+  CHECK(core.TenantPartitionUsage("org/b") == Use{{"gb", {8, 1}}});
+
+  // The default moves to h while job 1 runs: its stop still frees gb.
+  gb.is_default = false;
+  core.Step(PartitionConfigured{gb}, kMinute);
+  PartitionConfig h = Part("h", {"n4", "n5", "n6", "n7"});
+  h.is_default = true;
+  core.Step(PartitionConfigured{h}, kMinute);
+  CHECK(core.job(3)->state == JobState::kQueued);
+  core.Step(JobFinished{1, 0}, 2 * kMinute);
+  CHECK(core.job(3)->state == JobState::kRunning);  // 8 freed in gb: it fits its 16 again
+  CHECK(core.TenantPartitionUsage("org/a") == Use{{"gb", {16, 2}}, {"h", {16, 1}}});
+
+  // Snapshot version 10 carries the limits and where each job counts.
+  const std::string bytes = core.Snapshot();
+  SchedulerCore again(t, Config());
+  REQUIRE(again.Restore(bytes).ok());
+  CHECK(again.Snapshot() == bytes);
+  CHECK(again.tenant("org/a")->partitions == a.partitions);
+  CHECK(again.job(3)->quota_partition == "gb");
+  CHECK(again.TenantPartitionUsage("org/a") == core.TenantPartitionUsage("org/a"));
+  CHECK(again.TenantPartitionUsage("org/b") == core.TenantPartitionUsage("org/b"));
+  CHECK(again.job(5)->reason == core.job(5)->reason);
+  // Both hold org/a's next job in gb back alike.
+  core.Step(JobSubmitted{7, Request(16, kHour, "gb", "", "org/a")}, 3 * kMinute);
+  again.Step(JobSubmitted{7, Request(16, kHour, "gb", "", "org/a")}, 3 * kMinute);
+  CHECK(again.job(7)->reason == core.job(7)->reason);
+  CHECK(again.job(7)->reason.find("holds 16 of its 16 GPUs in partition 'gb'") !=
+        std::string::npos);
+
+  // Version 9 knew no per-partition limits: the tenant has none, and each
+  // running job counts in its partition as the sets give it (every one
+  // here names its own).
+  SchedulerCore v9(t, Config());
+  REQUIRE(v9.Restore(core.Snapshot(9)).ok());
+  CHECK(v9.tenant("org/a")->partitions.empty());
+  CHECK(v9.job(3)->quota_partition == "gb");
+  CHECK(v9.TenantPartitionUsage("org/a") == core.TenantPartitionUsage("org/a"));
+  CHECK(v9.Snapshot(9) == core.Snapshot(9));
 }
 
 TEST_CASE("a topology change carries partitions and reservations by node name") {
@@ -536,6 +619,85 @@ TEST_CASE(
       }
     }
   }
+}
+
+TEST_CASE("property: what a tenant holds per partition is exact and within its limits") {
+  const Topology t = Tiny();
+  int held_back = 0;  // jobs seen waiting on a per-partition limit
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    INFO("seed " << seed);
+    Rng rng(seed);
+    SchedulerCore core(t, Config());
+    PartitionConfig a = Part("a", {"n0", "n1", "n2", "n3", "n4", "n5"});
+    PartitionConfig b = Part("b", {"n2", "n3", "n4", "n5", "n6", "n7"});
+    a.is_default = true;
+    core.Step(PartitionConfigured{a}, 0);
+    core.Step(PartitionConfigured{b}, 0);
+    const std::vector<std::string> tenants = {"org/x", "org/y"};
+    for (const std::string& name : tenants) {
+      TenantConfig c{name};
+      for (const char* p : {"a", "b"}) {
+        c.partitions[p] = {.max_gpus = static_cast<int>(rng.Range(0, 4)) * 8,
+                           .max_job_gpus = rng.Below(3) == 0 ? 8 : 0,
+                           .max_running_jobs = static_cast<int>(rng.Range(0, 3))};
+      }
+      core.Step(TenantConfigured{c}, 0);
+    }
+    TimeMs now = 0;
+    JobId next = 1;
+    for (int step = 0; step < 200; ++step) {
+      now += rng.Range(1, 40) * kMinute;
+      const uint64_t what = rng.Below(6);
+      if (what <= 2) {
+        const int gpus = std::vector<int>{4, 8, 16}[rng.Below(3)];
+        const std::string part = std::vector<std::string>{"", "a", "b"}[rng.Below(3)];
+        core.Step(JobSubmitted{next++, Request(gpus, rng.Range(1, 6) * kHour, part, "",
+                                               tenants[rng.Below(2)])},
+                  now);
+      } else if (what == 3 && next > 1) {
+        const JobId id = static_cast<JobId>(rng.Range(1, static_cast<int64_t>(next - 1)));
+        const JobRecord* j = core.job(id);
+        core.Step(j && j->state == JobState::kRunning ? Event{JobFinished{id, 0}} : Event{Tick{}},
+                  now);
+      } else if (what == 4) {
+        // The default moves between a and b while jobs of neither run.
+        const bool to_b = core.node_sets().default_partition()->name == "a";
+        PartitionConfig off = to_b ? a : b, on = to_b ? b : a;
+        off.is_default = false;
+        on.is_default = true;
+        core.Step(PartitionConfigured{off}, now);
+        core.Step(PartitionConfigured{on}, now);
+      } else {
+        core.Step(Tick{}, now);
+      }
+      // The oracle: every job holding GPUs, by the partition it counts in.
+      std::map<std::string, std::map<std::string, QuotaLedger::PartitionUse>> want;
+      for (const auto& [id, j] : core.jobs()) {
+        if (j.ranks.empty()) {
+          CHECK(j.quota_partition.empty());
+          held_back += j.reason.rfind("quota: ", 0) == 0 &&
+                       j.reason.find(" in partition '") != std::string::npos;
+          continue;
+        }
+        // Started between the two events of a move, with no default: in none.
+        if (j.quota_partition.empty()) continue;
+        QuotaLedger::PartitionUse& u = want[j.request.tenant][j.quota_partition];
+        u.gpus += static_cast<int>(j.ranks.size());
+        u.running += 1;
+        const PartitionLimits& l = core.tenant(j.request.tenant)->partitions.at(j.quota_partition);
+        if (l.max_job_gpus > 0) CHECK(j.request.spec.gpus <= l.max_job_gpus);
+      }
+      for (const std::string& name : tenants) {
+        CHECK(core.TenantPartitionUsage(name) == want[name]);
+        for (const auto& [p, u] : want[name]) {
+          const PartitionLimits& l = core.tenant(name)->partitions.at(p);
+          if (l.max_gpus > 0) CHECK(u.gpus <= l.max_gpus);
+          if (l.max_running_jobs > 0) CHECK(u.running <= l.max_running_jobs);
+        }
+      }
+    }
+  }
+  CHECK(held_back > 0);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "topo/core/quota.hpp"
 
@@ -99,4 +101,90 @@ TEST_CASE("quota: fairshare keys are usage over shares per level of the path") {
   CHECK(ky < kx);
   CHECK(fs.KeyOf("new/tenant") == std::vector<double>{0.0, 0.0});
   CHECK(TenantPathPrefixes("a/b/c") == std::vector<std::string>{"a", "a/b", "a/b/c"});
+}
+
+TEST_CASE("quota: a tenant's limits in one partition hold it there alone, naming the partition") {
+  QuotaLedger q(kHour);
+  TenantConfig a = Tenant("org/a", 0);
+  a.partitions["gb200"] = {.max_gpus = 64, .max_job_gpus = 32, .max_running_jobs = 3};
+  q.Configure(a);
+  // Larger than its jobs may be there; anywhere else (or with no partition)
+  // nothing limits it.
+  CHECK(q.Block("org/a", 40, 40, "gb200") ==
+        "quota: the job asks for 40 GPUs, over tenant 'org/a' max_job_gpus 32 in partition "
+        "'gb200'");
+  CHECK(q.Block("org/a", 40, 40, "h100").empty());
+  CHECK(q.Block("org/a", 40, 40).empty());
+  // 32 + 24 held there: 8 more fit in 64, 16 do not.
+  q.AddJob("org/a", 32, "gb200");
+  q.AddJob("org/a", 24, "gb200");
+  q.AddJob("org/a", 16, "h100");
+  CHECK(q.gpus("org/a") == 72);  // the cluster-wide count has them all
+  CHECK(q.running("org/a") == 3);
+  CHECK(q.partition_use("org/a") ==
+        std::map<std::string, QuotaLedger::PartitionUse>{{"gb200", {56, 2}}, {"h100", {16, 1}}});
+  CHECK(q.Block("org/a", 8, 8, "gb200").empty());
+  CHECK(q.Block("org/a", 16, 16, "gb200") ==
+        "quota: tenant 'org/a' holds 56 of its 64 GPUs in partition 'gb200' (max_gpus); the job "
+        "would hold 16 more");
+  // Spares count: 8 ranks holding 16 GPUs do not fit either.
+  CHECK(q.Block("org/a", 8, 16, "gb200").find("holds 56 of its 64") != std::string::npos);
+  CHECK(q.Block("org/a", 16, 16, "h100").empty());
+  // A third job there: the running-jobs limit comes before the GPUs.
+  q.AddJob("org/a", 8, "gb200");
+  CHECK(q.Block("org/a", 1, 1, "gb200") ==
+        "quota: tenant 'org/a' already runs 3 jobs in partition 'gb200', its max_running_jobs "
+        "there");
+  // A stop frees exactly what the job held there.
+  q.RemoveJob("org/a", 32, "gb200");
+  CHECK(q.partition_use("org/a").at("gb200") == QuotaLedger::PartitionUse{32, 2});
+  CHECK(q.Block("org/a", 32, 32, "gb200").empty());
+  q.RemoveJob("org/a", 24, "gb200");
+  q.RemoveJob("org/a", 8, "gb200");
+  q.RemoveJob("org/a", 16, "h100");
+  CHECK(q.partition_use("org/a").empty());  // nothing held: no entries left
+  CHECK(q.gpus("org/a") == 0);
+  // The cluster-wide limits come first.
+  a.max_job_gpus = 16;
+  q.Configure(a);
+  CHECK(q.Block("org/a", 40, 40, "gb200") ==
+        "quota: the job asks for 40 GPUs, over tenant 'org/a' max_job_gpus 16");
+  // Another tenant is not limited by org/a's.
+  CHECK(q.Block("org/b", 40, 40, "gb200").empty());
+}
+
+TEST_CASE("quota: per-partition limits are checked at the boundary, naming the field") {
+  CHECK(ValidatePartitionLimits({}).ok());
+  CHECK(ValidatePartitionLimits({{"gb200", {64, 0, 0}}, {"a.b_c-9", {}}}).ok());
+  struct Row {
+    std::string name;
+    PartitionLimits limits;
+    std::string field, words;
+  };
+  const Row rows[] = {
+      {"", {}, "partitions", "a name is 1 to 64"},
+      {"-gb", {}, "partitions", "may not start with '-' or '.'"},
+      {"gb 200", {}, "partitions", "outside A-Z a-z 0-9 . _ -"},
+      {std::string(65, 'p'), {}, "partitions", "a name is 1 to 64"},
+      {"gb",
+       {-1, 0, 0},
+       "partitions.gb.max_gpus",
+       "-1 is out of range; use 0 (no limit)..100000000"},
+      {"gb", {0, 100'000'001, 0}, "partitions.gb.max_job_gpus", "out of range"},
+      {"gb", {0, 0, -5}, "partitions.gb.max_running_jobs", "out of range"},
+  };
+  for (const Row& r : rows) {
+    CAPTURE(r.name);
+    Status s = ValidatePartitionLimits({{r.name, r.limits}});
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.field() == r.field);
+    CHECK_MESSAGE(s.message().find(r.words) != std::string::npos, s.message());
+  }
+  std::map<std::string, PartitionLimits> many;
+  for (size_t i = 0; i <= kMaxTenantPartitions; ++i) many["p" + std::to_string(i)] = {1, 0, 0};
+  Status s = ValidatePartitionLimits(many);
+  CHECK(s.code() == ErrorCode::kTooLarge);
+  CHECK(s.message().find("at most 1000 partitions") != std::string::npos);
+  many.erase("p0");
+  CHECK(ValidatePartitionLimits(many).ok());
 }

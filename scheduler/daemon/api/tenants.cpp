@@ -1,5 +1,7 @@
 // /v1/tenants: quotas and shares per tenant (cluster-admins set them).
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,7 +31,7 @@ class UsageTree {
   };
 
   // REQUIRES: names holds every tenant (not only the caller's).
-  UsageTree(const ServiceState& s, const std::vector<std::string>& names) {
+  UsageTree(const ServiceState& s, const std::vector<std::string>& names) : core_(s.driver.core()) {
     for (const std::string& n : names) own_[n];
     if (s.driver.core() == nullptr) return;
     for (const auto& [id, j] : s.driver.core()->jobs()) {
@@ -58,13 +60,26 @@ class UsageTree {
     return total;
   }
 
+  // What the tenant's own jobs hold and run per partition, as its
+  // per-partition limits count them: {"gb200": {"usage_gpus", "running_jobs"}}.
+  Json PartitionUsage(const std::string& tenant) const {
+    Json out = Json::object();
+    if (core_ == nullptr) return out;
+    for (const auto& [name, use] : core_->TenantPartitionUsage(tenant)) {
+      out[name] = {{"usage_gpus", use.gpus}, {"running_jobs", use.running}};
+    }
+    return out;
+  }
+
  private:
+  const core::SchedulerCore* core_;
   std::map<std::string, Counts> own_;
 };
 
-// The one tenant view (GET and PUT /v1/tenants): the quota, what it holds
-// with its sub-tenants (usage_gpus, running_jobs, queued_jobs) and alone
-// (own_*), and the Unix accounts granted to it.
+// The one tenant view (GET and PUT /v1/tenants): the quota (its
+// per-partition limits in "partitions"), what it holds with its sub-tenants
+// (usage_gpus, running_jobs, queued_jobs) and alone (own_*), its own per
+// partition (partition_usage), and the Unix accounts granted to it.
 Json TenantView(const core::TenantConfig& t, const UsageTree& usage,
                 const store::TenantAccounts& grant) {
   Json out = common::TenantConfigToJson(t);
@@ -77,6 +92,7 @@ Json TenantView(const core::TenantConfig& t, const UsageTree& usage,
   out["own_usage_gpus"] = own.usage_gpus;
   out["own_running_jobs"] = own.running_jobs;
   out["own_queued_jobs"] = own.queued_jobs;
+  out["partition_usage"] = usage.PartitionUsage(t.name);
   // What its tenant-admins may map users to (api/unix_accounts.hpp).
   out["unix_accounts"] = grant.accounts;
   out["unix_group"] = grant.unix_group;
@@ -155,6 +171,89 @@ Json GuaranteeWarnings(const ServiceState& s, const core::TenantConfig& t,
   return warnings;
 }
 
+// Merges a PUT's "partitions" into `limits`: {PARTITION: {max_gpus?,
+// max_job_gpus?, max_running_jobs?} | null}. Each partition named changes
+// only the fields given (a new one starts with no limits); null removes the
+// partition's limits, and so does leaving every field 0. Errors name the
+// field ("partitions.gb200.max_gpus") and the fix.
+Status MergePartitionLimits(const Json& body,
+                            std::map<std::string, core::PartitionLimits>& limits) {
+  auto it = body.find("partitions");
+  if (it == body.end()) return Status::Ok();
+  const std::string shape =
+      "partitions must be an object of partition name -> {\"max_gpus\": N, \"max_job_gpus\": "
+      "N, \"max_running_jobs\": N} (0: no limit) or null (remove its limits)";
+  if (!it->is_object()) return Invalid(shape + ", not " + it->dump().substr(0, 40), "partitions");
+  if (it->size() > core::kMaxTenantPartitions) {
+    return Status::Error("partitions: at most " + std::to_string(core::kMaxTenantPartitions) +
+                             " partitions in one request (got " + std::to_string(it->size()) + ")",
+                         core::ErrorCode::kTooLarge)
+        .WithField("partitions");
+  }
+  for (const auto& [name, value] : it->items()) {
+    // (A name past 100 bytes fails the rule as its first 100 do.)
+    if (Status s = core::ValidateNodeSetName(name.substr(0, 100), "partitions"); !s.ok()) {
+      return Invalid(s.message() + " (a partition name, as topo partition list shows them)",
+                     "partitions");
+    }
+    if (value.is_null()) {
+      limits.erase(name);
+      continue;
+    }
+    const std::string path = "partitions." + name;
+    if (!value.is_object()) return Invalid(shape + "; " + path + " is " + value.type_name(), path);
+    core::PartitionLimits l = limits.count(name) ? limits.at(name) : core::PartitionLimits{};
+    struct Field {
+      const char* key;
+      int* member;
+    };
+    const Field fields[] = {{"max_gpus", &l.max_gpus},
+                            {"max_job_gpus", &l.max_job_gpus},
+                            {"max_running_jobs", &l.max_running_jobs}};
+    for (const auto& [key, unused] : value.items()) {
+      if (std::none_of(std::begin(fields), std::end(fields),
+                       [&](const Field& f) { return key == f.key; })) {
+        return Invalid("unknown field \"" + key.substr(0, 64) + "\" in " + path +
+                           "; known fields: max_gpus, max_job_gpus, max_running_jobs",
+                       path + "." + key.substr(0, 64));
+      }
+    }
+    for (const Field& f : fields) {
+      auto v = value.find(f.key);
+      if (v == value.end()) continue;
+      const std::string field = path + "." + f.key;
+      const bool whole = v->is_number_integer();
+      if (!whole || (!v->is_number_unsigned() && v->get<int64_t>() < 0) ||
+          v->get<uint64_t>() > static_cast<uint64_t>(core::kMaxPartitionLimit)) {
+        return Invalid(field + " must be a whole number in 0.." +
+                           std::to_string(core::kMaxPartitionLimit) + " (0: no limit), not " +
+                           v->dump().substr(0, 40),
+                       field);
+      }
+      *f.member = v->get<int>();
+    }
+    if (l == core::PartitionLimits{}) {
+      limits.erase(name);
+    } else {
+      limits[name] = l;
+    }
+  }
+  return core::ValidatePartitionLimits(limits);
+}
+
+// Partitions the tenant has limits in that do not exist (yet): allowed, so
+// limits can be set before the partition, but maybe a typo.
+Json PartitionWarnings(const ServiceState& s, const core::TenantConfig& t) {
+  Json warnings = Json::array();
+  for (const auto& [name, unused] : t.partitions) {
+    if (s.driver.core()->node_sets().partition(name) != nullptr) continue;
+    warnings.push_back("partition " + name + " does not exist (yet): tenant " + t.name +
+                       "'s limits there apply once it is created (topo partition list shows "
+                       "the partitions)");
+  }
+  return warnings;
+}
+
 // The tenant the path names ({name*}: "org/team"), or the error.
 Result<std::string> TenantOfPath(const Route& route) {
   const std::string& name = route.param("name");
@@ -219,9 +318,10 @@ Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
   Result<Json> parsed = ParseBody(*route.request, false);
   if (!parsed.ok()) return parsed.status();
   const Json& body = parsed.value();
-  if (Status e = UnknownField(
-          body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus", "max_running_jobs",
-                 "max_queued_jobs", "shares", "placement_wait_s", "unix_accounts", "unix_group"});
+  if (Status e =
+          UnknownField(body, {"guaranteed_gpus", "borrow_limit_gpus", "max_job_gpus",
+                              "max_running_jobs", "max_queued_jobs", "shares", "placement_wait_s",
+                              "partitions", "unix_accounts", "unix_group"});
       !e.ok()) {
     return e;
   }
@@ -255,6 +355,7 @@ Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
     }
     t.shares = it->get<double>();
   }
+  if (Status e = MergePartitionLimits(body, t.partitions); !e.ok()) return e;
   Result<store::TenantAccounts> old_grant = s.driver.store().GetTenantAccounts(name.value());
   if (!old_grant.ok()) return StoreFailed(old_grant.status());
   store::TenantAccounts grant = old_grant.value();
@@ -273,6 +374,7 @@ Answer PutTenant(ServiceState& s, const Caller& caller, const Route& route) {
   Result<std::vector<core::TenantConfig>> all = AllTenants(s);
   if (!all.ok()) return StoreFailed(all.status());
   Json warnings = GuaranteeWarnings(s, t, all.value());
+  for (Json& w : PartitionWarnings(s, t)) warnings.push_back(std::move(w));
   s.driver.Step(core::TenantConfigured{t}, s.Actor(caller));
   std::vector<std::string> names = NamesOf(all.value());
   names.push_back(t.name);

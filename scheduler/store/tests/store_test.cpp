@@ -5,6 +5,8 @@
 #include <sqlite3.h>
 
 #include <fstream>
+#include <map>
+#include <string>
 
 #include "store/store.hpp"
 #include "store_test_util.hpp"
@@ -490,7 +492,8 @@ TEST_CASE("jobs, tenants and nodes follow a real core's commands") {
     core::Result<AppendResult> r = store.Append(topo, std::span(&entry, 1));
     REQUIRE_MESSAGE(r.ok(), r.message());
   };
-  step(core::TenantConfigured{{"lab", 8, 0, 8, 1, 1.0}});
+  // Its limits in a partition (none configured here) ride in the row's JSON.
+  step(core::TenantConfigured{{"lab", 8, 0, 8, 1, 1.0, 0, 0, {{"gpu", {16, 8, 2}}}}});
   step(core::JobSubmitted{1, SmallRequest(4, "lab")});
   now += core::kMinute;
   step(core::JobSubmitted{2, SmallRequest(4, "lab")});  // waits: one running job at most
@@ -543,6 +546,7 @@ TEST_CASE("jobs, tenants and nodes follow a real core's commands") {
   REQUIRE(tenants.size() == 2);
   CHECK(tenants[1].name == "lab");
   CHECK(tenants[1].max_running_jobs == 1);
+  CHECK(tenants[1].partitions == std::map<std::string, core::PartitionLimits>{{"gpu", {16, 8, 2}}});
 
   std::vector<NodeRow> nodes = store.ListNodes().value();
   REQUIRE(nodes.size() == 1);

@@ -40,7 +40,12 @@
 //              written only when not the default), partition, reservation
 //              (each written only when named)}
 //   tenant:   {name, guaranteed_gpus, borrow_limit_gpus, max_job_gpus,
-//              max_running_jobs, shares}
+//              max_running_jobs, max_queued_jobs, shares, placement_wait_ms,
+//              partitions: {PARTITION: {max_gpus, max_job_gpus,
+//              max_running_jobs}, ...}} (the last three optional on read:
+//              logs from before them; partitions by the node-set name rule,
+//              at most core::kMaxTenantPartitions, limits 0 (none) ..
+//              core::kMaxPartitionLimit)
 //   partition: {name, nodes: [node, ...], default_time_ms, max_time_ms,
 //              max_gpus, tenants: [tenant, ...], priority_tier, preemptible,
 //              default}
@@ -52,6 +57,7 @@
 //
 // Thread safety: pure functions.
 
+#include <map>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -88,6 +94,10 @@ std::string_view CommandTypeName(const core::Command& command);
 // Pieces shared with the store's materialized tables.
 nlohmann::json TenantConfigToJson(const core::TenantConfig& tenant);
 core::Result<core::TenantConfig> TenantConfigFromJson(const nlohmann::json& j);
+// TenantConfig::partitions as the tenant's "partitions" object (the log's,
+// the API's TENANT view and PUT body).
+nlohmann::json PartitionLimitsToJson(
+    const std::map<std::string, core::PartitionLimits>& partitions);
 // Partitions and reservations as the log carries them: the set's name by
 // core::ValidateNodeSetName, node names by the node-name rule, tenants by
 // the tenant rule, sizes and times (up to the year 9999) checked here; what

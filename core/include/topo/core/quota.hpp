@@ -8,6 +8,7 @@
 //   ledger.Configure({.name = "org/a", .guaranteed_gpus = 64});
 //   if (std::string why = ledger.Block("org/a", 16, 16); !why.empty()) ...wait
 //   ledger.AddJob("org/a", 16);          // the job started, holding 16 GPUs
+//   ledger.AddJob("org/a", 8, "gb200");  // ... and one in partition gb200
 //   ledger.Advance(now);                 // usage decays, held GPUs add to it
 //   QuotaLedger::FairshareView fs = ledger.Fairshare();
 //   fs.KeyOf("org/a") < fs.KeyOf("org/b")   // org/a is further below its share
@@ -20,17 +21,40 @@
 // the usage of a level being the sum over every tenant under it; keys compare
 // level by level, lower first.
 //
+// Per-partition limits (TenantConfig::partitions, Slurm's partition QOS):
+// a tenant may also be bounded in one partition, in GPUs held there at once,
+// GPUs per job and running jobs. A job counts in the partition it started
+// in (the one it named, else the default one; none when no partition
+// applies), and only there; the cluster-wide limits count it as well.
+//
 // Thread safety: none; one owner (SchedulerCore).
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "topo/core/status.hpp"
 #include "topo/core/time.hpp"
 
 namespace topo::core {
 
 struct SnapshotAccess;
+
+// A tenant's limits in one partition. 0 is no limit in each field (as in
+// TenantConfig's max_job_gpus and max_running_jobs); an entry whose fields
+// are all 0 limits nothing. A tenant is kept out of a partition by the
+// partition's tenants (PartitionConfig::tenants), not by these.
+struct PartitionLimits {
+  int max_gpus = 0;  // GPUs its jobs there hold at once (ranks + spares)
+  int max_job_gpus = 0;
+  int max_running_jobs = 0;
+  bool operator==(const PartitionLimits&) const = default;
+};
+
+// Bounds of TenantConfig::partitions: at most as many entries as there can
+// be partitions (kMaxNodeSets), each field 0..kMaxPartitionLimit.
+inline constexpr size_t kMaxTenantPartitions = 1000;
+inline constexpr int kMaxPartitionLimit = 100'000'000;
 
 struct TenantConfig {
   std::string name;            // a path: "org/team/user" ("default" is one level)
@@ -45,7 +69,16 @@ struct TenantConfig {
   // The bound on waiting for a faster placement of the tenant's jobs
   // (SchedulerConfig::placement_wait): 0 the config's; < 0 never.
   TimeMs placement_wait = 0;
+  // Limits per partition, by partition name (ValidateNodeSetName's rule; a
+  // partition need not exist yet: its limits apply once it does).
+  std::map<std::string, PartitionLimits> partitions = {};
 };
+
+// TenantConfig::partitions against its bounds: at most kMaxTenantPartitions
+// entries, names by the node-set name rule, fields 0..kMaxPartitionLimit.
+// Errors name the field ("partitions", "partitions.gb200.max_gpus") and the
+// fix; too many entries is kTooLarge.
+Status ValidatePartitionLimits(const std::map<std::string, PartitionLimits>& partitions);
 
 class QuotaLedger {
  public:
@@ -58,18 +91,29 @@ class QuotaLedger {
   const TenantConfig* tenant(const std::string& name) const;
 
   // A job of `tenant` starts holding `gpus` GPUs (its ranks and spares) /
-  // gives them back.
-  void AddJob(const std::string& tenant, int gpus);
-  void RemoveJob(const std::string& tenant, int gpus);
+  // gives them back, counted in `partition` too ("" none). The caller
+  // removes a job under the partition it added it under.
+  void AddJob(const std::string& tenant, int gpus, const std::string& partition = "");
+  void RemoveJob(const std::string& tenant, int gpus, const std::string& partition = "");
   int gpus(const std::string& tenant) const;        // held now
   int running(const std::string& tenant) const;     // running jobs now
   int guaranteed(const std::string& tenant) const;  // 0 when not configured
+  // What a tenant's jobs hold and how many run in one partition.
+  struct PartitionUse {
+    int gpus = 0;
+    int running = 0;
+    bool operator==(const PartitionUse&) const = default;
+  };
+  // By partition name, only partitions where it runs something.
+  const std::map<std::string, PartitionUse>& partition_use(const std::string& tenant) const;
 
   // Empty when the tenant's quotas let a job asking for job_gpus GPUs, which
-  // would hold held_gpus (its ranks and spares), start now; else the reason,
-  // naming the limit. Limits are checked in this order: max_job_gpus,
-  // max_running_jobs, guaranteed + borrow_limit.
-  std::string Block(const std::string& tenant, int job_gpus, int held_gpus) const;
+  // would hold held_gpus (its ranks and spares), start now in `partition`
+  // ("" none); else the reason, naming the limit. Limits are checked in this
+  // order: max_job_gpus, max_running_jobs, guaranteed + borrow_limit, then
+  // the partition's max_job_gpus, max_running_jobs, max_gpus.
+  std::string Block(const std::string& tenant, int job_gpus, int held_gpus,
+                    const std::string& partition = "") const;
 
   // Decays usage up to `now` and adds what each tenant held since the last
   // call. A `now` before the last one does nothing.
@@ -98,8 +142,10 @@ class QuotaLedger {
   friend struct SnapshotAccess;
   TimeMs half_life_;
   std::map<std::string, TenantConfig> tenants_;
-  std::map<std::string, int> gpus_;      // held now (ranks + spares)
-  std::map<std::string, int> running_;   // running jobs now
+  std::map<std::string, int> gpus_;     // held now (ranks + spares)
+  std::map<std::string, int> running_;  // running jobs now
+  // tenant -> partition -> held now; no entry for nothing held.
+  std::map<std::string, std::map<std::string, PartitionUse>> partition_use_;
   std::map<std::string, double> usage_;  // decayed GPU-ms
   TimeMs usage_time_ = 0;
 };

@@ -283,6 +283,10 @@ struct JobRecord {
   double lost_gpu_ms = 0;        // GPU-ms of work lost to failures/preemption
   TimeMs preempt_deadline = kNever;
   bool borrowed = false;  // started beyond its tenant's guarantee
+  // While it holds GPUs: the partition they count in for its tenant's
+  // per-partition limits (QuotaLedger), its partition when it started ("":
+  // none), so giving them back is exact whatever partitions do meanwhile.
+  std::string quota_partition;
   bool requeued_at_head = false;
   // Failures since the newest checkpoint (a new one resets both):
   // application failures count toward max_app_failures; transient launch
@@ -548,6 +552,10 @@ class SchedulerCore {
   int TenantUsage(const std::string& tenant) const;
   // The tenant's own decayed fairshare usage, GPU-ms (QuotaLedger::usage).
   double FairshareUsage(const std::string& tenant) const;
+  // What the tenant's jobs hold and how many run, per partition they count
+  // in (JobRecord::quota_partition); only partitions where it runs some.
+  const std::map<std::string, QuotaLedger::PartitionUse>& TenantPartitionUsage(
+      const std::string& tenant) const;
   const TenantConfig* tenant(const std::string& name) const;
   const SchedulerConfig& config() const;
   // Partitions and reservations as configured now (reservations that ended
@@ -616,8 +624,11 @@ class SchedulerCore {
   // with, 64).
   // 8: a job's node selection, EP auto and failed nodes. 9: partitions,
   // reservations, a request's partition and reservation, and the failed
-  // nodes remembered by job name.
-  static constexpr uint32_t kSnapshotVersion = 9;
+  // nodes remembered by job name. 10: a tenant's per-partition limits and
+  // the partition each running job counts in for them (an older one: no
+  // such limits, and each running job counts in its partition as the
+  // snapshot's sets give it).
+  static constexpr uint32_t kSnapshotVersion = 10;
 
  private:
   friend struct SnapshotAccess;
