@@ -173,6 +173,17 @@ double QuotaLedger::usage(const std::string& tenant) const {
   return it == usage_.end() ? 0.0 : it->second;
 }
 
+double QuotaLedger::UsageAt(const std::string& tenant, TimeMs now) const {
+  const double u = usage(tenant);
+  if (now <= usage_time_) return u;
+  // Advance's arithmetic for one tenant, nothing changed.
+  const double dt = static_cast<double>(now - usage_time_);
+  const double half_life = static_cast<double>(half_life_);
+  const double f = std::exp2(-dt / half_life);
+  const int held = gpus(tenant);
+  return u * f + (held > 0 ? held * ((1.0 - f) * half_life / std::log(2.0)) : 0.0);
+}
+
 QuotaLedger::FairshareView QuotaLedger::Fairshare() const {
   FairshareView view;
   view.ledger_ = this;

@@ -745,6 +745,9 @@ int SchedulerCore::TenantUsage(const std::string& tenant) const {
 double SchedulerCore::FairshareUsage(const std::string& tenant) const {
   return impl_->quotas_.usage(tenant);
 }
+double SchedulerCore::FairshareUsage(const std::string& tenant, TimeMs now) const {
+  return impl_->quotas_.UsageAt(tenant, now);
+}
 const std::map<std::string, QuotaLedger::PartitionUse>& SchedulerCore::TenantPartitionUsage(
     const std::string& tenant) const {
   return impl_->quotas_.partition_use(tenant);

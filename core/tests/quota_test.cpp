@@ -188,3 +188,25 @@ TEST_CASE("quota: per-partition limits are checked at the boundary, naming the f
   many.erase("p0");
   CHECK(ValidatePartitionLimits(many).ok());
 }
+
+TEST_CASE("UsageAt: what Advance would give, without advancing") {
+  const TimeMs half_life = 10 * kHour;
+  QuotaLedger a(half_life), b(half_life);
+  for (QuotaLedger* l : {&a, &b}) {
+    l->Configure({.name = "t"});
+    l->AddJob("t", 8);
+    l->Advance(kHour);
+  }
+  const double at_1h = a.usage("t");
+  CHECK(at_1h > 0);
+  // A read at or before the last Advance is usage(); a later one projects.
+  CHECK(a.UsageAt("t", kHour) == at_1h);
+  CHECK(a.UsageAt("t", 0) == at_1h);
+  b.Advance(3 * kHour);
+  CHECK(a.UsageAt("t", 3 * kHour) == doctest::Approx(b.usage("t")).epsilon(1e-12));
+  CHECK(a.usage("t") == at_1h);  // nothing changed
+  // Nothing held: only the decay, half after one half-life.
+  a.RemoveJob("t", 8);
+  CHECK(a.UsageAt("t", kHour + half_life) == doctest::Approx(at_1h / 2));
+  CHECK(a.UsageAt("nobody", 5 * kHour) == 0);
+}

@@ -17,7 +17,7 @@ usage: test_tenants.py TOPO_SCHEDULER_BIN TOPO_BIN
 import sys
 import tempfile
 
-from harness import Cli, Daemon, check, run, serving, setup_tiny
+from harness import Cli, Daemon, check, run, serving, setup_tiny, wait_for
 
 
 def main():
@@ -71,6 +71,20 @@ def main():
         check((a["usage_gpus"], a["own_usage_gpus"], a["queued_jobs"]) == (16, 16, 1),
               "a leaf's totals are its own: %s" % a)
         check(tenants["big"]["usage_gpus"] == 0, "another tree is not counted: %s" % tenants["big"])
+        # Fairshare usage grows with what the children hold, read now, and rolls up the
+        # same way.
+        def fairshare():
+            ts = {t["name"]: t for t in d.api("GET", "/v1/tenants", expect=200)["tenants"]}
+            return {n: (ts[n]["fairshare_gpu_hours"], ts[n]["own_fairshare_gpu_hours"])
+                    for n in ("org", "org/a", "org/b", "big")}
+        first = fairshare()
+        fs = wait_for(lambda: (lambda f: f if f["org/a"][1] > first["org/a"][1] else None)(
+            fairshare()), 10, "org/a's fairshare usage to grow")
+        check(fs["org/a"][1] > 0 and fs["org/b"][1] > 0 and fs["org"][1] == 0,
+              "own usage: %s" % fs)
+        check(abs(fs["org"][0] - fs["org/a"][1] - fs["org/b"][1]) < 1e-9 and fs["big"][0] == 0,
+              "org rolls up its children's fairshare usage: %s" % fs)
+        check(fs["org/a"][1] / fs["org/b"][1] > 1.5, "16 GPUs count more than 8: %s" % fs)
         shown = d.api("GET", "/v1/tenants/org", expect=200)
         check(shown["usage_gpus"] == 24 and shown["own_usage_gpus"] == 0, "GET one: %s" % shown)
         table = cli.run(["tenants"]).stdout

@@ -23,10 +23,12 @@ class UsageTree {
  public:
   struct Counts {
     int64_t usage_gpus = 0, running_jobs = 0, queued_jobs = 0;
+    double fairshare_gpu_hours = 0;  // decayed usage, projected to now
     void Add(const Counts& o) {
       usage_gpus += o.usage_gpus;
       running_jobs += o.running_jobs;
       queued_jobs += o.queued_jobs;
+      fairshare_gpu_hours += o.fairshare_gpu_hours;
     }
   };
 
@@ -41,6 +43,8 @@ class UsageTree {
     }
     for (auto& [name, c] : own_) {
       c.usage_gpus = s.driver.core()->TenantUsage(name);
+      c.fairshare_gpu_hours =
+          s.driver.core()->FairshareUsage(name, s.driver.now()) / static_cast<double>(core::kHour);
       c.queued_jobs = s.driver.waiting().OfTenant(name);
     }
   }
@@ -92,6 +96,8 @@ Json TenantView(const core::TenantConfig& t, const UsageTree& usage,
   out["own_usage_gpus"] = own.usage_gpus;
   out["own_running_jobs"] = own.running_jobs;
   out["own_queued_jobs"] = own.queued_jobs;
+  out["fairshare_gpu_hours"] = all.fairshare_gpu_hours;
+  out["own_fairshare_gpu_hours"] = own.fairshare_gpu_hours;
   out["partition_usage"] = usage.PartitionUsage(t.name);
   // What its tenant-admins may map users to (api/unix_accounts.hpp).
   out["unix_accounts"] = grant.accounts;

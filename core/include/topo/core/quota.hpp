@@ -120,6 +120,9 @@ class QuotaLedger {
   void Advance(TimeMs now);
   // Decayed GPU-ms of the tenant itself (0 when none).
   double usage(const std::string& tenant) const;
+  // The same as Advance(now) would make it, without advancing (a read);
+  // usage() for a `now` at or before the last Advance.
+  double UsageAt(const std::string& tenant, TimeMs now) const;
 
   // The fairshare keys at one moment (a pass builds one and asks for every
   // waiting job's tenant; keys are computed once per tenant).
