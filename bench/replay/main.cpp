@@ -155,6 +155,14 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p, uint64_
   r.failures = plain.size() > 2 && plain.substr(plain.size() - 2) == "+F";
   const std::string base = r.failures ? plain.substr(0, plain.size() - 2) : plain;
   out.options.seed = seed;
+  // Workload M's generator at this seed and load.
+  auto mixed_jobs = [&](const core::Topology& topology, int jobs) {
+    core::MixedOptions m = p.mixed;
+    m.seed = seed;
+    m.load = p.load;
+    m.jobs = jobs;
+    return core::GenerateMixed(topology, m);
+  };
   out.options.large_gpus = p.large_gpus;
   out.options.ettr_gpus = p.ettr_gpus;
   out.options.keep_job_results = false;
@@ -192,10 +200,7 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p, uint64_
     r.family = "M";
     core::Result<core::Topology> mixed = core::GenerateTopology("mixed-10k");
     if (!mixed.ok()) return mixed.status();
-    core::MixedOptions m = p.mixed;
-    m.seed = seed;
-    m.load = p.load;
-    out.workload = core::GenerateMixed(mixed.value(), m);
+    out.workload = mixed_jobs(mixed.value(), p.mixed.jobs);
     if (base == "M") {
       out.topology = std::make_unique<core::Topology>(std::move(mixed).value());
     } else {
@@ -213,11 +218,7 @@ core::Result<Prepared> Prepare(const std::string& name, const Params& p, uint64_
     r.family = "T";
     core::Result<core::Topology> mixed = core::GenerateTopology("mixed-10k");
     if (!mixed.ok()) return mixed.status();
-    core::MixedOptions m = p.mixed;
-    m.seed = seed;
-    m.load = p.load;
-    m.jobs = p.change_jobs;
-    out.workload = core::GenerateMixed(mixed.value(), m);
+    out.workload = mixed_jobs(mixed.value(), p.change_jobs);
     out.workload.name = base;
     out.topology = std::make_unique<core::Topology>(std::move(mixed).value());
     if (base == "M+T") {

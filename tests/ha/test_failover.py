@@ -130,6 +130,16 @@ def make_replicas(binary, tmp, etcd):
     return a, b
 
 
+def lead_with_standby(a, b):
+    """a leads with the tiny topology, b follows it as a standby; a Client of both."""
+    a.start()
+    share_identity(a, b)
+    b.start_standby()
+    wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
+    setup_tiny(a)
+    return Client([a, b], os.path.join(a.state_dir, "ca.pem"), a.admin_token)
+
+
 def failover(replicas, etcd, client):
     """kill -9 the leader; the seconds until the other answers, and the new leader."""
     old = leader_of(replicas, etcd)
@@ -161,12 +171,7 @@ def scenario_kill(binary, topo, tmp, kills, json_out):
     with EtcdCluster(3) as etcd:
         a, b = make_replicas(binary, tmp, etcd)
         try:
-            a.start()
-            share_identity(a, b)
-            b.start_standby()
-            wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
-            setup_tiny(a)
-            client = Client([a, b], os.path.join(a.state_dir, "ca.pem"), a.admin_token)
+            client = lead_with_standby(a, b)
             acked = []
             for n in range(5):
                 status, out = client.call(a.url, "POST", "/v1/jobs",
@@ -435,12 +440,7 @@ def scenario_topology(binary, topo, tmp, kills, json_out):
     with EtcdCluster(3) as etcd:
         a, b = make_replicas(binary, tmp, etcd)
         try:
-            a.start()
-            share_identity(a, b)
-            b.start_standby()
-            wait_for(lambda: "standby: leader is 'a'" in b.log_all(), 15, "b is a standby")
-            setup_tiny(a)  # n0..n7: four leaves of two 8-GPU nodes
-            client = Client([a, b], os.path.join(a.state_dir, "ca.pem"), a.admin_token)
+            client = lead_with_standby(a, b)  # n0..n7: four leaves of two 8-GPU nodes
             status, out = client.call(a.url, "POST", "/v1/nodes/drain",
                                       {"nodes": "n7", "reason": "rack out"})
             assert status == 200, (status, out)
