@@ -216,7 +216,8 @@ Status MergePartitionLimits(const Json& body,
     const Field fields[] = {{"max_gpus", &l.max_gpus},
                             {"max_job_gpus", &l.max_job_gpus},
                             {"max_running_jobs", &l.max_running_jobs}};
-    for (const auto& [key, unused] : value.items()) {
+    for (const auto& item : value.items()) {
+      const std::string& key = item.key();  // not a structured binding: clang 14 cannot capture one
       if (std::none_of(std::begin(fields), std::end(fields),
                        [&](const Field& f) { return key == f.key; })) {
         return Invalid("unknown field \"" + key.substr(0, 64) + "\" in " + path +
