@@ -186,8 +186,18 @@ void SchedulerCore::Impl::OnEvacuated(const NodeEvacuated& e) {
   if (n < 0 || n >= topo_.node_count() || !AdminDrained(n)) return;
   std::vector<JobId> victims = alloc_.jobs_on(n);
   for (JobId id : victims) {
-    Recover(jobs_.at(id), "node " + topo_.node(n).name + " was drained" +
-                              (e.reason.empty() ? std::string() : " (" + e.reason + ")"));
+    JobRecord& job = jobs_.at(id);
+    // Rank 0's node reports the checkpoint a drain asks for, then its own
+    // evacuation, on one connection. When it is being drained too, the
+    // job moves at that evacuation: a report from another node of the job
+    // may come before the checkpoint does.
+    const NodeId lead = job.ranks.empty() ? -1 : job.ranks.front().node;
+    if (lead >= 0 && lead != n && AdminDrained(lead) &&
+        cluster().node_state(lead) != NodeState::kDown) {
+      continue;
+    }
+    Recover(job, "node " + topo_.node(n).name + " was drained" +
+                     (e.reason.empty() ? std::string() : " (" + e.reason + ")"));
   }
 }
 

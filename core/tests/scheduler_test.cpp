@@ -821,6 +821,62 @@ TEST_CASE("a failed GPU drains its node and the job restarts on the nearest spar
   CHECK(core.cluster().node_state(victim) == NodeState::kUp);
 }
 
+TEST_CASE("a job over several drained nodes moves when rank 0's node is evacuated") {
+  // HBDs of 4 nodes x 4 GPUs; a TP-8 x DP-2 job of 16 GPUs spans four nodes.
+  Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {4, 2}, 2, 4);
+  SchedulerCore core(topo, SimConfig());
+  auto start = Only<StartJob>(core.Step(JobSubmitted{1, Request(16, 8)}, 0));
+  REQUIRE(start.size() == 1);
+  std::vector<NodeId> mine;
+  for (const GpuSlot& s : start[0].ranks) {
+    if (std::find(mine.begin(), mine.end(), s.node) == mine.end()) mine.push_back(s.node);
+  }
+  REQUIRE(mine.size() == 4);
+  const NodeId lead = start[0].ranks[0].node;
+  core.Step(CheckpointCompleted{1, 7}, 10 * kMinute);
+  NodeStatesRequested drain;
+  for (NodeId n : mine) drain.requests.push_back({n, NodeState::kDrained, "rack out"});
+  core.Step(drain, 11 * kMinute);
+  // Another node's agent reports first: the job waits for rank 0's node,
+  // whose report of the drain's checkpoint is still on its way.
+  for (NodeId n : mine) {
+    if (n == lead) continue;
+    auto cmds = core.Step(NodeEvacuated{n, "agent stopped its ranks"}, 12 * kMinute);
+    CHECK(Only<RestartJob>(cmds).empty());
+  }
+  CHECK(core.job(1)->restarts == 0);
+  core.Step(CheckpointCompleted{1, 9}, 12 * kMinute);
+  auto cmds = core.Step(NodeEvacuated{lead, "agent stopped its ranks"}, 12 * kMinute);
+  auto restarts = Only<RestartJob>(cmds);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].launch.checkpoint_step == 9);
+  for (const GpuSlot& slot : restarts[0].ranks) {
+    CHECK(std::find(mine.begin(), mine.end(), slot.node) == mine.end());
+  }
+  for (NodeId n : mine) CHECK(core.cluster().node_state(n) == NodeState::kDrained);
+}
+
+TEST_CASE("a job over drained nodes moves at once when rank 0's node is lost meanwhile") {
+  Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {4, 2}, 2, 4);
+  SchedulerCore core(topo, SimConfig());
+  auto start = Only<StartJob>(core.Step(JobSubmitted{1, Request(16, 8)}, 0));
+  REQUIRE(start.size() == 1);
+  const NodeId lead = start[0].ranks[0].node;
+  NodeId other = -1;
+  for (const GpuSlot& s : start[0].ranks) {
+    if (s.node != lead) other = s.node;
+  }
+  core.Step(NodeStatesRequested{{{lead, NodeState::kDrained, "rack out"},
+                                 {other, NodeState::kDrained, "rack out"}}},
+            kMinute);
+  // Rank 0's node goes down: the job restarts then, not at an evacuation.
+  auto cmds = core.Step(NodeStateRequested{lead, NodeState::kDown, "lost"}, 2 * kMinute);
+  CHECK(Only<RestartJob>(cmds).size() == 1);
+  cmds = core.Step(NodeEvacuated{other, "agent stopped its ranks"}, 3 * kMinute);
+  CHECK(Only<RestartJob>(cmds).empty());
+  CHECK(core.job(1)->restarts == 1);
+}
+
 TEST_CASE("an evacuated drained node's jobs restart elsewhere from their checkpoint") {
   // HBDs of 4 nodes x 4 GPUs; a TP-8 job spans two nodes of one HBD.
   Topology topo = MakeRegular({"node", "hbd", "leaf"}, 1, {4, 2}, 2, 4);
