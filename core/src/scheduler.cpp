@@ -742,9 +742,6 @@ Placement SchedulerCore::TryPlace(const JobSpec& spec) const {
 int SchedulerCore::TenantUsage(const std::string& tenant) const {
   return impl_->quotas_.gpus(tenant);
 }
-double SchedulerCore::FairshareUsage(const std::string& tenant) const {
-  return impl_->quotas_.usage(tenant);
-}
 double SchedulerCore::FairshareUsage(const std::string& tenant, TimeMs now) const {
   return impl_->quotas_.UsageAt(tenant, now);
 }

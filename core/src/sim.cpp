@@ -83,6 +83,8 @@ struct JobRun {
   bool preempted = false;  // told to stop for another job (kPreempting); cleared at its restart
   TimeMs stopped_at = -1;  // when the last run ended
   int32_t moved_by = -1;   // the last topology change that evacuated it
+  uint32_t moved_epoch =
+      0;  // the run it evacuated (one job over several removed nodes counts once)
 };
 
 // Standard normal from two uniforms (Box-Muller), platform independent.
@@ -734,9 +736,12 @@ void Simulator::Evacuate(NodeId node, int32_t i) {
   for (int32_t pos : jobs) {
     JobRun& r = runs_[pos];
     if (!r.running) continue;
-    r.moved_by = i;
-    ++results_[pos].topology_moves;
-    ++report_.topology_changes[i].jobs_moved;
+    if (r.moved_by != i || r.moved_epoch != r.epoch) {
+      r.moved_by = i;
+      r.moved_epoch = r.epoch;
+      ++results_[pos].topology_moves;
+      ++report_.topology_changes[i].jobs_moved;
+    }
     const TimeMs progress = Progress(pos);
     if (progress > r.checkpoint) {
       r.checkpoint = progress;
@@ -774,7 +779,7 @@ void Simulator::ApplyChange(int32_t i) {
   SimTopologyChangeResult& result = report_.topology_changes[i];
   result.fairshare_kept = true;
   for (const std::string& tenant : report_.tenants) {
-    if (fresh->FairshareUsage(tenant) != core_->FairshareUsage(tenant) ||
+    if (fresh->FairshareUsage(tenant, now_) != core_->FairshareUsage(tenant, now_) ||
         fresh->TenantUsage(tenant) != core_->TenantUsage(tenant)) {
       result.fairshare_kept = false;
     }

@@ -550,10 +550,9 @@ class SchedulerCore {
   Placement TryPlace(const JobSpec& spec) const;
   // GPUs in use per tenant right now.
   int TenantUsage(const std::string& tenant) const;
-  // The tenant's own decayed fairshare usage, GPU-ms, as of the last Step
-  // (QuotaLedger::usage), or projected to a later `now` with what it holds
+  // The tenant's own decayed fairshare usage, GPU-ms, at `now`: as of the
+  // last Step, projected to a later `now` with what it holds
   // (QuotaLedger::UsageAt; a read, nothing changes).
-  double FairshareUsage(const std::string& tenant) const;
   double FairshareUsage(const std::string& tenant, TimeMs now) const;
   // What the tenant's jobs hold and how many run, per partition they count
   // in (JobRecord::quota_partition); only partitions where it runs some.
